@@ -1,0 +1,24 @@
+#pragma once
+// The token-native chat template (DESIGN.md section 3): each message is
+// [role id] + encode(content) + [eot]; a generation prompt is [asst].
+
+#include <cstdint>
+#include <string_view>
+#include <vector>
+
+#include "daemon/model/tokenizer.h"
+
+namespace niels::daemon::engine {
+
+enum class Role { kSystem, kUser, kAssistant };
+
+// [role] + tokenizer.Encode(content) + [eot]. Special literals in content stay plain text.
+std::vector<int32_t> EncodeMessage(const model::Tokenizer& tokenizer, Role role, std::string_view content);
+
+// The ids that open an assistant reply: [asst].
+std::vector<int32_t> GenerationPrompt(const model::Tokenizer& tokenizer);
+
+// Role ids banned during chat generation by default: sys, usr, asst.
+std::vector<int32_t> DefaultBannedIds(const model::Tokenizer& tokenizer);
+
+}  // namespace niels::daemon::engine

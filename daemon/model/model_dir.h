@@ -1,0 +1,26 @@
+#pragma once
+// LoadModelDir: opens a model directory (config.json, model.safetensors, tokenizer.model) and checks
+// that its parts agree. This is the only entry point the daemon and tools use to load a model.
+
+#include <filesystem>
+#include <memory>
+
+#include "common/status.h"
+#include "daemon/model/config.h"
+#include "daemon/model/tokenizer.h"
+#include "daemon/model/transformer.h"
+
+namespace niels::daemon::model {
+
+struct Model {
+  std::filesystem::path dir;
+  ModelConfig config;
+  std::unique_ptr<Transformer> transformer;
+  std::unique_ptr<Tokenizer> tokenizer;
+};
+
+// Errors name the file (and the key or tensor): see LoadModelConfig, LoadWeights, Tokenizer::Load;
+// plus INVALID_ARGUMENT when config V, tok_emb rows and the tokenizer's vocab size disagree.
+common::StatusOr<std::unique_ptr<Model>> LoadModelDir(const std::filesystem::path& dir);
+
+}  // namespace niels::daemon::model

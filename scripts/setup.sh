@@ -1,0 +1,31 @@
+#!/usr/bin/env bash
+# Installs every Debian package nielsd needs (idempotent), then configures and builds into build/.
+# Usage: scripts/setup.sh            (BUILD_DIR=... to build elsewhere)
+set -euo pipefail
+cd "$(dirname "$0")/.."
+
+PACKAGES=(
+  build-essential cmake pkg-config ccache git
+  libtorch-dev libopenblas0-pthread            # libtorch; OpenBLAS or matmuls run ~60x slower
+  libprotobuf-dev protobuf-compiler python3-protobuf
+  libboost-dev libsentencepiece-dev nlohmann-json3-dev libfmt-dev libcli11-dev libedit-dev
+  libsystemd-dev systemd
+  libgtest-dev libgmock-dev libbenchmark-dev
+  python3 python3-torch python3-numpy          # checkpoint converter and its test
+)
+
+missing=()
+for p in "${PACKAGES[@]}"; do
+  dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || missing+=("$p")
+done
+if [ ${#missing[@]} -gt 0 ]; then
+  SUDO=""
+  [ "$(id -u)" -ne 0 ] && SUDO="sudo"
+  echo "setup: installing ${missing[*]}"
+  $SUDO apt-get update -q
+  DEBIAN_FRONTEND=noninteractive $SUDO apt-get install -y -q "${missing[@]}"
+fi
+
+BUILD_DIR=${BUILD_DIR:-build}
+cmake -S . -B "$BUILD_DIR" -DCMAKE_BUILD_TYPE=Release
+cmake --build "$BUILD_DIR" -j"$(nproc)"
