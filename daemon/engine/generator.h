@@ -19,7 +19,7 @@
 
 #include "daemon/model/kv_cache.h"
 #include "daemon/model/sampler.h"
-#include "daemon/model/transformer.h"
+#include "daemon/model/language_model.h"
 
 namespace niels::daemon::engine {
 
@@ -72,7 +72,7 @@ struct GenerateResult {
 
 // REQUIRES: every id in input in [0, V). Fails only on invariant violations (exceptions).
 // On kCancelled the sequence keeps what was processed; callers that need atomic turns snapshot first.
-GenerateResult Generate(const model::Transformer& transformer, Sequence& sequence,
+GenerateResult Generate(const model::LanguageModel& model, Sequence& sequence,
                         std::span<const int32_t> input, const GenerateOptions& options);
 
 }  // namespace niels::daemon::engine

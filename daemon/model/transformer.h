@@ -3,17 +3,17 @@
 //
 // The math lives in free functions (one per stage) so that inference and training share one
 // definition; ForwardTrain is differentiable. The Transformer class holds the weights and the RoPE
-// tables and runs under torch::InferenceMode. It is immutable after construction: const methods may
-// be called from one thread at a time per KvCache (the engine thread owns all caches).
+// tables and runs under torch::InferenceMode. It is immutable after construction; the engine thread
+// owns all KV caches, so calls are made from one thread at a time.
 
 #include <cstdint>
 #include <span>
-#include <vector>
 
 #include <torch/types.h>
 
 #include "daemon/model/config.h"
 #include "daemon/model/kv_cache.h"
+#include "daemon/model/language_model.h"
 #include "daemon/model/weights.h"
 
 namespace niels::daemon::model {
@@ -22,34 +22,19 @@ namespace niels::daemon::model {
 // -> logits [B, n, V]. Uses the same stage functions as the inference paths.
 torch::Tensor ForwardTrain(const ModelConfig& config, const Weights& weights, const torch::Tensor& tokens);
 
-// Optional per-step output of one layer's attention probabilities.
-struct AttentionTrace {
-  int64_t layer = -1;              // which layer to record; -1 = none
-  std::vector<torch::Tensor> rows;  // filled by Decode: per sequence [H, length] (after softmax)
-};
-
-class Transformer {
+class Transformer final : public LanguageModel {
  public:
   Transformer(ModelConfig config, Weights weights);
 
-  const ModelConfig& config() const { return config_; }
+  const ModelConfig& config() const override { return config_; }
   const Weights& weights() const { return weights_; }
 
-  // Processes `tokens` at positions cache.length() .. cache.length()+n-1 in one batched forward,
-  // appending their keys/values to `cache`. Returns logits at the last position [V], or at every
-  // position [n, V] when `all_logits` (the vocab projection is skipped elsewhere otherwise).
-  // REQUIRES: n >= 1, cache.length() + n <= T, every id in [0, V).
-  torch::Tensor Prefill(std::span<const int32_t> tokens, KvCache& cache, bool all_logits = false) const;
-
-  // One decode step for B sequences: token b goes to position caches[b]->length() (lengths may
-  // differ) and is appended to that cache. Returns logits [B, V].
-  // REQUIRES: B >= 1, tokens.size() == caches.size(), distinct caches, each length < T.
+  // See LanguageModel for the contracts.
+  torch::Tensor Prefill(std::span<const int32_t> tokens, KvCache& cache,
+                        bool all_logits = false) const override;
   torch::Tensor Decode(std::span<const int32_t> tokens, std::span<KvCache* const> caches,
-                       AttentionTrace* trace = nullptr) const;
-
-  // Uncached full forward over `tokens` at positions 0..n-1: logits [n, V] (last_only: [V]).
-  // REQUIRES: 1 <= n <= T.
-  torch::Tensor Forward(std::span<const int32_t> tokens, bool last_only = false) const;
+                       AttentionTrace* trace = nullptr) const override;
+  torch::Tensor Forward(std::span<const int32_t> tokens, bool last_only = false) const override;
 
  private:
   ModelConfig config_;

@@ -1,0 +1,47 @@
+#pragma once
+// LanguageModel: what the generation loop needs from a model. Transformer is the real one; tests
+// may script a model with forced outputs (e.g. to test stop rules) by implementing this interface.
+// An implementation must append exactly the processed positions to the caches it is given.
+
+#include <cstdint>
+#include <span>
+#include <vector>
+
+#include <torch/types.h>
+
+#include "daemon/model/config.h"
+#include "daemon/model/kv_cache.h"
+
+namespace niels::daemon::model {
+
+// Optional per-step output of one layer's attention probabilities.
+struct AttentionTrace {
+  int64_t layer = -1;               // which layer to record; -1 = none
+  std::vector<torch::Tensor> rows;  // filled by Decode: per sequence [H, length] (after softmax)
+};
+
+class LanguageModel {
+ public:
+  virtual ~LanguageModel() = default;
+
+  virtual const ModelConfig& config() const = 0;
+
+  // Processes `tokens` at positions cache.length() .. cache.length()+n-1 in one batched forward,
+  // appending their keys/values to `cache`. Returns logits at the last position [V], or at every
+  // position [n, V] when `all_logits` (the vocab projection is skipped elsewhere otherwise).
+  // REQUIRES: n >= 1, cache.length() + n <= T, every id in [0, V).
+  virtual torch::Tensor Prefill(std::span<const int32_t> tokens, KvCache& cache,
+                                bool all_logits = false) const = 0;
+
+  // One decode step for B sequences: token b goes to position caches[b]->length() (lengths may
+  // differ) and is appended to that cache. Returns logits [B, V].
+  // REQUIRES: B >= 1, tokens.size() == caches.size(), distinct caches, each length < T.
+  virtual torch::Tensor Decode(std::span<const int32_t> tokens, std::span<KvCache* const> caches,
+                               AttentionTrace* trace = nullptr) const = 0;
+
+  // Uncached full forward over `tokens` at positions 0..n-1: logits [n, V] (last_only: [V]).
+  // REQUIRES: 1 <= n <= T.
+  virtual torch::Tensor Forward(std::span<const int32_t> tokens, bool last_only = false) const = 0;
+};
+
+}  // namespace niels::daemon::model
