@@ -1,0 +1,82 @@
+#pragma once
+// Test helpers shared by the suites: temp dirs, a tiny trained SentencePiece tokenizer with the four
+// special tokens, a tiny model config and complete model directories, plus the low-level writers
+// that malformed-model tests use to produce broken files.
+//
+// No libtorch in this header (suites that only need a model directory stay cheap to compile); to
+// write tensors directly use daemon/model/safetensors.h (WriteSafetensors).
+//
+// Failures inside these helpers throw std::runtime_error, which GoogleTest reports as a test
+// failure. Thread-safe: the trained tokenizer cache is guarded by a mutex.
+
+#include <cstdint>
+#include <filesystem>
+#include <optional>
+#include <string>
+#include <string_view>
+#include <vector>
+
+#include "daemon/model/config.h"
+
+namespace niels::testing {
+
+// Creates a fresh, empty directory /tmp/<prefix>XXXXXX and returns its path (not removed).
+std::filesystem::path MakeTempDir(std::string_view prefix = "niels_test_");
+
+// A fresh temp dir (MakeTempDir) removed recursively when the object is destroyed.
+class TempDir {
+ public:
+  explicit TempDir(std::string_view prefix = "niels_test_");
+  ~TempDir();
+  TempDir(const TempDir&) = delete;
+  TempDir& operator=(const TempDir&) = delete;
+
+  const std::filesystem::path& path() const { return path_; }
+  // path() / name.
+  std::filesystem::path operator/(std::string_view name) const { return path_ / name; }
+
+ private:
+  std::filesystem::path path_;
+};
+
+// The four special-token literals (sys, usr, asst, eot), as user_defined_symbols by default.
+std::vector<std::string> AllSpecialLiterals();
+
+struct TinyTokenizerOptions {
+  int vocab_size = 400;
+  // Symbols added as user_defined_symbols (single pieces). Default: AllSpecialLiterals().
+  std::optional<std::vector<std::string>> user_defined_symbols;
+};
+
+// Trains (once per process per options, then cached) a small BPE SentencePiece model on a built-in
+// English corpus, byte_fallback on, deterministic, and writes it to `file` (e.g. dir/"tokenizer.model").
+void TrainTinyTokenizer(const std::filesystem::path& file, int vocab_size = 400);
+void TrainTinyTokenizer(const std::filesystem::path& file, const TinyTokenizerOptions& options);
+
+// The serialized model proto of the default tiny tokenizer (TrainTinyTokenizer(file)).
+const std::string& TinyTokenizerProto();
+// Its vocabulary size (the number of pieces).
+int32_t TinyTokenizerVocabSize();
+// The sentences the tiny tokenizer was trained on (good inputs for Encode/Decode tests).
+const std::vector<std::string>& TinyCorpus();
+
+// V = TinyTokenizerVocabSize(), T 64, C 32, L 2, H 4, d_ff 64, rope_theta 10000, name "tiny".
+daemon::model::ModelConfig TinyConfig();
+
+// Writes a complete, valid model directory (creating `dir` if needed): config.json (with V set to
+// the tiny tokenizer's vocab size), model.safetensors (RandomWeights(config, seed), f32) and
+// tokenizer.model (the default tiny tokenizer).
+void WriteModelDir(const std::filesystem::path& dir, const daemon::model::ModelConfig& config,
+                   uint64_t seed);
+
+// --- low-level writers for malformed inputs ---
+
+void WriteFile(const std::filesystem::path& file, std::string_view bytes);
+std::string ReadFile(const std::filesystem::path& file);
+
+// Writes a safetensors file from raw parts: an 8-byte little-endian header length (`header_length`,
+// default header_json.size()), the header text, then `data` verbatim.
+void WriteRawSafetensors(const std::filesystem::path& file, std::string_view header_json,
+                         std::string_view data, std::optional<uint64_t> header_length = std::nullopt);
+
+}  // namespace niels::testing
