@@ -1,0 +1,71 @@
+#include "common/log.h"
+
+#include <unistd.h>
+
+#include <atomic>
+#include <cerrno>
+#include <mutex>
+
+namespace niels::common {
+namespace {
+
+std::atomic<int> g_level{static_cast<int>(LogLevel::kInfo)};
+
+std::mutex& WriteMutex() {
+  static std::mutex mutex;  // trivially destructible on glibc; a function-local static
+  return mutex;
+}
+
+void WriteAll(int fd, std::string_view bytes) {
+  while (!bytes.empty()) {
+    const ssize_t n = ::write(fd, bytes.data(), bytes.size());
+    if (n < 0 && errno == EINTR) continue;
+    if (n <= 0) return;  // nowhere to report a failing stderr
+    bytes.remove_prefix(static_cast<size_t>(n));
+  }
+}
+
+}  // namespace
+
+void SetLogLevel(LogLevel level) { g_level.store(static_cast<int>(level), std::memory_order_relaxed); }
+
+LogLevel GetLogLevel() { return static_cast<LogLevel>(g_level.load(std::memory_order_relaxed)); }
+
+bool LogEnabled(LogLevel level) {
+  return static_cast<int>(level) <= g_level.load(std::memory_order_relaxed);
+}
+
+StatusOr<LogLevel> ParseLogLevel(std::string_view name) {
+  if (name == "error") return LogLevel::kError;
+  if (name == "warn" || name == "warning") return LogLevel::kWarn;
+  if (name == "info") return LogLevel::kInfo;
+  if (name == "debug") return LogLevel::kDebug;
+  return Status::InvalidArgument("unknown log level '" + std::string(name) +
+                                 "' (expected error, warn, info or debug)");
+}
+
+std::string FormatLogLine(LogLevel level, std::string_view message) {
+  const std::string prefix = "<" + std::to_string(static_cast<int>(level)) + ">";
+  if (!message.empty() && message.back() == '\n') message.remove_suffix(1);
+  std::string out;
+  out.reserve(message.size() + prefix.size() + 1);
+  size_t start = 0;
+  while (true) {
+    const size_t end = message.find('\n', start);
+    out += prefix;
+    out += message.substr(start, end == std::string_view::npos ? end : end - start);
+    out += '\n';
+    if (end == std::string_view::npos) break;
+    start = end + 1;
+  }
+  return out;
+}
+
+void Log(LogLevel level, std::string_view message) {
+  if (!LogEnabled(level)) return;
+  const std::string line = FormatLogLine(level, message);
+  std::lock_guard<std::mutex> lock(WriteMutex());
+  WriteAll(STDERR_FILENO, line);
+}
+
+}  // namespace niels::common
