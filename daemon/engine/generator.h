@@ -9,6 +9,7 @@
 // Runs on the engine thread; blocking; checks `cancel` between steps.
 
 #include <atomic>
+#include <chrono>
 #include <cstdint>
 #include <functional>
 #include <optional>
@@ -70,9 +71,85 @@ struct GenerateResult {
   double decode_tokens_per_s = 0;   // sampled ids after the first / time after the first
 };
 
-// REQUIRES: every id in input in [0, V). Fails only on invariant violations (exceptions).
+// Runs the whole loop of one sequence (a GenerationTask driven to the end with Step()).
+//
+// Cached path: one Prefill of tokens[cache.length():] (the input included), then one Decode per new
+// id. When the cache already covers every token (e.g. after a max_new_tokens = 0 call), the last
+// cached position is dropped and recomputed to get its logits (reused_tokens counts one less).
+// With trace_layer >= 0 the last pending token goes through Decode (the others through Prefill) so
+// that every sampled id's StepEvent carries the attention row of the position that produced it.
+// Uncached path: each step is a Forward over the last T tokens (last_only); afterwards the cache is
+// cleared, so the next cached call re-prefills. No prefill happens when max_new_tokens = 0.
+// Stops, checked after each sampled id in this order: a stop id (kStopToken), max_new_tokens
+// (kMaxTokens), the sequence reaching T (kContextFull; it never exceeds T); the cancel flag is read
+// before every forward (kCancelled). max_new_tokens = 0 only processes the input (kMaxTokens).
+// A sequence already at T with max_new_tokens > 0 gets its input processed, then kContextFull.
+// REQUIRES (else std::invalid_argument / std::out_of_range, nothing changed): every id in input in
+// [0, V); tokens.size() + input.size() <= T; a non-empty sequence when max_new_tokens > 0;
+// max_new_tokens >= 0; cache.length() <= tokens.size(); sampling params valid for V.
 // On kCancelled the sequence keeps what was processed; callers that need atomic turns snapshot first.
 GenerateResult Generate(const model::LanguageModel& model, Sequence& sequence,
                         std::span<const int32_t> input, const GenerateOptions& options);
+
+// Generate() as a state machine, so that an engine can run the decode steps of several sequences
+// in one batched LanguageModel::Decode call:
+//
+//   GenerationTask task(model, sequence, options);
+//   task.Start(input);                  // appends input, prefills, samples the first id
+//   while (!task.done()) task.Step();   // one forward + one sampled id per Step
+//   GenerateResult result = task.TakeResult();
+//
+// Batched, for tasks with use_kv_cache (and the same trace_layer): for every task where
+// PrepareStep() is true, collect decode_token() and &cache(), call Decode once, then hand row b
+// (and trace row b) to AcceptDecodeLogits. The task and the sequence must outlive each other's use;
+// same threading as Generate.
+class GenerationTask {
+ public:
+  GenerationTask(const model::LanguageModel& model, Sequence& sequence, GenerateOptions options);
+  GenerationTask(const GenerationTask&) = delete;
+  GenerationTask& operator=(const GenerationTask&) = delete;
+
+  // Appends `input` and processes it; samples the first id unless a stop rule applies first.
+  // Throws as Generate does on a violated REQUIRES (before changing anything). Call once.
+  void Start(std::span<const int32_t> input);
+  // True once a stop rule has ended the task.
+  bool done() const { return done_; }
+  // Reads the cancel flag: false when done or just cancelled (the task then ends with
+  // kCancelled); true when the task needs one more forward.
+  bool PrepareStep();
+  // One step alone: PrepareStep(), then Decode (cached) or Forward (uncached), then sample.
+  void Step();
+
+  // For batching (cached path, after PrepareStep() returned true): the id to feed next and the
+  // cache it goes into.
+  int32_t decode_token() const { return sequence_.tokens.back(); }
+  model::KvCache& cache() { return sequence_.cache; }
+  bool use_kv_cache() const { return options_.use_kv_cache; }
+  int64_t trace_layer() const { return options_.trace_layer; }
+  // Samples from this sequence's logits row [V] of the Decode of decode_token(); attention is its
+  // trace row [H, length] when traced.
+  void AcceptDecodeLogits(const torch::Tensor& logits, std::optional<torch::Tensor> attention = {});
+
+  // The result. REQUIRES: done().
+  GenerateResult TakeResult();
+
+ private:
+  void StartCached();
+  void StartUncached();
+  torch::Tensor ForwardWindow() const;
+  void SampleAndEmit(const torch::Tensor& logits, std::optional<torch::Tensor> attention);
+  void Finish(StopReason reason);
+  bool Cancelled() const;
+
+  const model::LanguageModel& model_;
+  Sequence& sequence_;
+  GenerateOptions options_;
+  model::Sampler sampler_;
+  GenerateResult result_;
+  bool done_ = false;
+  std::chrono::steady_clock::time_point start_time_;
+  std::chrono::steady_clock::time_point first_token_time_;
+  std::chrono::steady_clock::time_point last_token_time_;
+};
 
 }  // namespace niels::daemon::engine

@@ -1,0 +1,231 @@
+#include "daemon/engine/generator.h"
+
+#include <algorithm>
+#include <cmath>
+#include <stdexcept>
+#include <string>
+#include <utility>
+
+#include <c10/core/InferenceMode.h>
+
+namespace niels::daemon::engine {
+namespace {
+
+using Clock = std::chrono::steady_clock;
+
+double Seconds(Clock::duration d) { return std::chrono::duration<double>(d).count(); }
+
+// A CPU f32 copy of one position's logits ([V] or [1, V]).
+std::vector<float> LogitsToVector(const torch::Tensor& logits) {
+  const torch::Tensor cpu = logits.detach().reshape({-1}).to(torch::kCPU, torch::kFloat).contiguous();
+  const float* data = cpu.data_ptr<float>();
+  return std::vector<float>(data, data + cpu.numel());
+}
+
+// Fills event.logprob / event.top from log_softmax of the raw logits.
+void AddLogprobs(const std::vector<float>& logits, int32_t top_n, bool want_logprob, StepEvent& event) {
+  const float max_logit = *std::max_element(logits.begin(), logits.end());
+  double sum = 0.0;
+  for (float x : logits) sum += std::exp(static_cast<double>(x) - max_logit);
+  const double log_norm = max_logit + std::log(sum);
+  auto logprob = [&](int32_t id) { return static_cast<float>(logits[id] - log_norm); };
+  if (want_logprob) event.logprob = logprob(event.id);
+  const int32_t n = std::min<int32_t>(top_n, static_cast<int32_t>(logits.size()));
+  if (n <= 0) return;
+  std::vector<int32_t> ids(logits.size());
+  for (int32_t i = 0; i < static_cast<int32_t>(ids.size()); ++i) ids[i] = i;
+  std::partial_sort(ids.begin(), ids.begin() + n, ids.end(), [&](int32_t a, int32_t b) {
+    return logits[a] > logits[b] || (logits[a] == logits[b] && a < b);
+  });
+  for (int32_t i = 0; i < n; ++i) event.top.push_back({ids[i], logprob(ids[i])});
+}
+
+// Throws (before anything changes) when a REQUIRES of Generate does not hold.
+void CheckRequires(const model::ModelConfig& config, const Sequence& sequence,
+                   std::span<const int32_t> input, const GenerateOptions& options) {
+  for (int32_t id : input) {
+    if (id < 0 || id >= config.vocab_size) {
+      throw std::out_of_range("Generate: input id " + std::to_string(id) + " outside [0, " +
+                              std::to_string(config.vocab_size) + ")");
+    }
+  }
+  const int64_t length = static_cast<int64_t>(sequence.tokens.size() + input.size());
+  if (length > config.context) {
+    throw std::invalid_argument("Generate: sequence of " + std::to_string(length) +
+                                " tokens exceeds the context " + std::to_string(config.context));
+  }
+  if (options.max_new_tokens < 0) throw std::invalid_argument("Generate: max_new_tokens < 0");
+  if (options.max_new_tokens > 0 && length == 0) {
+    throw std::invalid_argument("Generate: nothing to condition on (empty sequence and input)");
+  }
+  if (sequence.cache.length() > static_cast<int64_t>(sequence.tokens.size())) {
+    throw std::invalid_argument("Generate: cache covers more positions than the sequence has tokens");
+  }
+  const common::Status valid = model::ValidateSamplingParams(options.sampling, config.vocab_size);
+  if (!valid.ok()) throw std::invalid_argument("Generate: " + valid.ToString());
+}
+
+}  // namespace
+
+GenerationTask::GenerationTask(const model::LanguageModel& model, Sequence& sequence, GenerateOptions options)
+    : model_(model), sequence_(sequence), options_(std::move(options)), sampler_(options_.sampling) {}
+
+void GenerationTask::Start(std::span<const int32_t> input) {
+  CheckRequires(model_.config(), sequence_, input, options_);
+  c10::InferenceMode guard;
+  start_time_ = Clock::now();
+  sequence_.tokens.insert(sequence_.tokens.end(), input.begin(), input.end());
+  result_.prompt_tokens = static_cast<int64_t>(sequence_.tokens.size());
+  if (options_.use_kv_cache) {
+    StartCached();
+  } else {
+    StartUncached();
+  }
+}
+
+void GenerationTask::StartCached() {
+  std::vector<int32_t>& tokens = sequence_.tokens;
+  model::KvCache& cache = sequence_.cache;
+  const int64_t length = static_cast<int64_t>(tokens.size());
+  const bool will_sample = options_.max_new_tokens > 0 && length < model_.config().context;
+  // Sampling needs the last position's logits: recompute it if the cache already holds it.
+  if (will_sample && cache.length() == length) cache.Truncate(length - 1);
+  result_.reused_tokens = cache.length();
+  const std::span<const int32_t> pending(tokens.data() + cache.length(), tokens.size() - cache.length());
+  if (pending.empty()) {
+    Finish(options_.max_new_tokens == 0 ? StopReason::kMaxTokens : StopReason::kContextFull);
+    return;
+  }
+  if (Cancelled()) {
+    Finish(StopReason::kCancelled);
+    return;
+  }
+  result_.prefilled_tokens = static_cast<int64_t>(pending.size());
+  if (!will_sample) {
+    model_.Prefill(pending, cache);  // only inject the input; the logits are not needed
+    Finish(options_.max_new_tokens == 0 ? StopReason::kMaxTokens : StopReason::kContextFull);
+    return;
+  }
+  if (options_.trace_layer < 0) {
+    SampleAndEmit(model_.Prefill(pending, cache), std::nullopt);
+    return;
+  }
+  // Traced: the last pending position goes through Decode, which records its attention row.
+  if (pending.size() > 1) model_.Prefill(pending.first(pending.size() - 1), cache);
+  model::AttentionTrace trace{options_.trace_layer, {}};
+  model::KvCache* caches[] = {&cache};
+  torch::Tensor logits = model_.Decode(pending.last(1), caches, &trace);
+  AcceptDecodeLogits(logits[0], trace.rows.empty() ? std::nullopt : std::optional(trace.rows[0]));
+}
+
+void GenerationTask::StartUncached() {
+  const int64_t length = static_cast<int64_t>(sequence_.tokens.size());
+  if (options_.max_new_tokens == 0 || length >= model_.config().context) {
+    Finish(options_.max_new_tokens == 0 ? StopReason::kMaxTokens : StopReason::kContextFull);
+    return;
+  }
+  if (Cancelled()) {
+    Finish(StopReason::kCancelled);
+    return;
+  }
+  result_.prefilled_tokens = length;
+  SampleAndEmit(ForwardWindow(), std::nullopt);
+}
+
+// Full forward over the last T tokens of the sequence: logits of the last position [V].
+torch::Tensor GenerationTask::ForwardWindow() const {
+  const std::vector<int32_t>& tokens = sequence_.tokens;
+  const size_t window = std::min<size_t>(tokens.size(), static_cast<size_t>(model_.config().context));
+  return model_.Forward(std::span<const int32_t>(tokens).last(window), /*last_only=*/true);
+}
+
+bool GenerationTask::PrepareStep() {
+  if (done_) return false;
+  if (Cancelled()) {
+    Finish(StopReason::kCancelled);
+    return false;
+  }
+  return true;
+}
+
+void GenerationTask::Step() {
+  if (!PrepareStep()) return;
+  c10::InferenceMode guard;
+  if (!options_.use_kv_cache) {
+    SampleAndEmit(ForwardWindow(), std::nullopt);
+    return;
+  }
+  // Invariant between steps: the cache holds every token but the last sampled one.
+  const int32_t token = decode_token();
+  model::KvCache* caches[] = {&sequence_.cache};
+  if (options_.trace_layer < 0) {
+    AcceptDecodeLogits(model_.Decode({&token, 1}, caches)[0]);
+    return;
+  }
+  model::AttentionTrace trace{options_.trace_layer, {}};
+  torch::Tensor logits = model_.Decode({&token, 1}, caches, &trace);
+  AcceptDecodeLogits(logits[0], trace.rows.empty() ? std::nullopt : std::optional(trace.rows[0]));
+}
+
+void GenerationTask::AcceptDecodeLogits(const torch::Tensor& logits, std::optional<torch::Tensor> attention) {
+  SampleAndEmit(logits, std::move(attention));
+}
+
+void GenerationTask::SampleAndEmit(const torch::Tensor& logits, std::optional<torch::Tensor> attention) {
+  const std::vector<float> row = LogitsToVector(logits);
+  std::vector<int32_t>& tokens = sequence_.tokens;
+  const int32_t id = sampler_.Sample(row, tokens);  // repetition history = the sequence so far
+  tokens.push_back(id);
+  result_.new_tokens.push_back(id);
+  last_token_time_ = Clock::now();
+  if (result_.new_tokens.size() == 1) first_token_time_ = last_token_time_;
+
+  if (options_.on_token) {
+    StepEvent event;
+    event.id = id;
+    event.index = static_cast<int32_t>(result_.new_tokens.size()) - 1;
+    if (options_.want_logprobs || options_.top_logprobs > 0) {
+      AddLogprobs(row, options_.top_logprobs, options_.want_logprobs, event);
+    }
+    event.attention = std::move(attention);
+    options_.on_token(event);
+  }
+
+  const auto& stops = options_.stop_ids;
+  if (std::find(stops.begin(), stops.end(), id) != stops.end()) {
+    Finish(StopReason::kStopToken);
+  } else if (static_cast<int64_t>(result_.new_tokens.size()) >= options_.max_new_tokens) {
+    Finish(StopReason::kMaxTokens);
+  } else if (static_cast<int64_t>(tokens.size()) >= model_.config().context) {
+    Finish(StopReason::kContextFull);
+  }
+}
+
+void GenerationTask::Finish(StopReason reason) {
+  done_ = true;
+  result_.stop_reason = reason;
+  const size_t n = result_.new_tokens.size();
+  if (n >= 1) result_.time_to_first_token_s = Seconds(first_token_time_ - start_time_);
+  const double decode_s = Seconds(last_token_time_ - first_token_time_);
+  if (n >= 2 && decode_s > 0) result_.decode_tokens_per_s = static_cast<double>(n - 1) / decode_s;
+  if (!options_.use_kv_cache) sequence_.cache.Clear();  // the next cached call re-prefills
+}
+
+bool GenerationTask::Cancelled() const {
+  return options_.cancel != nullptr && options_.cancel->load(std::memory_order_relaxed);
+}
+
+GenerateResult GenerationTask::TakeResult() {
+  if (!done_) throw std::logic_error("GenerationTask::TakeResult before done()");
+  return std::move(result_);
+}
+
+GenerateResult Generate(const model::LanguageModel& model, Sequence& sequence,
+                        std::span<const int32_t> input, const GenerateOptions& options) {
+  GenerationTask task(model, sequence, options);
+  task.Start(input);
+  while (!task.done()) task.Step();
+  return task.TakeResult();
+}
+
+}  // namespace niels::daemon::engine
