@@ -1,0 +1,99 @@
+#include "daemon/model/config.h"
+
+#include <cmath>
+#include <fstream>
+#include <sstream>
+
+#include <nlohmann/json.hpp>
+
+namespace niels::daemon::model {
+namespace {
+
+using common::Status;
+using common::StatusOr;
+using Json = nlohmann::json;
+
+constexpr int64_t kMaxDim = int64_t{1} << 24;      // any size beyond this is surely corrupt
+constexpr int64_t kMaxContext = int64_t{1} << 20;  // T: RoPE tables and KV caches scale with it
+
+// Reads a required positive integer key into *out.
+Status ReadInt(const Json& root, const std::string& file, const char* key, int64_t max, int64_t* out) {
+  auto it = root.find(key);
+  if (it == root.end()) return Status::InvalidArgument(file + ": missing key \"" + key + "\"");
+  if (!it->is_number_integer()) {
+    return Status::InvalidArgument(file + ": key \"" + key + "\" must be an integer, found " + it->dump());
+  }
+  const int64_t value = it->is_number_unsigned() && it->get<uint64_t>() > uint64_t(max) ? max + 1 : it->get<int64_t>();
+  if (value <= 0 || value > max) {
+    return Status::InvalidArgument(file + ": key \"" + key + "\" must be in [1, " + std::to_string(max) +
+                                   "], found " + it->dump());
+  }
+  *out = value;
+  return Status::Ok();
+}
+
+}  // namespace
+
+StatusOr<ModelConfig> ParseModelConfig(std::string_view json_text, const std::string& file_name) {
+  Json root;
+  try {
+    root = Json::parse(json_text);
+  } catch (const Json::parse_error& e) {
+    return Status::InvalidArgument(file_name + ": invalid JSON: " + e.what());
+  }
+  if (!root.is_object()) return Status::InvalidArgument(file_name + ": invalid JSON: expected an object");
+  ModelConfig c;
+  NIELS_RETURN_IF_ERROR(ReadInt(root, file_name, "V", kMaxDim, &c.vocab_size));
+  NIELS_RETURN_IF_ERROR(ReadInt(root, file_name, "T", kMaxContext, &c.context));
+  NIELS_RETURN_IF_ERROR(ReadInt(root, file_name, "C", kMaxDim, &c.width));
+  NIELS_RETURN_IF_ERROR(ReadInt(root, file_name, "L", kMaxDim, &c.layers));
+  NIELS_RETURN_IF_ERROR(ReadInt(root, file_name, "H", kMaxDim, &c.heads));
+  NIELS_RETURN_IF_ERROR(ReadInt(root, file_name, "d_ff", kMaxDim, &c.d_ff));
+  auto theta = root.find("rope_theta");
+  if (theta == root.end()) return Status::InvalidArgument(file_name + ": missing key \"rope_theta\"");
+  if (!theta->is_number() || !(theta->get<double>() > 0.0) || !std::isfinite(theta->get<double>())) {
+    return Status::InvalidArgument(file_name + ": key \"rope_theta\" must be a positive number, found " +
+                                   theta->dump());
+  }
+  c.rope_theta = theta->get<double>();
+  if (auto name = root.find("name"); name != root.end() && !name->is_null()) {
+    if (!name->is_string()) {
+      return Status::InvalidArgument(file_name + ": key \"name\" must be a string, found " + name->dump());
+    }
+    c.name = name->get<std::string>();
+  }
+  if (c.width % c.heads != 0) {
+    return Status::InvalidArgument(file_name + ": key \"C\" (" + std::to_string(c.width) +
+                                   ") is not divisible by key \"H\" (" + std::to_string(c.heads) + ")");
+  }
+  if (c.head_dim() % 2 != 0) {
+    return Status::InvalidArgument(file_name + ": head dim C/H = " + std::to_string(c.width) + "/" +
+                                   std::to_string(c.heads) + " = " + std::to_string(c.head_dim()) +
+                                   " is odd (keys \"C\", \"H\"); RoPE needs an even head dim");
+  }
+  return c;
+}
+
+StatusOr<ModelConfig> LoadModelConfig(const std::filesystem::path& path) {
+  std::ifstream in(path, std::ios::binary);
+  if (!in) return Status::NotFound(path.string() + ": cannot read");
+  std::ostringstream text;
+  text << in.rdbuf();
+  if (in.bad()) return Status::NotFound(path.string() + ": cannot read");
+  return ParseModelConfig(text.str(), path.string());
+}
+
+std::string ModelConfigToJson(const ModelConfig& config) {
+  Json j = Json::object();
+  j["V"] = config.vocab_size;
+  j["T"] = config.context;
+  j["C"] = config.width;
+  j["L"] = config.layers;
+  j["H"] = config.heads;
+  j["d_ff"] = config.d_ff;
+  j["rope_theta"] = config.rope_theta;
+  j["name"] = config.name;
+  return j.dump(2) + "\n";
+}
+
+}  // namespace niels::daemon::model

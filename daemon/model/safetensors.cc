@@ -1,0 +1,262 @@
+#include "daemon/model/safetensors.h"
+
+#include <fcntl.h>
+#include <sys/mman.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <array>
+#include <cerrno>
+#include <cstring>
+#include <fstream>
+#include <limits>
+
+#include <nlohmann/json.hpp>
+
+namespace niels::daemon::model {
+namespace {
+
+using common::Status;
+using common::StatusOr;
+using Json = nlohmann::json;
+
+struct DtypeEntry {
+  SafetensorsDtype dtype;
+  std::string_view name;
+  int64_t size;
+};
+
+constexpr std::array<DtypeEntry, 13> kDtypes = {{
+    {SafetensorsDtype::kBool, "BOOL", 1}, {SafetensorsDtype::kU8, "U8", 1},
+    {SafetensorsDtype::kI8, "I8", 1},     {SafetensorsDtype::kI16, "I16", 2},
+    {SafetensorsDtype::kU16, "U16", 2},   {SafetensorsDtype::kF16, "F16", 2},
+    {SafetensorsDtype::kBF16, "BF16", 2}, {SafetensorsDtype::kI32, "I32", 4},
+    {SafetensorsDtype::kU32, "U32", 4},   {SafetensorsDtype::kF32, "F32", 4},
+    {SafetensorsDtype::kF64, "F64", 8},   {SafetensorsDtype::kI64, "I64", 8},
+    {SafetensorsDtype::kU64, "U64", 8},
+}};
+
+const DtypeEntry* FindDtype(std::string_view name) {
+  for (const DtypeEntry& e : kDtypes) {
+    if (e.name == name) return &e;
+  }
+  return nullptr;
+}
+
+std::string ShapeString(const std::vector<int64_t>& shape) {
+  std::string s = "[";
+  for (size_t i = 0; i < shape.size(); ++i) {
+    if (i > 0) s += ", ";
+    s += std::to_string(shape[i]);
+  }
+  return s + "]";
+}
+
+// Parses one header entry (everything but the byte-range checks against the file).
+Status ParseEntry(const std::string& file, const std::string& name, const Json& entry,
+                  SafetensorsTensorInfo* info) {
+  const std::string where = file + ": tensor " + name;
+  if (!entry.is_object()) return Status::InvalidArgument(where + ": header entry is not an object");
+  auto dtype_it = entry.find("dtype");
+  if (dtype_it == entry.end() || !dtype_it->is_string()) {
+    return Status::InvalidArgument(where + ": missing or non-string \"dtype\"");
+  }
+  const DtypeEntry* dtype = FindDtype(dtype_it->get<std::string>());
+  if (dtype == nullptr) {
+    return Status::InvalidArgument(where + ": unknown dtype \"" + dtype_it->get<std::string>() + "\"");
+  }
+  auto shape_it = entry.find("shape");
+  if (shape_it == entry.end() || !shape_it->is_array()) {
+    return Status::InvalidArgument(where + ": missing or non-array \"shape\"");
+  }
+  uint64_t numel = 1;
+  for (const Json& d : *shape_it) {
+    if (!d.is_number_unsigned() || d.get<uint64_t>() > (uint64_t{1} << 40)) {
+      return Status::InvalidArgument(where + ": \"shape\" must hold non-negative integers");
+    }
+    info->shape.push_back(d.get<int64_t>());
+    numel = info->shape.back() == 0 ? 0 : numel;
+    if (numel != 0 && numel > std::numeric_limits<uint64_t>::max() / 16 / d.get<uint64_t>()) {
+      return Status::InvalidArgument(where + ": shape " + ShapeString(info->shape) + " is too large");
+    }
+    numel *= d.get<uint64_t>();
+  }
+  auto offsets_it = entry.find("data_offsets");
+  if (offsets_it == entry.end() || !offsets_it->is_array() || offsets_it->size() != 2 ||
+      !(*offsets_it)[0].is_number_unsigned() || !(*offsets_it)[1].is_number_unsigned()) {
+    return Status::InvalidArgument(where + ": \"data_offsets\" must be two non-negative integers");
+  }
+  info->name = name;
+  info->dtype = dtype->dtype;
+  info->begin = (*offsets_it)[0].get<uint64_t>();
+  info->end = (*offsets_it)[1].get<uint64_t>();
+  if (info->begin > info->end) {
+    return Status::InvalidArgument(where + ": data_offsets [" + std::to_string(info->begin) + ", " +
+                                   std::to_string(info->end) + "] are reversed");
+  }
+  const uint64_t expected = numel * static_cast<uint64_t>(dtype->size);
+  if (info->end - info->begin != expected) {
+    return Status::InvalidArgument(where + ": data_offsets [" + std::to_string(info->begin) + ", " +
+                                   std::to_string(info->end) + "] span " +
+                                   std::to_string(info->end - info->begin) + " bytes, but shape " +
+                                   ShapeString(info->shape) + " of " + std::string(dtype->name) +
+                                   " needs " + std::to_string(expected));
+  }
+  return Status::Ok();
+}
+
+}  // namespace
+
+std::string_view SafetensorsDtypeName(SafetensorsDtype dtype) {
+  for (const DtypeEntry& e : kDtypes) {
+    if (e.dtype == dtype) return e.name;
+  }
+  return "?";
+}
+
+int64_t SafetensorsDtypeSize(SafetensorsDtype dtype) {
+  for (const DtypeEntry& e : kDtypes) {
+    if (e.dtype == dtype) return e.size;
+  }
+  return 0;
+}
+
+SafetensorsFile::~SafetensorsFile() {
+  if (mapping_ != nullptr) munmap(mapping_, mapping_size_);
+}
+
+StatusOr<std::shared_ptr<const SafetensorsFile>> SafetensorsFile::Open(const std::filesystem::path& path) {
+  const std::string file = path.string();
+  int fd = ::open(file.c_str(), O_RDONLY | O_CLOEXEC);
+  if (fd < 0) return Status::NotFound(file + ": cannot open: " + std::strerror(errno));
+  struct stat st {};
+  if (fstat(fd, &st) != 0 || !S_ISREG(st.st_mode)) {
+    ::close(fd);
+    return Status::InvalidArgument(file + ": not a regular file");
+  }
+  std::shared_ptr<SafetensorsFile> result(new SafetensorsFile());
+  result->path_ = path;
+  result->mapping_size_ = static_cast<size_t>(st.st_size);
+  if (result->mapping_size_ < 8) {
+    ::close(fd);
+    return Status::InvalidArgument(file + ": file is " + std::to_string(st.st_size) +
+                                   " bytes, shorter than the 8-byte header length");
+  }
+  // Private and writable (copy-on-write): an accidental in-place op can never crash or touch the file.
+  void* mapping = mmap(nullptr, result->mapping_size_, PROT_READ | PROT_WRITE, MAP_PRIVATE, fd, 0);
+  ::close(fd);
+  if (mapping == MAP_FAILED) return Status::Internal(file + ": mmap failed: " + std::strerror(errno));
+  result->mapping_ = mapping;
+  NIELS_RETURN_IF_ERROR(result->ParseHeader());
+  return std::shared_ptr<const SafetensorsFile>(std::move(result));
+}
+
+Status SafetensorsFile::ParseHeader() {
+  const std::string file = path_.string();
+  const auto* bytes = static_cast<const unsigned char*>(mapping_);
+  uint64_t header_length = 0;
+  for (int i = 7; i >= 0; --i) header_length = (header_length << 8) | bytes[i];
+  if (header_length > mapping_size_ - 8) {
+    return Status::InvalidArgument(file + ": header length " + std::to_string(header_length) +
+                                   " is longer than the file (" + std::to_string(mapping_size_ - 8) +
+                                   " bytes after the length field)");
+  }
+  data_start_ = 8 + header_length;
+  const uint64_t data_size = mapping_size_ - data_start_;
+  Json header = Json::parse(reinterpret_cast<const char*>(bytes) + 8,
+                            reinterpret_cast<const char*>(bytes) + data_start_, nullptr,
+                            /*allow_exceptions=*/false);
+  if (header.is_discarded()) return Status::InvalidArgument(file + ": header is not valid JSON");
+  if (!header.is_object()) return Status::InvalidArgument(file + ": header is not a JSON object");
+  for (const auto& [name, entry] : header.items()) {
+    if (name == "__metadata__") continue;
+    SafetensorsTensorInfo info;
+    NIELS_RETURN_IF_ERROR(ParseEntry(file, name, entry, &info));
+    if (info.end > data_size) {
+      return Status::InvalidArgument(file + ": tensor " + name + ": data_offsets [" +
+                                     std::to_string(info.begin) + ", " + std::to_string(info.end) +
+                                     "] point past the end of the data (" + std::to_string(data_size) +
+                                     " bytes)");
+    }
+    tensors_.push_back(std::move(info));
+  }
+  std::sort(tensors_.begin(), tensors_.end(), [](const auto& a, const auto& b) {
+    return a.begin != b.begin ? a.begin < b.begin : a.end < b.end;
+  });
+  for (size_t i = 1; i < tensors_.size(); ++i) {
+    const auto& prev = tensors_[i - 1];
+    const auto& cur = tensors_[i];
+    // Empty tensors occupy no bytes and cannot overlap anything.
+    if (prev.end > cur.begin && prev.begin != prev.end && cur.begin != cur.end) {
+      return Status::InvalidArgument(file + ": tensors " + prev.name + " and " + cur.name +
+                                     " have overlapping data_offsets");
+    }
+  }
+  return Status::Ok();
+}
+
+const SafetensorsTensorInfo* SafetensorsFile::Find(std::string_view name) const {
+  for (const auto& info : tensors_) {
+    if (info.name == name) return &info;
+  }
+  return nullptr;
+}
+
+torch::Tensor SafetensorsFile::FloatTensor(const SafetensorsTensorInfo& info) const {
+  auto* data = static_cast<std::byte*>(mapping_) + data_start_ + info.begin;
+  const size_t nbytes = info.end - info.begin;
+  if (info.dtype == SafetensorsDtype::kF32 && reinterpret_cast<uintptr_t>(data) % alignof(float) == 0) {
+    std::shared_ptr<const SafetensorsFile> keep_alive = shared_from_this();
+    return torch::from_blob(
+        data, info.shape, [keep_alive](void*) {}, torch::TensorOptions().dtype(torch::kFloat32));
+  }
+  torch::ScalarType stored = torch::kFloat32;
+  if (info.dtype == SafetensorsDtype::kF16) stored = torch::kFloat16;
+  if (info.dtype == SafetensorsDtype::kBF16) stored = torch::kBFloat16;
+  torch::Tensor copy = torch::empty(info.shape, torch::TensorOptions().dtype(stored));
+  if (nbytes > 0) std::memcpy(copy.data_ptr(), data, nbytes);
+  return copy.to(torch::kFloat32);
+}
+
+Status WriteSafetensors(const std::filesystem::path& path,
+                        const std::vector<std::pair<std::string, torch::Tensor>>& tensors) {
+  Json header = Json::object();
+  std::vector<torch::Tensor> contiguous;
+  uint64_t offset = 0;
+  for (const auto& [name, tensor] : tensors) {
+    std::string dtype;
+    switch (tensor.scalar_type()) {
+      case torch::kFloat32: dtype = "F32"; break;
+      case torch::kFloat16: dtype = "F16"; break;
+      case torch::kBFloat16: dtype = "BF16"; break;
+      case torch::kFloat64: dtype = "F64"; break;
+      case torch::kInt64: dtype = "I64"; break;
+      case torch::kInt32: dtype = "I32"; break;
+      case torch::kInt16: dtype = "I16"; break;
+      case torch::kInt8: dtype = "I8"; break;
+      case torch::kUInt8: dtype = "U8"; break;
+      case torch::kBool: dtype = "BOOL"; break;
+      default: return Status::Internal(path.string() + ": tensor " + name + " has an unsupported dtype");
+    }
+    contiguous.push_back(tensor.detach().cpu().contiguous());
+    const uint64_t nbytes = contiguous.back().numel() * contiguous.back().element_size();
+    header[name] = {{"dtype", dtype}, {"shape", tensor.sizes().vec()}, {"data_offsets", {offset, offset + nbytes}}};
+    offset += nbytes;
+  }
+  std::string text = header.dump();
+  text.append((8 - text.size() % 8) % 8, ' ');  // data section starts 8-byte aligned
+  std::ofstream out(path, std::ios::binary | std::ios::trunc);
+  std::array<char, 8> length{};
+  for (int i = 0; i < 8; ++i) length[i] = static_cast<char>((text.size() >> (8 * i)) & 0xff);
+  out.write(length.data(), 8);
+  out.write(text.data(), static_cast<std::streamsize>(text.size()));
+  for (const torch::Tensor& t : contiguous) {
+    out.write(static_cast<const char*>(t.data_ptr()), static_cast<std::streamsize>(t.numel() * t.element_size()));
+  }
+  out.close();
+  if (!out) return Status::Internal(path.string() + ": write failed");
+  return Status::Ok();
+}
+
+}  // namespace niels::daemon::model

@@ -1,0 +1,88 @@
+#pragma once
+// SafetensorsFile: a read-only view of a .safetensors file through a private memory mapping.
+//
+// Format: an 8-byte little-endian header length N, N bytes of JSON header
+// {"name": {"dtype": "F32", "shape": [..], "data_offsets": [begin, end]}, ..., "__metadata__": {..}},
+// then the data section; offsets are relative to the start of the data section.
+//
+// Open() validates everything before any tensor is touched, so a bad file can never make us read
+// out of bounds. Tensors returned by Tensor() keep the mapping alive (their deleter holds a
+// shared_ptr to the file), so they stay valid after the SafetensorsFile handle is dropped.
+// Immutable after Open(); const methods are safe from any thread.
+
+#include <cstddef>
+#include <cstdint>
+#include <filesystem>
+#include <memory>
+#include <string>
+#include <string_view>
+#include <utility>
+#include <vector>
+
+#include <torch/types.h>
+
+#include "common/status.h"
+
+namespace niels::daemon::model {
+
+// Every dtype of the safetensors format (so sizes can be validated); only F32/F16/BF16 are
+// convertible to float tensors.
+enum class SafetensorsDtype { kBool, kU8, kI8, kI16, kU16, kF16, kBF16, kI32, kU32, kF32, kF64, kI64, kU64 };
+
+std::string_view SafetensorsDtypeName(SafetensorsDtype dtype);  // "F32", ...
+int64_t SafetensorsDtypeSize(SafetensorsDtype dtype);           // bytes per element
+
+struct SafetensorsTensorInfo {
+  std::string name;
+  SafetensorsDtype dtype = SafetensorsDtype::kF32;
+  std::vector<int64_t> shape;
+  uint64_t begin = 0;  // byte range in the data section
+  uint64_t end = 0;
+};
+
+class SafetensorsFile : public std::enable_shared_from_this<SafetensorsFile> {
+ public:
+  ~SafetensorsFile();
+  SafetensorsFile(const SafetensorsFile&) = delete;
+  SafetensorsFile& operator=(const SafetensorsFile&) = delete;
+
+  // Maps and validates `path`. NOT_FOUND if it cannot be opened; INVALID_ARGUMENT (message starts
+  // with the path) for: a file shorter than 8 bytes, a header length past the end of the file,
+  // invalid header JSON, an entry without a valid dtype/shape/data_offsets, an unknown dtype, data
+  // offsets past the end of the data section, a byte range that does not match shape * dtype size,
+  // overlapping byte ranges, a duplicate name. "__metadata__" is ignored.
+  static common::StatusOr<std::shared_ptr<const SafetensorsFile>> Open(const std::filesystem::path& path);
+
+  const std::filesystem::path& path() const { return path_; }
+  // Tensors in the order of their data offsets.
+  const std::vector<SafetensorsTensorInfo>& tensors() const { return tensors_; }
+  // nullptr when absent.
+  const SafetensorsTensorInfo* Find(std::string_view name) const;
+
+  // The tensor as f32 [shape]. F32: wraps the mapping without a copy when the data is 4-byte
+  // aligned (a copy otherwise); F16/BF16: converted into a new tensor. The result must be treated
+  // as read-only. REQUIRES: info is one of tensors(), dtype F32, F16 or BF16.
+  torch::Tensor FloatTensor(const SafetensorsTensorInfo& info) const;
+
+  // The mapped bytes of the whole file (for zero-copy checks in tests).
+  const std::byte* mapping_data() const { return static_cast<const std::byte*>(mapping_); }
+  size_t mapping_size() const { return mapping_size_; }
+
+ private:
+  SafetensorsFile() = default;
+  common::Status ParseHeader();
+
+  std::filesystem::path path_;
+  void* mapping_ = nullptr;
+  size_t mapping_size_ = 0;
+  uint64_t data_start_ = 0;  // 8 + header length
+  std::vector<SafetensorsTensorInfo> tensors_;
+};
+
+// Writes `tensors` (any shape, made contiguous) as a safetensors file, in the given order, with the
+// header padded to 8-byte alignment. Model weights are f32/f16/bf16; f64, i64, i32, i16, i8, u8 and
+// bool are also written (tools and tests). INTERNAL on a write error or an unsupported dtype.
+common::Status WriteSafetensors(const std::filesystem::path& path,
+                                const std::vector<std::pair<std::string, torch::Tensor>>& tensors);
+
+}  // namespace niels::daemon::model
