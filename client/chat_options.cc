@@ -1,0 +1,133 @@
+#include "client/chat_options.h"
+
+#include <filesystem>
+#include <fstream>
+#include <ostream>
+#include <sstream>
+
+#include <CLI/CLI.hpp>
+#include <fmt/format.h>
+
+#include "client/render.h"
+
+namespace niels::client {
+namespace {
+
+namespace fs = std::filesystem;
+
+constexpr int kUsageExitCode = 2;
+
+// The directory a model path stands for: a file stands for the directory holding it.
+fs::path ModelDir(const std::string& path) {
+  std::error_code ec;
+  fs::path p = fs::weakly_canonical(fs::absolute(path, ec), ec);
+  if (fs::is_regular_file(p, ec)) p = p.parent_path();
+  return p;
+}
+
+}  // namespace
+
+std::variant<ChatOptions, int> ParseChatFlags(int argc, const char* const* argv, std::ostream& out,
+                                              std::ostream& err) {
+  ChatOptions o;
+  CLI::App app{"niels-chat: chat with the model served by nielsd (a local inference daemon).",
+               "niels-chat"};
+  app.set_version_flag("--version", std::string("niels-chat ") + NIELSD_VERSION);
+  app.add_option("--socket", o.socket,
+                 "nielsd socket (default: $NIELSD_SOCKET, $XDG_RUNTIME_DIR/nielsd/nielsd.sock, "
+                 "/run/nielsd/nielsd.sock)");
+  app.add_option("--max-new-tokens", o.max_new_tokens, "tokens to generate at most per reply")
+      ->capture_default_str()->check(CLI::PositiveNumber);
+  app.add_option("--temperature", o.temperature, "sampling temperature (0 = greedy)")
+      ->capture_default_str()->check(CLI::NonNegativeNumber);
+  app.add_option("--top-k", o.top_k, "keep the k most likely tokens (0 = off)")
+      ->capture_default_str()->check(CLI::NonNegativeNumber);
+  app.add_option("--top-p", o.top_p, "nucleus sampling probability (0 = off)")
+      ->capture_default_str()->check(CLI::Range(0.0, 1.0));
+  float repetition_penalty = 1.0f;
+  CLI::Option* rep = app.add_option("--repetition-penalty", repetition_penalty,
+                                    "penalty for tokens already in the chat (1 = off)")
+                         ->check(CLI::PositiveNumber);
+  app.add_option("--seed", o.seed, "sampling seed")->capture_default_str();
+  std::string system_text;
+  CLI::Option* sys = app.add_option("--system", system_text, "system prompt text");
+  app.add_option("--system-file", o.system_file, "read the system prompt from a UTF-8 file (wins over --system)");
+  bool no_kv_cache = false;
+  app.add_flag("--no-kv-cache", no_kv_cache, "run the uncached generation path for every turn");
+  app.add_flag("--greedy", o.greedy, "greedy decoding (temperature 0)");
+  app.add_option("--ckpt", o.ckpt, "check that nielsd serves this model (directory, file in it, or name)");
+  app.add_flag("--stream", o.stream, "print tokens as they are generated");
+  std::string prompt;
+  CLI::Option* one_shot = app.add_option("-p,--prompt", prompt, "one-shot: answer TEXT and exit");
+  app.add_flag("--stats,--verbose", o.stats, "print each reply's generation stats on stderr");
+  try {
+    app.parse(argc, argv);
+  } catch (const CLI::ParseError& e) {
+    const int code = app.exit(e, out, err);
+    return code == 0 ? 0 : kUsageExitCode;
+  }
+  if (rep->count() > 0) o.repetition_penalty = repetition_penalty;
+  if (sys->count() > 0) o.system_text = system_text;
+  if (one_shot->count() > 0) o.prompt = prompt;
+  o.use_kv_cache = !no_kv_cache;
+  return o;
+}
+
+common::StatusOr<std::string> ResolveSystemPrompt(const ChatOptions& options) {
+  if (!options.system_file.empty()) {
+    std::ifstream in(options.system_file, std::ios::binary);
+    if (!in) return common::Status::InvalidArgument("cannot read --system-file " + options.system_file);
+    std::ostringstream contents;
+    contents << in.rdbuf();
+    std::string text = contents.str();
+    if (text.ends_with("\r\n")) {
+      text.resize(text.size() - 2);
+    } else if (text.ends_with('\n')) {
+      text.pop_back();
+    }
+    if (!IsValidUtf8(text)) {
+      return common::Status::InvalidArgument("--system-file " + options.system_file + " is not valid UTF-8");
+    }
+    return text;
+  }
+  if (options.system_text) return *options.system_text;
+  return std::string(kDefaultSystemPrompt);
+}
+
+niels::v1::ChatRequest BuildChatRequest(const ChatOptions& options, const std::string& session_id,
+                                        const std::string& user_text) {
+  niels::v1::ChatRequest request;
+  request.set_session_id(session_id);
+  request.set_user_text(user_text);
+  niels::v1::Sampling* s = request.mutable_sampling();
+  s->set_temperature(options.greedy ? 0.0f : options.temperature);
+  s->set_top_k(options.top_k);
+  s->set_top_p(options.top_p);
+  if (options.repetition_penalty) s->set_repetition_penalty(*options.repetition_penalty);
+  s->set_seed(options.seed);
+  request.set_max_new_tokens(options.max_new_tokens);
+  if (!options.use_kv_cache) request.set_use_kv_cache(false);
+  request.set_stream(options.stream);
+  return request;
+}
+
+bool CkptMatchesModel(const std::string& ckpt, const niels::v1::InfoResponse& info) {
+  if (ckpt.empty()) return true;
+  if (!info.model_name().empty() && ckpt == info.model_name()) return true;
+  if (info.model_path().empty()) return false;
+  return ModelDir(ckpt) == ModelDir(info.model_path());
+}
+
+std::string FormatStats(const niels::v1::ChatResponse& response) {
+  const niels::v1::GenerationStats& s = response.stats();
+  return fmt::format(
+      "prompt_tokens={} reused_tokens={} prefilled_tokens={} generated_tokens={} used_kv_cache={} "
+      "ttft_ms={:.2f} decode_tok_s={:.1f} queue_ms={:.2f} truncated_turns={} stop_reason={} "
+      "session_length={}",
+      s.prompt_tokens(), s.reused_tokens(), s.prefilled_tokens(), s.generated_tokens(),
+      s.used_kv_cache() ? "true" : "false", s.time_to_first_token_ms(), s.decode_tokens_per_s(),
+      s.queue_ms(), response.truncated_turns(), niels::v1::StopReason_Name(response.stop_reason()),
+      response.session_length());
+}
+
+}  // namespace niels::client

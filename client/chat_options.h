@@ -1,0 +1,63 @@
+#pragma once
+// niels-chat's command line (DESIGN.md section 8) and the pure functions built on it: the system
+// prompt precedence, the ChatRequest sent per turn and the --ckpt model check. No I/O apart from
+// reading --system-file and resolving paths; thread-compatible.
+
+#include <cstdint>
+#include <iosfwd>
+#include <optional>
+#include <string>
+#include <variant>
+
+#include "common/status.h"
+#include "niels/v1/nielsd.pb.h"
+
+namespace niels::client {
+
+// The default system prompt of the original CLI (note the typographic apostrophes U+2019).
+inline constexpr const char* kDefaultSystemPrompt =
+    "you are a tiny chatbot on niels\u2019 website. answer in third person about niels. "
+    "do not invent personal facts; if you don\u2019t know, say you don\u2019t know.";
+
+// Everything niels-chat was asked to do. Defaults are the original CLI's.
+struct ChatOptions {
+  std::string socket;                       // --socket; "" = resolve by common/socket_path.h
+  int32_t max_new_tokens = 256;             // --max-new-tokens
+  float temperature = 0.9f;                 // --temperature; --greedy forces 0
+  int32_t top_k = 50;                       // --top-k; 0 = off
+  float top_p = 0.0f;                       // --top-p; 0 = off
+  std::optional<float> repetition_penalty;  // --repetition-penalty; unset = off
+  uint64_t seed = 42;                       // --seed
+  std::optional<std::string> system_text;   // --system TEXT
+  std::string system_file;                  // --system-file PATH
+  bool use_kv_cache = true;                 // false with --no-kv-cache
+  bool greedy = false;                      // --greedy
+  std::string ckpt;                         // --ckpt PATH; "" = no check
+  bool stream = false;                      // --stream
+  std::optional<std::string> prompt;        // -p/--prompt TEXT: one-shot
+  bool stats = false;                       // --stats/--verbose: reply stats on stderr
+};
+
+// Parses argv. Returns the options, or an exit code when the program should stop right away:
+// 0 after --help/--version (text on `out`), 2 after a usage error (message on `err`).
+std::variant<ChatOptions, int> ParseChatFlags(int argc, const char* const* argv, std::ostream& out,
+                                              std::ostream& err);
+
+// --system-file (its contents, one trailing newline removed) > --system > kDefaultSystemPrompt.
+// INVALID_ARGUMENT naming the file when it cannot be read or is not valid UTF-8.
+common::StatusOr<std::string> ResolveSystemPrompt(const ChatOptions& options);
+
+// The request for one turn: sampling from the options (greedy => temperature 0), max_new_tokens,
+// use_kv_cache (only sent when false, so the daemon default applies otherwise) and stream.
+niels::v1::ChatRequest BuildChatRequest(const ChatOptions& options, const std::string& session_id,
+                                        const std::string& user_text);
+
+// Whether `ckpt` names the model the daemon serves: the model directory itself, a file inside it
+// (e.g. its model.safetensors or config.json), or the model's name. Paths are compared after
+// resolving symlinks and relative parts.
+bool CkptMatchesModel(const std::string& ckpt, const niels::v1::InfoResponse& info);
+
+// "prompt_tokens=.. reused_tokens=.. prefilled_tokens=.. generated_tokens=.. ..." for --stats.
+std::string FormatStats(const niels::v1::ChatResponse& response);
+
+}  // namespace niels::client

@@ -1,0 +1,171 @@
+#include "client/chat_repl.h"
+
+#include <signal.h>
+#include <unistd.h>
+
+#include <atomic>
+#include <csignal>
+#include <cstdlib>
+#include <istream>
+#include <ostream>
+
+#include <editline/readline.h>
+
+#include "client/render.h"
+#include "common/socket_path.h"
+
+namespace niels::client {
+namespace {
+
+// SIGINT state shared with the handler; trivially destructible, lock-free.
+std::atomic<DaemonClient*> g_interrupt_client{nullptr};
+volatile std::sig_atomic_t g_in_reply = 0;
+volatile std::sig_atomic_t g_interrupted = 0;
+
+void OnSigint(int) {
+  if (g_in_reply) {
+    if (DaemonClient* client = g_interrupt_client.load()) client->RequestCancel();
+  } else {
+    g_interrupted = 1;
+  }
+}
+
+constexpr int kContinue = -1;
+
+}  // namespace
+
+std::string UnreachableMessage(const std::string& socket_path, const common::Status& status,
+                               bool from_flag) {
+  std::string why = status.message();
+  const std::string prefix = "cannot reach nielsd at " + socket_path + " ";
+  if (why.starts_with(prefix)) why = why.substr(prefix.size());  // keep "(reason)"
+  else why = "(" + why + ")";
+  std::string hint;
+  if (from_flag) {
+    hint = "start it with `nielsd --socket " + socket_path + " &`";
+  } else if (socket_path == common::kSystemSocketPath) {
+    hint = "start it with `systemctl start nielsd.socket` (system) or `nielsd &`";
+  } else {
+    hint = "start it with `nielsd &` or `systemctl --user start nielsd.socket`";
+  }
+  return "niels-chat: cannot reach nielsd at " + socket_path + " " + why + "; " + hint;
+}
+
+ChatRepl::ChatRepl(DaemonClient* client, ChatOptions options, std::ostream& out, std::ostream& err)
+    : client_(client), options_(std::move(options)), out_(out), err_(err) {}
+
+ChatRepl::~ChatRepl() {
+  if (!session_id_.empty()) (void)client_->DeleteSession(session_id_);
+  DaemonClient* self = client_;
+  g_interrupt_client.compare_exchange_strong(self, nullptr);
+}
+
+void ChatRepl::InstallInterruptHandler() {
+  g_interrupt_client.store(client_);
+  struct sigaction action {};
+  action.sa_handler = OnSigint;
+  sigemptyset(&action.sa_mask);
+  action.sa_flags = 0;  // no SA_RESTART: a blocking read at the prompt returns EINTR
+  sigaction(SIGINT, &action, nullptr);
+}
+
+common::Status ChatRepl::Start(const std::string& system_prompt) {
+  auto created = client_->CreateSession(system_prompt);
+  if (!created.ok()) return created.status();
+  session_id_ = created->session_id();
+  return common::Status::Ok();
+}
+
+common::Status ChatRepl::Turn(const std::string& text) {
+  ReplyPrinter printer(out_, options_.stream);
+  client_->ClearCancelRequest();
+  g_in_reply = 1;
+  auto reply = client_->Chat(BuildChatRequest(options_, session_id_, text),
+                             [&](const niels::v1::TokenEvent& e) { printer.OnToken(e); });
+  g_in_reply = 0;
+  if (!reply.ok()) {
+    printer.Abort();
+    return reply.status();
+  }
+  printer.Finish(reply->reply());
+  if (options_.stats) {
+    err_ << "niels-chat: stats: " << FormatStats(*reply) << std::endl;
+  } else if (reply->truncated_turns() > 0) {
+    err_ << "niels-chat: dropped the " << reply->truncated_turns()
+         << " oldest turn(s) to fit the model's context" << std::endl;
+  }
+  return common::Status::Ok();
+}
+
+int ChatRepl::ExitCodeFor(const common::Status& status) {
+  if (status.code() == common::StatusCode::kUnavailable) {
+    err_ << "niels-chat: " << status.message() << std::endl;
+    return kExitUnreachable;
+  }
+  if (status.code() == common::StatusCode::kCancelled) {
+    err_ << "niels-chat: reply cancelled" << std::endl;
+    return kExitInterrupted;
+  }
+  err_ << "niels-chat: " << status.ToString() << std::endl;
+  any_failed_ = true;
+  return kExitTurnFailed;
+}
+
+int ChatRepl::HandleLine(const std::string& line, bool interactive) {
+  if (line.empty()) return kContinue;
+  if (line == "/exit") return kExitOk;
+  if (!IsValidUtf8(line)) {
+    err_ << "niels-chat: input is not valid UTF-8; line skipped" << std::endl;
+    any_failed_ = true;
+    return kContinue;
+  }
+  const common::Status status = Turn(line);
+  if (status.ok()) return kContinue;
+  const int code = ExitCodeFor(status);
+  if (code == kExitTurnFailed) return kContinue;
+  if (code == kExitInterrupted && interactive) return kContinue;  // back to the prompt
+  return code;
+}
+
+int ChatRepl::RunOneShot(const std::string& prompt) {
+  if (!IsValidUtf8(prompt)) {
+    err_ << "niels-chat: --prompt is not valid UTF-8" << std::endl;
+    return kExitTurnFailed;
+  }
+  const common::Status status = Turn(prompt);
+  return status.ok() ? kExitOk : ExitCodeFor(status);
+}
+
+int ChatRepl::RunLines(std::istream& in) {
+  std::string line;
+  while (std::getline(in, line)) {
+    if (!line.empty() && line.back() == '\r') line.pop_back();
+    const int code = HandleLine(line, /*interactive=*/false);
+    if (code != kContinue) return code;
+  }
+  if (g_interrupted) return kExitInterrupted;
+  return any_failed_ ? kExitTurnFailed : kExitOk;
+}
+
+int ChatRepl::RunTerminal() {
+  using_history();
+  while (true) {
+    g_interrupted = 0;
+    char* raw = readline("> ");
+    if (raw == nullptr) {
+      if (g_interrupted) {
+        out_ << std::endl;
+        return kExitInterrupted;
+      }
+      out_ << std::endl;  // EOF: end the prompt line
+      return kExitOk;
+    }
+    std::string line(raw);
+    std::free(raw);
+    if (!line.empty()) add_history(line.c_str());
+    const int code = HandleLine(line, /*interactive=*/true);
+    if (code != kContinue) return code;
+  }
+}
+
+}  // namespace niels::client

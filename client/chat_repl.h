@@ -1,0 +1,75 @@
+#pragma once
+// ChatRepl: niels-chat's conversation loop over one DaemonClient and one daemon session
+// (DESIGN.md section 8).
+//
+// - Terminal: prompt "> " with libedit line editing and history; empty lines are ignored;
+//   "/exit" or EOF (Ctrl-D) end cleanly (exit code 0); Ctrl-C during a reply cancels that reply
+//   (the daemon restores the session as it was before the turn) and returns to the prompt;
+//   Ctrl-C at the prompt exits with 130.
+// - Lines (stdin not a terminal): no prompt; one reply per non-empty line; "/exit" or EOF end.
+// - One-shot (-p): a single turn.
+// Only reply text goes to `out`; diagnostics and --stats lines go to `err`.
+//
+// Exit codes: 0 ok, 1 a turn failed (its error printed; lines mode continues with the next
+// line), 2 nielsd unreachable or the connection lost, 130 interrupted.
+//
+// Threading: single-threaded. InstallInterruptHandler() sets a process-wide SIGINT handler that
+// talks to this REPL's client through an atomic pointer; at most one REPL per process uses it.
+
+#include <iosfwd>
+#include <string>
+
+#include "client/chat_options.h"
+#include "client/daemon_client.h"
+#include "common/status.h"
+
+namespace niels::client {
+
+inline constexpr int kExitOk = 0;
+inline constexpr int kExitTurnFailed = 1;
+inline constexpr int kExitUnreachable = 2;
+inline constexpr int kExitInterrupted = 130;
+
+// The one line printed when nielsd cannot be reached at `socket_path`: where it looked, why,
+// and how to start it (a hint that fits the path: user unit, system unit, or --socket).
+std::string UnreachableMessage(const std::string& socket_path, const common::Status& status,
+                               bool from_flag);
+
+class ChatRepl {
+ public:
+  // `client` must outlive the REPL.
+  ChatRepl(DaemonClient* client, ChatOptions options, std::ostream& out, std::ostream& err);
+  // Deletes the session created by Start (errors ignored: the daemon may be gone).
+  ~ChatRepl();
+  ChatRepl(const ChatRepl&) = delete;
+  ChatRepl& operator=(const ChatRepl&) = delete;
+
+  // Installs the SIGINT handler (no SA_RESTART) that cancels the reply in flight or marks the
+  // prompt as interrupted. Call once, after the client is connected.
+  void InstallInterruptHandler();
+
+  // Creates the daemon session with `system_prompt`. The daemon's error on failure.
+  common::Status Start(const std::string& system_prompt);
+
+  // One user turn: sends `text`, prints the reply (streamed with --stream) and, with --stats,
+  // the stats line. OK, CANCELLED after Ctrl-C (nothing more printed on `out`), or the error.
+  common::Status Turn(const std::string& text);
+
+  int RunOneShot(const std::string& prompt);
+  int RunLines(std::istream& in);
+  int RunTerminal();
+
+ private:
+  // Handles one input line. Returns -1 to continue, or an exit code.
+  int HandleLine(const std::string& line, bool interactive);
+  int ExitCodeFor(const common::Status& status);
+
+  DaemonClient* client_;
+  ChatOptions options_;
+  std::ostream& out_;
+  std::ostream& err_;
+  std::string session_id_;
+  bool any_failed_ = false;
+};
+
+}  // namespace niels::client

@@ -1,0 +1,64 @@
+// niels-chat: the terminal chat client of nielsd (DESIGN.md section 8). Flags, wiring, run.
+#include <signal.h>
+#include <unistd.h>
+
+#include <iostream>
+#include <variant>
+
+#include "client/chat_options.h"
+#include "client/chat_repl.h"
+#include "client/daemon_client.h"
+#include "common/socket_path.h"
+
+namespace {
+
+using namespace niels::client;
+
+int Run(const ChatOptions& options) {
+  auto path = niels::common::ResolveSocketPath(options.socket, niels::common::SocketEnv::FromProcess());
+  if (!path.ok()) {
+    std::cerr << "niels-chat: " << path.status().message() << std::endl;
+    return kExitUnreachable;
+  }
+  auto system_prompt = ResolveSystemPrompt(options);
+  if (!system_prompt.ok()) {
+    std::cerr << "niels-chat: " << system_prompt.status().message() << std::endl;
+    return kExitTurnFailed;
+  }
+  auto client = DaemonClient::Connect(*path);
+  if (!client.ok()) {
+    std::cerr << UnreachableMessage(*path, client.status(), !options.socket.empty()) << std::endl;
+    return kExitUnreachable;
+  }
+  if (!options.ckpt.empty()) {
+    auto info = (*client)->Info();
+    if (!info.ok()) {
+      std::cerr << "niels-chat: Info failed: " << info.status().ToString() << std::endl;
+      return kExitUnreachable;
+    }
+    if (!CkptMatchesModel(options.ckpt, *info)) {
+      std::cerr << "niels-chat: nielsd at " << *path << " serves model '" << info->model_name()
+                << "' from " << info->model_path() << ", not --ckpt " << options.ckpt
+                << "; restart nielsd with --model " << options.ckpt << std::endl;
+      return kExitTurnFailed;
+    }
+  }
+  ChatRepl repl(client->get(), options, std::cout, std::cerr);
+  repl.InstallInterruptHandler();
+  if (auto started = repl.Start(*system_prompt); !started.ok()) {
+    std::cerr << "niels-chat: cannot create a chat session: " << started.ToString() << std::endl;
+    return started.code() == niels::common::StatusCode::kUnavailable ? kExitUnreachable : kExitTurnFailed;
+  }
+  if (options.prompt) return repl.RunOneShot(*options.prompt);
+  if (::isatty(STDIN_FILENO)) return repl.RunTerminal();
+  return repl.RunLines(std::cin);
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  ::signal(SIGPIPE, SIG_IGN);  // a vanished daemon is reported as an error, not a signal
+  auto parsed = ParseChatFlags(argc, argv, std::cout, std::cerr);
+  if (const int* code = std::get_if<int>(&parsed)) return *code;
+  return Run(std::get<ChatOptions>(parsed));
+}
