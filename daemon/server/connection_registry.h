@@ -1,0 +1,43 @@
+#pragma once
+// ConnectionRegistry: the set of live connections, so shutdown can stop them all and Stats can
+// report how many there are.
+//
+// Threading: every method is thread-safe (one mutex). Connections add themselves when they start
+// and remove themselves when they stop; StopAll() and DrainAll() call into connections without
+// holding the lock.
+
+#include <cstddef>
+#include <memory>
+#include <mutex>
+#include <unordered_set>
+#include <vector>
+
+namespace niels::daemon::server {
+
+class Connection;
+
+class ConnectionRegistry {
+ public:
+  ConnectionRegistry() = default;
+  ConnectionRegistry(const ConnectionRegistry&) = delete;
+  ConnectionRegistry& operator=(const ConnectionRegistry&) = delete;
+
+  /// Adds a started connection. The registry keeps it alive until Remove().
+  void Add(std::shared_ptr<Connection> connection);
+  /// Removes a connection (no-op when absent).
+  void Remove(const Connection* connection);
+  /// Closes every connection now: in-flight requests are cancelled, queued output is dropped.
+  void StopAll();
+  /// Asks every connection to write what it has queued and then close (see Connection::Drain).
+  void DrainAll();
+  /// Number of live connections.
+  size_t size() const;
+
+ private:
+  std::vector<std::shared_ptr<Connection>> Snapshot() const;
+
+  mutable std::mutex mutex_;
+  std::unordered_set<std::shared_ptr<Connection>> connections_;  // GUARDED_BY(mutex_)
+};
+
+}  // namespace niels::daemon::server

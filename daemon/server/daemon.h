@@ -1,0 +1,93 @@
+#pragma once
+// Daemon: the nielsd server process minus flag parsing. Owns the io_context (N IO threads), the
+// Listener, the ConnectionRegistry, the Dispatcher and the signal_set.
+//
+// Lifecycle (main.cc): Listen() first, so a second nielsd on a live socket fails before loading a
+// model; then load the model and Serve(engine), which blocks:
+//   - accepts connections (peer uid from SO_PEERCRED) and serves them on the IO threads;
+//   - sends sd_notify READY=1 once it accepts (harmless without $NOTIFY_SOCKET);
+//   - on SIGTERM/SIGINT (when handle_signals) or RequestStop(): STOPPING=1, stops accepting and
+//     removes the socket file, engine.Shutdown() (in-flight work gets its final CANCELLED),
+//     flushes every connection's queued output (bounded by drain_timeout), closes them, joins the
+//     IO threads and returns 0.
+// The destructor closes the listener (and removes its socket file) if Serve() never ran.
+//
+// Threading: Listen() and Serve() on one thread (main); RequestStop() from any thread.
+
+#include <chrono>
+#include <condition_variable>
+#include <memory>
+#include <mutex>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include <utility>
+#include <boost/asio/awaitable.hpp>
+#include <boost/asio/io_context.hpp>
+#include <boost/asio/signal_set.hpp>
+#include <boost/asio/strand.hpp>
+
+#include "common/status.h"
+#include "daemon/engine/inference_engine.h"
+#include "daemon/server/connection.h"
+#include "daemon/server/connection_registry.h"
+#include "daemon/server/dispatcher.h"
+#include "daemon/server/listener.h"
+
+namespace niels::daemon::server {
+
+struct DaemonOptions {
+  /// Socket path, group, socket activation.
+  ListenerOptions listener;
+  /// Per-connection limits (frame size, output bound).
+  ConnectionOptions connection;
+  /// Boost.Asio IO threads. Default 2.
+  int io_threads = 2;
+  /// Install SIGTERM/SIGINT handlers in Serve(). Default true (tests turn it off).
+  bool handle_signals = true;
+  /// How long Serve() waits for connections to flush their output at shutdown. Default 2 s.
+  std::chrono::milliseconds drain_timeout{2000};
+};
+
+class Daemon {
+ public:
+  explicit Daemon(DaemonOptions options);
+  ~Daemon();
+  Daemon(const Daemon&) = delete;
+  Daemon& operator=(const Daemon&) = delete;
+
+  /// Binds (or adopts) the socket; errors as Listener::Open. Call once, before Serve().
+  common::Status Listen();
+  /// Serves until a signal or RequestStop(), then shuts down as described above; returns the
+  /// process exit code (0). REQUIRES: Listen() succeeded. `engine` must outlive the call.
+  int Serve(engine::InferenceEngine& engine);
+  /// Makes Serve() shut down and return. Thread-safe; may be called before Serve() starts.
+  void RequestStop();
+
+  /// The socket path (after Listen()).
+  std::string socket_path() const;
+  /// Live connections.
+  size_t connection_count() const { return registry_.size(); }
+
+ private:
+  boost::asio::awaitable<void> AcceptLoop();
+  void StartSignalHandling();
+  void WaitForStopRequest();
+  void Shutdown(engine::InferenceEngine& engine);
+
+  const DaemonOptions options_;
+  boost::asio::io_context io_context_;
+  boost::asio::strand<boost::asio::io_context::executor_type> accept_strand_;
+  std::unique_ptr<Listener> listener_;
+  std::unique_ptr<boost::asio::signal_set> signals_;
+  ConnectionRegistry registry_;
+  std::unique_ptr<Dispatcher> dispatcher_;
+  std::vector<std::thread> io_threads_;
+
+  std::mutex stop_mutex_;
+  std::condition_variable stop_cv_;
+  bool stop_requested_ = false;  // GUARDED_BY(stop_mutex_)
+};
+
+}  // namespace niels::daemon::server

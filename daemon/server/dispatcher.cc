@@ -1,0 +1,84 @@
+#include "daemon/server/dispatcher.h"
+
+#include <memory>
+#include <string>
+#include <utility>
+
+#include "common/status.h"
+#include "common/wire_status.h"
+#include "daemon/server/connection.h"
+#include "daemon/server/connection_registry.h"
+
+namespace niels::daemon::server {
+namespace {
+
+niels::v1::Response ErrorResponse(uint64_t request_id, const common::Status& status) {
+  niels::v1::Response response;
+  response.set_request_id(request_id);
+  *response.mutable_error() = common::ToProto(status);
+  return response;
+}
+
+// Wraps a Stats request's sink: adds the number of live connections, which only the server knows.
+class StatsSink : public engine::ResponseSink {
+ public:
+  StatsSink(std::shared_ptr<engine::ResponseSink> inner, const ConnectionRegistry& registry)
+      : inner_(std::move(inner)), registry_(registry) {}
+
+  bool Send(niels::v1::Response response, bool final) override {
+    if (response.has_stats()) {
+      response.mutable_stats()->set_connections(static_cast<uint32_t>(registry_.size()));
+    }
+    return inner_->Send(std::move(response), final);
+  }
+
+ private:
+  std::shared_ptr<engine::ResponseSink> inner_;
+  const ConnectionRegistry& registry_;
+};
+
+}  // namespace
+
+Dispatcher::Dispatcher(engine::InferenceEngine& engine, const ConnectionRegistry& registry)
+    : engine_(engine), registry_(registry) {}
+
+void Dispatcher::Dispatch(Connection& connection, niels::v1::Request request) {
+  const uint64_t id = request.request_id();
+  switch (request.kind_case()) {
+    case niels::v1::Request::KIND_NOT_SET:
+      connection.SendNow(ErrorResponse(
+          id, common::Status::Unimplemented(
+                  "request " + std::to_string(id) +
+                  " has no request kind this daemon knows (protocol niels.v1)")));
+      return;
+    case niels::v1::Request::kCancel: {
+      niels::v1::Response response;
+      response.set_request_id(id);
+      response.mutable_cancel()->set_found(
+          connection.CancelRequest(request.cancel().target_request_id()));
+      connection.SendNow(response);
+      return;
+    }
+    default:
+      break;
+  }
+  std::shared_ptr<std::atomic<bool>> cancel = connection.TrackRequest(id);
+  if (cancel == nullptr) {
+    connection.SendNow(ErrorResponse(
+        id, common::Status::InvalidArgument("request_id " + std::to_string(id) +
+                                            " is already in flight on this connection")));
+    return;
+  }
+  std::shared_ptr<engine::ResponseSink> sink = connection.MakeSink(id, cancel);
+  if (request.kind_case() == niels::v1::Request::kStats) {
+    sink = std::make_shared<StatsSink>(std::move(sink), registry_);
+  }
+  engine::Job job;
+  job.caller.uid = connection.peer_uid();
+  job.request = std::move(request);
+  job.cancel = std::move(cancel);
+  job.sink = std::move(sink);
+  engine_.Submit(std::move(job));
+}
+
+}  // namespace niels::daemon::server

@@ -1,0 +1,153 @@
+#pragma once
+// FakeEngine: an InferenceEngine with scripted behaviour for the server tests. Each job runs on its
+// own thread (so a stalled stream cannot hold up other jobs), and the fake records how each job
+// ended so tests can check that cancel flags and refused sinks reach the engine.
+//
+// Scripts by request kind:
+//   Info:  InfoResponse{model_name "fake", daemon_version "uid=<caller uid>"}.
+//   Stats: StatsResponse{sessions 7} (the server fills in `connections`).
+//   Chat:  max_new_tokens tokens (default 3); token i has text "t<i>" padded with '.' to
+//          user_text.size() bytes when user_text is longer. With stream, one TokenEvent each, and
+//          the fake waits `token_gap` between tokens. Final ChatResponse{reply = all texts,
+//          reply_ids = 0..n-1}, or Error CANCELLED when the cancel flag was seen or Send refused.
+//   anything else: Error UNIMPLEMENTED.
+
+#include <atomic>
+#include <chrono>
+#include <condition_variable>
+#include <map>
+#include <mutex>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include "daemon/engine/inference_engine.h"
+
+namespace niels::daemon::server::testing {
+
+enum class Outcome { kCompleted, kCancelled, kRefused };
+
+class FakeEngine : public engine::InferenceEngine {
+ public:
+  std::chrono::microseconds token_gap{200};
+
+  ~FakeEngine() override { Shutdown(); }
+
+  void Submit(engine::Job job) override {
+    std::lock_guard lock(mutex_);
+    submitted_.push_back(job.request);
+    callers_.push_back(job.caller.uid);
+    if (shut_down_) {
+      niels::v1::Response response;
+      response.mutable_error()->set_code(niels::v1::UNAVAILABLE);
+      job.sink->Send(response, true);
+      return;
+    }
+    cancels_.push_back(job.cancel);
+    threads_.emplace_back([this, job = std::move(job)] { Run(job); });
+  }
+
+  void Shutdown() override {
+    std::vector<std::thread> threads;
+    {
+      std::lock_guard lock(mutex_);
+      shut_down_ = true;
+      for (auto& cancel : cancels_) cancel->store(true);
+      threads.swap(threads_);
+    }
+    for (auto& thread : threads) thread.join();
+  }
+
+  // Waits (bounded) until the request with this id has ended; returns false on timeout.
+  bool WaitForOutcome(uint64_t request_id, Outcome* outcome,
+                      std::chrono::seconds timeout = std::chrono::seconds(10)) {
+    std::unique_lock lock(mutex_);
+    bool done = cv_.wait_for(lock, timeout, [&] { return outcomes_.count(request_id) > 0; });
+    if (done) *outcome = outcomes_[request_id];
+    return done;
+  }
+
+  std::vector<niels::v1::Request> submitted() {
+    std::lock_guard lock(mutex_);
+    return submitted_;
+  }
+  std::vector<uint32_t> callers() {
+    std::lock_guard lock(mutex_);
+    return callers_;
+  }
+
+ private:
+  void Finish(uint64_t id, Outcome outcome) {
+    {
+      std::lock_guard lock(mutex_);
+      outcomes_[id] = outcome;
+    }
+    cv_.notify_all();
+  }
+
+  void Run(const engine::Job& job) {
+    const niels::v1::Request& request = job.request;
+    niels::v1::Response response;
+    response.set_request_id(request.request_id());
+    if (request.has_info()) {
+      response.mutable_info()->set_model_name("fake");
+      response.mutable_info()->set_daemon_version("uid=" + std::to_string(job.caller.uid));
+    } else if (request.has_stats()) {
+      response.mutable_stats()->set_sessions(7);
+    } else if (request.has_chat()) {
+      RunChat(job);
+      return;
+    } else {
+      response.mutable_error()->set_code(niels::v1::UNIMPLEMENTED);
+    }
+    job.sink->Send(response, true);
+    Finish(request.request_id(), Outcome::kCompleted);
+  }
+
+  void RunChat(const engine::Job& job) {
+    const niels::v1::ChatRequest& chat = job.request.chat();
+    const int tokens = chat.has_max_new_tokens() ? chat.max_new_tokens() : 3;
+    niels::v1::Response final_response;
+    final_response.set_request_id(job.request.request_id());
+    Outcome outcome = Outcome::kCompleted;
+    for (int i = 0; i < tokens; ++i) {
+      if (job.cancel->load()) {
+        outcome = Outcome::kCancelled;
+        break;
+      }
+      std::string text = "t" + std::to_string(i);
+      if (chat.user_text().size() > text.size()) text.resize(chat.user_text().size(), '.');
+      final_response.mutable_chat()->mutable_reply()->append(text);
+      final_response.mutable_chat()->add_reply_ids(i);
+      if (chat.stream()) {
+        niels::v1::Response event;
+        event.set_request_id(job.request.request_id());
+        event.mutable_token()->set_id(i);
+        event.mutable_token()->set_index(i);
+        event.mutable_token()->set_text(text);
+        if (!job.sink->Send(event, false)) {
+          outcome = Outcome::kRefused;
+          break;
+        }
+        std::this_thread::sleep_for(token_gap);
+      }
+    }
+    if (outcome != Outcome::kCompleted) {
+      final_response.mutable_error()->set_code(niels::v1::CANCELLED);
+      final_response.mutable_error()->set_message("cancelled");
+    }
+    job.sink->Send(final_response, true);
+    Finish(job.request.request_id(), outcome);
+  }
+
+  std::mutex mutex_;
+  std::condition_variable cv_;
+  bool shut_down_ = false;
+  std::vector<std::thread> threads_;
+  std::vector<std::shared_ptr<std::atomic<bool>>> cancels_;
+  std::vector<niels::v1::Request> submitted_;
+  std::vector<uint32_t> callers_;
+  std::map<uint64_t, Outcome> outcomes_;
+};
+
+}  // namespace niels::daemon::server::testing
