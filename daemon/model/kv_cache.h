@@ -26,10 +26,13 @@ class KvCache {
   int64_t length() const { return length_; }
   // Bytes of storage held (grows with length(), not with T).
   int64_t bytes() const;
-  // Drops positions >= n. REQUIRES: 0 <= n <= length(). Clear() == Truncate(0) and frees storage.
+  // Positions the storage holds without reallocating (0, or a multiple of 64 capped at T).
+  int64_t capacity() const;
+  // Drops positions >= n (storage is kept for reuse). REQUIRES: 0 <= n <= length().
+  // Clear() == Truncate(0) and frees storage.
   void Truncate(int64_t n);
   void Clear();
-  // Independent deep copy of the cached positions.
+  // Independent deep copy of the cached positions (its capacity is length() rounded up to a chunk).
   KvCache Clone() const;
 
   // --- used by Transformer ---
@@ -44,6 +47,10 @@ class KvCache {
   torch::Tensor Values(int64_t layer, int64_t upto) const;
 
  private:
+  KvCache(int64_t layers, int64_t context, int64_t heads, int64_t head_dim, int64_t capacity);
+  int64_t ChunkedCapacity(int64_t positions) const;
+
+  int64_t context_;
   int64_t heads_;
   int64_t head_dim_;
   int64_t length_ = 0;

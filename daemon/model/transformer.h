@@ -29,7 +29,9 @@ class Transformer final : public LanguageModel {
   const ModelConfig& config() const override { return config_; }
   const Weights& weights() const { return weights_; }
 
-  // See LanguageModel for the contracts.
+  // See LanguageModel for the contracts. The returned logits are inference tensors (made under
+  // c10::InferenceMode): read them freely, but modify them in place only under InferenceMode (or
+  // clone them first). Violated REQUIREs throw c10::Error.
   torch::Tensor Prefill(std::span<const int32_t> tokens, KvCache& cache,
                         bool all_logits = false) const override;
   torch::Tensor Decode(std::span<const int32_t> tokens, std::span<KvCache* const> caches,
@@ -39,8 +41,7 @@ class Transformer final : public LanguageModel {
  private:
   ModelConfig config_;
   Weights weights_;
-  torch::Tensor rope_cos_;  // [T, D/2] f32 (angles computed in f64)
-  torch::Tensor rope_sin_;  // [T, D/2]
+  torch::Tensor rope_;  // [T, D/2] complex64: cos + i sin of the RoPE angles (computed in f64)
 };
 
 }  // namespace niels::daemon::model

@@ -52,8 +52,9 @@ common::StatusOr<Weights> LoadWeights(const std::filesystem::path& safetensors_p
 // Writes `weights` as f32 safetensors (with no lm_head.weight). For tests, tools and training.
 common::Status SaveWeights(const Weights& weights, const std::filesystem::path& safetensors_path);
 
-// Random weights with the right shapes (normal(0, 0.02) matrices, biases small, norms near 1),
-// deterministic for a seed. For tests and benchmarks.
-Weights RandomWeights(const ModelConfig& config, uint64_t seed);
+// Random weights with the right shapes (normal(0, std) matrices, biases normal(0, std), norms
+// 1 + normal(0, 0.1)), deterministic for a seed. For tests (a larger std makes attention peaked,
+// so that position handling matters) and benchmarks.
+Weights RandomWeights(const ModelConfig& config, uint64_t seed, double std = 0.02);
 
 }  // namespace niels::daemon::model

@@ -1,0 +1,174 @@
+#pragma once
+// ScalarReference: an independent, deliberately naive niels_gpt forward (DESIGN.md section 2) for
+// tests. Plain loops over std::vector<float>; libtorch is used only to read the weights' data and to
+// wrap the final logits for comparison.
+
+#include <cmath>
+#include <cstdint>
+#include <vector>
+
+#include <ATen/ATen.h>
+
+#include "daemon/model/config.h"
+#include "daemon/model/weights.h"
+
+namespace niels::daemon::model {
+
+class ScalarReference {
+ public:
+  // Which elements RoPE rotates together: (x[2i], x[2i+1]) as specified, or (x[i], x[i+D/2]) (the
+  // GPT-NeoX / Llama-HF convention, which niels_gpt does not use).
+  enum class RopePairs { kAdjacent, kHalves };
+
+  ScalarReference(const ModelConfig& config, const Weights& weights, RopePairs pairs)
+      : config_(config), pairs_(pairs) {
+    tok_emb_ = Read(weights.tok_emb);
+    ln_f_ = Read(weights.ln_f);
+    for (const BlockWeights& b : weights.blocks) {
+      blocks_.push_back({Read(b.ln1), Read(b.qkv), Read(b.proj), Read(b.ln2), Read(b.fc_a_w), Read(b.fc_a_b),
+                         Read(b.fc_g_w), Read(b.fc_g_b), Read(b.fc_out_w), Read(b.fc_out_b)});
+    }
+  }
+
+  // Logits [n, V] for `tokens` at positions 0..n-1.
+  torch::Tensor Forward(const std::vector<int32_t>& tokens) const {
+    const int64_t n = static_cast<int64_t>(tokens.size());
+    const int64_t c = config_.width;
+    std::vector<Vec> h(n);
+    for (int64_t p = 0; p < n; ++p) h[p] = Vec(&tok_emb_[tokens[p] * c], &tok_emb_[(tokens[p] + 1) * c]);
+    for (const Block& block : blocks_) {
+      const std::vector<Vec> attn = Attention(block, h);
+      for (int64_t p = 0; p < n; ++p) Add(h[p], attn[p]);
+      for (int64_t p = 0; p < n; ++p) Add(h[p], Mlp(block, RmsNorm(h[p], block.ln2)));
+    }
+    std::vector<float> logits;
+    for (int64_t p = 0; p < n; ++p) {
+      const Vec row = MatVec(tok_emb_, config_.vocab_size, RmsNorm(h[p], ln_f_));
+      logits.insert(logits.end(), row.begin(), row.end());
+    }
+    return at::tensor(logits).view({n, config_.vocab_size});
+  }
+
+  // Every tensor of `weights` (for tests that set requires_grad or perturb weights).
+  static std::vector<torch::Tensor*> AllTensors(Weights& w) {
+    std::vector<torch::Tensor*> all = {&w.tok_emb, &w.ln_f};
+    for (BlockWeights& b : w.blocks) {
+      for (torch::Tensor* t : {&b.ln1, &b.qkv, &b.proj, &b.ln2, &b.fc_a_w, &b.fc_a_b, &b.fc_g_w, &b.fc_g_b,
+                               &b.fc_out_w, &b.fc_out_b}) {
+        all.push_back(t);
+      }
+    }
+    return all;
+  }
+
+ private:
+  using Vec = std::vector<float>;
+  struct Block {
+    Vec ln1, qkv, proj, ln2, fc_a_w, fc_a_b, fc_g_w, fc_g_b, fc_out_w, fc_out_b;
+  };
+
+  static Vec Read(const torch::Tensor& t) {
+    const torch::Tensor c = t.detach().contiguous();
+    const float* data = c.data_ptr<float>();
+    return Vec(data, data + c.numel());
+  }
+
+  static void Add(Vec& into, const Vec& x) {
+    for (size_t i = 0; i < into.size(); ++i) into[i] += x[i];
+  }
+
+  // w is [rows, x.size()] row-major; returns w @ x.
+  static Vec MatVec(const Vec& w, int64_t rows, const Vec& x) {
+    Vec out(rows);
+    const size_t cols = x.size();
+    for (int64_t r = 0; r < rows; ++r) {
+      double sum = 0;
+      for (size_t i = 0; i < cols; ++i) sum += static_cast<double>(w[r * cols + i]) * x[i];
+      out[r] = static_cast<float>(sum);
+    }
+    return out;
+  }
+
+  static Vec RmsNorm(const Vec& x, const Vec& weight) {
+    double sum_sq = 0;
+    for (float v : x) sum_sq += static_cast<double>(v) * v;
+    const double rms = std::sqrt(sum_sq / x.size() + 1e-5);
+    Vec out(x.size());
+    for (size_t i = 0; i < x.size(); ++i) out[i] = static_cast<float>(x[i] / rms) * weight[i];
+    return out;
+  }
+
+  // Rotates one head's vector (length D) for position `pos`, in place.
+  void Rope(float* x, int64_t pos) const {
+    const int64_t d = config_.head_dim();
+    for (int64_t i = 0; i < d / 2; ++i) {
+      const double angle = static_cast<double>(pos) * std::pow(config_.rope_theta, -2.0 * i / d);
+      const float cos = static_cast<float>(std::cos(angle));
+      const float sin = static_cast<float>(std::sin(angle));
+      float* a = pairs_ == RopePairs::kAdjacent ? &x[2 * i] : &x[i];
+      float* b = pairs_ == RopePairs::kAdjacent ? &x[2 * i + 1] : &x[i + d / 2];
+      const float x0 = *a, x1 = *b;
+      *a = x0 * cos - x1 * sin;
+      *b = x0 * sin + x1 * cos;
+    }
+  }
+
+  // Causal multi-head self-attention output (after proj) at every position.
+  std::vector<Vec> Attention(const Block& block, const std::vector<Vec>& h) const {
+    const int64_t n = static_cast<int64_t>(h.size());
+    const int64_t c = config_.width, d = config_.head_dim();
+    std::vector<Vec> q(n), k(n), v(n);
+    for (int64_t p = 0; p < n; ++p) {
+      const Vec qkv = MatVec(block.qkv, 3 * c, RmsNorm(h[p], block.ln1));
+      q[p] = Vec(qkv.begin(), qkv.begin() + c);
+      k[p] = Vec(qkv.begin() + c, qkv.begin() + 2 * c);
+      v[p] = Vec(qkv.begin() + 2 * c, qkv.end());
+      for (int64_t head = 0; head < config_.heads; ++head) {
+        Rope(&q[p][head * d], p);
+        Rope(&k[p][head * d], p);
+      }
+    }
+    std::vector<Vec> out(n);
+    for (int64_t i = 0; i < n; ++i) {
+      Vec concat(c, 0.0f);
+      for (int64_t head = 0; head < config_.heads; ++head) {
+        std::vector<double> scores(i + 1);
+        double max_score = -1e300;
+        for (int64_t j = 0; j <= i; ++j) {
+          double dot = 0;
+          for (int64_t e = 0; e < d; ++e) dot += static_cast<double>(q[i][head * d + e]) * k[j][head * d + e];
+          scores[j] = dot / std::sqrt(static_cast<double>(d));
+          max_score = std::max(max_score, scores[j]);
+        }
+        double total = 0;
+        for (double& s : scores) total += (s = std::exp(s - max_score));
+        for (int64_t j = 0; j <= i; ++j) {
+          for (int64_t e = 0; e < d; ++e) concat[head * d + e] += static_cast<float>(scores[j] / total) * v[j][head * d + e];
+        }
+      }
+      out[i] = MatVec(block.proj, c, concat);
+    }
+    return out;
+  }
+
+  Vec Mlp(const Block& block, const Vec& x) const {
+    const int64_t f = config_.d_ff;
+    const Vec g = MatVec(block.fc_g_w, f, x);
+    const Vec a = MatVec(block.fc_a_w, f, x);
+    Vec hidden(f);
+    for (int64_t i = 0; i < f; ++i) {
+      const double gate = g[i] + block.fc_g_b[i];
+      hidden[i] = static_cast<float>(gate / (1.0 + std::exp(-gate)) * (a[i] + block.fc_a_b[i]));
+    }
+    Vec out = MatVec(block.fc_out_w, config_.width, hidden);
+    for (int64_t i = 0; i < config_.width; ++i) out[i] += block.fc_out_b[i];
+    return out;
+  }
+
+  ModelConfig config_;
+  RopePairs pairs_;
+  Vec tok_emb_, ln_f_;
+  std::vector<Block> blocks_;
+};
+
+}  // namespace niels::daemon::model
