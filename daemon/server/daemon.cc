@@ -30,6 +30,9 @@ common::Status Daemon::Listen() {
   common::StatusOr<std::unique_ptr<Listener>> listener = Listener::Open(accept_strand_, options_.listener);
   if (!listener.ok()) return listener.status();
   listener_ = std::move(listener).value();
+  // From here on SIGTERM/SIGINT are queued for Serve() (which then shuts down at once), so a signal
+  // while the model loads still ends with the socket file removed.
+  if (options_.handle_signals) StartSignalHandling();
   return common::Status::Ok();
 }
 
@@ -84,7 +87,6 @@ void Daemon::StartSignalHandling() {
 int Daemon::Serve(engine::InferenceEngine& engine) {
   dispatcher_ = std::make_unique<Dispatcher>(engine, registry_);
   auto work = asio::make_work_guard(io_context_);
-  if (options_.handle_signals) StartSignalHandling();
   asio::co_spawn(accept_strand_, AcceptLoop(), asio::detached);
   for (int i = 0; i < std::max(1, options_.io_threads); ++i) {
     io_threads_.emplace_back([this] { io_context_.run(); });

@@ -1,0 +1,139 @@
+// nielsd: flags, wiring, run. Everything else lives in daemon/server (the socket side) and
+// daemon/engine (the model side). See DESIGN.md section 7.
+#include <cstdlib>
+#include <filesystem>
+#include <memory>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include <CLI/CLI.hpp>
+
+#include "common/log.h"
+#include "common/socket_path.h"
+#include "daemon/engine/engine.h"
+#include "daemon/server/daemon.h"
+
+namespace {
+
+namespace engine = niels::daemon::engine;
+namespace server = niels::daemon::server;
+using niels::common::LogError;
+using niels::common::LogInfo;
+
+struct Flags {
+  std::string model;
+  std::string socket;
+  std::string socket_group;
+  int threads = static_cast<int>(std::max(1u, std::thread::hardware_concurrency()));
+  int io_threads = 2;
+  uint64_t max_frame_bytes = niels::common::kDefaultMaxFrameBytes;
+  uint32_t max_sessions = engine::EngineOptions{}.max_sessions;
+  uint64_t kv_budget_mb = engine::EngineOptions{}.kv_budget_bytes >> 20;
+  bool allow_root = false;
+  std::string log_level = "info";
+};
+
+void AddFlags(CLI::App& app, Flags& flags) {
+  app.add_option("--model", flags.model,
+                 "model directory (config.json, model.safetensors, tokenizer.model); "
+                 "default: the shipped demo model");
+  app.add_option("--socket", flags.socket,
+                 "socket path; default $NIELSD_SOCKET, then $XDG_RUNTIME_DIR/nielsd/nielsd.sock, "
+                 "then /run/nielsd/nielsd.sock");
+  app.add_option("--socket-group", flags.socket_group,
+                 "give the socket file this group and mode 0660 (default: mode 0600)");
+  app.add_option("--threads", flags.threads, "libtorch intra-op threads (default: cores)")
+      ->check(CLI::Range(1, 1024));
+  app.add_option("--io-threads", flags.io_threads, "socket IO threads")->check(CLI::Range(1, 64))
+      ->capture_default_str();
+  app.add_option("--max-frame-bytes", flags.max_frame_bytes, "largest accepted request frame")
+      ->check(CLI::Range(uint64_t{64}, uint64_t{1} << 30))->capture_default_str();
+  app.add_option("--max-sessions", flags.max_sessions, "sessions kept at once")
+      ->check(CLI::Range(1u, 1u << 20))->capture_default_str();
+  app.add_option("--kv-budget-mb", flags.kv_budget_mb, "KV cache memory for all sessions, MiB")
+      ->check(CLI::Range(uint64_t{1}, uint64_t{1} << 24))->capture_default_str();
+  app.add_flag("--allow-root", flags.allow_root, "let uid 0 use every user's sessions");
+  app.add_option("--log-level", flags.log_level, "error, warn, info or debug")->capture_default_str();
+  app.set_version_flag("--version", std::string("nielsd ") + NIELSD_VERSION);
+}
+
+// The shipped demo model: installed copy first, then the source tree's.
+std::string DefaultModelDir() {
+  for (const char* dir : {NIELSD_INSTALL_MODEL_DIR, NIELSD_SOURCE_MODEL_DIR}) {
+    std::error_code ec;
+    if (std::filesystem::is_regular_file(std::filesystem::path(dir) / "config.json", ec)) return dir;
+  }
+  return "";
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  // libtorch's OpenMP threads must not busy-wait against the engine's other threads (DESIGN.md 10).
+  ::setenv("OMP_WAIT_POLICY", "PASSIVE", /*overwrite=*/0);
+
+  CLI::App app{"nielsd: local inference daemon for niels_gpt-family language models"};
+  Flags flags;
+  AddFlags(app, flags);
+  CLI11_PARSE(app, argc, argv);
+
+  niels::common::StatusOr<niels::common::LogLevel> level = niels::common::ParseLogLevel(flags.log_level);
+  if (!level.ok()) {
+    LogError("nielsd: --log-level: {}", level.status().message());
+    return 1;
+  }
+  niels::common::SetLogLevel(*level);
+
+  if (flags.model.empty()) flags.model = DefaultModelDir();
+  if (flags.model.empty()) {
+    LogError("nielsd: --model DIR is required (the shipped demo model was not found in {} or {})",
+             NIELSD_INSTALL_MODEL_DIR, NIELSD_SOURCE_MODEL_DIR);
+    return 1;
+  }
+  niels::common::StatusOr<std::string> socket_path =
+      niels::common::ResolveSocketPath(flags.socket, niels::common::SocketEnv::FromProcess());
+  if (!socket_path.ok()) {
+    LogError("nielsd: {}", socket_path.status().message());
+    return 1;
+  }
+
+  server::DaemonOptions options;
+  options.listener.socket_path = *socket_path;
+  if (!flags.socket_group.empty()) options.listener.socket_group = flags.socket_group;
+  options.connection.max_frame_bytes = flags.max_frame_bytes;
+  options.io_threads = flags.io_threads;
+  server::Daemon daemon(options);
+  // Bind first: a second nielsd on a live socket refuses before spending time on the model.
+  niels::common::Status listening = daemon.Listen();
+  if (!listening.ok()) {
+    LogError("nielsd: {}", listening.message());
+    return 1;
+  }
+
+  engine::EngineOptions engine_options;
+  engine_options.max_sessions = flags.max_sessions;
+  engine_options.kv_budget_bytes = flags.kv_budget_mb << 20;
+  engine_options.allow_root = flags.allow_root;
+  engine_options.threads = flags.threads;
+  engine_options.max_frame_bytes = flags.max_frame_bytes;
+  LogInfo("nielsd {}: loading model {}", NIELSD_VERSION, flags.model);
+  niels::common::StatusOr<std::unique_ptr<engine::Engine>> loaded =
+      engine::MakeEngine(flags.model, engine_options);
+  if (!loaded.ok()) {
+    LogError("nielsd: {}", loaded.status().message());
+    return 1;
+  }
+  std::unique_ptr<engine::Engine> inference = std::move(loaded).value();
+  const auto& config = inference->model().config;
+  LogInfo("model {} ({}): V={} T={} C={} L={} H={} d_ff={}",
+          config.name.empty() ? "unnamed" : config.name, flags.model, config.vocab_size,
+          config.context, config.width, config.layers, config.heads, config.d_ff);
+  LogInfo("socket {}, {} torch threads, {} IO threads, max frame {} bytes, max sessions {}, "
+          "KV budget {} MiB",
+          daemon.socket_path(), flags.threads, flags.io_threads, flags.max_frame_bytes,
+          flags.max_sessions, flags.kv_budget_mb);
+  int code = daemon.Serve(*inference);
+  inference.reset();
+  return code;
+}
