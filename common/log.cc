@@ -45,10 +45,11 @@ StatusOr<LogLevel> ParseLogLevel(std::string_view name) {
 }
 
 std::string FormatLogLine(LogLevel level, std::string_view message) {
-  const std::string prefix = "<" + std::to_string(static_cast<int>(level)) + ">";
+  // Priorities are single digits (3..7).
+  const char prefix[] = {'<', static_cast<char>('0' + static_cast<int>(level)), '>', '\0'};
   if (!message.empty() && message.back() == '\n') message.remove_suffix(1);
   std::string out;
-  out.reserve(message.size() + prefix.size() + 1);
+  out.reserve(message.size() + 4);
   size_t start = 0;
   while (true) {
     const size_t end = message.find('\n', start);
