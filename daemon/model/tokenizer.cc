@@ -8,6 +8,8 @@
 
 #include <sentencepiece_processor.h>
 
+#include "daemon/model/sentencepiece_runtime.h"
+
 namespace niels::daemon::model {
 namespace {
 
@@ -125,6 +127,7 @@ StatusOr<std::unique_ptr<Tokenizer>> Tokenizer::Load(const std::filesystem::path
   const std::string file = path.string();
   std::ifstream in(path, std::ios::binary);
   if (!in) return Status::NotFound(file + ": cannot read");
+  if (Status s = LoadSentencePieceRuntime(); !s.ok()) return Status::Internal(file + ": " + s.message());
   std::ostringstream buffer;
   buffer << in.rdbuf();
   const std::string serialized = buffer.str();

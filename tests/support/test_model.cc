@@ -13,6 +13,7 @@
 #include <sentencepiece_processor.h>
 #include <sentencepiece_trainer.h>
 
+#include "daemon/model/sentencepiece_runtime.h"
 #include "daemon/model/tokenizer.h"
 #include "daemon/model/weights.h"
 
@@ -61,6 +62,7 @@ std::string Train(const TinyTokenizerOptions& options) {
       {"seed_sentencepiece_size", "100000"},
   };
   if (!symbols.empty()) args["user_defined_symbols"] = JoinComma(symbols);
+  if (auto s = daemon::model::LoadSentencePieceRuntime(); !s.ok()) throw std::runtime_error(s.ToString());
   CorpusIterator it(TinyCorpus());
   std::string proto;
   auto status = sentencepiece::SentencePieceTrainer::Train(args, &it, &proto);

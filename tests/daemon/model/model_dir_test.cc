@@ -1,0 +1,118 @@
+#include "daemon/model/model_dir.h"
+
+#include <gmock/gmock.h>
+#include <gtest/gtest.h>
+
+#include "daemon/model/safetensors.h"
+#include "daemon/model/weights.h"
+#include "tests/support/test_model.h"
+
+namespace niels::daemon::model {
+namespace {
+
+using common::StatusCode;
+using ::testing::AllOf;
+using ::testing::HasSubstr;
+
+class ModelDirTest : public ::testing::Test {
+ protected:
+  void SetUp() override { niels::testing::WriteModelDir(dir_.path(), config_, kSeed); }
+
+  // Loads dir_ and expects `code` with a message containing `needles`.
+  void ExpectError(StatusCode code, const std::vector<std::string>& needles) {
+    auto model = LoadModelDir(dir_.path());
+    ASSERT_FALSE(model.ok());
+    EXPECT_EQ(model.status().code(), code) << model.status().ToString();
+    for (const auto& n : needles) EXPECT_THAT(model.status().message(), HasSubstr(n));
+  }
+
+  static constexpr uint64_t kSeed = 11;
+  ModelConfig config_ = niels::testing::TinyConfig();
+  niels::testing::TempDir dir_{"niels_model_dir_test_"};
+};
+
+TEST_F(ModelDirTest, LoadsAValidDirectory) {
+  auto model = LoadModelDir(dir_.path());
+  ASSERT_TRUE(model.ok()) << model.status().ToString();
+  const Model& m = **model;
+  EXPECT_EQ(m.dir, dir_.path());
+  EXPECT_EQ(m.config.vocab_size, niels::testing::TinyTokenizerVocabSize());
+  EXPECT_EQ(m.config.width, config_.width);
+  EXPECT_EQ(m.config.layers, config_.layers);
+  EXPECT_EQ(m.config.name, "tiny");
+  ASSERT_NE(m.tokenizer, nullptr);
+  EXPECT_EQ(m.tokenizer->vocab_size(), m.config.vocab_size);
+  ASSERT_NE(m.transformer, nullptr);
+  EXPECT_EQ(m.transformer->config().vocab_size, m.config.vocab_size);
+  // The weights are the ones written (RandomWeights is deterministic for a seed).
+  auto expected = RandomWeights(m.config, kSeed).Named();
+  auto loaded = m.transformer->weights().Named();
+  ASSERT_EQ(expected.size(), loaded.size());
+  for (size_t i = 0; i < expected.size(); ++i) {
+    EXPECT_TRUE(torch::equal(expected[i].second, loaded[i].second)) << expected[i].first;
+  }
+}
+
+TEST_F(ModelDirTest, MissingDirectoryIsNotFound) {
+  auto model = LoadModelDir(dir_.path() / "nope");
+  ASSERT_FALSE(model.ok());
+  EXPECT_EQ(model.status().code(), StatusCode::kNotFound);
+  EXPECT_THAT(model.status().message(), HasSubstr("nope"));
+}
+
+TEST_F(ModelDirTest, EachMissingFileIsNamed) {
+  for (const char* name : {"config.json", "tokenizer.model", "model.safetensors"}) {
+    SCOPED_TRACE(name);
+    const std::string saved = niels::testing::ReadFile(dir_ / name);
+    std::filesystem::remove(dir_ / name);
+    ExpectError(StatusCode::kNotFound, {(dir_ / name).string()});
+    niels::testing::WriteFile(dir_ / name, saved);
+  }
+  EXPECT_TRUE(LoadModelDir(dir_.path()).ok());
+}
+
+TEST_F(ModelDirTest, InvalidConfigJsonNamesTheFile) {
+  niels::testing::WriteFile(dir_ / "config.json", "{\"V\": 12,");
+  ExpectError(StatusCode::kInvalidArgument, {(dir_ / "config.json").string(), "invalid JSON"});
+}
+
+// Malformed case: vocab size disagreeing between config and tokenizer.
+TEST_F(ModelDirTest, ConfigVocabDisagreesWithTokenizer) {
+  ModelConfig c = config_;
+  c.vocab_size = niels::testing::TinyTokenizerVocabSize() + 8;
+  niels::testing::WriteFile(dir_ / "config.json", ModelConfigToJson(c));
+  ExpectError(StatusCode::kInvalidArgument,
+              {(dir_ / "config.json").string(), "\"V\" = " + std::to_string(c.vocab_size),
+               (dir_ / "tokenizer.model").string(),
+               std::to_string(niels::testing::TinyTokenizerVocabSize()) + " pieces"});
+}
+
+// Malformed case: vocab size disagreeing between config (and tokenizer) and the embedding.
+TEST_F(ModelDirTest, EmbeddingRowsDisagreeWithConfig) {
+  ModelConfig bigger = config_;
+  bigger.vocab_size = niels::testing::TinyTokenizerVocabSize() + 8;
+  ASSERT_TRUE(SaveWeights(RandomWeights(bigger, kSeed), dir_ / "model.safetensors").ok());
+  ExpectError(StatusCode::kInvalidArgument,
+              {(dir_ / "model.safetensors").string(), "tok_emb.weight",
+               "[" + std::to_string(bigger.vocab_size) + ", 32]",
+               "V = " + std::to_string(niels::testing::TinyTokenizerVocabSize())});
+}
+
+TEST_F(ModelDirTest, TokenizerWithoutSpecialTokenIsRejected) {
+  niels::testing::TinyTokenizerOptions options;
+  options.user_defined_symbols = niels::testing::AllSpecialLiterals();
+  options.user_defined_symbols->pop_back();  // no eot
+  niels::testing::TrainTinyTokenizer(dir_ / "tokenizer.model", options);
+  ExpectError(StatusCode::kInvalidArgument, {(dir_ / "tokenizer.model").string(), "eot"});
+}
+
+TEST_F(ModelDirTest, WrongTensorShapeNamesFileAndTensor) {
+  Weights w = RandomWeights(config_, kSeed);
+  w.blocks[1].proj = torch::zeros({config_.width, config_.width / 2});
+  ASSERT_TRUE(SaveWeights(w, dir_ / "model.safetensors").ok());
+  ExpectError(StatusCode::kInvalidArgument, {(dir_ / "model.safetensors").string(), "blocks.1.attn.proj.weight",
+                                             "[32, 16]", "expected [32, 32]"});
+}
+
+}  // namespace
+}  // namespace niels::daemon::model

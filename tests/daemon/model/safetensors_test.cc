@@ -1,0 +1,184 @@
+#include "daemon/model/safetensors.h"
+
+#include <cstring>
+
+#include <gmock/gmock.h>
+#include <gtest/gtest.h>
+
+#include "tests/support/test_model.h"
+
+namespace niels::daemon::model {
+namespace {
+
+using common::StatusCode;
+using ::testing::AllOf;
+using ::testing::HasSubstr;
+
+bool PointsInto(const SafetensorsFile& file, const torch::Tensor& t) {
+  const auto* p = static_cast<const std::byte*>(t.data_ptr());
+  return p >= file.mapping_data() && p + t.numel() * t.element_size() <= file.mapping_data() + file.mapping_size();
+}
+
+// Little-endian bytes of floats, written by hand (independent of the writer under test).
+std::string FloatBytes(const std::vector<float>& values) {
+  std::string bytes(values.size() * 4, '\0');
+  std::memcpy(bytes.data(), values.data(), bytes.size());
+  return bytes;
+}
+
+class SafetensorsTest : public ::testing::Test {
+ protected:
+  std::filesystem::path Path() const { return dir_ / "model.safetensors"; }
+
+  // Opens Path() and expects INVALID_ARGUMENT with a message naming the file and `needles`.
+  void ExpectInvalid(const std::vector<std::string>& needles) {
+    auto file = SafetensorsFile::Open(Path());
+    ASSERT_FALSE(file.ok());
+    EXPECT_EQ(file.status().code(), StatusCode::kInvalidArgument);
+    EXPECT_THAT(file.status().message(), HasSubstr(Path().string()));
+    for (const auto& n : needles) EXPECT_THAT(file.status().message(), HasSubstr(n));
+  }
+
+  niels::testing::TempDir dir_{"niels_safetensors_test_"};
+};
+
+TEST_F(SafetensorsTest, F32LoadsWithoutCopy) {
+  torch::Tensor a = torch::arange(12, torch::kFloat32).reshape({3, 4}) * 0.5;
+  torch::Tensor b = torch::tensor({-1.5f, 2.25f});
+  ASSERT_TRUE(WriteSafetensors(Path(), {{"a", a}, {"b", b}}).ok());
+  auto file = SafetensorsFile::Open(Path());
+  ASSERT_TRUE(file.ok()) << file.status().ToString();
+  ASSERT_EQ((*file)->tensors().size(), 2u);
+  const SafetensorsTensorInfo* info = (*file)->Find("a");
+  ASSERT_NE(info, nullptr);
+  EXPECT_EQ(info->dtype, SafetensorsDtype::kF32);
+  EXPECT_EQ(info->shape, (std::vector<int64_t>{3, 4}));
+  torch::Tensor loaded = (*file)->FloatTensor(*info);
+  EXPECT_TRUE(PointsInto(**file, loaded));
+  EXPECT_TRUE(torch::equal(loaded, a));
+  EXPECT_TRUE(torch::equal((*file)->FloatTensor(*(*file)->Find("b")), b));
+  EXPECT_EQ((*file)->Find("c"), nullptr);
+}
+
+TEST_F(SafetensorsTest, TensorKeepsMappingAliveAfterFileHandleIsDropped) {
+  torch::Tensor a = torch::linspace(-1, 1, 64);
+  ASSERT_TRUE(WriteSafetensors(Path(), {{"a", a}}).ok());
+  torch::Tensor loaded;
+  {
+    auto file = SafetensorsFile::Open(Path());
+    ASSERT_TRUE(file.ok());
+    loaded = (*file)->FloatTensor((*file)->tensors()[0]);
+  }
+  std::filesystem::remove(Path());
+  EXPECT_TRUE(torch::equal(loaded, a));
+}
+
+TEST_F(SafetensorsTest, ReadsHandWrittenFileWithMetadata) {
+  // Header built by hand (the data section need not be aligned): still the right values.
+  const std::string header =
+      R"({"__metadata__":{"format":"pt"},"w":{"dtype":"F32","shape":[2,2],"data_offsets":[0,16]}})";
+  niels::testing::WriteRawSafetensors(Path(), header, FloatBytes({1.0f, -2.0f, 3.5f, 0.25f}));
+  auto file = SafetensorsFile::Open(Path());
+  ASSERT_TRUE(file.ok()) << file.status().ToString();
+  ASSERT_EQ((*file)->tensors().size(), 1u);
+  torch::Tensor w = (*file)->FloatTensor((*file)->tensors()[0]);
+  EXPECT_TRUE(torch::equal(w, torch::tensor({{1.0f, -2.0f}, {3.5f, 0.25f}})));
+}
+
+TEST_F(SafetensorsTest, F16AndBF16AreConvertedToF32) {
+  // Values exactly representable in f16 and bf16, so the expected f32 values are known.
+  const std::vector<float> values = {0.5f, -1.25f, 3.0f, 0.0f, -0.125f, 96.0f};
+  torch::Tensor expected = torch::tensor(values).reshape({2, 3});
+  ASSERT_TRUE(WriteSafetensors(Path(), {{"h", expected.to(torch::kFloat16)},
+                                        {"b", expected.to(torch::kBFloat16)}}).ok());
+  auto file = SafetensorsFile::Open(Path());
+  ASSERT_TRUE(file.ok()) << file.status().ToString();
+  EXPECT_EQ((*file)->Find("h")->dtype, SafetensorsDtype::kF16);
+  EXPECT_EQ((*file)->Find("b")->dtype, SafetensorsDtype::kBF16);
+  for (const char* name : {"h", "b"}) {
+    torch::Tensor t = (*file)->FloatTensor(*(*file)->Find(name));
+    EXPECT_EQ(t.scalar_type(), torch::kFloat32) << name;
+    EXPECT_TRUE(torch::equal(t, expected)) << name;
+  }
+}
+
+TEST_F(SafetensorsTest, MissingFileIsNotFound) {
+  auto file = SafetensorsFile::Open(Path());
+  ASSERT_FALSE(file.ok());
+  EXPECT_EQ(file.status().code(), StatusCode::kNotFound);
+  EXPECT_THAT(file.status().message(), HasSubstr(Path().string()));
+}
+
+TEST_F(SafetensorsTest, FileShorterThanLengthField) {
+  niels::testing::WriteFile(Path(), "abc");
+  ExpectInvalid({"shorter than the 8-byte header length"});
+}
+
+// Malformed case: safetensors header longer than the file.
+TEST_F(SafetensorsTest, HeaderLongerThanFile) {
+  const std::string header = R"({"w":{"dtype":"F32","shape":[1],"data_offsets":[0,4]}})";
+  niels::testing::WriteRawSafetensors(Path(), header, FloatBytes({1.0f}), /*header_length=*/4096);
+  ExpectInvalid({"header length 4096", "longer than the file"});
+}
+
+// Malformed case: data offsets past the end.
+TEST_F(SafetensorsTest, DataOffsetsPastTheEnd) {
+  const std::string header =
+      R"({"ok":{"dtype":"F32","shape":[1],"data_offsets":[0,4]},"w":{"dtype":"F32","shape":[4],"data_offsets":[4,20]}})";
+  niels::testing::WriteRawSafetensors(Path(), header, FloatBytes({1.0f, 2.0f, 3.0f}));
+  ExpectInvalid({"tensor w", "past the end"});
+}
+
+TEST_F(SafetensorsTest, DataOffsetsNotMatchingShapeAndDtype) {
+  const std::string header = R"({"w":{"dtype":"F16","shape":[2,3],"data_offsets":[0,24]}})";
+  niels::testing::WriteRawSafetensors(Path(), header, std::string(24, '\0'));
+  ExpectInvalid({"tensor w", "24 bytes", "[2, 3]", "needs 12"});
+}
+
+TEST_F(SafetensorsTest, OverlappingDataOffsets) {
+  const std::string header =
+      R"({"a":{"dtype":"F32","shape":[2],"data_offsets":[0,8]},"b":{"dtype":"F32","shape":[2],"data_offsets":[4,12]}})";
+  niels::testing::WriteRawSafetensors(Path(), header, FloatBytes({1, 2, 3}));
+  ExpectInvalid({"a", "b", "overlapping"});
+}
+
+TEST_F(SafetensorsTest, UnknownDtype) {
+  const std::string header = R"({"w":{"dtype":"Q4_K","shape":[2],"data_offsets":[0,8]}})";
+  niels::testing::WriteRawSafetensors(Path(), header, FloatBytes({1, 2}));
+  ExpectInvalid({"tensor w", "unknown dtype \"Q4_K\""});
+}
+
+TEST_F(SafetensorsTest, InvalidHeaderJson) {
+  const std::string header = R"({"w":{"dtype":"F32","shape":[2],"data_offsets":[0,8])";
+  niels::testing::WriteRawSafetensors(Path(), header, FloatBytes({1, 2}));
+  ExpectInvalid({"header is not valid JSON"});
+}
+
+TEST_F(SafetensorsTest, MalformedEntries) {
+  const std::vector<std::pair<std::string, std::string>> cases = {
+      {R"({"w":[1,2]})", "not an object"},
+      {R"({"w":{"shape":[2],"data_offsets":[0,8]}})", "dtype"},
+      {R"({"w":{"dtype":"F32","shape":[-2],"data_offsets":[0,8]}})", "shape"},
+      {R"({"w":{"dtype":"F32","shape":[2],"data_offsets":[8]}})", "data_offsets"},
+      {R"({"w":{"dtype":"F32","shape":[2],"data_offsets":[8,0]}})", "reversed"},
+      {R"({"w":{"dtype":"F32","shape":[4294967296,4294967296],"data_offsets":[0,8]}})", "too large"},
+  };
+  for (const auto& [header, needle] : cases) {
+    SCOPED_TRACE(header);
+    niels::testing::WriteRawSafetensors(Path(), header, FloatBytes({1, 2}));
+    ExpectInvalid({"tensor w", needle});
+  }
+}
+
+TEST_F(SafetensorsTest, WriterPadsHeaderToEightBytes) {
+  ASSERT_TRUE(WriteSafetensors(Path(), {{"x", torch::ones({3})}}).ok());
+  const std::string bytes = niels::testing::ReadFile(Path());
+  uint64_t n = 0;
+  for (int i = 7; i >= 0; --i) n = (n << 8) | static_cast<uint8_t>(bytes[i]);
+  EXPECT_EQ(n % 8, 0u);
+  EXPECT_EQ(bytes.size(), 8 + n + 12);
+  EXPECT_EQ(bytes.substr(8 + n), FloatBytes({1, 1, 1}));
+}
+
+}  // namespace
+}  // namespace niels::daemon::model

@@ -1,0 +1,220 @@
+#include "daemon/model/weights.h"
+
+#include <map>
+
+#include <gmock/gmock.h>
+#include <gtest/gtest.h>
+
+#include "daemon/model/safetensors.h"
+#include "tests/support/test_model.h"
+
+namespace niels::daemon::model {
+namespace {
+
+using common::StatusCode;
+using ::testing::AllOf;
+using ::testing::HasSubstr;
+using TensorList = std::vector<std::pair<std::string, torch::Tensor>>;
+
+// A small config independent of the tokenizer (LoadWeights does not look at it).
+ModelConfig SmallConfig() {
+  return ModelConfig{.vocab_size = 50, .context = 16, .width = 16, .layers = 2, .heads = 2, .d_ff = 24,
+                     .rope_theta = 10000.0, .name = "small"};
+}
+
+// Written independently of weights.cc: every state_dict name with its shape.
+std::map<std::string, std::vector<int64_t>> ExpectedShapes(const ModelConfig& c) {
+  std::map<std::string, std::vector<int64_t>> m = {{"tok_emb.weight", {c.vocab_size, c.width}},
+                                                   {"ln_f.weight", {c.width}}};
+  for (int i = 0; i < c.layers; ++i) {
+    const std::string p = "blocks." + std::to_string(i);
+    m[p + ".ln1.weight"] = {c.width};
+    m[p + ".ln2.weight"] = {c.width};
+    m[p + ".attn.qkv.weight"] = {3 * c.width, c.width};
+    m[p + ".attn.proj.weight"] = {c.width, c.width};
+    m[p + ".mlp.fc_a.weight"] = {c.d_ff, c.width};
+    m[p + ".mlp.fc_a.bias"] = {c.d_ff};
+    m[p + ".mlp.fc_g.weight"] = {c.d_ff, c.width};
+    m[p + ".mlp.fc_g.bias"] = {c.d_ff};
+    m[p + ".mlp.fc_out.weight"] = {c.width, c.d_ff};
+    m[p + ".mlp.fc_out.bias"] = {c.width};
+  }
+  return m;
+}
+
+class WeightsTest : public ::testing::Test {
+ protected:
+  std::filesystem::path Path() const { return dir_ / "model.safetensors"; }
+
+  // A valid state_dict for config_ (random values), as a name -> tensor list.
+  TensorList ValidTensors() const {
+    TensorList list;
+    torch::manual_seed(3);
+    for (const auto& [name, shape] : ExpectedShapes(config_)) list.emplace_back(name, torch::randn(shape));
+    return list;
+  }
+
+  static torch::Tensor& Get(TensorList& list, const std::string& name) {
+    for (auto& [n, t] : list) {
+      if (n == name) return t;
+    }
+    throw std::runtime_error("no tensor " + name);
+  }
+
+  // Writes `tensors`, loads, expects INVALID_ARGUMENT naming the file and `needles`.
+  void ExpectInvalid(const TensorList& tensors, const std::vector<std::string>& needles) {
+    ASSERT_TRUE(WriteSafetensors(Path(), tensors).ok());
+    auto w = LoadWeights(Path(), config_);
+    ASSERT_FALSE(w.ok());
+    EXPECT_EQ(w.status().code(), StatusCode::kInvalidArgument);
+    EXPECT_THAT(w.status().message(), HasSubstr(Path().string()));
+    for (const auto& n : needles) EXPECT_THAT(w.status().message(), HasSubstr(n));
+  }
+
+  ModelConfig config_ = SmallConfig();
+  niels::testing::TempDir dir_{"niels_weights_test_"};
+};
+
+TEST_F(WeightsTest, NamedListsEveryTensorOnceAndBytesSumsThem) {
+  Weights w = RandomWeights(config_, 1);
+  auto named = w.Named();
+  auto expected = ExpectedShapes(config_);
+  ASSERT_EQ(named.size(), expected.size());
+  int64_t elements = 0;
+  for (const auto& [name, t] : named) {
+    ASSERT_TRUE(expected.count(name)) << name;
+    EXPECT_EQ(t.sizes().vec(), expected[name]) << name;
+    elements += t.numel();
+  }
+  const int64_t C = config_.width, F = config_.d_ff;
+  EXPECT_EQ(elements, config_.vocab_size * C + C + config_.layers * (2 * C + 4 * C * C + 3 * F * C + 2 * F + C));
+  EXPECT_EQ(w.bytes(), elements * 4);
+}
+
+TEST_F(WeightsTest, SaveLoadRoundTripIsExactAndZeroCopy) {
+  Weights original = RandomWeights(config_, 7);
+  ASSERT_TRUE(SaveWeights(original, Path()).ok());
+  auto loaded = LoadWeights(Path(), config_);
+  ASSERT_TRUE(loaded.ok()) << loaded.status().ToString();
+  ASSERT_NE(loaded->backing, nullptr);
+  auto file = std::static_pointer_cast<const SafetensorsFile>(loaded->backing);
+  const auto* begin = file->mapping_data();
+  const auto* end = begin + file->mapping_size();
+  auto a = original.Named();
+  auto b = loaded->Named();
+  ASSERT_EQ(a.size(), b.size());
+  for (size_t i = 0; i < a.size(); ++i) {
+    EXPECT_EQ(a[i].first, b[i].first);
+    EXPECT_EQ(b[i].second.scalar_type(), torch::kFloat32);
+    EXPECT_TRUE(torch::equal(a[i].second, b[i].second)) << a[i].first;
+    const auto* p = static_cast<const std::byte*>(b[i].second.data_ptr());
+    EXPECT_TRUE(p >= begin && p < end) << a[i].first << " was copied";
+  }
+  EXPECT_EQ(loaded->bytes(), original.bytes());
+}
+
+TEST_F(WeightsTest, F16AndBF16LoadAsF32) {
+  for (auto dtype : {torch::kFloat16, torch::kBFloat16}) {
+    SCOPED_TRACE(c10::toString(dtype));
+    TensorList stored = ValidTensors();
+    for (auto& [name, t] : stored) t = t.to(dtype);
+    ASSERT_TRUE(WriteSafetensors(Path(), stored).ok());
+    auto loaded = LoadWeights(Path(), config_);
+    ASSERT_TRUE(loaded.ok()) << loaded.status().ToString();
+    std::map<std::string, torch::Tensor> by_name(stored.begin(), stored.end());
+    for (const auto& [name, t] : loaded->Named()) {
+      EXPECT_EQ(t.scalar_type(), torch::kFloat32) << name;
+      EXPECT_TRUE(torch::equal(t, by_name[name].to(torch::kFloat32))) << name;
+    }
+  }
+}
+
+TEST_F(WeightsTest, LmHeadEqualToTokEmbIsAccepted) {
+  TensorList tensors = ValidTensors();
+  tensors.emplace_back("lm_head.weight", Get(tensors, "tok_emb.weight").clone());
+  ASSERT_TRUE(WriteSafetensors(Path(), tensors).ok());
+  auto loaded = LoadWeights(Path(), config_);
+  ASSERT_TRUE(loaded.ok()) << loaded.status().ToString();
+  EXPECT_TRUE(torch::equal(loaded->tok_emb, Get(tensors, "tok_emb.weight")));
+}
+
+// Malformed case: lm_head present but not equal to tok_emb.
+TEST_F(WeightsTest, LmHeadNotEqualToTokEmb) {
+  TensorList tensors = ValidTensors();
+  torch::Tensor head = Get(tensors, "tok_emb.weight").clone();
+  head[3][5] += 1e-3;
+  tensors.emplace_back("lm_head.weight", head);
+  ExpectInvalid(tensors, {"lm_head.weight", "not equal to tok_emb.weight"});
+}
+
+// Malformed case: missing tensor.
+TEST_F(WeightsTest, MissingTensor) {
+  TensorList tensors = ValidTensors();
+  std::erase_if(tensors, [](const auto& p) { return p.first == "blocks.1.mlp.fc_g.bias"; });
+  ExpectInvalid(tensors, {"missing tensor blocks.1.mlp.fc_g.bias [24]"});
+}
+
+// Malformed case: extra tensor.
+TEST_F(WeightsTest, ExtraTensor) {
+  TensorList tensors = ValidTensors();
+  tensors.emplace_back("blocks.2.ln1.weight", torch::ones({16}));
+  ExpectInvalid(tensors, {"unexpected tensor blocks.2.ln1.weight"});
+}
+
+// Malformed case: wrong shape.
+TEST_F(WeightsTest, WrongShape) {
+  TensorList tensors = ValidTensors();
+  Get(tensors, "blocks.1.attn.qkv.weight") = torch::zeros({48, 8});
+  ExpectInvalid(tensors, {"tensor blocks.1.attn.qkv.weight has shape [48, 8], expected [48, 16]"});
+}
+
+// Malformed case: wrong dtype.
+TEST_F(WeightsTest, WrongDtype) {
+  for (auto dtype : {torch::kFloat64, torch::kInt64, torch::kUInt8}) {
+    SCOPED_TRACE(c10::toString(dtype));
+    TensorList tensors = ValidTensors();
+    Get(tensors, "ln_f.weight") = Get(tensors, "ln_f.weight").to(dtype);
+    ExpectInvalid(tensors, {"tensor ln_f.weight has dtype", "expected F32"});
+  }
+}
+
+// Malformed case: safetensors header longer than the file (through LoadWeights).
+TEST_F(WeightsTest, HeaderLongerThanFile) {
+  niels::testing::WriteRawSafetensors(Path(), R"({"tok_emb.weight":{}})", "", /*header_length=*/1 << 20);
+  auto w = LoadWeights(Path(), config_);
+  ASSERT_FALSE(w.ok());
+  EXPECT_EQ(w.status().code(), StatusCode::kInvalidArgument);
+  EXPECT_THAT(w.status().message(), AllOf(HasSubstr(Path().string()), HasSubstr("longer than the file")));
+}
+
+// Malformed case: data offsets past the end (a truncated file).
+TEST_F(WeightsTest, TruncatedFileHasOffsetsPastTheEnd) {
+  ASSERT_TRUE(SaveWeights(RandomWeights(config_, 2), Path()).ok());
+  const std::string bytes = niels::testing::ReadFile(Path());
+  niels::testing::WriteFile(Path(), bytes.substr(0, bytes.size() - 10));
+  auto w = LoadWeights(Path(), config_);
+  ASSERT_FALSE(w.ok());
+  EXPECT_EQ(w.status().code(), StatusCode::kInvalidArgument);
+  // SaveWeights writes ln_f.weight last, so its range is the one cut off.
+  EXPECT_THAT(w.status().message(),
+              AllOf(HasSubstr(Path().string()), HasSubstr("tensor ln_f.weight"), HasSubstr("past the end")));
+}
+
+TEST_F(WeightsTest, ConfigWithOtherVocabNamesTokEmb) {
+  ASSERT_TRUE(WriteSafetensors(Path(), ValidTensors()).ok());
+  config_.vocab_size = 51;
+  auto w = LoadWeights(Path(), config_);
+  ASSERT_FALSE(w.ok());
+  EXPECT_THAT(w.status().message(),
+              AllOf(HasSubstr("tok_emb.weight has shape [50, 16], expected [51, 16]"), HasSubstr("V = 51")));
+}
+
+TEST_F(WeightsTest, MissingFileIsNotFound) {
+  auto w = LoadWeights(Path(), config_);
+  ASSERT_FALSE(w.ok());
+  EXPECT_EQ(w.status().code(), StatusCode::kNotFound);
+  EXPECT_THAT(w.status().message(), HasSubstr(Path().string()));
+}
+
+}  // namespace
+}  // namespace niels::daemon::model
