@@ -1,6 +1,8 @@
 #include "daemon/model/safetensors.h"
 
+#include <algorithm>
 #include <cstring>
+#include <random>
 
 #include <gmock/gmock.h>
 #include <gtest/gtest.h>
@@ -167,6 +169,42 @@ TEST_F(SafetensorsTest, MalformedEntries) {
     SCOPED_TRACE(header);
     niels::testing::WriteRawSafetensors(Path(), header, FloatBytes({1, 2}));
     ExpectInvalid({"tensor w", needle});
+  }
+}
+
+// Never crash on a damaged file: every truncation and many byte flips either fail cleanly or open
+// a file whose every tensor can be read.
+TEST_F(SafetensorsTest, DamagedFilesFailCleanly) {
+  ASSERT_TRUE(WriteSafetensors(Path(), {{"a", torch::randn({3, 5})}, {"b", torch::randn({7}).to(torch::kFloat16)},
+                                        {"c", torch::randn({2, 2}).to(torch::kBFloat16)}}).ok());
+  const std::string good = niels::testing::ReadFile(Path());
+  auto read_all = [&]() {
+    auto file = SafetensorsFile::Open(Path());
+    if (!file.ok()) {
+      EXPECT_EQ(file.status().code(), StatusCode::kInvalidArgument);
+      return false;
+    }
+    for (const auto& info : (*file)->tensors()) {
+      if (info.dtype == SafetensorsDtype::kF32 || info.dtype == SafetensorsDtype::kF16 ||
+          info.dtype == SafetensorsDtype::kBF16) {
+        (void)(*file)->FloatTensor(info).sum().item<float>();
+      }
+    }
+    return true;
+  };
+  int opened = 0;
+  for (size_t n = 0; n < good.size(); ++n) {
+    niels::testing::WriteFile(Path(), good.substr(0, n));
+    opened += read_all();
+  }
+  EXPECT_EQ(opened, 0) << "a truncated file must not open";
+  std::mt19937 rng(5);
+  for (int i = 0; i < 150; ++i) {
+    std::string bad = good;
+    const size_t pos = rng() % std::min<size_t>(bad.size(), 200);  // the length field and header
+    bad[pos] = static_cast<char>(rng() & 0xff);
+    niels::testing::WriteFile(Path(), bad);
+    read_all();
   }
 }
 
