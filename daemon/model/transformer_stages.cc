@@ -7,6 +7,15 @@
 
 namespace niels::daemon::model {
 
+torch::Tensor Linear(const torch::Tensor& x, const torch::Tensor& weight, const torch::Tensor& bias) {
+  if (x.numel() != x.size(-1)) return at::linear(x, weight, bias);
+  auto out_shape = x.sizes().vec();
+  out_shape.back() = weight.size(0);
+  torch::Tensor row = x.reshape({-1});                                              // [in]
+  torch::Tensor y = bias.defined() ? at::addmv(bias, weight, row) : at::mv(weight, row);  // [out]
+  return y.view(out_shape);                                                          // [..., out]
+}
+
 torch::Tensor RopeTable(const ModelConfig& config) {
   const int64_t half = config.head_dim() / 2;
   const auto f64 = at::TensorOptions().dtype(at::kDouble);
@@ -38,7 +47,7 @@ torch::Tensor ApplyRope(const torch::Tensor& x, const torch::Tensor& rope) {
 
 QueryKeyValue ProjectQkv(const ModelConfig& config, const BlockWeights& block, const torch::Tensor& x,
                          const torch::Tensor& rope) {
-  torch::Tensor qkv = at::linear(x, block.qkv);  // [..., n, 3C]
+  torch::Tensor qkv = Linear(x, block.qkv);  // [..., n, 3C]
   auto shape = qkv.sizes().vec();
   shape.back() = 3;
   shape.push_back(config.heads);
@@ -67,7 +76,7 @@ torch::Tensor Attend(const torch::Tensor& q, const torch::Tensor& k, const torch
 
 torch::Tensor ProjectHeads(const BlockWeights& block, const torch::Tensor& heads) {
   torch::Tensor merged = heads.transpose(-3, -2).flatten(-2);  // [..., n, H, D] -> [..., n, C]
-  return at::linear(merged, block.proj);                       // [..., n, C]
+  return Linear(merged, block.proj);                       // [..., n, C]
 }
 
 torch::Tensor Attention(const ModelConfig& config, const BlockWeights& block, const torch::Tensor& x,
@@ -78,13 +87,13 @@ torch::Tensor Attention(const ModelConfig& config, const BlockWeights& block, co
 }
 
 torch::Tensor FeedForward(const BlockWeights& block, const torch::Tensor& x) {
-  torch::Tensor gate = at::silu(at::linear(x, block.fc_g_w, block.fc_g_b));  // [..., d_ff]
-  torch::Tensor up = at::linear(x, block.fc_a_w, block.fc_a_b);             // [..., d_ff]
-  return at::linear(gate * up, block.fc_out_w, block.fc_out_b);             // [..., C]
+  torch::Tensor gate = at::silu(Linear(x, block.fc_g_w, block.fc_g_b));  // [..., d_ff]
+  torch::Tensor up = Linear(x, block.fc_a_w, block.fc_a_b);             // [..., d_ff]
+  return Linear(gate * up, block.fc_out_w, block.fc_out_b);             // [..., C]
 }
 
 torch::Tensor Logits(const Weights& weights, const torch::Tensor& h) {
-  return at::linear(RmsNorm(h, weights.ln_f), weights.tok_emb);  // [..., V]
+  return Linear(RmsNorm(h, weights.ln_f), weights.tok_emb);  // [..., V]
 }
 
 }  // namespace niels::daemon::model

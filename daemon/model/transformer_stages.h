@@ -16,6 +16,11 @@ namespace niels::daemon::model {
 
 inline constexpr double kRmsNormEps = 1e-5;
 
+// x @ weight^T (+ bias): [..., in] -> [..., out]. Same result as at::linear; a single row (one
+// decode step) runs as a matrix-vector product, which streams the weight once instead of letting
+// BLAS gemm repack it first (3-4x faster on the decode shapes, measured with nielsd-bench).
+torch::Tensor Linear(const torch::Tensor& x, const torch::Tensor& weight, const torch::Tensor& bias = {});
+
 // RoPE rotations for positions 0..T-1: [T, D/2] complex64, entry (p, i) = e^{i * p * inv_freq_i}
 // with inv_freq_i = rope_theta^(-2i/D). Angles, cos and sin are computed in float64 and stored as
 // float32 (DESIGN.md section 2).

@@ -1,0 +1,56 @@
+#include "daemon/model/threading.h"
+
+#include <dlfcn.h>
+
+#include <algorithm>
+#include <thread>
+
+#include <ATen/Parallel.h>
+
+namespace niels::daemon::model {
+namespace {
+
+// OpenBLAS is reached through libblas.so.3 (Debian alternatives), so its extensions are looked up at
+// run time; with another BLAS behind libblas.so.3 they are simply absent.
+using SetThreadsFn = void (*)(int);
+using GetThreadsFn = int (*)();
+using GetConfigFn = char* (*)();
+
+template <typename Fn>
+Fn Lookup(const char* name) {
+  return reinterpret_cast<Fn>(dlsym(RTLD_DEFAULT, name));
+}
+
+void SetBlasThreads(int n) {
+  if (auto set = Lookup<SetThreadsFn>("openblas_set_num_threads")) set(n);
+}
+
+}  // namespace
+
+// Measured with nielsd-bench on the `personal` preset, 2 cores (see bench/model_bench.cc):
+// kBlasThreads decodes fastest and is never slower in prefill, because decode is a chain of
+// matrix-vector products that OpenBLAS parallelises itself while the element-wise ops in between
+// are far too small to gain from OpenMP. It also needs no OMP_WAIT_POLICY=PASSIVE, which libgomp
+// only reads from the environment at load time, so the daemon could not set it for itself.
+void ConfigureThreads(int n, ThreadSetup setup) {
+  if (n <= 0) n = static_cast<int>(std::max(1u, std::thread::hardware_concurrency()));
+  switch (setup) {
+    case ThreadSetup::kBlasThreads:
+      at::set_num_threads(1);
+      SetBlasThreads(n);
+      break;
+    case ThreadSetup::kTorchThreads:
+      at::set_num_threads(n);
+      SetBlasThreads(n);
+      break;
+  }
+}
+
+std::string DescribeThreads() {
+  std::string blas = "unknown BLAS";
+  if (auto get = Lookup<GetThreadsFn>("openblas_get_num_threads")) blas = "OpenBLAS " + std::to_string(get());
+  if (auto config = Lookup<GetConfigFn>("openblas_get_config")) blas += std::string(" (") + config() + ")";
+  return "torch intra-op " + std::to_string(at::get_num_threads()) + ", " + blas;
+}
+
+}  // namespace niels::daemon::model

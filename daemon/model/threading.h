@@ -1,0 +1,30 @@
+#pragma once
+// ConfigureThreads: the one place that decides how the model's CPU work uses threads. nielsd and
+// nielsd-bench both call it once at startup, before the first forward pass.
+//
+// Two thread pools can run our matrix products: libtorch's OpenMP pool (element-wise ops, softmax)
+// and OpenBLAS's own pthread pool (every matmul/linear). On a small machine they compete for the
+// same cores, and OpenMP workers that busy-wait after a parallel region steal the cores OpenBLAS
+// needs (DESIGN.md section 10). See threading.cc for the measured choice.
+
+#include <string>
+
+namespace niels::daemon::model {
+
+enum class ThreadSetup {
+  // Default. libtorch intra-op threads = 1, OpenBLAS threads = n: matrix products (almost all of
+  // the decode time) use every core and no OpenMP worker spins next to them.
+  kBlasThreads,
+  // libtorch intra-op threads = n and OpenBLAS threads = n (libtorch's own default). Kept for
+  // comparison in nielsd-bench (--thread-setup torch).
+  kTorchThreads,
+};
+
+// Applies `setup` for n >= 1 threads (n <= 0 means the number of cores). Not thread-safe: call once
+// from main before starting the engine thread.
+void ConfigureThreads(int n, ThreadSetup setup = ThreadSetup::kBlasThreads);
+
+// One line describing the effective setup, e.g. "torch intra-op 1, OpenBLAS 2 (OpenBLAS 0.3.21 ...)".
+std::string DescribeThreads();
+
+}  // namespace niels::daemon::model
