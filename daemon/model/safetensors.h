@@ -50,7 +50,7 @@ class SafetensorsFile : public std::enable_shared_from_this<SafetensorsFile> {
   // with the path) for: a file shorter than 8 bytes, a header length past the end of the file,
   // invalid header JSON, an entry without a valid dtype/shape/data_offsets, an unknown dtype, data
   // offsets past the end of the data section, a byte range that does not match shape * dtype size,
-  // overlapping byte ranges, a duplicate name. "__metadata__" is ignored.
+  // overlapping byte ranges. "__metadata__" is ignored; of a name repeated in the JSON, the last wins.
   static common::StatusOr<std::shared_ptr<const SafetensorsFile>> Open(const std::filesystem::path& path);
 
   const std::filesystem::path& path() const { return path_; }
