@@ -1,0 +1,121 @@
+// niels-chat driven as a process against a real nielsd: one-shot, piped lines (one reply each, in
+// the same session), /exit, EOF, the unreachable-daemon message, --no-kv-cache reaching the daemon
+// and --system-file precedence. Expected replies come from the client library with the same
+// parameters (greedy, so they are deterministic).
+#include <algorithm>
+
+#include "tests/integration/integration_fixture.h"
+
+namespace niels::integration {
+namespace {
+
+constexpr int kMaxNew = 6;
+const std::string kSystem = "you are terse.";
+
+class NielsChatTest : public IntegrationTest {
+ protected:
+  void SetUp() override {
+    IntegrationTest::SetUp();
+    StartDaemon();
+    client_ = Connect();
+    ASSERT_NE(client_, nullptr);
+  }
+
+  std::vector<std::string> Args(std::vector<std::string> extra = {}) {
+    std::vector<std::string> args = {NIELS_CHAT_BINARY, "--socket", socket_path().string(), "--greedy",
+                                     "--max-new-tokens", std::to_string(kMaxNew)};
+    args.insert(args.end(), extra.begin(), extra.end());
+    return args;
+  }
+
+  // The replies a fresh session with `system` gives to `lines`, one turn each.
+  std::vector<std::string> ExpectedReplies(const std::string& system, const std::vector<std::string>& lines) {
+    auto created = client_->CreateSession(system);
+    EXPECT_TRUE(created.ok());
+    std::vector<std::string> replies;
+    for (const std::string& line : lines) {
+      auto reply = client_->Chat(GreedyChat(created->session_id(), line, kMaxNew));
+      EXPECT_TRUE(reply.ok()) << reply.status().ToString();
+      replies.push_back(reply.ok() ? reply->reply() : "<error>");
+    }
+    EXPECT_TRUE(client_->DeleteSession(created->session_id()).ok());
+    return replies;
+  }
+
+  std::unique_ptr<client::DaemonClient> client_;
+};
+
+std::string Lines(const std::vector<std::string>& replies) {
+  std::string text;
+  for (const std::string& reply : replies) text += reply + "\n";
+  return text;
+}
+
+TEST_F(NielsChatTest, OneShotPrintsOnlyTheReply) {
+  auto expected = ExpectedReplies(kSystem, {"hello there"});
+  auto result = testing::RunProcess(Args({"--system", kSystem, "-p", "hello there"}));
+  EXPECT_EQ(result.exit_code, 0) << result.err;
+  EXPECT_EQ(result.out, Lines(expected));
+}
+
+TEST_F(NielsChatTest, PipedLinesGetOneReplyEachInOneSession) {
+  const std::vector<std::string> lines = {"hello there", "what is nielsd", "thanks"};
+  auto expected = ExpectedReplies(kSystem, lines);
+  // An empty line is ignored; EOF ends the chat cleanly.
+  auto result = testing::RunProcess(Args({"--system", kSystem}), "hello there\n\nwhat is nielsd\nthanks\n");
+  EXPECT_EQ(result.exit_code, 0) << result.err;
+  EXPECT_EQ(result.out, Lines(expected));
+  // niels-chat deleted its session on exit.
+  auto listed = client_->ListSessions();
+  ASSERT_TRUE(listed.ok());
+  EXPECT_EQ(listed->sessions_size(), 0);
+}
+
+TEST_F(NielsChatTest, ExitCommandStopsReading) {
+  auto expected = ExpectedReplies(kSystem, {"hello there"});
+  auto result = testing::RunProcess(Args({"--system", kSystem}), "hello there\n/exit\nnever answered\n");
+  EXPECT_EQ(result.exit_code, 0) << result.err;
+  EXPECT_EQ(result.out, Lines(expected));
+}
+
+TEST_F(NielsChatTest, UnreachableDaemonNamesThePathAndFails) {
+  const std::string missing = (dir_.path() / "nobody-here.sock").string();
+  auto result = testing::RunProcess({NIELS_CHAT_BINARY, "--socket", missing, "-p", "hi"});
+  EXPECT_NE(result.exit_code, 0);
+  EXPECT_EQ(result.out, "");
+  EXPECT_NE(result.err.find(missing), std::string::npos) << result.err;
+  EXPECT_NE(result.err.find("nielsd"), std::string::npos) << result.err;
+  EXPECT_EQ(std::count(result.err.begin(), result.err.end(), '\n'), 1) << result.err;
+}
+
+TEST_F(NielsChatTest, NoKvCacheReachesTheDaemon) {
+  auto cached = testing::RunProcess(Args({"--system", kSystem, "--stats", "-p", "hello there"}));
+  EXPECT_EQ(cached.exit_code, 0) << cached.err;
+  EXPECT_NE(cached.err.find("used_kv_cache=true"), std::string::npos) << cached.err;
+  auto uncached = testing::RunProcess(Args({"--system", kSystem, "--stats", "--no-kv-cache", "-p", "hello there"}));
+  EXPECT_EQ(uncached.exit_code, 0) << uncached.err;
+  EXPECT_NE(uncached.err.find("used_kv_cache=false"), std::string::npos) << uncached.err;
+  EXPECT_EQ(uncached.out, cached.out);  // greedy: both paths give the same reply
+}
+
+TEST_F(NielsChatTest, SystemFileTakesPrecedenceOverSystemText) {
+  const std::string file_prompt = "you answer questions about niels and nielsd, the local daemon, in detail.";
+  testing::WriteFile(dir_.path() / "system.txt", file_prompt + "\n");
+  auto file_tokens = client_->Tokenize(file_prompt);
+  auto text_tokens = client_->Tokenize(kSystem);
+  auto user_tokens = client_->Tokenize("hello there");
+  ASSERT_TRUE(file_tokens.ok() && text_tokens.ok() && user_tokens.ok());
+  ASSERT_NE(file_tokens->ids_size(), text_tokens->ids_size());
+  auto result = testing::RunProcess(Args({"--system", kSystem, "--system-file",
+                                          (dir_.path() / "system.txt").string(), "--stats", "-p",
+                                          "hello there"}));
+  EXPECT_EQ(result.exit_code, 0) << result.err;
+  // prompt = [sys] system [eot] [usr] text [eot] [asst]
+  const int64_t expected_prompt = file_tokens->ids_size() + user_tokens->ids_size() + 5;
+  EXPECT_NE(result.err.find("prompt_tokens=" + std::to_string(expected_prompt) + " "), std::string::npos)
+      << result.err;
+  EXPECT_EQ(result.out, Lines(ExpectedReplies(file_prompt, {"hello there"})));
+}
+
+}  // namespace
+}  // namespace niels::integration
