@@ -1,0 +1,90 @@
+#include "daemon/engine/proto_convert.h"
+
+#include <fmt/format.h>
+
+namespace niels::daemon::engine {
+
+namespace v1 = niels::v1;
+using common::Status;
+
+common::StatusOr<model::SamplingParams> SamplingFromProto(const v1::Sampling& sampling, int64_t vocab_size,
+                                                          std::span<const int32_t> default_banned) {
+  model::SamplingParams params;  // the CLI's defaults
+  if (sampling.has_temperature()) params.temperature = sampling.temperature();
+  if (sampling.has_top_k()) params.top_k = sampling.top_k();
+  if (sampling.has_top_p()) params.top_p = sampling.top_p();
+  if (sampling.has_repetition_penalty()) params.repetition_penalty = sampling.repetition_penalty();
+  if (sampling.has_seed()) params.seed = sampling.seed();
+  params.banned_ids.assign(sampling.banned_ids().begin(), sampling.banned_ids().end());
+  if (!sampling.allow_special_tokens()) {
+    params.banned_ids.insert(params.banned_ids.end(), default_banned.begin(), default_banned.end());
+  }
+  NIELS_RETURN_IF_ERROR(model::ValidateSamplingParams(params, vocab_size));
+  return params;
+}
+
+Status CheckIds(std::span<const int32_t> ids, int64_t vocab_size, const char* what) {
+  for (size_t i = 0; i < ids.size(); ++i) {
+    if (ids[i] < 0 || ids[i] >= vocab_size) {
+      return Status::InvalidArgument(
+          fmt::format("{}[{}] = {} is outside the vocabulary [0, {})", what, i, ids[i], vocab_size));
+    }
+  }
+  return Status::Ok();
+}
+
+v1::StopReason StopReasonToProto(StopReason reason) {
+  switch (reason) {
+    case StopReason::kStopToken: return v1::EOT;
+    case StopReason::kMaxTokens: return v1::MAX_TOKENS;
+    case StopReason::kContextFull: return v1::CONTEXT_FULL;
+    case StopReason::kCancelled: return v1::STOP_CANCELLED;
+  }
+  return v1::STOP_REASON_UNSPECIFIED;
+}
+
+v1::GenerationStats StatsToProto(const GenerateResult& result, bool used_kv_cache, double queue_ms) {
+  v1::GenerationStats stats;
+  stats.set_prompt_tokens(result.prompt_tokens);
+  stats.set_reused_tokens(result.reused_tokens);
+  stats.set_prefilled_tokens(result.prefilled_tokens);
+  stats.set_generated_tokens(static_cast<int64_t>(result.new_tokens.size()));
+  stats.set_time_to_first_token_ms(result.time_to_first_token_s * 1000.0);
+  stats.set_decode_tokens_per_s(result.decode_tokens_per_s);
+  stats.set_used_kv_cache(used_kv_cache);
+  stats.set_queue_ms(queue_ms);
+  return stats;
+}
+
+void FillSessionInfo(const Session& session, v1::SessionInfo& info) {
+  info.set_session_id(session.id());
+  info.set_length(session.length());
+  info.set_cached_tokens(session.cached_tokens());
+  info.set_kv_bytes(session.kv_bytes());
+  info.set_turns(static_cast<int32_t>(session.turns().size()));
+  info.set_has_system_prompt(session.has_system_prompt());
+  info.set_created_unix_s(session.created_unix_s());
+  info.set_last_used_unix_s(session.last_used_unix_s());
+}
+
+v1::StepInfo StepToProto(const StepEvent& event, const model::Tokenizer& tokenizer) {
+  v1::StepInfo step;
+  step.set_id(event.id);
+  if (event.logprob) step.set_logprob(*event.logprob);
+  for (const TokenAlternative& alternative : event.top) {
+    v1::TokenAlternative* top = step.add_top();
+    top->set_id(alternative.id);
+    top->set_logprob(alternative.logprob);
+    top->set_piece(tokenizer.Piece(alternative.id));
+  }
+  if (event.attention && event.attention->defined()) {
+    const torch::Tensor row = event.attention->to(torch::kCPU, torch::kFloat).contiguous();  // [H, length]
+    const float* data = row.data_ptr<float>();
+    step.mutable_attention()->Add(data, data + row.numel());
+    step.set_attention_heads(static_cast<int32_t>(row.size(0)));
+    step.set_attention_length(static_cast<int32_t>(row.size(1)));
+  }
+  return step;
+}
+
+}  // namespace niels::daemon::engine

@@ -1,0 +1,122 @@
+#include "daemon/engine/session.h"
+
+#include <algorithm>
+#include <chrono>
+#include <cstdio>
+#include <random>
+#include <utility>
+
+namespace niels::daemon::engine {
+
+std::string NewSessionId() {
+  std::random_device device;
+  std::string id;
+  id.reserve(32);
+  for (int word = 0; word < 4; ++word) {  // 4 x 32 bits = 128 bits
+    char hex[9];
+    std::snprintf(hex, sizeof(hex), "%08x", static_cast<unsigned>(device()));
+    id += hex;
+  }
+  return id;
+}
+
+double UnixNow() {
+  using namespace std::chrono;
+  return duration<double>(system_clock::now().time_since_epoch()).count();
+}
+
+Session::Session(std::string id, uint32_t owner, const model::ModelConfig& config)
+    : id_(std::move(id)), owner_(owner), config_(config), sequence_(config) {
+  created_unix_s_ = UnixNow();
+  last_used_unix_s_ = created_unix_s_;
+}
+
+void Session::SetSystemPrompt(std::vector<int32_t> ids) {
+  sequence_.tokens = std::move(ids);
+  sequence_.cache.Clear();
+  has_system_prompt_ = true;
+  system_end_ = length();
+  turns_.clear();
+}
+
+void Session::AddTurn(TokenSpan span) { turns_.push_back(span); }
+
+void Session::AppendToLastTurn(int32_t id) {
+  sequence_.tokens.push_back(id);
+  turns_.back().end = length();
+}
+
+int64_t Session::LengthWithoutOldestTurns(size_t count) const {
+  if (count == 0) return length();
+  return length() - (turns_[count - 1].end - system_end_);
+}
+
+void Session::DropOldestTurns(size_t count, Snapshot& snapshot) {
+  if (count == 0) return;
+  const int64_t cut = turns_[count - 1].end;
+  const int64_t removed = cut - system_end_;
+  auto& tokens = sequence_.tokens;
+  tokens.erase(tokens.begin() + system_end_, tokens.begin() + cut);
+  turns_.erase(turns_.begin(), turns_.begin() + static_cast<std::ptrdiff_t>(count));
+  for (TokenSpan& turn : turns_) {
+    turn.begin -= removed;
+    turn.end -= removed;
+  }
+  // Positions after the system prompt moved: only the system prompt's keys/values stay valid.
+  StashCacheCopy(snapshot);
+  sequence_.cache.Truncate(std::min(sequence_.cache.length(), system_end_));
+}
+
+void Session::Reset() {
+  sequence_.tokens.resize(static_cast<size_t>(system_end_));
+  sequence_.cache.Truncate(std::min(sequence_.cache.length(), system_end_));
+  turns_.clear();
+}
+
+void Session::DropCache() { sequence_.cache.Clear(); }
+
+Session::Snapshot Session::TakeSnapshot() const {
+  Snapshot snapshot;
+  snapshot.tokens = sequence_.tokens;
+  snapshot.turns = turns_;
+  snapshot.cache_length = sequence_.cache.length();
+  return snapshot;
+}
+
+void Session::StashCache(Snapshot& snapshot) {
+  if (snapshot.stashed_cache) {
+    sequence_.cache = model::KvCache(config_);
+    return;
+  }
+  snapshot.stashed_cache.emplace(std::move(sequence_.cache));
+  sequence_.cache = model::KvCache(config_);
+}
+
+void Session::StashCacheCopy(Snapshot& snapshot) {
+  if (!snapshot.stashed_cache) snapshot.stashed_cache.emplace(sequence_.cache.Clone());
+}
+
+void Session::Restore(Snapshot snapshot) {
+  sequence_.tokens = std::move(snapshot.tokens);
+  turns_ = std::move(snapshot.turns);
+  if (snapshot.stashed_cache) sequence_.cache = std::move(*snapshot.stashed_cache);
+  // The history only grew since the snapshot (or the stashed cache is back): truncating suffices.
+  if (sequence_.cache.length() > snapshot.cache_length) sequence_.cache.Truncate(snapshot.cache_length);
+}
+
+std::unique_ptr<Session> Session::Fork(std::string new_id, uint32_t owner, bool with_cache) const {
+  auto fork = std::make_unique<Session>(std::move(new_id), owner, config_);
+  fork->sequence_.tokens = sequence_.tokens;
+  if (with_cache) fork->sequence_.cache = sequence_.cache.Clone();
+  fork->has_system_prompt_ = has_system_prompt_;
+  fork->system_end_ = system_end_;
+  fork->turns_ = turns_;
+  return fork;
+}
+
+void Session::Touch(uint64_t tick) {
+  last_use_tick_ = tick;
+  last_used_unix_s_ = UnixNow();
+}
+
+}  // namespace niels::daemon::engine

@@ -1,0 +1,122 @@
+#pragma once
+// Session: one chat session (DESIGN.md section 5): its owner, its token history with the KV cache of a
+// prefix of it (engine::Sequence), and the turn boundaries the context-limit policy works with.
+//
+// History layout: [system prompt span][turn 1][turn 2]...[turn k][tail]. The system prompt span is
+// [0, system_end()) (empty when the session has none). Each turn is a completed chat turn
+// ([usr] text [eot] [asst] reply [eot]) with its [begin, end) span; raw Generate appends to the tail,
+// which belongs to no turn. Turns never overlap and are ordered.
+//
+// Atomic turns: TakeSnapshot() before a turn, Restore() on cancel or failure. While the history only
+// grows, restoring truncates the cache back to its old length; when a turn must replace the cache
+// (context truncation, the uncached path) it first moves or clones the old cache into the snapshot
+// with StashCache(), so Restore() needs no recomputation.
+//
+// Not thread-safe: sessions live on the engine thread.
+
+#include <cstdint>
+#include <memory>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "daemon/engine/generator.h"
+#include "daemon/model/config.h"
+#include "daemon/model/kv_cache.h"
+
+namespace niels::daemon::engine {
+
+// Half-open token range [begin, end) of the history.
+struct TokenSpan {
+  int64_t begin = 0;
+  int64_t end = 0;
+  bool operator==(const TokenSpan&) const = default;
+};
+
+class Session {
+ public:
+  // What Restore() needs to undo a turn. Cheap unless a cache was stashed.
+  struct Snapshot {
+    std::vector<int32_t> tokens;
+    std::vector<TokenSpan> turns;
+    int64_t cache_length = 0;
+    std::optional<model::KvCache> stashed_cache;  // set by StashCache()
+  };
+
+  // An empty session (no system prompt, no tokens). `id` is 32 hex digits (NewSessionId()).
+  Session(std::string id, uint32_t owner, const model::ModelConfig& config);
+  Session(const Session&) = delete;
+  Session& operator=(const Session&) = delete;
+
+  const std::string& id() const { return id_; }
+  uint32_t owner() const { return owner_; }
+
+  Sequence& sequence() { return sequence_; }
+  const std::vector<int32_t>& tokens() const { return sequence_.tokens; }
+  int64_t length() const { return static_cast<int64_t>(sequence_.tokens.size()); }
+  int64_t cached_tokens() const { return sequence_.cache.length(); }
+  int64_t kv_bytes() const { return sequence_.cache.bytes(); }
+
+  bool has_system_prompt() const { return has_system_prompt_; }
+  int64_t system_end() const { return system_end_; }
+  const std::vector<TokenSpan>& turns() const { return turns_; }
+
+  // Makes `ids` the system prompt span. REQUIRES: the session is empty.
+  void SetSystemPrompt(std::vector<int32_t> ids);
+  // Records a completed turn. REQUIRES: span within the history, after every earlier turn.
+  void AddTurn(TokenSpan span);
+  // Appends `id` to the history as the last token of the last turn.
+  // REQUIRES: a turn exists and it ends at length().
+  void AppendToLastTurn(int32_t id);
+
+  // History length if the oldest `count` turns (and tail tokens before them) were dropped.
+  // REQUIRES: count <= turns().size().
+  int64_t LengthWithoutOldestTurns(size_t count) const;
+  // Drops the oldest `count` turns: tokens [system_end, turns[count-1].end) go, later spans shift,
+  // and the cache keeps only the system prompt's positions (later positions moved). Stashes the old
+  // cache in `snapshot` (a clone) so Restore() can bring it back. No-op for count == 0.
+  void DropOldestTurns(size_t count, Snapshot& snapshot);
+
+  // Back to the system prompt alone (cache truncated to it).
+  void Reset();
+  // Frees the KV cache; the history stays and is re-prefilled on next use.
+  void DropCache();
+
+  Snapshot TakeSnapshot() const;
+  // Moves the cache into `snapshot` (if not already stashed) and leaves an empty one in the session.
+  void StashCache(Snapshot& snapshot);
+  // Clones the cache into `snapshot` (if not already stashed); the session keeps its cache.
+  void StashCacheCopy(Snapshot& snapshot);
+  // Puts history, turns and cache back as they were at TakeSnapshot().
+  void Restore(Snapshot snapshot);
+
+  // A deep copy with a new id and owner: same history, turns and (if with_cache) cache contents;
+  // shares nothing mutable with this session.
+  std::unique_ptr<Session> Fork(std::string new_id, uint32_t owner, bool with_cache) const;
+
+  // Bookkeeping for listing and LRU eviction (set by SessionStore).
+  double created_unix_s() const { return created_unix_s_; }
+  double last_used_unix_s() const { return last_used_unix_s_; }
+  uint64_t last_use_tick() const { return last_use_tick_; }
+  void Touch(uint64_t tick);
+
+ private:
+  std::string id_;
+  uint32_t owner_;
+  model::ModelConfig config_;
+  Sequence sequence_;
+  bool has_system_prompt_ = false;
+  int64_t system_end_ = 0;
+  std::vector<TokenSpan> turns_;
+  double created_unix_s_ = 0;
+  double last_used_unix_s_ = 0;
+  uint64_t last_use_tick_ = 0;
+};
+
+// 32 lowercase hex digits from 128 bits of std::random_device.
+std::string NewSessionId();
+
+// Seconds since the Unix epoch (wall clock).
+double UnixNow();
+
+}  // namespace niels::daemon::engine

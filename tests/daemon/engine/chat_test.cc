@@ -1,0 +1,344 @@
+// Chat through the engine: prefix reuse across turns, cached vs uncached, streaming, cancellation
+// and atomic turns, forks, the context-limit policy and validation.
+#include <algorithm>
+
+#include <gtest/gtest.h>
+
+#include "tests/daemon/engine/engine_fixture.h"
+
+namespace niels::daemon::engine::testing {
+namespace {
+
+using Ids = std::vector<int32_t>;
+
+Ids ToIds(const google::protobuf::RepeatedField<int32_t>& field) { return Ids(field.begin(), field.end()); }
+
+struct SessionView {
+  Ids tokens;
+  int64_t cached = 0;
+  int32_t turns = 0;
+};
+
+SessionView View(Engine& engine, const std::string& id) {
+  v1::Response response = Call(engine, GetRequest(id));
+  EXPECT_TRUE(response.has_get_session()) << response.DebugString();
+  return {ToIds(response.get_session().token_ids()), response.get_session().session().cached_tokens(),
+          response.get_session().session().turns()};
+}
+
+class ChatTest : public ::testing::Test {
+ protected:
+  void Start(int64_t context, EngineOptions options = {}) {
+    engine_ = StartEngine(context, std::move(options));
+    model_ = LoadTinyModel(context);
+    special_ = model_->tokenizer->special();
+  }
+  std::string Create(const std::string& system) {
+    v1::Response response = Call(*engine_, CreateRequest(&system));
+    EXPECT_TRUE(response.has_create_session()) << response.DebugString();
+    return response.create_session().session_id();
+  }
+  // [role] + Encode(text) + [eot], written here from the template's definition.
+  Ids Message(int32_t role, const std::string& text) const {
+    Ids ids = {role};
+    for (int32_t id : model_->tokenizer->Encode(text)) ids.push_back(id);
+    ids.push_back(special_.eot);
+    return ids;
+  }
+  // A user turn as appended to the history: [usr] text [eot] [asst].
+  Ids UserTurn(const std::string& text) const {
+    Ids ids = Message(special_.usr, text);
+    ids.push_back(special_.asst);
+    return ids;
+  }
+  v1::Response Chat(const std::string& id, const std::string& text, int max_new_tokens, bool use_kv_cache = true) {
+    return Call(*engine_, ChatRequest(id, text, max_new_tokens, use_kv_cache));
+  }
+
+  std::unique_ptr<Engine> engine_;
+  std::unique_ptr<model::Model> model_;
+  model::SpecialTokens special_;
+};
+
+const std::vector<std::string> kUserTexts = {"hello there", "what is the weather like today?", "tell me more",
+                                             "why is that so", "thanks, goodbye"};
+
+TEST_F(ChatTest, FollowUpTurnsPrefillOnlyTheirNewTokens) {
+  Start(256);
+  const std::string system = "you are a small test bot";
+  const std::string id = Create(system);
+  EXPECT_EQ(View(*engine_, id).tokens, Message(special_.sys, system));
+  v1::StopReason previous_stop = v1::STOP_REASON_UNSPECIFIED;
+  for (size_t turn = 0; turn < kUserTexts.size(); ++turn) {
+    const SessionView before = View(*engine_, id);
+    const v1::Response response = Chat(id, kUserTexts[turn], 6);
+    ASSERT_TRUE(response.has_chat()) << response.DebugString();
+    const v1::ChatResponse& chat = response.chat();
+    const Ids user = UserTurn(kUserTexts[turn]);
+    const Ids reply = ToIds(chat.reply_ids());
+    const bool ended_on_eot = chat.stop_reason() == v1::EOT;
+    ASSERT_TRUE(ended_on_eot || chat.stop_reason() == v1::MAX_TOKENS) << chat.DebugString();
+
+    // The history reads: before + [usr] text [eot] [asst] reply [eot].
+    Ids expected = before.tokens;
+    expected.insert(expected.end(), user.begin(), user.end());
+    expected.insert(expected.end(), reply.begin(), reply.end());
+    expected.push_back(special_.eot);
+    const SessionView after = View(*engine_, id);
+    EXPECT_EQ(after.tokens, expected);
+    EXPECT_EQ(chat.session_length(), static_cast<int64_t>(expected.size()));
+    EXPECT_EQ(after.turns, static_cast<int32_t>(turn + 1));
+    EXPECT_EQ(chat.truncated_turns(), 0);
+    EXPECT_EQ(chat.reply(), model_->tokenizer->Decode(reply));
+    // Not yet cached: the final eot, and after MAX_TOKENS also the last reply token.
+    EXPECT_EQ(after.cached, after.tokens.size() - (ended_on_eot ? 1 : 2));
+
+    // Only the tokens not in the cache are prefilled: the previous turn's uncached tail + this turn.
+    const v1::GenerationStats& stats = chat.stats();
+    const int64_t uncached_tail = static_cast<int64_t>(before.tokens.size()) - before.cached;
+    if (turn == 0) {
+      EXPECT_EQ(uncached_tail, 0);  // the system prompt was prefilled at creation
+    } else {
+      EXPECT_EQ(uncached_tail, previous_stop == v1::EOT ? 1 : 2);
+    }
+    EXPECT_EQ(stats.prompt_tokens(), static_cast<int64_t>(before.tokens.size() + user.size()));
+    EXPECT_EQ(stats.reused_tokens(), before.cached);
+    EXPECT_EQ(stats.prefilled_tokens(), uncached_tail + static_cast<int64_t>(user.size()));
+    EXPECT_EQ(stats.generated_tokens(), static_cast<int64_t>(reply.size()) + (ended_on_eot ? 1 : 0));
+    EXPECT_TRUE(stats.used_kv_cache());
+    EXPECT_GE(stats.queue_ms(), 0.0);
+    previous_stop = chat.stop_reason();
+  }
+}
+
+TEST_F(ChatTest, UncachedPathGivesIdenticalGreedyReplies) {
+  Start(256);
+  const std::string system = "you are a small test bot";
+  const std::string cached = Create(system);
+  const std::string uncached = Create(system);
+  const std::string mixed = Create(system);
+  for (size_t turn = 0; turn < kUserTexts.size(); ++turn) {
+    const v1::Response a = Chat(cached, kUserTexts[turn], 8);
+    const v1::Response b = Chat(uncached, kUserTexts[turn], 8, /*use_kv_cache=*/false);
+    const v1::Response c = Chat(mixed, kUserTexts[turn], 8, /*use_kv_cache=*/turn % 2 == 1);
+    ASSERT_TRUE(a.has_chat() && b.has_chat() && c.has_chat()) << b.DebugString() << c.DebugString();
+    EXPECT_EQ(ToIds(b.chat().reply_ids()), ToIds(a.chat().reply_ids())) << "turn " << turn;
+    EXPECT_EQ(ToIds(c.chat().reply_ids()), ToIds(a.chat().reply_ids())) << "turn " << turn;
+    EXPECT_FALSE(b.chat().stats().used_kv_cache());
+    EXPECT_EQ(b.chat().stats().reused_tokens(), 0);
+    EXPECT_EQ(View(*engine_, uncached).cached, 0);  // the uncached path drops the session's cache
+  }
+  EXPECT_EQ(View(*engine_, uncached).tokens, View(*engine_, cached).tokens);
+}
+
+TEST_F(ChatTest, StreamedEventsAddUpToTheReply) {
+  Start(256);
+  const std::string id = Create("be brief");
+  v1::Request request = ChatRequest(id, "hello there", 12, true, /*stream=*/true);
+  auto sink = SubmitAsync(*engine_, request);
+  const v1::Response response = sink->Wait();
+  ASSERT_TRUE(response.has_chat()) << response.DebugString();
+  Ids sampled = ToIds(response.chat().reply_ids());
+  if (response.chat().stop_reason() == v1::EOT) sampled.push_back(special_.eot);
+  const std::vector<v1::Response> events = sink->events();
+  ASSERT_EQ(events.size(), sampled.size());
+  std::string text;
+  for (size_t i = 0; i < events.size(); ++i) {
+    ASSERT_TRUE(events[i].has_token());
+    EXPECT_EQ(events[i].request_id(), response.request_id());
+    EXPECT_EQ(events[i].token().id(), sampled[i]);
+    EXPECT_EQ(events[i].token().index(), static_cast<int32_t>(i));
+    text += events[i].token().text();
+  }
+  EXPECT_EQ(text, response.chat().reply());
+}
+
+TEST_F(ChatTest, SameSeedSameReply) {
+  Start(256);
+  const std::string a = Create("be brief");
+  const std::string b = Create("be brief");
+  v1::Request request = ChatRequest(a, "hello there", 10);
+  request.mutable_chat()->mutable_sampling()->set_temperature(1.0f);
+  request.mutable_chat()->mutable_sampling()->set_seed(1234);
+  const v1::Response first = Call(*engine_, request);
+  request.mutable_chat()->set_session_id(b);
+  const v1::Response second = Call(*engine_, request);
+  ASSERT_TRUE(first.has_chat() && second.has_chat());
+  EXPECT_EQ(ToIds(first.chat().reply_ids()), ToIds(second.chat().reply_ids()));
+}
+
+// Cancels the request after `after` events, by setting its flag or by refusing the event.
+struct CancelAfter {
+  std::shared_ptr<std::atomic<bool>> cancel = std::make_shared<std::atomic<bool>>(false);
+  std::shared_ptr<RecordingSink> sink = std::make_shared<RecordingSink>();
+  CancelAfter(size_t after, bool refuse) {
+    auto count = std::make_shared<size_t>(0);
+    sink->on_event = [this, count, after, refuse](const v1::Response&) {
+      if (++*count < after) return true;
+      if (refuse) return false;
+      cancel->store(true);
+      return true;
+    };
+  }
+};
+
+TEST_F(ChatTest, CancelMidStreamRestoresTheSession) {
+  Start(256);
+  for (bool refuse : {false, true}) {
+    const std::string id = Create("be brief");
+    ASSERT_TRUE(Chat(id, "hello there", 5).has_chat());
+    v1::Request fork_request;
+    fork_request.mutable_fork_session()->set_session_id(id);
+    const std::string twin = Call(*engine_, fork_request).fork_session().session_id();
+    const SessionView before = View(*engine_, id);
+
+    CancelAfter canceller(2, refuse);
+    v1::Request request = ChatRequest(id, "tell me more", 30, true, /*stream=*/true);
+    request.mutable_chat()->mutable_sampling()->add_banned_ids(special_.eot);  // never ends early
+    SubmitAsync(*engine_, request, kUid, canceller.cancel, canceller.sink);
+    EXPECT_EQ(ErrorOf(canceller.sink->Wait()), v1::CANCELLED) << (refuse ? "refused event" : "cancel flag");
+    EXPECT_EQ(canceller.sink->events().size(), 2u);  // the flag is read before the next forward
+    EXPECT_EQ(canceller.sink->finals(), 1);
+
+    const SessionView after = View(*engine_, id);
+    EXPECT_EQ(after.tokens, before.tokens);
+    EXPECT_EQ(after.cached, before.cached);
+    EXPECT_EQ(after.turns, before.turns);
+    // The restored session behaves exactly like its untouched twin.
+    const v1::Response next = Chat(id, "tell me more", 6);
+    const v1::Response expected = Chat(twin, "tell me more", 6);
+    ASSERT_TRUE(next.has_chat() && expected.has_chat());
+    EXPECT_EQ(ToIds(next.chat().reply_ids()), ToIds(expected.chat().reply_ids()));
+    EXPECT_EQ(next.chat().stats().prefilled_tokens(), expected.chat().stats().prefilled_tokens());
+  }
+}
+
+TEST_F(ChatTest, ForkIsIndependentOfItsParent) {
+  Start(256);
+  const std::string parent = Create("be brief");
+  ASSERT_TRUE(Chat(parent, "hello there", 5).has_chat());
+  v1::Request fork_request;
+  fork_request.mutable_fork_session()->set_session_id(parent);
+  const v1::Response forked = Call(*engine_, fork_request);
+  ASSERT_TRUE(forked.has_fork_session()) << forked.DebugString();
+  const std::string fork = forked.fork_session().session_id();
+  EXPECT_NE(fork, parent);
+  const SessionView parent_before = View(*engine_, parent);
+  EXPECT_EQ(forked.fork_session().length(), static_cast<int64_t>(parent_before.tokens.size()));
+  EXPECT_EQ(View(*engine_, fork).tokens, parent_before.tokens);
+  EXPECT_EQ(View(*engine_, fork).cached, parent_before.cached);
+
+  const v1::Response on_fork = Chat(fork, "what is the weather like today?", 6);
+  ASSERT_TRUE(on_fork.has_chat());
+  const SessionView parent_after = View(*engine_, parent);
+  EXPECT_EQ(parent_after.tokens, parent_before.tokens);
+  EXPECT_EQ(parent_after.cached, parent_before.cached);
+  // The parent, given the same turn, answers as the fork did, from its own cache.
+  const v1::Response on_parent = Chat(parent, "what is the weather like today?", 6);
+  ASSERT_TRUE(on_parent.has_chat());
+  EXPECT_EQ(ToIds(on_parent.chat().reply_ids()), ToIds(on_fork.chat().reply_ids()));
+  EXPECT_EQ(on_parent.chat().stats().reused_tokens(), on_fork.chat().stats().reused_tokens());
+  v1::Request remove;
+  remove.mutable_delete_session()->set_session_id(parent);
+  ASSERT_TRUE(Call(*engine_, remove).has_delete_session());
+  EXPECT_TRUE(Chat(fork, "thanks, goodbye", 3).has_chat());
+}
+
+TEST_F(ChatTest, ContextLimitDropsOldestTurnsAndKeepsTheSystemPrompt) {
+  Start(64);  // reply room R = min(max_new_tokens, T/4) = 8
+  const std::string system = "be brief";
+  const Ids system_ids = Message(special_.sys, system);
+  const std::string id = Create(system);
+  std::vector<Ids> turns;  // each completed turn's tokens, oldest first
+  bool truncated = false;
+  for (int i = 0; i < 12 && !truncated; ++i) {
+    const SessionView before = View(*engine_, id);
+    const std::string text = kUserTexts[i % kUserTexts.size()];
+    v1::Request request = ChatRequest(id, text, 8);
+    request.mutable_chat()->mutable_sampling()->add_banned_ids(special_.eot);  // replies of exactly 8
+    const v1::Response response = Call(*engine_, request);
+    ASSERT_TRUE(response.has_chat()) << response.DebugString();
+    const v1::ChatResponse& chat = response.chat();
+    const int dropped = chat.truncated_turns();
+    Ids turn = UserTurn(text);
+    const Ids reply = ToIds(chat.reply_ids());
+    ASSERT_EQ(reply.size(), 8u);
+    turn.insert(turn.end(), reply.begin(), reply.end());
+    turn.push_back(special_.eot);
+    // Dropping happens exactly when the turn plus the reply room would not fit.
+    const int64_t needed = static_cast<int64_t>(before.tokens.size() + UserTurn(text).size()) + 8;
+    EXPECT_EQ(dropped > 0, needed > 64) << "turn " << i;
+    turns.erase(turns.begin(), turns.begin() + dropped);
+    turns.push_back(turn);
+    Ids expected = system_ids;
+    for (const Ids& kept : turns) expected.insert(expected.end(), kept.begin(), kept.end());
+    const SessionView after = View(*engine_, id);
+    EXPECT_EQ(after.tokens, expected) << "turn " << i;
+    EXPECT_EQ(after.turns, static_cast<int32_t>(turns.size()));
+    EXPECT_LE(chat.stats().prompt_tokens() + 8, 64);
+    if (dropped > 0) {
+      truncated = true;
+      // The system prompt's cached keys/values were kept; everything after it was re-prefilled.
+      EXPECT_EQ(chat.stats().reused_tokens(), static_cast<int64_t>(system_ids.size()));
+      EXPECT_EQ(chat.stats().prefilled_tokens(), chat.stats().prompt_tokens() - chat.stats().reused_tokens());
+    }
+  }
+  EXPECT_TRUE(truncated);
+}
+
+TEST_F(ChatTest, TurnThatCannotFitIsRejectedAndTheSessionUnchanged) {
+  Start(64);
+  const std::string id = Create("be brief");
+  ASSERT_TRUE(Chat(id, "hello there", 4).has_chat());
+  const SessionView before = View(*engine_, id);
+  std::string long_text;
+  while (UserTurn(long_text).size() + before.tokens.size() < 80) long_text += "tell me more about the weather ";
+  ASSERT_GE(UserTurn(long_text).size() + Message(special_.sys, "be brief").size(), 64u);
+  EXPECT_EQ(ErrorOf(Chat(id, long_text, 4)), v1::INVALID_ARGUMENT);
+  const SessionView after = View(*engine_, id);
+  EXPECT_EQ(after.tokens, before.tokens);
+  EXPECT_EQ(after.cached, before.cached);
+  EXPECT_EQ(after.turns, before.turns);
+}
+
+TEST_F(ChatTest, InvalidRequestsAreRejected) {
+  Start(64);
+  const std::string id = Create("be brief");
+  auto with = [&](auto change) {
+    v1::Request request = ChatRequest(id, "hello there", 4);
+    change(*request.mutable_chat());
+    return ErrorOf(Call(*engine_, request));
+  };
+  EXPECT_EQ(with([](v1::ChatRequest& c) { c.set_user_text(""); }), v1::INVALID_ARGUMENT);
+  EXPECT_EQ(with([](v1::ChatRequest& c) { c.set_max_new_tokens(0); }), v1::INVALID_ARGUMENT);
+  EXPECT_EQ(with([](v1::ChatRequest& c) { c.set_max_new_tokens(-3); }), v1::INVALID_ARGUMENT);
+  EXPECT_EQ(with([](v1::ChatRequest& c) { c.set_max_new_tokens(1 << 30); }), v1::INVALID_ARGUMENT);
+  EXPECT_EQ(with([](v1::ChatRequest& c) { c.mutable_sampling()->set_temperature(-1); }), v1::INVALID_ARGUMENT);
+  EXPECT_EQ(with([](v1::ChatRequest& c) { c.mutable_sampling()->set_top_k(-1); }), v1::INVALID_ARGUMENT);
+  EXPECT_EQ(with([](v1::ChatRequest& c) { c.mutable_sampling()->set_top_p(1.5f); }), v1::INVALID_ARGUMENT);
+  EXPECT_EQ(with([](v1::ChatRequest& c) { c.mutable_sampling()->set_repetition_penalty(0); }),
+            v1::INVALID_ARGUMENT);
+  EXPECT_EQ(with([](v1::ChatRequest& c) { c.mutable_sampling()->add_banned_ids(1 << 20); }), v1::INVALID_ARGUMENT);
+  EXPECT_EQ(View(*engine_, id).turns, 0);
+}
+
+TEST_F(ChatTest, RoleTokensAreBannedUnlessAllowed) {
+  Start(256);
+  const std::string id = Create("be brief");
+  v1::Request request = ChatRequest(id, "hello there", 40);
+  request.mutable_chat()->mutable_sampling()->set_temperature(5.0f);  // near-uniform: all ids likely
+  request.mutable_chat()->mutable_sampling()->set_top_k(0);
+  for (int round = 0; round < 3; ++round) {
+    request.mutable_chat()->mutable_sampling()->set_seed(round);
+    const v1::Response response = Call(*engine_, request);
+    ASSERT_TRUE(response.has_chat());
+    for (int32_t token : response.chat().reply_ids()) {
+      EXPECT_NE(token, special_.sys);
+      EXPECT_NE(token, special_.usr);
+      EXPECT_NE(token, special_.asst);
+    }
+  }
+}
+
+}  // namespace
+}  // namespace niels::daemon::engine::testing

@@ -1,0 +1,214 @@
+// Session and SessionStore: snapshots, turn dropping, forks, ownership, limits, the KV budget.
+#include "daemon/engine/session.h"
+
+#include <set>
+
+#include <gtest/gtest.h>
+#include <c10/core/InferenceMode.h>
+#include <torch/torch.h>
+
+#include "daemon/engine/session_store.h"
+#include "tests/support/test_model.h"
+
+namespace niels::daemon::engine {
+namespace {
+
+model::ModelConfig SmallConfig() {
+  model::ModelConfig config;
+  config.vocab_size = 50;
+  config.context = 256;
+  config.width = 8;
+  config.layers = 2;
+  config.heads = 2;
+  config.d_ff = 16;
+  return config;
+}
+
+// Appends n positions of recognisable values (position * 1000 + layer) to the cache.
+void FillCache(model::KvCache& cache, const model::ModelConfig& config, int64_t n) {
+  const int64_t start = cache.length();
+  cache.Reserve(n);
+  for (int64_t layer = 0; layer < config.layers; ++layer) {
+    torch::Tensor positions = torch::arange(start, start + n, torch::kFloat).view({1, n, 1});
+    torch::Tensor k = (positions * 1000 + layer).expand({config.heads, n, config.head_dim()}).contiguous();
+    cache.Write(layer, k, -k);
+  }
+  cache.Advance(n);
+}
+
+// Grows the session's history by n tokens and caches them all.
+void Grow(Session& session, const model::ModelConfig& config, int64_t n, int32_t id) {
+  for (int64_t i = 0; i < n; ++i) session.sequence().tokens.push_back(id);
+  FillCache(session.sequence().cache, config, session.length() - session.cached_tokens());
+}
+
+// The engine thread runs under InferenceMode; caches hold inference tensors, so tests do too.
+class SessionTest : public ::testing::Test {
+ protected:
+  c10::InferenceMode inference_mode_;
+};
+using SessionStoreTest = SessionTest;
+
+TEST(SessionIdTest, Is32LowercaseHexAndUnique) {
+  std::set<std::string> ids;
+  for (int i = 0; i < 200; ++i) {
+    const std::string id = NewSessionId();
+    ASSERT_EQ(id.size(), 32u);
+    for (char c : id) EXPECT_TRUE((c >= '0' && c <= '9') || (c >= 'a' && c <= 'f')) << id;
+    ids.insert(id);
+  }
+  EXPECT_EQ(ids.size(), 200u);
+}
+
+TEST_F(SessionTest, RestoreUndoesGrowth) {
+  const model::ModelConfig config = SmallConfig();
+  Session session("a", 1, config);
+  session.SetSystemPrompt({1, 2, 3});
+  FillCache(session.sequence().cache, config, 3);
+  session.AddTurn({3, 3});  // an empty turn span is fine for the bookkeeping
+  Session::Snapshot snapshot = session.TakeSnapshot();
+  const std::vector<int32_t> before = session.tokens();
+  Grow(session, config, 10, 7);
+  session.AddTurn({3, 13});
+  session.Restore(std::move(snapshot));
+  EXPECT_EQ(session.tokens(), before);
+  EXPECT_EQ(session.cached_tokens(), 3);
+  EXPECT_EQ(session.turns().size(), 1u);
+}
+
+TEST_F(SessionTest, RestoreBringsBackAStashedCache) {
+  const model::ModelConfig config = SmallConfig();
+  Session session("a", 1, config);
+  Grow(session, config, 5, 4);
+  const torch::Tensor keys = session.sequence().cache.Keys(1, 5).clone();
+  Session::Snapshot snapshot = session.TakeSnapshot();
+  session.StashCache(snapshot);
+  EXPECT_EQ(session.cached_tokens(), 0);
+  Grow(session, config, 2, 9);
+  session.Restore(std::move(snapshot));
+  EXPECT_EQ(session.length(), 5);
+  ASSERT_EQ(session.cached_tokens(), 5);
+  EXPECT_TRUE(torch::equal(session.sequence().cache.Keys(1, 5), keys));
+}
+
+TEST_F(SessionTest, DropOldestTurnsKeepsSystemPromptAndShiftsTurns) {
+  const model::ModelConfig config = SmallConfig();
+  Session session("a", 1, config);
+  session.SetSystemPrompt({1, 1});
+  for (int32_t turn = 0; turn < 3; ++turn) {
+    const int64_t begin = session.length();
+    Grow(session, config, 4, 10 + turn);
+    session.AddTurn({begin, session.length()});
+  }
+  ASSERT_EQ(session.length(), 14);
+  EXPECT_EQ(session.LengthWithoutOldestTurns(0), 14);
+  EXPECT_EQ(session.LengthWithoutOldestTurns(2), 6);
+  Session::Snapshot snapshot = session.TakeSnapshot();
+  session.DropOldestTurns(2, snapshot);
+  EXPECT_EQ(session.tokens(), (std::vector<int32_t>{1, 1, 12, 12, 12, 12}));
+  ASSERT_EQ(session.turns().size(), 1u);
+  EXPECT_EQ(session.turns()[0], (TokenSpan{2, 6}));
+  EXPECT_EQ(session.cached_tokens(), 2);  // only the system prompt's positions stay valid
+  session.Restore(std::move(snapshot));
+  EXPECT_EQ(session.length(), 14);
+  EXPECT_EQ(session.cached_tokens(), 14);
+  EXPECT_EQ(session.turns().size(), 3u);
+}
+
+TEST_F(SessionTest, ResetKeepsOnlyTheSystemPrompt) {
+  const model::ModelConfig config = SmallConfig();
+  Session session("a", 1, config);
+  session.SetSystemPrompt({5, 6, 7});
+  Grow(session, config, 3, 0);
+  Grow(session, config, 4, 9);
+  session.AddTurn({3, 7});
+  session.Reset();
+  EXPECT_EQ(session.tokens(), (std::vector<int32_t>{5, 6, 7}));
+  EXPECT_EQ(session.cached_tokens(), 3);
+  EXPECT_TRUE(session.turns().empty());
+  EXPECT_TRUE(session.has_system_prompt());
+}
+
+TEST_F(SessionTest, ForkSharesNothingMutable) {
+  const model::ModelConfig config = SmallConfig();
+  Session parent("a", 1, config);
+  parent.SetSystemPrompt({3});
+  Grow(parent, config, 6, 2);
+  std::unique_ptr<Session> fork = parent.Fork("b", 1, /*with_cache=*/true);
+  EXPECT_EQ(fork->tokens(), parent.tokens());
+  ASSERT_EQ(fork->cached_tokens(), parent.cached_tokens());
+  EXPECT_TRUE(torch::equal(fork->sequence().cache.Keys(0, 7), parent.sequence().cache.Keys(0, 7)));
+  // Writing into the fork's cache storage leaves the parent's untouched.
+  fork->sequence().cache.Keys(0, 7).fill_(-1);
+  fork->sequence().cache.Truncate(2);
+  Grow(*fork, config, 5, 8);
+  EXPECT_EQ(parent.length(), 7);
+  EXPECT_EQ(parent.cached_tokens(), 7);
+  EXPECT_EQ(parent.sequence().cache.Keys(0, 7)[0][6][0].item<float>(), 6000.0f);
+  std::unique_ptr<Session> bare = parent.Fork("c", 2, /*with_cache=*/false);
+  EXPECT_EQ(bare->cached_tokens(), 0);
+  EXPECT_EQ(bare->owner(), 2u);
+  EXPECT_EQ(bare->system_end(), 1);
+}
+
+TEST_F(SessionStoreTest, OwnershipAndListing) {
+  SessionStore store(SmallConfig(), SessionStoreOptions{});
+  Session* mine = store.Create(1000).value();
+  Session* theirs = store.Create(2000).value();
+  EXPECT_TRUE(store.Find(mine->id(), 1000).ok());
+  EXPECT_EQ(store.Find(mine->id(), 2000).status().code(), common::StatusCode::kPermissionDenied);
+  EXPECT_EQ(store.Find(mine->id(), 0).status().code(), common::StatusCode::kPermissionDenied);
+  EXPECT_EQ(store.Find("00000000000000000000000000000000", 1000).status().code(), common::StatusCode::kNotFound);
+  EXPECT_EQ(store.Delete(theirs->id(), 1000).code(), common::StatusCode::kPermissionDenied);
+  EXPECT_EQ(store.Fork(theirs->id(), 1000).status().code(), common::StatusCode::kPermissionDenied);
+  ASSERT_EQ(store.List(1000).size(), 1u);
+  EXPECT_EQ(store.List(1000)[0], mine);
+  EXPECT_TRUE(store.List(3000).empty());
+  EXPECT_TRUE(store.Delete(theirs->id(), 2000).ok());
+  EXPECT_EQ(store.size(), 1u);
+}
+
+TEST_F(SessionStoreTest, RootOnlyWhenAllowed) {
+  SessionStore store(SmallConfig(), SessionStoreOptions{64, 1ull << 30, /*allow_root=*/true});
+  Session* mine = store.Create(1000).value();
+  EXPECT_TRUE(store.Find(mine->id(), 0).ok());
+  EXPECT_TRUE(store.List(0).empty());  // listing stays own-only
+}
+
+TEST_F(SessionStoreTest, MaxSessions) {
+  SessionStore store(SmallConfig(), SessionStoreOptions{2, 1ull << 30, false});
+  Session* first = store.Create(1).value();
+  ASSERT_TRUE(store.Create(1).ok());
+  EXPECT_EQ(store.Create(1).status().code(), common::StatusCode::kResourceExhausted);
+  EXPECT_EQ(store.Fork(first->id(), 1).status().code(), common::StatusCode::kResourceExhausted);
+}
+
+TEST_F(SessionStoreTest, BudgetDropsLeastRecentlyUsedCachesFirst) {
+  const model::ModelConfig config = SmallConfig();
+  SessionStore probe(config, SessionStoreOptions{});
+  // Measure what one 64-token cache occupies, then allow three of them.
+  Session* sizing = probe.Create(1).value();
+  Grow(*sizing, config, 64, 1);
+  const uint64_t one = static_cast<uint64_t>(sizing->kv_bytes());
+  ASSERT_GE(one, probe.BytesForTokens(64));
+
+  SessionStore store(config, SessionStoreOptions{64, 3 * one, false});
+  std::vector<Session*> sessions;
+  for (int i = 0; i < 3; ++i) {
+    sessions.push_back(store.Create(1).value());
+    Grow(*sessions.back(), config, 64, 1);
+  }
+  ASSERT_TRUE(store.Find(sessions[0]->id(), 1).ok());  // 0 is now more recent than 1 and 2
+  Session* fourth = store.Create(1).value();
+  ASSERT_TRUE(store.Reserve(fourth, one).ok());
+  EXPECT_EQ(sessions[1]->cached_tokens(), 0);   // least recently used: dropped
+  EXPECT_EQ(sessions[1]->length(), 64);         // its history stays
+  EXPECT_EQ(sessions[0]->cached_tokens(), 64);
+  EXPECT_EQ(sessions[2]->cached_tokens(), 64);
+  EXPECT_EQ(store.evictions(), 1u);
+  EXPECT_EQ(store.Reserve(fourth, 4 * one).code(), common::StatusCode::kResourceExhausted);
+  EXPECT_EQ(sessions[0]->cached_tokens(), 64);  // a refused reservation drops nothing
+}
+
+}  // namespace
+}  // namespace niels::daemon::engine
