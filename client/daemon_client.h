@@ -80,7 +80,7 @@ class DaemonClient {
   // Forgets a cancel request that no call has acted on yet.
   void ClearCancelRequest();
 
-  // The id the most recent call used (0 before the first).
+  // The most recently assigned request id (a call's own, or the Cancel it sent); 0 before any.
   uint64_t last_request_id() const { return next_request_id_.load() - 1; }
   const std::string& socket_path() const { return socket_path_; }
 
