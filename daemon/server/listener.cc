@@ -164,6 +164,8 @@ common::StatusOr<std::unique_ptr<Listener>> Listener::Open(const boost::asio::an
   }
   std::unique_ptr<Listener> listener(new Listener(executor, path, activated == 1));
   listener->owns_file_ = activated == 0;
+  struct stat st {};
+  if (activated == 0 && ::lstat(path.c_str(), &st) == 0) listener->inode_ = st.st_ino;
   boost::system::error_code ec;
   listener->acceptor_.assign(boost::asio::local::stream_protocol(), fd, ec);
   if (ec) {
@@ -177,7 +179,8 @@ void Listener::Close() {
   boost::system::error_code ignored;
   if (acceptor_.is_open()) acceptor_.close(ignored);
   if (owns_file_) {
-    ::unlink(path_.c_str());
+    struct stat st {};
+    if (::lstat(path_.c_str(), &st) == 0 && st.st_ino == inode_) ::unlink(path_.c_str());
     owns_file_ = false;
   }
 }

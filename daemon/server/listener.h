@@ -74,6 +74,7 @@ class Listener {
   std::string path_;
   bool socket_activated_ = false;
   bool owns_file_ = false;  // Open() bound the path: Close() unlinks it
+  ino_t inode_ = 0;         // of the file Open() created: never unlink a successor's socket
 };
 
 }  // namespace niels::daemon::server

@@ -116,6 +116,23 @@ TEST(ListenerTest, RefusesAPathThatIsNotASocket) {
   EXPECT_TRUE(std::filesystem::is_regular_file(path));
 }
 
+TEST(ListenerTest, CloseLeavesASuccessorsSocketAlone) {
+  ScopedTempDir dir;
+  auto path = dir.path() / "s.sock";
+  boost::asio::io_context io;
+  auto first = Listener::Open(io.get_executor(), Options(path));
+  ASSERT_TRUE(first.ok());
+  // Someone removed our file and a new daemon bound the path.
+  ASSERT_EQ(::unlink(path.c_str()), 0);
+  auto second = Listener::Open(io.get_executor(), Options(path));
+  ASSERT_TRUE(second.ok()) << second.status().ToString();
+  (*first)->Close();
+  EXPECT_TRUE(std::filesystem::is_socket(path));
+  EXPECT_TRUE(RawClient(path.string()).connected());
+  (*second)->Close();
+  EXPECT_FALSE(std::filesystem::exists(path));
+}
+
 TEST(ListenerTest, RefusesATooLongPath) {
   boost::asio::io_context io;
   auto listener = Listener::Open(io.get_executor(), Options("/tmp/" + std::string(200, 'x')));
