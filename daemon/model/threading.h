@@ -20,8 +20,9 @@ enum class ThreadSetup {
   kTorchThreads,
 };
 
-// Applies `setup` for n >= 1 threads (n <= 0 means the number of cores). Not thread-safe: call once
-// from main before starting the engine thread.
+// Applies `setup` for n >= 1 threads (n <= 0 means the number of cores), and tunes glibc malloc to
+// keep large activation buffers in the heap (no mmap/munmap and page faults per op; see
+// threading.cc). Not thread-safe: call once from main before starting the engine thread.
 void ConfigureThreads(int n, ThreadSetup setup = ThreadSetup::kBlasThreads);
 
 // One line describing the effective setup, e.g. "torch intra-op 1, OpenBLAS 2 (OpenBLAS 0.3.21 ...)".

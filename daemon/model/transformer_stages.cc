@@ -6,14 +6,33 @@
 #include <ATen/ATen.h>
 
 namespace niels::daemon::model {
+namespace {
+
+// Up to this many rows, Linear runs one matrix-vector product per row: the 2nd..Bth pass over a
+// weight mostly hits the cache, while gemm always repacks the whole weight first (about 3 passes).
+constexpr int64_t kMaxMatVecRows = 8;
+
+}  // namespace
 
 torch::Tensor Linear(const torch::Tensor& x, const torch::Tensor& weight, const torch::Tensor& bias) {
-  if (x.numel() != x.size(-1)) return at::linear(x, weight, bias);
+  const int64_t in = x.size(-1);
+  const int64_t rows = in == 0 ? 0 : x.numel() / in;
+  if (rows > kMaxMatVecRows || rows == 0 || x.requires_grad() || weight.requires_grad()) {
+    return at::linear(x, weight, bias);
+  }
+  torch::Tensor input = x.reshape({rows, in});                                     // [rows, in]
+  torch::Tensor y = at::empty({rows, weight.size(0)}, x.options());                 // [rows, out]
+  for (int64_t r = 0; r < rows; ++r) {
+    torch::Tensor out_row = y[r];
+    if (bias.defined()) {
+      at::addmv_out(out_row, bias, weight, input[r]);
+    } else {
+      at::mv_out(out_row, weight, input[r]);
+    }
+  }
   auto out_shape = x.sizes().vec();
   out_shape.back() = weight.size(0);
-  torch::Tensor row = x.reshape({-1});                                              // [in]
-  torch::Tensor y = bias.defined() ? at::addmv(bias, weight, row) : at::mv(weight, row);  // [out]
-  return y.view(out_shape);                                                          // [..., out]
+  return y.view(out_shape);  // [..., out]
 }
 
 torch::Tensor RopeTable(const ModelConfig& config) {

@@ -16,9 +16,10 @@ namespace niels::daemon::model {
 
 inline constexpr double kRmsNormEps = 1e-5;
 
-// x @ weight^T (+ bias): [..., in] -> [..., out]. Same result as at::linear; a single row (one
-// decode step) runs as a matrix-vector product, which streams the weight once instead of letting
-// BLAS gemm repack it first (3-4x faster on the decode shapes, measured with nielsd-bench).
+// x @ weight^T (+ bias): [..., in] -> [..., out]. Same result as at::linear. A few rows (a decode
+// step of B <= 8 sequences) run as one matrix-vector product per row, which streams the weight
+// instead of letting BLAS gemm repack it first (3-4x faster for one row, measured with
+// nielsd-bench); many rows, or anything requiring grad, go to at::linear.
 torch::Tensor Linear(const torch::Tensor& x, const torch::Tensor& weight, const torch::Tensor& bias = {});
 
 // RoPE rotations for positions 0..T-1: [T, D/2] complex64, entry (p, i) = e^{i * p * inv_freq_i}
