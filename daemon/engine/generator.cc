@@ -40,6 +40,12 @@ void AddLogprobs(const std::vector<float>& logits, int32_t top_n, bool want_logp
   for (int32_t i = 0; i < n; ++i) event.top.push_back({ids[i], logprob(ids[i])});
 }
 
+// The traced row of the single sequence of a Decode call, when the model recorded one.
+std::optional<torch::Tensor> TraceRow(const model::AttentionTrace& trace) {
+  if (trace.rows.empty() || !trace.rows[0].defined()) return std::nullopt;
+  return trace.rows[0];
+}
+
 // Throws (before anything changes) when a REQUIRES of Generate does not hold.
 void CheckRequires(const model::ModelConfig& config, const Sequence& sequence,
                    std::span<const int32_t> input, const GenerateOptions& options) {
@@ -115,7 +121,7 @@ void GenerationTask::StartCached() {
   model::AttentionTrace trace{options_.trace_layer, {}};
   model::KvCache* caches[] = {&cache};
   torch::Tensor logits = model_.Decode(pending.last(1), caches, &trace);
-  AcceptDecodeLogits(logits[0], trace.rows.empty() ? std::nullopt : std::optional(trace.rows[0]));
+  AcceptDecodeLogits(logits[0], TraceRow(trace));
 }
 
 void GenerationTask::StartUncached() {
@@ -164,7 +170,7 @@ void GenerationTask::Step() {
   }
   model::AttentionTrace trace{options_.trace_layer, {}};
   torch::Tensor logits = model_.Decode({&token, 1}, caches, &trace);
-  AcceptDecodeLogits(logits[0], trace.rows.empty() ? std::nullopt : std::optional(trace.rows[0]));
+  AcceptDecodeLogits(logits[0], TraceRow(trace));
 }
 
 void GenerationTask::AcceptDecodeLogits(const torch::Tensor& logits, std::optional<torch::Tensor> attention) {
