@@ -37,11 +37,15 @@ void KeepLargeAllocationsInHeap() {
 
 }  // namespace
 
-// Measured with nielsd-bench on the `personal` preset, 2 cores (see bench/model_bench.cc):
-// kBlasThreads decodes fastest and is never slower in prefill, because decode is a chain of
-// matrix-vector products that OpenBLAS parallelises itself while the element-wise ops in between
-// are far too small to gain from OpenMP. It also needs no OMP_WAIT_POLICY=PASSIVE, which libgomp
-// only reads from the environment at load time, so the daemon could not set it for itself.
+// Measured with nielsd-bench on the `personal` preset, 2 cores (a shared, busy VM, so figures vary
+// run to run; cached decode tokens/s):
+//   kBlasThreads, 2 threads   50-78    prefill 830-1000 tokens/s
+//   kTorchThreads, 2 threads   4       prefill 89 tokens/s (OpenMP workers spin against OpenBLAS)
+//   1 thread                  73       prefill 845 tokens/s
+// Decode is a chain of matrix-vector products that OpenBLAS parallelises itself, and the
+// element-wise ops between them are far too small to gain from OpenMP, so kBlasThreads is the
+// default. It also needs no OMP_WAIT_POLICY=PASSIVE, which libgomp reads from the environment only
+// at load time, so a daemon could not set it for itself.
 void ConfigureThreads(int n, ThreadSetup setup) {
   if (n <= 0) n = static_cast<int>(std::max(1u, std::thread::hardware_concurrency()));
   KeepLargeAllocationsInHeap();
