@@ -1,6 +1,8 @@
 #include "daemon/engine/engine.h"
 
 #include <exception>
+#include <string>
+#include <vector>
 #include <utility>
 
 #include <c10/core/InferenceMode.h>
@@ -51,6 +53,32 @@ HandlerResult Dispatch(EngineState& state, JobContext& context, const v1::Reques
   return Status::Unimplemented("unknown or empty request kind");
 }
 
+// The session a request names ("" for none).
+const std::string& SessionOf(const v1::Request& request) {
+  static const std::string kNone;
+  switch (request.kind_case()) {
+    case v1::Request::kChat: return request.chat().session_id();
+    case v1::Request::kGenerate: return request.generate().session_id();
+    case v1::Request::kGetSession: return request.get_session().session_id();
+    case v1::Request::kForkSession: return request.fork_session().session_id();
+    case v1::Request::kResetSession: return request.reset_session().session_id();
+    case v1::Request::kDeleteSession: return request.delete_session().session_id();
+    default: return kNone;
+  }
+}
+
+// Whether a queued job may run between the decode steps of a generation on `busy_session`.
+bool MayRunBetweenSteps(const v1::Request& request, const std::string& busy_session) {
+  switch (request.kind_case()) {
+    case v1::Request::kChat:
+    case v1::Request::kGenerate:
+    case v1::Request::KIND_NOT_SET:
+      return false;
+    default:
+      return SessionOf(request) != busy_session;
+  }
+}
+
 }  // namespace
 
 EngineState::EngineState(std::unique_ptr<model::Model> loaded, const EngineOptions& engine_options)
@@ -74,6 +102,7 @@ bool JobContext::SendEvent(v1::TokenEvent event) {
 
 Engine::Engine(std::unique_ptr<model::Model> model, EngineOptions options)
     : options_(std::move(options)), state_(std::make_unique<EngineState>(std::move(model), options_)) {
+  state_->serve_between_steps = [this](const std::string& busy_session) { ServeBetweenSteps(busy_session); };
   thread_ = std::thread([this] { Run(); });
 }
 
@@ -129,12 +158,27 @@ void Engine::Run() {
       queued = std::move(queue_.front());
       queue_.pop_front();
       running_cancel_ = queued.job.cancel;
-      state_->queued_requests = static_cast<uint32_t>(queue_.size());
     }
     Execute(queued);
     std::lock_guard lock(mutex_);
     running_cancel_.reset();
   }
+}
+
+void Engine::ServeBetweenSteps(const std::string& busy_session) {
+  std::vector<QueuedJob> ready;
+  {
+    std::lock_guard lock(mutex_);
+    for (auto it = queue_.begin(); it != queue_.end();) {
+      if (MayRunBetweenSteps(it->job.request, busy_session)) {
+        ready.push_back(std::move(*it));
+        it = queue_.erase(it);
+      } else {
+        ++it;
+      }
+    }
+  }
+  for (QueuedJob& queued : ready) Execute(queued);
 }
 
 void Engine::Execute(QueuedJob& queued) {
@@ -143,6 +187,10 @@ void Engine::Execute(QueuedJob& queued) {
   if (job.cancel->load()) {  // cancelled while queued, or shutting down
     SendFinal(job, CancelledStatus());
     return;
+  }
+  {
+    std::lock_guard lock(mutex_);
+    state_->queued_requests = static_cast<uint32_t>(queue_.size());
   }
   const double queue_ms = std::chrono::duration<double, std::milli>(Clock::now() - queued.enqueued).count();
   JobContext context(job, queue_ms);

@@ -8,6 +8,11 @@
 // except the immediate errors of Submit() itself (UNAVAILABLE after Shutdown, RESOURCE_EXHAUSTED on a
 // full queue, INVALID_ARGUMENT for a Cancel or empty request), which are sent on the caller's thread.
 //
+// Scheduling: jobs run in FIFO order, one at a time, except that while a Chat or Generate decodes,
+// queued jobs that need no generation and do not name its session (Info, Stats, Tokenize,
+// Detokenize, ListSessions, and Create/Get/Fork/Reset/Delete of other sessions) are served between
+// its decode steps. Requests on one session therefore always run in the order they were submitted.
+//
 // Request semantics (DESIGN.md sections 4-6; proto/niels/v1/nielsd.proto):
 // - A job whose cancel flag is set before it starts is answered CANCELLED without running.
 // - Chat and Generate are atomic: on cancel (the job's flag, or the sink's Send returning false) or
@@ -81,6 +86,8 @@ class Engine : public InferenceEngine {
  private:
   void Run();
   void Execute(QueuedJob& queued);
+  // Runs the queued quick jobs (see Scheduling) that do not name `busy_session`. Engine thread only.
+  void ServeBetweenSteps(const std::string& busy_session);
 
   EngineOptions options_;
   std::unique_ptr<EngineState> state_;  // touched only by the engine thread (after construction)

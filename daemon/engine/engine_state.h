@@ -9,7 +9,9 @@
 #include <atomic>
 #include <chrono>
 #include <cstdint>
+#include <functional>
 #include <memory>
+#include <string>
 
 #include "common/status.h"
 #include "daemon/engine/engine.h"
@@ -35,6 +37,10 @@ struct EngineState {
   uint64_t tokens_generated_total = 0;
   uint64_t tokens_prefilled_total = 0;
   uint32_t queued_requests = 0;  // queue depth when the current job started
+  // Runs queued jobs that need no generation and do not name `busy_session` (Info, Stats, Tokenize,
+  // other sessions' Get/List/Create/Fork/Reset/Delete ...), so they are not held up by a long
+  // generation. Called by the generation loop between decode steps; set by the Engine.
+  std::function<void(const std::string& busy_session)> serve_between_steps;
 };
 
 // The running job as a handler sees it.

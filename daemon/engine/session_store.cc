@@ -99,7 +99,7 @@ void SessionStore::EvictFor(const Session* active, uint64_t active_bytes) {
   while (others > 0 && others + active_bytes > options_.kv_budget_bytes) {
     Session* victim = nullptr;
     for (const auto& [id, session] : sessions_) {
-      if (session.get() == active || session->kv_bytes() == 0) continue;
+      if (session.get() == active || session.get() == busy_ || session->kv_bytes() == 0) continue;
       if (!victim || session->last_use_tick() < victim->last_use_tick()) victim = session.get();
     }
     if (!victim) break;

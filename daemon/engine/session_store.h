@@ -59,6 +59,10 @@ class SessionStore {
   // Drops LRU caches of sessions other than `active` while the total exceeds the budget.
   void Trim(const Session* active);
 
+  // Marks the session being generated on (nullptr: none). Its cache is never dropped by Reserve(),
+  // Trim() or Fork() made for other sessions meanwhile.
+  void SetBusy(const Session* session) { busy_ = session; }
+
   // Bytes a cache of `tokens` positions needs (keys and values, f32, every layer).
   uint64_t BytesForTokens(int64_t tokens) const;
 
@@ -78,6 +82,7 @@ class SessionStore {
   model::ModelConfig config_;
   SessionStoreOptions options_;
   std::map<std::string, std::unique_ptr<Session>> sessions_;
+  const Session* busy_ = nullptr;
   uint64_t tick_ = 0;
   uint64_t evictions_ = 0;
 };

@@ -33,8 +33,19 @@ common::StatusOr<GenerateResult> RunAtomically(EngineState& state, JobContext& j
     };
   }
   GenerateResult result;
+  state.sessions.SetBusy(&session);  // other jobs may run between steps: keep this cache
+  struct Unbusy {
+    SessionStore& store;
+    ~Unbusy() { store.SetBusy(nullptr); }
+  } unbusy{state.sessions};
   try {
-    result = Generate(state.language_model(), session.sequence(), input, options);
+    GenerationTask task(state.language_model(), session.sequence(), std::move(options));
+    task.Start(input);
+    while (!task.done()) {
+      if (state.serve_between_steps) state.serve_between_steps(session.id());
+      task.Step();
+    }
+    result = task.TakeResult();
   } catch (...) {
     session.Restore(std::move(snapshot));
     throw;

@@ -23,7 +23,8 @@ common::Status PrepareCache(EngineState& state, Session& session, Session::Snaps
 // Builds the TokenEvent for one sampled id (text, extras); `last` tells whether no id can follow.
 using EventBuilder = std::function<niels::v1::TokenEvent(const StepEvent& event, bool last)>;
 
-// Generates on the session with options.cancel = the job's flag. When `stream_event` is set, each
+// Generates on the session with options.cancel = the job's flag. Between decode steps it lets the
+// engine serve quick jobs on other sessions (EngineState::serve_between_steps). When `stream_event` is set, each
 // sampled id goes out as the TokenEvent it builds (a refused event cancels the job). On cancel
 // (result kCancelled, or the job's flag set by the end) the session is restored from `snapshot` and
 // CANCELLED returned; on an exception it is restored and the exception rethrown. On success the

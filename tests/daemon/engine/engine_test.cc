@@ -289,6 +289,39 @@ TEST(EngineTest, QueuedCancelledJobDoesNotRun) {
   EXPECT_EQ(Call(*engine, GetRequest(id)).get_session().session().length(), 0);
 }
 
+TEST(EngineTest, QuickJobsAreServedBetweenDecodeSteps) {
+  auto engine = StartEngine(kContext);
+  const std::string busy = CreateSession(*engine);
+  const std::string other = CreateSession(*engine);
+  std::shared_ptr<RecordingSink> info, get_other, get_busy;
+  bool others_done_by_second_event = false;
+  bool busy_done_by_second_event = true;
+  int events = 0;
+  auto sink = std::make_shared<RecordingSink>();
+  sink->on_event = [&](const v1::Response&) {  // on the engine thread
+    if (++events == 1) {
+      v1::Request info_request;
+      info_request.mutable_info();
+      info = SubmitAsync(*engine, info_request);
+      get_other = SubmitAsync(*engine, GetRequest(other));
+      get_busy = SubmitAsync(*engine, GetRequest(busy));
+    } else if (events == 2) {
+      others_done_by_second_event = info->finals() == 1 && get_other->finals() == 1;
+      busy_done_by_second_event = get_busy->finals() == 1;
+    }
+    return true;
+  };
+  v1::Request chat = ChatRequest(busy, "hello there", 6, true, /*stream=*/true);
+  chat.mutable_chat()->mutable_sampling()->add_banned_ids(LoadTinyModel(kContext)->tokenizer->special().eot);
+  ASSERT_TRUE(SubmitAsync(*engine, chat, kUid, nullptr, sink)->Wait().has_chat());
+  EXPECT_EQ(events, 6);
+  EXPECT_TRUE(others_done_by_second_event);
+  EXPECT_FALSE(busy_done_by_second_event);  // same session: waits for the turn to finish
+  const v1::Response after = get_busy->Wait();
+  ASSERT_TRUE(after.has_get_session());
+  EXPECT_EQ(after.get_session().session().turns(), 1);
+}
+
 TEST(EngineTest, KvBudgetDropsIdleCachesAndReprefills) {
   // Budget for about one session's cache (caches grow in chunks of 64 positions).
   auto model = LoadTinyModel(kContext);

@@ -208,6 +208,13 @@ TEST_F(SessionStoreTest, BudgetDropsLeastRecentlyUsedCachesFirst) {
   EXPECT_EQ(store.evictions(), 1u);
   EXPECT_EQ(store.Reserve(fourth, 4 * one).code(), common::StatusCode::kResourceExhausted);
   EXPECT_EQ(sessions[0]->cached_tokens(), 64);  // a refused reservation drops nothing
+
+  // The session being generated on is never dropped for another one.
+  store.SetBusy(sessions[2]);
+  ASSERT_TRUE(store.Find(sessions[0]->id(), 1).ok());  // 2 is now the least recently used
+  ASSERT_TRUE(store.Reserve(fourth, 2 * one).ok());
+  EXPECT_EQ(sessions[2]->cached_tokens(), 64);
+  EXPECT_EQ(sessions[0]->cached_tokens(), 0);
 }
 
 }  // namespace
