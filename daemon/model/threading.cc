@@ -37,15 +37,17 @@ void KeepLargeAllocationsInHeap() {
 
 }  // namespace
 
-// Measured with nielsd-bench on the `personal` preset, 2 cores (a shared, busy VM, so figures vary
-// run to run; cached decode tokens/s):
-//   kBlasThreads, 2 threads   50-78    prefill 830-1000 tokens/s
-//   kTorchThreads, 2 threads   4       prefill 89 tokens/s (OpenMP workers spin against OpenBLAS)
-//   1 thread                  73       prefill 845 tokens/s
-// Decode is a chain of matrix-vector products that OpenBLAS parallelises itself, and the
-// element-wise ops between them are far too small to gain from OpenMP, so kBlasThreads is the
-// default. It also needs no OMP_WAIT_POLICY=PASSIVE, which libgomp reads from the environment only
-// at load time, so a daemon could not set it for itself.
+// Measured with nielsd-bench on the `personal` preset, 2 cores (a shared VM running other builds,
+// load average 7-13, so single runs vary by 2x; cached decode tokens/s, prefill tokens/s):
+//   kBlasThreads, 2 threads     decode 47-118   prefill 740-1000
+//   kTorchThreads, 2 threads    decode 4        prefill 89   (OpenMP workers spin against OpenBLAS)
+//   1 thread                    decode 73-98    prefill 845-1115
+// Interleaved A/B of decode alone (12 rounds, 32 tokens each): OpenBLAS 1 thread 125, 2 threads
+// 118 tokens/s (medians) -- a tie under load; the matrix-vector products are bandwidth-bound. So:
+// torch intra-op threads stay at 1 (the element-wise ops between products are too small to gain
+// from OpenMP, and its spinning workers are what collapsed kTorchThreads), and OpenBLAS gets the n
+// threads, which prefill's gemm uses and which cost decode nothing measurable. This also needs no
+// OMP_WAIT_POLICY=PASSIVE, which libgomp reads from the environment only at load time.
 void ConfigureThreads(int n, ThreadSetup setup) {
   if (n <= 0) n = static_cast<int>(std::max(1u, std::thread::hardware_concurrency()));
   KeepLargeAllocationsInHeap();
