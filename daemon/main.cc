@@ -58,11 +58,17 @@ void AddFlags(CLI::App& app, Flags& flags) {
   app.set_version_flag("--version", std::string("nielsd ") + NIELSD_VERSION);
 }
 
-// The shipped demo model: installed copy first, then the source tree's.
+// The shipped demo model: next to an installed binary (<prefix>/bin/../share/nielsd/models, so a
+// relocated prefix works too), then the configured install prefix, then the source tree's copy.
 std::string DefaultModelDir() {
-  for (const char* dir : {NIELSD_INSTALL_MODEL_DIR, NIELSD_SOURCE_MODEL_DIR}) {
-    std::error_code ec;
-    if (std::filesystem::is_regular_file(std::filesystem::path(dir) / "config.json", ec)) return dir;
+  std::error_code ec;
+  std::vector<std::filesystem::path> candidates;
+  const std::filesystem::path exe = std::filesystem::read_symlink("/proc/self/exe", ec);
+  if (!ec) candidates.push_back(exe.parent_path().parent_path() / "share/nielsd/models/niels-demo");
+  candidates.emplace_back(NIELSD_INSTALL_MODEL_DIR);
+  candidates.emplace_back(NIELSD_SOURCE_MODEL_DIR);
+  for (const std::filesystem::path& dir : candidates) {
+    if (std::filesystem::is_regular_file(dir / "config.json", ec)) return dir.lexically_normal().string();
   }
   return "";
 }

@@ -44,15 +44,6 @@ const DtypeEntry* FindDtype(std::string_view name) {
   return nullptr;
 }
 
-std::string ShapeString(const std::vector<int64_t>& shape) {
-  std::string s = "[";
-  for (size_t i = 0; i < shape.size(); ++i) {
-    if (i > 0) s += ", ";
-    s += std::to_string(shape[i]);
-  }
-  return s + "]";
-}
-
 // Parses one header entry (everything but the byte-range checks against the file).
 Status ParseEntry(const std::string& file, const std::string& name, const Json& entry,
                   SafetensorsTensorInfo* info) {
@@ -107,6 +98,15 @@ Status ParseEntry(const std::string& file, const std::string& name, const Json& 
 }
 
 }  // namespace
+
+std::string ShapeString(const std::vector<int64_t>& shape) {
+  std::string s = "[";
+  for (size_t i = 0; i < shape.size(); ++i) {
+    if (i > 0) s += ", ";
+    s += std::to_string(shape[i]);
+  }
+  return s + "]";
+}
 
 std::string_view SafetensorsDtypeName(SafetensorsDtype dtype) {
   for (const DtypeEntry& e : kDtypes) {

@@ -31,6 +31,8 @@ enum class SafetensorsDtype { kBool, kU8, kI8, kI16, kU16, kF16, kBF16, kI32, kU
 
 std::string_view SafetensorsDtypeName(SafetensorsDtype dtype);  // "F32", ...
 int64_t SafetensorsDtypeSize(SafetensorsDtype dtype);           // bytes per element
+// "[3, 4]": a shape as error messages print it.
+std::string ShapeString(const std::vector<int64_t>& shape);
 
 struct SafetensorsTensorInfo {
   std::string name;

@@ -59,15 +59,6 @@ std::map<std::string, std::vector<int64_t>> ExpectedShapes(const ModelConfig& c)
   return shapes;
 }
 
-std::string ShapeString(const std::vector<int64_t>& shape) {
-  std::string s = "[";
-  for (size_t i = 0; i < shape.size(); ++i) {
-    if (i > 0) s += ", ";
-    s += std::to_string(shape[i]);
-  }
-  return s + "]";
-}
-
 bool IsFloatDtype(SafetensorsDtype d) {
   return d == SafetensorsDtype::kF32 || d == SafetensorsDtype::kF16 || d == SafetensorsDtype::kBF16;
 }
