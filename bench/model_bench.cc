@@ -4,7 +4,8 @@
 // batch of --batch sessions), uncached decode tokens/s (a full forward over the whole context per
 // token, as the --no-kv-cache path does), KV bytes per token, the machine's memory bandwidth (a
 // large multi-threaded buffer copy, read + write bytes counted as STREAM does) and the bandwidth
-// bound for decode (bandwidth / weight bytes). With --json every figure is one JSON line.
+// bound for decode (bandwidth / weight bytes), and beside it a read-only bandwidth (what decode does
+// with its weights) and decode as a fraction of that. With --json every figure is one JSON line.
 
 #include <algorithm>
 #include <chrono>
@@ -88,9 +89,33 @@ double MeasureBandwidth(int64_t bytes, int threads, int repeats) {
   });
 }
 
+// Read-only bandwidth in bytes/s: `threads` threads each sum a slice of a `bytes` buffer (what a
+// decode step does with the weights: it only reads them). Reported beside the copy figure.
+double MeasureReadBandwidth(int64_t bytes, int threads, int repeats) {
+  const int64_t words = bytes / static_cast<int64_t>(sizeof(uint64_t));
+  std::unique_ptr<uint64_t[]> src(new uint64_t[words]);
+  for (int64_t i = 0; i < words; ++i) src[i] = static_cast<uint64_t>(i);  // touch every page
+  const int64_t slice = words / threads;
+  std::vector<uint64_t> sums(threads);
+  return MedianOf(repeats, [&] {
+    const auto start = Clock::now();
+    std::vector<std::thread> workers;
+    for (int t = 0; t < threads; ++t) {
+      workers.emplace_back([&, t] {
+        const uint64_t* p = src.get() + t * slice;
+        uint64_t a = 0, b = 0, c = 0, d = 0;  // four chains so the adds keep up with memory
+        for (int64_t i = 0; i + 3 < slice; i += 4) a += p[i], b += p[i + 1], c += p[i + 2], d += p[i + 3];
+        sums[t] = a + b + c + d;
+      });
+    }
+    for (auto& w : workers) w.join();
+    return static_cast<double>(slice * threads * sizeof(uint64_t)) / Seconds(start);
+  });
+}
+
 struct Results {
   double prefill_tok_s = 0, decode_tok_s = 0, batched_decode_tok_s = 0, uncached_decode_tok_s = 0;
-  double kv_bytes_per_token = 0, bandwidth = 0, weight_bytes = 0;
+  double kv_bytes_per_token = 0, bandwidth = 0, read_bandwidth = 0, weight_bytes = 0;
   int64_t prefill_len = 0, decode_start = 0, context = 0;
 };
 
@@ -160,6 +185,8 @@ void Print(const Options& o, const Results& r, int threads) {
     line("mem_bandwidth_gb_s", r.bandwidth / 1e9, "GB/s");
     line("decode_bound_tok_s", bound, "tokens/s");
     line("decode_fraction_of_bound", fraction, "ratio");
+    line("mem_read_bandwidth_gb_s", r.read_bandwidth / 1e9, "GB/s");
+    line("decode_fraction_of_read_bound", r.decode_tok_s * r.weight_bytes / r.read_bandwidth, "ratio");
     return;
   }
   const ModelConfig& c = o.config;
@@ -181,6 +208,9 @@ void Print(const Options& o, const Results& r, int threads) {
               r.bandwidth / 1e9, std::thread::hardware_concurrency());
   std::printf("bandwidth bound  %9.1f tokens/s  (bandwidth / weight bytes)\n", bound);
   std::printf("decode / bound   %9.2f\n", fraction);
+  std::printf("read bandwidth   %9.2f GB/s (sum over a buffer on all cores: what decode does with weights)\n",
+              r.read_bandwidth / 1e9);
+  std::printf("decode / read bound %6.2f\n", r.decode_tok_s * r.weight_bytes / r.read_bandwidth);
 }
 
 bool ApplyPreset(Options& o) {
@@ -241,6 +271,7 @@ int Main(int argc, char** argv) {
   // The machine's bandwidth: every core copies, whatever --threads says.
   const int cores = static_cast<int>(std::max(1u, std::thread::hardware_concurrency()));
   r.bandwidth = MeasureBandwidth(o.bandwidth_mib << 20, cores, std::max(o.repeats, 5));
+  r.read_bandwidth = MeasureReadBandwidth(o.bandwidth_mib << 20, cores, std::max(o.repeats, 5));
   RunModel(o, r);
   Print(o, r, threads);
   return 0;
