@@ -1,0 +1,94 @@
+#include "daemon/model/worker_pool.h"
+
+#include <atomic>
+#include <set>
+#include <thread>
+#include <vector>
+
+#include <gtest/gtest.h>
+
+namespace niels::daemon::model {
+namespace {
+
+// Records, for one job, which thread ran which part.
+struct PartLog {
+  explicit PartLog(int parts) : calls(parts), thread_ids(parts) {}
+  std::vector<std::atomic<int>> calls;
+  std::vector<std::thread::id> thread_ids;
+};
+
+TEST(WorkerPoolTest, EveryPartRunsExactlyOnceOnItsOwnThread) {
+  for (int threads : {1, 2, 3, 4}) {
+    WorkerPool pool(threads);
+    ASSERT_EQ(pool.threads(), threads);
+    for (int job = 0; job < 500; ++job) {  // many short jobs back to back, as in a decode step
+      PartLog log(threads);
+      pool.Run([&log](int part, int parts) {
+        ASSERT_EQ(parts, static_cast<int>(log.calls.size()));
+        log.calls[part].fetch_add(1);
+        log.thread_ids[part] = std::this_thread::get_id();
+      });
+      std::set<std::thread::id> distinct;
+      for (int part = 0; part < threads; ++part) {
+        ASSERT_EQ(log.calls[part].load(), 1) << "threads " << threads << " job " << job << " part " << part;
+        distinct.insert(log.thread_ids[part]);
+      }
+      EXPECT_EQ(log.thread_ids[0], std::this_thread::get_id()) << "part 0 runs on the caller";
+      EXPECT_EQ(static_cast<int>(distinct.size()), threads) << "each part on its own thread";
+    }
+  }
+}
+
+TEST(WorkerPoolTest, RunReturnsOnlyAfterEveryPartFinished) {
+  WorkerPool pool(3);
+  for (int job = 0; job < 200; ++job) {
+    std::atomic<int> finished{0};
+    pool.Run([&finished](int part, int) {
+      if (part != 0) std::this_thread::sleep_for(std::chrono::microseconds(50 * part));
+      finished.fetch_add(1);
+    });
+    ASSERT_EQ(finished.load(), 3);
+  }
+}
+
+TEST(WorkerPoolTest, WakesSleepingWorkersAfterAnIdlePause) {
+  WorkerPool pool(2);
+  for (int job = 0; job < 3; ++job) {
+    std::this_thread::sleep_for(WorkerPool::kSpin * 5);  // the worker is asleep on its futex by now
+    std::atomic<int> calls{0};
+    pool.Run([&calls](int, int) { calls.fetch_add(1); });
+    EXPECT_EQ(calls.load(), 2);
+  }
+}
+
+TEST(WorkerPoolTest, ConcurrentCallersEachGetEveryPartOfTheirOwnJob) {
+  WorkerPool pool(2);
+  std::atomic<bool> failed{false};
+  auto caller = [&pool, &failed] {
+    for (int job = 0; job < 3000; ++job) {
+      std::atomic<int> mask{0};
+      pool.Run([&mask](int part, int) { mask.fetch_or(1 << part); });
+      if (mask.load() != 0b11) failed = true;
+    }
+  };
+  std::thread a(caller), b(caller);
+  a.join();
+  b.join();
+  EXPECT_FALSE(failed.load());
+}
+
+TEST(WorkerPoolTest, ModelPoolFollowsSetModelWorkerThreads) {
+  SetModelWorkerThreads(3);
+  std::shared_ptr<WorkerPool> three = ModelWorkerPool();
+  EXPECT_EQ(three->threads(), 3);
+  SetModelWorkerThreads(3);
+  EXPECT_EQ(ModelWorkerPool(), three) << "same size: the pool is kept";
+  SetModelWorkerThreads(1);
+  EXPECT_EQ(ModelWorkerPool()->threads(), 1);
+  std::atomic<int> calls{0};
+  three->Run([&calls](int, int) { calls.fetch_add(1); });  // a pool still held keeps working
+  EXPECT_EQ(calls.load(), 3);
+}
+
+}  // namespace
+}  // namespace niels::daemon::model
