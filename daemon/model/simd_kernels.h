@@ -1,0 +1,25 @@
+#pragma once
+// The few serial float loops the decode step spends its time in, each with an AVX2+FMA version
+// picked at run time when the CPU has it (the build targets plain x86-64) and a portable one.
+// Plain float pointers, row-major, no libtorch. Parallel callers split the work themselves
+// (matvec.h, decode_step.h).
+
+#include <cstdint>
+
+namespace niels::daemon::model::kernels {
+
+// y[r * y_stride + o] = bias[o] + sum_i w[o * in + i] * x[r * in + i]
+// for o in [o_begin, o_end) and r < rows; bias may be nullptr (no bias). Each weight row is read
+// from memory once for all rows of x. Every dot product is summed in 8 float lanes, so y differs
+// from a serial sum by rounding only, and a row of y does not depend on `rows` or the o range.
+void DotRows(const float* w, int64_t in, const float* x, int64_t rows, const float* bias, float* y,
+             int64_t y_stride, int64_t o_begin, int64_t o_end);
+
+// out[i] = sum_j p[j] * rows[j * n + i] for i < n: the p-weighted sum of m rows of length n
+// (attention's probabilities times the value rows). Sums run over j in order.
+void WeightedSumRows(const float* p, const float* rows, int64_t m, int64_t n, float* out);
+
+// The implementation picked for this CPU: "avx2+fma" or "portable".
+const char* Name();
+
+}  // namespace niels::daemon::model::kernels

@@ -1,0 +1,108 @@
+#include "daemon/model/matvec.h"
+#include "daemon/model/simd_kernels.h"
+
+#include <cmath>
+#include <cstdint>
+#include <random>
+#include <vector>
+
+#include <gtest/gtest.h>
+
+namespace niels::daemon::model {
+namespace {
+
+std::vector<float> RandomVector(size_t n, uint32_t seed) {
+  std::mt19937 rng(seed);
+  std::normal_distribution<float> normal(0.0f, 1.0f);
+  std::vector<float> v(n);
+  for (float& x : v) x = normal(rng);
+  return v;
+}
+
+// The plain definition, summed in double: y[r, o] = bias[o] + sum_i w[o, i] * x[r, i].
+std::vector<double> NaiveMatVec(const std::vector<float>& w, int64_t out, int64_t in, const float* bias,
+                                const std::vector<float>& x, int64_t rows) {
+  std::vector<double> y(rows * out);
+  for (int64_t r = 0; r < rows; ++r) {
+    for (int64_t o = 0; o < out; ++o) {
+      double sum = bias != nullptr ? bias[o] : 0.0;
+      for (int64_t i = 0; i < in; ++i) sum += static_cast<double>(w[o * in + i]) * x[r * in + i];
+      y[r * out + o] = sum;
+    }
+  }
+  return y;
+}
+
+struct Shape {
+  int64_t out;
+  int64_t in;
+  int64_t rows;
+  bool bias;
+};
+
+// Relative to the size of the terms: float32 sums of `in` products of N(0, 1) numbers.
+void ExpectMatchesNaive(const Shape& s, WorkerPool& pool) {
+  const auto w = RandomVector(s.out * s.in, 1);
+  const auto x = RandomVector(s.rows * s.in, 2);
+  const auto bias = RandomVector(s.out, 3);
+  const float* b = s.bias ? bias.data() : nullptr;
+  std::vector<float> y(s.rows * s.out, std::nanf(""));
+  MatVec(w.data(), s.out, s.in, b, x.data(), s.rows, y.data(), pool);
+  const auto expected = NaiveMatVec(w, s.out, s.in, b, x, s.rows);
+  const double tolerance = 1e-5 * std::sqrt(static_cast<double>(s.in)) * 4;
+  for (size_t k = 0; k < y.size(); ++k) {
+    ASSERT_NEAR(y[k], expected[k], tolerance)
+        << "out " << s.out << " in " << s.in << " rows " << s.rows << " bias " << s.bias << " threads "
+        << pool.threads() << " at row " << k / s.out << " col " << k % s.out;
+  }
+}
+
+TEST(MatVecTest, MatchesNaiveLoopsForEveryShapeAndThreadCount) {
+  // Sizes around the kernel's blocks (8 columns, 4 rows) and above the parallel threshold, with
+  // tails of every length, 1..8 rows of x, with and without bias.
+  const std::vector<Shape> shapes = {
+      {1, 1, 1, false},      {3, 5, 2, true},      {4, 8, 1, true},      {7, 9, 3, false},
+      {13, 17, 8, true},     {384, 384, 1, false}, {1152, 384, 1, true}, {384, 1152, 4, true},
+      {1001, 389, 5, false}, {1003, 390, 8, true}, {257, 131, 7, true},  {16000 / 8, 384, 2, false},
+  };
+  for (int threads : {1, 2, 3}) {
+    WorkerPool pool(threads);
+    for (const Shape& shape : shapes) ExpectMatchesNaive(shape, pool);
+  }
+}
+
+TEST(MatVecTest, WritesOnlyItsOutputRows) {
+  WorkerPool pool(2);
+  const int64_t out = 1001, in = 389, rows = 3;
+  const auto w = RandomVector(out * in, 4);
+  const auto x = RandomVector(rows * in, 5);
+  std::vector<float> y(rows * out + 16, -7.0f);  // 16 guard values after the output
+  MatVec(w.data(), out, in, nullptr, x.data(), rows, y.data(), pool);
+  for (int64_t k = rows * out; k < static_cast<int64_t>(y.size()); ++k) EXPECT_EQ(y[k], -7.0f) << k;
+}
+
+TEST(SimdKernelsTest, WeightedSumRowsMatchesNaiveLoops) {
+  // Row lengths around the 64-column register block and the 8-lane tail; 1..300 rows.
+  for (int64_t n : {1, 7, 8, 20, 64, 72, 130}) {
+    for (int64_t m : {1, 5, 300}) {
+      const auto rows = RandomVector(m * n, 6);
+      const auto p = RandomVector(m, 7);
+      std::vector<float> out(n + 8, -7.0f);  // 8 guard values after the output
+      kernels::WeightedSumRows(p.data(), rows.data(), m, n, out.data());
+      for (int64_t i = 0; i < n; ++i) {
+        double expected = 0.0;
+        for (int64_t j = 0; j < m; ++j) expected += static_cast<double>(p[j]) * rows[j * n + i];
+        ASSERT_NEAR(out[i], expected, 1e-5 * std::sqrt(static_cast<double>(m)) * 4) << "n " << n << " m " << m;
+      }
+      for (int64_t i = n; i < n + 8; ++i) ASSERT_EQ(out[i], -7.0f) << "wrote past the output, n " << n;
+    }
+  }
+}
+
+TEST(MatVecTest, NamesAKernel) {
+  const std::string name = MatVecKernelName();
+  EXPECT_TRUE(name == "avx2+fma" || name == "portable") << name;
+}
+
+}  // namespace
+}  // namespace niels::daemon::model
