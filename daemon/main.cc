@@ -43,7 +43,8 @@ void AddFlags(CLI::App& app, Flags& flags) {
                  "then /run/nielsd/nielsd.sock");
   app.add_option("--socket-group", flags.socket_group,
                  "give the socket file this group and mode 0660 (default: mode 0600)");
-  app.add_option("--threads", flags.threads, "compute threads of the model: OpenBLAS threads, torch intra-op 1 (default: cores)")
+  app.add_option("--threads", flags.threads,
+                 "compute threads of the model: decode workers and OpenBLAS threads, torch intra-op 1 (default: cores)")
       ->check(CLI::Range(1, 1024));
   app.add_option("--io-threads", flags.io_threads, "socket IO threads")->check(CLI::Range(1, 64))
       ->capture_default_str();

@@ -45,6 +45,10 @@ class KvCache {
   // Views of positions [0, upto) of `layer`: [H, upto, D].
   torch::Tensor Keys(int64_t layer, int64_t upto) const;
   torch::Tensor Values(int64_t layer, int64_t upto) const;
+  // The storage of `layer` as raw floats [H, capacity(), D] (for DecodeStep). Valid until the next
+  // Reserve, Truncate(0) or Clear. REQUIRES: capacity() > 0.
+  float* KeyStorage(int64_t layer) { return k_[layer].data_ptr<float>(); }
+  float* ValueStorage(int64_t layer) { return v_[layer].data_ptr<float>(); }
 
  private:
   KvCache(int64_t layers, int64_t context, int64_t heads, int64_t head_dim, int64_t capacity);

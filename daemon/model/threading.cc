@@ -8,6 +8,9 @@
 
 #include <ATen/Parallel.h>
 
+#include "daemon/model/matvec.h"
+#include "daemon/model/worker_pool.h"
+
 namespace niels::daemon::model {
 namespace {
 
@@ -38,19 +41,22 @@ void KeepLargeAllocationsInHeap() {
 }  // namespace
 
 // Measured with nielsd-bench on the `personal` preset, 2 cores (a shared VM running other builds,
-// load average 7-13, so single runs vary by 2x; cached decode tokens/s, prefill tokens/s):
+// load average 7-13, so single runs vary by 2x; cached decode tokens/s, prefill tokens/s), when
+// decode still ran on libtorch ops and OpenBLAS:
 //   kBlasThreads, 2 threads     decode 47-118   prefill 740-1000
 //   kTorchThreads, 2 threads    decode 4        prefill 89   (OpenMP workers spin against OpenBLAS)
 //   1 thread                    decode 73-98    prefill 845-1115
-// Interleaved A/B of decode alone (12 rounds, 32 tokens each): OpenBLAS 1 thread 125, 2 threads
-// 118 tokens/s (medians) -- a tie under load; the matrix-vector products are bandwidth-bound. So:
-// torch intra-op threads stay at 1 (the element-wise ops between products are too small to gain
+// So torch intra-op threads stay at 1 (the element-wise ops between products are too small to gain
 // from OpenMP, and its spinning workers are what collapsed kTorchThreads), and OpenBLAS gets the n
-// threads, which prefill's gemm uses and which cost decode nothing measurable. This also needs no
+// threads for the gemms of prefill and the uncached forward. This also needs no
 // OMP_WAIT_POLICY=PASSIVE, which libgomp reads from the environment only at load time.
+// Decode now runs on its own kernels (decode_step.h) over the model WorkerPool of n threads:
+// 2 threads vs 1 is 1.3 vs 2.7 ms per token for the weight reads alone (2.1x), measured side by
+// side.
 void ConfigureThreads(int n, ThreadSetup setup) {
   if (n <= 0) n = static_cast<int>(std::max(1u, std::thread::hardware_concurrency()));
   KeepLargeAllocationsInHeap();
+  SetModelWorkerThreads(n);
   switch (setup) {
     case ThreadSetup::kBlasThreads:
       at::set_num_threads(1);
@@ -67,7 +73,8 @@ std::string DescribeThreads() {
   std::string blas = "unknown BLAS";
   if (auto get = Lookup<GetThreadsFn>("openblas_get_num_threads")) blas = "OpenBLAS " + std::to_string(get());
   if (auto config = Lookup<GetConfigFn>("openblas_get_config")) blas += std::string(" (") + config() + ")";
-  return "torch intra-op " + std::to_string(at::get_num_threads()) + ", " + blas;
+  return "torch intra-op " + std::to_string(at::get_num_threads()) + ", " + blas + ", matvec " +
+         std::to_string(ModelWorkerPool()->threads()) + " (" + MatVecKernelName() + ")";
 }
 
 }  // namespace niels::daemon::model

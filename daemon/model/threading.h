@@ -2,21 +2,22 @@
 // ConfigureThreads: the one place that decides how the model's CPU work uses threads. nielsd and
 // nielsd-bench both call it once at startup, before the first forward pass.
 //
-// Two thread pools can run our matrix products: libtorch's OpenMP pool (element-wise ops, softmax)
-// and OpenBLAS's own pthread pool (every matmul/linear). On a small machine they compete for the
-// same cores, and OpenMP workers that busy-wait after a parallel region steal the cores OpenBLAS
-// needs (DESIGN.md section 10). See threading.cc for the measured choice.
+// Three thread pools can run model work: the model WorkerPool (worker_pool.h: the decode step's
+// matrix-vector products and attention), libtorch's OpenMP pool (element-wise ops of prefill) and
+// OpenBLAS's own pthread pool (the gemms of prefill and the uncached forward). On a small machine
+// they compete for the same cores, and OpenMP workers that busy-wait after a parallel region steal
+// the cores OpenBLAS needs (DESIGN.md section 10). See threading.cc for the measured choice.
 
 #include <string>
 
 namespace niels::daemon::model {
 
 enum class ThreadSetup {
-  // Default. libtorch intra-op threads = 1, OpenBLAS threads = n: matrix products (almost all of
-  // the decode time) use every core and no OpenMP worker spins next to them.
+  // Default. libtorch intra-op threads = 1, OpenBLAS threads = n, model WorkerPool threads = n:
+  // matrix products use every core and no OpenMP worker spins next to them.
   kBlasThreads,
-  // libtorch intra-op threads = n and OpenBLAS threads = n (libtorch's own default). Kept for
-  // comparison in nielsd-bench (--thread-setup torch).
+  // libtorch intra-op threads = n and OpenBLAS threads = n (libtorch's own default), model
+  // WorkerPool threads = n. Kept for comparison in nielsd-bench (--thread-setup torch).
   kTorchThreads,
 };
 
@@ -25,7 +26,8 @@ enum class ThreadSetup {
 // threading.cc). Not thread-safe: call once from main before starting the engine thread.
 void ConfigureThreads(int n, ThreadSetup setup = ThreadSetup::kBlasThreads);
 
-// One line describing the effective setup, e.g. "torch intra-op 1, OpenBLAS 2 (OpenBLAS 0.3.21 ...)".
+// One line describing the effective setup, e.g.
+// "torch intra-op 1, OpenBLAS 2 (OpenBLAS 0.3.21 ...), matvec 2 (avx2+fma)".
 std::string DescribeThreads();
 
 }  // namespace niels::daemon::model

@@ -8,6 +8,7 @@
 #include <c10/util/Exception.h>
 
 #include "daemon/model/transformer_stages.h"
+#include "daemon/model/worker_pool.h"
 
 namespace niels::daemon::model {
 namespace {
@@ -27,6 +28,22 @@ torch::Tensor Trunk(const ModelConfig& config, const Weights& weights, const tor
   return h;
 }
 
+// A float32 row-major pointer to `t`, made so in place if it is not (loaded weights already are).
+const float* FloatData(torch::Tensor& t) {
+  if (t.scalar_type() != at::kFloat || !t.is_contiguous()) t = t.to(at::kFloat).contiguous();
+  return t.data_ptr<float>();
+}
+
+DecodeWeights FloatViews(Weights& w, torch::Tensor& rope_pairs) {
+  DecodeWeights views{FloatData(w.tok_emb), {}, FloatData(w.ln_f), FloatData(rope_pairs)};
+  for (BlockWeights& b : w.blocks) {
+    views.blocks.push_back({FloatData(b.ln1), FloatData(b.qkv), FloatData(b.proj), FloatData(b.ln2),
+                            FloatData(b.fc_a_w), FloatData(b.fc_a_b), FloatData(b.fc_g_w), FloatData(b.fc_g_b),
+                            FloatData(b.fc_out_w), FloatData(b.fc_out_b)});
+  }
+  return views;
+}
+
 }  // namespace
 
 torch::Tensor ForwardTrain(const ModelConfig& config, const Weights& weights, const torch::Tensor& tokens) {
@@ -39,7 +56,9 @@ torch::Tensor ForwardTrain(const ModelConfig& config, const Weights& weights, co
 Transformer::Transformer(ModelConfig config, Weights weights)
     : config_(std::move(config)), weights_(std::move(weights)) {
   c10::InferenceMode guard;
-  rope_ = RopeTable(config_);  // [T, D/2] complex
+  rope_ = RopeTable(config_);                           // [T, D/2] complex
+  rope_pairs_ = at::view_as_real(rope_).contiguous();  // [T, D/2, 2] float
+  decode_weights_ = FloatViews(weights_, rope_pairs_);
 }
 
 torch::Tensor Transformer::Forward(std::span<const int32_t> tokens, bool last_only) const {
@@ -81,38 +100,33 @@ torch::Tensor Transformer::Decode(std::span<const int32_t> tokens, std::span<KvC
   const int64_t batch = static_cast<int64_t>(tokens.size());
   TORCH_CHECK(batch >= 1 && tokens.size() == caches.size(), "Decode: need B >= 1 tokens, one per cache");
   c10::InferenceMode guard;
-  std::vector<int64_t> positions(batch);
-  for (int64_t b = 0; b < batch; ++b) {
-    positions[b] = caches[b]->length();
-    TORCH_CHECK(positions[b] < config_.context, "Decode: cache ", b, " is full (T = ", config_.context, ")");
-    caches[b]->Reserve(1);
-  }
-  torch::Tensor rope = rope_.index_select(0, at::tensor(positions, at::kLong)).unsqueeze(1);  // [B, 1, D/2]
+  std::vector<DecodeSequence> sequences(batch);
   if (trace != nullptr) trace->rows.assign(batch, torch::Tensor());
-
-  torch::Tensor h = Embed(weights_, TokenTensor(tokens).unsqueeze(1));  // [B, 1, C]
-  std::vector<torch::Tensor> heads(batch);
-  for (int64_t layer = 0; layer < config_.layers; ++layer) {
-    const BlockWeights& block = weights_.blocks[layer];
-    const bool traced = trace != nullptr && trace->layer == layer;
-    h = Block(block, h, [&](const torch::Tensor& x) {
-      QueryKeyValue qkv = ProjectQkv(config_, block, x, rope);  // each [B, H, 1, D]
-      // Each sequence attends over its own cache; the newest position needs no mask.
-      for (int64_t b = 0; b < batch; ++b) {
-        KvCache& cache = *caches[b];
-        const int64_t length = positions[b] + 1;
-        cache.Write(layer, qkv.k[b], qkv.v[b]);
-        torch::Tensor probs;  // [H, 1, length]
-        heads[b] = Attend(qkv.q[b], cache.Keys(layer, length), cache.Values(layer, length), torch::Tensor(),
-                          traced ? &probs : nullptr);  // [H, 1, D]
-        if (traced) trace->rows[b] = probs.squeeze(1);  // [H, length]
-      }
-      torch::Tensor all_heads = batch == 1 ? heads[0].unsqueeze(0) : at::stack(heads);  // [B, H, 1, D]
-      return ProjectHeads(block, all_heads);                                            // [B, 1, C]
-    });
+  for (int64_t b = 0; b < batch; ++b) {
+    KvCache& cache = *caches[b];
+    DecodeSequence& seq = sequences[b];
+    seq.token = tokens[b];
+    seq.position = cache.length();
+    TORCH_CHECK(seq.token >= 0 && seq.token < config_.vocab_size, "Decode: token ", seq.token, " not in [0, ",
+                config_.vocab_size, ")");
+    TORCH_CHECK(seq.position < config_.context, "Decode: cache ", b, " is full (T = ", config_.context, ")");
+    for (int64_t other = 0; other < b; ++other) TORCH_CHECK(caches[other] != &cache, "Decode: cache ", b, " repeated");
+    cache.Reserve(1);
+    seq.capacity = cache.capacity();
+    for (int64_t layer = 0; layer < config_.layers; ++layer) {
+      seq.keys.push_back(cache.KeyStorage(layer));
+      seq.values.push_back(cache.ValueStorage(layer));
+    }
+    if (trace != nullptr && trace->layer >= 0) {
+      trace->rows[b] = at::empty({config_.heads, seq.position + 1}, at::kFloat);  // [H, length]
+      seq.trace = trace->rows[b].data_ptr<float>();
+    }
   }
+  torch::Tensor logits = at::empty({batch, config_.vocab_size}, at::kFloat);  // [B, V]
+  RunDecodeStep(config_, decode_weights_, sequences, trace != nullptr ? trace->layer : -1,
+                logits.data_ptr<float>(), *ModelWorkerPool());
   for (KvCache* cache : caches) cache->Advance(1);
-  return Logits(weights_, h.squeeze(1));  // [B, V]
+  return logits;
 }
 
 }  // namespace niels::daemon::model

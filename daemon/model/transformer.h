@@ -2,7 +2,8 @@
 // Transformer: the niels_gpt forward pass (DESIGN.md section 2), with and without a KV cache.
 //
 // The math lives in free functions (one per stage) so that inference and training share one
-// definition; ForwardTrain is differentiable. The Transformer class holds the weights and the RoPE
+// definition; ForwardTrain is differentiable. Decode, the hot path, runs the same math as plain
+// float loops (decode_step.h); tests hold it to the libtorch stages and to a scalar reference. The Transformer class holds the weights and the RoPE
 // tables and runs under torch::InferenceMode. It is immutable after construction; the engine thread
 // owns all KV caches, so calls are made from one thread at a time.
 
@@ -12,6 +13,7 @@
 #include <torch/types.h>
 
 #include "daemon/model/config.h"
+#include "daemon/model/decode_step.h"
 #include "daemon/model/kv_cache.h"
 #include "daemon/model/language_model.h"
 #include "daemon/model/weights.h"
@@ -42,6 +44,8 @@ class Transformer final : public LanguageModel {
   ModelConfig config_;
   Weights weights_;
   torch::Tensor rope_;  // [T, D/2] complex64: cos + i sin of the RoPE angles (computed in f64)
+  torch::Tensor rope_pairs_;       // the same table as floats [T, D/2, 2] (cos, sin), for DecodeStep
+  DecodeWeights decode_weights_;   // float views of weights_ and rope_pairs_
 };
 
 }  // namespace niels::daemon::model

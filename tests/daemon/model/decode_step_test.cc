@@ -1,0 +1,149 @@
+// The decode step (decode_step.h, reached through Transformer::Decode) on models large enough that
+// its matrix-vector products and attention are split across worker threads, for 1-3 threads and
+// head dims that exercise every branch of the SIMD kernels. The reference is the libtorch forward
+// and the naive scalar implementation of scalar_reference.h.
+
+#include <random>
+#include <span>
+#include <string>
+#include <tuple>
+#include <vector>
+
+#include <ATen/ATen.h>
+#include <gtest/gtest.h>
+
+#include "daemon/model/transformer.h"
+#include "daemon/model/transformer_stages.h"
+#include "daemon/model/worker_pool.h"
+#include "tests/daemon/model/scalar_reference.h"
+
+namespace niels::daemon::model {
+namespace {
+
+// D = 72 (one 64-column block plus a tail of 8) and D = 20 (a masked tail only); C = 144 and 80
+// give products above MatVec's threshold for running on the workers; T = 150 crosses the KV
+// cache's 64-position chunks twice.
+ModelConfig MidConfig(int64_t width, int64_t heads) {
+  ModelConfig config;
+  config.vocab_size = 301;
+  config.context = 150;
+  config.width = width;
+  config.heads = heads;
+  config.layers = 2;
+  config.d_ff = 3 * width - 5;
+  return config;
+}
+
+std::vector<int32_t> RandomTokens(int64_t n, uint32_t seed, int64_t vocab) {
+  std::mt19937 rng(seed);
+  std::uniform_int_distribution<int32_t> id(0, static_cast<int32_t>(vocab - 1));
+  std::vector<int32_t> tokens(n);
+  for (auto& t : tokens) t = id(rng);
+  return tokens;
+}
+
+float MaxAbsDiff(const torch::Tensor& a, const torch::Tensor& b) {
+  EXPECT_EQ(a.sizes(), b.sizes());
+  return (a - b).abs().max().item<float>();
+}
+
+// Parameters: (width, heads, worker threads).
+class DecodeStepTest : public ::testing::TestWithParam<std::tuple<int64_t, int64_t, int>> {
+ protected:
+  void SetUp() override { SetModelWorkerThreads(std::get<2>(GetParam())); }
+  void TearDown() override { SetModelWorkerThreads(1); }
+
+  ModelConfig config_ = MidConfig(std::get<0>(GetParam()), std::get<1>(GetParam()));
+  // std 0.1: attention clearly position-dependent, logits far from uniform.
+  Transformer model_{config_, RandomWeights(config_, 11, 0.1)};
+};
+
+TEST_P(DecodeStepTest, DecodeAfterPrefillEqualsFullForwardAndScalarReference) {
+  const auto tokens = RandomTokens(config_.context, 1, config_.vocab_size);
+  const std::span<const int32_t> all(tokens);
+  const torch::Tensor full = model_.Forward(tokens);  // [T, V]
+  const ScalarReference reference(config_, model_.weights(), ScalarReference::RopePairs::kAdjacent);
+  const torch::Tensor naive = reference.Forward(tokens);  // [T, V]
+  KvCache cache(config_);
+  model_.Prefill(all.first(5), cache);
+  std::vector<torch::Tensor> rows;
+  KvCache* caches[] = {&cache};
+  for (int32_t token : all.subspan(5)) rows.push_back(model_.Decode(std::span(&token, 1), caches)[0]);
+  const torch::Tensor decoded = at::stack(rows);  // [T - 5, V]
+  EXPECT_LT(MaxAbsDiff(decoded, full.narrow(0, 5, config_.context - 5)), 1e-4);
+  EXPECT_LT(MaxAbsDiff(decoded, naive.narrow(0, 5, config_.context - 5)), 1e-4);
+  EXPECT_GT(naive.std().item<float>(), 0.1) << "the reference logits are not trivially flat";
+  EXPECT_EQ(cache.length(), config_.context);
+}
+
+TEST_P(DecodeStepTest, BatchedDecodeEqualsEachSequenceAlone) {
+  const std::vector<int64_t> prompt_lengths = {1, 63, 100};  // around a chunk boundary
+  std::vector<KvCache> batched, alone;
+  for (size_t s = 0; s < prompt_lengths.size(); ++s) {
+    const auto prompt = RandomTokens(prompt_lengths[s], 20 + s, config_.vocab_size);
+    batched.emplace_back(config_);
+    alone.emplace_back(config_);
+    model_.Prefill(prompt, batched.back());
+    model_.Prefill(prompt, alone.back());
+  }
+  std::vector<KvCache*> caches = {&batched[0], &batched[1], &batched[2]};
+  for (int step = 0; step < 4; ++step) {
+    const auto next = RandomTokens(3, 200 + step, config_.vocab_size);
+    const torch::Tensor logits = model_.Decode(next, caches);  // [3, V]
+    for (int64_t s = 0; s < 3; ++s) {
+      KvCache* own[] = {&alone[s]};
+      const torch::Tensor single = model_.Decode(std::span(&next[s], 1), own);  // [1, V]
+      EXPECT_LT(MaxAbsDiff(logits[s], single[0]), 1e-5) << "sequence " << s << " step " << step;
+    }
+  }
+}
+
+TEST_P(DecodeStepTest, TraceIsTheSoftmaxOfScaledQueryKeyProducts) {
+  const auto tokens = RandomTokens(40, 30, config_.vocab_size);
+  const std::span<const int32_t> all(tokens);
+  KvCache cache(config_);
+  model_.Prefill(all.first(39), cache);
+  KvCache* caches[] = {&cache};
+  AttentionTrace trace;
+  trace.layer = 0;
+  const torch::Tensor logits = model_.Decode(all.subspan(39), caches, &trace);
+  EXPECT_LT(MaxAbsDiff(logits[0], model_.Forward(tokens, /*last_only=*/true)), 1e-4);
+  // Layer 0's attention of position 39 recomputed with the libtorch stages: its input is just the
+  // token's embedding, and the keys are the ones the step left in the cache.
+  const BlockWeights& block = model_.weights().blocks[0];
+  const torch::Tensor h = Embed(model_.weights(), at::tensor({int64_t{tokens[39]}}, at::kLong));  // [1, C]
+  const QueryKeyValue qkv = ProjectQkv(config_, block, RmsNorm(h, block.ln1), RopeTable(config_).narrow(0, 39, 1));
+  torch::Tensor probs;  // [H, 1, 40]
+  Attend(qkv.q, cache.Keys(0, 40), cache.Values(0, 40), torch::Tensor(), &probs);
+  ASSERT_EQ(trace.rows[0].sizes(), (at::IntArrayRef{config_.heads, 40}));
+  EXPECT_LT(MaxAbsDiff(trace.rows[0], probs.squeeze(1)), 1e-5);
+  EXPECT_GT(trace.rows[0].max().item<float>(), 2.0f / 40) << "attention is not uniform";
+}
+
+TEST_P(DecodeStepTest, RejectsBadTokensAndFullCachesWithoutTouchingThem) {
+  KvCache cache(config_), full(config_);
+  model_.Prefill(RandomTokens(7, 40, config_.vocab_size), cache);
+  model_.Prefill(RandomTokens(config_.context, 41, config_.vocab_size), full);
+  KvCache* one[] = {&cache};
+  const int32_t bad[] = {static_cast<int32_t>(config_.vocab_size)};
+  const int32_t negative[] = {-1};
+  EXPECT_THROW(model_.Decode(bad, one), c10::Error);
+  EXPECT_THROW(model_.Decode(negative, one), c10::Error);
+  KvCache* both[] = {&cache, &full};
+  const int32_t two[] = {1, 2};
+  EXPECT_THROW(model_.Decode(two, both), c10::Error);
+  KvCache* twice[] = {&cache, &cache};
+  EXPECT_THROW(model_.Decode(two, twice), c10::Error);
+  EXPECT_EQ(cache.length(), 7);
+  EXPECT_EQ(full.length(), config_.context);
+}
+
+INSTANTIATE_TEST_SUITE_P(WidthsHeadsThreads, DecodeStepTest,
+                         ::testing::Combine(::testing::Values(int64_t{144}), ::testing::Values(int64_t{2}),
+                                            ::testing::Values(1, 2, 3)));
+INSTANTIATE_TEST_SUITE_P(NarrowHeads, DecodeStepTest,
+                         ::testing::Combine(::testing::Values(int64_t{80}), ::testing::Values(int64_t{4}),
+                                            ::testing::Values(1, 2)));
+
+}  // namespace
+}  // namespace niels::daemon::model
