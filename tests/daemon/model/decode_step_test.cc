@@ -3,7 +3,6 @@
 // head dims that exercise every branch of the SIMD kernels. The reference is the libtorch forward
 // and the naive scalar implementation of scalar_reference.h.
 
-#include <random>
 #include <span>
 #include <string>
 #include <tuple>
@@ -15,6 +14,7 @@
 #include "daemon/model/transformer.h"
 #include "daemon/model/transformer_stages.h"
 #include "daemon/model/worker_pool.h"
+#include "tests/daemon/model/model_test_util.h"
 #include "tests/daemon/model/scalar_reference.h"
 
 namespace niels::daemon::model {
@@ -32,19 +32,6 @@ ModelConfig MidConfig(int64_t width, int64_t heads) {
   config.layers = 2;
   config.d_ff = 3 * width - 5;
   return config;
-}
-
-std::vector<int32_t> RandomTokens(int64_t n, uint32_t seed, int64_t vocab) {
-  std::mt19937 rng(seed);
-  std::uniform_int_distribution<int32_t> id(0, static_cast<int32_t>(vocab - 1));
-  std::vector<int32_t> tokens(n);
-  for (auto& t : tokens) t = id(rng);
-  return tokens;
-}
-
-float MaxAbsDiff(const torch::Tensor& a, const torch::Tensor& b) {
-  EXPECT_EQ(a.sizes(), b.sizes());
-  return (a - b).abs().max().item<float>();
 }
 
 // Parameters: (width, heads, worker threads).

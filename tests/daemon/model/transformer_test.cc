@@ -8,6 +8,7 @@
 #include <c10/core/InferenceMode.h>
 #include <gtest/gtest.h>
 
+#include "tests/daemon/model/model_test_util.h"
 #include "tests/daemon/model/scalar_reference.h"
 
 namespace niels::daemon::model {
@@ -28,18 +29,8 @@ ModelConfig TinyConfig() {
 // std 0.2 (not 0.02) so that attention is far from uniform and positions matter.
 Weights TinyWeights(uint64_t seed = 7) { return RandomWeights(TinyConfig(), seed, 0.2); }
 
-std::vector<int32_t> RandomTokens(int64_t n, uint32_t seed, int64_t vocab = 50) {
-  std::mt19937 rng(seed);
-  std::uniform_int_distribution<int32_t> id(0, static_cast<int32_t>(vocab - 1));
-  std::vector<int32_t> tokens(n);
-  for (auto& t : tokens) t = id(rng);
-  return tokens;
-}
-
-float MaxAbsDiff(const torch::Tensor& a, const torch::Tensor& b) {
-  EXPECT_EQ(a.sizes(), b.sizes());
-  return (a - b).abs().max().item<float>();
-}
+// Tokens of the tiny model's vocabulary.
+std::vector<int32_t> RandomTokens(int64_t n, uint32_t seed) { return model::RandomTokens(n, seed, 50); }
 
 // Decodes `tokens` one by one into `cache` (B = 1), returning logits [n, V].
 torch::Tensor DecodeEach(const Transformer& model, std::span<const int32_t> tokens, KvCache& cache) {
