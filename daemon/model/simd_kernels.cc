@@ -155,7 +155,9 @@ struct Implementation {
 Implementation Pick() {
 #ifdef NIELS_KERNELS_X86
   __builtin_cpu_init();  // needed when this runs as a static initializer, before main
-  if (__builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma")) return {DotRowsAvx2, WeightedSumRowsAvx2, "avx2+fma"};
+  if (__builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma")) {
+    return {DotRowsAvx2, WeightedSumRowsAvx2, "avx2+fma"};
+  }
 #endif
   return {DotRowsPortable, WeightedSumRowsPortable, "portable"};
 }

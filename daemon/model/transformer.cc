@@ -100,18 +100,24 @@ torch::Tensor Transformer::Decode(std::span<const int32_t> tokens, std::span<KvC
   const int64_t batch = static_cast<int64_t>(tokens.size());
   TORCH_CHECK(batch >= 1 && tokens.size() == caches.size(), "Decode: need B >= 1 tokens, one per cache");
   c10::InferenceMode guard;
+  TORCH_CHECK(trace == nullptr || trace->layer < config_.layers, "Decode: trace layer ", trace->layer,
+              " >= L = ", config_.layers);
+  for (int64_t b = 0; b < batch; ++b) {  // every check before any cache is touched
+    TORCH_CHECK(tokens[b] >= 0 && tokens[b] < config_.vocab_size, "Decode: token ", tokens[b], " not in [0, ",
+                config_.vocab_size, ")");
+    TORCH_CHECK(caches[b]->length() < config_.context, "Decode: cache ", b, " is full (T = ", config_.context, ")");
+    for (int64_t other = 0; other < b; ++other) {
+      TORCH_CHECK(caches[other] != caches[b], "Decode: cache ", b, " repeated");
+    }
+  }
   std::vector<DecodeSequence> sequences(batch);
   if (trace != nullptr) trace->rows.assign(batch, torch::Tensor());
   for (int64_t b = 0; b < batch; ++b) {
     KvCache& cache = *caches[b];
     DecodeSequence& seq = sequences[b];
+    cache.Reserve(1);
     seq.token = tokens[b];
     seq.position = cache.length();
-    TORCH_CHECK(seq.token >= 0 && seq.token < config_.vocab_size, "Decode: token ", seq.token, " not in [0, ",
-                config_.vocab_size, ")");
-    TORCH_CHECK(seq.position < config_.context, "Decode: cache ", b, " is full (T = ", config_.context, ")");
-    for (int64_t other = 0; other < b; ++other) TORCH_CHECK(caches[other] != &cache, "Decode: cache ", b, " repeated");
-    cache.Reserve(1);
     seq.capacity = cache.capacity();
     for (int64_t layer = 0; layer < config_.layers; ++layer) {
       seq.keys.push_back(cache.KeyStorage(layer));

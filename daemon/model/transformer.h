@@ -3,9 +3,10 @@
 //
 // The math lives in free functions (one per stage) so that inference and training share one
 // definition; ForwardTrain is differentiable. Decode, the hot path, runs the same math as plain
-// float loops (decode_step.h); tests hold it to the libtorch stages and to a scalar reference. The Transformer class holds the weights and the RoPE
-// tables and runs under torch::InferenceMode. It is immutable after construction; the engine thread
-// owns all KV caches, so calls are made from one thread at a time.
+// float loops (decode_step.h); tests hold it to the libtorch stages and to a scalar reference.
+// The Transformer class holds the weights and the RoPE tables and runs under
+// torch::InferenceMode. It is immutable after construction; the engine thread owns all KV caches,
+// so calls are made from one thread at a time.
 
 #include <cstdint>
 #include <span>
