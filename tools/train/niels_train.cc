@@ -41,7 +41,8 @@ struct Flags {
   std::string out = "models/niels-demo";
   std::string name = "niels-demo";
   train::SpmOptions spm;
-  model::ModelConfig shape{.vocab_size = 0, .context = 256, .width = 256, .layers = 4, .heads = 4, .d_ff = 768};
+  model::ModelConfig shape{.vocab_size = 0, .context = 256, .width = 256, .layers = 4, .heads = 4, .d_ff = 768,
+                           .rope_theta = 10000.0, .name = {}};
   train::TrainOptions train;
   uint64_t seed = 1234;
   int threads = 2;
