@@ -152,6 +152,8 @@ struct Implementation {
   const char* name;
 };
 
+const Implementation kPortable{DotRowsPortable, WeightedSumRowsPortable, "portable"};
+
 Implementation Pick() {
 #ifdef NIELS_KERNELS_X86
   __builtin_cpu_init();  // needed when this runs as a static initializer, before main
@@ -159,22 +161,25 @@ Implementation Pick() {
     return {DotRowsAvx2, WeightedSumRowsAvx2, "avx2+fma"};
   }
 #endif
-  return {DotRowsPortable, WeightedSumRowsPortable, "portable"};
+  return kPortable;
 }
 
 const Implementation kPicked = Pick();
+Implementation active = kPicked;  // kPicked, or kPortable while a test forces it
 
 }  // namespace
 
 void DotRows(const float* w, int64_t in, const float* x, int64_t rows, const float* bias, float* y,
              int64_t y_stride, int64_t o_begin, int64_t o_end) {
-  kPicked.dot_rows({w, in, x, rows, bias, y, y_stride}, o_begin, o_end);
+  active.dot_rows({w, in, x, rows, bias, y, y_stride}, o_begin, o_end);
 }
 
 void WeightedSumRows(const float* p, const float* rows, int64_t m, int64_t n, float* out) {
-  kPicked.weighted_sum_rows(p, rows, m, n, out);
+  active.weighted_sum_rows(p, rows, m, n, out);
 }
 
-const char* Name() { return kPicked.name; }
+const char* Name() { return active.name; }
+
+void ForcePortableForTesting(bool portable) { active = portable ? kPortable : kPicked; }
 
 }  // namespace niels::daemon::model::kernels

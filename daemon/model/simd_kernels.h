@@ -19,7 +19,11 @@ void DotRows(const float* w, int64_t in, const float* x, int64_t rows, const flo
 // (attention's probabilities times the value rows). Sums run over j in order.
 void WeightedSumRows(const float* p, const float* rows, int64_t m, int64_t n, float* out);
 
-// The implementation picked for this CPU: "avx2+fma" or "portable".
+// The implementation in use: "avx2+fma" or "portable".
 const char* Name();
+
+// For tests only: true switches to the portable implementation, false back to the one picked for
+// this CPU. Not thread-safe: call while no kernel runs.
+void ForcePortableForTesting(bool portable);
 
 }  // namespace niels::daemon::model::kernels

@@ -4,6 +4,7 @@
 #include <cmath>
 #include <cstdint>
 #include <random>
+#include <string>
 #include <vector>
 
 #include <gtest/gtest.h>
@@ -57,7 +58,20 @@ void ExpectMatchesNaive(const Shape& s, WorkerPool& pool) {
   }
 }
 
-TEST(MatVecTest, MatchesNaiveLoopsForEveryShapeAndThreadCount) {
+// Runs the test body with the kernels picked for this CPU and again with the portable ones, which
+// a machine with AVX2 would otherwise never execute.
+class SimdKernelsTest : public ::testing::TestWithParam<bool> {
+ protected:
+  void SetUp() override {
+    kernels::ForcePortableForTesting(GetParam());
+    if (GetParam()) {
+      ASSERT_STREQ(kernels::Name(), "portable");
+    }
+  }
+  void TearDown() override { kernels::ForcePortableForTesting(false); }
+};
+
+TEST_P(SimdKernelsTest, MatVecMatchesNaiveLoopsForEveryShapeAndThreadCount) {
   // Sizes around the kernel's blocks (8 columns, 4 rows) and above the parallel threshold, with
   // tails of every length, 1..8 rows of x, with and without bias.
   const std::vector<Shape> shapes = {
@@ -81,7 +95,7 @@ TEST(MatVecTest, WritesOnlyItsOutputRows) {
   for (int64_t k = rows * out; k < static_cast<int64_t>(y.size()); ++k) EXPECT_EQ(y[k], -7.0f) << k;
 }
 
-TEST(SimdKernelsTest, WeightedSumRowsMatchesNaiveLoops) {
+TEST_P(SimdKernelsTest, WeightedSumRowsMatchesNaiveLoops) {
   // Row lengths around the 64-column register block and the 8-lane tail; 1..300 rows.
   for (int64_t n : {1, 7, 8, 20, 64, 72, 130}) {
     for (int64_t m : {1, 5, 300}) {
@@ -98,6 +112,11 @@ TEST(SimdKernelsTest, WeightedSumRowsMatchesNaiveLoops) {
     }
   }
 }
+
+INSTANTIATE_TEST_SUITE_P(PickedAndPortable, SimdKernelsTest, ::testing::Bool(),
+                         [](const ::testing::TestParamInfo<bool>& info) {
+                           return std::string(info.param ? "Portable" : "PickedForThisCpu");
+                         });
 
 TEST(MatVecTest, NamesAKernel) {
   const std::string name = MatVecKernelName();
