@@ -137,6 +137,7 @@ int main(int argc, char** argv) {
     config.vocab_size = 16000, config.context = 1024, config.width = 512, config.layers = 8, config.heads = 8, config.d_ff = 1536;
   }
   niels::daemon::model::ConfigureThreads(threads);
+  auto pool = std::make_shared<niels::daemon::kernels::WorkerPool>(threads);
   auto tokenizer = niels::daemon::model::Tokenizer::Load(tokenizer_path);
   if (!tokenizer.ok()) {
     std::fprintf(stderr, "nielsd-chat-bench: %s\n", tokenizer.status().ToString().c_str());
@@ -145,7 +146,7 @@ int main(int argc, char** argv) {
   auto model = std::make_unique<niels::daemon::model::Model>();
   model->config = config;
   model->transformer = std::make_unique<niels::daemon::model::Transformer>(
-      config, niels::daemon::model::RandomWeights(config, /*seed=*/7));
+      config, niels::daemon::model::RandomWeights(config, /*seed=*/7), pool);
   model->tokenizer = std::move(tokenizer).value();
   EngineOptions options;  // threads already configured above
   Engine engine(std::move(model), options);
@@ -168,7 +169,7 @@ int main(int argc, char** argv) {
   if (!json) {
     std::printf("nielsd-chat-bench: preset %s (T %ld), %d turns x %d reply tokens, medians of %d chats, %s\n",
                 preset.c_str(), static_cast<long>(config.context), n_turns, reply_tokens, repeats,
-                niels::daemon::model::DescribeThreads().c_str());
+                niels::daemon::model::DescribeThreads(*pool).c_str());
     std::printf("%4s %8s | %12s %9s %7s | %12s %9s | %7s\n", "turn", "length", "cached TTFT", "prefilled",
                 "reused", "uncached TTFT", "prefilled", "ratio");
   }

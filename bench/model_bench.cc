@@ -11,6 +11,8 @@
 #include <chrono>
 #include <cstdio>
 #include <cstring>
+#include <filesystem>
+#include <fstream>
 #include <memory>
 #include <random>
 #include <string>
@@ -21,6 +23,7 @@
 #include <c10/core/InferenceMode.h>
 
 #include "daemon/model/threading.h"
+#include "daemon/model/tokenizer.h"
 #include "daemon/model/transformer.h"
 #include "daemon/model/weights.h"
 
@@ -44,6 +47,8 @@ struct Options {
   int64_t batch = 4;
   int64_t bandwidth_mib = 512;  // size of each of the two copy buffers
   bool json = false;
+  std::string write_model_dir;  // set: write a random-weight model directory there and exit
+  std::string tokenizer = NIELS_SOURCE_DIR "/models/niels-demo/tokenizer.model";
 };
 
 double Seconds(Clock::time_point start) { return std::chrono::duration<double>(Clock::now() - start).count(); }
@@ -119,9 +124,9 @@ struct Results {
   int64_t prefill_len = 0, decode_start = 0, context = 0;
 };
 
-void RunModel(const Options& o, Results& r) {
+void RunModel(const Options& o, Results& r, std::shared_ptr<daemon::kernels::WorkerPool> pool) {
   const ModelConfig& c = o.config;
-  const Transformer model(c, daemon::model::RandomWeights(c, /*seed=*/1));
+  const Transformer model(c, daemon::model::RandomWeights(c, /*seed=*/1), std::move(pool));
   r.weight_bytes = static_cast<double>(model.weights().bytes());
   r.prefill_len = std::min(o.prompt, c.context);
   r.decode_start = std::max<int64_t>(1, std::min(r.prefill_len, c.context - o.decode_tokens));
@@ -169,7 +174,7 @@ void RunModel(const Options& o, Results& r) {
   });
 }
 
-void Print(const Options& o, const Results& r, int threads) {
+void Print(const Options& o, const Results& r, int threads, const daemon::kernels::WorkerPool& pool) {
   const double bound = r.bandwidth / r.weight_bytes;
   const double fraction = r.decode_tok_s / bound;
   if (o.json) {
@@ -193,7 +198,7 @@ void Print(const Options& o, const Results& r, int threads) {
   std::printf("model %s: V %lld T %lld C %lld L %lld H %lld d_ff %lld, weights %.1f MB (f32)\n", o.preset.c_str(),
               (long long)c.vocab_size, (long long)c.context, (long long)c.width, (long long)c.layers,
               (long long)c.heads, (long long)c.d_ff, r.weight_bytes / 1e6);
-  std::printf("threads: %d (%s)\n", threads, daemon::model::DescribeThreads().c_str());
+  std::printf("threads: %d (%s)\n", threads, daemon::model::DescribeThreads(pool).c_str());
   std::printf("medians over %d runs\n", o.repeats);
   std::printf("prefill          %9.1f tokens/s  (%lld-token prompt)\n", r.prefill_tok_s, (long long)r.prefill_len);
   std::printf("decode (cached)  %9.1f tokens/s  (%lld tokens after a %lld-token prompt)\n", r.decode_tok_s,
@@ -225,6 +230,41 @@ bool ApplyPreset(Options& o) {
   return true;
 }
 
+// --write-model-dir: config.json of the preset's shape, but with V = the tokenizer's vocabulary
+// (a model directory must agree with its tokenizer), RandomWeights(seed 1), and the tokenizer.
+int WriteModelDir(const Options& o) {
+  auto tokenizer = daemon::model::Tokenizer::Load(o.tokenizer);
+  if (!tokenizer.ok()) {
+    std::fprintf(stderr, "nielsd-bench: %s\n", tokenizer.status().ToString().c_str());
+    return 1;
+  }
+  ModelConfig c = o.config;
+  c.vocab_size = (*tokenizer)->vocab_size();
+  c.name = "random-" + o.preset;
+  const std::filesystem::path dir(o.write_model_dir);
+  std::error_code ec;
+  std::filesystem::create_directories(dir, ec);
+  std::filesystem::copy_file(o.tokenizer, dir / "tokenizer.model", std::filesystem::copy_options::overwrite_existing,
+                             ec);
+  std::ofstream config(dir / "config.json", std::ios::trunc);
+  config << daemon::model::ModelConfigToJson(c);
+  config.close();
+  if (ec || !config) {
+    std::fprintf(stderr, "nielsd-bench: cannot write %s: %s\n", dir.c_str(), ec ? ec.message().c_str() : "write error");
+    return 1;
+  }
+  const common::Status saved = daemon::model::SaveWeights(daemon::model::RandomWeights(c, /*seed=*/1),
+                                                          dir / "model.safetensors");
+  if (!saved.ok()) {
+    std::fprintf(stderr, "nielsd-bench: %s\n", saved.ToString().c_str());
+    return 1;
+  }
+  std::printf("wrote %s: %s shape (V %lld from the tokenizer, T %lld, C %lld, L %lld, H %lld, d_ff %lld)\n",
+              dir.c_str(), o.preset.c_str(), (long long)c.vocab_size, (long long)c.context, (long long)c.width,
+              (long long)c.layers, (long long)c.heads, (long long)c.d_ff);
+  return 0;
+}
+
 int Main(int argc, char** argv) {
   Options o;
   ModelConfig flags;
@@ -247,6 +287,10 @@ int Main(int argc, char** argv) {
   app.add_option("--bandwidth-mib", o.bandwidth_mib, "MiB per copy buffer (two are allocated)")
       ->capture_default_str();
   app.add_flag("--json", o.json, "one JSON line per figure");
+  app.add_option("--write-model-dir", o.write_model_dir,
+                 "write a random-weight model directory of this shape (for nielsd and nielsd-load-bench) and exit");
+  app.add_option("--tokenizer", o.tokenizer, "tokenizer.model for --write-model-dir (V becomes its vocab size)")
+      ->capture_default_str();
   CLI11_PARSE(app, argc, argv);
 
   if (!ApplyPreset(o)) {
@@ -264,6 +308,7 @@ int Main(int argc, char** argv) {
     std::fprintf(stderr, "nielsd-bench: invalid shape or counts (need C %% H == 0, C/H even, all > 0)\n");
     return 2;
   }
+  if (!o.write_model_dir.empty()) return WriteModelDir(o);
   const int threads = o.threads > 0 ? o.threads : static_cast<int>(std::thread::hardware_concurrency());
   daemon::model::ConfigureThreads(threads, o.thread_setup == "torch" ? daemon::model::ThreadSetup::kTorchThreads
                                                                       : daemon::model::ThreadSetup::kBlasThreads);
@@ -272,8 +317,9 @@ int Main(int argc, char** argv) {
   const int cores = static_cast<int>(std::max(1u, std::thread::hardware_concurrency()));
   r.bandwidth = MeasureBandwidth(o.bandwidth_mib << 20, cores, std::max(o.repeats, 5));
   r.read_bandwidth = MeasureReadBandwidth(o.bandwidth_mib << 20, cores, std::max(o.repeats, 5));
-  RunModel(o, r);
-  Print(o, r, threads);
+  auto pool = std::make_shared<daemon::kernels::WorkerPool>(threads);
+  RunModel(o, r, pool);
+  Print(o, r, threads, *pool);
   return 0;
 }
 

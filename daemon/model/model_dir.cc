@@ -13,7 +13,8 @@ namespace niels::daemon::model {
 using common::Status;
 using common::StatusOr;
 
-StatusOr<std::unique_ptr<Model>> LoadModelDir(const std::filesystem::path& dir) {
+StatusOr<std::unique_ptr<Model>> LoadModelDir(const std::filesystem::path& dir,
+                                              std::shared_ptr<kernels::WorkerPool> pool) {
   std::error_code ec;
   if (!std::filesystem::is_directory(dir, ec)) {
     return Status::NotFound(dir.string() + ": not a model directory (expected config.json, "
@@ -40,7 +41,7 @@ StatusOr<std::unique_ptr<Model>> LoadModelDir(const std::filesystem::path& dir) 
   model->dir = dir;
   model->config = *config;
   try {
-    model->transformer = std::make_unique<Transformer>(*config, std::move(*weights));
+    model->transformer = std::make_unique<Transformer>(*config, std::move(*weights), std::move(pool));
   } catch (const c10::Error& e) {
     return Status::Internal(dir.string() + ": building the transformer failed: " + e.what_without_backtrace());
   } catch (const std::exception& e) {

@@ -6,6 +6,7 @@
 #include <memory>
 
 #include "common/status.h"
+#include "daemon/kernels/worker_pool.h"
 #include "daemon/model/config.h"
 #include "daemon/model/tokenizer.h"
 #include "daemon/model/transformer.h"
@@ -21,6 +22,8 @@ struct Model {
 
 // Errors name the file (and the key or tensor): see LoadModelConfig, LoadWeights, Tokenizer::Load;
 // plus INVALID_ARGUMENT when config V, tok_emb rows and the tokenizer's vocab size disagree.
-common::StatusOr<std::unique_ptr<Model>> LoadModelDir(const std::filesystem::path& dir);
+// `pool` runs the decode kernels (Transformer); nullptr = a 1-thread pool.
+common::StatusOr<std::unique_ptr<Model>> LoadModelDir(const std::filesystem::path& dir,
+                                                      std::shared_ptr<kernels::WorkerPool> pool = nullptr);
 
 }  // namespace niels::daemon::model

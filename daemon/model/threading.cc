@@ -10,8 +10,8 @@
 
 #include <ATen/Parallel.h>
 
-#include "daemon/model/matvec.h"
-#include "daemon/model/worker_pool.h"
+#include "daemon/kernels/matvec.h"
+#include "daemon/kernels/worker_pool.h"
 
 namespace niels::daemon::model {
 namespace {
@@ -76,14 +76,13 @@ void ShortenBlasSpinWait() {
 // from OpenMP, and its spinning workers are what collapsed kTorchThreads), and OpenBLAS gets the n
 // threads for the gemms of prefill and the uncached forward. This also needs no
 // OMP_WAIT_POLICY=PASSIVE, which libgomp reads from the environment only at load time.
-// Decode now runs on its own kernels (decode_step.h) over the model WorkerPool of n threads:
+// Decode now runs on its own kernels (daemon/kernels/decode_step.h) over a WorkerPool of n threads:
 // 2 threads vs 1 is 1.3 vs 2.7 ms per token for the weight reads alone (2.1x), measured side by
 // side.
 void ConfigureThreads(int n, ThreadSetup setup) {
   if (n <= 0) n = static_cast<int>(std::max(1u, std::thread::hardware_concurrency()));
   KeepLargeAllocationsInHeap();
   ShortenBlasSpinWait();
-  SetModelWorkerThreads(n);
   switch (setup) {
     case ThreadSetup::kBlasThreads:
       at::set_num_threads(1);
@@ -96,12 +95,12 @@ void ConfigureThreads(int n, ThreadSetup setup) {
   }
 }
 
-std::string DescribeThreads() {
+std::string DescribeThreads(const kernels::WorkerPool& pool) {
   std::string blas = "unknown BLAS";
   if (auto get = Lookup<GetThreadsFn>("openblas_get_num_threads")) blas = "OpenBLAS " + std::to_string(get());
   if (auto config = Lookup<GetConfigFn>("openblas_get_config")) blas += std::string(" (") + config() + ")";
   return "torch intra-op " + std::to_string(at::get_num_threads()) + ", " + blas + ", matvec " +
-         std::to_string(ModelWorkerPool()->threads()) + " (" + MatVecKernelName() + ")";
+         std::to_string(pool.threads()) + " (" + kernels::MatVecKernelName() + ")";
 }
 
 }  // namespace niels::daemon::model

@@ -8,7 +8,6 @@
 #include <c10/util/Exception.h>
 
 #include "daemon/model/transformer_stages.h"
-#include "daemon/model/worker_pool.h"
 
 namespace niels::daemon::model {
 namespace {
@@ -34,14 +33,18 @@ const float* FloatData(torch::Tensor& t) {
   return t.data_ptr<float>();
 }
 
-DecodeWeights FloatViews(Weights& w, torch::Tensor& rope_pairs) {
-  DecodeWeights views{FloatData(w.tok_emb), {}, FloatData(w.ln_f), FloatData(rope_pairs)};
+kernels::DecodeWeights FloatViews(Weights& w, torch::Tensor& rope_pairs) {
+  kernels::DecodeWeights views{FloatData(w.tok_emb), {}, FloatData(w.ln_f), FloatData(rope_pairs)};
   for (BlockWeights& b : w.blocks) {
     views.blocks.push_back({FloatData(b.ln1), FloatData(b.qkv), FloatData(b.proj), FloatData(b.ln2),
                             FloatData(b.fc_a_w), FloatData(b.fc_a_b), FloatData(b.fc_g_w), FloatData(b.fc_g_b),
                             FloatData(b.fc_out_w), FloatData(b.fc_out_b)});
   }
   return views;
+}
+
+kernels::DecodeShape ShapeOf(const ModelConfig& c) {
+  return {c.layers, c.width, c.heads, c.d_ff, c.vocab_size, c.context};
 }
 
 }  // namespace
@@ -53,8 +56,8 @@ torch::Tensor ForwardTrain(const ModelConfig& config, const Weights& weights, co
   return Logits(weights, Trunk(config, weights, rope, tokens));         // [B, n, V]
 }
 
-Transformer::Transformer(ModelConfig config, Weights weights)
-    : config_(std::move(config)), weights_(std::move(weights)) {
+Transformer::Transformer(ModelConfig config, Weights weights, std::shared_ptr<kernels::WorkerPool> pool)
+    : config_(std::move(config)), weights_(std::move(weights)), decode_step_(ShapeOf(config_), std::move(pool)) {
   c10::InferenceMode guard;
   rope_ = RopeTable(config_);                           // [T, D/2] complex
   rope_pairs_ = at::view_as_real(rope_).contiguous();  // [T, D/2, 2] float
@@ -110,27 +113,31 @@ torch::Tensor Transformer::Decode(std::span<const int32_t> tokens, std::span<KvC
       TORCH_CHECK(caches[other] != caches[b], "Decode: cache ", b, " repeated");
     }
   }
-  std::vector<DecodeSequence> sequences(batch);
+  std::vector<kernels::DecodeSequence>& sequences = sequences_;
+  sequences.resize(batch);
   if (trace != nullptr) trace->rows.assign(batch, torch::Tensor());
   for (int64_t b = 0; b < batch; ++b) {
     KvCache& cache = *caches[b];
-    DecodeSequence& seq = sequences[b];
+    kernels::DecodeSequence& seq = sequences[b];
     cache.Reserve(1);
     seq.token = tokens[b];
     seq.position = cache.length();
     seq.capacity = cache.capacity();
+    seq.keys.resize(config_.layers);
+    seq.values.resize(config_.layers);
     for (int64_t layer = 0; layer < config_.layers; ++layer) {
-      seq.keys.push_back(cache.KeyStorage(layer));
-      seq.values.push_back(cache.ValueStorage(layer));
+      seq.keys[layer] = cache.KeyStorage(layer);
+      seq.values[layer] = cache.ValueStorage(layer);
     }
+    seq.trace = nullptr;
     if (trace != nullptr && trace->layer >= 0) {
       trace->rows[b] = at::empty({config_.heads, seq.position + 1}, at::kFloat);  // [H, length]
       seq.trace = trace->rows[b].data_ptr<float>();
     }
   }
   torch::Tensor logits = at::empty({batch, config_.vocab_size}, at::kFloat);  // [B, V]
-  RunDecodeStep(config_, decode_weights_, sequences, trace != nullptr ? trace->layer : -1,
-                logits.data_ptr<float>(), *ModelWorkerPool());
+  decode_step_.Run(decode_weights_, std::span(sequences.data(), sequences.size()),
+                   trace != nullptr ? trace->layer : -1, logits.data_ptr<float>());
   for (KvCache* cache : caches) cache->Advance(1);
   return logits;
 }

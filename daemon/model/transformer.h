@@ -1,20 +1,25 @@
 #pragma once
-// Transformer: the niels_gpt forward pass (DESIGN.md section 2), with and without a KV cache.
+// Transformer: the niels_gpt forward pass (docs/ARCHITECTURE.md, "Model math"), with and without a
+// KV cache.
 //
 // The math lives in free functions (one per stage) so that inference and training share one
 // definition; ForwardTrain is differentiable. Decode, the hot path, runs the same math as plain
 // float loops (decode_step.h); tests hold it to the libtorch stages and to a scalar reference.
-// The Transformer class holds the weights and the RoPE tables and runs under
-// torch::InferenceMode. It is immutable after construction; the engine thread owns all KV caches,
-// so calls are made from one thread at a time.
+// The Transformer class holds the weights, the RoPE tables and the decode step (with its scratch,
+// allocated once and reused) and runs under torch::InferenceMode. Its decode kernels run on the
+// WorkerPool given at construction (no process-wide pool). Thread-safety: calls must come from one
+// thread at a time (the engine thread in nielsd): Decode reuses the step's scratch.
 
 #include <cstdint>
+#include <memory>
 #include <span>
+#include <vector>
 
 #include <torch/types.h>
 
 #include "daemon/model/config.h"
-#include "daemon/model/decode_step.h"
+#include "daemon/kernels/decode_step.h"
+#include "daemon/kernels/worker_pool.h"
 #include "daemon/model/kv_cache.h"
 #include "daemon/model/language_model.h"
 #include "daemon/model/weights.h"
@@ -27,7 +32,8 @@ torch::Tensor ForwardTrain(const ModelConfig& config, const Weights& weights, co
 
 class Transformer final : public LanguageModel {
  public:
-  Transformer(ModelConfig config, Weights weights);
+  // pool: the decode kernels' threads (shared with whoever else uses it); nullptr = a 1-thread pool.
+  Transformer(ModelConfig config, Weights weights, std::shared_ptr<kernels::WorkerPool> pool = nullptr);
 
   const ModelConfig& config() const override { return config_; }
   const Weights& weights() const { return weights_; }
@@ -46,7 +52,9 @@ class Transformer final : public LanguageModel {
   Weights weights_;
   torch::Tensor rope_;  // [T, D/2] complex64: cos + i sin of the RoPE angles (computed in f64)
   torch::Tensor rope_pairs_;       // the same table as floats [T, D/2, 2] (cos, sin), for DecodeStep
-  DecodeWeights decode_weights_;   // float views of weights_ and rope_pairs_
+  kernels::DecodeWeights decode_weights_;  // float views of weights_ and rope_pairs_
+  mutable kernels::DecodeStep decode_step_;  // its scratch is reused from call to call
+  mutable std::vector<kernels::DecodeSequence> sequences_;  // the batch of the last Decode, reused
 };
 
 }  // namespace niels::daemon::model

@@ -5,28 +5,11 @@
 
 #include <ATen/ATen.h>
 
-#include "daemon/model/matvec.h"
 
 namespace niels::daemon::model {
 
 torch::Tensor Linear(const torch::Tensor& x, const torch::Tensor& weight, const torch::Tensor& bias) {
-  const int64_t in = x.size(-1);
-  const int64_t rows = in == 0 ? 0 : x.numel() / in;
-  const bool float_inputs = x.scalar_type() == at::kFloat && weight.scalar_type() == at::kFloat &&
-                            (!bias.defined() || bias.scalar_type() == at::kFloat);
-  if (rows > kMatVecMaxRows || rows == 0 || !float_inputs || x.requires_grad() || weight.requires_grad() ||
-      (bias.defined() && bias.requires_grad())) {
-    return at::linear(x, weight, bias);
-  }
-  const torch::Tensor w = weight.contiguous();                  // [out, in] (already, for model weights)
-  const torch::Tensor input = x.reshape({rows, in}).contiguous();  // [rows, in]
-  const torch::Tensor b = bias.defined() ? bias.contiguous() : bias;
-  torch::Tensor y = at::empty({rows, w.size(0)}, x.options());   // [rows, out]
-  MatVec(w.data_ptr<float>(), w.size(0), in, b.defined() ? b.data_ptr<float>() : nullptr,
-         input.data_ptr<float>(), rows, y.data_ptr<float>(), *ModelWorkerPool());
-  auto out_shape = x.sizes().vec();
-  out_shape.back() = w.size(0);
-  return y.view(out_shape);  // [..., out]
+  return at::linear(x, weight, bias);
 }
 
 torch::Tensor RopeTable(const ModelConfig& config) {

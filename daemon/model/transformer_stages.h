@@ -16,10 +16,8 @@ namespace niels::daemon::model {
 
 inline constexpr double kRmsNormEps = 1e-5;
 
-// x @ weight^T (+ bias): [..., in] -> [..., out]. Same result as at::linear up to float rounding.
-// A few float rows (a decode step of B <= kMatVecMaxRows sequences) go to MatVec (matvec.h), which
-// streams the weight once on all threads of ModelWorkerPool(); many rows (prefill, the uncached
-// forward), other dtypes, or anything requiring grad go to at::linear.
+// x @ weight^T (+ bias): [..., in] -> [..., out], through at::linear (BLAS gemm). The cached decode
+// step does not come here: it runs on daemon/kernels (decode_step.h).
 torch::Tensor Linear(const torch::Tensor& x, const torch::Tensor& weight, const torch::Tensor& bias = {});
 
 // RoPE rotations for positions 0..T-1: [T, D/2] complex64, entry (p, i) = e^{i * p * inv_freq_i}

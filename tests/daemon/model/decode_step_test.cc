@@ -3,7 +3,9 @@
 // head dims that exercise every branch of the SIMD kernels. The reference is the libtorch forward
 // and the naive scalar implementation of scalar_reference.h.
 
+#include <memory>
 #include <span>
+#include <utility>
 #include <string>
 #include <tuple>
 #include <vector>
@@ -13,7 +15,7 @@
 
 #include "daemon/model/transformer.h"
 #include "daemon/model/transformer_stages.h"
-#include "daemon/model/worker_pool.h"
+#include "daemon/kernels/worker_pool.h"
 #include "tests/daemon/model/model_test_util.h"
 #include "tests/daemon/model/scalar_reference.h"
 
@@ -37,12 +39,10 @@ ModelConfig MidConfig(int64_t width, int64_t heads) {
 // Parameters: (width, heads, worker threads).
 class DecodeStepTest : public ::testing::TestWithParam<std::tuple<int64_t, int64_t, int>> {
  protected:
-  void SetUp() override { SetModelWorkerThreads(std::get<2>(GetParam())); }
-  void TearDown() override { SetModelWorkerThreads(1); }
-
   ModelConfig config_ = MidConfig(std::get<0>(GetParam()), std::get<1>(GetParam()));
   // std 0.1: attention clearly position-dependent, logits far from uniform.
-  Transformer model_{config_, RandomWeights(config_, 11, 0.1)};
+  Transformer model_{config_, RandomWeights(config_, 11, 0.1),
+                     std::make_shared<kernels::WorkerPool>(std::get<2>(GetParam()))};
 };
 
 TEST_P(DecodeStepTest, DecodeAfterPrefillEqualsFullForwardAndScalarReference) {
@@ -81,6 +81,57 @@ TEST_P(DecodeStepTest, BatchedDecodeEqualsEachSequenceAlone) {
       KvCache* own[] = {&alone[s]};
       const torch::Tensor single = model_.Decode(std::span(&next[s], 1), own);  // [1, V]
       EXPECT_LT(MaxAbsDiff(logits[s], single[0]), 1e-5) << "sequence " << s << " step " << step;
+    }
+  }
+}
+
+// Batch invariance: a sequence's logits and attention trace are bitwise the same (compared with ==)
+// alone, in batches of 2, 8 (row-by-row products), 11 and 16 (the GEMM-shaped tile, with and
+// without a remainder row), whatever the other sequences are and in whatever order they come.
+TEST_P(DecodeStepTest, EachSequenceIsBitwiseTheSameInEveryBatchComposition) {
+  constexpr int kSequences = 16, kSteps = 3;
+  std::vector<KvCache> prefilled;
+  for (int s = 0; s < kSequences; ++s) {
+    prefilled.emplace_back(config_);
+    model_.Prefill(RandomTokens(1 + (s * 37) % 120, 300 + s, config_.vocab_size), prefilled.back());
+  }
+  std::vector<std::vector<int32_t>> next;  // next[s][step]
+  for (int s = 0; s < kSequences; ++s) next.push_back(RandomTokens(kSteps, 400 + s, config_.vocab_size));
+  // Runs kSteps decode steps of `members` together (on fresh clones of their caches); returns per
+  // member and step the logits row [V] and the layer-1 trace [H, length].
+  auto run = [&](const std::vector<int>& members) {
+    std::vector<KvCache> caches;
+    for (int s : members) caches.push_back(prefilled[s].Clone());
+    std::vector<KvCache*> pointers;
+    for (KvCache& cache : caches) pointers.push_back(&cache);
+    std::vector<std::vector<std::pair<torch::Tensor, torch::Tensor>>> out(members.size());
+    for (int step = 0; step < kSteps; ++step) {
+      std::vector<int32_t> tokens;
+      for (int s : members) tokens.push_back(next[s][step]);
+      AttentionTrace trace;
+      trace.layer = 1;
+      const torch::Tensor logits = model_.Decode(tokens, pointers, &trace);
+      for (size_t b = 0; b < members.size(); ++b) out[b].emplace_back(logits[b].clone(), trace.rows[b]);
+    }
+    return out;
+  };
+  std::vector<std::vector<std::pair<torch::Tensor, torch::Tensor>>> solo;
+  for (int s = 0; s < kSequences; ++s) solo.push_back(run({s})[0]);
+  std::vector<int> all(kSequences), reversed(kSequences);
+  for (int s = 0; s < kSequences; ++s) all[s] = s, reversed[s] = kSequences - 1 - s;
+  const std::vector<std::vector<int>> compositions = {
+      {3, 12}, {12, 3}, {0, 1, 2, 3, 4, 5, 6, 7}, {9, 2, 14, 7, 11, 0, 5, 13, 8, 1, 15}, all, reversed};
+  for (const std::vector<int>& members : compositions) {
+    const auto batched = run(members);
+    for (size_t b = 0; b < members.size(); ++b) {
+      for (int step = 0; step < kSteps; ++step) {
+        const int s = members[b];
+        ASSERT_TRUE(at::equal(batched[b][step].first, solo[s][step].first))
+            << "logits of sequence " << s << " step " << step << " in a batch of " << members.size()
+            << " differ from its solo run by " << MaxAbsDiff(batched[b][step].first, solo[s][step].first);
+        ASSERT_TRUE(at::equal(batched[b][step].second, solo[s][step].second))
+            << "trace of sequence " << s << " step " << step << " in a batch of " << members.size();
+      }
     }
   }
 }

@@ -1,10 +1,10 @@
-#include "daemon/model/matvec.h"
+#include "daemon/kernels/matvec.h"
 
 #include <algorithm>
 
-#include "daemon/model/simd_kernels.h"
+#include "daemon/kernels/simd_kernels.h"
 
-namespace niels::daemon::model {
+namespace niels::daemon::kernels {
 namespace {
 
 // Output rows are handed out in blocks of this many (the AVX2 kernel streams 4 weight rows at once).
@@ -19,7 +19,7 @@ void MatVec(const float* weight, int64_t out, int64_t in, const float* bias, con
             float* y, WorkerPool& pool) {
   if (out <= 0 || rows <= 0) return;
   if (pool.threads() == 1 || out * in * rows < kMinParallelWork) {
-    kernels::DotRows(weight, in, x, rows, bias, y, out, 0, out);
+    simd::DotRows(weight, in, x, rows, bias, y, out, 0, out);
     return;
   }
   pool.Run([&](int part, int parts) {
@@ -27,10 +27,10 @@ void MatVec(const float* weight, int64_t out, int64_t in, const float* bias, con
     const int64_t blocks = (out + kRowBlock - 1) / kRowBlock;
     const int64_t begin = std::min(out, blocks * part / parts * kRowBlock);
     const int64_t end = std::min(out, blocks * (part + 1) / parts * kRowBlock);
-    if (begin < end) kernels::DotRows(weight, in, x, rows, bias, y, out, begin, end);
+    if (begin < end) simd::DotRows(weight, in, x, rows, bias, y, out, begin, end);
   });
 }
 
-const char* MatVecKernelName() { return kernels::Name(); }
+const char* MatVecKernelName() { return simd::Name(); }
 
-}  // namespace niels::daemon::model
+}  // namespace niels::daemon::kernels

@@ -1,5 +1,5 @@
-#include "daemon/model/matvec.h"
-#include "daemon/model/simd_kernels.h"
+#include "daemon/kernels/matvec.h"
+#include "daemon/kernels/simd_kernels.h"
 
 #include <cmath>
 #include <cstdint>
@@ -9,7 +9,7 @@
 
 #include <gtest/gtest.h>
 
-namespace niels::daemon::model {
+namespace niels::daemon::kernels {
 namespace {
 
 std::vector<float> RandomVector(size_t n, uint32_t seed) {
@@ -63,25 +63,55 @@ void ExpectMatchesNaive(const Shape& s, WorkerPool& pool) {
 class SimdKernelsTest : public ::testing::TestWithParam<bool> {
  protected:
   void SetUp() override {
-    kernels::ForcePortableForTesting(GetParam());
+    simd::ForcePortableForTesting(GetParam());
     if (GetParam()) {
-      ASSERT_STREQ(kernels::Name(), "portable");
+      ASSERT_STREQ(simd::Name(), "portable");
     }
   }
-  void TearDown() override { kernels::ForcePortableForTesting(false); }
+  void TearDown() override { simd::ForcePortableForTesting(false); }
 };
 
 TEST_P(SimdKernelsTest, MatVecMatchesNaiveLoopsForEveryShapeAndThreadCount) {
   // Sizes around the kernel's blocks (8 columns, 4 rows) and above the parallel threshold, with
-  // tails of every length, 1..8 rows of x, with and without bias.
+  // tails of every length, 1..8 rows of x (row by row) and 9..16 (the GEMM-shaped tile, with 0..2
+  // remainder rows), with and without bias.
   const std::vector<Shape> shapes = {
       {1, 1, 1, false},      {3, 5, 2, true},      {4, 8, 1, true},      {7, 9, 3, false},
       {13, 17, 8, true},     {384, 384, 1, false}, {1152, 384, 1, true}, {384, 1152, 4, true},
       {1001, 389, 5, false}, {1003, 390, 8, true}, {257, 131, 7, true},  {16000 / 8, 384, 2, false},
+      {13, 17, 9, true},     {257, 131, 10, false}, {384, 1152, 11, true}, {1003, 390, 16, true},
   };
   for (int threads : {1, 2, 3}) {
     WorkerPool pool(threads);
     for (const Shape& shape : shapes) ExpectMatchesNaive(shape, pool);
+  }
+}
+
+// Batch invariance: every row of y is bitwise the same (==) whether x has 1, 2, 8, 9, 11 or 16
+// rows, wherever the row sits among them, and on 1 or 3 threads.
+TEST_P(SimdKernelsTest, EachRowIsBitwiseIndependentOfTheOtherRows) {
+  const int64_t out = 389, in = 1001;  // odd sizes: weight-row tail and column tail
+  const auto w = RandomVector(out * in, 8);
+  const auto bias = RandomVector(out, 9);
+  constexpr int64_t kRows = 16;
+  const auto x = RandomVector(kRows * in, 10);
+  WorkerPool one(1), three(3);
+  std::vector<std::vector<float>> alone(kRows, std::vector<float>(out));
+  for (int64_t r = 0; r < kRows; ++r) MatVec(w.data(), out, in, bias.data(), x.data() + r * in, 1, alone[r].data(), one);
+  for (int64_t rows : {2, 8, 9, 11, 16}) {
+    for (int64_t first : {int64_t{0}, kRows - rows}) {
+      for (WorkerPool* pool : {&one, &three}) {
+        std::vector<float> y(rows * out);
+        MatVec(w.data(), out, in, bias.data(), x.data() + first * in, rows, y.data(), *pool);
+        for (int64_t r = 0; r < rows; ++r) {
+          for (int64_t o = 0; o < out; ++o) {
+            ASSERT_EQ(y[r * out + o], alone[first + r][o])
+                << "row " << first + r << " col " << o << " in a batch of " << rows << " on " << pool->threads()
+                << " threads";
+          }
+        }
+      }
+    }
   }
 }
 
@@ -102,7 +132,7 @@ TEST_P(SimdKernelsTest, WeightedSumRowsMatchesNaiveLoops) {
       const auto rows = RandomVector(m * n, 6);
       const auto p = RandomVector(m, 7);
       std::vector<float> out(n + 8, -7.0f);  // 8 guard values after the output
-      kernels::WeightedSumRows(p.data(), rows.data(), m, n, out.data());
+      simd::WeightedSumRows(p.data(), rows.data(), m, n, out.data());
       for (int64_t i = 0; i < n; ++i) {
         double expected = 0.0;
         for (int64_t j = 0; j < m; ++j) expected += static_cast<double>(p[j]) * rows[j * n + i];
@@ -124,4 +154,4 @@ TEST(MatVecTest, NamesAKernel) {
 }
 
 }  // namespace
-}  // namespace niels::daemon::model
+}  // namespace niels::daemon::kernels

@@ -1,13 +1,14 @@
-#include "daemon/model/decode_step.h"
+#include "daemon/kernels/decode_step.h"
 
 #include <algorithm>
 #include <cmath>
 #include <limits>
+#include <utility>
 
-#include "daemon/model/matvec.h"
-#include "daemon/model/simd_kernels.h"
+#include "daemon/kernels/matvec.h"
+#include "daemon/kernels/simd_kernels.h"
 
-namespace niels::daemon::model {
+namespace niels::daemon::kernels {
 namespace {
 
 constexpr double kEps = 1e-5;  // RMSNorm epsilon (kRmsNormEps of transformer_stages.h)
@@ -42,7 +43,7 @@ void ApplyRope(float* x, const float* rope, int64_t heads, int64_t head_dim) {
 // probabilities).
 void AttendHead(const float* q, const float* keys, const float* values, int64_t m, int64_t head_dim,
                 float* scores, float* out) {
-  kernels::DotRows(keys, head_dim, q, 1, nullptr, scores, m, 0, m);  // scores[j] = k_j . q
+  simd::DotRows(keys, head_dim, q, 1, nullptr, scores, m, 0, m);  // scores[j] = k_j . q
   const float scale = static_cast<float>(1.0 / std::sqrt(static_cast<double>(head_dim)));
   float max_score = -std::numeric_limits<float>::infinity();
   for (int64_t j = 0; j < m; ++j) {
@@ -56,28 +57,33 @@ void AttendHead(const float* q, const float* keys, const float* values, int64_t 
   }
   const float inv_total = static_cast<float>(1.0 / total);
   for (int64_t j = 0; j < m; ++j) scores[j] *= inv_total;
-  kernels::WeightedSumRows(scores, values, m, head_dim, out);  // [D]
+  simd::WeightedSumRows(scores, values, m, head_dim, out);  // [D]
 }
 
-// Activations of one step, [B, ...] row-major.
-struct Scratch {
-  Scratch(const ModelConfig& c, int64_t batch)
-      : h(batch * c.width), x(batch * c.width), qkv(batch * 3 * c.width), heads(batch * c.width),
-        a(batch * c.d_ff), g(batch * c.d_ff), scores(batch * c.heads * c.context) {}
-  std::vector<float> h;       // [B, C] the residual stream
-  std::vector<float> x;       // [B, C] RMSNorm(h), then a block's output
-  std::vector<float> qkv;     // [B, 3C] q | k | v, head h at columns [hD, (h+1)D) of each third
-  std::vector<float> heads;   // [B, C] attention output, heads concatenated
-  std::vector<float> a;       // [B, F] fc_a(x), then silu(g) * a
-  std::vector<float> g;       // [B, F] fc_g(x)
-  std::vector<float> scores;  // [B, H, T] attention probabilities
-};
+}  // namespace
 
-// Causal self-attention of `layer` for every sequence, from this layer's s.qkv: RoPE on q and k,
+DecodeStep::DecodeStep(DecodeShape shape, std::shared_ptr<WorkerPool> pool)
+    : shape_(shape), pool_(pool != nullptr ? std::move(pool) : std::make_shared<WorkerPool>(1)) {}
+
+void DecodeStep::Reserve(int64_t batch) {
+  if (batch <= reserved_batch_) return;
+  const DecodeShape& c = shape_;
+  s_.h.resize(batch * c.width);
+  s_.x.resize(batch * c.width);
+  s_.qkv.resize(batch * 3 * c.width);
+  s_.heads.resize(batch * c.width);
+  s_.a.resize(batch * c.d_ff);
+  s_.g.resize(batch * c.d_ff);
+  s_.scores.resize(batch * c.heads * c.context);
+  reserved_batch_ = batch;
+}
+
+// Causal self-attention of `layer` for every sequence, from this layer's qkv rows: RoPE on q and k,
 // k and v written to the cache at the sequence's position, then every (sequence, head) pair
-// attends over positions 0..P of its own cache, the pairs split across the pool. Fills s.heads.
-void Attention(const ModelConfig& c, const DecodeWeights& w, std::span<DecodeSequence> batch, int64_t layer,
-               bool traced, Scratch& s, WorkerPool& pool) {
+// attends over positions 0..P of its own cache, the pairs split across the pool. Fills heads.
+void DecodeStep::Attention(const DecodeWeights& w, std::span<DecodeSequence> batch, int64_t layer, bool traced) {
+  const DecodeShape& c = shape_;
+  Scratch& s = s_;
   const int64_t B = static_cast<int64_t>(batch.size()), C = c.width, H = c.heads, D = c.head_dim();
   for (int64_t b = 0; b < B; ++b) {
     DecodeSequence& seq = batch[b];
@@ -104,52 +110,55 @@ void Attention(const ModelConfig& c, const DecodeWeights& w, std::span<DecodeSeq
       std::copy(scores, scores + seq.position + 1, seq.trace + h * (seq.position + 1));
     }
   };
-  pool.Run([&](int part, int parts) {
+  pool_->Run([&](int part, int parts) {
     for (int64_t pair = part; pair < B * H; pair += parts) attend(pair);
   });
 }
 
-// fc_out(silu(fc_g(x)) * fc_a(x)) for every row of s.x [B, C] into s.x.
-void FeedForward(const ModelConfig& c, const DecodeBlockWeights& block, int64_t batch, Scratch& s,
-                 WorkerPool& pool) {
+// fc_out(silu(fc_g(x)) * fc_a(x)) for every row of x [B, C] into x.
+void DecodeStep::FeedForward(const DecodeBlockWeights& block, int64_t batch) {
+  const DecodeShape& c = shape_;
+  Scratch& s = s_;
+  WorkerPool& pool = *pool_;
   MatVec(block.fc_a_w, c.d_ff, c.width, block.fc_a_b, s.x.data(), batch, s.a.data(), pool);  // [B, F]
   MatVec(block.fc_g_w, c.d_ff, c.width, block.fc_g_b, s.x.data(), batch, s.g.data(), pool);  // [B, F]
-  for (size_t i = 0; i < s.a.size(); ++i) {
+  for (int64_t i = 0; i < batch * c.d_ff; ++i) {
     const float g = s.g[i];
     s.a[i] *= g / (1.0f + std::exp(-g));  // silu(g) * a
   }
   MatVec(block.fc_out_w, c.width, c.d_ff, block.fc_out_b, s.a.data(), batch, s.x.data(), pool);  // [B, C]
 }
 
-void AddInto(std::vector<float>& h, const std::vector<float>& x) {
-  for (size_t i = 0; i < h.size(); ++i) h[i] += x[i];
-}
-
-}  // namespace
-
-void RunDecodeStep(const ModelConfig& config, const DecodeWeights& weights, std::span<DecodeSequence> batch,
-                   int64_t trace_layer, float* logits, WorkerPool& pool) {
-  const int64_t B = static_cast<int64_t>(batch.size()), C = config.width;
-  Scratch s(config, B);
+void DecodeStep::Run(const DecodeWeights& weights, std::span<DecodeSequence> batch, int64_t trace_layer,
+                     float* logits) {
+  const int64_t B = static_cast<int64_t>(batch.size()), C = shape_.width;
+  if (B == 0) return;
+  Reserve(B);
+  Scratch& s = s_;
+  WorkerPool& pool = *pool_;
   for (int64_t b = 0; b < B; ++b) {  // h = tok_emb[token]
     const float* row = weights.tok_emb + static_cast<int64_t>(batch[b].token) * C;
     std::copy(row, row + C, s.h.data() + b * C);
   }
-  for (int64_t layer = 0; layer < config.layers; ++layer) {
+  const int64_t rows = B * C;  // the scratch may be larger than this batch
+  auto add_into_h = [&] {
+    for (int64_t i = 0; i < rows; ++i) s.h[i] += s.x[i];
+  };
+  for (int64_t layer = 0; layer < shape_.layers; ++layer) {
     const DecodeBlockWeights& block = weights.blocks[layer];
     // h = h + proj(attention(RMSNorm1(h)))
     RmsNorm(s.h.data(), block.ln1, B, C, s.x.data());
     MatVec(block.qkv, 3 * C, C, nullptr, s.x.data(), B, s.qkv.data(), pool);  // [B, 3C]
-    Attention(config, weights, batch, layer, layer == trace_layer, s, pool);   // [B, C]
+    Attention(weights, batch, layer, layer == trace_layer);                    // [B, C]
     MatVec(block.proj, C, C, nullptr, s.heads.data(), B, s.x.data(), pool);    // [B, C]
-    AddInto(s.h, s.x);
+    add_into_h();
     // h = h + mlp(RMSNorm2(h))
     RmsNorm(s.h.data(), block.ln2, B, C, s.x.data());
-    FeedForward(config, block, B, s, pool);  // [B, C]
-    AddInto(s.h, s.x);
+    FeedForward(block, B);  // [B, C]
+    add_into_h();
   }
   RmsNorm(s.h.data(), weights.ln_f, B, C, s.x.data());
-  MatVec(weights.tok_emb, config.vocab_size, C, nullptr, s.x.data(), B, logits, pool);  // [B, V]
+  MatVec(weights.tok_emb, shape_.vocab, C, nullptr, s.x.data(), B, logits, pool);  // [B, V]
 }
 
-}  // namespace niels::daemon::model
+}  // namespace niels::daemon::kernels

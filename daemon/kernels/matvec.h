@@ -1,5 +1,6 @@
 #pragma once
-// MatVec: the matrix-vector products of a decode step, y = x @ weight^T + bias for a few rows of x.
+// MatVec: the matrix products of a decode step, y = x @ weight^T + bias for a few rows of x (one row
+// per sequence of the batch).
 //
 // A decode step reads every weight once per token, so its speed is memory bandwidth: what matters is
 // streaming the weight at full speed on every core. BLAS gemm would first repack the weight, and
@@ -12,22 +13,21 @@
 
 #include <cstdint>
 
-#include "daemon/model/worker_pool.h"
+#include "daemon/kernels/worker_pool.h"
 
-namespace niels::daemon::model {
-
-// Largest number of rows of x MatVec is meant for (a decode step of up to 8 sequences). More rows
-// work, but gemm is then the better tool.
-inline constexpr int64_t kMatVecMaxRows = 8;
+namespace niels::daemon::kernels {
 
 // y[r, o] = bias[o] + sum_i weight[o, i] * x[r, i]  for r < rows, o < out.
 // weight [out, in], x [rows, in], y [rows, out], bias [out] or nullptr (then no bias); all
 // row-major and contiguous; y must not overlap the inputs. Sums are float32 (8 partial sums per
-// dot product), so results differ from a serial sum by rounding only.
+// dot product), so results differ from a serial sum by rounding only. Up to 8 rows the weight is
+// streamed once for all rows; more rows (a decode batch of up to 16) use a GEMM-shaped register
+// tile (simd_kernels.h). Row r of y is bitwise independent of `rows`, of the other rows of x and of
+// the pool's thread count (batch invariance).
 void MatVec(const float* weight, int64_t out, int64_t in, const float* bias, const float* x, int64_t rows,
             float* y, WorkerPool& pool);
 
 // The kernel MatVec picked for this CPU at run time: "avx2+fma" or "portable".
 const char* MatVecKernelName();
 
-}  // namespace niels::daemon::model
+}  // namespace niels::daemon::kernels

@@ -1,12 +1,16 @@
-#include "daemon/model/simd_kernels.h"
+#include "daemon/kernels/simd_kernels.h"
 
 #if defined(__x86_64__)
 #include <immintrin.h>
 #define NIELS_KERNELS_X86 1
 #endif
 
-namespace niels::daemon::model::kernels {
+namespace niels::daemon::kernels::simd {
 namespace {
+
+// Rows of x up to which DotRows runs row by row (a matrix-vector product per row); above it, the
+// GEMM-shaped tile.
+constexpr int64_t kMatVecRows = 8;
 
 // The arguments of DotRows, passed on to whichever implementation runs.
 struct DotRowsArgs {
@@ -101,13 +105,67 @@ __attribute__((target("avx2,fma"))) inline float Dot1Avx2(const float* w, int64_
   return _mm_cvtss_f32(HorizontalSum4(acc, zero, zero, zero));
 }
 
+// row[k] += wv * xk for the 3 rows of x of a Dot4x3Avx2 tile.
+__attribute__((target("avx2,fma"))) inline void Fma3(__m256 wv, __m256 xv0, __m256 xv1, __m256 xv2, __m256* row) {
+  row[0] = _mm256_fmadd_ps(wv, xv0, row[0]);
+  row[1] = _mm256_fmadd_ps(wv, xv1, row[1]);
+  row[2] = _mm256_fmadd_ps(wv, xv2, row[2]);
+}
+
+// The GEMM-shaped tile: the dot products of 4 consecutive weight rows with 3 rows of x, 12
+// accumulators in registers, so each loaded weight vector feeds 3 FMAs and each x vector 4. Every
+// one of the 12 sums runs through exactly the lanes and the order of Dot4Avx2 (one FMA per 8
+// columns, the same masked tail, the same HorizontalSum4), so a result does not depend on whether
+// its row of x went through this tile or through Dot4Avx2: batch invariance (simd_kernels.h).
+__attribute__((target("avx2,fma"))) inline void Dot4x3Avx2(const float* w, int64_t in, const float* x,
+                                                           __m128 out[3]) {
+  const float* w0 = w;
+  const float* w1 = w0 + in;
+  const float* w2 = w1 + in;
+  const float* w3 = w2 + in;
+  const float* x0 = x;
+  const float* x1 = x0 + in;
+  const float* x2 = x1 + in;
+  __m256 acc[4][3];
+  for (auto& row : acc) {
+    for (__m256& lane : row) lane = _mm256_setzero_ps();
+  }
+  int64_t i = 0;
+  for (; i + 8 <= in; i += 8) {
+    const __m256 xv0 = _mm256_loadu_ps(x0 + i), xv1 = _mm256_loadu_ps(x1 + i), xv2 = _mm256_loadu_ps(x2 + i);
+    Fma3(_mm256_loadu_ps(w0 + i), xv0, xv1, xv2, acc[0]);
+    Fma3(_mm256_loadu_ps(w1 + i), xv0, xv1, xv2, acc[1]);
+    Fma3(_mm256_loadu_ps(w2 + i), xv0, xv1, xv2, acc[2]);
+    Fma3(_mm256_loadu_ps(w3 + i), xv0, xv1, xv2, acc[3]);
+  }
+  if (i < in) {
+    const __m256i mask = TailMask(i, in);
+    const __m256 xv0 = _mm256_maskload_ps(x0 + i, mask), xv1 = _mm256_maskload_ps(x1 + i, mask),
+                 xv2 = _mm256_maskload_ps(x2 + i, mask);
+    Fma3(_mm256_maskload_ps(w0 + i, mask), xv0, xv1, xv2, acc[0]);
+    Fma3(_mm256_maskload_ps(w1 + i, mask), xv0, xv1, xv2, acc[1]);
+    Fma3(_mm256_maskload_ps(w2 + i, mask), xv0, xv1, xv2, acc[2]);
+    Fma3(_mm256_maskload_ps(w3 + i, mask), xv0, xv1, xv2, acc[3]);
+  }
+  for (int r = 0; r < 3; ++r) out[r] = HorizontalSum4(acc[0][r], acc[1][r], acc[2][r], acc[3][r]);
+}
+
 __attribute__((target("avx2,fma"))) void DotRowsAvx2(const DotRowsArgs& a, int64_t o_begin, int64_t o_end) {
+  // Up to kMatVecRows rows of x: one weight-row block, then each row of x against it (the weight
+  // is the stream that matters). More rows: 3 rows of x per pass through the 4 weight rows.
+  const int64_t tiled_rows = a.rows > kMatVecRows ? a.rows / 3 * 3 : 0;
   int64_t o = o_begin;
   for (; o + 4 <= o_end; o += 4) {
     const float* w = a.w + o * a.in;
     const __m128 bias = a.bias != nullptr ? _mm_loadu_ps(a.bias + o) : _mm_setzero_ps();
+    int64_t r = 0;
+    for (; r < tiled_rows; r += 3) {
+      __m128 sums[3];
+      Dot4x3Avx2(w, a.in, a.x + r * a.in, sums);
+      for (int k = 0; k < 3; ++k) _mm_storeu_ps(a.y + (r + k) * a.y_stride + o, _mm_add_ps(sums[k], bias));
+    }
     // The 4 weight rows (4 x 4.5 KiB for in = 1152) stay in L1 for the 2nd..rows-th row of x.
-    for (int64_t r = 0; r < a.rows; ++r) {
+    for (; r < a.rows; ++r) {
       _mm_storeu_ps(a.y + r * a.y_stride + o, _mm_add_ps(Dot4Avx2(w, a.in, a.x + r * a.in), bias));
     }
   }
@@ -182,4 +240,4 @@ const char* Name() { return active.name; }
 
 void ForcePortableForTesting(bool portable) { active = portable ? kPortable : kPicked; }
 
-}  // namespace niels::daemon::model::kernels
+}  // namespace niels::daemon::kernels::simd

@@ -1,4 +1,4 @@
-#include "daemon/model/worker_pool.h"
+#include "daemon/kernels/worker_pool.h"
 
 #include <algorithm>
 #include <utility>
@@ -7,7 +7,7 @@
 #include <immintrin.h>
 #endif
 
-namespace niels::daemon::model {
+namespace niels::daemon::kernels {
 namespace {
 
 // Tells the core we are spinning (frees pipeline resources for the other hyperthread, saves power).
@@ -73,27 +73,4 @@ void WorkerPool::WorkerLoop(int part) {
   }
 }
 
-namespace {
-
-std::mutex model_pool_mutex;
-std::shared_ptr<WorkerPool>& ModelPoolSlot() {
-  static auto* slot = new std::shared_ptr<WorkerPool>(std::make_shared<WorkerPool>(1));  // never destroyed
-  return *slot;
-}
-
-}  // namespace
-
-std::shared_ptr<WorkerPool> ModelWorkerPool() {
-  std::lock_guard lock(model_pool_mutex);
-  return ModelPoolSlot();
-}
-
-void SetModelWorkerThreads(int threads) {
-  threads = std::max(threads, 1);
-  std::shared_ptr<WorkerPool> old;  // destroyed (workers joined) outside the lock
-  std::lock_guard lock(model_pool_mutex);
-  if (ModelPoolSlot()->threads() == threads) return;
-  old = std::exchange(ModelPoolSlot(), std::make_shared<WorkerPool>(threads));
-}
-
-}  // namespace niels::daemon::model
+}  // namespace niels::daemon::kernels

@@ -6,12 +6,15 @@
 
 #include <cstdint>
 
-namespace niels::daemon::model::kernels {
+namespace niels::daemon::kernels::simd {
 
 // y[r * y_stride + o] = bias[o] + sum_i w[o * in + i] * x[r * in + i]
 // for o in [o_begin, o_end) and r < rows; bias may be nullptr (no bias). Each weight row is read
-// from memory once for all rows of x. Every dot product is summed in 8 float lanes, so y differs
-// from a serial sum by rounding only, and a row of y does not depend on `rows` or the o range.
+// from memory once for all rows of x; above 8 rows of x the products run as a GEMM-shaped tile
+// (4 weight rows x 3 rows of x in registers). Every dot product is summed in 8 float lanes, so y
+// differs from a serial sum by rounding only.
+// Batch invariance (a contract the engine relies on): y[r, o] is bitwise the same whatever `rows`,
+// the other rows of x and the o range are -- every (r, o) is the same chain of operations.
 void DotRows(const float* w, int64_t in, const float* x, int64_t rows, const float* bias, float* y,
              int64_t y_stride, int64_t o_begin, int64_t o_end);
 
@@ -26,4 +29,4 @@ const char* Name();
 // this CPU. Not thread-safe: call while no kernel runs.
 void ForcePortableForTesting(bool portable);
 
-}  // namespace niels::daemon::model::kernels
+}  // namespace niels::daemon::kernels::simd

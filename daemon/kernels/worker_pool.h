@@ -9,6 +9,9 @@
 // Between jobs a worker busy-waits for a short while (kSpin), then sleeps on a futex, so an idle
 // daemon costs no CPU. fn must not throw.
 //
+// Ownership: whoever builds the model makes one pool and hands it (shared_ptr) to the Transformer;
+// there is no process-wide pool.
+//
 // Thread-safety: Run may be called from any thread. One job runs at a time; a Run that finds the
 // workers busy with another caller's job runs all parts itself, serially (same result, no waiting).
 
@@ -21,7 +24,7 @@
 #include <type_traits>
 #include <vector>
 
-namespace niels::daemon::model {
+namespace niels::daemon::kernels {
 
 class WorkerPool {
  public:
@@ -62,11 +65,4 @@ class WorkerPool {
   std::vector<std::thread> workers_;
 };
 
-// The pool the model's matrix-vector products use (transformer_stages.cc). It has 1 thread (runs
-// everything on the caller) until SetModelWorkerThreads; ConfigureThreads (threading.h) sets it.
-std::shared_ptr<WorkerPool> ModelWorkerPool();
-// Replaces the model pool with one of `threads` threads (kept if it already has that many). A job
-// still running on the old pool finishes on it.
-void SetModelWorkerThreads(int threads);
-
-}  // namespace niels::daemon::model
+}  // namespace niels::daemon::kernels

@@ -1,4 +1,4 @@
-#include "daemon/model/worker_pool.h"
+#include "daemon/kernels/worker_pool.h"
 
 #include <atomic>
 #include <set>
@@ -7,7 +7,7 @@
 
 #include <gtest/gtest.h>
 
-namespace niels::daemon::model {
+namespace niels::daemon::kernels {
 namespace {
 
 // Records, for one job, which thread ran which part.
@@ -77,18 +77,5 @@ TEST(WorkerPoolTest, ConcurrentCallersEachGetEveryPartOfTheirOwnJob) {
   EXPECT_FALSE(failed.load());
 }
 
-TEST(WorkerPoolTest, ModelPoolFollowsSetModelWorkerThreads) {
-  SetModelWorkerThreads(3);
-  std::shared_ptr<WorkerPool> three = ModelWorkerPool();
-  EXPECT_EQ(three->threads(), 3);
-  SetModelWorkerThreads(3);
-  EXPECT_EQ(ModelWorkerPool(), three) << "same size: the pool is kept";
-  SetModelWorkerThreads(1);
-  EXPECT_EQ(ModelWorkerPool()->threads(), 1);
-  std::atomic<int> calls{0};
-  three->Run([&calls](int, int) { calls.fetch_add(1); });  // a pool still held keeps working
-  EXPECT_EQ(calls.load(), 3);
-}
-
 }  // namespace
-}  // namespace niels::daemon::model
+}  // namespace niels::daemon::kernels
