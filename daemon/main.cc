@@ -31,6 +31,8 @@ struct Flags {
   uint32_t max_sessions = engine::EngineOptions{}.max_sessions;
   uint64_t kv_budget_mb = engine::EngineOptions{}.kv_budget_bytes >> 20;
   bool allow_root = false;
+  uint32_t max_batch = engine::EngineOptions{}.max_batch;
+  int64_t prefill_chunk = engine::EngineOptions{}.prefill_chunk;
   std::string log_level = "info";
 };
 
@@ -55,6 +57,11 @@ void AddFlags(CLI::App& app, Flags& flags) {
   app.add_option("--kv-budget-mb", flags.kv_budget_mb, "KV cache memory for all sessions, MiB")
       ->check(CLI::Range(uint64_t{1}, uint64_t{1} << 24))->capture_default_str();
   app.add_flag("--allow-root", flags.allow_root, "let uid 0 use every user's sessions");
+  app.add_option("--max-batch", flags.max_batch, "Chat/Generate requests running at once (rows of a decode step)")
+      ->check(CLI::Range(1u, 256u))->capture_default_str();
+  app.add_option("--prefill-chunk", flags.prefill_chunk,
+                 "prompt tokens prefilled per scheduler iteration (long prompts do not stall other streams)")
+      ->check(CLI::Range(int64_t{1}, int64_t{1} << 20))->capture_default_str();
   app.add_option("--log-level", flags.log_level, "error, warn, info or debug")->capture_default_str();
   app.set_version_flag("--version", std::string("nielsd ") + NIELSD_VERSION);
 }
@@ -124,6 +131,8 @@ int main(int argc, char** argv) {
   engine_options.allow_root = flags.allow_root;
   engine_options.threads = flags.threads;
   engine_options.max_frame_bytes = flags.max_frame_bytes;
+  engine_options.max_batch = flags.max_batch;
+  engine_options.prefill_chunk = flags.prefill_chunk;
   LogInfo("nielsd {}: loading model {}", NIELSD_VERSION, flags.model);
   niels::common::StatusOr<std::unique_ptr<engine::Engine>> loaded =
       engine::MakeEngine(flags.model, engine_options);

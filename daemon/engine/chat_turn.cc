@@ -1,13 +1,14 @@
 // Chat: one user/assistant turn with the token-native template, the context-limit policy
 // (engine.h), streaming, and atomic restore on cancel or failure.
 #include <algorithm>
+#include <memory>
 #include <fmt/format.h>
 
 #include "daemon/engine/chat_template.h"
 #include "daemon/engine/engine_state.h"
 #include "daemon/engine/proto_convert.h"
 #include "daemon/engine/text_stream.h"
-#include "daemon/engine/turn_runner.h"
+#include "daemon/engine/turn.h"
 
 namespace niels::daemon::engine {
 
@@ -87,7 +88,7 @@ v1::Response ChatResult(const EngineState& state, const JobContext& job, const S
 
 }  // namespace
 
-HandlerResult HandleChat(EngineState& state, JobContext& job, const v1::ChatRequest& request) {
+TurnResult StartChat(EngineState& state, JobContext& job, const v1::ChatRequest& request) {
   StatusOr<ChatArgs> args = ValidateChat(state, request);
   if (!args.ok()) return args.status();
   StatusOr<Session*> found = state.sessions.Find(request.session_id(), job.uid());
@@ -106,14 +107,16 @@ HandlerResult HandleChat(EngineState& state, JobContext& job, const v1::ChatRequ
   CloseLastTurn(session, eot);
   StatusOr<size_t> dropped = TurnsToDrop(session, turn_length, ReplyRoom(args->max_new_tokens, context), context);
   Status ready = dropped.status();
+  bool must_wait = false;
   if (ready.ok()) {
     session.DropOldestTurns(*dropped, snapshot);
     ready = PrepareCache(state, session, snapshot, args->use_kv_cache,
-                         session.length() + turn_length + args->max_new_tokens);
+                         session.length() + turn_length + args->max_new_tokens, &must_wait);
   }
-  if (!ready.ok()) {
+  if (!ready.ok() || must_wait) {
     session.Restore(std::move(snapshot));
-    return ready;
+    if (!ready.ok()) return ready;
+    return TurnStart{nullptr, /*wait_for_memory=*/true};
   }
 
   GenerateOptions options;
@@ -121,24 +124,30 @@ HandlerResult HandleChat(EngineState& state, JobContext& job, const v1::ChatRequ
   options.max_new_tokens = args->max_new_tokens;
   options.use_kv_cache = args->use_kv_cache;
   options.stop_ids = {eot};
-  TextStream text(tokenizer);
   EventBuilder stream_event;
   if (request.stream()) {
-    stream_event = [&text](const StepEvent& event, bool last) {
+    stream_event = [text = std::make_shared<TextStream>(tokenizer)](const StepEvent& event, bool last) {
       v1::TokenEvent token;
       token.set_id(event.id);
       token.set_index(event.index);
-      token.set_text(text.Add(event.id, last));  // eot decodes to nothing: it only flushes
+      token.set_text(text->Add(event.id, last));  // eot decodes to nothing: it only flushes
       return token;
     };
   }
   const int64_t turn_begin = session.length();
-  StatusOr<GenerateResult> result = RunAtomically(state, job, session, snapshot, turn, options, stream_event);
-  if (!result.ok()) return result.status();
-
-  session.AddTurn({turn_begin, session.length()});
-  if (result->stop_reason != StopReason::kStopToken && session.length() < context) session.AppendToLastTurn(eot);
-  return ChatResult(state, job, session, *result, *args, *dropped);
+  Session* session_ptr = &session;
+  const ChatArgs chat_args = *args;
+  const size_t dropped_turns = *dropped;
+  JobContext* job_ptr = &job;
+  EngineState* state_ptr = &state;
+  TurnFinisher finish = [=](const GenerateResult& result) -> HandlerResult {
+    Session& s = *session_ptr;
+    s.AddTurn({turn_begin, s.length()});
+    if (result.stop_reason != StopReason::kStopToken && s.length() < context) s.AppendToLastTurn(eot);
+    return ChatResult(*state_ptr, *job_ptr, s, result, chat_args, dropped_turns);
+  };
+  return TurnStart{std::make_unique<Turn>(state, job, session, std::move(snapshot), std::move(turn),
+                                          std::move(options), std::move(stream_event), std::move(finish))};
 }
 
 }  // namespace niels::daemon::engine

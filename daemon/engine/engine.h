@@ -1,19 +1,32 @@
 #pragma once
 // Engine: the real InferenceEngine. It owns the loaded model, every session with its KV cache, and
-// ONE engine thread that runs all jobs in FIFO order (so requests on one session are serialised and
-// the model is never used from two threads).
+// ONE engine thread that runs the scheduler below (so the model is never used from two threads).
 //
 // Threading: Submit() and Shutdown() are thread-safe; Submit() only enqueues (under a mutex) and
 // never waits for model work. Every response is sent through the job's sink from the engine thread,
 // except the immediate errors of Submit() itself (UNAVAILABLE after Shutdown, RESOURCE_EXHAUSTED on a
 // full queue, INVALID_ARGUMENT for a Cancel or empty request), which are sent on the caller's thread.
 //
-// Scheduling: jobs run in FIFO order, one at a time, except that while a Chat or Generate decodes,
-// queued jobs that need no generation and do not name its session (Info, Stats, Tokenize,
-// Detokenize, ListSessions, and Create/Get/Fork/Reset/Delete of other sessions) are served between
-// its decode steps. Requests on one session therefore always run in the order they were submitted.
+// Scheduling (iteration-level, continuous batching; docs/ARCHITECTURE.md, "Engine: scheduling and
+// batching"). Every Chat/Generate is a Turn. The engine thread loops over iterations:
+//  1. Submitted jobs join the waiting list. A waiting job whose cancel flag is set is answered
+//     CANCELLED at once, wherever it is in the list.
+//  2. Waiting jobs are taken in submission order, except that a job naming a session waits while
+//     that session has a running turn or an earlier waiting job (per-session order; a turn is
+//     atomic). Quick jobs (Info, Stats, Tokenize, Detokenize, session operations) are answered
+//     right there, never waiting for any generation. A generating job is admitted as a running
+//     Turn when fewer than max_batch turns run and the KV budget can hold what it may grow to
+//     (SessionStore::Admit); otherwise it waits (or fails with RESOURCE_EXHAUSTED when it alone
+//     exceeds the budget).
+//  3. Model work, one piece per kind: the next prefill chunk (prefill_chunk tokens) of one
+//     prefilling turn, one step of one uncached turn (round robin among each), and ONE batched
+//     decode step for every decoding cached turn, each sampled with its own sampler.
+//  4. Finished turns (stop rule, cancel, disconnect) are committed or restored and answered.
+// A cancelled running turn therefore stops within one iteration. Equal requests started together
+// decode in the same steps and finish together; nothing starves (round robin over prefills and
+// uncached steps, every decoding turn in every step).
 //
-// Request semantics (DESIGN.md sections 4-6; proto/niels/v1/nielsd.proto):
+// Request semantics (proto/PROTOCOL.md; proto/niels/v1/nielsd.proto):
 // - A job whose cancel flag is set before it starts is answered CANCELLED without running.
 // - Chat and Generate are atomic: on cancel (the job's flag, or the sink's Send returning false) or
 //   failure the session is restored exactly (tokens, turns, cache length) and the final response is
@@ -36,16 +49,19 @@
 #include <filesystem>
 #include <memory>
 #include <mutex>
+#include <set>
 #include <string>
 #include <thread>
+#include <vector>
 
+#include "common/frame.h"
 #include "common/status.h"
 #include "daemon/engine/inference_engine.h"
 #include "daemon/model/model_dir.h"
 
 namespace niels::daemon::engine {
 
-// The default system prompt of the original CLI (DESIGN.md section 8), reported by Info.
+// The default system prompt of the original CLI, reported by Info.
 inline constexpr std::string_view kDefaultSystemPrompt =
     "you are a tiny chatbot on niels\u2019 website. answer in third person about niels. do not invent "
     "personal facts; if you don\u2019t know, say you don\u2019t know.";
@@ -58,10 +74,13 @@ struct EngineOptions {
   std::string default_system_prompt = std::string(kDefaultSystemPrompt);  // reported by Info
   int threads = 0;                        // > 0: model::ConfigureThreads(threads) on the engine
                                           // thread before any work; 0 = leave the defaults
-  uint64_t max_frame_bytes = 4u << 20;    // reported by Info (the server enforces it)
+  uint64_t max_frame_bytes = common::kDefaultMaxFrameBytes;  // reported by Info (the server enforces it)
+  uint32_t max_batch = 16;                // running turns (rows of a batched decode step) at most
+  int64_t prefill_chunk = 256;            // prompt tokens prefilled per iteration per turn
 };
 
 struct EngineState;  // engine_state.h: what the request handlers work on
+struct RunningTurn;  // engine.cc: an admitted Turn with its job
 
 // A job waiting for the engine thread.
 struct QueuedJob {
@@ -85,18 +104,37 @@ class Engine : public InferenceEngine {
 
  private:
   void Run();
-  void Execute(QueuedJob& queued);
-  // Runs the queued quick jobs (see Scheduling) that do not name `busy_session`. Engine thread only.
-  void ServeBetweenSteps(const std::string& busy_session);
+  // The steps of one iteration (see Scheduling); engine thread only.
+  void AnswerCancelledWaiting();
+  void ServeWaiting();
+  void RunModelWork();
+  void RetireFinished();
+  // Runs a quick job now and sends its final response.
+  void ExecuteQuick(QueuedJob& queued);
+  // Tries to admit a generating job: true when it was answered or admitted (it leaves the waiting
+  // list), false when it must wait.
+  bool TryAdmit(QueuedJob& queued);
+  void UpdateFigures();
+  // Sends the final error of a job the engine thread held / forgets its cancel flag.
+  void FinishWithError(const Job& job, const common::Status& status);
+  void Release(const Job& job);
 
   EngineOptions options_;
   std::unique_ptr<EngineState> state_;  // touched only by the engine thread (after construction)
 
   std::mutex mutex_;
   std::condition_variable wake_;
-  std::deque<QueuedJob> queue_;                     // guarded by mutex_
-  bool stopping_ = false;                           // guarded by mutex_
-  std::shared_ptr<std::atomic<bool>> running_cancel_;  // guarded by mutex_: the job being run
+  std::deque<QueuedJob> queue_;  // guarded by mutex_: submitted, not yet seen by the engine thread
+  bool stopping_ = false;        // guarded by mutex_
+  // Guarded by mutex_: the cancel flags of the jobs the engine thread holds (waiting or running),
+  // so that Shutdown can flag them even while the engine thread is busy.
+  std::set<std::shared_ptr<std::atomic<bool>>> held_cancels_;
+  // Engine thread only:
+  std::deque<QueuedJob> waiting_;                      // seen, not yet admitted or answered
+  std::vector<std::unique_ptr<RunningTurn>> running_;  // admitted turns, in admission order
+  size_t next_prefill_ = 0;   // round-robin positions among prefilling / uncached turns
+  size_t next_uncached_ = 0;
+  std::atomic<size_t> waiting_count_{0};  // waiting_.size(), for Submit's queue limit
   std::once_flag shutdown_once_;
   std::thread thread_;
 };

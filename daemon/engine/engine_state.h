@@ -1,7 +1,8 @@
 #pragma once
-// EngineState and JobContext: what the per-RPC handlers of the engine work on, and the handlers
-// themselves (one file per RPC group: session_ops.cc, chat_turn.cc, raw_generate.cc, token_ops.cc,
-// info_stats.cc). Internal to daemon/engine; everything here runs on the engine thread.
+// EngineState and JobContext: what the per-RPC handlers of the engine work on, and the quick
+// handlers themselves (one file per RPC group: session_ops.cc, token_ops.cc, info_stats.cc; the
+// generating ones, chat_turn.cc and raw_generate.cc, are declared in turn.h). Internal to
+// daemon/engine; everything here runs on the engine thread.
 //
 // A handler returns the final Response with its result set (request_id is set by the caller), or a
 // non-OK Status that the engine sends as Error. Stream events go out through JobContext::SendEvent.
@@ -36,11 +37,13 @@ struct EngineState {
   uint64_t requests_total = 0;
   uint64_t tokens_generated_total = 0;
   uint64_t tokens_prefilled_total = 0;
-  uint32_t queued_requests = 0;  // queue depth when the current job started
-  // Runs queued jobs that need no generation and do not name `busy_session` (Info, Stats, Tokenize,
-  // other sessions' Get/List/Create/Fork/Reset/Delete ...), so they are not held up by a long
-  // generation. Called by the generation loop between decode steps; set by the Engine.
-  std::function<void(const std::string& busy_session)> serve_between_steps;
+  // Scheduler figures for Stats (updated by the engine every iteration).
+  uint32_t queued_requests = 0;    // requests waiting (not yet running)
+  uint32_t running_sequences = 0;  // turns admitted and not finished
+  uint64_t iterations = 0;         // scheduler iterations that ran model work
+  double busy_s = 0;               // seconds spent in those iterations
+  uint64_t decode_steps = 0;       // batched decode steps
+  uint64_t decode_rows = 0;        // sequences summed over those steps (mean batch = rows / steps)
 };
 
 // The running job as a handler sees it.
@@ -85,9 +88,6 @@ HandlerResult HandleResetSession(EngineState& state, JobContext& job,
                                  const niels::v1::ResetSessionRequest& request);
 HandlerResult HandleDeleteSession(EngineState& state, JobContext& job,
                                   const niels::v1::DeleteSessionRequest& request);
-// chat_turn.cc
-HandlerResult HandleChat(EngineState& state, JobContext& job, const niels::v1::ChatRequest& request);
-// raw_generate.cc
-HandlerResult HandleGenerate(EngineState& state, JobContext& job, const niels::v1::GenerateRequest& request);
+// Chat and Generate (chat_turn.cc, raw_generate.cc) return a Turn for the scheduler: see turn.h.
 
 }  // namespace niels::daemon::engine

@@ -76,14 +76,19 @@ void CheckRequires(const model::ModelConfig& config, const Sequence& sequence,
 GenerationTask::GenerationTask(const model::LanguageModel& model, Sequence& sequence, GenerateOptions options)
     : model_(model), sequence_(sequence), options_(std::move(options)), sampler_(options_.sampling) {}
 
-void GenerationTask::Start(std::span<const int32_t> input) {
+void GenerationTask::Start(std::span<const int32_t> input, int64_t prefill_chunk) {
   CheckRequires(model_.config(), sequence_, input, options_);
+  if (prefill_chunk < 0) throw std::invalid_argument("Generate: prefill_chunk < 0");
   c10::InferenceMode guard;
   start_time_ = Clock::now();
+  prefill_chunk_ = prefill_chunk;
   sequence_.tokens.insert(sequence_.tokens.end(), input.begin(), input.end());
   result_.prompt_tokens = static_cast<int64_t>(sequence_.tokens.size());
   if (options_.use_kv_cache) {
     StartCached();
+    if (prefill_chunk == 0) {
+      while (prefilling_) PrefillChunk();
+    }
   } else {
     StartUncached();
   }
@@ -93,12 +98,12 @@ void GenerationTask::StartCached() {
   std::vector<int32_t>& tokens = sequence_.tokens;
   model::KvCache& cache = sequence_.cache;
   const int64_t length = static_cast<int64_t>(tokens.size());
-  const bool will_sample = options_.max_new_tokens > 0 && length < model_.config().context;
+  will_sample_ = options_.max_new_tokens > 0 && length < model_.config().context;
   // Sampling needs the last position's logits: recompute it if the cache already holds it.
-  if (will_sample && cache.length() == length) cache.Truncate(length - 1);
+  if (will_sample_ && cache.length() == length) cache.Truncate(length - 1);
   result_.reused_tokens = cache.length();
-  const std::span<const int32_t> pending(tokens.data() + cache.length(), tokens.size() - cache.length());
-  if (pending.empty()) {
+  const int64_t pending = length - cache.length();
+  if (pending == 0) {
     Finish(options_.max_new_tokens == 0 ? StopReason::kMaxTokens : StopReason::kContextFull);
     return;
   }
@@ -106,21 +111,46 @@ void GenerationTask::StartCached() {
     Finish(StopReason::kCancelled);
     return;
   }
-  result_.prefilled_tokens = static_cast<int64_t>(pending.size());
-  if (!will_sample) {
-    model_.Prefill(pending, cache);  // only inject the input; the logits are not needed
-    Finish(options_.max_new_tokens == 0 ? StopReason::kMaxTokens : StopReason::kContextFull);
+  result_.prefilled_tokens = pending;
+  prefilling_ = true;
+}
+
+void GenerationTask::PrefillChunk() {
+  if (!prefilling_) throw std::logic_error("GenerationTask::PrefillChunk while not prefilling");
+  if (Cancelled()) {
+    prefilling_ = false;
+    Finish(StopReason::kCancelled);
     return;
   }
-  if (options_.trace_layer < 0) {
-    SampleAndEmit(model_.Prefill(pending, cache), std::nullopt);
-    return;
-  }
+  c10::InferenceMode guard;
+  const std::vector<int32_t>& tokens = sequence_.tokens;
+  model::KvCache& cache = sequence_.cache;
+  const int64_t length = static_cast<int64_t>(tokens.size());
+  const bool traced = will_sample_ && options_.trace_layer >= 0;
   // Traced: the last pending position goes through Decode, which records its attention row.
-  if (pending.size() > 1) model_.Prefill(pending.first(pending.size() - 1), cache);
+  const int64_t prefill_end = traced ? length - 1 : length;
+  const int64_t begin = cache.length();
+  int64_t n = prefill_end - begin;
+  if (prefill_chunk_ > 0) n = std::min(n, prefill_chunk_);
+  if (n > 0) {
+    const std::span<const int32_t> chunk(tokens.data() + begin, static_cast<size_t>(n));
+    torch::Tensor logits = model_.Prefill(chunk, cache);
+    if (begin + n < prefill_end) return;  // more chunks to come
+    if (!will_sample_) {  // only inject the input; the logits are not needed
+      prefilling_ = false;
+      Finish(options_.max_new_tokens == 0 ? StopReason::kMaxTokens : StopReason::kContextFull);
+      return;
+    }
+    if (!traced) {
+      prefilling_ = false;
+      SampleAndEmit(logits, std::nullopt);
+      return;
+    }
+  }
+  prefilling_ = false;
   model::AttentionTrace trace{options_.trace_layer, {}};
   model::KvCache* caches[] = {&cache};
-  torch::Tensor logits = model_.Decode(pending.last(1), caches, &trace);
+  torch::Tensor logits = model_.Decode(std::span<const int32_t>(tokens).last(1), caches, &trace);
   AcceptDecodeLogits(logits[0], TraceRow(trace));
 }
 
@@ -145,8 +175,16 @@ torch::Tensor GenerationTask::ForwardWindow() const {
   return model_.Forward(std::span<const int32_t>(tokens).last(window), /*last_only=*/true);
 }
 
+bool GenerationTask::PollCancel() {
+  if (!done_ && Cancelled()) {
+    prefilling_ = false;
+    Finish(StopReason::kCancelled);
+  }
+  return done_;
+}
+
 bool GenerationTask::PrepareStep() {
-  if (done_) return false;
+  if (done_ || prefilling_) return false;
   if (Cancelled()) {
     Finish(StopReason::kCancelled);
     return false;
@@ -155,6 +193,10 @@ bool GenerationTask::PrepareStep() {
 }
 
 void GenerationTask::Step() {
+  if (prefilling_) {
+    PrefillChunk();
+    return;
+  }
   if (!PrepareStep()) return;
   c10::InferenceMode guard;
   if (!options_.use_kv_cache) {

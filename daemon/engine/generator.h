@@ -1,5 +1,6 @@
 #pragma once
-// Generate: the generation loop of one sequence (DESIGN.md section 4), composing Transformer,
+// Generate: the generation loop of one sequence (docs/ARCHITECTURE.md, "Engine: scheduling and
+// batching"), composing Transformer,
 // Sampler and a stop rule. It knows nothing about text, sessions or sockets.
 //
 // Cache semantics (the seeds' generate() with the sequence as the cache): `input` is appended to
@@ -97,6 +98,11 @@ GenerateResult Generate(const model::LanguageModel& model, Sequence& sequence,
 //   GenerationTask task(model, sequence, options);
 //   task.Start(input);                  // appends input, prefills, samples the first id
 //   while (!task.done()) task.Step();   // one forward + one sampled id per Step
+//
+// Chunked prefill (cached path): Start(input, chunk) with chunk > 0 only appends the input; then
+// while prefilling(), each PrefillChunk() (or Step()) prefills the next `chunk` pending tokens, and
+// the last one samples the first id. The chunk boundaries depend only on this task (its cache
+// length and `chunk`), never on other sequences, so the result does not depend on what else runs.
 //   GenerateResult result = task.TakeResult();
 //
 // Batched, for tasks with use_kv_cache (and the same trace_layer): for every task where
@@ -110,14 +116,23 @@ class GenerationTask {
   GenerationTask& operator=(const GenerationTask&) = delete;
 
   // Appends `input` and processes it; samples the first id unless a stop rule applies first.
+  // prefill_chunk > 0 (cached path): the prefill is left to PrefillChunk() calls (see above).
   // Throws as Generate does on a violated REQUIRES (before changing anything). Call once.
-  void Start(std::span<const int32_t> input);
+  void Start(std::span<const int32_t> input, int64_t prefill_chunk = 0);
   // True once a stop rule has ended the task.
   bool done() const { return done_; }
-  // Reads the cancel flag: false when done or just cancelled (the task then ends with
-  // kCancelled); true when the task needs one more forward.
+  // True while pending input tokens wait for PrefillChunk() (cached path, chunked Start).
+  bool prefilling() const { return prefilling_; }
+  // Prefills the next chunk (reading the cancel flag first); the last chunk samples the first id.
+  // REQUIRES: prefilling().
+  void PrefillChunk();
+  // Ends the task with kCancelled now if its cancel flag is set, in any phase. Returns done().
+  bool PollCancel();
+  // Reads the cancel flag: false when done, prefilling or just cancelled (the task then ends with
+  // kCancelled); true when the task needs one more decode step or forward.
   bool PrepareStep();
-  // One step alone: PrepareStep(), then Decode (cached) or Forward (uncached), then sample.
+  // One step alone: a prefill chunk while prefilling, else PrepareStep(), then Decode (cached) or
+  // Forward (uncached), then sample.
   void Step();
 
   // For batching (cached path, after PrepareStep() returned true): the id to feed next and the
@@ -147,6 +162,9 @@ class GenerationTask {
   model::Sampler sampler_;
   GenerateResult result_;
   bool done_ = false;
+  bool prefilling_ = false;
+  bool will_sample_ = false;    // the cached prefill ends by sampling the first id
+  int64_t prefill_chunk_ = 0;   // 0: the whole prefill at once
   std::chrono::steady_clock::time_point start_time_;
   std::chrono::steady_clock::time_point first_token_time_;
   std::chrono::steady_clock::time_point last_token_time_;

@@ -45,6 +45,11 @@ HandlerResult HandleStats(EngineState& state, JobContext& job, const v1::StatsRe
   stats.set_tokens_prefilled_total(state.tokens_prefilled_total);
   stats.set_uptime_s(std::chrono::duration<double>(std::chrono::steady_clock::now() - state.started).count());
   stats.set_queued_requests(state.queued_requests);
+  stats.set_running_sequences(state.running_sequences);
+  if (state.decode_steps > 0) {
+    stats.set_mean_batch_size(static_cast<double>(state.decode_rows) / static_cast<double>(state.decode_steps));
+  }
+  if (state.busy_s > 0) stats.set_iterations_per_s(static_cast<double>(state.iterations) / state.busy_s);
   return response;
 }
 

@@ -1,11 +1,13 @@
-// Generate: the raw form with the session as the cache (DESIGN.md section 6): input ids appended and
+// Generate: the raw form with the session as the cache (proto/PROTOCOL.md): input ids appended and
 // processed first, then up to max_new_tokens sampled; per-step logprobs, alternatives and attention.
+#include <memory>
+
 #include <fmt/format.h>
 
 #include "daemon/engine/engine_state.h"
 #include "daemon/engine/proto_convert.h"
 #include "daemon/engine/text_stream.h"
-#include "daemon/engine/turn_runner.h"
+#include "daemon/engine/turn.h"
 
 namespace niels::daemon::engine {
 
@@ -73,7 +75,7 @@ Status CheckFits(const Session& session, const GenerateArgs& args, int64_t conte
 
 }  // namespace
 
-HandlerResult HandleGenerate(EngineState& state, JobContext& job, const v1::GenerateRequest& request) {
+TurnResult StartGenerate(EngineState& state, JobContext& job, const v1::GenerateRequest& request) {
   StatusOr<GenerateArgs> args = ValidateGenerate(state, request);
   if (!args.ok()) return args.status();
   StatusOr<Session*> found = state.sessions.Find(request.session_id(), job.uid());
@@ -90,45 +92,53 @@ HandlerResult HandleGenerate(EngineState& state, JobContext& job, const v1::Gene
     session.StashCacheCopy(snapshot);
   }
   const int64_t final_length = session.length() + static_cast<int64_t>(args->input.size()) + options.max_new_tokens;
-  if (Status ready = PrepareCache(state, session, snapshot, options.use_kv_cache, final_length); !ready.ok()) {
+  bool must_wait = false;
+  const Status ready = PrepareCache(state, session, snapshot, options.use_kv_cache, final_length, &must_wait);
+  if (!ready.ok() || must_wait) {
     session.Restore(std::move(snapshot));
-    return ready;
+    if (!ready.ok()) return ready;
+    return TurnStart{nullptr, /*wait_for_memory=*/true};
   }
 
   const model::Tokenizer& tokenizer = state.tokenizer();
-  std::vector<v1::StepInfo> steps;
-  TextStream text(tokenizer);
+  // Steps collected for the final response (and streamed with each event when streaming).
+  auto steps = std::make_shared<std::vector<v1::StepInfo>>();
+  auto text = std::make_shared<TextStream>(tokenizer);
   const bool stream = request.stream();
   const bool want_steps = args->want_steps;
-  EventBuilder on_event = [&](const StepEvent& event, bool last) {
+  EventBuilder on_event = [steps, text, stream, want_steps, &tokenizer](const StepEvent& event, bool last) {
     v1::TokenEvent token;
     token.set_id(event.id);
     token.set_index(event.index);
     if (want_steps) {
-      steps.push_back(StepToProto(event, tokenizer));
-      if (stream) *token.mutable_step() = steps.back();
+      steps->push_back(StepToProto(event, tokenizer));
+      if (stream) *token.mutable_step() = steps->back();
     }
-    if (stream) token.set_text(text.Add(event.id, last));
+    if (stream) token.set_text(text->Add(event.id, last));
     return token;
   };
   // Without streaming the builder still runs (to collect steps) but nothing is sent.
   EventBuilder stream_event = stream ? on_event : EventBuilder();
   GenerateOptions run_options = options;
   if (!stream && want_steps) {
-    run_options.on_token = [&](const StepEvent& event) { on_event(event, false); };
+    run_options.on_token = [on_event](const StepEvent& event) { on_event(event, false); };
   }
-  StatusOr<GenerateResult> result =
-      RunAtomically(state, job, session, snapshot, args->input, std::move(run_options), stream_event);
-  if (!result.ok()) return result.status();
-
-  v1::Response response;
-  v1::GenerateResponse& generate = *response.mutable_generate();
-  generate.mutable_new_ids()->Add(result->new_tokens.begin(), result->new_tokens.end());
-  generate.set_stop_reason(StopReasonToProto(result->stop_reason));
-  generate.set_session_length(session.length());
-  for (v1::StepInfo& step : steps) *generate.add_steps() = std::move(step);
-  *generate.mutable_stats() = StatsToProto(*result, options.use_kv_cache, job.queue_ms());
-  return response;
+  Session* session_ptr = &session;
+  JobContext* job_ptr = &job;
+  const bool use_kv_cache = options.use_kv_cache;
+  TurnFinisher finish = [=](const GenerateResult& result) -> HandlerResult {
+    v1::Response response;
+    v1::GenerateResponse& generate = *response.mutable_generate();
+    generate.mutable_new_ids()->Add(result.new_tokens.begin(), result.new_tokens.end());
+    generate.set_stop_reason(StopReasonToProto(result.stop_reason));
+    generate.set_session_length(session_ptr->length());
+    for (v1::StepInfo& step : *steps) *generate.add_steps() = std::move(step);
+    *generate.mutable_stats() = StatsToProto(result, use_kv_cache, job_ptr->queue_ms());
+    return response;
+  };
+  std::vector<int32_t> input = std::move(args->input);
+  return TurnStart{std::make_unique<Turn>(state, job, session, std::move(snapshot), std::move(input),
+                                          std::move(run_options), std::move(stream_event), std::move(finish))};
 }
 
 }  // namespace niels::daemon::engine

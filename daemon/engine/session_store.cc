@@ -99,7 +99,7 @@ void SessionStore::EvictFor(const Session* active, uint64_t active_bytes) {
   while (others > 0 && others + active_bytes > options_.kv_budget_bytes) {
     Session* victim = nullptr;
     for (const auto& [id, session] : sessions_) {
-      if (session.get() == active || session.get() == busy_ || session->kv_bytes() == 0) continue;
+      if (session.get() == active || IsBusy(session.get()) || session->kv_bytes() == 0) continue;
       if (!victim || session->last_use_tick() < victim->last_use_tick()) victim = session.get();
     }
     if (!victim) break;
@@ -116,6 +116,26 @@ Status SessionStore::Reserve(const Session* active, uint64_t expected_bytes) {
         expected_bytes, options_.kv_budget_bytes));
   }
   EvictFor(active, expected_bytes);
+  return Status::Ok();
+}
+
+Status SessionStore::Admit(const Session* session, uint64_t expected_bytes, bool* must_wait) {
+  *must_wait = false;
+  if (expected_bytes > options_.kv_budget_bytes) {
+    return Status::ResourceExhausted(fmt::format(
+        "this request needs about {} bytes of KV cache, more than the budget of {} bytes",
+        expected_bytes, options_.kv_budget_bytes));
+  }
+  uint64_t held = 0;  // what the running turns hold or may grow to
+  for (const auto& [busy, reserved] : busy_) {
+    if (busy != session) held += std::max(reserved, static_cast<uint64_t>(busy->kv_bytes()));
+  }
+  if (held + expected_bytes > options_.kv_budget_bytes) {
+    *must_wait = true;
+    return Status::Ok();
+  }
+  EvictFor(session, expected_bytes);
+  MarkBusy(session, expected_bytes);
   return Status::Ok();
 }
 

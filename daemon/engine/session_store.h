@@ -1,6 +1,6 @@
 #pragma once
 // SessionStore: the engine's sessions by id, with ownership checks, a session limit and a KV memory
-// budget (DESIGN.md sections 5 and 7).
+// budget (docs/ARCHITECTURE.md, "Engine: scheduling and batching").
 //
 // Ownership: a session belongs to the uid that created (or forked) it. Another uid gets
 // PERMISSION_DENIED; uid 0 is treated as the owner only when `allow_root`. Listing shows only the
@@ -59,9 +59,18 @@ class SessionStore {
   // Drops LRU caches of sessions other than `active` while the total exceeds the budget.
   void Trim(const Session* active);
 
-  // Marks the session being generated on (nullptr: none). Its cache is never dropped by Reserve(),
-  // Trim() or Fork() made for other sessions meanwhile.
-  void SetBusy(const Session* session) { busy_ = session; }
+  // Admission of a generating request on `session` (KV-budget-aware scheduling): when the request
+  // alone exceeds the budget, RESOURCE_EXHAUSTED. When the sessions with running turns (busy ones)
+  // already hold or have reserved so much that expected_bytes does not fit beside them, *must_wait
+  // is set and nothing changes: retry when a turn ends. Otherwise LRU caches of idle sessions are
+  // dropped as needed and the session becomes busy with expected_bytes reserved.
+  common::Status Admit(const Session* session, uint64_t expected_bytes, bool* must_wait);
+  // Marks a session with a running turn, `reserved_bytes` of cache promised to it. A busy session's
+  // cache is never dropped by Reserve(), Trim(), Admit() or Fork() made for other sessions.
+  void MarkBusy(const Session* session, uint64_t reserved_bytes) { busy_[session] = reserved_bytes; }
+  void ClearBusy(const Session* session) { busy_.erase(session); }
+  bool IsBusy(const Session* session) const { return busy_.count(session) != 0; }
+  size_t busy_count() const { return busy_.size(); }
 
   // Bytes a cache of `tokens` positions needs (keys and values, f32, every layer).
   uint64_t BytesForTokens(int64_t tokens) const;
@@ -82,7 +91,7 @@ class SessionStore {
   model::ModelConfig config_;
   SessionStoreOptions options_;
   std::map<std::string, std::unique_ptr<Session>> sessions_;
-  const Session* busy_ = nullptr;
+  std::map<const Session*, uint64_t> busy_;  // sessions with a running turn -> reserved bytes
   uint64_t tick_ = 0;
   uint64_t evictions_ = 0;
 };

@@ -210,11 +210,33 @@ TEST_F(SessionStoreTest, BudgetDropsLeastRecentlyUsedCachesFirst) {
   EXPECT_EQ(sessions[0]->cached_tokens(), 64);  // a refused reservation drops nothing
 
   // The session being generated on is never dropped for another one.
-  store.SetBusy(sessions[2]);
+  store.MarkBusy(sessions[2], 0);
   ASSERT_TRUE(store.Find(sessions[0]->id(), 1).ok());  // 2 is now the least recently used
   ASSERT_TRUE(store.Reserve(fourth, 2 * one).ok());
   EXPECT_EQ(sessions[2]->cached_tokens(), 64);
   EXPECT_EQ(sessions[0]->cached_tokens(), 0);
+}
+
+TEST_F(SessionStoreTest, AdmissionWaitsForMemoryHeldByRunningTurns) {
+  const model::ModelConfig config = SmallConfig();
+  SessionStore store(config, SessionStoreOptions{64, 1000, false});
+  Session* a = store.Create(1).value();
+  Session* b = store.Create(1).value();
+  Session* c = store.Create(1).value();
+  bool wait = true;
+  ASSERT_TRUE(store.Admit(a, 600, &wait).ok());
+  EXPECT_FALSE(wait);
+  EXPECT_TRUE(store.IsBusy(a));
+  ASSERT_TRUE(store.Admit(b, 500, &wait).ok());
+  EXPECT_TRUE(wait) << "600 reserved by a running turn + 500 > 1000: wait";
+  EXPECT_FALSE(store.IsBusy(b));
+  ASSERT_TRUE(store.Admit(c, 400, &wait).ok());
+  EXPECT_FALSE(wait) << "600 + 400 fits";
+  EXPECT_EQ(store.Admit(b, 1001, &wait).code(), common::StatusCode::kResourceExhausted)
+      << "more than the whole budget never fits: refused at once";
+  store.ClearBusy(a);
+  ASSERT_TRUE(store.Admit(b, 500, &wait).ok());
+  EXPECT_FALSE(wait) << "a's turn ended: its memory is free for b";
 }
 
 }  // namespace

@@ -1,0 +1,70 @@
+#include "daemon/engine/method_table.h"
+
+namespace niels::daemon::engine {
+
+namespace v1 = niels::v1;
+
+namespace {
+
+const std::string& NoSession(const v1::Request&) {
+  static const std::string kNone;
+  return kNone;
+}
+
+// Adapters from the typed handlers to the table's uniform signatures.
+#define NIELS_QUICK(Handler, field)                                                        \
+  [](EngineState& state, JobContext& job, const v1::Request& request) -> HandlerResult { \
+    return Handler(state, job, request.field());                                          \
+  }
+#define NIELS_GENERATING(Handler, field)                                                 \
+  [](EngineState& state, JobContext& job, const v1::Request& request) -> TurnResult { \
+    return Handler(state, job, request.field());                                        \
+  }
+#define NIELS_SESSION(field) \
+  [](const v1::Request& request) -> const std::string& { return request.field().session_id(); }
+
+const Method kInfo{"Info", NoSession, NIELS_QUICK(HandleInfo, info), nullptr};
+const Method kStats{"Stats", NoSession, NIELS_QUICK(HandleStats, stats), nullptr};
+const Method kTokenize{"Tokenize", NoSession, NIELS_QUICK(HandleTokenize, tokenize), nullptr};
+const Method kDetokenize{"Detokenize", NoSession, NIELS_QUICK(HandleDetokenize, detokenize), nullptr};
+const Method kCreateSession{"CreateSession", NoSession, NIELS_QUICK(HandleCreateSession, create_session),
+                            nullptr};
+const Method kListSessions{"ListSessions", NoSession, NIELS_QUICK(HandleListSessions, list_sessions), nullptr};
+const Method kGetSession{"GetSession", NIELS_SESSION(get_session), NIELS_QUICK(HandleGetSession, get_session),
+                         nullptr};
+const Method kForkSession{"ForkSession", NIELS_SESSION(fork_session),
+                          NIELS_QUICK(HandleForkSession, fork_session), nullptr};
+const Method kResetSession{"ResetSession", NIELS_SESSION(reset_session),
+                           NIELS_QUICK(HandleResetSession, reset_session), nullptr};
+const Method kDeleteSession{"DeleteSession", NIELS_SESSION(delete_session),
+                            NIELS_QUICK(HandleDeleteSession, delete_session), nullptr};
+const Method kChat{"Chat", NIELS_SESSION(chat), nullptr, NIELS_GENERATING(StartChat, chat)};
+const Method kGenerate{"Generate", NIELS_SESSION(generate), nullptr, NIELS_GENERATING(StartGenerate, generate)};
+
+#undef NIELS_QUICK
+#undef NIELS_GENERATING
+#undef NIELS_SESSION
+
+}  // namespace
+
+const Method* FindMethod(const v1::Request& request) {
+  switch (request.kind_case()) {
+    case v1::Request::kInfo: return &kInfo;
+    case v1::Request::kCreateSession: return &kCreateSession;
+    case v1::Request::kChat: return &kChat;
+    case v1::Request::kGenerate: return &kGenerate;
+    case v1::Request::kTokenize: return &kTokenize;
+    case v1::Request::kDetokenize: return &kDetokenize;
+    case v1::Request::kGetSession: return &kGetSession;
+    case v1::Request::kListSessions: return &kListSessions;
+    case v1::Request::kForkSession: return &kForkSession;
+    case v1::Request::kResetSession: return &kResetSession;
+    case v1::Request::kDeleteSession: return &kDeleteSession;
+    case v1::Request::kStats: return &kStats;
+    case v1::Request::kCancel:
+    case v1::Request::KIND_NOT_SET: break;
+  }
+  return nullptr;
+}
+
+}  // namespace niels::daemon::engine
