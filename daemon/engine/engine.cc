@@ -2,6 +2,8 @@
 
 #include <algorithm>
 #include <exception>
+#include <iterator>
+#include <list>
 #include <map>
 #include <optional>
 #include <set>
@@ -13,6 +15,7 @@
 #include <c10/util/Exception.h>
 #include <fmt/format.h>
 
+#include "common/log.h"
 #include "common/wire_status.h"
 #include "daemon/engine/engine_state.h"
 #include "daemon/engine/method_table.h"
@@ -37,13 +40,21 @@ void SendFinal(const Job& job, const Status& status) {
 
 Status CancelledStatus() { return Status::Cancelled("the request was cancelled"); }
 
+// How often idle sessions are looked for: every second, or more often for short timeouts.
+Clock::duration ExpiryCheckPeriod(std::chrono::milliseconds timeout) {
+  if (timeout <= Clock::duration::zero()) return std::chrono::seconds(1);
+  return std::min<Clock::duration>(std::chrono::seconds(1), timeout / 4);
+}
+
 }  // namespace
 
 EngineState::EngineState(std::unique_ptr<model::Model> loaded, const EngineOptions& engine_options)
     : model(std::move(loaded)),
       options(engine_options),
-      sessions(model->config, SessionStoreOptions{engine_options.max_sessions, engine_options.kv_budget_bytes,
-                                                  engine_options.allow_root}),
+      sessions(model->config, SessionStoreOptions{.max_sessions = engine_options.max_sessions,
+                                                  .max_sessions_per_uid = engine_options.max_sessions_per_uid,
+                                                  .kv_budget_bytes = engine_options.kv_budget_bytes,
+                                                  .allow_root = engine_options.allow_root}),
       started(Clock::now()) {}
 
 bool JobContext::SendEvent(v1::TokenEvent event) {
@@ -85,9 +96,14 @@ void Engine::Submit(Job job) {
       refused = Status::Unavailable("the engine is shutting down");
     } else if (job.request.kind_case() == v1::Request::kCancel) {
       refused = Status::InvalidArgument("Cancel is handled by the server, not the engine");
-    } else if (queue_.size() + waiting_count_.load() >= options_.max_queue) {
+    } else if (queue_.size() + waiting_count_ >= options_.max_queue) {
       refused = Status::ResourceExhausted(
           fmt::format("the engine queue is full ({} requests); try again later", options_.max_queue));
+    } else if (QueuedFor(job.caller.uid) >= options_.max_queued_per_uid) {
+      refused = Status::ResourceExhausted(fmt::format(
+          "uid {} already has {} requests queued, the limit per user (--max-queued-per-uid); wait "
+          "for some to finish",
+          job.caller.uid, options_.max_queued_per_uid));
     } else {
       queue_.push_back(QueuedJob{std::move(job), Clock::now()});
     }
@@ -116,20 +132,29 @@ void Engine::Run() {
   // On this thread: OpenMP's thread count is per thread, and every forward runs here.
   if (options_.threads > 0) model::ConfigureThreads(options_.threads);
   c10::InferenceMode inference_mode;
+  const Clock::duration expiry_period = ExpiryCheckPeriod(options_.idle_session_timeout);
   while (true) {
     {
       std::unique_lock lock(mutex_);
-      if (running_.empty() && waiting_.empty()) {
-        wake_.wait(lock, [this] { return stopping_ || !queue_.empty(); });
+      while (running_.empty() && waiting_.empty() && !stopping_ && queue_.empty()) {
+        wake_.wait_for(lock, expiry_period);
+        if (queue_.empty() && !stopping_) {
+          lock.unlock();
+          ExpireIdleSessions();
+          lock.lock();
+        }
       }
       for (QueuedJob& queued : queue_) {
         if (stopping_) queued.job.cancel->store(true);  // every job ends CANCELLED
         held_cancels_.insert(queued.job.cancel);
+        ++waiting_per_uid_[queued.job.caller.uid];
         waiting_.push_back(std::move(queued));
       }
       queue_.clear();
+      waiting_count_ = waiting_.size();
       if (stopping_ && running_.empty() && waiting_.empty()) return;
     }
+    ExpireIdleSessions();
     AnswerCancelledWaiting();
     ServeWaiting();
     UpdateFigures();
@@ -140,7 +165,18 @@ void Engine::Run() {
       ++state_->iterations;
       state_->busy_s += std::chrono::duration<double>(Clock::now() - start).count();
     }
-    waiting_count_.store(waiting_.size());
+  }
+}
+
+void Engine::ExpireIdleSessions() {
+  if (options_.idle_session_timeout <= Clock::duration::zero()) return;
+  const Clock::time_point now = Clock::now();
+  if (now < next_expiry_check_) return;
+  next_expiry_check_ = now + ExpiryCheckPeriod(options_.idle_session_timeout);
+  const size_t expired = state_->sessions.ExpireIdle(now - options_.idle_session_timeout);
+  if (expired > 0) {
+    common::LogInfo("deleted {} session(s) idle for more than {:.1f} s (--idle-session-timeout)", expired,
+                    std::chrono::duration<double>(options_.idle_session_timeout).count());
   }
 }
 
@@ -149,7 +185,9 @@ void Engine::AnswerCancelledWaiting() {
     if (it->job.cancel->load()) {
       ++state_->requests_total;
       FinishWithError(it->job, CancelledStatus());
-      it = waiting_.erase(it);
+      auto next = std::next(it);
+      Unwait(it);
+      it = next;
     } else {
       ++it;
     }
@@ -157,30 +195,68 @@ void Engine::AnswerCancelledWaiting() {
 }
 
 void Engine::ServeWaiting() {
-  // Sessions that later jobs must not overtake: those with a running turn, then those of jobs left
-  // waiting in this pass.
-  std::set<std::string> blocked;
-  for (const auto& running : running_) blocked.insert(running->turn->session().id());
-  for (auto it = waiting_.begin(); it != waiting_.end();) {
+  // Which waiting jobs may start now: per-session order means a job waits while its session has a
+  // running turn or an earlier-submitted waiting job (earlier in waiting_, which is in submission
+  // order).
+  std::set<std::string> named;
+  for (const auto& running : running_) named.insert(running->turn->session().id());
+  struct Candidate {
+    std::list<QueuedJob>::iterator it;
+    const Method* method;
+    std::string session;
+    bool blocked;
+  };
+  std::map<uint32_t, std::vector<Candidate>> by_uid;
+  for (auto it = waiting_.begin(); it != waiting_.end(); ++it) {
     const Method* method = FindMethod(it->job.request);
-    const std::string session = method != nullptr ? method->session(it->job.request) : std::string();
-    if (!session.empty() && blocked.count(session) != 0) {
-      ++it;
-      continue;
-    }
-    if (method == nullptr || method->quick != nullptr) {
-      QueuedJob queued = std::move(*it);
-      it = waiting_.erase(it);
-      ExecuteQuick(queued);
-      continue;
-    }
-    if (TryAdmit(*it)) {
-      it = waiting_.erase(it);
-    } else {
-      ++it;
-    }
-    if (!session.empty()) blocked.insert(session);  // admitted (running) or still waiting
+    std::string session = method != nullptr ? method->session(it->job.request) : std::string();
+    const bool blocked = !session.empty() && !named.insert(session).second;
+    by_uid[it->job.caller.uid].push_back({it, method, std::move(session), blocked});
   }
+  // Fairness between users: round robin over the uids, starting after the uid admitted last.
+  std::vector<uint32_t> uids;
+  auto start = last_admitted_uid_ ? by_uid.upper_bound(*last_admitted_uid_) : by_uid.begin();
+  for (auto it = start; it != by_uid.end(); ++it) uids.push_back(it->first);
+  for (auto it = by_uid.begin(); it != start; ++it) uids.push_back(it->first);
+  size_t most = 0;
+  for (const auto& [uid, jobs] : by_uid) most = std::max(most, jobs.size());
+  for (size_t round = 0; round < most; ++round) {
+    for (uint32_t uid : uids) {
+      std::vector<Candidate>& jobs = by_uid[uid];
+      if (round >= jobs.size() || jobs[round].blocked) continue;
+      Candidate& candidate = jobs[round];
+      if (candidate.method == nullptr || candidate.method->quick != nullptr) {
+        QueuedJob queued = std::move(*candidate.it);
+        Unwait(candidate.it);
+        ExecuteQuick(queued);
+        continue;
+      }
+      if (TryAdmit(*candidate.it)) {
+        Unwait(candidate.it);
+        last_admitted_uid_ = uid;
+      } else if (!candidate.session.empty()) {
+        // Still waiting: later jobs on its session keep waiting behind it (they are marked
+        // blocked already, being later in submission order).
+      }
+    }
+  }
+}
+
+void Engine::Unwait(std::list<QueuedJob>::iterator it) {
+  {
+    std::lock_guard lock(mutex_);
+    const uint32_t uid = it->job.caller.uid;
+    if (--waiting_per_uid_[uid] == 0) waiting_per_uid_.erase(uid);
+    --waiting_count_;
+  }
+  waiting_.erase(it);
+}
+
+size_t Engine::QueuedFor(uint32_t uid) const {
+  size_t queued = 0;
+  for (const QueuedJob& job : queue_) queued += job.job.caller.uid == uid ? 1 : 0;
+  auto it = waiting_per_uid_.find(uid);
+  return queued + (it == waiting_per_uid_.end() ? 0 : it->second);
 }
 
 void Engine::ExecuteQuick(QueuedJob& queued) {
@@ -220,6 +296,14 @@ bool Engine::TryAdmit(QueuedJob& queued) {
   const Method* method = FindMethod(job.request);
   Status failed;
   try {
+    // Weights mapped from a file that changed under us would give wrong results (or SIGBUS).
+    if (state_->model->weights_file) failed = state_->model->weights_file->CheckUnchanged();
+    if (!failed.ok()) {
+      common::LogError("{}", failed.message());
+      ++state_->requests_total;
+      FinishWithError(job, failed);
+      return true;
+    }
     TurnResult started = method->generating(*state_, *running->context, job.request);
     if (!started.ok()) {
       failed = started.status();

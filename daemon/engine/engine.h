@@ -25,6 +25,15 @@
 // A cancelled running turn therefore stops within one iteration. Equal requests started together
 // decode in the same steps and finish together; nothing starves (round robin over prefills and
 // uncached steps, every decoding turn in every step).
+//  2a. Fairness between users: the waiting list is taken round robin over the uids that have
+//     waiting requests (each uid's own requests in submission order), starting after the uid
+//     admitted last, so a user with many queued requests delays another user's by at most one
+//     admission.
+//
+// Limits: at most `max_queue` queued jobs in all and `max_queued_per_uid` per uid (RESOURCE_EXHAUSTED
+// beyond either); sessions per uid and in all (SessionStore); sessions unused for
+// `idle_session_timeout` are deleted (checked about once a second and between iterations; a session
+// with a running turn never expires).
 //
 // Request semantics (proto/PROTOCOL.md; proto/niels/v1/nielsd.proto):
 // - A job whose cancel flag is set before it starts is answered CANCELLED without running.
@@ -47,8 +56,11 @@
 #include <cstdint>
 #include <deque>
 #include <filesystem>
+#include <list>
+#include <map>
 #include <memory>
 #include <mutex>
+#include <optional>
 #include <set>
 #include <string>
 #include <thread>
@@ -67,9 +79,13 @@ inline constexpr std::string_view kDefaultSystemPrompt =
     "personal facts; if you don\u2019t know, say you don\u2019t know.";
 
 struct EngineOptions {
-  uint32_t max_sessions = 64;             // CreateSession/ForkSession beyond it: RESOURCE_EXHAUSTED
+  uint32_t max_sessions = 1024;           // CreateSession/ForkSession beyond it: RESOURCE_EXHAUSTED
+  uint32_t max_sessions_per_uid = 64;     // the same, for the sessions of one uid
+  // Sessions unused this long are deleted; zero keeps them until deleted or the daemon stops.
+  std::chrono::milliseconds idle_session_timeout = std::chrono::hours(24);
   uint64_t kv_budget_bytes = 1ull << 30;  // all sessions' KV caches; LRU idle caches dropped first
   size_t max_queue = 256;                 // queued jobs beyond it: RESOURCE_EXHAUSTED
+  size_t max_queued_per_uid = 64;         // queued jobs of one uid beyond it: RESOURCE_EXHAUSTED
   bool allow_root = false;                // uid 0 may use every session
   std::string default_system_prompt = std::string(kDefaultSystemPrompt);  // reported by Info
   int threads = 0;                        // > 0: model::ConfigureThreads(threads) on the engine
@@ -118,6 +134,12 @@ class Engine : public InferenceEngine {
   // Sends the final error of a job the engine thread held / forgets its cancel flag.
   void FinishWithError(const Job& job, const common::Status& status);
   void Release(const Job& job);
+  // Deletes idle sessions when a check is due. Engine thread only.
+  void ExpireIdleSessions();
+  // Removes a job from waiting_ (and from the per-uid counts).
+  void Unwait(std::list<QueuedJob>::iterator it);
+  // Jobs of `uid` submitted and not yet started. REQUIRES: mutex_ held.
+  size_t QueuedFor(uint32_t uid) const;
 
   EngineOptions options_;
   std::unique_ptr<EngineState> state_;  // touched only by the engine thread (after construction)
@@ -130,13 +152,17 @@ class Engine : public InferenceEngine {
   // so that Shutdown can flag them even while the engine thread is busy.
   std::set<std::shared_ptr<std::atomic<bool>>> held_cancels_;
   // Engine thread only:
-  std::deque<QueuedJob> waiting_;                      // seen, not yet admitted or answered
+  std::list<QueuedJob> waiting_;                       // seen, not yet admitted or answered
   std::vector<std::unique_ptr<RunningTurn>> running_;  // admitted turns, in admission order
   size_t next_prefill_ = 0;   // round-robin positions among prefilling / uncached turns
   size_t next_uncached_ = 0;
-  std::atomic<size_t> waiting_count_{0};  // waiting_.size(), for Submit's queue limit
+  std::optional<uint32_t> last_admitted_uid_;  // where the uid round robin resumes
+  // Guarded by mutex_: jobs in waiting_ (for Submit's queue limits), in all and per uid.
+  size_t waiting_count_ = 0;
+  std::map<uint32_t, size_t> waiting_per_uid_;
   std::once_flag shutdown_once_;
   std::thread thread_;
+  std::chrono::steady_clock::time_point next_expiry_check_{};  // engine thread only
 };
 
 // Loads the model directory and starts an engine on it. Errors are LoadModelDir's (they name the
