@@ -8,7 +8,8 @@
 // the aggregate generated tokens/s (all tokens / time from the common start to the last final
 // response), the time to first token p50/p99 and the per-request latency min/max.
 // Short chat: the latency of a Chat of --short-tokens tokens on a fresh session, on an idle daemon
-// and while another client streams a --long-tokens Generate (median of --repeats each).
+// and while another client streams a --long-tokens Generate after a 16-token prompt (median of
+// --repeats each).
 //
 // Output: a table, or with --json one JSON line per figure:
 //   {"bench":"load","clients":N,"aggregate_tok_s":X,"ttft_p50_ms":X,"ttft_p99_ms":X,
@@ -185,6 +186,10 @@ double TimedShortChat(DaemonClient& client, int tokens, const ModelFacts& facts)
   return ms;
 }
 
+// The prompt of the generation that runs beside the short chat (short, so that --long-tokens can be
+// most of the context).
+constexpr int kLongPromptTokens = 16;
+
 struct ShortChatFigures {
   double idle_ms = 0, under_load_ms = 0;
   bool load_outlasted = true;  // the long generation was still running after every short chat
@@ -202,7 +207,7 @@ ShortChatFigures RunShortChat(const Options& o, const ModelFacts& facts) {
     std::thread long_run([&] {
       v1::GenerateRequest request;
       request.set_session_id(session);
-      const std::vector<int32_t> prompt = RandomPrompt(o.prompt_tokens, facts.vocab, facts.eot, 999);
+      const std::vector<int32_t> prompt = RandomPrompt(kLongPromptTokens, facts.vocab, facts.eot, 999);
       request.mutable_input_ids()->Add(prompt.begin(), prompt.end());
       request.set_max_new_tokens(o.long_tokens);
       request.set_stream(true);
@@ -255,9 +260,12 @@ int Main(int argc, char** argv) {
   auto info = probe->Info();
   if (!info.ok()) Fail("Info", info.status());
   const ModelFacts facts{info->vocab_size(), info->eot_id()};
-  if (o.prompt_tokens + std::max(o.new_tokens, o.long_tokens) > info->context()) {
-    std::fprintf(stderr, "nielsd-load-bench: prompt + new tokens (%d + %d) exceed the model's context %lld\n",
-                 o.prompt_tokens, std::max(o.new_tokens, o.long_tokens), static_cast<long long>(info->context()));
+  if (o.prompt_tokens + o.new_tokens > info->context() || kLongPromptTokens + o.long_tokens > info->context()) {
+    std::fprintf(stderr,
+                 "nielsd-load-bench: prompt + new tokens (%d + %d, and %d + %d for the long generation) exceed the "
+                 "model's context %lld\n",
+                 o.prompt_tokens, o.new_tokens, kLongPromptTokens, o.long_tokens,
+                 static_cast<long long>(info->context()));
     return 2;
   }
   if (!o.json) {

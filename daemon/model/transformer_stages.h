@@ -1,7 +1,8 @@
 #pragma once
 // The stages of the niels_gpt forward pass (docs/ARCHITECTURE.md, "Model math"), one function each,
 // shared by the differentiable training forward and the cached inference paths of Transformer.
-// Every function is pure ATen (autograd-friendly, no in-place updates of inputs) and works on any leading batch dims.
+// Every function is pure ATen (autograd-friendly, no in-place updates of inputs) and works on any
+// leading batch dims.
 //
 // Shapes: B batch, n new positions, m attended positions, C width, H heads, D = C/H, V vocab.
 
