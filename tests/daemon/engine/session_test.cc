@@ -219,7 +219,7 @@ TEST_F(SessionStoreTest, BudgetDropsLeastRecentlyUsedCachesFirst) {
 
 TEST_F(SessionStoreTest, AdmissionWaitsForMemoryHeldByRunningTurns) {
   const model::ModelConfig config = SmallConfig();
-  SessionStore store(config, SessionStoreOptions{64, 1000, false});
+  SessionStore store(config, SessionStoreOptions{.kv_budget_bytes = 1000});
   Session* a = store.Create(1).value();
   Session* b = store.Create(1).value();
   Session* c = store.Create(1).value();
