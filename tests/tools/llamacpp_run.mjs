@@ -4,7 +4,7 @@
 //
 //   node llamacpp_run.mjs NODE_MODULES_DIR REQUEST.json RESULT.json
 //
-// REQUEST: {"gguf": PATH,
+// REQUEST: {"gguf": PATH, "kv_type": "F16" | "F32", "flash_attention": "auto" | false,
 //           "raw":  [{"prompt": [ids], "max_new": N}],                        greedy from token ids
 //           "chat": [{"messages": [{"role","content"}], "max_new": N,          render the GGUF's
 //                     "banned": [ids], "stop": id}],                           tokenizer.chat_template
@@ -28,7 +28,14 @@ const request = JSON.parse(readFileSync(requestPath, "utf8"));
 const llama = await getLlama({gpu: false, build: "never", logLevel: LlamaLogLevel.error});
 const model = await llama.loadModel({modelPath: request.gguf});
 const vocab = model.fileInfo.metadata.llama.vocab_size;  // niels-export writes llama.vocab_size
-const context = await model.createContext({contextSize: model.trainContextSize, batchSize: 512, threads: 1});
+// llama.cpp's defaults: an F16 KV cache and flash attention where supported ("auto"; its CPU
+// kernel rounds q to f16). "kv_type": "F32" with "flash_attention": false computes attention in f32.
+const kvType = request.kv_type ?? "F16";
+const context = await model.createContext({
+  contextSize: model.trainContextSize, batchSize: 512, threads: 1,
+  experimentalKvCacheKeyType: kvType, experimentalKvCacheValueType: kvType,
+  flashAttention: request.flash_attention ?? "auto",
+});
 const sequence = context.getSequence();
 
 function logitsArray(map) {
