@@ -168,8 +168,11 @@ def check_model(args, modules, label, model_dir, prompts, failures, dtypes):
         }
         res = run_llamacpp(args, modules, request, work)
         meta = res["metadata"]
+        sampling = meta["sampling"] or {}
         failures.check(meta["architecture"] == "llama" and meta["context_length"] == cfg["T"]
-                       and meta["eos"] == sp["eot"], f"[{label}] GGUF metadata as llama.cpp reads it: {meta}")
+                       and meta["eos"] == sp["eot"] and meta["vocab_size"] == cfg["V"]
+                       and abs(sampling.get("temp", 0) - 0.9) < 1e-6 and sampling.get("top_k") == 50,
+                       f"[{label}] GGUF metadata as llama.cpp reads it: {meta}")
         tol = LOGIT_TOL if dtype == "f32" else LOGIT_TOL_F16
         diffs = []
         same = 0

@@ -73,6 +73,7 @@ result.metadata = {
   eos: model.tokens.eos,
   bos: model.tokens.bos,
   chat_template: meta.tokenizer.chat_template,
+  sampling: meta.general.sampling ?? null,
 };
 for (const r of request.raw ?? []) result.raw.push(await greedy(r.prompt, r.max_new));
 const template = new Template(meta.tokenizer.chat_template);

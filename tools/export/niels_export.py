@@ -1,4 +1,4 @@
-#!/usr/bin/env python3
+#!/usr/bin/python3
 """niels-export: hand a nielsd model directory to an engine built for many GPUs or machines.
 
 Usage:
