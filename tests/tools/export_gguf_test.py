@@ -67,11 +67,12 @@ def install_node_llama_cpp(cache_root):
     staging = tempfile.mkdtemp(prefix=".install-", dir=cache_root)
     try:
         cmd = ["npm", "install", "--prefix", staging, "--no-audit", "--no-fund", "--ignore-scripts",
-               "--omit=optional", "--no-save", f"node-llama-cpp@{NODE_LLAMA_CPP_VERSION}",
+               "--omit=optional", "--no-save", "--fetch-timeout=60000", "--fetch-retries=1",
+               f"node-llama-cpp@{NODE_LLAMA_CPP_VERSION}",
                f"@node-llama-cpp/linux-x64@{NODE_LLAMA_CPP_VERSION}"]
         print("installing llama.cpp binaries:", " ".join(cmd), flush=True)
         try:
-            p = subprocess.run(cmd, capture_output=True, text=True, timeout=900)
+            p = subprocess.run(cmd, capture_output=True, text=True, timeout=600)
         except subprocess.TimeoutExpired:
             skip("npm install node-llama-cpp timed out (is the npm registry reachable?)")
         if p.returncode != 0:

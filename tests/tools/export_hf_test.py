@@ -160,7 +160,7 @@ def check_hf_export(args, label, model_dir, ids_list, failures):
     try:
         cfg_, tensors, tok_ = niels_export.load_model(model_dir)
         naive = os.path.join(args.work_dir, f"{label}-hf-unpermuted")
-        niels_export.write_hf(model_dir, cfg_, tensors, tok_, naive, "f32", True)
+        niels_export.write_hf(cfg_, tensors, tok_, naive, "f32", True)
     finally:
         niels_export.rotate_half_permutation = permute
     ids = max(ids_list, key=len)

@@ -268,7 +268,7 @@ def load_model(model_dir):
 # Shared by both formats
 
 
-def chat_template(tok):
+def chat_template():
     """Jinja rendering of nielsd's template: [role] + content + [eot] per message, then [asst]."""
     s = SPECIAL
     return ("{%- for message in messages -%}"
@@ -454,7 +454,7 @@ def gguf_metadata(cfg, tok, dtype):
         ("tokenizer.ggml.add_bos_token", GGUF_BOOL, False),
         ("tokenizer.ggml.add_eos_token", GGUF_BOOL, False),
         ("tokenizer.ggml.add_space_prefix", GGUF_BOOL, tok["add_dummy_prefix"]),
-        ("tokenizer.chat_template", GGUF_STRING, chat_template(tok)),
+        ("tokenizer.chat_template", GGUF_STRING, chat_template()),
     ]
     if tok["bos"] is not None:
         kv.append(("tokenizer.ggml.bos_token_id", GGUF_U32, tok["bos"]))
@@ -601,7 +601,7 @@ def hf_files(cfg, tok, dtype):
         "pad_token": None,
         "additional_special_tokens": specials,
         "added_tokens_decoder": {str(i): added(i) for i in decoder_ids},
-        "chat_template": chat_template(tok),
+        "chat_template": chat_template(),
         "sp_model_kwargs": {},
         "spaces_between_special_tokens": False,
     }
@@ -615,7 +615,7 @@ HF_FILES = ("config.json", "generation_config.json", "model.safetensors", "speci
             "tokenizer.model", "tokenizer_config.json")
 
 
-def write_hf(model_dir, cfg, tensors, tok, out_dir, dtype, force):
+def write_hf(cfg, tensors, tok, out_dir, dtype, force):
     if os.path.exists(out_dir) and not os.path.isdir(out_dir):
         raise ExportError(f"{out_dir}: exists and is not a directory")
     existing = [n for n in HF_FILES if os.path.exists(os.path.join(out_dir, n))]
@@ -671,7 +671,7 @@ def export(args):
             raise ExportError(f"{args.out} exists; pass --force to overwrite")
         size = write_gguf(cfg, tensors, tok, args.out, args.dtype)
     else:
-        size = write_hf(args.model_dir, cfg, tensors, tok, args.out, args.dtype, args.force)
+        size = write_hf(cfg, tensors, tok, args.out, args.dtype, args.force)
     print(f"{PROG}: wrote {args.out} ({args.format}, {args.dtype}): {cfg['name']} V={cfg['V']} "
           f"T={cfg['T']} C={cfg['C']} L={cfg['L']} H={cfg['H']} d_ff={cfg['d_ff']}, {size} bytes")
 
