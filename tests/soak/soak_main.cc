@@ -65,6 +65,7 @@ struct Options {
   uint64_t kv_budget_mb = 0;  // 0: nielsd's default
   uint64_t nofile = 0;        // 0: unchanged; else nielsd runs with RLIMIT_NOFILE = this
   int threads = 2;
+  int max_new_tokens = 40;
   std::vector<std::string> daemon_args;
 };
 
@@ -412,6 +413,7 @@ int main(int argc, char** argv) {
   app.add_option("--kv-budget-mb", o.kv_budget_mb, "nielsd --kv-budget-mb (0: default)");
   app.add_option("--nofile", o.nofile, "run nielsd with this RLIMIT_NOFILE (0: unchanged)");
   app.add_option("--threads", o.threads, "nielsd --threads");
+  app.add_option("--max-new-tokens", o.max_new_tokens, "longest reply of the plan")->check(CLI::Range(4, 4096));
   app.add_option("--daemon-arg", o.daemon_args, "extra nielsd argument (repeatable)");
   CLI11_PARSE(app, argc, argv);
 
@@ -482,7 +484,7 @@ int main(int argc, char** argv) {
           ::_exit(3);
         }
       }
-      const auto plan = niels::soak::MakePlan(o.seed, c, o.turns, vocab, /*faults=*/true);
+      const auto plan = niels::soak::MakePlan(o.seed, c, o.turns, vocab, /*faults=*/true, o.max_new_tokens);
       const ClientResult result = RunClient(socket.string(), plan, c);
       WriteResult(dir / ("client-" + std::to_string(c) + ".txt"), result);
       ::_exit(0);
@@ -529,7 +531,7 @@ int main(int argc, char** argv) {
       lost += o.turns;
       continue;
     }
-    const auto plan = niels::soak::MakePlan(o.seed, c, o.turns, vocab, true);
+    const auto plan = niels::soak::MakePlan(o.seed, c, o.turns, vocab, true, o.max_new_tokens);
     bool replay_crossed = false;
     std::optional<std::string> chat_session = NewSession(replay, true, &replay_crossed);
     std::optional<std::string> raw_session = NewSession(replay, false, &replay_crossed);

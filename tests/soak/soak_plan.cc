@@ -23,7 +23,8 @@ constexpr std::array<const char*, 12> kQuestions = {
 
 }  // namespace
 
-std::vector<TurnSpec> MakePlan(uint64_t seed, int client, int turns, int32_t vocab, bool faults) {
+std::vector<TurnSpec> MakePlan(uint64_t seed, int client, int turns, int32_t vocab, bool faults,
+                               int max_new_tokens) {
   std::mt19937_64 rng(seed * 1000003u + static_cast<uint64_t>(client));
   auto chance = [&](int percent) { return static_cast<int>(rng() % 100) < percent; };
   std::vector<TurnSpec> plan;
@@ -35,7 +36,7 @@ std::vector<TurnSpec> MakePlan(uint64_t seed, int client, int turns, int32_t voc
     t.use_kv_cache = chance(80);
     t.greedy = chance(70);
     t.seed = rng();
-    t.max_new_tokens = 4 + static_cast<int>(rng() % 37);
+    t.max_new_tokens = 4 + static_cast<int>(rng() % (max_new_tokens - 3));
     if (t.chat) {
       t.user_text = kQuestions[rng() % kQuestions.size()];
       if (chance(30)) t.user_text += " (client " + std::to_string(client) + ", turn " + std::to_string(i) + ")";

@@ -35,7 +35,9 @@ struct TurnSpec {
 
 // The turns of client `client`. `vocab` is the model's V (Generate input ids are in [4, V)).
 // `faults` = false gives a plan without cancels and disconnects.
-std::vector<TurnSpec> MakePlan(uint64_t seed, int client, int turns, int32_t vocab, bool faults);
+// Replies are 4..max_new_tokens tokens long (max_new_tokens >= 4).
+std::vector<TurnSpec> MakePlan(uint64_t seed, int client, int turns, int32_t vocab, bool faults,
+                               int max_new_tokens = 40);
 
 // The request of a turn (session ids filled in by the caller).
 niels::v1::Request MakeRequest(const TurnSpec& turn, uint64_t request_id, const std::string& session_id);
