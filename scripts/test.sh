@@ -1,8 +1,9 @@
 #!/usr/bin/env bash
 # The test command: installs what is missing, builds, and runs every test with ctest; then the same
 # torch-free suites (common, server, client) built with AddressSanitizer + UndefinedBehaviorSanitizer,
-# the concurrency suites (server, client) built with ThreadSanitizer, and every fuzz target for a
-# short bounded time (scripts/fuzz.sh).
+# the concurrency suites (server, client) built with ThreadSanitizer, and the torch-free fuzz targets
+# for a short bounded time (scripts/fuzz.sh; the libtorch-linked targets safetensors, model_dir and
+# request run as replay ctests in the normal build, and as campaigns with scripts/fuzz.sh by hand).
 #
 # Usage: scripts/test.sh                        everything above (the README's test command, CI)
 #        scripts/test.sh --sanitize LIST        only the sanitizer build LIST ("address,undefined" or
@@ -55,4 +56,4 @@ BUILD_DIR=${BUILD_DIR:-build}
 
 sanitize address,undefined
 sanitize thread
-scripts/fuzz.sh "${FUZZ_SECONDS:-10}"
+scripts/fuzz.sh "${FUZZ_SECONDS:-10}" frame_decoder config tokenizer text_stream
