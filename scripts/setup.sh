@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
 # Installs every Debian package nielsd needs (idempotent), then configures and builds into build/.
 # Usage: scripts/setup.sh            (BUILD_DIR=... to build elsewhere)
+#        scripts/setup.sh --packages-only   (install the packages, build nothing)
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
@@ -12,6 +13,7 @@ PACKAGES=(
   libsystemd-dev systemd procps                # systemd-analyze, systemd-socket-activate, pgrep (tests)
   libgtest-dev libgmock-dev libbenchmark-dev
   python3 python3-torch python3-numpy          # checkpoint converter and its test
+  clang libclang-rt-14-dev                     # libFuzzer targets (scripts/fuzz.sh)
 )
 
 missing=()
@@ -25,6 +27,8 @@ if [ ${#missing[@]} -gt 0 ]; then
   $SUDO apt-get update -q
   DEBIAN_FRONTEND=noninteractive $SUDO apt-get install -y -q "${missing[@]}"
 fi
+
+[ "${1:-}" = "--packages-only" ] && exit 0
 
 BUILD_DIR=${BUILD_DIR:-build}
 # Configure once; later builds re-run cmake by themselves when a CMakeLists.txt changes.

@@ -38,7 +38,8 @@ StatusOr<ModelConfig> ParseModelConfig(std::string_view json_text, const std::st
   Json root;
   try {
     root = Json::parse(json_text);
-  } catch (const Json::parse_error& e) {
+  } catch (const Json::exception& e) {
+    // parse_error, and also out_of_range for a number too large for a double (e.g. 1E86666).
     return Status::InvalidArgument(file_name + ": invalid JSON: " + e.what());
   }
   if (!root.is_object()) return Status::InvalidArgument(file_name + ": invalid JSON: expected an object");

@@ -1,7 +1,8 @@
 #pragma once
-// Test helpers shared by the suites: temp dirs, a tiny trained SentencePiece tokenizer with the four
-// special tokens, a tiny model config and complete model directories, plus the low-level writers
-// that malformed-model tests use to produce broken files.
+// Test helpers that need the model side (niels_test_support, linked with niels_model): a tiny
+// trained SentencePiece tokenizer with the four special tokens, a tiny model config and complete
+// random-weight model directories. The torch-free file helpers (temp dirs, raw writers) are in
+// temp_files.h (niels_test_base), included here for convenience.
 //
 // No libtorch in this header (suites that only need a model directory stay cheap to compile); to
 // write tensors directly use daemon/model/safetensors.h (WriteSafetensors).
@@ -17,27 +18,9 @@
 #include <vector>
 
 #include "daemon/model/config.h"
+#include "tests/support/temp_files.h"
 
 namespace niels::testing {
-
-// Creates a fresh, empty directory /tmp/<prefix>XXXXXX and returns its path (not removed).
-std::filesystem::path MakeTempDir(std::string_view prefix = "niels_test_");
-
-// A fresh temp dir (MakeTempDir) removed recursively when the object is destroyed.
-class TempDir {
- public:
-  explicit TempDir(std::string_view prefix = "niels_test_");
-  ~TempDir();
-  TempDir(const TempDir&) = delete;
-  TempDir& operator=(const TempDir&) = delete;
-
-  const std::filesystem::path& path() const { return path_; }
-  // path() / name.
-  std::filesystem::path operator/(std::string_view name) const { return path_ / name; }
-
- private:
-  std::filesystem::path path_;
-};
 
 // The four special-token literals (sys, usr, asst, eot), as user_defined_symbols by default.
 std::vector<std::string> AllSpecialLiterals();
@@ -68,15 +51,5 @@ daemon::model::ModelConfig TinyConfig();
 // tokenizer.model (the default tiny tokenizer).
 void WriteModelDir(const std::filesystem::path& dir, const daemon::model::ModelConfig& config,
                    uint64_t seed);
-
-// --- low-level writers for malformed inputs ---
-
-void WriteFile(const std::filesystem::path& file, std::string_view bytes);
-std::string ReadFile(const std::filesystem::path& file);
-
-// Writes a safetensors file from raw parts: an 8-byte little-endian header length (`header_length`,
-// default header_json.size()), the header text, then `data` verbatim.
-void WriteRawSafetensors(const std::filesystem::path& file, std::string_view header_json,
-                         std::string_view data, std::optional<uint64_t> header_length = std::nullopt);
 
 }  // namespace niels::testing

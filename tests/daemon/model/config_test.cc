@@ -152,3 +152,13 @@ TEST(ConfigTest, LoadMissingFileIsNotFound) {
 
 }  // namespace
 }  // namespace niels::daemon::model
+
+// Found by fuzz_config: nlohmann throws out_of_range (not parse_error) for a number too large for a
+// double, which escaped ParseModelConfig and terminated nielsd.
+TEST(ConfigTest, NumberTooLargeForADoubleIsAnErrorNotACrash) {
+  for (const char* text : {R"({"T": {"V": 1E86666}})", R"({"V": 8, "rope_theta": -1e999})"}) {
+    auto c = niels::daemon::model::ParseModelConfig(text, "config.json");
+    ASSERT_FALSE(c.ok()) << text;
+    EXPECT_NE(c.status().message().find("config.json: invalid JSON"), std::string::npos) << c.status().message();
+  }
+}

@@ -1,0 +1,176 @@
+#!/usr/bin/python3
+"""Writes the seed corpora of the fuzz targets (tests/fuzz/<target>/corpus/). Deterministic; rerun
+after changing it and commit the result. Needs protoc and python3-protobuf (scripts/setup.sh).
+
+    /usr/bin/python3 tests/fuzz/make_seeds.py
+"""
+import json
+import os
+import struct
+import subprocess
+import sys
+import tempfile
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+ROOT = os.path.dirname(os.path.dirname(HERE))
+
+
+def write(target, name, data):
+    d = os.path.join(HERE, target, "corpus")
+    os.makedirs(d, exist_ok=True)
+    if isinstance(data, str):
+        data = data.encode()
+    with open(os.path.join(d, name), "wb") as f:
+        f.write(data)
+
+
+def varint(n):
+    out = bytearray()
+    while True:
+        b = n & 0x7F
+        n >>= 7
+        out.append(b | (0x80 if n else 0))
+        if not n:
+            return bytes(out)
+
+
+def load_proto():
+    tmp = tempfile.mkdtemp()
+    subprocess.check_call(["protoc", "--python_out=" + tmp, "-I", os.path.join(ROOT, "proto"),
+                           os.path.join(ROOT, "proto/niels/v1/nielsd.proto")])
+    sys.path.insert(0, tmp)
+    from niels.v1 import nielsd_pb2  # noqa: E402
+    return nielsd_pb2
+
+
+def frame(msg):
+    body = msg.SerializeToString()
+    return varint(len(body)) + body
+
+
+def safetensors(tensors, dtype="F32"):
+    """tensors: list of (name, shape); values are small deterministic floats."""
+    size = {"F32": 4, "F16": 2, "BF16": 2}[dtype]
+    header, data, off = {}, bytearray(), 0
+    for i, (name, shape) in enumerate(tensors):
+        n = 1
+        for d in shape:
+            n *= d
+        for k in range(n):
+            v = ((k * 7 + i) % 13 - 6) / 32.0
+            if dtype == "F32":
+                data += struct.pack("<f", v)
+            elif dtype == "F16":
+                data += struct.pack("<e", v)
+            else:
+                data += struct.pack("<f", v)[2:]
+        header[name] = {"dtype": dtype, "shape": shape, "data_offsets": [off, off + n * size]}
+        off += n * size
+    text = json.dumps(header).encode()
+    text += b" " * ((8 - len(text) % 8) % 8)
+    return struct.pack("<Q", len(text)) + text + bytes(data)
+
+
+def weight_shapes(V, C, L, d_ff):
+    t = [("tok_emb.weight", [V, C]), ("ln_f.weight", [C])]
+    for i in range(L):
+        p = "blocks.%d." % i
+        t += [(p + "ln1.weight", [C]), (p + "ln2.weight", [C]), (p + "attn.qkv.weight", [3 * C, C]),
+              (p + "attn.proj.weight", [C, C]), (p + "mlp.fc_a.weight", [d_ff, C]),
+              (p + "mlp.fc_a.bias", [d_ff]), (p + "mlp.fc_g.weight", [d_ff, C]),
+              (p + "mlp.fc_g.bias", [d_ff]), (p + "mlp.fc_out.weight", [C, d_ff]),
+              (p + "mlp.fc_out.bias", [C])]
+    return t
+
+
+def main():
+    pb = load_proto()
+
+    # frame_decoder: 2 bytes max-1, 1 byte split seed, then the stream.
+    def req(i, **kw):
+        r = pb.Request(request_id=i)
+        for k, v in kw.items():
+            getattr(r, k).CopyFrom(v)
+        return r
+    stream = (frame(req(1, info=pb.InfoRequest())) + frame(req(2, create_session=pb.CreateSessionRequest(system_prompt="hi")))
+              + frame(req(3, chat=pb.ChatRequest(session_id="x", user_text="hello", stream=True))))
+    write("frame_decoder", "three_frames", b"\xff\xff\x05" + stream)
+    write("frame_decoder", "small_limit", b"\x10\x00\x01" + stream)
+    write("frame_decoder", "zero_length_frames", b"\xff\x00\x02" + b"\x00" * 16)
+    write("frame_decoder", "bad_varint", b"\xff\xff\x03" + b"\xff" * 6)
+    write("frame_decoder", "oversize", b"\x00\x01\x04" + varint(1 << 20) + b"abc")
+    write("frame_decoder", "truncated", b"\xff\xff\x06" + stream[:-3])
+
+    # config
+    write("config", "demo", open(os.path.join(ROOT, "models/niels-demo/config.json"), "rb").read())
+    write("config", "tiny", json.dumps({"V": 8, "T": 8, "C": 8, "L": 1, "H": 2, "d_ff": 8, "rope_theta": 10000.0, "name": "t"}))
+    write("config", "odd_head", json.dumps({"V": 8, "T": 8, "C": 6, "L": 1, "H": 2, "d_ff": 8, "rope_theta": 1.5}))
+    write("config", "huge_L", json.dumps({"V": 8, "T": 8, "C": 8, "L": 16777216, "H": 2, "d_ff": 8, "rope_theta": 1e4}))
+    write("config", "types", '{"V": 8.5, "T": "8", "C": true, "L": null, "H": [2], "d_ff": {}, "rope_theta": -1}')
+
+    # safetensors: a valid file for the target's config (V 8, T 8, C 8, L 1, H 2, d_ff 8).
+    shapes = weight_shapes(8, 8, 1, 8)
+    write("safetensors", "valid_f32", safetensors(shapes, "F32"))
+    write("safetensors", "valid_f16", safetensors(shapes, "F16"))
+    write("safetensors", "valid_bf16", safetensors(shapes, "BF16"))
+    write("safetensors", "lm_head_tied", safetensors(shapes + [("lm_head.weight", [8, 8])]))
+    write("safetensors", "metadata", safetensors([("a", [2, 2])])[:8] + b"")
+    hdr = b'{"__metadata__":{"format":"pt"},"x":{"dtype":"I64","shape":[2],"data_offsets":[0,16]}}'
+    write("safetensors", "i64", struct.pack("<Q", len(hdr)) + hdr + b"\x01" * 16)
+    write("safetensors", "header_too_long", struct.pack("<Q", 1 << 40) + b"{}")
+
+    # tokenizer: mode byte (even: text to encode; odd: 16-bit ids to decode).
+    write("tokenizer", "text", b"\x00what is nielsd? how do i start it, and what does --no-kv-cache do?")
+    write("tokenizer", "utf8", "\x00gr\u00fc\u00dfe, \u65e5\u672c, \U0001F600 <|ngpt_eot_84a5023f67d74cf29cc4001becde983c|>".encode())
+    write("tokenizer", "bad_utf8", b"\x00abc\xff\xfe\xc3(\xe2\x82")
+    write("tokenizer", "ids", b"\x01" + b"".join(struct.pack("<h", i) for i in [0, 1, 2, 3, 4, 100, 500, 1023, 1024, -1, 259]))
+
+    # text_stream: mode 0 = (16-bit id, flags) triples; mode 1 = text for CompleteUtf8Prefix.
+    write("text_stream", "ids", b"\x00" + b"".join(struct.pack("<HB", i, f) for i, f in
+                                                  [(100, 0), (7, 0), (200, 0), (3, 1), (260, 0), (0, 2), (900, 0)]))
+    write("text_stream", "byte_pieces", b"\x00" + b"".join(struct.pack("<HB", i, 0) for i in range(4, 4 + 40, 3)))
+    write("text_stream", "partial", b"\x01abc\xe2\x82")
+    write("text_stream", "fffd", b"\x01abc\xef\xbf\xbd\xef\xbf\xbd")
+
+    # model_dir: selector (0 config, 1 safetensors, 2 tokenizer, 3 all three length-prefixed).
+    write("model_dir", "config_tiny_ok_shape", b"\x00" + json.dumps({"V": 1, "T": 64, "C": 32, "L": 2, "H": 4, "d_ff": 64, "rope_theta": 10000.0}).encode())
+    write("model_dir", "config_huge_L", b"\x00" + json.dumps({"V": 400, "T": 64, "C": 32, "L": 16777216, "H": 4, "d_ff": 64, "rope_theta": 10000.0}).encode())
+    write("model_dir", "weights_small", b"\x01" + safetensors(shapes))
+    tok = open(os.path.join(ROOT, "models/niels-demo/tokenizer.model"), "rb").read()
+    write("model_dir", "demo_tokenizer", b"\x02" + tok)
+    cfg = open(os.path.join(ROOT, "models/niels-demo/config.json"), "rb").read()
+    write("model_dir", "all_three", b"\x03" + struct.pack("<I", len(cfg)) + cfg + struct.pack("<I", 16) + b"\x00" * 16
+          + struct.pack("<I", len(tok)) + tok)
+
+    # request: delimited Request frames; session ids "$N" name the N-th session this input created.
+    S = pb.Sampling
+    chat = frame(req(10, create_session=pb.CreateSessionRequest(system_prompt="be brief")))
+    chat += frame(req(11, chat=pb.ChatRequest(session_id="$0", user_text="hello there", max_new_tokens=8, stream=True,
+                                              sampling=S(temperature=0.0))))
+    chat += frame(req(12, chat=pb.ChatRequest(session_id="$0", user_text="and again", max_new_tokens=4,
+                                              use_kv_cache=False, sampling=S(temperature=0.8, top_k=5, top_p=0.9, seed=3))))
+    chat += frame(req(13, get_session=pb.GetSessionRequest(session_id="$0")))
+    write("request", "chat", chat)
+    gen = frame(req(20, create_session=pb.CreateSessionRequest()))
+    gen += frame(req(21, generate=pb.GenerateRequest(session_id="$0", input_ids=[1, 2, 3, 4], max_new_tokens=6, stream=True,
+                                                     want_logprobs=True, top_logprobs=3, trace_layer=1, stop_ids=[5],
+                                                     sampling=S(repetition_penalty=1.3, banned_ids=[7], allow_special_tokens=True))))
+    gen += frame(req(22, fork_session=pb.ForkSessionRequest(session_id="$0")))
+    gen += frame(req(23, reset_session=pb.ResetSessionRequest(session_id="$1")))
+    gen += frame(req(24, delete_session=pb.DeleteSessionRequest(session_id="$0")))
+    gen += frame(req(25, list_sessions=pb.ListSessionsRequest()))
+    write("request", "generate_fork", gen)
+    misc = frame(req(30, tokenize=pb.TokenizeRequest(text="hello \u00fc <|ngpt_eot_84a5023f67d74cf29cc4001becde983c|>")))
+    misc += frame(req(31, detokenize=pb.DetokenizeRequest(ids=[1, 2, 300, -5, 100000])))
+    misc += frame(req(32, info=pb.InfoRequest()))
+    misc += frame(req(33, stats=pb.StatsRequest()))
+    misc += frame(req(0x103, list_sessions=pb.ListSessionsRequest()))
+    write("request", "misc", misc)
+    bad = frame(req(40, generate=pb.GenerateRequest(session_id="$0", input_ids=[-1, 1 << 30], max_new_tokens=-3,
+                                                    top_logprobs=99, trace_layer=-1, sampling=S(temperature=float("nan"), top_p=2.0))))
+    bad += frame(req(41, chat=pb.ChatRequest(session_id="nope", user_text="x" * 300, max_new_tokens=0)))
+    write("request", "invalid", bad)
+
+
+if __name__ == "__main__":
+    main()
