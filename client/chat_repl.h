@@ -1,6 +1,6 @@
 #pragma once
 // ChatRepl: niels-chat's conversation loop over one DaemonClient and one daemon session
-// (DESIGN.md section 8).
+// (docs/ARCHITECTURE.md "niels-chat").
 //
 // - Terminal: prompt "> " with libedit line editing and history; empty lines are ignored;
 //   "/exit" or EOF (Ctrl-D) end cleanly (exit code 0); Ctrl-C during a reply cancels that reply

@@ -1,4 +1,5 @@
-// niels-chat: the terminal chat client of nielsd (DESIGN.md section 8). Flags, wiring, run.
+// niels-chat: the terminal chat client of nielsd (docs/ARCHITECTURE.md "niels-chat"). Flags,
+// wiring, run.
 #include <signal.h>
 #include <unistd.h>
 

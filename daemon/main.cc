@@ -1,5 +1,5 @@
 // nielsd: flags, wiring, run. Everything else lives in daemon/server (the socket side) and
-// daemon/engine (the model side). See DESIGN.md section 7.
+// daemon/engine (the model side). See docs/ARCHITECTURE.md "The daemon process".
 #include <cstdlib>
 #include <filesystem>
 #include <memory>
@@ -77,7 +77,8 @@ std::string DefaultModelDir() {
 }  // namespace
 
 int main(int argc, char** argv) {
-  // libtorch's OpenMP threads must not busy-wait against the engine's other threads (DESIGN.md 10).
+  // libtorch's OpenMP threads must not busy-wait against the engine's other threads
+  // (docs/ARCHITECTURE.md "Threads and ownership").
   ::setenv("OMP_WAIT_POLICY", "PASSIVE", /*overwrite=*/0);
 
   CLI::App app{"nielsd: local inference daemon for niels_gpt-family language models"};

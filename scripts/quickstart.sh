@@ -12,7 +12,8 @@ scripts/setup.sh >&2
 NIELSD="$BUILD_DIR/daemon/nielsd"
 CHAT="$BUILD_DIR/client/niels-chat"
 
-# The socket path nielsd and niels-chat resolve by default (DESIGN.md section 7).
+# The socket path nielsd and niels-chat resolve by default (docs/ARCHITECTURE.md "The daemon
+# process").
 if [ -n "${NIELSD_SOCKET:-}" ]; then
   SOCK=$NIELSD_SOCKET
 elif [ -n "${XDG_RUNTIME_DIR:-}" ]; then

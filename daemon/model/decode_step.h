@@ -1,7 +1,7 @@
 #pragma once
 // DecodeStep: one cached decode step for a batch of B sequences -- the hot path of generation --
 // written as plain loops over float rows plus MatVec, with the same math as the libtorch stages
-// (transformer_stages.h, DESIGN.md section 2).
+// (transformer_stages.h, docs/ARCHITECTURE.md "Model math").
 //
 // Why not the libtorch stages: a step reads every weight once (86 MB for the `personal` preset),
 // which takes ~1.4 ms on 2 cores; the ~300 small libtorch ops of a step cost another ~1 ms of

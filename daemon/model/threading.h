@@ -6,7 +6,8 @@
 // matrix-vector products and attention), libtorch's OpenMP pool (element-wise ops of prefill) and
 // OpenBLAS's own pthread pool (the gemms of prefill and the uncached forward). On a small machine
 // they compete for the same cores, and OpenMP workers that busy-wait after a parallel region steal
-// the cores OpenBLAS needs (DESIGN.md section 10). See threading.cc for the measured choice.
+// the cores OpenBLAS needs (docs/ARCHITECTURE.md "Threads and ownership"). See threading.cc for
+// the measured choice.
 
 #include <string>
 

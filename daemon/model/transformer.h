@@ -1,5 +1,6 @@
 #pragma once
-// Transformer: the niels_gpt forward pass (DESIGN.md section 2), with and without a KV cache.
+// Transformer: the niels_gpt forward pass (docs/ARCHITECTURE.md "Model math"), with and without a
+// KV cache.
 //
 // The math lives in free functions (one per stage) so that inference and training share one
 // definition; ForwardTrain is differentiable. Decode, the hot path, runs the same math as plain

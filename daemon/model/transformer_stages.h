@@ -1,7 +1,8 @@
 #pragma once
-// The stages of the niels_gpt forward pass (DESIGN.md section 2), one function each, shared by the
-// differentiable training forward and the cached inference paths of Transformer. Every function is
-// pure ATen (autograd-friendly, no in-place updates of inputs) and works on any leading batch dims.
+// The stages of the niels_gpt forward pass (docs/ARCHITECTURE.md "Model math"), one function each,
+// shared by the differentiable training forward and the cached inference paths of Transformer.
+// Every function is pure ATen (autograd-friendly, no in-place updates of inputs) and works on any
+// leading batch dims.
 //
 // Shapes: B batch, n new positions, m attended positions, C width, H heads, D = C/H, V vocab.
 
@@ -24,7 +25,7 @@ torch::Tensor Linear(const torch::Tensor& x, const torch::Tensor& weight, const 
 
 // RoPE rotations for positions 0..T-1: [T, D/2] complex64, entry (p, i) = e^{i * p * inv_freq_i}
 // with inv_freq_i = rope_theta^(-2i/D). Angles, cos and sin are computed in float64 and stored as
-// float32 (DESIGN.md section 2).
+// float32 (docs/ARCHITECTURE.md "Model math").
 torch::Tensor RopeTable(const ModelConfig& config);
 
 // tok_emb[tokens]: [..., n] int64 -> [..., n, C].
