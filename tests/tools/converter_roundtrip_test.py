@@ -3,8 +3,8 @@
 
 Builds a tiny niels_gpt model in PyTorch (written here from docs/ARCHITECTURE.md "Model math",
 independent of the C++ code), takes one AdamW step so the checkpoint carries a real
-optimizer_state, saves it the way niels_gpt training does (model_cfg with an extra `_raw`, train_cfg, model_state including the tied
-lm_head.weight, step, best_val_loss), converts it with tools/convert/convert_checkpoint.py, loads the
+optimizer_state, saves it the way niels_gpt training does (model_cfg with an extra `_raw`,
+train_cfg, model_state including the tied lm_head.weight, step, best_val_loss), converts it with tools/convert/convert_checkpoint.py, loads the
 model directory in C++ through niels-inspect and compares the logits of the full forward and of the
 Prefill+Decode path with this file's PyTorch forward (max abs diff <= 1e-5). Negative cases check
 that the converter refuses bad checkpoints with a message naming the culprit.

@@ -280,7 +280,7 @@ def check_tokenizer(path, vocab_size):
     for literal in SPECIAL_TOKENS:
         if literal not in present:
             raise ConvertError(f"tokenizer {path}: lacks the special token {literal} as a single "
-                               "piece (docs/ARCHITECTURE.md "Tokenizer, chat template and sampling")")
+                               "piece (docs/ARCHITECTURE.md, 'Tokenizer, chat template and sampling')")
     if len(pieces) != vocab_size:
         raise ConvertError(f"tokenizer {path} has {len(pieces)} pieces but model_cfg V={vocab_size}"
                            " (and tok_emb.weight has that many rows)")
