@@ -137,8 +137,10 @@ int main(int argc, char** argv) {
   LogInfo("model {} ({}): V={} T={} C={} L={} H={} d_ff={}",
           config.name.empty() ? "unnamed" : config.name, flags.model, config.vocab_size,
           config.context, config.width, config.layers, config.heads, config.d_ff);
-  LogInfo("socket {}, {} torch threads, {} IO threads, max frame {} bytes, max sessions {}, "
-          "KV budget {} MiB",
+  // The setup model::ConfigureThreads makes on the engine thread (docs/ARCHITECTURE.md "Threads
+  // and ownership").
+  LogInfo("socket {}, compute threads {} (decode worker pool and OpenBLAS; torch intra-op 1), "
+          "{} IO threads, max frame {} bytes, max sessions {}, KV budget {} MiB",
           daemon.socket_path(), flags.threads, flags.io_threads, flags.max_frame_bytes,
           flags.max_sessions, flags.kv_budget_mb);
   int code = daemon.Serve(*inference);

@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
 # Installs every Debian package nielsd needs (idempotent), then configures and builds into build/.
 # Usage: scripts/setup.sh            (BUILD_DIR=... to build elsewhere)
+#        scripts/setup.sh --packages-only   (only install; scripts/quickstart.sh builds by itself)
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
@@ -26,6 +27,8 @@ if [ ${#missing[@]} -gt 0 ]; then
   $SUDO apt-get update -q
   DEBIAN_FRONTEND=noninteractive $SUDO apt-get install -y -q "${missing[@]}"
 fi
+
+[ "${1:-}" = "--packages-only" ] && exit 0
 
 BUILD_DIR=${BUILD_DIR:-build}
 # Configure once; later builds re-run cmake by themselves when a CMakeLists.txt changes.

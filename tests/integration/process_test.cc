@@ -50,6 +50,14 @@ TEST_F(ProcessTest, StaleSocketFileIsReplaced) {
             std::filesystem::perms::owner_read | std::filesystem::perms::owner_write);
 }
 
+TEST_F(ProcessTest, StartupLogStatesTheRealThreadSetup) {
+  StartDaemon();  // --threads 1
+  EXPECT_NE(daemon_->log().find("compute threads 1 (decode worker pool and OpenBLAS; torch intra-op 1)"),
+            std::string::npos)
+      << daemon_->log();
+  EXPECT_EQ(daemon_->log().find("torch threads"), std::string::npos) << daemon_->log();
+}
+
 TEST_F(ProcessTest, SecondDaemonOnALiveSocketRefuses) {
   StartDaemon();
   testing::DaemonProcessOptions options = DaemonOptions();
