@@ -51,10 +51,20 @@ def read_lines(paths):
 
 
 def cpu_name(lscpu_text):
+    """'AMD EPYC (family 25 model 1), 2 CPUs, KVM guest' from lscpu's output."""
+    fields = {}
     for line in lscpu_text.splitlines():
-        if line.lower().startswith("model name"):
-            return line.split(":", 1)[1].strip()
-    return "unknown CPU"
+        if ":" in line:
+            key, value = line.split(":", 1)
+            fields.setdefault(key.strip().lower(), value.strip())
+    name = fields.get("model name", "unknown CPU")
+    if "cpu family" in fields and "model" in fields:
+        name += " (family %s model %s)" % (fields["cpu family"], fields["model"])
+    if "cpu(s)" in fields:
+        name += ", %s CPUs" % fields["cpu(s)"]
+    if "hypervisor vendor" in fields:
+        name += ", %s guest" % fields["hypervisor vendor"]
+    return name
 
 
 def caption(fig, cpu, sources):
@@ -102,15 +112,17 @@ def plot_throughput(records, cpu, out):
         return None
     fig, ax = plt.subplots(figsize=(7, 4.2))
     values = [float(r["value"]) for _, r in bars]
-    drawn = ax.bar([label for label, _ in bars], values, color=["#4c72b0", "#55a868", "#8172b2", "#c44e52"][:len(bars)])
+    colors = ["#4c72b0", "#55a868", "#8172b2", "#c44e52"][:len(bars)]
+    drawn = ax.bar([label for label, _ in bars], values, color=colors)
     for rect, value in zip(drawn, values):
         ax.annotate("%.0f" % value, (rect.get_x() + rect.get_width() / 2, value), ha="center", va="bottom",
                     fontsize=9)
     if "decode_bound_tok_s" in model:
         bound = float(model["decode_bound_tok_s"]["value"])
         ax.axhline(bound, color="0.3", linestyle="--", linewidth=1)
-        ax.annotate("memory-bandwidth bound of decode: %.0f tokens/s" % bound, (0.99, bound),
-                    xycoords=("axes fraction", "data"), ha="right", va="bottom", fontsize=8, color="0.3")
+        ax.annotate("memory-bandwidth bound of one decode stream: %.0f tokens/s" % bound, (0.99, bound),
+                    xycoords=("axes fraction", "data"), ha="right", va="bottom", fontsize=8, color="0.3",
+                    bbox=dict(facecolor="white", edgecolor="none", alpha=0.85, pad=1))
     ax.set_ylabel("tokens/s (median)")
     ax.set_title("Prefill and decode throughput (%s model)" % bars[0][1].get("preset", ""))
     ax.grid(axis="y", alpha=0.3)

@@ -6,7 +6,8 @@
 #   2. builds the same program with only `pkg-config --cflags --libs nielsd_client` and runs it;
 #   3. runs the Python package's test, client/python/example.py and `python3 -m nielsd_client chat`
 #      from the installed package in a clean environment (env -i, PYTHONPATH = the prefix only).
-# Also checks the installed library carries none of niels-chat's REPL (no libedit, no ChatRepl).
+# Also checks the installed library carries none of niels-chat's REPL (no libedit, no ChatRepl),
+# and that proto/PROTOCOL.md's worked example is byte-exact against this nielsd.
 # Usage: install_test.sh SOURCE_DIR BUILD_DIR
 set -uo pipefail
 src=$1
@@ -62,6 +63,9 @@ for _ in $(seq 1 300); do
   sleep 0.1
 done
 if [ ! -S "$sock" ]; then echo "FAIL nielsd did not start:"; cat "$tmp/nielsd.log"; exit 1; fi
+
+check protocol_md_example /usr/bin/python3 "$src/tests/client/protocol_example_test.py" \
+  "$src/proto/PROTOCOL.md" "$sock"
 
 launcher=()
 command -v ccache >/dev/null && launcher=(-DCMAKE_CXX_COMPILER_LAUNCHER=ccache)
