@@ -78,19 +78,24 @@ class PackageTest(unittest.TestCase):
         self.client.delete_session(sid)
 
     def test_cancel_in_flight_keeps_the_session_and_the_connection(self):
+        info = self.client.info()
         sid = self.client.create_session("you are terse.").session_id
+        self.client.chat(sid, "hello", max_new_tokens=4, temperature=0)
         before = list(self.client.get_session(sid).token_ids)
+        room = info.context - len(before) - 8
         seen = []
 
         def on_token(event):
             seen.append(event)
             self.client.request_cancel()  # as a signal handler or another thread would
 
+        # eot banned: only max_new_tokens (far more than fit before the cancel lands) could end it.
+        ids = [info.usr_id] + list(self.client.tokenize("keep talking").ids) + [info.eot_id, info.asst_id]
         with self.assertRaises(nielsd_client.NielsdError) as raised:
-            self.client.chat(sid, "tell me everything about nielsd", on_token=on_token,
-                             max_new_tokens=200, temperature=0)
+            self.client.generate(sid, input_ids=ids, on_token=on_token, max_new_tokens=room,
+                                 temperature=0, banned_ids=[info.eot_id])
         self.assertEqual(raised.exception.code, "CANCELLED")
-        self.assertLess(len(seen), 200)
+        self.assertLess(len(seen), room)
         self.assertEqual(list(self.client.get_session(sid).token_ids), before)
         # The connection is still in step: the next call gets its own answer.
         self.assertEqual(self.client.info().model_name, "niels-demo")
