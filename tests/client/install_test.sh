@@ -47,8 +47,10 @@ echo "installed: $lib, $pcdir/nielsd_client.pc, $pydir/nielsd_client"
 no_repl_in_library() {
   [ -n "$lib" ] || { echo "libnielsd_client.so not installed"; return 1; }
   if ldd "$lib" | grep -i libedit; then echo "links libedit"; return 1; fi
-  if nm -DC --defined-only "$lib" | grep -E 'ChatRepl|ParseChatFlags|CLI::'; then echo "carries REPL code"; return 1; fi
-  nm -DC --defined-only "$lib" | grep -q 'niels::client::DaemonClient::Connect'
+  local symbols
+  symbols=$(nm -DC --defined-only "$lib") || return 1
+  if grep -E 'ChatRepl|ParseChatFlags|HistoryFile|CLI::' <<<"$symbols"; then echo "carries REPL code"; return 1; fi
+  grep -q 'niels::client::DaemonClient::Connect' <<<"$symbols"
 }
 check library_has_no_repl no_repl_in_library
 check headers_installed test -f "$prefix/include/nielsd/client/daemon_client.h" -a \
