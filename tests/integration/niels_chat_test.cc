@@ -121,22 +121,38 @@ TEST_F(NielsChatTest, ResetClearsTheConversationAndKeepsTheSystemPrompt) {
   // After /reset the next line is answered like the first line of a fresh chat with kSystem.
   const auto first = ExpectedReplies(kSystem, {"hello there"});
   const auto fresh = ExpectedReplies(kSystem, {"what is nielsd"});
-  const auto continued = ExpectedReplies(kSystem, {"hello there", "what is nielsd"});
-  ASSERT_NE(fresh[0], continued[1]) << "the model must answer differently with history for this test";
-  auto result = testing::RunProcess(Args({"--system", kSystem}), "hello there\n/reset\nwhat is nielsd\n");
+  auto system_tokens = client_->Tokenize(kSystem);
+  auto user_tokens = client_->Tokenize("what is nielsd");
+  ASSERT_TRUE(system_tokens.ok() && user_tokens.ok());
+  auto result =
+      testing::RunProcess(Args({"--system", kSystem, "--stats"}), "hello there\n/reset\nwhat is nielsd\n");
   EXPECT_EQ(result.exit_code, 0) << result.err;
   EXPECT_EQ(result.out, first[0] + "\n" + fresh[0] + "\n");
   EXPECT_NE(result.err.find("conversation cleared"), std::string::npos) << result.err;
+  // The second turn's prompt holds the system prompt and that turn only:
+  // [sys] system [eot] [usr] text [eot] [asst].
+  const int64_t system_span = system_tokens->ids_size() + 2;
+  const int64_t prompt = system_span + user_tokens->ids_size() + 3;
+  const size_t second = result.err.rfind("niels-chat: stats: ");
+  ASSERT_NE(second, std::string::npos) << result.err;
+  EXPECT_NE(result.err.find("prompt_tokens=" + std::to_string(prompt) + " ", second), std::string::npos)
+      << result.err;
 }
 
 TEST_F(NielsChatTest, SystemCommandStartsOverWithTheNewPrompt) {
   const std::string other = "you answer questions about niels and nielsd, the local daemon, in detail.";
   const auto expected = ExpectedReplies(other, {"hello there"});
-  ASSERT_NE(expected, ExpectedReplies(kSystem, {"hello there"}));
-  auto result =
-      testing::RunProcess(Args({"--system", kSystem}), "/system " + other + "\nhello there\n/system\n");
+  auto other_tokens = client_->Tokenize(other);
+  auto user_tokens = client_->Tokenize("hello there");
+  ASSERT_TRUE(other_tokens.ok() && user_tokens.ok());
+  auto result = testing::RunProcess(Args({"--system", kSystem, "--stats"}),
+                                    "/system " + other + "\nhello there\n/system\n");
   EXPECT_EQ(result.exit_code, 0) << result.err;
   EXPECT_EQ(result.out, Lines(expected));
+  // The turn ran on a fresh session with the new prompt: [sys] other [eot] [usr] text [eot] [asst].
+  const int64_t prompt = other_tokens->ids_size() + user_tokens->ids_size() + 5;
+  EXPECT_NE(result.err.find("prompt_tokens=" + std::to_string(prompt) + " reused_tokens="), std::string::npos)
+      << result.err;
   EXPECT_NE(result.err.find("system prompt: " + other), std::string::npos) << result.err;
   // The replaced session was deleted, and so was the new one at exit.
   auto listed = client_->ListSessions();

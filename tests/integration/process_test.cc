@@ -52,6 +52,10 @@ TEST_F(ProcessTest, StaleSocketFileIsReplaced) {
 
 TEST_F(ProcessTest, StartupLogStatesTheRealThreadSetup) {
   StartDaemon();  // --threads 1
+  // The socket listens before the model loads; an answered Info means start-up has been logged.
+  auto client = Connect();
+  ASSERT_NE(client, nullptr);
+  ASSERT_TRUE(client->Info().ok());
   EXPECT_NE(daemon_->log().find("compute threads 1 (decode worker pool and OpenBLAS; torch intra-op 1)"),
             std::string::npos)
       << daemon_->log();
