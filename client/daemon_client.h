@@ -41,7 +41,7 @@ class DaemonClient {
   using TokenCallback = std::function<void(const v1::TokenEvent&)>;
 
   // Responses can be larger than requests (GetSession of a long session); default 64 MiB.
-  static constexpr size_t kDefaultMaxResponseBytes = 64u << 20;
+  static constexpr size_t kDefaultMaxResponseBytes = common::kMaxResponseBytes;
 
   // Connects to the daemon socket. UNAVAILABLE naming the path and the OS error when nothing
   // listens there ("cannot reach nielsd at PATH (No such file or directory)").

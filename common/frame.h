@@ -21,9 +21,11 @@
 
 namespace niels::common {
 
-inline constexpr size_t kDefaultMaxFrameBytes = 4u << 20;  // 4 MiB
+inline constexpr size_t kDefaultMaxFrameBytes = 4u << 20;  // 4 MiB: largest request nielsd reads
+inline constexpr size_t kMaxResponseBytes = 64u << 20;     // 64 MiB: largest response nielsd sends
 
-// Serializes `message` as one delimited frame (varint length + bytes).
+// Serializes `message` as one delimited frame (varint length + bytes). A message that protobuf cannot
+// serialize (over 2 GiB) yields an empty string: check the size first (ByteSizeLong()).
 std::string EncodeFrame(const google::protobuf::MessageLite& message);
 
 class FrameDecoder {

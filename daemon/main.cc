@@ -1,5 +1,12 @@
 // nielsd: flags, wiring, run. Everything else lives in daemon/server (the socket side) and
 // daemon/engine (the model side). See docs/ARCHITECTURE.md "The daemon process".
+#include <sys/resource.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <csignal>
+#include <chrono>
+#include <cstdint>
 #include <cstdlib>
 #include <filesystem>
 #include <memory>
@@ -29,7 +36,13 @@ struct Flags {
   int io_threads = 2;
   uint64_t max_frame_bytes = niels::common::kDefaultMaxFrameBytes;
   uint32_t max_sessions = engine::EngineOptions{}.max_sessions;
+  uint32_t max_sessions_per_uid = engine::EngineOptions{}.max_sessions_per_uid;
+  size_t max_queued_per_uid = engine::EngineOptions{}.max_queued_per_uid;
+  double idle_session_timeout_s =
+      std::chrono::duration<double>(engine::EngineOptions{}.idle_session_timeout).count();
   uint64_t kv_budget_mb = engine::EngineOptions{}.kv_budget_bytes >> 20;
+  size_t max_connections = server::DaemonOptions{}.max_connections;
+  size_t max_connections_per_uid = server::DaemonOptions{}.max_connections_per_uid;
   bool allow_root = false;
   std::string log_level = "info";
 };
@@ -50,13 +63,54 @@ void AddFlags(CLI::App& app, Flags& flags) {
       ->capture_default_str();
   app.add_option("--max-frame-bytes", flags.max_frame_bytes, "largest accepted request frame")
       ->check(CLI::Range(uint64_t{64}, uint64_t{1} << 30))->capture_default_str();
-  app.add_option("--max-sessions", flags.max_sessions, "sessions kept at once")
+  app.add_option("--max-sessions", flags.max_sessions, "sessions kept at once, all users together")
       ->check(CLI::Range(1u, 1u << 20))->capture_default_str();
+  app.add_option("--max-sessions-per-uid", flags.max_sessions_per_uid, "sessions one user may hold")
+      ->check(CLI::Range(1u, 1u << 20))->capture_default_str();
+  app.add_option("--max-queued-per-uid", flags.max_queued_per_uid,
+                 "requests one user may have waiting for the engine (the queue holds 256 in all)")
+      ->check(CLI::Range(size_t{1}, size_t{256}))->capture_default_str();
+  app.add_option("--idle-session-timeout", flags.idle_session_timeout_s,
+                 "seconds after which an unused session is deleted; 0 = never")
+      ->check(CLI::Range(0.0, 1e9))->capture_default_str();
   app.add_option("--kv-budget-mb", flags.kv_budget_mb, "KV cache memory for all sessions, MiB")
       ->check(CLI::Range(uint64_t{1}, uint64_t{1} << 24))->capture_default_str();
+  app.add_option("--max-connections", flags.max_connections,
+                 "open connections at most, all users together (lowered to fit the open-files limit "
+                 "unless given explicitly)")
+      ->check(CLI::Range(size_t{1}, size_t{1} << 20))->capture_default_str();
+  app.add_option("--max-connections-per-uid", flags.max_connections_per_uid, "open connections one user may hold")
+      ->check(CLI::Range(size_t{1}, size_t{1} << 20))->capture_default_str();
   app.add_flag("--allow-root", flags.allow_root, "let uid 0 use every user's sessions");
   app.add_option("--log-level", flags.log_level, "error, warn, info or debug")->capture_default_str();
   app.set_version_flag("--version", std::string("nielsd ") + NIELSD_VERSION);
+}
+
+// SIGBUS almost always means a mapped file shrank under us: model.safetensors truncated or rewritten
+// in place (the engine checks for that before each generation, but a truncation can land mid-way).
+// Say so instead of dying silently. Async-signal-safe: write() and _exit() only.
+void OnSigbus(int) {
+  static const char kMessage[] =
+      "nielsd: SIGBUS: a mapped file was truncated under nielsd, most likely model.safetensors was "
+      "rewritten in place; restart nielsd (update models by renaming a new file over the old one)\n";
+  (void)!::write(STDERR_FILENO, kMessage, sizeof(kMessage) - 1);
+  ::_exit(70);
+}
+
+// Raises the soft open-files limit to the hard one, and returns how many connections fit in it
+// beside the descriptors nielsd needs for itself (model files, logs, the listener: 64 kept spare).
+size_t ConnectionsThatFit() {
+  rlimit limit{};
+  if (::getrlimit(RLIMIT_NOFILE, &limit) != 0) return SIZE_MAX;
+  if (limit.rlim_cur < limit.rlim_max) {
+    rlimit raised = limit;
+    raised.rlim_cur = limit.rlim_max;
+    if (::setrlimit(RLIMIT_NOFILE, &raised) == 0) limit = raised;  // EPERM under a seccomp filter: keep
+  }
+  if (limit.rlim_cur == RLIM_INFINITY) return SIZE_MAX;
+  constexpr rlim_t kSpare = 64;
+  return limit.rlim_cur > 2 * kSpare ? static_cast<size_t>(limit.rlim_cur - kSpare)
+                                     : static_cast<size_t>(std::max<rlim_t>(1, limit.rlim_cur / 2));
 }
 
 // The shipped demo model: next to an installed binary (<prefix>/bin/../share/nielsd/models, so a
@@ -80,6 +134,9 @@ int main(int argc, char** argv) {
   // libtorch's OpenMP threads must not busy-wait against the engine's other threads
   // (docs/ARCHITECTURE.md "Threads and ownership").
   ::setenv("OMP_WAIT_POLICY", "PASSIVE", /*overwrite=*/0);
+  struct sigaction on_sigbus {};
+  on_sigbus.sa_handler = OnSigbus;
+  ::sigaction(SIGBUS, &on_sigbus, nullptr);
 
   CLI::App app{"nielsd: local inference daemon for niels_gpt-family language models"};
   Flags flags;
@@ -111,6 +168,19 @@ int main(int argc, char** argv) {
   if (!flags.socket_group.empty()) options.listener.socket_group = flags.socket_group;
   options.connection.max_frame_bytes = flags.max_frame_bytes;
   options.io_threads = flags.io_threads;
+  options.max_connections_per_uid = flags.max_connections_per_uid;
+  options.max_connections = flags.max_connections;
+  const size_t fit = ConnectionsThatFit();
+  if (fit < flags.max_connections) {
+    if (app.count("--max-connections") == 0) {
+      options.max_connections = fit;
+    } else {
+      niels::common::LogWarn("--max-connections {} is more than the open-files limit allows (about {}); "
+                             "connections past it are refused when descriptors run out",
+                             flags.max_connections, fit);
+    }
+  }
+  options.overflow_uid = server::ReadOverflowUid();
   server::Daemon daemon(options);
   // Bind first: a second nielsd on a live socket refuses before spending time on the model.
   niels::common::Status listening = daemon.Listen();
@@ -121,6 +191,10 @@ int main(int argc, char** argv) {
 
   engine::EngineOptions engine_options;
   engine_options.max_sessions = flags.max_sessions;
+  engine_options.max_sessions_per_uid = flags.max_sessions_per_uid;
+  engine_options.max_queued_per_uid = flags.max_queued_per_uid;
+  engine_options.idle_session_timeout = std::chrono::milliseconds(
+      static_cast<int64_t>(flags.idle_session_timeout_s * 1000.0));
   engine_options.kv_budget_bytes = flags.kv_budget_mb << 20;
   engine_options.allow_root = flags.allow_root;
   engine_options.threads = flags.threads;
@@ -140,9 +214,11 @@ int main(int argc, char** argv) {
   // The setup model::ConfigureThreads makes on the engine thread (docs/ARCHITECTURE.md "Threads
   // and ownership").
   LogInfo("socket {}, compute threads {} (decode worker pool and OpenBLAS; torch intra-op 1), "
-          "{} IO threads, max frame {} bytes, max sessions {}, KV budget {} MiB",
+          "{} IO threads, max frame {} bytes, max sessions {} ({} per uid), KV budget {} MiB, "
+          "max connections {} ({} per uid)",
           daemon.socket_path(), flags.threads, flags.io_threads, flags.max_frame_bytes,
-          flags.max_sessions, flags.kv_budget_mb);
+          flags.max_sessions, flags.max_sessions_per_uid, flags.kv_budget_mb, options.max_connections,
+          options.max_connections_per_uid);
   int code = daemon.Serve(*inference);
   inference.reset();
   return code;

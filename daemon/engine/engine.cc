@@ -1,5 +1,6 @@
 #include "daemon/engine/engine.h"
 
+#include <algorithm>
 #include <exception>
 #include <string>
 #include <vector>
@@ -9,6 +10,7 @@
 #include <c10/util/Exception.h>
 #include <fmt/format.h>
 
+#include "common/log.h"
 #include "common/wire_status.h"
 #include "daemon/engine/engine_state.h"
 #include "daemon/model/threading.h"
@@ -30,6 +32,12 @@ void SendFinal(const Job& job, const Status& status) {
 }
 
 Status CancelledStatus() { return Status::Cancelled("the request was cancelled"); }
+
+// How often idle sessions are looked for: every second, or more often for short timeouts.
+Clock::duration ExpiryCheckPeriod(std::chrono::milliseconds timeout) {
+  if (timeout <= Clock::duration::zero()) return std::chrono::seconds(1);
+  return std::min<Clock::duration>(std::chrono::seconds(1), timeout / 4);
+}
 
 // Runs the handler for the request's kind.
 HandlerResult Dispatch(EngineState& state, JobContext& context, const v1::Request& request) {
@@ -53,39 +61,15 @@ HandlerResult Dispatch(EngineState& state, JobContext& context, const v1::Reques
   return Status::Unimplemented("unknown or empty request kind");
 }
 
-// The session a request names ("" for none).
-const std::string& SessionOf(const v1::Request& request) {
-  static const std::string kNone;
-  switch (request.kind_case()) {
-    case v1::Request::kChat: return request.chat().session_id();
-    case v1::Request::kGenerate: return request.generate().session_id();
-    case v1::Request::kGetSession: return request.get_session().session_id();
-    case v1::Request::kForkSession: return request.fork_session().session_id();
-    case v1::Request::kResetSession: return request.reset_session().session_id();
-    case v1::Request::kDeleteSession: return request.delete_session().session_id();
-    default: return kNone;
-  }
-}
-
-// Whether a queued job may run between the decode steps of a generation on `busy_session`.
-bool MayRunBetweenSteps(const v1::Request& request, const std::string& busy_session) {
-  switch (request.kind_case()) {
-    case v1::Request::kChat:
-    case v1::Request::kGenerate:
-    case v1::Request::KIND_NOT_SET:
-      return false;
-    default:
-      return SessionOf(request) != busy_session;
-  }
-}
-
 }  // namespace
 
 EngineState::EngineState(std::unique_ptr<model::Model> loaded, const EngineOptions& engine_options)
     : model(std::move(loaded)),
       options(engine_options),
-      sessions(model->config, SessionStoreOptions{engine_options.max_sessions, engine_options.kv_budget_bytes,
-                                                  engine_options.allow_root}),
+      sessions(model->config, SessionStoreOptions{.max_sessions = engine_options.max_sessions,
+                                                  .max_sessions_per_uid = engine_options.max_sessions_per_uid,
+                                                  .kv_budget_bytes = engine_options.kv_budget_bytes,
+                                                  .allow_root = engine_options.allow_root}),
       started(Clock::now()) {}
 
 bool JobContext::SendEvent(v1::TokenEvent event) {
@@ -121,8 +105,13 @@ void Engine::Submit(Job job) {
     } else if (queue_.size() >= options_.max_queue) {
       refused = Status::ResourceExhausted(
           fmt::format("the engine queue is full ({} requests); try again later", options_.max_queue));
+    } else if (queue_.queued_for(job.caller.uid) >= options_.max_queued_per_uid) {
+      refused = Status::ResourceExhausted(fmt::format(
+          "uid {} already has {} requests queued, the limit per user (--max-queued-per-uid); wait "
+          "for some to finish",
+          job.caller.uid, options_.max_queued_per_uid));
     } else {
-      queue_.push_back(QueuedJob{std::move(job), Clock::now()});
+      queue_.Push(QueuedJob{std::move(job), Clock::now()});
     }
   }
   if (!refused.ok()) {
@@ -138,7 +127,7 @@ void Engine::Shutdown() {
       std::lock_guard lock(mutex_);
       stopping_ = true;
       if (running_cancel_) running_cancel_->store(true);
-      for (QueuedJob& queued : queue_) queued.job.cancel->store(true);
+      queue_.CancelAll();
     }
     wake_.notify_all();
     if (thread_.joinable()) thread_.join();
@@ -149,19 +138,41 @@ void Engine::Run() {
   // On this thread: OpenMP's thread count is per thread, and every forward runs here.
   if (options_.threads > 0) model::ConfigureThreads(options_.threads);
   c10::InferenceMode inference_mode;
+  const Clock::duration expiry_period = ExpiryCheckPeriod(options_.idle_session_timeout);
   while (true) {
     QueuedJob queued;
     {
       std::unique_lock lock(mutex_);
-      wake_.wait(lock, [this] { return stopping_ || !queue_.empty(); });
+      while (!stopping_ && queue_.empty()) {
+        wake_.wait_for(lock, expiry_period);
+        if (queue_.empty() && !stopping_) {
+          lock.unlock();
+          ExpireIdleSessions();
+          lock.lock();
+        }
+      }
       if (queue_.empty()) return;  // stopping and drained
-      queued = std::move(queue_.front());
-      queue_.pop_front();
+      queued = queue_.PopNext();
       running_cancel_ = queued.job.cancel;
     }
     Execute(queued);
-    std::lock_guard lock(mutex_);
-    running_cancel_.reset();
+    {
+      std::lock_guard lock(mutex_);
+      running_cancel_.reset();
+    }
+    ExpireIdleSessions();
+  }
+}
+
+void Engine::ExpireIdleSessions() {
+  if (options_.idle_session_timeout <= Clock::duration::zero()) return;
+  const Clock::time_point now = Clock::now();
+  if (now < next_expiry_check_) return;
+  next_expiry_check_ = now + ExpiryCheckPeriod(options_.idle_session_timeout);
+  const size_t expired = state_->sessions.ExpireIdle(now - options_.idle_session_timeout);
+  if (expired > 0) {
+    common::LogInfo("deleted {} session(s) idle for more than {:.1f} s (--idle-session-timeout)", expired,
+                    std::chrono::duration<double>(options_.idle_session_timeout).count());
   }
 }
 
@@ -169,14 +180,7 @@ void Engine::ServeBetweenSteps(const std::string& busy_session) {
   std::vector<QueuedJob> ready;
   {
     std::lock_guard lock(mutex_);
-    for (auto it = queue_.begin(); it != queue_.end();) {
-      if (MayRunBetweenSteps(it->job.request, busy_session)) {
-        ready.push_back(std::move(*it));
-        it = queue_.erase(it);
-      } else {
-        ++it;
-      }
-    }
+    ready = queue_.PopQuick(busy_session);
   }
   for (QueuedJob& queued : ready) Execute(queued);
 }
@@ -196,6 +200,14 @@ void Engine::Execute(QueuedJob& queued) {
   JobContext context(job, queue_ms);
   HandlerResult result = Status::Internal("no result");
   try {
+    if (!IsQuick(job.request) && state_->model->weights_file) {
+      // Weights mapped from a file that changed under us would give wrong results (or SIGBUS).
+      if (Status unchanged = state_->model->weights_file->CheckUnchanged(); !unchanged.ok()) {
+        common::LogError("{}", unchanged.message());
+        SendFinal(job, unchanged);
+        return;
+      }
+    }
     result = Dispatch(*state_, context, job.request);
   } catch (const c10::Error& error) {
     result = Status::Internal(fmt::format("model error: {}", error.what_without_backtrace()));

@@ -8,10 +8,17 @@
 // except the immediate errors of Submit() itself (UNAVAILABLE after Shutdown, RESOURCE_EXHAUSTED on a
 // full queue, INVALID_ARGUMENT for a Cancel or empty request), which are sent on the caller's thread.
 //
-// Scheduling: jobs run in FIFO order, one at a time, except that while a Chat or Generate decodes,
-// queued jobs that need no generation and do not name its session (Info, Stats, Tokenize,
-// Detokenize, ListSessions, and Create/Get/Fork/Reset/Delete of other sessions) are served between
-// its decode steps. Requests on one session therefore always run in the order they were submitted.
+// Scheduling: one job runs at a time. The next job is chosen round robin over the uids that have
+// queued work (each uid's own jobs in submission order), so a user with many queued requests delays
+// another user by at most one of their jobs. While a Chat or Generate decodes, queued jobs that need
+// no generation (Info, Stats, Tokenize, Detokenize, ListSessions, Create/Get/Fork/Reset/Delete) are
+// served between its decode steps. A job never starts before an earlier-submitted job that names the
+// same session (as its session, or as a fork's source) has finished: requests on one session always
+// run in the order they were submitted, quick or not.
+//
+// Limits: at most `max_queue` queued jobs in all and `max_queued_per_uid` per uid (RESOURCE_EXHAUSTED
+// beyond either); sessions per uid and in all (SessionStore); sessions unused for
+// `idle_session_timeout` are deleted (checked about once a second and whenever a job ends).
 //
 // Request semantics (DESIGN.md sections 4-6; proto/niels/v1/nielsd.proto):
 // - A job whose cancel flag is set before it starts is answered CANCELLED without running.
@@ -32,15 +39,16 @@
 #include <chrono>
 #include <condition_variable>
 #include <cstdint>
-#include <deque>
 #include <filesystem>
 #include <memory>
 #include <mutex>
 #include <string>
 #include <thread>
+#include <vector>
 
 #include "common/status.h"
 #include "daemon/engine/inference_engine.h"
+#include "daemon/engine/job_queue.h"
 #include "daemon/model/model_dir.h"
 
 namespace niels::daemon::engine {
@@ -51,9 +59,13 @@ inline constexpr std::string_view kDefaultSystemPrompt =
     "personal facts; if you don\u2019t know, say you don\u2019t know.";
 
 struct EngineOptions {
-  uint32_t max_sessions = 64;             // CreateSession/ForkSession beyond it: RESOURCE_EXHAUSTED
+  uint32_t max_sessions = 1024;           // CreateSession/ForkSession beyond it: RESOURCE_EXHAUSTED
+  uint32_t max_sessions_per_uid = 64;     // the same, for the sessions of one uid
+  // Sessions unused this long are deleted; zero keeps them until deleted or the daemon stops.
+  std::chrono::milliseconds idle_session_timeout = std::chrono::hours(24);
   uint64_t kv_budget_bytes = 1ull << 30;  // all sessions' KV caches; LRU idle caches dropped first
   size_t max_queue = 256;                 // queued jobs beyond it: RESOURCE_EXHAUSTED
+  size_t max_queued_per_uid = 64;         // queued jobs of one uid beyond it: RESOURCE_EXHAUSTED
   bool allow_root = false;                // uid 0 may use every session
   std::string default_system_prompt = std::string(kDefaultSystemPrompt);  // reported by Info
   int threads = 0;                        // > 0: model::ConfigureThreads(threads) on the engine
@@ -62,12 +74,6 @@ struct EngineOptions {
 };
 
 struct EngineState;  // engine_state.h: what the request handlers work on
-
-// A job waiting for the engine thread.
-struct QueuedJob {
-  Job job;
-  std::chrono::steady_clock::time_point enqueued;
-};
 
 class Engine : public InferenceEngine {
  public:
@@ -86,6 +92,8 @@ class Engine : public InferenceEngine {
  private:
   void Run();
   void Execute(QueuedJob& queued);
+  // Deletes idle sessions when a check is due. Engine thread only.
+  void ExpireIdleSessions();
   // Runs the queued quick jobs (see Scheduling) that do not name `busy_session`. Engine thread only.
   void ServeBetweenSteps(const std::string& busy_session);
 
@@ -94,11 +102,12 @@ class Engine : public InferenceEngine {
 
   std::mutex mutex_;
   std::condition_variable wake_;
-  std::deque<QueuedJob> queue_;                     // guarded by mutex_
+  JobQueue queue_;                                  // guarded by mutex_
   bool stopping_ = false;                           // guarded by mutex_
   std::shared_ptr<std::atomic<bool>> running_cancel_;  // guarded by mutex_: the job being run
   std::once_flag shutdown_once_;
   std::thread thread_;
+  std::chrono::steady_clock::time_point next_expiry_check_{};  // engine thread only
 };
 
 // Loads the model directory and starts an engine on it. Errors are LoadModelDir's (they name the

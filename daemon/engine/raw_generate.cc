@@ -2,6 +2,7 @@
 // processed first, then up to max_new_tokens sampled; per-step logprobs, alternatives and attention.
 #include <fmt/format.h>
 
+#include "common/frame.h"
 #include "daemon/engine/engine_state.h"
 #include "daemon/engine/proto_convert.h"
 #include "daemon/engine/text_stream.h"
@@ -51,6 +52,18 @@ StatusOr<GenerateArgs> ValidateGenerate(const EngineState& state, const v1::Gene
           fmt::format("trace_layer = {} must be in [0, {})", request.trace_layer(), config.layers));
     }
     if (!options.use_kv_cache) return Status::InvalidArgument("trace_layer needs the cached path (use_kv_cache)");
+    // Every step's row is heads x length floats, all of them in the final response (streamed or
+    // not); bound it, with the context as the longest length, so the reply fits one response.
+    const uint64_t trace_bytes = uint64_t{4} * static_cast<uint64_t>(config.heads) *
+                                 static_cast<uint64_t>(config.context) *
+                                 static_cast<uint64_t>(options.max_new_tokens);
+    if (trace_bytes > common::kMaxResponseBytes / 2) {
+      return Status::InvalidArgument(fmt::format(
+          "an attention trace of {} tokens may need {} bytes, more than a response holds ({} bytes); "
+          "ask for at most {} new tokens with trace_layer",
+          options.max_new_tokens, trace_bytes, common::kMaxResponseBytes,
+          common::kMaxResponseBytes / 2 / (uint64_t{4} * config.heads * config.context)));
+    }
     options.trace_layer = request.trace_layer();
   }
   args.want_steps = options.want_logprobs || options.top_logprobs > 0 || options.trace_layer >= 0;

@@ -117,6 +117,7 @@ std::unique_ptr<Session> Session::Fork(std::string new_id, uint32_t owner, bool 
 void Session::Touch(uint64_t tick) {
   last_use_tick_ = tick;
   last_used_unix_s_ = UnixNow();
+  last_used_ = std::chrono::steady_clock::now();
 }
 
 }  // namespace niels::daemon::engine

@@ -14,6 +14,7 @@
 //
 // Not thread-safe: sessions live on the engine thread.
 
+#include <chrono>
 #include <cstdint>
 #include <memory>
 #include <optional>
@@ -94,10 +95,11 @@ class Session {
   // shares nothing mutable with this session.
   std::unique_ptr<Session> Fork(std::string new_id, uint32_t owner, bool with_cache) const;
 
-  // Bookkeeping for listing and LRU eviction (set by SessionStore).
+  // Bookkeeping for listing, LRU eviction and idle expiry (set by SessionStore).
   double created_unix_s() const { return created_unix_s_; }
   double last_used_unix_s() const { return last_used_unix_s_; }
   uint64_t last_use_tick() const { return last_use_tick_; }
+  std::chrono::steady_clock::time_point last_used() const { return last_used_; }
   void Touch(uint64_t tick);
 
  private:
@@ -111,6 +113,7 @@ class Session {
   double created_unix_s_ = 0;
   double last_used_unix_s_ = 0;
   uint64_t last_use_tick_ = 0;
+  std::chrono::steady_clock::time_point last_used_ = std::chrono::steady_clock::now();
 };
 
 // 32 lowercase hex digits from 128 bits of std::random_device.

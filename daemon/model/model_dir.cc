@@ -39,6 +39,7 @@ StatusOr<std::unique_ptr<Model>> LoadModelDir(const std::filesystem::path& dir) 
   auto model = std::make_unique<Model>();
   model->dir = dir;
   model->config = *config;
+  model->weights_file = std::static_pointer_cast<const SafetensorsFile>(weights->backing);
   try {
     model->transformer = std::make_unique<Transformer>(*config, std::move(*weights));
   } catch (const c10::Error& e) {

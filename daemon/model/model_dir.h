@@ -7,6 +7,7 @@
 
 #include "common/status.h"
 #include "daemon/model/config.h"
+#include "daemon/model/safetensors.h"
 #include "daemon/model/tokenizer.h"
 #include "daemon/model/transformer.h"
 
@@ -17,6 +18,9 @@ struct Model {
   ModelConfig config;
   std::unique_ptr<Transformer> transformer;
   std::unique_ptr<Tokenizer> tokenizer;
+  // model.safetensors as mapped (the transformer may read its weights straight from the mapping):
+  // the engine asks it CheckUnchanged() before every generation. Null for models built in memory.
+  std::shared_ptr<const SafetensorsFile> weights_file;
 };
 
 // Errors name the file (and the key or tensor): see LoadModelConfig, LoadWeights, Tokenizer::Load;

@@ -124,6 +124,19 @@ int64_t SafetensorsDtypeSize(SafetensorsDtype dtype) {
 
 SafetensorsFile::~SafetensorsFile() {
   if (mapping_ != nullptr) munmap(mapping_, mapping_size_);
+  if (fd_ >= 0) ::close(fd_);
+}
+
+Status SafetensorsFile::CheckUnchanged() const {
+  struct stat st {};
+  if (fd_ < 0 || ::fstat(fd_, &st) != 0) return Status::Ok();
+  if (static_cast<size_t>(st.st_size) != mapping_size_ || st.st_mtim.tv_sec != mtime_.tv_sec ||
+      st.st_mtim.tv_nsec != mtime_.tv_nsec) {
+    return Status::Unavailable(path_.string() +
+                               " was modified in place while nielsd was using it; restart nielsd (to "
+                               "update a model, write a new file and rename it over the old one)");
+  }
+  return Status::Ok();
 }
 
 StatusOr<std::shared_ptr<const SafetensorsFile>> SafetensorsFile::Open(const std::filesystem::path& path) {
@@ -137,15 +150,15 @@ StatusOr<std::shared_ptr<const SafetensorsFile>> SafetensorsFile::Open(const std
   }
   std::shared_ptr<SafetensorsFile> result(new SafetensorsFile());
   result->path_ = path;
+  result->fd_ = fd;  // closed by the destructor
+  result->mtime_ = st.st_mtim;
   result->mapping_size_ = static_cast<size_t>(st.st_size);
   if (result->mapping_size_ < 8) {
-    ::close(fd);
     return Status::InvalidArgument(file + ": file is " + std::to_string(st.st_size) +
                                    " bytes, shorter than the 8-byte header length");
   }
   // Private and writable (copy-on-write): an accidental in-place op can never crash or touch the file.
   void* mapping = mmap(nullptr, result->mapping_size_, PROT_READ | PROT_WRITE, MAP_PRIVATE, fd, 0);
-  ::close(fd);
   if (mapping == MAP_FAILED) return Status::Internal(file + ": mmap failed: " + std::strerror(errno));
   result->mapping_ = mapping;
   NIELS_RETURN_IF_ERROR(result->ParseHeader());
@@ -246,7 +259,9 @@ Status WriteSafetensors(const std::filesystem::path& path,
   }
   std::string text = header.dump();
   text.append((8 - text.size() % 8) % 8, ' ');  // data section starts 8-byte aligned
-  std::ofstream out(path, std::ios::binary | std::ios::trunc);
+  std::filesystem::path temporary = path;
+  temporary += ".tmp." + std::to_string(::getpid());
+  std::ofstream out(temporary, std::ios::binary | std::ios::trunc);
   std::array<char, 8> length{};
   for (int i = 0; i < 8; ++i) length[i] = static_cast<char>((text.size() >> (8 * i)) & 0xff);
   out.write(length.data(), 8);
@@ -255,7 +270,16 @@ Status WriteSafetensors(const std::filesystem::path& path,
     out.write(static_cast<const char*>(t.data_ptr()), static_cast<std::streamsize>(t.numel() * t.element_size()));
   }
   out.close();
-  if (!out) return Status::Internal(path.string() + ": write failed");
+  std::error_code ec;
+  if (!out) {
+    std::filesystem::remove(temporary, ec);
+    return Status::Internal(path.string() + ": write failed");
+  }
+  std::filesystem::rename(temporary, path, ec);
+  if (ec) {
+    std::filesystem::remove(temporary, ec);
+    return Status::Internal(path.string() + ": cannot rename the written file into place: " + ec.message());
+  }
   return Status::Ok();
 }
 

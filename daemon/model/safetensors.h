@@ -10,6 +10,8 @@
 // shared_ptr to the file), so they stay valid after the SafetensorsFile handle is dropped.
 // Immutable after Open(); const methods are safe from any thread.
 
+#include <sys/stat.h>
+
 #include <cstddef>
 #include <cstdint>
 #include <filesystem>
@@ -66,6 +68,12 @@ class SafetensorsFile : public std::enable_shared_from_this<SafetensorsFile> {
   // as read-only. REQUIRES: info is one of tensors(), dtype F32, F16 or BF16.
   torch::Tensor FloatTensor(const SafetensorsTensorInfo& info) const;
 
+  // OK while the file is as it was mapped. UNAVAILABLE when it was modified in place (size or
+  // modification time changed): the mapping may then show other weights, or fault (SIGBUS) where the
+  // file was truncated. Replacing the file by renaming a new one over it is safe (the mapping keeps
+  // the old file) and is not reported.
+  common::Status CheckUnchanged() const;
+
   // The mapped bytes of the whole file (for zero-copy checks in tests).
   const std::byte* mapping_data() const { return static_cast<const std::byte*>(mapping_); }
   size_t mapping_size() const { return mapping_size_; }
@@ -75,6 +83,8 @@ class SafetensorsFile : public std::enable_shared_from_this<SafetensorsFile> {
   common::Status ParseHeader();
 
   std::filesystem::path path_;
+  int fd_ = -1;                      // kept open to fstat the mapped file (CheckUnchanged)
+  struct timespec mtime_ {};         // at Open()
   void* mapping_ = nullptr;
   size_t mapping_size_ = 0;
   uint64_t data_start_ = 0;  // 8 + header length
@@ -82,7 +92,8 @@ class SafetensorsFile : public std::enable_shared_from_this<SafetensorsFile> {
 };
 
 // Writes `tensors` (any shape, made contiguous) as a safetensors file, in the given order, with the
-// header padded to 8-byte alignment. Model weights are f32/f16/bf16; f64, i64, i32, i16, i8, u8 and
+// header padded to 8-byte alignment. Writes a temporary file beside `path` and renames it over
+// `path`, so a process that maps the old file (a running nielsd) keeps seeing it whole. Model weights are f32/f16/bf16; f64, i64, i32, i16, i8, u8 and
 // bool are also written (tools and tests). INTERNAL on a write error or an unsupported dtype.
 common::Status WriteSafetensors(const std::filesystem::path& path,
                                 const std::vector<std::pair<std::string, torch::Tensor>>& tensors);

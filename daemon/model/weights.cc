@@ -4,6 +4,7 @@
 #include <string>
 
 #include <c10/util/Exception.h>
+#include <fmt/format.h>
 
 #include "daemon/model/safetensors.h"
 
@@ -107,7 +108,29 @@ Status CheckTensors(const SafetensorsFile& file, const ModelConfig& config) {
   return Status::Ok();
 }
 
+// Checks that the file can hold a model of `config` at all (at least one tensor per layer, and enough
+// bytes for every parameter at 2 bytes each) before anything is allocated per layer: a config.json
+// with a huge L or d_ff is refused here instead of building millions of expected tensor names. (The
+// exact per-tensor checks that follow name a missing tensor precisely.)
+Status CheckFileCanHold(const SafetensorsFile& file, const ModelConfig& c) {
+  const long double C = c.width, F = c.d_ff;
+  const long double per_layer = 2 * C + 3 * C * C + C * C + 2 * F * C + 2 * F + C * F + C;
+  const long double parameters = static_cast<long double>(c.vocab_size) * C + C + c.layers * per_layer;
+  const long double needed = 2 * parameters;  // bytes, at the smallest dtype (f16/bf16)
+  const long double tensors = 2 + 10.0L * c.layers;
+  if (needed > static_cast<long double>(file.mapping_size()) ||
+      static_cast<size_t>(c.layers) > file.tensors().size()) {
+    return Status::InvalidArgument(fmt::format(
+        "{}: holds {} tensors in {} bytes, but config.json (V = {}, C = {}, L = {}, d_ff = {}) describes "
+        "{:.0Lf} tensors and {:.0Lf} parameters (at least {:.0Lf} bytes)",
+        file.path().string(), file.tensors().size(), file.mapping_size(), c.vocab_size, c.width, c.layers,
+        c.d_ff, tensors, parameters, needed));
+  }
+  return Status::Ok();
+}
+
 StatusOr<Weights> LoadChecked(const std::shared_ptr<const SafetensorsFile>& file, const ModelConfig& config) {
+  NIELS_RETURN_IF_ERROR(CheckFileCanHold(*file, config));
   NIELS_RETURN_IF_ERROR(CheckTensors(*file, config));
   Weights w;
   w.blocks.resize(static_cast<size_t>(config.layers));

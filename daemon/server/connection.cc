@@ -1,7 +1,9 @@
 #include "daemon/server/connection.h"
 
+#include <algorithm>
 #include <array>
 #include <chrono>
+#include <exception>
 
 #include <boost/asio/co_spawn.hpp>
 #include <boost/asio/detached.hpp>
@@ -11,6 +13,8 @@
 #include <boost/asio/redirect_error.hpp>
 #include <boost/asio/use_awaitable.hpp>
 #include <boost/asio/write.hpp>
+
+#include <fmt/format.h>
 
 #include "common/log.h"
 #include "common/wire_status.h"
@@ -29,29 +33,66 @@ constexpr size_t kWriteBatchBytes = 256 * 1024;
 class ConnectionSink : public engine::ResponseSink {
  public:
   ConnectionSink(std::weak_ptr<Connection> connection, uint64_t request_id,
-                 std::shared_ptr<std::atomic<bool>> cancel)
-      : connection_(std::move(connection)), request_id_(request_id), cancel_(std::move(cancel)) {}
+                 std::shared_ptr<std::atomic<bool>> cancel, std::shared_ptr<std::atomic<bool>> answered,
+                 size_t max_response_bytes)
+      : connection_(std::move(connection)),
+        request_id_(request_id),
+        cancel_(std::move(cancel)),
+        answered_(std::move(answered)),
+        max_response_bytes_(max_response_bytes) {}
 
   bool Send(niels::v1::Response response, bool final) override {
     if (refused_.load() && !final) return false;
     response.set_request_id(request_id_);
+    const size_t bytes = response.ByteSizeLong();
+    if (bytes > max_response_bytes_) {
+      if (!final) return Refuse();
+      common::LogWarn("request {}: a {}-byte response replaced by RESOURCE_EXHAUSTED", request_id_, bytes);
+      response.Clear();
+      response.set_request_id(request_id_);
+      *response.mutable_error() = common::ToProto(common::Status::ResourceExhausted(fmt::format(
+          "the response would be {} bytes, more than the {} bytes nielsd sends in one frame; ask for "
+          "less (fewer tokens, top logprobs or attention traces) or stream it",
+          bytes, max_response_bytes_)));
+    }
+    if (final) answered_->store(true);
     std::shared_ptr<Connection> connection = connection_.lock();
     bool accepted = connection != nullptr &&
                     connection->Enqueue(common::EncodeFrame(response), /*bounded=*/!final,
                                         final ? std::optional<uint64_t>(request_id_) : std::nullopt);
-    if (!accepted && !final) {
-      refused_.store(true);
-      cancel_->store(true);
-    }
+    if (!accepted && !final) return Refuse();
     return accepted;
   }
 
  private:
+  bool Refuse() {
+    refused_.store(true);
+    cancel_->store(true);
+    return false;
+  }
+
   std::weak_ptr<Connection> connection_;
   const uint64_t request_id_;
   std::shared_ptr<std::atomic<bool>> cancel_;
+  std::shared_ptr<std::atomic<bool>> answered_;
+  const size_t max_response_bytes_;
   std::atomic<bool> refused_{false};
 };
+
+// Logs an exception that ended a connection coroutine and stops the connection.
+auto StopOnException(std::shared_ptr<Connection> connection, const char* what) {
+  return [connection = std::move(connection), what](std::exception_ptr error) {
+    if (!error) return;
+    try {
+      std::rethrow_exception(error);
+    } catch (const std::exception& e) {
+      common::LogError("connection uid={}: {} failed: {}; closing it", connection->peer_uid(), what, e.what());
+    } catch (...) {
+      common::LogError("connection uid={}: {} failed; closing it", connection->peer_uid(), what);
+    }
+    connection->Stop();
+  };
+}
 
 }  // namespace
 
@@ -63,15 +104,18 @@ Connection::Connection(Socket socket, uint32_t peer_uid, Dispatcher& dispatcher,
       registry_(registry),
       options_(options),
       decoder_(options.max_frame_bytes),
-      wakeup_(socket_.get_executor()) {}
+      wakeup_(socket_.get_executor()),
+      resume_(socket_.get_executor()),
+      watchdog_timer_(socket_.get_executor()) {}
 
 Connection::~Connection() = default;
 
 void Connection::Start() {
   registry_.Add(shared_from_this());
   auto self = shared_from_this();
-  asio::co_spawn(socket_.get_executor(), [self] { return self->Reader(); }, asio::detached);
-  asio::co_spawn(socket_.get_executor(), [self] { return self->Writer(); }, asio::detached);
+  asio::co_spawn(socket_.get_executor(), [self] { return self->Reader(); }, StopOnException(self, "reader"));
+  asio::co_spawn(socket_.get_executor(), [self] { return self->Writer(); }, StopOnException(self, "writer"));
+  asio::co_spawn(socket_.get_executor(), [self] { return self->Watchdog(); }, StopOnException(self, "watchdog"));
 }
 
 void Connection::Stop() {
@@ -89,37 +133,50 @@ void Connection::DoStop() {
   if (stopped_) return;
   stopped_ = true;
   closed_.store(true);
-  for (auto& [id, cancel] : requests_) cancel->store(true);
+  for (auto& [id, tracked] : requests_) tracked.cancel->store(true);
   requests_.clear();
   outgoing_.clear();
   boost::system::error_code ignored;
   socket_.shutdown(Socket::shutdown_both, ignored);
   socket_.close(ignored);
   wakeup_.cancel();
+  resume_.cancel();
+  watchdog_timer_.cancel();
   registry_.Remove(this);
 }
 
 std::shared_ptr<std::atomic<bool>> Connection::TrackRequest(uint64_t request_id) {
-  auto [it, inserted] = requests_.try_emplace(request_id, nullptr);
+  auto [it, inserted] = requests_.try_emplace(request_id);
   if (!inserted) return nullptr;
-  it->second = std::make_shared<std::atomic<bool>>(false);
-  return it->second;
+  it->second.cancel = std::make_shared<std::atomic<bool>>(false);
+  it->second.answered = std::make_shared<std::atomic<bool>>(false);
+  return it->second.cancel;
 }
+
+bool Connection::InFlight(uint64_t request_id) const { return requests_.count(request_id) != 0; }
 
 bool Connection::CancelRequest(uint64_t request_id) {
   auto it = requests_.find(request_id);
-  if (it == requests_.end()) return false;
-  it->second->store(true);
+  if (it == requests_.end() || it->second.answered->load()) return false;
+  it->second.cancel->store(true);
   return true;
 }
 
 std::shared_ptr<engine::ResponseSink> Connection::MakeSink(
     uint64_t request_id, std::shared_ptr<std::atomic<bool>> cancel) {
-  return std::make_shared<ConnectionSink>(weak_from_this(), request_id, std::move(cancel));
+  auto it = requests_.find(request_id);
+  std::shared_ptr<std::atomic<bool>> answered =
+      it != requests_.end() ? it->second.answered : std::make_shared<std::atomic<bool>>(false);
+  return std::make_shared<ConnectionSink>(weak_from_this(), request_id, std::move(cancel), std::move(answered),
+                                          options_.max_response_bytes);
 }
 
 void Connection::SendNow(const niels::v1::Response& response) {
   Enqueue(common::EncodeFrame(response), /*bounded=*/false, std::nullopt);
+}
+
+bool Connection::Backlogged() const {
+  return queued_bytes_.load() > options_.max_queued_bytes || queued_frames_.load() > options_.max_queued_frames;
 }
 
 bool Connection::Enqueue(std::string frame, bool bounded, std::optional<uint64_t> finishes) {
@@ -166,11 +223,17 @@ asio::awaitable<void> Connection::Reader() {
   std::string payload;
   boost::system::error_code ec;
   while (!stopped_ && !draining_) {
-    size_t n = co_await socket_.async_read_some(asio::buffer(*buffer),
-                                                asio::redirect_error(asio::use_awaitable, ec));
-    if (ec) break;
-    decoder_.Feed(std::string_view(buffer->data(), n));
+    // Handle every complete frame already buffered, pausing while the replies are not being read.
     for (;;) {
+      while (Backlogged() && !stopped_) {
+        if (!backlogged_since_) backlogged_since_ = std::chrono::steady_clock::now();
+        reader_paused_ = true;
+        resume_.expires_at(std::chrono::steady_clock::time_point::max());
+        co_await resume_.async_wait(asio::redirect_error(asio::use_awaitable, ec));
+        reader_paused_ = false;
+      }
+      backlogged_since_.reset();
+      if (stopped_ || draining_) co_return;
       common::FrameDecoder::Result result = decoder_.Next(&payload);
       if (result == common::FrameDecoder::Result::kNeedMore) break;
       if (result == common::FrameDecoder::Result::kError) {
@@ -181,6 +244,15 @@ asio::awaitable<void> Connection::Reader() {
       HandleFrame(payload);
       if (stopped_) co_return;
     }
+    if (decoder_.buffered_bytes() == 0) {
+      frame_started_.reset();
+    } else if (!frame_started_) {
+      frame_started_ = std::chrono::steady_clock::now();
+    }
+    size_t n = co_await socket_.async_read_some(asio::buffer(*buffer),
+                                                asio::redirect_error(asio::use_awaitable, ec));
+    if (ec) break;
+    decoder_.Feed(std::string_view(buffer->data(), n));
   }
   if (ec == asio::error::eof) {
     common::Status finished = decoder_.Finish();
@@ -189,6 +261,28 @@ asio::awaitable<void> Connection::Reader() {
     common::LogDebug("connection uid={}: read: {}", peer_uid_, ec.message());
   }
   if (!draining_) DoStop();
+}
+
+asio::awaitable<void> Connection::Watchdog() {
+  using Clock = std::chrono::steady_clock;
+  const Clock::duration period =
+      std::min<Clock::duration>({std::chrono::seconds(1), options_.frame_timeout / 4, options_.backlog_timeout / 4});
+  boost::system::error_code ec;
+  while (!stopped_) {
+    watchdog_timer_.expires_after(std::max<Clock::duration>(period, std::chrono::milliseconds(1)));
+    co_await watchdog_timer_.async_wait(asio::redirect_error(asio::use_awaitable, ec));
+    if (stopped_) co_return;
+    const Clock::time_point now = Clock::now();
+    if (!reader_paused_ && frame_started_ && now - *frame_started_ > options_.frame_timeout) {
+      common::LogWarn("connection uid={}: closing: a request frame started {} ms ago is still incomplete",
+                      peer_uid_, options_.frame_timeout.count());
+      DoStop();
+    } else if (backlogged_since_ && now - *backlogged_since_ > options_.backlog_timeout) {
+      common::LogWarn("connection uid={}: closing: the client has not read its replies for {} ms "
+                      "({} bytes waiting)", peer_uid_, options_.backlog_timeout.count(), queued_bytes_.load());
+      DoStop();
+    }
+  }
 }
 
 asio::awaitable<void> Connection::Writer() {
@@ -212,6 +306,7 @@ asio::awaitable<void> Connection::Writer() {
                                asio::redirect_error(asio::use_awaitable, ec));
     queued_bytes_ -= batch.size();
     queued_frames_ -= frames;
+    if (reader_paused_ && !Backlogged()) resume_.cancel();
     if (ec) {
       if (ec != asio::error::operation_aborted) {
         common::LogDebug("connection uid={}: write: {}", peer_uid_, ec.message());

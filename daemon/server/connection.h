@@ -6,15 +6,26 @@
 // Every request of this connection that is in flight has a cancel flag here (request_id -> flag).
 // Cancel(request_id) sets one flag; closing the connection sets all of them.
 //
-// Output is bounded: a response sink refuses non-final responses once more than
-// ConnectionOptions::max_queued_bytes (or max_queued_frames) wait to be written, which makes the
-// engine cancel that request. So a client that stops reading its stream never stalls others.
+// Output is bounded. Every outgoing frame (stream events, final responses, errors) counts toward the
+// backlog of bytes and frames waiting to be written. Over ConnectionOptions::max_queued_bytes (or
+// max_queued_frames):
+//   - a response sink refuses non-final responses, which makes the engine cancel that request (so a
+//     client that stops reading its stream never stalls others);
+//   - the reader stops reading requests until the backlog is written (final responses are still
+//     queued: every request gets one, and a paused reader admits no new ones);
+//   - if the backlog stays over the bound for backlog_timeout, the connection is closed.
+// A response larger than max_response_bytes is replaced by RESOURCE_EXHAUSTED.
+//
+// A started frame must be complete within frame_timeout, or the connection is closed (a client
+// cannot pin a partial frame's buffer forever). An exception escaping the reader or the writer closes
+// the connection.
 //
 // Threading: the socket's executor is a strand. reader(), writer(), the request map and the queue
 // live on it. Stop(), Drain() and the sinks' Send() may be called from any thread; they post to the
 // strand. The methods marked REQUIRES: strand are for the Dispatcher, which runs on the strand.
 
 #include <atomic>
+#include <chrono>
 #include <cstddef>
 #include <cstdint>
 #include <deque>
@@ -44,6 +55,12 @@ struct ConnectionOptions {
   size_t max_queued_bytes = 8u << 20;
   /// Outgoing frames queued beyond which stream events are refused. Default 65536.
   size_t max_queued_frames = 65536;
+  /// Largest response frame; a larger response becomes RESOURCE_EXHAUSTED. Default 64 MiB.
+  size_t max_response_bytes = common::kMaxResponseBytes;
+  /// How long the backlog may stay over its bound before the connection is closed. Default 30 s.
+  std::chrono::milliseconds backlog_timeout = std::chrono::seconds(30);
+  /// How long a started request frame may take to arrive whole. Default 30 s.
+  std::chrono::milliseconds frame_timeout = std::chrono::seconds(30);
 };
 
 class Connection : public std::enable_shared_from_this<Connection> {
@@ -70,7 +87,10 @@ class Connection : public std::enable_shared_from_this<Connection> {
   /// REQUIRES: strand. Starts tracking `request_id`; returns its fresh cancel flag, or null when a
   /// request with that id is already in flight on this connection.
   std::shared_ptr<std::atomic<bool>> TrackRequest(uint64_t request_id);
-  /// REQUIRES: strand. Sets the cancel flag of an in-flight request; false when there is none.
+  /// REQUIRES: strand. Whether a request with this id is in flight (tracked and not yet answered).
+  bool InFlight(uint64_t request_id) const;
+  /// REQUIRES: strand. Sets the cancel flag of an in-flight request; false when there is none or
+  /// its final response has already been queued.
   bool CancelRequest(uint64_t request_id);
   /// REQUIRES: strand. The sink for a tracked request: it echoes `request_id`, enforces the output
   /// bound, and stops tracking the request when the final response is queued.
@@ -88,8 +108,18 @@ class Connection : public std::enable_shared_from_this<Connection> {
   size_t in_flight() const { return requests_.size(); }
 
  private:
+  // A tracked request: its cancel flag, and whether its final response has been queued.
+  struct Tracked {
+    std::shared_ptr<std::atomic<bool>> cancel;
+    std::shared_ptr<std::atomic<bool>> answered;
+  };
+
   boost::asio::awaitable<void> Reader();
   boost::asio::awaitable<void> Writer();
+  // Closes the connection when a started frame or an over-bound backlog has lasted too long.
+  boost::asio::awaitable<void> Watchdog();
+  // Whether the queued output is over the bound (the reader pauses while it is).
+  bool Backlogged() const;
   void HandleFrame(const std::string& payload);
   void DoStop();
   void PushOutgoing(std::string frame, std::optional<uint64_t> finishes);
@@ -101,16 +131,21 @@ class Connection : public std::enable_shared_from_this<Connection> {
   const ConnectionOptions options_;
   common::FrameDecoder decoder_;
   boost::asio::steady_timer wakeup_;  // the writer sleeps on it; PushOutgoing/Stop cancel it
+  boost::asio::steady_timer resume_;  // a backlogged reader sleeps on it; the writer/Stop cancel it
+  boost::asio::steady_timer watchdog_timer_;
 
   std::atomic<bool> closed_{false};          // set once stopping: sinks refuse everything
   std::atomic<size_t> queued_bytes_{0};      // accepted but not yet written
   std::atomic<size_t> queued_frames_{0};
 
   // Strand-only state.
-  std::unordered_map<uint64_t, std::shared_ptr<std::atomic<bool>>> requests_;
+  std::unordered_map<uint64_t, Tracked> requests_;
   std::deque<std::string> outgoing_;
   bool stopped_ = false;
   bool draining_ = false;
+  bool reader_paused_ = false;
+  std::optional<std::chrono::steady_clock::time_point> frame_started_;      // a partial frame is buffered
+  std::optional<std::chrono::steady_clock::time_point> backlogged_since_;  // output over the bound
 };
 
 }  // namespace niels::daemon::server

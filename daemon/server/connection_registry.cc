@@ -8,13 +8,16 @@ namespace niels::daemon::server {
 
 void ConnectionRegistry::Add(std::shared_ptr<Connection> connection) {
   std::lock_guard lock(mutex_);
-  connections_.insert(std::move(connection));
+  const uint32_t uid = connection->peer_uid();
+  if (connections_.insert(std::move(connection)).second) ++per_uid_[uid];
 }
 
 void ConnectionRegistry::Remove(const Connection* connection) {
   std::lock_guard lock(mutex_);
   for (auto it = connections_.begin(); it != connections_.end(); ++it) {
     if (it->get() == connection) {
+      const uint32_t uid = connection->peer_uid();
+      if (--per_uid_[uid] == 0) per_uid_.erase(uid);
       connections_.erase(it);
       return;
     }
@@ -37,6 +40,12 @@ void ConnectionRegistry::DrainAll() {
 size_t ConnectionRegistry::size() const {
   std::lock_guard lock(mutex_);
   return connections_.size();
+}
+
+size_t ConnectionRegistry::CountFor(uint32_t uid) const {
+  std::lock_guard lock(mutex_);
+  auto it = per_uid_.find(uid);
+  return it == per_uid_.end() ? 0 : it->second;
 }
 
 }  // namespace niels::daemon::server

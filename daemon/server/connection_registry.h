@@ -1,14 +1,16 @@
 #pragma once
-// ConnectionRegistry: the set of live connections, so shutdown can stop them all and Stats can
-// report how many there are.
+// ConnectionRegistry: the set of live connections, so shutdown can stop them all, Stats can report
+// how many there are, and the accept loop can enforce the connection limits (in all and per uid).
 //
 // Threading: every method is thread-safe (one mutex). Connections add themselves when they start
 // and remove themselves when they stop; StopAll() and DrainAll() call into connections without
 // holding the lock.
 
 #include <cstddef>
+#include <cstdint>
 #include <memory>
 #include <mutex>
+#include <unordered_map>
 #include <unordered_set>
 #include <vector>
 
@@ -32,12 +34,15 @@ class ConnectionRegistry {
   void DrainAll();
   /// Number of live connections.
   size_t size() const;
+  /// Number of live connections of peer `uid`.
+  size_t CountFor(uint32_t uid) const;
 
  private:
   std::vector<std::shared_ptr<Connection>> Snapshot() const;
 
   mutable std::mutex mutex_;
   std::unordered_set<std::shared_ptr<Connection>> connections_;  // GUARDED_BY(mutex_)
+  std::unordered_map<uint32_t, size_t> per_uid_;                   // GUARDED_BY(mutex_)
 };
 
 }  // namespace niels::daemon::server

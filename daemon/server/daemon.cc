@@ -1,6 +1,11 @@
 #include "daemon/server/daemon.h"
 
+#include <fcntl.h>
+#include <sys/socket.h>
 #include <systemd/sd-daemon.h>
+#include <unistd.h>
+
+#include <cerrno>
 
 #include <csignal>
 #include <future>
@@ -13,17 +18,24 @@
 #include <boost/asio/steady_timer.hpp>
 #include <boost/asio/use_awaitable.hpp>
 
+#include <fmt/format.h>
+
+#include "common/frame.h"
 #include "common/log.h"
+#include "common/wire_status.h"
 
 namespace niels::daemon::server {
 
 namespace asio = boost::asio;
 
 Daemon::Daemon(DaemonOptions options)
-    : options_(std::move(options)), accept_strand_(asio::make_strand(io_context_)) {}
+    : options_(std::move(options)), accept_strand_(asio::make_strand(io_context_)) {
+  reserve_fd_ = ::open("/dev/null", O_RDONLY | O_CLOEXEC);
+}
 
 Daemon::~Daemon() {
   if (listener_) listener_->Close();
+  if (reserve_fd_ >= 0) ::close(reserve_fd_);
 }
 
 common::Status Daemon::Listen() {
@@ -58,9 +70,13 @@ asio::awaitable<void> Daemon::AcceptLoop() {
     co_await listener_->acceptor().async_accept(socket, asio::redirect_error(asio::use_awaitable, ec));
     if (ec) {
       if (ec == asio::error::operation_aborted || !listener_->acceptor().is_open()) co_return;
-      // EMFILE and friends: back off briefly instead of spinning.
-      common::LogWarn("accept on {}: {}", listener_->path(), ec.message());
-      asio::steady_timer pause(accept_strand_, std::chrono::milliseconds(100));
+      if (ec == asio::error::no_descriptors || ec.value() == ENFILE) {
+        RefuseOneWithReserve();
+      } else {
+        common::LogWarn("accept on {}: {}", listener_->path(), ec.message());
+      }
+      // Back off briefly instead of spinning while descriptors stay exhausted.
+      asio::steady_timer pause(accept_strand_, std::chrono::milliseconds(10));
       co_await pause.async_wait(asio::redirect_error(asio::use_awaitable, ec));
       continue;
     }
@@ -69,10 +85,62 @@ asio::awaitable<void> Daemon::AcceptLoop() {
       common::LogWarn("rejecting a connection: {}", uid.status().ToString());
       continue;
     }
+    if (registry_.size() >= options_.max_connections) {
+      common::LogWarn("refusing a connection of uid {}: {} connections open (--max-connections)", *uid,
+                      registry_.size());
+      Refuse(socket, fmt::format("nielsd has {} connections open, its limit (--max-connections); try "
+                                 "again later", registry_.size()));
+      continue;
+    }
+    if (registry_.CountFor(*uid) >= options_.max_connections_per_uid) {
+      common::LogWarn("refusing a connection of uid {}: it has {} open (--max-connections-per-uid)", *uid,
+                      registry_.CountFor(*uid));
+      Refuse(socket, fmt::format("uid {} has {} connections open to nielsd, the limit per user "
+                                 "(--max-connections-per-uid); close some first",
+                                 *uid, registry_.CountFor(*uid)));
+      continue;
+    }
+    if (options_.overflow_uid && *uid == *options_.overflow_uid) {
+      common::LogWarn("connection from uid {}, the kernel's overflow uid: it cannot own sessions", *uid);
+    }
     common::LogDebug("connection from uid {}", *uid);
     std::make_shared<Connection>(std::move(socket), *uid, *dispatcher_, registry_, options_.connection)
         ->Start();
   }
+}
+
+void Daemon::Refuse(Listener::Socket& socket, const std::string& message) {
+  niels::v1::Response response;
+  response.set_request_id(0);
+  *response.mutable_error() = common::ToProto(common::Status::ResourceExhausted(message));
+  const std::string frame = common::EncodeFrame(response);
+  // A fresh socket's send buffer is empty, so this small write does not block.
+  (void)!::send(socket.native_handle(), frame.data(), frame.size(), MSG_NOSIGNAL | MSG_DONTWAIT);
+  boost::system::error_code ignored;
+  socket.shutdown(Listener::Socket::shutdown_both, ignored);
+  socket.close(ignored);
+}
+
+void Daemon::RefuseOneWithReserve() {
+  if (reserve_fd_ < 0) {
+    common::LogWarn("accept on {}: out of file descriptors", listener_->path());
+    return;
+  }
+  ::close(reserve_fd_);
+  int fd = ::accept4(listener_->acceptor().native_handle(), nullptr, nullptr, SOCK_CLOEXEC);
+  if (fd >= 0) {
+    Listener::Socket socket(accept_strand_);
+    boost::system::error_code ec;
+    socket.assign(asio::local::stream_protocol(), fd, ec);
+    if (ec) {
+      ::close(fd);
+    } else {
+      Refuse(socket, "nielsd is out of file descriptors; try again later");
+    }
+  }
+  reserve_fd_ = ::open("/dev/null", O_RDONLY | O_CLOEXEC);
+  common::LogWarn("accept on {}: out of file descriptors (refused one connection; {} open)", listener_->path(),
+                  registry_.size());
 }
 
 void Daemon::StartSignalHandling() {
@@ -85,7 +153,7 @@ void Daemon::StartSignalHandling() {
 }
 
 int Daemon::Serve(engine::InferenceEngine& engine) {
-  dispatcher_ = std::make_unique<Dispatcher>(engine, registry_);
+  dispatcher_ = std::make_unique<Dispatcher>(engine, registry_, options_.overflow_uid);
   auto work = asio::make_work_guard(io_context_);
   asio::co_spawn(accept_strand_, AcceptLoop(), asio::detached);
   for (int i = 0; i < std::max(1, options_.io_threads); ++i) {

@@ -4,7 +4,11 @@
 //
 // Lifecycle (main.cc): Listen() first, so a second nielsd on a live socket fails before loading a
 // model; then load the model and Serve(engine), which blocks:
-//   - accepts connections (peer uid from SO_PEERCRED) and serves them on the IO threads;
+//   - accepts connections (peer uid from SO_PEERCRED) and serves them on the IO threads; a peer over
+//     max_connections (all peers) or max_connections_per_uid (its uid) gets one RESOURCE_EXHAUSTED
+//     Response (request_id 0) and is closed. When nielsd runs out of file descriptors (EMFILE), it
+//     frees a reserved descriptor, accepts the waiting peer, answers it the same way and closes it,
+//     so the backlog drains and accepting resumes as soon as descriptors are free again;
 //   - sends sd_notify READY=1 once it accepts (harmless without $NOTIFY_SOCKET);
 //   - on SIGTERM/SIGINT (when handle_signals) or RequestStop(): STOPPING=1, stops accepting and
 //     removes the socket file, engine.Shutdown() (in-flight work gets its final CANCELLED),
@@ -18,6 +22,7 @@
 #include <condition_variable>
 #include <memory>
 #include <mutex>
+#include <optional>
 #include <string>
 #include <thread>
 #include <vector>
@@ -48,6 +53,12 @@ struct DaemonOptions {
   bool handle_signals = true;
   /// How long Serve() waits for connections to flush their output at shutdown. Default 2 s.
   std::chrono::milliseconds drain_timeout{2000};
+  /// Live connections at most, all peers together. Default 1000.
+  size_t max_connections = 1000;
+  /// Live connections at most for one peer uid. Default 64.
+  size_t max_connections_per_uid = 64;
+  /// The kernel's overflow uid (see Dispatcher); unset: none is refused.
+  std::optional<uint32_t> overflow_uid;
 };
 
 class Daemon {
@@ -72,6 +83,10 @@ class Daemon {
 
  private:
   boost::asio::awaitable<void> AcceptLoop();
+  // Out of descriptors: accepts one waiting peer with the reserved descriptor and refuses it.
+  void RefuseOneWithReserve();
+  // Answers `socket` with one RESOURCE_EXHAUSTED Response carrying `message`, then closes it.
+  static void Refuse(Listener::Socket& socket, const std::string& message);
   void StartSignalHandling();
   void WaitForStopRequest();
   void Shutdown(engine::InferenceEngine& engine);
@@ -84,6 +99,7 @@ class Daemon {
   ConnectionRegistry registry_;
   std::unique_ptr<Dispatcher> dispatcher_;
   std::vector<std::thread> io_threads_;
+  int reserve_fd_ = -1;  // /dev/null, given up to accept one peer when descriptors run out
 
   std::mutex stop_mutex_;
   std::condition_variable stop_cv_;

@@ -1,8 +1,11 @@
 #include "daemon/server/dispatcher.h"
 
+#include <fstream>
 #include <memory>
 #include <string>
 #include <utility>
+
+#include <fmt/format.h>
 
 #include "common/status.h"
 #include "common/wire_status.h"
@@ -37,10 +40,24 @@ class StatsSink : public engine::ResponseSink {
   const ConnectionRegistry& registry_;
 };
 
+// Requests that make the caller the owner of a new session.
+bool CreatesSession(const niels::v1::Request& request) {
+  return request.kind_case() == niels::v1::Request::kCreateSession ||
+         request.kind_case() == niels::v1::Request::kForkSession;
+}
+
 }  // namespace
 
-Dispatcher::Dispatcher(engine::InferenceEngine& engine, const ConnectionRegistry& registry)
-    : engine_(engine), registry_(registry) {}
+Dispatcher::Dispatcher(engine::InferenceEngine& engine, const ConnectionRegistry& registry,
+                       std::optional<uint32_t> overflow_uid)
+    : engine_(engine), registry_(registry), overflow_uid_(overflow_uid) {}
+
+std::optional<uint32_t> ReadOverflowUid(const std::string& path) {
+  std::ifstream file(path);
+  uint32_t uid = 0;
+  if (file >> uid) return uid;
+  return std::nullopt;
+}
 
 void Dispatcher::Dispatch(Connection& connection, niels::v1::Request request) {
   const uint64_t id = request.request_id();
@@ -52,6 +69,7 @@ void Dispatcher::Dispatch(Connection& connection, niels::v1::Request request) {
                   " has no request kind this daemon knows (protocol niels.v1)")));
       return;
     case niels::v1::Request::kCancel: {
+      if (connection.InFlight(id)) break;  // a duplicate id: refused below, the cancel not carried out
       niels::v1::Response response;
       response.set_request_id(id);
       response.mutable_cancel()->set_found(
@@ -62,13 +80,23 @@ void Dispatcher::Dispatch(Connection& connection, niels::v1::Request request) {
     default:
       break;
   }
-  std::shared_ptr<std::atomic<bool>> cancel = connection.TrackRequest(id);
-  if (cancel == nullptr) {
+  if (connection.InFlight(id)) {
     connection.SendNow(ErrorResponse(
         id, common::Status::InvalidArgument("request_id " + std::to_string(id) +
                                             " is already in flight on this connection")));
     return;
   }
+  if (overflow_uid_ && connection.peer_uid() == *overflow_uid_ && CreatesSession(request)) {
+    connection.SendNow(ErrorResponse(
+        id, common::Status::PermissionDenied(fmt::format(
+                "nielsd sees your uid as {}, the kernel's overflow uid (/proc/sys/kernel/overflowuid): "
+                "your real uid is not mapped into nielsd's user namespace, so nielsd cannot tell you "
+                "from other users and gives you no sessions (does nielsd run with PrivateUsers= or in "
+                "a container?)",
+                *overflow_uid_))));
+    return;
+  }
+  std::shared_ptr<std::atomic<bool>> cancel = connection.TrackRequest(id);
   std::shared_ptr<engine::ResponseSink> sink = connection.MakeSink(id, cancel);
   if (request.kind_case() == niels::v1::Request::kStats) {
     sink = std::make_shared<StatsSink>(std::move(sink), registry_);

@@ -3,13 +3,21 @@
 //   - Cancel is connection-local: it sets the target request's cancel flag and answers
 //     CancelResponse{found} at once (found = the target was still in flight on this connection).
 //   - A Request with no kind set (or a kind this build's proto does not know): UNIMPLEMENTED.
-//   - A request_id already in flight on the same connection: INVALID_ARGUMENT.
+//   - A request_id already in flight on the same connection: INVALID_ARGUMENT (a Cancel with such an
+//     id included: it is refused, not carried out).
+//   - CreateSession/ForkSession from a peer whose uid is the kernel's overflow uid: PERMISSION_DENIED.
+//     Such a peer's real uid is not mapped into nielsd's user namespace, so all such peers look
+//     alike and must not own sessions (they could read each other's).
 //   - Everything else becomes an engine Job (caller uid, request, cancel flag, sink); the engine
 //     answers it. Stats responses get the live connection count filled in here.
 // Status -> wire conversion happens here (common::ToProto) for the errors the server itself answers.
 //
 // Threading: Dispatch() runs on the calling connection's strand; the dispatcher itself holds no
 // mutable state, so one instance serves every connection.
+
+#include <cstdint>
+#include <optional>
+#include <string>
 
 #include "daemon/engine/inference_engine.h"
 #include "niels/v1/nielsd.pb.h"
@@ -21,8 +29,10 @@ class ConnectionRegistry;
 
 class Dispatcher {
  public:
-  /// `engine` and `registry` must outlive the dispatcher.
-  Dispatcher(engine::InferenceEngine& engine, const ConnectionRegistry& registry);
+  /// `engine` and `registry` must outlive the dispatcher. `overflow_uid`: the uid the kernel reports
+  /// for unmapped peers (ReadOverflowUid()); unset: no peer is refused for its uid.
+  Dispatcher(engine::InferenceEngine& engine, const ConnectionRegistry& registry,
+             std::optional<uint32_t> overflow_uid);
   Dispatcher(const Dispatcher&) = delete;
   Dispatcher& operator=(const Dispatcher&) = delete;
 
@@ -32,6 +42,10 @@ class Dispatcher {
  private:
   engine::InferenceEngine& engine_;
   const ConnectionRegistry& registry_;
+  const std::optional<uint32_t> overflow_uid_;
 };
+
+/// The kernel's overflow uid (normally 65534), read from `path`; unset when it cannot be read.
+std::optional<uint32_t> ReadOverflowUid(const std::string& path = "/proc/sys/kernel/overflowuid");
 
 }  // namespace niels::daemon::server

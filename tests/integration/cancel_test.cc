@@ -116,13 +116,13 @@ TEST_F(CancelTest, DisconnectMidStreamStopsGeneration) {
 }
 
 TEST_F(CancelTest, AnotherUidIsDeniedAndSeesNoSessions) {
-  if (::getuid() != 0) GTEST_SKIP() << "needs root to switch to uid 65534";
+  if (::getuid() != 0) GTEST_SKIP() << "needs root to switch to uid 65533";
   ASSERT_EQ(::chmod(socket_path().c_str(), 0666), 0);
   pid_t child = ::fork();
   ASSERT_GE(child, 0);
   if (child == 0) {
     // Exit codes: 0 all as expected, 10+ which check failed.
-    if (::setgid(65534) != 0 || ::setuid(65534) != 0) ::_exit(10);
+    if (::setgid(65533) != 0 || ::setuid(65533) != 0) ::_exit(10);
     auto connected = client::DaemonClient::Connect(socket_path().string());
     if (!connected.ok()) ::_exit(11);
     auto& other = **connected;

@@ -24,6 +24,14 @@ out=$(XDG_RUNTIME_DIR="$work/xdg" systemd-analyze verify --user --man=no \
   echo "$out"; echo "user units: systemd-analyze verify failed"; exit 1; }
 [ -z "$out" ] || { echo "$out"; echo "user units: systemd-analyze verify reported problems"; exit 1; }
 
+# PrivateUsers= would make every other user's peer uid the overflow uid (shared sessions).
+if grep -Eq '^[[:space:]]*PrivateUsers=' "$work/system/nielsd.service" "$work/user/nielsd.service"; then
+  echo "a unit sets PrivateUsers=: peers' uids would collapse to the overflow uid"; exit 1
+fi
+for key in LimitNOFILE TasksMax; do
+  grep -q "^$key=" "$work/system/nielsd.service" || { echo "system unit: no $key="; exit 1; }
+done
+
 line=$(systemd-analyze security --offline=true "$work/system/nielsd.service" 2>&1 | grep "Overall exposure level")
 echo "$line"
 exposure=$(echo "$line" | sed -E 's/.*: ([0-9]+\.[0-9]+).*/\1/')

@@ -55,10 +55,19 @@ int Fail(const std::string& message) {
   return 1;
 }
 
+// Writes a temporary file beside `path` and renames it over `path`: a running nielsd that has the
+// old model open keeps reading it whole.
 bool WriteFile(const fs::path& path, const std::string& bytes) {
-  std::ofstream out(path, std::ios::binary | std::ios::trunc);
-  out.write(bytes.data(), static_cast<std::streamsize>(bytes.size()));
-  return static_cast<bool>(out);
+  fs::path temporary = path;
+  temporary += ".tmp";
+  {
+    std::ofstream out(temporary, std::ios::binary | std::ios::trunc);
+    out.write(bytes.data(), static_cast<std::streamsize>(bytes.size()));
+    if (!out) return false;
+  }
+  std::error_code ec;
+  fs::rename(temporary, path, ec);
+  return !ec;
 }
 
 // Greedy reply of the written model to one user message after the default system prompt.

@@ -230,32 +230,6 @@ TEST(EngineTest, StatsCountSessionsAndTokens) {
   EXPECT_GE(stats.uptime_s(), 0.0);
 }
 
-// A sink that blocks the engine thread on its first event until released (to fill the queue).
-struct BlockingSink : RecordingSink {
-  std::mutex mutex;
-  std::condition_variable cv;
-  bool entered = false;
-  bool released = false;
-  BlockingSink() {
-    on_event = [this](const v1::Response&) {
-      std::unique_lock lock(mutex);
-      entered = true;
-      cv.notify_all();
-      cv.wait(lock, [this] { return released; });
-      return true;
-    };
-  }
-  void WaitEntered() {
-    std::unique_lock lock(mutex);
-    ASSERT_TRUE(cv.wait_for(lock, std::chrono::seconds(60), [this] { return entered; }));
-  }
-  void Release() {
-    std::lock_guard lock(mutex);
-    released = true;
-    cv.notify_all();
-  }
-};
-
 TEST(EngineTest, FullQueueAndShutdown) {
   EngineOptions options;
   options.max_queue = 1;

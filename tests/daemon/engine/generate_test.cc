@@ -243,6 +243,12 @@ TEST_F(GenerateTest, InvalidRequestsLeaveTheSessionUnchanged) {
             }),
             v1::INVALID_ARGUMENT);
   EXPECT_EQ(with([](v1::GenerateRequest& g) { g.mutable_sampling()->set_temperature(-2); }), v1::INVALID_ARGUMENT);
+  // An attention trace that could outgrow a response (4 heads x 64 positions x 65536 steps x 4 bytes).
+  EXPECT_EQ(with([](v1::GenerateRequest& g) {
+              g.set_trace_layer(0);
+              g.set_max_new_tokens(1 << 16);
+            }),
+            v1::INVALID_ARGUMENT);
   EXPECT_EQ(Tokens(), before);
   const std::string empty = Call(*engine_, CreateRequest()).create_session().session_id();
   EXPECT_EQ(ErrorOf(Call(*engine_, GenerateRequest(empty, {}, 3))), v1::INVALID_ARGUMENT);

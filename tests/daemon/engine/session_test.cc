@@ -169,14 +169,14 @@ TEST_F(SessionStoreTest, OwnershipAndListing) {
 }
 
 TEST_F(SessionStoreTest, RootOnlyWhenAllowed) {
-  SessionStore store(SmallConfig(), SessionStoreOptions{64, 1ull << 30, /*allow_root=*/true});
+  SessionStore store(SmallConfig(), SessionStoreOptions{.max_sessions = 64, .kv_budget_bytes = 1ull << 30, .allow_root = true});
   Session* mine = store.Create(1000).value();
   EXPECT_TRUE(store.Find(mine->id(), 0).ok());
   EXPECT_TRUE(store.List(0).empty());  // listing stays own-only
 }
 
 TEST_F(SessionStoreTest, MaxSessions) {
-  SessionStore store(SmallConfig(), SessionStoreOptions{2, 1ull << 30, false});
+  SessionStore store(SmallConfig(), SessionStoreOptions{.max_sessions = 2, .kv_budget_bytes = 1ull << 30});
   Session* first = store.Create(1).value();
   ASSERT_TRUE(store.Create(1).ok());
   EXPECT_EQ(store.Create(1).status().code(), common::StatusCode::kResourceExhausted);
@@ -192,7 +192,7 @@ TEST_F(SessionStoreTest, BudgetDropsLeastRecentlyUsedCachesFirst) {
   const uint64_t one = static_cast<uint64_t>(sizing->kv_bytes());
   ASSERT_GE(one, probe.BytesForTokens(64));
 
-  SessionStore store(config, SessionStoreOptions{64, 3 * one, false});
+  SessionStore store(config, SessionStoreOptions{.max_sessions = 64, .kv_budget_bytes = 3 * one});
   std::vector<Session*> sessions;
   for (int i = 0; i < 3; ++i) {
     sessions.push_back(store.Create(1).value());

@@ -216,5 +216,51 @@ TEST_F(WeightsTest, MissingFileIsNotFound) {
   EXPECT_THAT(w.status().message(), HasSubstr(Path().string()));
 }
 
+// A config.json with a huge L (or d_ff) is refused by comparing it with what the file can hold,
+// before anything is built per layer (it used to build 10 * L expected tensor names first).
+TEST_F(WeightsTest, ConfigFarLargerThanTheFileIsRefusedBeforeAllocating) {
+  ASSERT_TRUE(SaveWeights(RandomWeights(config_, 1), Path()).ok());
+  for (auto [layers, d_ff] : {std::pair<int64_t, int64_t>{int64_t{1} << 24, 24}, {2, int64_t{1} << 24}}) {
+    ModelConfig huge = config_;
+    huge.layers = layers;
+    huge.d_ff = d_ff;
+    auto w = LoadWeights(Path(), huge);
+    ASSERT_FALSE(w.ok());
+    EXPECT_EQ(w.status().code(), StatusCode::kInvalidArgument);
+    EXPECT_THAT(w.status().message(), AllOf(HasSubstr(Path().string()), HasSubstr("L = " + std::to_string(layers)),
+                                            HasSubstr("parameters")));
+  }
+}
+
+// A model file rewritten in place while mapped is detected; one replaced by rename is not (the
+// mapping keeps the old file, which is what every writer of ours does).
+TEST_F(WeightsTest, InPlaceRewriteIsDetectedAndRenameIsNot) {
+  ASSERT_TRUE(SaveWeights(RandomWeights(config_, 1), Path()).ok());
+  auto file = SafetensorsFile::Open(Path());
+  ASSERT_TRUE(file.ok());
+  EXPECT_TRUE((*file)->CheckUnchanged().ok());
+  // Replaced by rename (SaveWeights writes a temporary file and renames it): still fine.
+  ASSERT_TRUE(SaveWeights(RandomWeights(config_, 2), Path()).ok());
+  EXPECT_TRUE((*file)->CheckUnchanged().ok());
+  auto second = SafetensorsFile::Open(Path());
+  ASSERT_TRUE(second.ok());
+  // Truncated in place: refused.
+  std::filesystem::resize_file(Path(), (*second)->mapping_size() - 4);
+  const common::Status changed = (*second)->CheckUnchanged();
+  EXPECT_EQ(changed.code(), StatusCode::kUnavailable);
+  EXPECT_THAT(changed.message(), AllOf(HasSubstr(Path().string()), HasSubstr("modified in place")));
+}
+
+TEST_F(WeightsTest, WritingLeavesNoTemporaryFiles) {
+  ASSERT_TRUE(SaveWeights(RandomWeights(config_, 1), Path()).ok());
+  ASSERT_TRUE(SaveWeights(RandomWeights(config_, 2), Path()).ok());
+  int files = 0;
+  for (const auto& entry : std::filesystem::directory_iterator(dir_.path())) {
+    (void)entry;
+    ++files;
+  }
+  EXPECT_EQ(files, 1);
+}
+
 }  // namespace
 }  // namespace niels::daemon::model

@@ -11,12 +11,14 @@
 //          the fake waits `token_gap` between tokens. Final ChatResponse{reply = all texts,
 //          reply_ids = 0..n-1}, or Error CANCELLED when the cancel flag was seen or Send refused.
 //   anything else: Error UNIMPLEMENTED.
+// With throw_on_stats, Submit() throws for a Stats request (an exception escaping into the server).
 
 #include <atomic>
 #include <chrono>
 #include <condition_variable>
 #include <map>
 #include <mutex>
+#include <stdexcept>
 #include <string>
 #include <thread>
 #include <vector>
@@ -30,10 +32,12 @@ enum class Outcome { kCompleted, kCancelled, kRefused };
 class FakeEngine : public engine::InferenceEngine {
  public:
   std::chrono::microseconds token_gap{200};
+  bool throw_on_stats = false;
 
   ~FakeEngine() override { Shutdown(); }
 
   void Submit(engine::Job job) override {
+    if (throw_on_stats && job.request.has_stats()) throw std::runtime_error("fake engine failure");
     std::lock_guard lock(mutex_);
     submitted_.push_back(job.request);
     callers_.push_back(job.caller.uid);
