@@ -11,7 +11,8 @@ Reads every JSON line of the given files (other lines are skipped) and writes, i
                       (only when the input has such lines)
 Each figure names the CPU given with --cpu (default: lscpu's model name) and the input file.
 
-Regenerate the committed figures (docs/benchmarks/ holds the JSON and the CPU they came from):
+Generate the figures (docs/benchmarks/ keeps the JSON and the CPU they came from; commit all):
+    mkdir -p docs/benchmarks
     build/bench/nielsd-bench --preset personal --threads 2 --json > docs/benchmarks/model_bench.jsonl
     build/bench/nielsd-chat-bench --preset personal --threads 2 --json > docs/benchmarks/chat_bench.jsonl
     build/bench/nielsd-load-bench --json > docs/benchmarks/load_bench.jsonl
