@@ -1,12 +1,15 @@
 // nielsd-chat-bench: what a chat user feels, measured through the real Engine (sessions, template,
 // KV cache, generation loop) on a random model of the `personal` or `base` shape.
 //
-// Runs the same N-turn greedy chat twice per repeat, once cached (the default) and once with
-// use_kv_cache = false (niels-chat --no-kv-cache), and prints per turn the medians over --repeats of:
-// time to first token, tokens prefilled, tokens reused from the cache, and the session length.
-// A follow-up turn on the cached path prefills only its new tokens, so its time to first token
-// stays flat while the uncached path's grows with the history. With --json every figure is one
-// JSON line {"metric", "value", "unit", "preset", "turn", "path"}.
+// Runs the same N-turn greedy chat three ways per repeat and prints per turn the medians over
+// --repeats of time to first token, tokens prefilled, tokens reused from the cache, and the session
+// length:
+//   cached     the default: a follow-up turn prefills only its new tokens;
+//   uncached   use_kv_cache = false (niels-chat --no-kv-cache): a full forward per token;
+//   reprefill  what the original Python CLI did: every turn builds the whole prompt (history + the
+//              new turn) and prefills it into a fresh cache (here: a raw Generate on a new session).
+// The cached path's time to first token stays flat while the others grow with the history. With
+// --json every figure is one JSON line {"metric", "value", "unit", "preset", "turn", "path"}.
 //
 // Random weights: replies never end on eot by themselves, so every reply runs to --reply-tokens.
 
@@ -79,21 +82,66 @@ struct TurnFigures {
   std::vector<double> ttft_ms, prefilled, reused, length;
 };
 
+enum class Path { kCached, kUncached, kReprefill };
+
+// The original CLI's turn: the session's whole history plus the new user turn, prefilled into a
+// fresh cache (a new session without system prompt, raw Generate), then reply_tokens generated.
+v1::GenerateResponse ReprefillTurn(Engine& engine, const std::string& session, const std::string& text,
+                                   int reply_tokens) {
+  v1::Request info_request;
+  info_request.mutable_info();
+  const v1::InfoResponse info = Call(engine, info_request).info();
+  v1::Request get;
+  get.mutable_get_session()->set_session_id(session);
+  const v1::GetSessionResponse history = Call(engine, get).get_session();
+  v1::Request tokenize;
+  tokenize.mutable_tokenize()->set_text(text);
+  const v1::TokenizeResponse user = Call(engine, tokenize).tokenize();
+
+  v1::Request create;
+  create.mutable_create_session();
+  const std::string fresh = Call(engine, create).create_session().session_id();
+  v1::Request request;
+  v1::GenerateRequest* generate = request.mutable_generate();
+  generate->set_session_id(fresh);
+  generate->mutable_input_ids()->Add(history.token_ids().begin(), history.token_ids().end());
+  generate->add_input_ids(info.usr_id());
+  generate->mutable_input_ids()->Add(user.ids().begin(), user.ids().end());
+  generate->add_input_ids(info.eot_id());
+  generate->add_input_ids(info.asst_id());
+  generate->set_max_new_tokens(reply_tokens);
+  generate->mutable_sampling()->set_temperature(0.0f);
+  const v1::GenerateResponse response = Call(engine, request).generate();
+  v1::Request remove;
+  remove.mutable_delete_session()->set_session_id(fresh);
+  Call(engine, remove);
+  return response;
+}
+
 // One full chat; appends each turn's figures to turns[i].
-void RunChat(Engine& engine, bool cached, int n_turns, int reply_tokens, const std::vector<std::string>& user,
+void RunChat(Engine& engine, Path path, int n_turns, int reply_tokens, const std::vector<std::string>& user,
              std::vector<TurnFigures>& turns) {
   v1::Request create;
   create.mutable_create_session()->set_system_prompt(std::string(daemon::engine::kDefaultSystemPrompt));
   const std::string session = Call(engine, create).create_session().session_id();
   for (int t = 0; t < n_turns; ++t) {
+    const std::string& text = user[t % user.size()];
+    if (path == Path::kReprefill) {
+      const v1::GenerateResponse reply = ReprefillTurn(engine, session, text, reply_tokens);
+      turns[t].ttft_ms.push_back(reply.stats().time_to_first_token_ms());
+      turns[t].prefilled.push_back(static_cast<double>(reply.stats().prefilled_tokens()));
+      turns[t].reused.push_back(static_cast<double>(reply.stats().reused_tokens()));
+      turns[t].length.push_back(static_cast<double>(reply.session_length()));
+    }
     v1::Request request;
     v1::ChatRequest* chat = request.mutable_chat();
     chat->set_session_id(session);
-    chat->set_user_text(user[t % user.size()]);
+    chat->set_user_text(text);
     chat->set_max_new_tokens(reply_tokens);
-    chat->set_use_kv_cache(cached);
+    chat->set_use_kv_cache(path != Path::kUncached);
     chat->mutable_sampling()->set_temperature(0.0f);
     const v1::ChatResponse reply = Call(engine, request).chat();
+    if (path == Path::kReprefill) continue;  // this turn only advances the history
     turns[t].ttft_ms.push_back(reply.stats().time_to_first_token_ms());
     turns[t].prefilled.push_back(static_cast<double>(reply.stats().prefilled_tokens()));
     turns[t].reused.push_back(static_cast<double>(reply.stats().reused_tokens()));
@@ -114,7 +162,8 @@ double Median(std::vector<double> v) {
 
 int main(int argc, char** argv) {
   using namespace niels::bench;
-  CLI::App app{"nielsd-chat-bench: per-turn time to first token, cached vs uncached, through the Engine"};
+  CLI::App app{"nielsd-chat-bench: per-turn time to first token, cached vs uncached vs re-prefill, "
+               "through the Engine"};
   std::string preset = "personal";
   std::string tokenizer_path = std::string(NIELS_SOURCE_DIR) + "/models/niels-demo/tokenizer.model";
   int threads = 0, repeats = 3, n_turns = 5, reply_tokens = 48;
@@ -159,10 +208,11 @@ int main(int argc, char** argv) {
       "how would i run nielsd as a systemd user service with socket activation, step by step please?",
       "last question: how can a python script talk to nielsd over the socket without niels-chat?",
   };
-  std::vector<TurnFigures> cached(n_turns), uncached(n_turns);
-  for (int r = 0; r < repeats; ++r) {
-    RunChat(engine, true, n_turns, reply_tokens, user, cached);
-    RunChat(engine, false, n_turns, reply_tokens, user, uncached);
+  std::vector<TurnFigures> cached(n_turns), uncached(n_turns), reprefill(n_turns);
+  for (int r = 0; r < repeats; ++r) {  // interleaved, so machine noise hits all three alike
+    RunChat(engine, Path::kCached, n_turns, reply_tokens, user, cached);
+    RunChat(engine, Path::kUncached, n_turns, reply_tokens, user, uncached);
+    RunChat(engine, Path::kReprefill, n_turns, reply_tokens, user, reprefill);
   }
   engine.Shutdown();
 
@@ -170,11 +220,12 @@ int main(int argc, char** argv) {
     std::printf("nielsd-chat-bench: preset %s (T %ld), %d turns x %d reply tokens, medians of %d chats, %s\n",
                 preset.c_str(), static_cast<long>(config.context), n_turns, reply_tokens, repeats,
                 niels::daemon::model::DescribeThreads(*pool).c_str());
-    std::printf("%4s %8s | %12s %9s %7s | %12s %9s | %7s\n", "turn", "length", "cached TTFT", "prefilled",
-                "reused", "uncached TTFT", "prefilled", "ratio");
+    std::printf("%4s %8s | %12s %9s %7s | %12s %9s | %7s | %12s %9s\n", "turn", "length", "cached TTFT",
+                "prefilled", "reused", "uncached TTFT", "prefilled", "ratio", "reprefill TTFT", "prefilled");
   }
   for (int t = 0; t < n_turns; ++t) {
     const double c_ttft = Median(cached[t].ttft_ms), u_ttft = Median(uncached[t].ttft_ms);
+    const double r_ttft = Median(reprefill[t].ttft_ms);
     if (json) {
       auto line = [&](const char* metric, double value, const char* unit, const char* path) {
         std::printf("{\"metric\": \"%s\", \"value\": %.4f, \"unit\": \"%s\", \"preset\": \"%s\", \"turn\": %d, \"path\": \"%s\"}\n",
@@ -185,10 +236,13 @@ int main(int argc, char** argv) {
       line("prefilled_tokens", Median(cached[t].prefilled), "tokens", "cached");
       line("reused_tokens", Median(cached[t].reused), "tokens", "cached");
       line("prefilled_tokens", Median(uncached[t].prefilled), "tokens", "uncached");
+      line("ttft_ms", r_ttft, "ms", "reprefill");
+      line("prefilled_tokens", Median(reprefill[t].prefilled), "tokens", "reprefill");
     } else {
-      std::printf("%4d %8.0f | %10.1fms %9.0f %7.0f | %11.1fms %9.0f | %6.1fx\n", t + 1, Median(cached[t].length),
-                  c_ttft, Median(cached[t].prefilled), Median(cached[t].reused), u_ttft,
-                  Median(uncached[t].prefilled), u_ttft / std::max(c_ttft, 1e-9));
+      std::printf("%4d %8.0f | %10.1fms %9.0f %7.0f | %11.1fms %9.0f | %6.1fx | %12.1fms %9.0f\n", t + 1,
+                  Median(cached[t].length), c_ttft, Median(cached[t].prefilled), Median(cached[t].reused), u_ttft,
+                  Median(uncached[t].prefilled), u_ttft / std::max(c_ttft, 1e-9), r_ttft,
+                  Median(reprefill[t].prefilled));
     }
   }
   return 0;

@@ -5,6 +5,10 @@
 // FrameDecoder is a pure incremental parser with no I/O: feed it bytes as they arrive and pull
 // complete frames out. It never allocates more than max_frame_bytes for a frame, and reports an
 // oversized length as soon as the varint is complete. Not thread-safe; one per connection.
+// EncodeFrame uses protobuf's SerializeDelimitedToZeroCopyStream; decoding cannot use its
+// ParseDelimitedFrom*: they read from a blocking stream and cannot answer "need more bytes" for a
+// partial frame without consuming it, and CodedInputStream::ReadVarint32 cannot tell an incomplete
+// varint from a malformed one, which the incremental Asio reader must distinguish.
 
 #include <cstddef>
 #include <cstdint>

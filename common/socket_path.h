@@ -1,6 +1,6 @@
 #pragma once
-// Where the nielsd socket lives (DESIGN.md section 7). The daemon and every client resolve it the
-// same way, first match wins:
+// Where the nielsd socket lives (docs/ARCHITECTURE.md "The daemon process"). The daemon and every
+// client resolve it the same way, first match wins:
 //   1. --socket PATH (a non-empty flag value)
 //   2. $NIELSD_SOCKET
 //   3. $XDG_RUNTIME_DIR/nielsd/nielsd.sock (a per-user daemon)

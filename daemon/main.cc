@@ -1,5 +1,5 @@
 // nielsd: flags, wiring, run. Everything else lives in daemon/server (the socket side) and
-// daemon/engine (the model side). See DESIGN.md section 7.
+// daemon/engine (the model side). See docs/ARCHITECTURE.md "The daemon process".
 #include <sys/resource.h>
 #include <unistd.h>
 
@@ -138,7 +138,8 @@ std::string DefaultModelDir() {
 }  // namespace
 
 int main(int argc, char** argv) {
-  // libtorch's OpenMP threads must not busy-wait against the engine's other threads (DESIGN.md 10).
+  // libtorch's OpenMP threads must not busy-wait against the engine's other threads
+  // (docs/ARCHITECTURE.md "Threads and ownership").
   ::setenv("OMP_WAIT_POLICY", "PASSIVE", /*overwrite=*/0);
   struct sigaction on_sigbus {};
   on_sigbus.sa_handler = OnSigbus;
@@ -219,8 +220,11 @@ int main(int argc, char** argv) {
   LogInfo("model {} ({}): V={} T={} C={} L={} H={} d_ff={}",
           config.name.empty() ? "unnamed" : config.name, flags.model, config.vocab_size,
           config.context, config.width, config.layers, config.heads, config.d_ff);
-  LogInfo("socket {}, {} torch threads, {} IO threads, max frame {} bytes, max sessions {} ({} per uid), "
-          "KV budget {} MiB, max connections {} ({} per uid)",
+  // The setup model::ConfigureThreads makes on the engine thread (docs/ARCHITECTURE.md "Threads
+  // and ownership").
+  LogInfo("socket {}, compute threads {} (decode worker pool and OpenBLAS; torch intra-op 1), "
+          "{} IO threads, max frame {} bytes, max sessions {} ({} per uid), KV budget {} MiB, "
+          "max connections {} ({} per uid)",
           daemon.socket_path(), flags.threads, flags.io_threads, flags.max_frame_bytes,
           flags.max_sessions, flags.max_sessions_per_uid, flags.kv_budget_mb, options.max_connections,
           options.max_connections_per_uid);

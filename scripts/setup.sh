@@ -11,9 +11,10 @@ PACKAGES=(
   libprotobuf-dev protobuf-compiler python3-protobuf
   libboost-dev libsentencepiece-dev nlohmann-json3-dev libfmt-dev libcli11-dev libedit-dev
   libsystemd-dev systemd procps                # systemd-analyze, systemd-socket-activate, pgrep (tests)
-  libgtest-dev libgmock-dev libbenchmark-dev
+  libgtest-dev libgmock-dev
   python3 python3-torch python3-numpy          # checkpoint converter and its test
   clang libclang-rt-14-dev                     # libFuzzer targets (scripts/fuzz.sh)
+  python3-matplotlib                           # scripts/plot_benchmarks.py (docs/*.png)
 )
 
 missing=()

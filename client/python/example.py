@@ -1,16 +1,15 @@
 #!/usr/bin/python3
 """Opens a nielsd session, generates with a fixed seed through the raw Generate request, and prints
 the tokens as they stream in. Exits 0 on success, 1 on a daemon error, 2 when nielsd is unreachable.
+Needs the nielsd_client package: installed by `cmake --install`, or PYTHONPATH=build/client/python.
 
     /usr/bin/python3 client/python/example.py --socket /run/user/1000/nielsd/nielsd.sock
 """
 
 import argparse
-import os
 import sys
 
-sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-import nielsd_client  # noqa: E402
+import nielsd_client
 
 
 def main():

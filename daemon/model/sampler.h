@@ -1,5 +1,6 @@
 #pragma once
-// Sampler: turns one position's logits into a token id (DESIGN.md section 4).
+// Sampler: turns one position's logits into a token id (docs/ARCHITECTURE.md "Tokenizer, chat
+// template and sampling").
 //
 // Order per step: banned ids -> repetition penalty (CTRL: positive logits divided, negative
 // multiplied, over ids in `history`) -> temperature (0 = argmax) -> top-k -> top-p -> draw with the

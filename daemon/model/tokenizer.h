@@ -1,5 +1,6 @@
 #pragma once
-// Tokenizer: a SentencePiece model with the four niels_gpt special tokens (DESIGN.md section 3).
+// Tokenizer: a SentencePiece model with the four niels_gpt special tokens (docs/ARCHITECTURE.md
+// "Tokenizer, chat template and sampling").
 // No libtorch. Immutable after Load(); const methods are safe from any thread.
 
 #include <cstdint>

@@ -1,5 +1,6 @@
 #pragma once
-// Weights: the named tensors of a niels_gpt model (state_dict names of DESIGN.md section 2).
+// Weights: the named tensors of a niels_gpt model (state_dict names of docs/ARCHITECTURE.md "Model
+// math").
 //
 // Loaded weights wrap the safetensors file's memory mapping without a copy when the stored dtype is
 // f32 (f16/bf16 are converted to f32 at load). `backing` keeps the mapping alive as long as any

@@ -1,4 +1,4 @@
-#include "client/chat_options.h"
+#include "client/chat/chat_options.h"
 
 #include <gtest/gtest.h>
 
@@ -8,7 +8,7 @@
 #include <string>
 #include <vector>
 
-#include "client/render.h"
+#include "client/chat/render.h"
 
 namespace niels::client {
 namespace {

@@ -1,4 +1,4 @@
-#include "client/chat_repl.h"
+#include "client/chat/chat_repl.h"
 
 #include <signal.h>
 

@@ -1,6 +1,6 @@
 // niels-chat driven as a process against a real nielsd: one-shot, piped lines (one reply each, in
-// the same session), /exit, EOF, the unreachable-daemon message, --no-kv-cache reaching the daemon
-// and --system-file precedence. Expected replies come from the client library with the same
+// the same session), /exit, EOF, the unreachable-daemon message, --no-kv-cache reaching the daemon,
+// --system-file precedence and the slash commands (/help /reset /system /stats, unknown ones). Expected replies come from the client library with the same
 // parameters (greedy, so they are deterministic).
 #include <algorithm>
 
@@ -115,6 +115,92 @@ TEST_F(NielsChatTest, SystemFileTakesPrecedenceOverSystemText) {
   EXPECT_NE(result.err.find("prompt_tokens=" + std::to_string(expected_prompt) + " "), std::string::npos)
       << result.err;
   EXPECT_EQ(result.out, Lines(ExpectedReplies(file_prompt, {"hello there"})));
+}
+
+TEST_F(NielsChatTest, ResetClearsTheConversationAndKeepsTheSystemPrompt) {
+  // After /reset the next line is answered like the first line of a fresh chat with kSystem.
+  const auto first = ExpectedReplies(kSystem, {"hello there"});
+  const auto fresh = ExpectedReplies(kSystem, {"what is nielsd"});
+  auto system_tokens = client_->Tokenize(kSystem);
+  auto user_tokens = client_->Tokenize("what is nielsd");
+  ASSERT_TRUE(system_tokens.ok() && user_tokens.ok());
+  auto result =
+      testing::RunProcess(Args({"--system", kSystem, "--stats"}), "hello there\n/reset\nwhat is nielsd\n");
+  EXPECT_EQ(result.exit_code, 0) << result.err;
+  EXPECT_EQ(result.out, first[0] + "\n" + fresh[0] + "\n");
+  EXPECT_NE(result.err.find("conversation cleared"), std::string::npos) << result.err;
+  // The second turn's prompt holds the system prompt and that turn only:
+  // [sys] system [eot] [usr] text [eot] [asst].
+  const int64_t system_span = system_tokens->ids_size() + 2;
+  const int64_t prompt = system_span + user_tokens->ids_size() + 3;
+  const size_t second = result.err.rfind("niels-chat: stats: ");
+  ASSERT_NE(second, std::string::npos) << result.err;
+  EXPECT_NE(result.err.find("prompt_tokens=" + std::to_string(prompt) + " ", second), std::string::npos)
+      << result.err;
+}
+
+TEST_F(NielsChatTest, SystemCommandStartsOverWithTheNewPrompt) {
+  const std::string other = "you answer questions about niels and nielsd, the local daemon, in detail.";
+  const auto expected = ExpectedReplies(other, {"hello there"});
+  auto other_tokens = client_->Tokenize(other);
+  auto user_tokens = client_->Tokenize("hello there");
+  ASSERT_TRUE(other_tokens.ok() && user_tokens.ok());
+  auto result = testing::RunProcess(Args({"--system", kSystem, "--stats"}),
+                                    "/system " + other + "\nhello there\n/system\n");
+  EXPECT_EQ(result.exit_code, 0) << result.err;
+  EXPECT_EQ(result.out, Lines(expected));
+  // The turn ran on a fresh session with the new prompt: [sys] other [eot] [usr] text [eot] [asst].
+  const int64_t prompt = other_tokens->ids_size() + user_tokens->ids_size() + 5;
+  EXPECT_NE(result.err.find("prompt_tokens=" + std::to_string(prompt) + " reused_tokens="), std::string::npos)
+      << result.err;
+  EXPECT_NE(result.err.find("system prompt: " + other), std::string::npos) << result.err;
+  // The replaced session was deleted, and so was the new one at exit.
+  auto listed = client_->ListSessions();
+  ASSERT_TRUE(listed.ok());
+  EXPECT_EQ(listed->sessions_size(), 0);
+}
+
+TEST_F(NielsChatTest, StatsCommandTogglesTheStatsLine) {
+  auto result =
+      testing::RunProcess(Args({"--system", kSystem}), "hello there\n/stats\nthanks\n/stats\nbye\n");
+  EXPECT_EQ(result.exit_code, 0) << result.err;
+  EXPECT_EQ(std::count(result.out.begin(), result.out.end(), '\n'), 3) << result.out;
+  size_t stats_lines = 0;
+  for (size_t at = result.err.find("niels-chat: stats: "); at != std::string::npos;
+       at = result.err.find("niels-chat: stats: ", at + 1)) {
+    ++stats_lines;
+  }
+  EXPECT_EQ(stats_lines, 1u) << result.err;  // only the reply to "thanks"
+  EXPECT_NE(result.err.find("stats on"), std::string::npos) << result.err;
+  EXPECT_NE(result.err.find("stats off"), std::string::npos) << result.err;
+}
+
+TEST_F(NielsChatTest, HelpAndUnknownCommandsAreNotModelTurns) {
+  auto before = client_->Stats();
+  const auto expected = ExpectedReplies(kSystem, {"hello there"});
+  auto one_turn = client_->Stats();
+  auto result = testing::RunProcess(Args({"--system", kSystem}), "/help\n/frobnicate\nhello there\n");
+  auto after = client_->Stats();
+  ASSERT_TRUE(before.ok() && one_turn.ok() && after.ok());
+  EXPECT_EQ(result.exit_code, 0) << result.err;
+  // Only the real line reached the model: one reply, the first turn's, and as many generated
+  // tokens as that one turn took.
+  EXPECT_EQ(result.out, Lines(expected));
+  EXPECT_EQ(after->tokens_generated_total() - one_turn->tokens_generated_total(),
+            one_turn->tokens_generated_total() - before->tokens_generated_total());
+  EXPECT_NE(result.err.find("/reset"), std::string::npos) << result.err;  // the help text
+  const std::string unknown = "niels-chat: unknown command /frobnicate";
+  const size_t at = result.err.find(unknown);
+  ASSERT_NE(at, std::string::npos) << result.err;
+  const std::string unknown_line = result.err.substr(at, result.err.find('\n', at) - at);
+  EXPECT_NE(unknown_line.find("/help"), std::string::npos) << unknown_line;
+}
+
+TEST_F(NielsChatTest, DoubleSlashSendsTextStartingWithASlash) {
+  const auto expected = ExpectedReplies(kSystem, {"/etc is a directory"});
+  auto result = testing::RunProcess(Args({"--system", kSystem}), "//etc is a directory\n");
+  EXPECT_EQ(result.exit_code, 0) << result.err;
+  EXPECT_EQ(result.out, Lines(expected));
 }
 
 }  // namespace

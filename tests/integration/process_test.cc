@@ -50,6 +50,18 @@ TEST_F(ProcessTest, StaleSocketFileIsReplaced) {
             std::filesystem::perms::owner_read | std::filesystem::perms::owner_write);
 }
 
+TEST_F(ProcessTest, StartupLogStatesTheRealThreadSetup) {
+  StartDaemon();  // --threads 1
+  // The socket listens before the model loads; an answered Info means start-up has been logged.
+  auto client = Connect();
+  ASSERT_NE(client, nullptr);
+  ASSERT_TRUE(client->Info().ok());
+  EXPECT_NE(daemon_->log().find("compute threads 1 (decode worker pool and OpenBLAS; torch intra-op 1)"),
+            std::string::npos)
+      << daemon_->log();
+  EXPECT_EQ(daemon_->log().find("torch threads"), std::string::npos) << daemon_->log();
+}
+
 TEST_F(ProcessTest, SecondDaemonOnALiveSocketRefuses) {
   StartDaemon();
   testing::DaemonProcessOptions options = DaemonOptions();

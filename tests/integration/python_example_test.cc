@@ -1,5 +1,5 @@
 // The Python client example (client/python/example.py) against a live nielsd, with Debian's python3
-// and the protobuf module generated into the build tree.
+// and the nielsd_client package staged in the build tree (PYTHONPATH).
 #include "tests/integration/integration_fixture.h"
 
 namespace niels::integration {
@@ -12,7 +12,7 @@ TEST_F(PythonExampleTest, ExampleRunsAgainstALiveDaemon) {
   auto result = testing::RunProcess(
       {"/usr/bin/python3", std::string(NIELS_SOURCE_DIR) + "/client/python/example.py", "--socket",
        socket_path().string(), "--max-new-tokens", "8"},
-      "", {{"NIELSD_PY_PROTO_DIR", NIELS_PYTHON_PROTO_DIR}});
+      "", {{"PYTHONPATH", NIELS_PYTHON_PACKAGE_DIR}});
   EXPECT_EQ(result.exit_code, 0) << result.out << result.err;
   EXPECT_NE(result.out.find("reply:"), std::string::npos) << result.out;
   EXPECT_NE(result.out.find("token   0"), std::string::npos) << result.out;
@@ -27,7 +27,7 @@ TEST_F(PythonExampleTest, ExampleReportsAnUnreachableDaemon) {
   auto result = testing::RunProcess(
       {"/usr/bin/python3", std::string(NIELS_SOURCE_DIR) + "/client/python/example.py", "--socket",
        (dir_.path() / "none.sock").string()},
-      "", {{"NIELSD_PY_PROTO_DIR", NIELS_PYTHON_PROTO_DIR}});
+      "", {{"PYTHONPATH", NIELS_PYTHON_PACKAGE_DIR}});
   EXPECT_EQ(result.exit_code, 2) << result.err;
 }
 

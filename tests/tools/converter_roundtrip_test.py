@@ -1,10 +1,10 @@
 #!/usr/bin/python3
 """converter_roundtrip: a real niels_gpt checkpoint -> niels-convert -> LoadModelDir -> logits.
 
-Builds a tiny niels_gpt model in PyTorch (written here from DESIGN.md section 2, independent of the
-C++ code), takes one AdamW step so the checkpoint carries a real optimizer_state, saves it the way
-niels_gpt training does (model_cfg with an extra `_raw`, train_cfg, model_state including the tied
-lm_head.weight, step, best_val_loss), converts it with tools/convert/convert_checkpoint.py, loads the
+Builds a tiny niels_gpt model in PyTorch (written here from docs/ARCHITECTURE.md "Model math",
+independent of the C++ code), takes one AdamW step so the checkpoint carries a real
+optimizer_state, saves it the way niels_gpt training does (model_cfg with an extra `_raw`,
+train_cfg, model_state including the tied lm_head.weight, step, best_val_loss), converts it with tools/convert/convert_checkpoint.py, loads the
 model directory in C++ through niels-inspect and compares the logits of the full forward and of the
 Prefill+Decode path with this file's PyTorch forward (max abs diff <= 1e-5). Negative cases check
 that the converter refuses bad checkpoints with a message naming the culprit.
@@ -35,7 +35,8 @@ TOLERANCE = 1e-5
 SPECIAL_EOT = b"<|ngpt_eot_84a5023f67d74cf29cc4001becde983c|>"
 
 # ----------------------------------------------------------------------------------------------
-# The reference model: niels_gpt's architecture, exactly as DESIGN.md section 2 states it.
+# The reference model: niels_gpt's architecture, exactly as docs/ARCHITECTURE.md "Model math" states
+# it.
 
 
 class RMSNorm(nn.Module):

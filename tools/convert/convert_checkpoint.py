@@ -7,7 +7,7 @@ CKPT is a `torch.save` of a dict with keys model_cfg (dict; an extra `_raw` key 
 train_cfg, model_state (the GPT state_dict), step and optionally optimizer_state and
 best_val_loss. SPM_MODEL is the SentencePiece model the checkpoint was trained with.
 
-OUT_DIR receives (DESIGN.md section 2):
+OUT_DIR receives (docs/ARCHITECTURE.md "Model math"):
   config.json        {"V","T","C","L","H","d_ff","rope_theta","name"} (+ "dropout" and other
                      scalar keys of model_cfg, which nielsd keeps and ignores)
   model.safetensors  the state_dict tensors, written by hand (no safetensors package): an 8-byte
@@ -134,7 +134,7 @@ def read_model_config(model_cfg):
 
 
 def expected_shapes(cfg):
-    """state_dict name -> shape, exactly as DESIGN.md section 2 (lm_head.weight excluded)."""
+    """state_dict name -> shape, as docs/ARCHITECTURE.md "Model math" (lm_head.weight excluded)."""
     V, C, d_ff = cfg["V"], cfg["C"], cfg["d_ff"]
     shapes = {"tok_emb.weight": (V, C), "ln_f.weight": (C,)}
     for i in range(cfg["L"]):
@@ -280,7 +280,7 @@ def check_tokenizer(path, vocab_size):
     for literal in SPECIAL_TOKENS:
         if literal not in present:
             raise ConvertError(f"tokenizer {path}: lacks the special token {literal} as a single "
-                               "piece (DESIGN.md section 3)")
+                               "piece (docs/ARCHITECTURE.md, 'Tokenizer, chat template and sampling')")
     if len(pieces) != vocab_size:
         raise ConvertError(f"tokenizer {path} has {len(pieces)} pieces but model_cfg V={vocab_size}"
                            " (and tok_emb.weight has that many rows)")

@@ -1,7 +1,8 @@
 """Hand-written question/answer tables for the niels-demo corpus (see make_corpus.py).
 
 Every answer is short and lowercase and states only what is true of nielsd and niels-chat
-(README.md, DESIGN.md). Nothing personal about niels is invented: such questions get IDK_ANSWER.
+(README.md, docs/ARCHITECTURE.md). Nothing personal about niels is invented: such questions get
+IDK_ANSWER.
 """
 
 DEFAULT_SYSTEM = ("you are a tiny chatbot on niels\u2019 website. answer in third person about niels. "

@@ -1,7 +1,7 @@
 #pragma once
-// ScalarReference: an independent, deliberately naive niels_gpt forward (DESIGN.md section 2) for
-// tests. Plain loops over std::vector<float>; libtorch is used only to read the weights' data and to
-// wrap the final logits for comparison.
+// ScalarReference: an independent, deliberately naive niels_gpt forward (docs/ARCHITECTURE.md
+// "Model math") for tests. Plain loops over std::vector<float>; libtorch is used only to read the
+// weights' data and to wrap the final logits for comparison.
 
 #include <cmath>
 #include <cstdint>

@@ -1,7 +1,7 @@
 #pragma once
-// niels-chat's command line (DESIGN.md section 8) and the pure functions built on it: the system
-// prompt precedence, the ChatRequest sent per turn and the --ckpt model check. No I/O apart from
-// reading --system-file and resolving paths; thread-compatible.
+// niels-chat's command line (docs/ARCHITECTURE.md "niels-chat") and the pure functions built on it:
+// the system prompt precedence, the ChatRequest sent per turn and the --ckpt model check. No I/O
+// apart from reading --system-file and resolving paths; thread-compatible.
 
 #include <cstdint>
 #include <iosfwd>

@@ -1,4 +1,4 @@
-#include "client/chat_options.h"
+#include "client/chat/chat_options.h"
 
 #include <filesystem>
 #include <fstream>
@@ -8,7 +8,7 @@
 #include <CLI/CLI.hpp>
 #include <fmt/format.h>
 
-#include "client/render.h"
+#include "client/chat/render.h"
 
 namespace niels::client {
 namespace {

@@ -1,12 +1,14 @@
 #pragma once
 // ChatRepl: niels-chat's conversation loop over one DaemonClient and one daemon session
-// (DESIGN.md section 8).
+// (docs/ARCHITECTURE.md "niels-chat").
 //
-// - Terminal: prompt "> " with libedit line editing and history; empty lines are ignored;
-//   "/exit" or EOF (Ctrl-D) end cleanly (exit code 0); Ctrl-C during a reply cancels that reply
-//   (the daemon restores the session as it was before the turn) and returns to the prompt;
-//   Ctrl-C at the prompt exits with 130.
+// - Terminal: prompt "> " with libedit line editing and a history file kept across runs
+//   (history_file.h); empty lines are ignored; "/exit" or EOF (Ctrl-D) end cleanly (exit code 0);
+//   Ctrl-C during a reply cancels that reply (the daemon restores the session as it was before the
+//   turn) and returns to the prompt; Ctrl-C at the prompt exits with 130.
 // - Lines (stdin not a terminal): no prompt; one reply per non-empty line; "/exit" or EOF end.
+// - In both: lines starting with "/" are slash commands (slash_command.h), never model turns; their
+//   feedback goes to `err`.
 // - One-shot (-p): a single turn.
 // Only reply text goes to `out`; diagnostics and --stats lines go to `err`.
 //
@@ -19,7 +21,8 @@
 #include <iosfwd>
 #include <string>
 
-#include "client/chat_options.h"
+#include "client/chat/chat_options.h"
+#include "client/chat/slash_command.h"
 #include "client/daemon_client.h"
 #include "common/status.h"
 
@@ -57,18 +60,22 @@ class ChatRepl {
 
   int RunOneShot(const std::string& prompt);
   int RunLines(std::istream& in);
-  int RunTerminal();
+  // `history_path`: the history file (DefaultHistoryPath); "" keeps history for this run only.
+  int RunTerminal(const std::string& history_path);
 
  private:
   // Handles one input line. Returns -1 to continue, or an exit code.
   int HandleLine(const std::string& line, bool interactive);
   int ExitCodeFor(const common::Status& status);
+  // Runs a slash command. Returns -1 to continue, or an exit code.
+  int RunCommand(const SlashCommand& command);
 
   DaemonClient* client_;
   ChatOptions options_;
   std::ostream& out_;
   std::ostream& err_;
   std::string session_id_;
+  std::string system_prompt_;
   bool any_failed_ = false;
 };
 

@@ -1,4 +1,4 @@
-#include "client/render.h"
+#include "client/chat/render.h"
 
 namespace niels::client {
 

@@ -1,12 +1,15 @@
-// niels-chat: the terminal chat client of nielsd (DESIGN.md section 8). Flags, wiring, run.
+// niels-chat: the terminal chat client of nielsd (docs/ARCHITECTURE.md "niels-chat"). Flags,
+// wiring, run.
 #include <signal.h>
 #include <unistd.h>
 
+#include <cstdlib>
 #include <iostream>
 #include <variant>
 
-#include "client/chat_options.h"
-#include "client/chat_repl.h"
+#include "client/chat/chat_options.h"
+#include "client/chat/chat_repl.h"
+#include "client/chat/history_file.h"
 #include "client/daemon_client.h"
 #include "common/socket_path.h"
 
@@ -50,7 +53,10 @@ int Run(const ChatOptions& options) {
     return started.code() == niels::common::StatusCode::kUnavailable ? kExitUnreachable : kExitTurnFailed;
   }
   if (options.prompt) return repl.RunOneShot(*options.prompt);
-  if (::isatty(STDIN_FILENO)) return repl.RunTerminal();
+  if (::isatty(STDIN_FILENO)) {
+    const auto history = DefaultHistoryPath(std::getenv("XDG_STATE_HOME"), std::getenv("HOME"));
+    return repl.RunTerminal(history.value_or(""));
+  }
   return repl.RunLines(std::cin);
 }
 

@@ -1,4 +1,4 @@
-#include "client/chat_repl.h"
+#include "client/chat/chat_repl.h"
 
 #include <signal.h>
 #include <unistd.h>
@@ -11,7 +11,9 @@
 
 #include <editline/readline.h>
 
-#include "client/render.h"
+#include "client/chat/history_file.h"
+#include "client/chat/render.h"
+#include "client/chat/slash_command.h"
 #include "common/socket_path.h"
 
 namespace niels::client {
@@ -73,7 +75,53 @@ common::Status ChatRepl::Start(const std::string& system_prompt) {
   auto created = client_->CreateSession(system_prompt);
   if (!created.ok()) return created.status();
   session_id_ = created->session_id();
+  system_prompt_ = system_prompt;
   return common::Status::Ok();
+}
+
+int ChatRepl::RunCommand(const SlashCommand& command) {
+  using Kind = SlashCommand::Kind;
+  switch (command.kind) {
+    case Kind::kTurn:
+      break;
+    case Kind::kExit:
+      return kExitOk;
+    case Kind::kHelp:
+      err_ << SlashCommandHelp() << std::flush;
+      break;
+    case Kind::kUnknown:
+      err_ << UnknownCommandMessage(command.argument) << std::endl;
+      break;
+    case Kind::kStats:
+      options_.stats = !options_.stats;
+      err_ << "niels-chat: stats " << (options_.stats ? "on" : "off") << std::endl;
+      break;
+    case Kind::kReset: {
+      auto reset = client_->ResetSession(session_id_);
+      if (!reset.ok()) return ExitCodeFor(reset.status());
+      err_ << "niels-chat: conversation cleared (system prompt kept)" << std::endl;
+      break;
+    }
+    case Kind::kSystem: {
+      if (command.argument.empty()) {
+        err_ << "niels-chat: system prompt: " << system_prompt_ << std::endl;
+        break;
+      }
+      if (!IsValidUtf8(command.argument)) {
+        err_ << "niels-chat: the system prompt is not valid UTF-8; unchanged" << std::endl;
+        break;
+      }
+      // The protocol has no "replace the system prompt": start a new session with it.
+      auto created = client_->CreateSession(command.argument);
+      if (!created.ok()) return ExitCodeFor(created.status());
+      (void)client_->DeleteSession(session_id_);
+      session_id_ = created->session_id();
+      system_prompt_ = command.argument;
+      err_ << "niels-chat: new system prompt; conversation cleared" << std::endl;
+      break;
+    }
+  }
+  return kContinue;
 }
 
 common::Status ChatRepl::Turn(const std::string& text) {
@@ -113,13 +161,18 @@ int ChatRepl::ExitCodeFor(const common::Status& status) {
 
 int ChatRepl::HandleLine(const std::string& line, bool interactive) {
   if (line.empty()) return kContinue;
-  if (line == "/exit") return kExitOk;
-  if (!IsValidUtf8(line)) {
+  const SlashCommand command = ParseSlashCommand(line);
+  if (command.kind != SlashCommand::Kind::kTurn) {
+    const int code = RunCommand(command);
+    if (code == kExitTurnFailed) return kContinue;
+    return code;
+  }
+  if (!IsValidUtf8(command.argument)) {
     err_ << "niels-chat: input is not valid UTF-8; line skipped" << std::endl;
     any_failed_ = true;
     return kContinue;
   }
-  const common::Status status = Turn(line);
+  const common::Status status = Turn(command.argument);
   if (status.ok()) return kContinue;
   const int code = ExitCodeFor(status);
   if (code == kExitTurnFailed) return kContinue;
@@ -147,8 +200,8 @@ int ChatRepl::RunLines(std::istream& in) {
   return any_failed_ ? kExitTurnFailed : kExitOk;
 }
 
-int ChatRepl::RunTerminal() {
-  using_history();
+int ChatRepl::RunTerminal(const std::string& history_path) {
+  HistoryFile history(history_path, err_);
   while (true) {
     g_interrupted = 0;
     char* raw = readline("> ");
@@ -162,7 +215,7 @@ int ChatRepl::RunTerminal() {
     }
     std::string line(raw);
     std::free(raw);
-    if (!line.empty()) add_history(line.c_str());
+    if (!line.empty()) history.Add(line);
     const int code = HandleLine(line, /*interactive=*/true);
     if (code != kContinue) return code;
   }

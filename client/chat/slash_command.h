@@ -1,0 +1,33 @@
+#pragma once
+// niels-chat's slash commands: parsing one input line into a command or a chat turn. Pure; no I/O.
+//
+//   /help          list the commands
+//   /reset         same session, its history cleared, the system prompt kept
+//   /system TEXT   a new system prompt (a fresh session); "/system" alone shows the current one
+//   /stats         toggle the per-reply stats line
+//   /exit          end the chat
+// Any other line starting with "/" is an unknown command (never sent to the model). A line starting
+// with "//" is a chat turn with the first "/" removed, so text starting with "/" can still be sent.
+
+#include <string>
+#include <string_view>
+
+namespace niels::client {
+
+struct SlashCommand {
+  enum class Kind { kTurn, kHelp, kReset, kSystem, kStats, kExit, kUnknown };
+  Kind kind = Kind::kTurn;
+  // kTurn: the text to send; kSystem: the new prompt ("" = show the current one);
+  // kUnknown: the command word as typed (e.g. "/foo").
+  std::string argument;
+};
+
+SlashCommand ParseSlashCommand(std::string_view line);
+
+// The /help text, one command per line.
+std::string SlashCommandHelp();
+
+// The one line printed for an unknown command.
+std::string UnknownCommandMessage(std::string_view command);
+
+}  // namespace niels::client

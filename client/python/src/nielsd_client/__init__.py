@@ -1,0 +1,16 @@
+"""nielsd_client: talk to nielsd, the local inference daemon for niels_gpt models, over its socket.
+
+    import nielsd_client
+    with nielsd_client.Client() as client:          # socket resolved like niels-chat's
+        session = client.create_session("you are terse.")
+        reply = client.chat(session.session_id, "hello", on_token=lambda t: print(t.text, end=""))
+
+The wire format is proto/PROTOCOL.md: varint-length-delimited niels.v1.Request / Response protobuf
+messages. The generated messages are `nielsd_client.pb` (nielsd_pb2, built with the package).
+`python3 -m nielsd_client chat` is a small terminal chat.
+"""
+
+from . import nielsd_pb2 as pb
+from .client import Client, NielsdError, default_socket_path, encode_varint
+
+__all__ = ["Client", "NielsdError", "default_socket_path", "encode_varint", "pb"]

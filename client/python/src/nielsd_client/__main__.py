@@ -1,0 +1,93 @@
+"""python3 -m nielsd_client chat: a small terminal chat with nielsd (streams replies).
+
+In a terminal: prompt "> " (with the readline module's line editing when present), /exit or Ctrl-D
+to quit, Ctrl-C during a reply cancels it. With stdin not a terminal: one reply per input line.
+Exit codes: 0 ok, 1 a daemon error, 2 nielsd unreachable.
+"""
+
+import argparse
+import signal
+import sys
+
+from .client import Client, NielsdError
+
+
+def _chat(args):
+    try:
+        client = Client(args.socket)
+    except ConnectionError as e:
+        print("nielsd_client: %s; start it with `nielsd &`" % e, file=sys.stderr)
+        return 2
+    interactive = sys.stdin.isatty()
+    if interactive:
+        try:
+            import readline  # noqa: F401  (line editing for input())
+        except ImportError:
+            pass
+    sampling = {"seed": args.seed, "temperature": 0.0 if args.greedy else args.temperature}
+    with client:
+        try:
+            session = client.create_session(args.system)
+        except NielsdError as e:
+            print("nielsd_client: cannot create a session: %s" % e, file=sys.stderr)
+            return 1
+        in_reply = [False]
+
+        def on_sigint(signum, frame):
+            if in_reply[0]:
+                client.request_cancel()
+            else:
+                raise KeyboardInterrupt
+
+        signal.signal(signal.SIGINT, on_sigint)
+        failed = False
+        try:
+            while True:
+                try:
+                    line = input("> ") if interactive else sys.stdin.readline()
+                except EOFError:
+                    break
+                if not interactive and line == "":
+                    break
+                line = line.rstrip("\r\n")
+                if not line:
+                    continue
+                if line == "/exit":
+                    break
+                in_reply[0] = True
+                try:
+                    client.chat(session.session_id, line, max_new_tokens=args.max_new_tokens,
+                                on_token=lambda t: print(t.text, end="", flush=True), **sampling)
+                    print(flush=True)
+                except NielsdError as e:
+                    print(flush=True)
+                    print("nielsd_client: %s" % e, file=sys.stderr)
+                    failed = failed or e.code != "CANCELLED" or not interactive
+                finally:
+                    in_reply[0] = False
+        except KeyboardInterrupt:
+            print()
+        finally:
+            try:
+                client.delete_session(session.session_id)
+            except (NielsdError, ConnectionError, OSError):
+                pass
+    return 1 if failed else 0
+
+
+def main(argv=None):
+    parser = argparse.ArgumentParser(prog="python3 -m nielsd_client")
+    commands = parser.add_subparsers(dest="command", required=True)
+    chat = commands.add_parser("chat", help="chat with the model nielsd serves")
+    chat.add_argument("--socket", help="nielsd socket (default: as niels-chat resolves it)")
+    chat.add_argument("--system", help="system prompt (default: none)")
+    chat.add_argument("--max-new-tokens", type=int, default=256)
+    chat.add_argument("--temperature", type=float, default=0.9)
+    chat.add_argument("--seed", type=int, default=42)
+    chat.add_argument("--greedy", action="store_true", help="temperature 0")
+    args = parser.parse_args(argv)
+    return _chat(args)
+
+
+if __name__ == "__main__":
+    sys.exit(main())

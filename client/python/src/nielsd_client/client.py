@@ -1,0 +1,252 @@
+"""Client: one connection to nielsd, one call at a time (see the package docstring).
+
+Each call assigns the next request id (1, 2, ...), sends one Request frame and reads Response frames
+until the final one for that id; TokenEvents of a streaming call go to `on_token` as they arrive.
+An Error response raises NielsdError; a lost or corrupt connection raises ConnectionError, after
+which the client is unusable.
+
+Cancelling the call in flight: request_cancel() may be called from another thread or from a signal
+handler. The call then sends Cancel{target_request_id} on the same connection, reads on until its
+own final response (normally Error CANCELLED, raised as NielsdError with code "CANCELLED") and the
+Cancel's reply, so the connection stays usable. cancel(request_id) is the Cancel request itself.
+"""
+
+import os
+import select
+import socket
+import threading
+
+from . import nielsd_pb2 as pb
+
+
+def default_socket_path(flag=None):
+    """--socket > $NIELSD_SOCKET > $XDG_RUNTIME_DIR/nielsd/nielsd.sock > /run/nielsd/nielsd.sock."""
+    if flag:
+        return flag
+    if os.environ.get("NIELSD_SOCKET"):
+        return os.environ["NIELSD_SOCKET"]
+    if os.environ.get("XDG_RUNTIME_DIR"):
+        return os.path.join(os.environ["XDG_RUNTIME_DIR"], "nielsd", "nielsd.sock")
+    return "/run/nielsd/nielsd.sock"
+
+
+class NielsdError(Exception):
+    """An Error response: `code` is the niels.v1.ErrorCode name, e.g. "NOT_FOUND"."""
+
+    def __init__(self, code, message):
+        super().__init__("%s: %s" % (code, message))
+        self.code = code
+        self.message = message
+
+
+def encode_varint(value):
+    """The base-128 varint that precedes every frame."""
+    out = bytearray()
+    while value >= 0x80:
+        out.append((value & 0x7F) | 0x80)
+        value >>= 7
+    out.append(value)
+    return bytes(out)
+
+
+class Client:
+    """A connection to nielsd. Use as a context manager or call close()."""
+
+    def __init__(self, path=None, max_frame_bytes=64 << 20):
+        self.path = default_socket_path(path)
+        self.max_frame_bytes = max_frame_bytes
+        self._sock = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+        try:
+            self._sock.connect(self.path)
+        except OSError as e:
+            self._sock.close()
+            raise ConnectionError("cannot reach nielsd at %s (%s)" % (self.path, e.strerror)) from e
+        self._buf = bytearray()
+        self._next_id = 1
+        self._call_lock = threading.Lock()
+        # request_cancel() writes one byte here; the call in flight waits on both sockets.
+        self._wake_r, self._wake_w = socket.socketpair()
+        self._wake_r.setblocking(False)
+        self._wake_w.setblocking(False)
+
+    def close(self):
+        self._sock.close()
+        self._wake_r.close()
+        self._wake_w.close()
+
+    def __enter__(self):
+        return self
+
+    def __exit__(self, *exc):
+        self.close()
+
+    @property
+    def last_request_id(self):
+        """The most recently assigned request id (0 before any call)."""
+        return self._next_id - 1
+
+    # ------------------------------------------------------------------ cancelling
+
+    def request_cancel(self):
+        """Asks the call in flight to be cancelled. Safe from other threads and signal handlers."""
+        try:
+            self._wake_w.send(b"c")
+        except (BlockingIOError, OSError):
+            pass  # already pending, or closed
+
+    def clear_cancel_request(self):
+        """Forgets a cancel request that no call has acted on yet."""
+        try:
+            while self._wake_r.recv(64):
+                pass
+        except (BlockingIOError, OSError):
+            pass
+
+    # ------------------------------------------------------------------ framing
+
+    def _send(self, request):
+        body = request.SerializeToString()
+        self._sock.sendall(encode_varint(len(body)) + body)
+
+    def _try_parse(self):
+        """A complete Response from the buffer, or None when more bytes are needed."""
+        length = 0
+        for i in range(min(len(self._buf), 10)):
+            byte = self._buf[i]
+            length |= (byte & 0x7F) << (7 * i)
+            if not byte & 0x80:
+                if length > self.max_frame_bytes:
+                    raise ConnectionError("frame of %d bytes from nielsd is too large" % length)
+                end = i + 1 + length
+                if len(self._buf) < end:
+                    return None
+                response = pb.Response()
+                response.ParseFromString(bytes(self._buf[i + 1:end]))
+                del self._buf[:end]
+                return response
+        if len(self._buf) >= 10:
+            raise ConnectionError("malformed frame length from nielsd")
+        return None
+
+    def _recv(self):
+        """The next Response, or None when a cancel was requested first."""
+        while True:
+            response = self._try_parse()
+            if response is not None:
+                return response
+            readable, _, _ = select.select([self._sock, self._wake_r], [], [])
+            if self._wake_r in readable:
+                self.clear_cancel_request()
+                return None
+            chunk = self._sock.recv(65536)
+            if not chunk:
+                raise ConnectionError("nielsd at %s closed the connection" % self.path)
+            self._buf += chunk
+
+    def _new_request(self):
+        request = pb.Request(request_id=self._next_id)
+        self._next_id += 1
+        return request
+
+    # ------------------------------------------------------------------ calls
+
+    def call(self, kind, message=None, on_token=None):
+        """Sends Request{kind: message}; returns the result message or raises NielsdError."""
+        with self._call_lock:
+            request = self._new_request()
+            field = getattr(request, kind)
+            if message is not None:
+                field.CopyFrom(message)
+            else:
+                field.SetInParent()
+            self._send(request)
+            final = None
+            cancel_id = 0
+            cancel_answered = False
+            while final is None or (cancel_id and not cancel_answered):
+                response = self._recv()
+                if response is None:  # request_cancel()
+                    if not cancel_id and final is None:
+                        cancel = self._new_request()
+                        cancel.cancel.target_request_id = request.request_id
+                        cancel_id = cancel.request_id
+                        self._send(cancel)
+                    continue
+                which = response.WhichOneof("kind")
+                if response.request_id == request.request_id:
+                    if which != "token":
+                        final = response
+                    elif on_token is not None and final is None:
+                        on_token(response.token)
+                elif cancel_id and response.request_id == cancel_id and which != "token":
+                    cancel_answered = True
+                # anything else belongs to no call of ours (a stale id): ignored
+        which = final.WhichOneof("kind")
+        if which == "error":
+            raise NielsdError(pb.ErrorCode.Name(final.error.code), final.error.message)
+        if which != kind:
+            raise NielsdError("INTERNAL", "expected a %s response, got %s" % (kind, which))
+        return getattr(final, kind)
+
+    def info(self):
+        return self.call("info")
+
+    def create_session(self, system_prompt=None):
+        req = pb.CreateSessionRequest()
+        if system_prompt is not None:
+            req.system_prompt = system_prompt
+        return self.call("create_session", req)
+
+    def chat(self, session_id, user_text, on_token=None, max_new_tokens=None, use_kv_cache=None,
+             **sampling):
+        """One chat turn. With on_token the reply streams (one TokenEvent per token).
+        sampling: temperature, top_k, top_p, repetition_penalty, seed (niels.v1.Sampling)."""
+        req = pb.ChatRequest(session_id=session_id, user_text=user_text,
+                             sampling=pb.Sampling(**sampling), stream=on_token is not None)
+        if max_new_tokens is not None:
+            req.max_new_tokens = max_new_tokens
+        if use_kv_cache is not None:
+            req.use_kv_cache = use_kv_cache
+        return self.call("chat", req, on_token)
+
+    def generate(self, session_id, input_ids=(), on_token=None, max_new_tokens=None,
+                 use_kv_cache=None, stop_ids=(), want_logprobs=False, top_logprobs=0, **sampling):
+        """The raw form: input_ids are appended and processed, then up to max_new_tokens sampled."""
+        req = pb.GenerateRequest(session_id=session_id, input_ids=list(input_ids),
+                                 sampling=pb.Sampling(**sampling), stream=on_token is not None,
+                                 stop_ids=list(stop_ids), want_logprobs=want_logprobs,
+                                 top_logprobs=top_logprobs)
+        if max_new_tokens is not None:
+            req.max_new_tokens = max_new_tokens
+        if use_kv_cache is not None:
+            req.use_kv_cache = use_kv_cache
+        return self.call("generate", req, on_token)
+
+    def tokenize(self, text):
+        return self.call("tokenize", pb.TokenizeRequest(text=text))
+
+    def detokenize(self, ids):
+        return self.call("detokenize", pb.DetokenizeRequest(ids=list(ids)))
+
+    def get_session(self, session_id):
+        return self.call("get_session", pb.GetSessionRequest(session_id=session_id))
+
+    def list_sessions(self):
+        return self.call("list_sessions")
+
+    def fork_session(self, session_id):
+        return self.call("fork_session", pb.ForkSessionRequest(session_id=session_id))
+
+    def reset_session(self, session_id):
+        return self.call("reset_session", pb.ResetSessionRequest(session_id=session_id))
+
+    def delete_session(self, session_id):
+        return self.call("delete_session", pb.DeleteSessionRequest(session_id=session_id))
+
+    def cancel(self, target_request_id):
+        """The Cancel request for a request of this connection; .found says whether it was in flight.
+        (A call of this client blocks until done: use request_cancel() for the call in flight.)"""
+        return self.call("cancel", pb.CancelRequest(target_request_id=target_request_id))
+
+    def stats(self):
+        return self.call("stats")
