@@ -1,5 +1,5 @@
 #pragma once
-// The token-native chat template (DESIGN.md section 3): each message is
+// The token-native chat template (docs/ARCHITECTURE.md, "Tokenizer, chat template and sampling"): each message is
 // [role id] + encode(content) + [eot]; a generation prompt is [asst].
 
 #include <cstdint>

@@ -1,5 +1,5 @@
 #pragma once
-// Session: one chat session (DESIGN.md section 5): its owner, its token history with the KV cache of a
+// Session: one chat session (docs/ARCHITECTURE.md, "Sessions and the KV cache"): its owner, its token history with the KV cache of a
 // prefix of it (engine::Sequence), and the turn boundaries the context-limit policy works with.
 //
 // History layout: [system prompt span][turn 1][turn 2]...[turn k][tail]. The system prompt span is
