@@ -81,6 +81,16 @@ class RawConnection {
   common::FrameDecoder decoder_{64u << 20};
 };
 
+// Sends Info (request id 1) on a new connection and returns the first response: the InfoResponse,
+// or the refusal a connection over a limit gets.
+std::optional<v1::Response> AskInfo(RawConnection& connection, std::chrono::milliseconds timeout) {
+  v1::Request info;
+  info.set_request_id(1);
+  info.mutable_info();
+  connection.Write(common::EncodeFrame(info));
+  return connection.Read(timeout);
+}
+
 // Runs `body` in a child process as `uid` and returns its exit code (body's return value).
 int RunAs(uint32_t uid, const std::function<int()>& body) {
   pid_t child = ::fork();
@@ -226,11 +236,7 @@ TEST_F(LimitsTest, OneUserFloodingDoesNotLockOutAnother) {
     int refused_connections = 0;
     for (int i = 0; i < 12; ++i) {
       auto connection = std::make_unique<RawConnection>(socket_path());
-      v1::Request info;
-      info.set_request_id(1);
-      info.mutable_info();
-      connection->Write(common::EncodeFrame(info));
-      auto reply = connection->Read();
+      auto reply = AskInfo(*connection, std::chrono::seconds(30));
       if (reply && reply->has_info()) {
         connections.push_back(std::move(connection));
       } else if (reply && reply->has_error() && reply->error().code() == v1::RESOURCE_EXHAUSTED) {
@@ -309,11 +315,7 @@ TEST_F(LimitsTest, OutOfFileDescriptorsRefusesCleanlyAndRecovers) {
   int refused = 0;
   for (int i = 0; i < 60; ++i) {
     auto connection = std::make_unique<RawConnection>(socket_path());
-    v1::Request info;
-    info.set_request_id(1);
-    info.mutable_info();
-    connection->Write(common::EncodeFrame(info));
-    auto reply = connection->Read(std::chrono::seconds(5));
+    auto reply = AskInfo(*connection, std::chrono::seconds(5));
     ASSERT_TRUE(reply.has_value()) << "connection " << i << " got no answer within 5 s";
     if (reply->has_info()) {
       ++answered;
@@ -344,11 +346,7 @@ TEST_F(LimitsTest, DefaultConnectionLimitFitsTheOpenFilesLimit) {
   int refused_by_limit = 0;
   for (int i = 0; i < 40; ++i) {
     auto connection = std::make_unique<RawConnection>(socket_path());
-    v1::Request info;
-    info.set_request_id(1);
-    info.mutable_info();
-    connection->Write(common::EncodeFrame(info));
-    auto reply = connection->Read(std::chrono::seconds(5));
+    auto reply = AskInfo(*connection, std::chrono::seconds(5));
     ASSERT_TRUE(reply.has_value());
     if (reply->has_error()) {
       EXPECT_NE(reply->error().message().find("--max-connections"), std::string::npos) << reply->error().message();
