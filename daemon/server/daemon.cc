@@ -39,12 +39,13 @@ Daemon::~Daemon() {
 }
 
 common::Status Daemon::Listen() {
+  // From here on SIGTERM/SIGINT are queued for Serve() (which then shuts down at once), so a signal
+  // while the model loads still ends with the socket file removed. Installed before the socket is
+  // bound: a client may connect (and signal us) as soon as listen() returns.
+  if (options_.handle_signals && !signals_) StartSignalHandling();
   common::StatusOr<std::unique_ptr<Listener>> listener = Listener::Open(accept_strand_, options_.listener);
   if (!listener.ok()) return listener.status();
   listener_ = std::move(listener).value();
-  // From here on SIGTERM/SIGINT are queued for Serve() (which then shuts down at once), so a signal
-  // while the model loads still ends with the socket file removed.
-  if (options_.handle_signals) StartSignalHandling();
   return common::Status::Ok();
 }
 
