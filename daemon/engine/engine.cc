@@ -246,6 +246,8 @@ template <typename Call>
 Status Catching(Call&& call) {
   try {
     return call();
+  } catch (const model::KvExhausted& error) {
+    return Status::ResourceExhausted(error.what());
   } catch (const c10::Error& error) {
     return Status::Internal(fmt::format("model error: {}", error.what_without_backtrace()));
   } catch (const std::exception& error) {
@@ -319,6 +321,9 @@ template <typename Work>
 void Guarded(RunningTurn& running, Work&& work, std::vector<RunningTurn*>& failed, std::vector<Status>& why) {
   try {
     work();
+  } catch (const model::KvExhausted& error) {
+    failed.push_back(&running);
+    why.push_back(Status::ResourceExhausted(error.what()));
   } catch (const c10::Error& error) {
     failed.push_back(&running);
     why.push_back(Status::Internal(fmt::format("model error: {}", error.what_without_backtrace())));
@@ -383,12 +388,14 @@ void Engine::RunModelWork() {
     }
     model::AttentionTrace trace{layer, {}};
     torch::Tensor logits;
-    try {
+    const Status decoded = Catching([&] {
       logits = state_->language_model().Decode(tokens, caches, layer >= 0 ? &trace : nullptr);
-    } catch (const c10::Error& error) {
+      return Status::Ok();
+    });
+    if (!decoded.ok()) {
       for (RunningTurn* running : members) {
         failed.push_back(running);
-        why.push_back(Status::Internal(fmt::format("model error: {}", error.what_without_backtrace())));
+        why.push_back(decoded);
       }
       continue;
     }

@@ -13,6 +13,7 @@
 #include <chrono>
 #include <cstdint>
 #include <functional>
+#include <memory>
 #include <optional>
 #include <span>
 #include <vector>
@@ -26,10 +27,12 @@
 
 namespace niels::daemon::engine {
 
-// A token sequence plus the KV cache of a prefix of it.
+// A token sequence plus the KV cache of a prefix of it (blocks of `pool`).
 struct Sequence {
   std::vector<int32_t> tokens;
   model::KvCache cache;
+  explicit Sequence(std::shared_ptr<model::KvPool> pool) : cache(std::move(pool)) {}
+  // With a pool of its own for one context of `config` (tools and tests).
   explicit Sequence(const model::ModelConfig& config) : cache(config) {}
 };
 

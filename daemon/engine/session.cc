@@ -25,8 +25,8 @@ double UnixNow() {
   return duration<double>(system_clock::now().time_since_epoch()).count();
 }
 
-Session::Session(std::string id, uint32_t owner, const model::ModelConfig& config)
-    : id_(std::move(id)), owner_(owner), config_(config), sequence_(config) {
+Session::Session(std::string id, uint32_t owner, std::shared_ptr<model::KvPool> pool)
+    : id_(std::move(id)), owner_(owner), pool_(pool), sequence_(std::move(pool)) {
   created_unix_s_ = UnixNow();
   last_used_unix_s_ = created_unix_s_;
 }
@@ -63,7 +63,7 @@ void Session::DropOldestTurns(size_t count, Snapshot& snapshot) {
     turn.end -= removed;
   }
   // Positions after the system prompt moved: only the system prompt's keys/values stay valid.
-  StashCacheCopy(snapshot);
+  StashCacheCopy(snapshot);  // shared, not copied
   sequence_.cache.Truncate(std::min(sequence_.cache.length(), system_end_));
 }
 
@@ -85,29 +85,30 @@ Session::Snapshot Session::TakeSnapshot() const {
 
 void Session::StashCache(Snapshot& snapshot) {
   if (snapshot.stashed_cache) {
-    sequence_.cache = model::KvCache(config_);
+    sequence_.cache = model::KvCache(pool_);
     return;
   }
   snapshot.stashed_cache.emplace(std::move(sequence_.cache));
-  sequence_.cache = model::KvCache(config_);
+  sequence_.cache = model::KvCache(pool_);
 }
 
 void Session::StashCacheCopy(Snapshot& snapshot) {
-  if (!snapshot.stashed_cache) snapshot.stashed_cache.emplace(sequence_.cache.Clone());
+  if (!snapshot.stashed_cache) snapshot.stashed_cache.emplace(sequence_.cache.Share());
 }
 
 void Session::Restore(Snapshot snapshot) {
   sequence_.tokens = std::move(snapshot.tokens);
   turns_ = std::move(snapshot.turns);
   if (snapshot.stashed_cache) sequence_.cache = std::move(*snapshot.stashed_cache);
-  // The history only grew since the snapshot (or the stashed cache is back): truncating suffices.
-  if (sequence_.cache.length() > snapshot.cache_length) sequence_.cache.Truncate(snapshot.cache_length);
+  // The history only grew since the snapshot (or the stashed cache is back): truncating suffices
+  // (and gives back any block a failed step had taken beyond the cached positions).
+  sequence_.cache.Truncate(std::min(sequence_.cache.length(), snapshot.cache_length));
 }
 
 std::unique_ptr<Session> Session::Fork(std::string new_id, uint32_t owner, bool with_cache) const {
-  auto fork = std::make_unique<Session>(std::move(new_id), owner, config_);
+  auto fork = std::make_unique<Session>(std::move(new_id), owner, pool_);
   fork->sequence_.tokens = sequence_.tokens;
-  if (with_cache) fork->sequence_.cache = sequence_.cache.Clone();
+  if (with_cache) fork->sequence_.cache = sequence_.cache.Share();
   fork->has_system_prompt_ = has_system_prompt_;
   fork->system_end_ = system_end_;
   fork->turns_ = turns_;

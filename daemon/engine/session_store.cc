@@ -11,7 +11,9 @@ using common::Status;
 using common::StatusOr;
 
 SessionStore::SessionStore(const model::ModelConfig& config, SessionStoreOptions options)
-    : config_(config), options_(options) {}
+    : config_(config), options_(options), pool_(std::make_shared<model::KvPool>(config, options.kv_budget_bytes)) {
+  pool_->SetReclaimer([this] { return DropOneIdleCache(); });
+}
 
 namespace {
 
@@ -53,7 +55,7 @@ std::string SessionStore::UniqueId() const {
 StatusOr<Session*> SessionStore::Create(uint32_t owner) {
   NIELS_RETURN_IF_ERROR(CheckRoomFor(owner));
   std::string id = UniqueId();
-  auto session = std::make_unique<Session>(id, owner, config_);
+  auto session = std::make_unique<Session>(id, owner, pool_);
   session->Touch(++tick_);
   Session* raw = session.get();
   sessions_.emplace(std::move(id), std::move(session));
@@ -75,12 +77,8 @@ StatusOr<Session*> SessionStore::Fork(const std::string& id, uint32_t caller) {
   StatusOr<Session*> source = Find(id, caller);
   if (!source.ok()) return source.status();
   NIELS_RETURN_IF_ERROR(CheckRoomFor(caller));
-  const uint64_t source_bytes = static_cast<uint64_t>((*source)->kv_bytes());
-  // The copy must fit beside the source (which stays protected from eviction).
-  EvictFor(*source, 2 * source_bytes);
-  const bool with_cache = kv_bytes() + source_bytes <= options_.kv_budget_bytes;
   std::string new_id = UniqueId();
-  std::unique_ptr<Session> fork = (*source)->Fork(new_id, caller, with_cache);
+  std::unique_ptr<Session> fork = (*source)->Fork(new_id, caller, /*with_cache=*/true);
   fork->Touch(++tick_);
   Session* raw = fork.get();
   sessions_.emplace(std::move(new_id), std::move(fork));
@@ -124,29 +122,23 @@ std::vector<const Session*> SessionStore::List(uint32_t caller) const {
   return own;
 }
 
-uint64_t SessionStore::BytesForTokens(int64_t tokens) const {
-  const uint64_t per_token = 2ull * config_.layers * config_.width * sizeof(float);
-  return per_token * static_cast<uint64_t>(std::max<int64_t>(tokens, 0));
+int64_t SessionStore::BlocksForTokens(int64_t tokens) const {
+  return (std::max<int64_t>(tokens, 0) + model::KvPool::kBlockTokens - 1) / model::KvPool::kBlockTokens;
 }
 
-uint64_t SessionStore::kv_bytes() const {
-  uint64_t total = 0;
-  for (const auto& [id, session] : sessions_) total += static_cast<uint64_t>(session->kv_bytes());
-  return total;
-}
+uint64_t SessionStore::kv_bytes() const { return static_cast<uint64_t>(pool_->used()) * pool_->block_bytes(); }
 
-Session* SessionStore::PickVictim(const Session* active, uint64_t active_bytes) const {
-  // Cache bytes per owner, the active session counted at the size it is about to need.
-  std::map<uint32_t, uint64_t> held;
+Session* SessionStore::PickVictim() const {
+  // Blocks held per owner (a block shared by several sessions counted in each).
+  std::map<uint32_t, int64_t> held;
   for (const auto& [id, session] : sessions_) {
-    if (session.get() != active && session->kv_bytes() > 0) held[session->owner()] += session->kv_bytes();
+    if (session->sequence().cache.blocks() > 0) held[session->owner()] += session->sequence().cache.blocks();
   }
-  if (active) held[active->owner()] += active_bytes;
-  const uint64_t fair_share = held.empty() ? options_.kv_budget_bytes : options_.kv_budget_bytes / held.size();
+  const int64_t fair_share = held.empty() ? pool_->capacity() : pool_->capacity() / static_cast<int64_t>(held.size());
   Session* victim = nullptr;
   bool victim_over_share = false;
   for (const auto& [id, session] : sessions_) {
-    if (session.get() == active || IsBusy(session.get()) || session->kv_bytes() == 0) continue;
+    if (IsBusy(session.get()) || session->sequence().cache.blocks() == 0) continue;
     const bool over_share = held[session->owner()] > fair_share;
     const bool better = !victim || (over_share && !victim_over_share) ||
                         (over_share == victim_over_share && session->last_use_tick() < victim->last_use_tick());
@@ -158,49 +150,33 @@ Session* SessionStore::PickVictim(const Session* active, uint64_t active_bytes) 
   return victim;
 }
 
-void SessionStore::EvictFor(const Session* active, uint64_t active_bytes) {
-  uint64_t others = kv_bytes() - (active ? static_cast<uint64_t>(active->kv_bytes()) : 0);
-  while (others > 0 && others + active_bytes > options_.kv_budget_bytes) {
-    Session* victim = PickVictim(active, active_bytes);
-    if (!victim) break;
-    others -= static_cast<uint64_t>(victim->kv_bytes());
-    victim->DropCache();
-    ++evictions_;
-  }
+bool SessionStore::DropOneIdleCache() {
+  Session* victim = PickVictim();
+  if (victim == nullptr) return false;
+  victim->DropCache();
+  ++evictions_;
+  return true;
 }
 
-Status SessionStore::Reserve(const Session* active, uint64_t expected_bytes) {
-  if (expected_bytes > options_.kv_budget_bytes) {
-    return Status::ResourceExhausted(fmt::format(
-        "this request needs about {} bytes of KV cache, more than the budget of {} bytes",
-        expected_bytes, options_.kv_budget_bytes));
-  }
-  EvictFor(active, expected_bytes);
-  return Status::Ok();
-}
-
-Status SessionStore::Admit(const Session* session, uint64_t expected_bytes, bool* must_wait) {
+Status SessionStore::Admit(const Session* session, int64_t final_length, bool* must_wait) {
   *must_wait = false;
-  if (expected_bytes > options_.kv_budget_bytes) {
+  // The blocks of the whole history, plus one for a shared last block it may have to copy.
+  const int64_t needed = BlocksForTokens(std::min(final_length, config_.context)) + 1;
+  if (needed > pool_->capacity()) {
     return Status::ResourceExhausted(fmt::format(
-        "this request needs about {} bytes of KV cache, more than the budget of {} bytes",
-        expected_bytes, options_.kv_budget_bytes));
+        "this request needs about {} bytes of KV cache, more than the budget of {} bytes (--kv-budget-mb)",
+        static_cast<uint64_t>(needed) * pool_->block_bytes(), options_.kv_budget_bytes));
   }
-  uint64_t held = 0;  // what the running turns hold or may grow to
-  for (const auto& [busy, reserved] : busy_) {
-    if (busy != session) held += std::max(reserved, static_cast<uint64_t>(busy->kv_bytes()));
+  int64_t reserved = 0;  // what the running turns hold or may grow to
+  for (const auto& [busy, blocks] : busy_) {
+    if (busy != session) reserved += std::max(blocks, busy->sequence().cache.blocks());
   }
-  if (held + expected_bytes > options_.kv_budget_bytes) {
+  if (reserved + needed > pool_->capacity()) {
     *must_wait = true;
     return Status::Ok();
   }
-  EvictFor(session, expected_bytes);
-  MarkBusy(session, expected_bytes);
+  MarkBusy(session, needed);
   return Status::Ok();
-}
-
-void SessionStore::Trim(const Session* active) {
-  EvictFor(active, active ? static_cast<uint64_t>(active->kv_bytes()) : 0);
 }
 
 }  // namespace niels::daemon::engine

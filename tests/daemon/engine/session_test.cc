@@ -24,22 +24,42 @@ model::ModelConfig SmallConfig() {
   return config;
 }
 
-// Appends n positions of recognisable values (position * 1000 + layer) to the cache.
-void FillCache(model::KvCache& cache, const model::ModelConfig& config, int64_t n) {
+// Appends `tokens` to the cache with recognisable keys (position * 1000 + layer, values negated),
+// as the forward pass would (PrepareWrite, write, Commit).
+void FillCache(model::KvCache& cache, std::span<const int32_t> tokens) {
+  model::KvPool& pool = cache.pool();
   const int64_t start = cache.length();
-  cache.Reserve(n);
-  for (int64_t layer = 0; layer < config.layers; ++layer) {
-    torch::Tensor positions = torch::arange(start, start + n, torch::kFloat).view({1, n, 1});
-    torch::Tensor k = (positions * 1000 + layer).expand({config.heads, n, config.head_dim()}).contiguous();
-    cache.Write(layer, k, -k);
+  ASSERT_TRUE(cache.PrepareWrite(static_cast<int64_t>(tokens.size())));
+  for (int64_t p = start; p < start + static_cast<int64_t>(tokens.size()); ++p) {
+    float* block = pool.data(cache.block_ids()[p / model::KvPool::kBlockTokens]);
+    for (int64_t layer = 0; layer < pool.layers(); ++layer) {
+      for (int64_t h = 0; h < pool.heads(); ++h) {
+        for (int64_t d = 0; d < pool.head_dim(); ++d) {
+          block[pool.BlockOffset(layer, 0, h, p % model::KvPool::kBlockTokens) + d] = static_cast<float>(p * 1000 + layer);
+          block[pool.BlockOffset(layer, 1, h, p % model::KvPool::kBlockTokens) + d] = -static_cast<float>(p * 1000 + layer);
+        }
+      }
+    }
   }
-  cache.Advance(n);
+  cache.Commit(tokens);
 }
 
-// Grows the session's history by n tokens and caches them all.
-void Grow(Session& session, const model::ModelConfig& config, int64_t n, int32_t id) {
+// Grows the session's history by n tokens `id` and caches them all.
+void Grow(Session& session, const model::ModelConfig&, int64_t n, int32_t id) {
   for (int64_t i = 0; i < n; ++i) session.sequence().tokens.push_back(id);
-  FillCache(session.sequence().cache, config, session.length() - session.cached_tokens());
+  const std::vector<int32_t>& tokens = session.sequence().tokens;
+  FillCache(session.sequence().cache, std::span<const int32_t>(tokens).subspan(session.cached_tokens()));
+}
+
+// The bytes of a pool of `blocks` blocks of `config`'s shape.
+uint64_t PoolBytes(const model::ModelConfig& config, int64_t blocks) {
+  const int64_t per_sequence = (config.context + model::KvPool::kBlockTokens - 1) / model::KvPool::kBlockTokens;
+  return model::KvPool::BytesForOneSequence(config) / static_cast<uint64_t>(per_sequence) * static_cast<uint64_t>(blocks);
+}
+
+// A pool with room for 64 blocks of `config`'s shape.
+std::shared_ptr<model::KvPool> TestPool(const model::ModelConfig& config) {
+  return std::make_shared<model::KvPool>(config, PoolBytes(config, 64));
 }
 
 // The engine thread runs under InferenceMode; caches hold inference tensors, so tests do too.
@@ -62,9 +82,9 @@ TEST(SessionIdTest, Is32LowercaseHexAndUnique) {
 
 TEST_F(SessionTest, RestoreUndoesGrowth) {
   const model::ModelConfig config = SmallConfig();
-  Session session("a", 1, config);
+  Session session("a", 1, TestPool(config));
   session.SetSystemPrompt({1, 2, 3});
-  FillCache(session.sequence().cache, config, 3);
+  FillCache(session.sequence().cache, session.tokens());
   session.AddTurn({3, 3});  // an empty turn span is fine for the bookkeeping
   Session::Snapshot snapshot = session.TakeSnapshot();
   const std::vector<int32_t> before = session.tokens();
@@ -78,7 +98,7 @@ TEST_F(SessionTest, RestoreUndoesGrowth) {
 
 TEST_F(SessionTest, RestoreBringsBackAStashedCache) {
   const model::ModelConfig config = SmallConfig();
-  Session session("a", 1, config);
+  Session session("a", 1, TestPool(config));
   Grow(session, config, 5, 4);
   const torch::Tensor keys = session.sequence().cache.Keys(1, 5).clone();
   Session::Snapshot snapshot = session.TakeSnapshot();
@@ -93,7 +113,7 @@ TEST_F(SessionTest, RestoreBringsBackAStashedCache) {
 
 TEST_F(SessionTest, DropOldestTurnsKeepsSystemPromptAndShiftsTurns) {
   const model::ModelConfig config = SmallConfig();
-  Session session("a", 1, config);
+  Session session("a", 1, TestPool(config));
   session.SetSystemPrompt({1, 1});
   for (int32_t turn = 0; turn < 3; ++turn) {
     const int64_t begin = session.length();
@@ -117,7 +137,7 @@ TEST_F(SessionTest, DropOldestTurnsKeepsSystemPromptAndShiftsTurns) {
 
 TEST_F(SessionTest, ResetKeepsOnlyTheSystemPrompt) {
   const model::ModelConfig config = SmallConfig();
-  Session session("a", 1, config);
+  Session session("a", 1, TestPool(config));
   session.SetSystemPrompt({5, 6, 7});
   Grow(session, config, 3, 0);
   Grow(session, config, 4, 9);
@@ -131,15 +151,14 @@ TEST_F(SessionTest, ResetKeepsOnlyTheSystemPrompt) {
 
 TEST_F(SessionTest, ForkSharesNothingMutable) {
   const model::ModelConfig config = SmallConfig();
-  Session parent("a", 1, config);
+  Session parent("a", 1, TestPool(config));
   parent.SetSystemPrompt({3});
   Grow(parent, config, 6, 2);
   std::unique_ptr<Session> fork = parent.Fork("b", 1, /*with_cache=*/true);
   EXPECT_EQ(fork->tokens(), parent.tokens());
   ASSERT_EQ(fork->cached_tokens(), parent.cached_tokens());
   EXPECT_TRUE(torch::equal(fork->sequence().cache.Keys(0, 7), parent.sequence().cache.Keys(0, 7)));
-  // Writing into the fork's cache storage leaves the parent's untouched.
-  fork->sequence().cache.Keys(0, 7).fill_(-1);
+  // Rewriting the fork's positions (copy on write) leaves the parent's untouched.
   fork->sequence().cache.Truncate(2);
   Grow(*fork, config, 5, 8);
   EXPECT_EQ(parent.length(), 7);
@@ -183,59 +202,82 @@ TEST_F(SessionStoreTest, MaxSessions) {
   EXPECT_EQ(store.Fork(first->id(), 1).status().code(), common::StatusCode::kResourceExhausted);
 }
 
-TEST_F(SessionStoreTest, BudgetDropsLeastRecentlyUsedCachesFirst) {
+TEST_F(SessionStoreTest, AFullPoolDropsTheLeastRecentlyUsedIdleCachesFirst) {
   const model::ModelConfig config = SmallConfig();
-  SessionStore probe(config, SessionStoreOptions{});
-  // Measure what one 64-token cache occupies, then allow three of them.
-  Session* sizing = probe.Create(1).value();
-  Grow(*sizing, config, 64, 1);
-  const uint64_t one = static_cast<uint64_t>(sizing->kv_bytes());
-  ASSERT_GE(one, probe.BytesForTokens(64));
-
-  SessionStore store(config, SessionStoreOptions{.max_sessions = 64, .kv_budget_bytes = 3 * one});
+  // Room for three 64-token caches (4 blocks each).
+  SessionStore store(config, SessionStoreOptions{.max_sessions = 64, .kv_budget_bytes = PoolBytes(config, 12)});
+  ASSERT_EQ(store.pool().capacity(), 12);
   std::vector<Session*> sessions;
   for (int i = 0; i < 3; ++i) {
     sessions.push_back(store.Create(1).value());
-    Grow(*sessions.back(), config, 64, 1);
+    Grow(*sessions.back(), config, 64, 10 + i);  // different tokens: nothing shared
   }
   ASSERT_TRUE(store.Find(sessions[0]->id(), 1).ok());  // 0 is now more recent than 1 and 2
   Session* fourth = store.Create(1).value();
-  ASSERT_TRUE(store.Reserve(fourth, one).ok());
+  store.MarkBusy(fourth, 4);
+  Grow(*fourth, config, 64, 20);
+  store.ClearBusy(fourth);
   EXPECT_EQ(sessions[1]->cached_tokens(), 0);   // least recently used: dropped
   EXPECT_EQ(sessions[1]->length(), 64);         // its history stays
   EXPECT_EQ(sessions[0]->cached_tokens(), 64);
   EXPECT_EQ(sessions[2]->cached_tokens(), 64);
   EXPECT_EQ(store.evictions(), 1u);
-  EXPECT_EQ(store.Reserve(fourth, 4 * one).code(), common::StatusCode::kResourceExhausted);
-  EXPECT_EQ(sessions[0]->cached_tokens(), 64);  // a refused reservation drops nothing
+  EXPECT_LE(store.kv_bytes(), store.kv_budget_bytes());
 
-  // The session being generated on is never dropped for another one.
-  store.MarkBusy(sessions[2], 0);
+  // A session with a running turn is never dropped for another one.
+  store.MarkBusy(sessions[2], 4);
   ASSERT_TRUE(store.Find(sessions[0]->id(), 1).ok());  // 2 is now the least recently used
-  ASSERT_TRUE(store.Reserve(fourth, 2 * one).ok());
+  store.MarkBusy(sessions[1], 4);     // a cache being written belongs to a busy session
+  Grow(*sessions[1], config, 0, 0);  // re-caches its 64 tokens: 4 more blocks
+  EXPECT_EQ(sessions[1]->cached_tokens(), 64);
   EXPECT_EQ(sessions[2]->cached_tokens(), 64);
-  EXPECT_EQ(sessions[0]->cached_tokens(), 0);
+  EXPECT_EQ(fourth->cached_tokens(), 0);  // the least recently used idle one
+}
+
+TEST_F(SessionStoreTest, SessionsWithTheSameLeadingTokensShareBlocks) {
+  const model::ModelConfig config = SmallConfig();
+  SessionStore store(config, SessionStoreOptions{.kv_budget_bytes = PoolBytes(config, 64)});
+  Session* first = store.Create(1).value();
+  Grow(*first, config, 40, 7);
+  Session* second = store.Create(2).value();  // another user, same tokens: blocks are shared
+  for (int i = 0; i < 40; ++i) second->sequence().tokens.push_back(7);
+  EXPECT_EQ(second->sequence().cache.AttachPrefix(second->tokens()), 32);
+  EXPECT_EQ(second->shared_blocks(), 2);
+  EXPECT_EQ(first->shared_blocks(), 2);
+  EXPECT_EQ(first->own_blocks(), 1);
+  EXPECT_EQ(store.pool().used(), 3);
+  // A fork shares every block; deleting it releases only what it alone held.
+  Session* fork = store.Fork(first->id(), 1).value();
+  EXPECT_EQ(store.pool().used(), 3);
+  Grow(*fork, config, 1, 9);  // copies the shared last block
+  EXPECT_EQ(store.pool().used(), 4);
+  ASSERT_TRUE(store.Delete(fork->id(), 1).ok());
+  EXPECT_EQ(store.pool().used(), 3);
+  ASSERT_TRUE(store.Delete(first->id(), 1).ok());
+  EXPECT_EQ(store.pool().used(), 2);  // second's attached prefix stays
+  EXPECT_EQ(second->own_blocks(), 2);
 }
 
 TEST_F(SessionStoreTest, AdmissionWaitsForMemoryHeldByRunningTurns) {
   const model::ModelConfig config = SmallConfig();
-  SessionStore store(config, SessionStoreOptions{.kv_budget_bytes = 1000});
+  SessionStore store(config, SessionStoreOptions{.kv_budget_bytes = PoolBytes(config, 10)});
+  const int64_t bt = model::KvPool::kBlockTokens;
   Session* a = store.Create(1).value();
   Session* b = store.Create(1).value();
   Session* c = store.Create(1).value();
   bool wait = true;
-  ASSERT_TRUE(store.Admit(a, 600, &wait).ok());
+  ASSERT_TRUE(store.Admit(a, 5 * bt, &wait).ok());  // 5 blocks + 1 for a copy on write
   EXPECT_FALSE(wait);
   EXPECT_TRUE(store.IsBusy(a));
-  ASSERT_TRUE(store.Admit(b, 500, &wait).ok());
-  EXPECT_TRUE(wait) << "600 reserved by a running turn + 500 > 1000: wait";
+  ASSERT_TRUE(store.Admit(b, 4 * bt, &wait).ok());
+  EXPECT_TRUE(wait) << "6 reserved by a running turn + 5 > 10: wait";
   EXPECT_FALSE(store.IsBusy(b));
-  ASSERT_TRUE(store.Admit(c, 400, &wait).ok());
-  EXPECT_FALSE(wait) << "600 + 400 fits";
-  EXPECT_EQ(store.Admit(b, 1001, &wait).code(), common::StatusCode::kResourceExhausted)
-      << "more than the whole budget never fits: refused at once";
+  ASSERT_TRUE(store.Admit(c, 3 * bt, &wait).ok());
+  EXPECT_FALSE(wait) << "6 + 4 fits";
+  EXPECT_EQ(store.Admit(b, 10 * bt, &wait).code(), common::StatusCode::kResourceExhausted)
+      << "more than the whole pool never fits: refused at once";
   store.ClearBusy(a);
-  ASSERT_TRUE(store.Admit(b, 500, &wait).ok());
+  ASSERT_TRUE(store.Admit(b, 4 * bt, &wait).ok());
   EXPECT_FALSE(wait) << "a's turn ended: its memory is free for b";
 }
 
