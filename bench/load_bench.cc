@@ -49,6 +49,7 @@ struct Options {
   int short_tokens = 8;
   int long_tokens = 400;
   int repeats = 3;
+  bool short_chat = true;
   bool json = false;
 };
 
@@ -243,6 +244,7 @@ int Main(int argc, char** argv) {
   app.add_option("--repeats", o.repeats, "short chats per condition (median)")->check(CLI::Range(1, 100))
       ->capture_default_str();
   app.add_flag("--json", o.json, "one JSON line per figure");
+  app.add_flag("!--no-short-chat", o.short_chat, "only the load table (skip the short-chat latencies)");
   CLI11_PARSE(app, argc, argv);
   for (int n : o.clients) {
     if (n < 1 || n > 256) {
@@ -288,6 +290,7 @@ int Main(int argc, char** argv) {
     }
     std::fflush(stdout);
   }
+  if (!o.short_chat) return 0;
   const ShortChatFigures s = RunShortChat(o, facts);
   if (o.json) {
     std::printf("{\"bench\":\"short_chat\",\"condition\":\"idle\",\"latency_ms\":%.3f}\n", s.idle_ms);
