@@ -126,6 +126,7 @@ common::Status SessionDb::Configure(const SessionDbOptions& options) {
     return common::Status::Internal(fmt::format("state database {}: cannot switch to WAL mode", path_.string()));
   }
   NIELS_RETURN_IF_ERROR(connection_.Exec(options.sync_commits ? "PRAGMA synchronous=FULL" : "PRAGMA synchronous=NORMAL"));
+  if (!options.auto_checkpoint) NIELS_RETURN_IF_ERROR(connection_.Exec("PRAGMA wal_autocheckpoint=0"));
   if (options.max_bytes > 0) {
     auto page_size = connection_.QueryInt("PRAGMA page_size");
     if (!page_size.ok()) return page_size.status();
@@ -385,5 +386,11 @@ common::StatusOr<std::vector<std::string>> SessionDb::DeleteExpired(
   NIELS_RETURN_IF_ERROR(transaction.Commit());
   return expired;
 }
+
+}  // namespace niels::daemon::state
+
+namespace niels::daemon::state {
+
+common::Status SessionDb::Checkpoint() { return connection_.Exec("PRAGMA wal_checkpoint(PASSIVE)"); }
 
 }  // namespace niels::daemon::state

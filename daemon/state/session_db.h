@@ -47,6 +47,7 @@ const std::vector<Migration>& SchemaMigrations();
 struct SessionDbOptions {
   bool sync_commits = false;  // fsync every transaction (synchronous=FULL)
   uint64_t max_bytes = 0;     // 0 = no limit; else RESOURCE_EXHAUSTED once the file would outgrow it
+  bool auto_checkpoint = true;  // false: commits never checkpoint the WAL (call Checkpoint() elsewhere)
   // For tests of the migration machinery; empty = SchemaMigrations().
   std::vector<Migration> migrations;
 };
@@ -91,6 +92,8 @@ class SessionDb {
   // is false, in one transaction, and returns their ids.
   common::StatusOr<std::vector<std::string>> DeleteExpired(
       double cutoff_unix_s, int limit, const std::function<bool(const std::string& id)>& skip);
+  // Copies committed WAL frames into the database file without waiting for readers or writers.
+  common::Status Checkpoint();
 
  private:
   SessionDb(std::filesystem::path path, SqliteConnection connection)
