@@ -9,6 +9,7 @@
 #include <array>
 #include <bit>
 #include <cerrno>
+#include <cstdint>
 #include <cstring>
 #include <map>
 #include <utility>
@@ -160,6 +161,19 @@ common::StatusOr<uint64_t> KvSpillWriter::Finish() {
 }
 
 // ---------------------------------------------------------------------------------- reader
+
+common::StatusOr<int64_t> PeekKvSpillPositions(const fs::path& path) {
+  const int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC);
+  if (fd < 0) {
+    if (errno == ENOENT) return common::Status::NotFound(fmt::format("no KV spill file {}", path.string()));
+    return Damaged(path, std::strerror(errno));
+  }
+  FileHeader header{};
+  const ssize_t got = ::pread(fd, &header, sizeof(header), 0);
+  ::close(fd);
+  if (got != static_cast<ssize_t>(sizeof(header)) || header.magic != kMagic) return Damaged(path, "no header");
+  return static_cast<int64_t>(std::min<uint64_t>(header.positions, INT64_MAX));
+}
 
 common::Status ReadKvSpill(const fs::path& path, const KvSpillHeader& expected,
                            const std::function<void(const KvSpillRange&)>& sink) {

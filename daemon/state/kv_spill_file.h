@@ -93,6 +93,10 @@ struct KvSpillRange {
   const float* data = nullptr;
 };
 
+// The number of positions the file at `path` claims to cover (from its header; nothing verified).
+// NOT_FOUND when it does not exist, INTERNAL when it is too short to have a header.
+common::StatusOr<int64_t> PeekKvSpillPositions(const std::filesystem::path& path);
+
 // Checks `path` against `expected` (every header field) and its checksum and coverage, then calls
 // `sink` for each range in file order. Nothing is passed to `sink` unless the whole file is valid.
 // NOT_FOUND when the file does not exist; INTERNAL "damaged KV spill file ..." otherwise.

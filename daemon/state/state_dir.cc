@@ -1,12 +1,15 @@
 #include "daemon/state/state_dir.h"
 
 #include <fcntl.h>
+#include <sys/file.h>
 #include <sys/stat.h>
 #include <unistd.h>
 
 #include <cerrno>
 #include <cstdlib>
 #include <cstring>
+#include <string>
+#include <utility>
 
 #include <fmt/format.h>
 
@@ -62,6 +65,43 @@ common::Status PrepareStateDir(const fs::path& dir) {
   ::close(fd);
   ::unlink(probe.c_str());
   return common::Status::Ok();
+}
+
+common::StatusOr<StateDirLock> StateDirLock::Acquire(const fs::path& dir) {
+  const fs::path path = dir / "lock";
+  const int fd = ::open(path.c_str(), O_RDWR | O_CREAT | O_CLOEXEC, 0600);
+  if (fd < 0) return DirError(dir, "cannot open its lock file", errno);
+  if (::flock(fd, LOCK_EX | LOCK_NB) != 0) {
+    const int error = errno;
+    char holder[32] = {};
+    const ssize_t got = ::pread(fd, holder, sizeof(holder) - 1, 0);
+    ::close(fd);
+    if (error == EWOULDBLOCK) {
+      std::string pid = got > 0 ? std::string(holder, static_cast<size_t>(got)) : "";
+      while (!pid.empty() && (pid.back() == '\n' || pid.back() == ' ')) pid.pop_back();
+      return common::Status::Unavailable(fmt::format(
+          "state directory {} is in use by another nielsd{}; give each daemon its own --state-dir",
+          dir.string(), pid.empty() ? "" : " (pid " + pid + ")"));
+    }
+    return DirError(dir, "cannot lock it", error);
+  }
+  const std::string pid = fmt::format("{}\n", ::getpid());
+  if (::ftruncate(fd, 0) == 0) (void)::pwrite(fd, pid.data(), pid.size(), 0);
+  return StateDirLock(fd);
+}
+
+StateDirLock::StateDirLock(StateDirLock&& other) noexcept : fd_(std::exchange(other.fd_, -1)) {}
+
+StateDirLock& StateDirLock::operator=(StateDirLock&& other) noexcept {
+  if (this != &other) {
+    if (fd_ >= 0) ::close(fd_);
+    fd_ = std::exchange(other.fd_, -1);
+  }
+  return *this;
+}
+
+StateDirLock::~StateDirLock() {
+  if (fd_ >= 0) ::close(fd_);
 }
 
 }  // namespace niels::daemon::state

@@ -32,4 +32,22 @@ common::StatusOr<std::filesystem::path> ResolveStateDir(const std::string& flag,
 // --ephemeral) when it cannot be created or written.
 common::Status PrepareStateDir(const std::filesystem::path& dir);
 
+// An exclusive lock on a state directory (flock on "<dir>/lock"), held while the object lives, so
+// two daemons never share one directory. Movable.
+class StateDirLock {
+ public:
+  // UNAVAILABLE naming the directory (and the holder's pid when known) when another process holds
+  // it; INVALID_ARGUMENT when the lock file cannot be opened.
+  static common::StatusOr<StateDirLock> Acquire(const std::filesystem::path& dir);
+  StateDirLock(StateDirLock&& other) noexcept;
+  StateDirLock& operator=(StateDirLock&& other) noexcept;
+  StateDirLock(const StateDirLock&) = delete;
+  StateDirLock& operator=(const StateDirLock&) = delete;
+  ~StateDirLock();
+
+ private:
+  explicit StateDirLock(int fd) : fd_(fd) {}
+  int fd_ = -1;
+};
+
 }  // namespace niels::daemon::state

@@ -108,6 +108,7 @@ TEST(KvSpillFileTest, WholeCacheRoundTripIsExact) {
   EXPECT_EQ(bytes, KvSpillFileBytes(header));
   EXPECT_EQ(fs::file_size(dir / "a.kv"), bytes);
   EXPECT_FALSE(fs::exists(dir / "a.kv.tmp"));
+  EXPECT_EQ(PeekKvSpillPositions(dir / "a.kv").value(), 37);
   FakeCache restored(40, 99);
   ASSERT_TRUE(ReadInto(dir / "a.kv", header, restored).ok());
   ExpectSamePrefix(cache, restored, 37);

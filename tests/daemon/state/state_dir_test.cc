@@ -2,6 +2,7 @@
 #include "daemon/state/state_dir.h"
 
 #include <sys/stat.h>
+#include <unistd.h>
 
 #include <map>
 
@@ -63,6 +64,19 @@ TEST(StateDirTest, UnusablePathNamesItAndTheWayOut) {
     EXPECT_THAT(status.message(), HasSubstr(bad.string()));
     EXPECT_THAT(status.message(), HasSubstr("--ephemeral"));
   }
+}
+
+TEST(StateDirTest, OneDaemonPerDirectory) {
+  testing::TempDir dir;
+  auto first = StateDirLock::Acquire(dir.path());
+  ASSERT_TRUE(first.ok()) << first.status().ToString();
+  // flock locks belong to the open file description: a second open in this process conflicts too.
+  auto second = StateDirLock::Acquire(dir.path());
+  ASSERT_FALSE(second.ok());
+  EXPECT_EQ(second.status().code(), common::StatusCode::kUnavailable);
+  EXPECT_THAT(second.status().message(), HasSubstr("pid " + std::to_string(::getpid())));
+  { StateDirLock released = std::move(first).value(); }
+  EXPECT_TRUE(StateDirLock::Acquire(dir.path()).ok());
 }
 
 TEST(ModelFingerprintTest, StableAndSensitiveToEveryFileKind) {
