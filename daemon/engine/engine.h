@@ -70,6 +70,7 @@
 #include "common/status.h"
 #include "daemon/engine/inference_engine.h"
 #include "daemon/model/model_dir.h"
+#include "daemon/state/durable_store.h"
 
 namespace niels::daemon::engine {
 
@@ -93,6 +94,10 @@ struct EngineOptions {
   uint64_t max_frame_bytes = common::kDefaultMaxFrameBytes;  // reported by Info (the server enforces it)
   uint32_t max_batch = 16;                // running turns (rows of a batched decode step) at most
   int64_t prefill_chunk = 256;            // prompt tokens prefilled per iteration per turn
+  // Durable sessions (docs/ARCHITECTURE.md, "Durable sessions"): the state directory's store, owned
+  // by the caller and outliving the engine; null keeps sessions in memory only (--ephemeral). With
+  // it, idle_session_timeout unloads sessions from memory and its session TTL deletes them.
+  state::DurableStore* durable = nullptr;
 };
 
 struct EngineState;  // engine_state.h: what the request handlers work on

@@ -31,6 +31,11 @@ HandlerResult HandleInfo(EngineState& state, JobContext& job, const v1::InfoRequ
   info.set_max_sessions(state.sessions.max_sessions());
   info.set_kv_budget_bytes(state.sessions.kv_budget_bytes());
   info.set_default_system_prompt(state.options.default_system_prompt);
+  if (const state::DurableStore* durable = state.sessions.durable_store()) {
+    info.set_durable_sessions(true);
+    info.set_session_ttl_s(durable->options().session_ttl_s);
+    info.set_max_stored_sessions_per_uid(durable->options().max_stored_sessions_per_uid);
+  }
   return response;
 }
 
@@ -50,6 +55,14 @@ HandlerResult HandleStats(EngineState& state, JobContext& job, const v1::StatsRe
     stats.set_mean_batch_size(static_cast<double>(state.decode_rows) / static_cast<double>(state.decode_steps));
   }
   if (state.busy_s > 0) stats.set_iterations_per_s(static_cast<double>(state.iterations) / state.busy_s);
+  if (state::DurableStore* durable = state.sessions.durable_store()) {
+    auto stored = durable->Count();
+    if (stored.ok()) stats.set_stored_sessions(static_cast<uint32_t>(*stored));
+    stats.set_kv_spill_bytes(durable->spill().used_bytes());
+    stats.set_kv_spill_reads(state.sessions.durable_counters().spill_reads);
+    stats.set_kv_spill_writes(state.sessions.durable_counters().spill_writes);
+    stats.set_commits_total(durable->commits());
+  }
   return response;
 }
 

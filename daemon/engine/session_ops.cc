@@ -37,11 +37,12 @@ HandlerResult HandleCreateSession(EngineState& state, JobContext& job, const v1:
           system_ids.size(), context));
     }
   }
-  StatusOr<Session*> created = state.sessions.Create(job.uid());
+  std::optional<std::string> system_text;
+  if (request.has_system_prompt()) system_text = request.system_prompt();
+  StatusOr<Session*> created = state.sessions.Create(job.uid(), system_text, std::move(system_ids));
   if (!created.ok()) return created.status();
   Session& session = **created;
   if (request.has_system_prompt()) {
-    session.SetSystemPrompt(std::move(system_ids));
     try {
       PrefillSystemPrompt(state, session);
     } catch (...) {
@@ -61,7 +62,7 @@ HandlerResult HandleGetSession(EngineState& state, JobContext& job, const v1::Ge
   const Session& session = **found;
   v1::Response response;
   v1::GetSessionResponse& result = *response.mutable_get_session();
-  FillSessionInfo(session, *result.mutable_session());
+  FillSessionInfo(ViewOf(session), *result.mutable_session());
   result.mutable_token_ids()->Add(session.tokens().begin(), session.tokens().end());
   return response;
 }
@@ -69,7 +70,9 @@ HandlerResult HandleGetSession(EngineState& state, JobContext& job, const v1::Ge
 HandlerResult HandleListSessions(EngineState& state, JobContext& job, const v1::ListSessionsRequest& request) {
   v1::Response response;
   v1::ListSessionsResponse& result = *response.mutable_list_sessions();
-  for (const Session* session : state.sessions.List(job.uid())) FillSessionInfo(*session, *result.add_sessions());
+  StatusOr<std::vector<SessionView>> sessions = state.sessions.List(job.uid());
+  if (!sessions.ok()) return sessions.status();
+  for (const SessionView& view : *sessions) FillSessionInfo(view, *result.add_sessions());
   return response;
 }
 
@@ -85,7 +88,7 @@ HandlerResult HandleForkSession(EngineState& state, JobContext& job, const v1::F
 HandlerResult HandleResetSession(EngineState& state, JobContext& job, const v1::ResetSessionRequest& request) {
   StatusOr<Session*> found = state.sessions.Find(request.session_id(), job.uid());
   if (!found.ok()) return found.status();
-  (*found)->Reset();
+  NIELS_RETURN_IF_ERROR(state.sessions.Reset(**found));
   v1::Response response;
   response.mutable_reset_session()->set_length((*found)->length());
   return response;

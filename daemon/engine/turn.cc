@@ -16,7 +16,9 @@ Status PrepareCache(EngineState& state, Session& session, Session::Snapshot& sna
     return Status::Ok();
   }
   const int64_t tokens = std::min(final_length, state.config().context);
-  return state.sessions.Admit(&session, state.sessions.BytesForTokens(tokens), must_wait);
+  NIELS_RETURN_IF_ERROR(state.sessions.Admit(&session, state.sessions.BytesForTokens(tokens), must_wait));
+  if (!*must_wait) state.sessions.RestoreSpilledCache(session);
+  return Status::Ok();
 }
 
 Turn::Turn(EngineState& state, JobContext& job, Session& session, Session::Snapshot snapshot,
@@ -60,8 +62,18 @@ HandlerResult Turn::Complete() {
   }
   state_.tokens_generated_total += result.new_tokens.size();
   state_.tokens_prefilled_total += static_cast<uint64_t>(result.prefilled_tokens);
+  if (cached()) state_.sessions.RecordPrefill(result.prefilled_tokens, result.time_to_first_token_s);
+  HandlerResult response = finish_(result);
+  // Durable sessions: the turn is committed before its final response goes out; a failed write
+  // (disk full) fails the turn and leaves the session as it was.
+  if (response.ok()) {
+    if (Status committed = state_.sessions.Commit(session_); !committed.ok()) {
+      session_.Restore(std::move(snapshot_));
+      return committed;
+    }
+  }
   state_.sessions.Trim(&session_);
-  return finish_(result);
+  return response;
 }
 
 void Turn::Abort() {
