@@ -1,5 +1,8 @@
 #include "daemon/state/session_db.h"
 
+#include <fcntl.h>
+#include <unistd.h>
+
 #include <bit>
 #include <cerrno>
 #include <chrono>
@@ -174,6 +177,11 @@ common::StatusOr<std::unique_ptr<SessionDb>> SessionDb::Open(const fs::path& pat
   std::optional<fs::path> moved;
   for (int attempt = 0; attempt < 2; ++attempt) {
     const bool existed = fs::exists(path);
+    if (!existed) {
+      // Sessions are private: create the file 0600 (SQLite gives its -wal and -shm the same mode).
+      const int fd = ::open(path.c_str(), O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC, 0600);
+      if (fd >= 0) ::close(fd);
+    }
     int rc = SQLITE_OK;
     common::Status status;
     std::unique_ptr<SessionDb> db;

@@ -157,7 +157,7 @@ TEST_F(DurableSessionsTest, KillNineAtAnyPointKeepsCompletedTurnsOnly) {
       EXPECT_EQ(after, before);
     }
     EXPECT_THAT(daemon_->log(), ::testing::Not(HasSubstr("unreadable")));
-    EXPECT_FALSE(Reply(*client, id, "still there?").empty());
+    EXPECT_TRUE(client->Chat(GreedyChat(id, "still there?")).ok());
   }
 }
 
@@ -268,6 +268,8 @@ TEST_F(DurableSessionsTest, CorruptDatabaseIsMovedAsideAndAFreshOneUsed) {
   const std::string garbage(8192, 'Z');
   testing::WriteFile(state_dir() / "sessions.db", garbage);
   Start();
+  auto client = Connect();
+  ASSERT_TRUE(client->Info().ok());  // answered once the state and the model are loaded
   const std::string log = daemon_->log();
   EXPECT_THAT(log, HasSubstr((state_dir() / "sessions.db").string() + " is unreadable"));
   std::vector<fs::path> moved;
@@ -277,7 +279,6 @@ TEST_F(DurableSessionsTest, CorruptDatabaseIsMovedAsideAndAFreshOneUsed) {
   ASSERT_EQ(moved.size(), 1u);
   EXPECT_THAT(log, HasSubstr(moved[0].string()));
   EXPECT_EQ(testing::ReadFile(moved[0]), garbage);
-  auto client = Connect();
   const std::string id = NewSession(*client);
   Reply(*client, id, "hi");
   client.reset();
@@ -345,6 +346,28 @@ TEST_F(DurableSessionsTest, SessionsOfAnotherModelAreListedAndRefused) {
   auto client = Connect();
   EXPECT_EQ(MustGet(*client, kept).session().turns(), 1);
   EXPECT_EQ(client->GetSession(dropped).status().code(), common::StatusCode::kNotFound);
+}
+
+// At --max-sessions the least recently used idle session leaves memory instead of a refusal; it is
+// loaded again, with its history, by the next request that names it.
+TEST_F(DurableSessionsTest, SessionLimitUnloadsInsteadOfRefusing) {
+  Start({"--max-sessions", "2"});
+  auto client = Connect();
+  const std::string first = NewSession(*client);
+  Reply(*client, first, "hi", 3);
+  const std::vector<int32_t> first_tokens = Tokens(MustGet(*client, first));
+  const std::string second = NewSession(*client);
+  const std::string third = NewSession(*client);  // first (least recently used) is unloaded
+  ASSERT_FALSE(third.empty());
+  auto stats = client->Stats();
+  ASSERT_TRUE(stats.ok());
+  EXPECT_EQ(stats->sessions(), 2u);         // in memory
+  EXPECT_EQ(stats->stored_sessions(), 3u);  // on disk
+  EXPECT_EQ(Tokens(MustGet(*client, first)), first_tokens);
+  EXPECT_TRUE(client->Chat(GreedyChat(first, "again", 3)).ok());
+  auto listed = client->ListSessions();
+  ASSERT_TRUE(listed.ok());
+  EXPECT_EQ(listed->sessions_size(), 3);
 }
 
 TEST_F(DurableSessionsTest, FullDatabaseFailsTheTurnAndKeepsTheSession) {

@@ -161,9 +161,9 @@ TEST_F(SessionStoreTest, OwnershipAndListing) {
   EXPECT_EQ(store.Find("00000000000000000000000000000000", 1000).status().code(), common::StatusCode::kNotFound);
   EXPECT_EQ(store.Delete(theirs->id(), 1000).code(), common::StatusCode::kPermissionDenied);
   EXPECT_EQ(store.Fork(theirs->id(), 1000).status().code(), common::StatusCode::kPermissionDenied);
-  ASSERT_EQ(store.List(1000).size(), 1u);
-  EXPECT_EQ(store.List(1000)[0], mine);
-  EXPECT_TRUE(store.List(3000).empty());
+  ASSERT_EQ(store.List(1000).value().size(), 1u);
+  EXPECT_EQ(store.List(1000).value()[0].id, mine->id());
+  EXPECT_TRUE(store.List(3000).value().empty());
   EXPECT_TRUE(store.Delete(theirs->id(), 2000).ok());
   EXPECT_EQ(store.size(), 1u);
 }
@@ -172,7 +172,7 @@ TEST_F(SessionStoreTest, RootOnlyWhenAllowed) {
   SessionStore store(SmallConfig(), SessionStoreOptions{.max_sessions = 64, .kv_budget_bytes = 1ull << 30, .allow_root = true});
   Session* mine = store.Create(1000).value();
   EXPECT_TRUE(store.Find(mine->id(), 0).ok());
-  EXPECT_TRUE(store.List(0).empty());  // listing stays own-only
+  EXPECT_TRUE(store.List(0).value().empty());  // listing stays own-only
 }
 
 TEST_F(SessionStoreTest, MaxSessions) {

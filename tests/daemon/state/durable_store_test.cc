@@ -52,21 +52,22 @@ TEST(DurableStoreTest, PerUserLimitDropsThatUsersLeastRecentlyUsedIdleSession) {
   auto store = DurableStore::Open(options);
   ASSERT_TRUE(store.ok()) << store.status().ToString();
   DurableStore& s = **store;
+  const double t = Now();  // recent: the background expiry leaves them alone
   std::vector<std::string> evicted;
-  ASSERT_TRUE(s.Create(Session("a1", 1, 10), &evicted).ok());
-  ASSERT_TRUE(s.Create(Session("a2", 1, 30), &evicted).ok());
-  ASSERT_TRUE(s.Create(Session("a3", 1, 20), &evicted).ok());
-  ASSERT_TRUE(s.Create(Session("b1", 2, 1), &evicted).ok());  // another user's oldest: never a victim
+  ASSERT_TRUE(s.Create(Session("a1", 1, t + 10), &evicted).ok());
+  ASSERT_TRUE(s.Create(Session("a2", 1, t + 30), &evicted).ok());
+  ASSERT_TRUE(s.Create(Session("a3", 1, t + 20), &evicted).ok());
+  ASSERT_TRUE(s.Create(Session("b1", 2, t + 1), &evicted).ok());  // another user's oldest: never a victim
   EXPECT_TRUE(evicted.empty());
   s.MarkLoaded("a1");  // in memory: left alone
-  ASSERT_TRUE(s.Create(Session("a4", 1, 40), &evicted).ok());
+  ASSERT_TRUE(s.Create(Session("a4", 1, t + 40), &evicted).ok());
   EXPECT_EQ(evicted, (std::vector<std::string>{"a3"}));
   EXPECT_FALSE(s.Load("a3").value().has_value());
   EXPECT_TRUE(s.Load("b1").value().has_value());
   EXPECT_EQ(s.Count().value(), 4);
   s.MarkLoaded("a2");
   s.MarkLoaded("a4");
-  const common::Status full = s.Create(Session("a5", 1, 50), &evicted);
+  const common::Status full = s.Create(Session("a5", 1, t + 50), &evicted);
   EXPECT_EQ(full.code(), common::StatusCode::kResourceExhausted);
   EXPECT_FALSE(s.Load("a5").value().has_value());
 }

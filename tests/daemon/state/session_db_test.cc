@@ -101,12 +101,16 @@ TEST(SessionDbTest, EverythingSurvivesReopen) {
   EXPECT_EQ(db->CountAll().value(), 3);
 }
 
-TEST(SessionDbTest, FileIsInWalMode) {
+TEST(SessionDbTest, FileIsPrivateAndInWalMode) {
   testing::TempDir dir;
   auto db = OpenOrDie(dir / "sessions.db");
   ASSERT_TRUE(db);
   ASSERT_TRUE(db->Insert(MakeSession("aa", 1, 1.0)).ok());
   EXPECT_TRUE(fs::exists(dir / "sessions.db-wal"));
+  for (const char* name : {"sessions.db", "sessions.db-wal"}) {
+    EXPECT_EQ(fs::status(dir / name).permissions() & fs::perms::all, fs::perms::owner_read | fs::perms::owner_write)
+        << name;
+  }
 }
 
 TEST(SessionDbTest, SaveHistoryTouchAndDelete) {
