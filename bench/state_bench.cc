@@ -8,14 +8,19 @@
 //   open:   DurableStore::Open on a state directory holding 0 and then --stored sessions,
 //           alternating (A/B) --repeats times: medians. nielsd opens it once before READY and
 //           loads no session until it is used.
-// Daemon (with --nielsd BINARY --model DIR): time from spawning nielsd until its socket accepts,
-// with 0 and with --stored sessions in its state directory, alternating, medians (READY comes
-// right after the socket listens).
+// Daemon (with --nielsd BINARY --model DIR):
+//   ready:  time from spawning nielsd until it answers Info (state and model loaded), with 0 and
+//           with --stored sessions in its state directory, alternating, medians.
+//   turn:   a durable and an --ephemeral nielsd side by side; --chats chats of 5 greedy streamed
+//           turns (--reply-tokens each), alternating between the two: the client-side time to
+//           first token and time to the final response per turn (p50), and their difference,
+//           which is what storing each turn adds.
 //
 // Output: a table, or with --json one JSON line per figure:
 //   {"bench":"commit","sync":"normal"|"full","p50_ms":X,"p99_ms":X,"commits":N}
 //   {"bench":"open","stored":N,"median_ms":X}
 //   {"bench":"ready","stored":N,"median_ms":X}
+//   {"bench":"turn","mode":"durable"|"ephemeral","ttft_p50_ms":X,"turn_p50_ms":X,"turns":N}
 
 #include <signal.h>
 #include <spawn.h>
@@ -29,6 +34,7 @@
 #include <cmath>
 #include <cstdio>
 #include <filesystem>
+#include <optional>
 #include <string>
 #include <thread>
 #include <vector>
@@ -36,6 +42,7 @@
 #include <CLI/CLI.hpp>
 #include <fmt/format.h>
 
+#include "client/daemon_client.h"
 #include "daemon/state/durable_store.h"
 #include "daemon/state/model_fingerprint.h"
 
@@ -58,6 +65,8 @@ struct Options {
   int repeats = 7;
   std::string nielsd;
   std::string model;
+  int chats = 20;
+  int reply_tokens = 16;
   bool json = false;
 };
 
@@ -195,28 +204,109 @@ bool CanConnect(const std::string& path) {
   return ok;
 }
 
-// Spawns nielsd on `state_dir` and returns the milliseconds until its socket accepts.
+// A nielsd process on `socket`, stopped (SIGTERM) when destroyed.
+class Daemon {
+ public:
+  Daemon(const Options& o, const std::string& socket, std::vector<std::string> state_args) : socket_(socket) {
+    std::vector<std::string> args = {o.nielsd, "--model", o.model, "--socket", socket, "--log-level", "error",
+                                     "--threads", "1"};
+    args.insert(args.end(), state_args.begin(), state_args.end());
+    std::vector<char*> argv;
+    for (std::string& a : args) argv.push_back(a.data());
+    argv.push_back(nullptr);
+    if (::posix_spawn(&pid_, o.nielsd.c_str(), nullptr, nullptr, argv.data(), environ) != 0) {
+      throw std::runtime_error("cannot start " + o.nielsd);
+    }
+  }
+  ~Daemon() {
+    ::kill(pid_, SIGTERM);
+    int status = 0;
+    ::waitpid(pid_, &status, 0);
+  }
+  // Waits until nielsd answers Info (the state directory and the model are loaded).
+  std::unique_ptr<niels::client::DaemonClient> WaitReady() const {
+    const auto start = Clock::now();
+    for (;;) {
+      if (CanConnect(socket_)) {
+        auto client = niels::client::DaemonClient::Connect(socket_);
+        if (client.ok() && (*client)->Info().ok()) return std::move(client).value();
+      }
+      if (Clock::now() - start > std::chrono::seconds(60)) throw std::runtime_error("nielsd did not start");
+      std::this_thread::sleep_for(std::chrono::microseconds(500));
+    }
+  }
+
+ private:
+  std::string socket_;
+  pid_t pid_ = -1;
+};
+
+// Spawns nielsd on `state_dir` and returns the milliseconds until it answers Info.
 double ReadyMs(const Options& o, const fs::path& state_dir) {
-  const std::string socket = (state_dir / "bench.sock").string();
-  std::vector<std::string> args = {o.nielsd, "--model", o.model, "--socket", socket, "--state-dir", state_dir.string(),
-                                   "--log-level", "error"};
-  std::vector<char*> argv;
-  for (std::string& a : args) argv.push_back(a.data());
-  argv.push_back(nullptr);
   const auto start = Clock::now();
-  pid_t pid = -1;
-  if (::posix_spawn(&pid, o.nielsd.c_str(), nullptr, nullptr, argv.data(), environ) != 0) {
-    throw std::runtime_error("cannot start " + o.nielsd);
+  Daemon daemon(o, (state_dir / "bench.sock").string(), {"--state-dir", state_dir.string()});
+  daemon.WaitReady();
+  return Ms(Clock::now() - start);
+}
+
+struct TurnTimes {
+  std::vector<double> ttft_ms, turn_ms;
+};
+
+// One chat of 5 streamed greedy turns on `client`, appending its per-turn times.
+void TimedChat(niels::client::DaemonClient& client, int reply_tokens, int chat, TurnTimes& times) {
+  auto created = client.CreateSession(std::string("you are a benchmark."));
+  if (!created.ok()) throw std::runtime_error(created.status().ToString());
+  for (int t = 0; t < 5; ++t) {
+    niels::v1::ChatRequest request;
+    request.set_session_id(created->session_id());
+    request.set_user_text(fmt::format("question {} of chat {}: what is nielsd and how do i start it?", t, chat));
+    request.mutable_sampling()->set_temperature(0);
+    request.set_max_new_tokens(reply_tokens);
+    request.set_stream(true);
+    const auto start = Clock::now();
+    std::optional<Clock::time_point> first;
+    auto reply = client.Chat(request, [&](const niels::v1::TokenEvent&) {
+      if (!first) first = Clock::now();
+    });
+    const auto end = Clock::now();
+    if (!reply.ok()) throw std::runtime_error(reply.status().ToString());
+    times.ttft_ms.push_back(Ms(first.value_or(end) - start));
+    times.turn_ms.push_back(Ms(end - start));
   }
-  while (!CanConnect(socket)) {
-    if (Clock::now() - start > std::chrono::seconds(60)) throw std::runtime_error("nielsd did not start");
-    std::this_thread::sleep_for(std::chrono::microseconds(500));
+  (void)client.DeleteSession(created->session_id());
+}
+
+void BenchTurns(const Options& o) {
+  const fs::path dir = MakeTempDir();
+  Daemon durable(o, (dir / "durable.sock").string(), {"--state-dir", (dir / "state").string()});
+  Daemon ephemeral(o, (dir / "ephemeral.sock").string(), {"--ephemeral"});
+  auto durable_client = durable.WaitReady();
+  auto ephemeral_client = ephemeral.WaitReady();
+  TurnTimes durable_times, ephemeral_times;
+  TimedChat(*durable_client, o.reply_tokens, -1, durable_times);  // warm-up, not counted
+  TimedChat(*ephemeral_client, o.reply_tokens, -1, ephemeral_times);
+  durable_times = {};
+  ephemeral_times = {};
+  for (int chat = 0; chat < o.chats; ++chat) {
+    TimedChat(*durable_client, o.reply_tokens, chat, durable_times);
+    TimedChat(*ephemeral_client, o.reply_tokens, chat, ephemeral_times);
   }
-  const double ms = Ms(Clock::now() - start);
-  ::kill(pid, SIGTERM);
-  int status = 0;
-  ::waitpid(pid, &status, 0);
-  return ms;
+  for (auto [mode, times] : {std::pair{"durable", &durable_times}, std::pair{"ephemeral", &ephemeral_times}}) {
+    if (o.json) {
+      std::printf("{\"bench\":\"turn\",\"mode\":\"%s\",\"ttft_p50_ms\":%.3f,\"turn_p50_ms\":%.3f,\"turns\":%zu}\n",
+                  mode, Quantile(times->ttft_ms, 0.5), Quantile(times->turn_ms, 0.5), times->turn_ms.size());
+    } else {
+      std::printf("turn (%s): time to first token p50 %.2f ms, to the final response p50 %.2f ms (%zu turns)\n",
+                  mode, Quantile(times->ttft_ms, 0.5), Quantile(times->turn_ms, 0.5), times->turn_ms.size());
+    }
+  }
+  if (!o.json) {
+    std::printf("durable - ephemeral: time to first token %+.2f ms, turn %+.2f ms (p50s)\n",
+                Quantile(durable_times.ttft_ms, 0.5) - Quantile(ephemeral_times.ttft_ms, 0.5),
+                Quantile(durable_times.turn_ms, 0.5) - Quantile(ephemeral_times.turn_ms, 0.5));
+  }
+  fs::remove_all(dir);
 }
 
 }  // namespace
@@ -233,6 +323,8 @@ int main(int argc, char** argv) {
   app.add_option("--repeats", o.repeats, "A/B rounds of the open/READY comparison")->capture_default_str();
   app.add_option("--nielsd", o.nielsd, "nielsd binary: also measure READY time (needs --model)");
   app.add_option("--model", o.model, "model directory for --nielsd");
+  app.add_option("--chats", o.chats, "5-turn chats per daemon in the turn comparison")->capture_default_str();
+  app.add_option("--reply-tokens", o.reply_tokens, "tokens per reply in the turn comparison")->capture_default_str();
   app.add_flag("--json", o.json, "one JSON line per figure");
   CLI11_PARSE(app, argc, argv);
   try {
@@ -242,6 +334,7 @@ int main(int argc, char** argv) {
     if (!o.nielsd.empty()) {
       AlternateEmptyAndFilled(o, "ready", "nielsd ready",
                               [&](const std::filesystem::path& dir) { return ReadyMs(o, dir); });
+      BenchTurns(o);
     }
   } catch (const std::exception& e) {
     std::fprintf(stderr, "nielsd-state-bench: %s\n", e.what());
