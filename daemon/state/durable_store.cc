@@ -27,6 +27,7 @@ common::StatusOr<std::unique_ptr<DurableStore>> DurableStore::Open(DurableStoreO
   db_options.auto_checkpoint = false;
   auto db = SessionDb::Open(options.dir / "sessions.db", db_options);
   if (!db.ok()) return db.status();
+  db_options.check_integrity = false;  // the first connection just checked the file
   auto maintenance_db = SessionDb::Open(options.dir / "sessions.db", db_options);
   if (!maintenance_db.ok()) return maintenance_db.status();
   auto spill = KvSpillStore::Open(options.dir / "kv", options.kv_disk_budget_bytes);

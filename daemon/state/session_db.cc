@@ -136,6 +136,7 @@ common::Status SessionDb::Configure(const SessionDbOptions& options) {
     const uint64_t pages = std::max<uint64_t>(1, options.max_bytes / static_cast<uint64_t>(*page_size));
     NIELS_RETURN_IF_ERROR(connection_.Exec(fmt::format("PRAGMA max_page_count={}", pages)));
   }
+  if (!options.check_integrity) return common::Status::Ok();
   auto check = connection_.Prepare("PRAGMA quick_check");
   if (!check.ok()) return check.status();
   NIELS_RETURN_IF_ERROR(check->Step(&has_row));

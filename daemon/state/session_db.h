@@ -48,6 +48,7 @@ struct SessionDbOptions {
   bool sync_commits = false;  // fsync every transaction (synchronous=FULL)
   uint64_t max_bytes = 0;     // 0 = no limit; else RESOURCE_EXHAUSTED once the file would outgrow it
   bool auto_checkpoint = true;  // false: commits never checkpoint the WAL (call Checkpoint() elsewhere)
+  bool check_integrity = true;  // run SQLite's quick_check at open (a second connection may skip it)
   // For tests of the migration machinery; empty = SchemaMigrations().
   std::vector<Migration> migrations;
 };
