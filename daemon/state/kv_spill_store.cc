@@ -54,7 +54,7 @@ common::StatusOr<std::unique_ptr<KvSpillStore>> KvSpillStore::Open(const fs::pat
 
 fs::path KvSpillStore::PathFor(const std::string& id) const { return dir_ / (id + std::string(kSuffix)); }
 
-void KvSpillStore::RemoveLocked(const std::string& id) {
+void KvSpillStore::RemoveLocked(std::string id) {  // by value: callers pass list elements it erases
   auto it = entries_.find(id);
   if (it != entries_.end()) {
     used_bytes_ -= it->second.bytes;

@@ -57,7 +57,7 @@ class KvSpillStore {
 
  private:
   KvSpillStore(std::filesystem::path dir, uint64_t budget_bytes) : dir_(std::move(dir)), budget_bytes_(budget_bytes) {}
-  void RemoveLocked(const std::string& id);
+  void RemoveLocked(std::string id);
 
   struct Entry {
     uint64_t bytes = 0;
