@@ -31,6 +31,7 @@
 
 #include <CLI/CLI.hpp>
 
+#include "bench/bench_stats.h"
 #include "client/daemon_client.h"
 #include "common/socket_path.h"
 
@@ -53,14 +54,6 @@ struct Options {
   bool json = false;
 };
 
-double Ms(Clock::duration d) { return std::chrono::duration<double, std::milli>(d).count(); }
-
-// The q-quantile (0..1) of `values` by the nearest-rank method. REQUIRES: non-empty.
-double Quantile(std::vector<double> values, double q) {
-  std::sort(values.begin(), values.end());
-  const size_t rank = static_cast<size_t>(std::ceil(q * static_cast<double>(values.size())));
-  return values[std::min(values.size() - 1, rank == 0 ? 0 : rank - 1)];
-}
 
 double Median(std::vector<double> values) { return Quantile(std::move(values), 0.5); }
 

@@ -44,7 +44,8 @@ EngineState::EngineState(std::unique_ptr<model::Model> loaded, const EngineOptio
       sessions(model->config, SessionStoreOptions{.max_sessions = engine_options.max_sessions,
                                                   .max_sessions_per_uid = engine_options.max_sessions_per_uid,
                                                   .kv_budget_bytes = engine_options.kv_budget_bytes,
-                                                  .allow_root = engine_options.allow_root}),
+                                                  .allow_root = engine_options.allow_root},
+               engine_options.durable),
       started(Clock::now()) {}
 
 // An admitted Turn with the work it answers (the Turn's callbacks belong to the work: both live
@@ -146,13 +147,21 @@ void Engine::Run() {
 }
 
 void Engine::ExpireIdleSessions() {
-  if (options_.idle_session_timeout <= Clock::duration::zero()) return;
   const Clock::time_point now = Clock::now();
   if (now < next_expiry_check_) return;
   next_expiry_check_ = now + ExpiryCheckPeriod(options_.idle_session_timeout);
+  if (const state::DurableStore* durable = options_.durable; durable && durable->options().session_ttl_s > 0) {
+    const size_t deleted = state_->sessions.ExpireStored(UnixNow() - durable->options().session_ttl_s);
+    if (deleted > 0) {
+      common::LogInfo("deleted {} session(s) unused for more than {:.0f} s (--session-ttl)", deleted,
+                      durable->options().session_ttl_s);
+    }
+  }
+  if (options_.idle_session_timeout <= Clock::duration::zero()) return;
   const size_t expired = state_->sessions.ExpireIdle(now - options_.idle_session_timeout);
   if (expired > 0) {
-    common::LogInfo("deleted {} session(s) idle for more than {:.1f} s (--idle-session-timeout)", expired,
+    common::LogInfo("{} {} session(s) idle for more than {:.1f} s (--idle-session-timeout)",
+                    options_.durable ? "unloaded (kept on disk)" : "deleted", expired,
                     std::chrono::duration<double>(options_.idle_session_timeout).count());
   }
 }

@@ -31,8 +31,9 @@ Session::Session(std::string id, uint32_t owner, std::shared_ptr<model::KvPool> 
   last_used_unix_s_ = created_unix_s_;
 }
 
-void Session::SetSystemPrompt(std::vector<int32_t> ids) {
+void Session::SetSystemPrompt(std::vector<int32_t> ids, std::string text) {
   sequence_.tokens = std::move(ids);
+  system_prompt_text_ = std::move(text);
   sequence_.cache.Clear();
   has_system_prompt_ = true;
   system_end_ = length();
@@ -110,9 +111,32 @@ std::unique_ptr<Session> Session::Fork(std::string new_id, uint32_t owner, bool 
   fork->sequence_.tokens = sequence_.tokens;
   if (with_cache) fork->sequence_.cache = sequence_.cache.Share();
   fork->has_system_prompt_ = has_system_prompt_;
+  fork->system_prompt_text_ = system_prompt_text_;
   fork->system_end_ = system_end_;
   fork->turns_ = turns_;
   return fork;
+}
+
+state::StoredHistory Session::History() const {
+  state::StoredHistory history;
+  history.system_end = system_end_;
+  history.tokens = sequence_.tokens;
+  history.turns.reserve(turns_.size());
+  for (const TokenSpan& turn : turns_) history.turns.push_back({turn.begin, turn.end});
+  return history;
+}
+
+std::unique_ptr<Session> Session::FromStored(const state::StoredSession& stored, std::shared_ptr<model::KvPool> pool) {
+  auto session = std::make_unique<Session>(stored.summary.id, stored.summary.owner, std::move(pool));
+  session->sequence_.tokens = stored.history.tokens;
+  session->has_system_prompt_ = stored.summary.system_prompt.has_value();
+  session->system_prompt_text_ = stored.summary.system_prompt.value_or("");
+  session->system_end_ = stored.history.system_end;
+  for (const state::TurnRange& turn : stored.history.turns) session->turns_.push_back({turn.begin, turn.end});
+  session->created_unix_s_ = stored.summary.created_unix_s;
+  session->last_used_unix_s_ = stored.summary.last_used_unix_s;
+  session->stored_last_used_unix_s_ = stored.summary.last_used_unix_s;
+  return session;
 }
 
 void Session::Touch(uint64_t tick) {

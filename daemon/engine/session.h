@@ -23,6 +23,7 @@
 
 #include "daemon/engine/generator.h"
 #include "daemon/model/kv_cache.h"
+#include "daemon/state/stored_session.h"
 
 namespace niels::daemon::engine {
 
@@ -63,11 +64,13 @@ class Session {
   int64_t shared_blocks() const { return sequence_.cache.shared_blocks(); }
 
   bool has_system_prompt() const { return has_system_prompt_; }
+  // The text the system prompt was made from ("" when none or unknown).
+  const std::string& system_prompt_text() const { return system_prompt_text_; }
   int64_t system_end() const { return system_end_; }
   const std::vector<TokenSpan>& turns() const { return turns_; }
 
-  // Makes `ids` the system prompt span. REQUIRES: the session is empty.
-  void SetSystemPrompt(std::vector<int32_t> ids);
+  // Makes `ids` (encoded from `text`) the system prompt span. REQUIRES: the session is empty.
+  void SetSystemPrompt(std::vector<int32_t> ids, std::string text = "");
   // Records a completed turn. REQUIRES: span within the history, after every earlier turn.
   void AddTurn(TokenSpan span);
   // Appends `id` to the history as the last token of the last turn.
@@ -100,6 +103,14 @@ class Session {
   // shares nothing mutable with this session.
   std::unique_ptr<Session> Fork(std::string new_id, uint32_t owner, bool with_cache) const;
 
+  // Durable sessions (docs/ARCHITECTURE.md, "Durable sessions"): the history as the state
+  // database stores it, and a session rebuilt from a stored one (history only, no cache).
+  state::StoredHistory History() const;
+  static std::unique_ptr<Session> FromStored(const state::StoredSession& stored, std::shared_ptr<model::KvPool> pool);
+  // When the database last recorded a use of this session (SessionStore decides when to write).
+  double stored_last_used_unix_s() const { return stored_last_used_unix_s_; }
+  void set_stored_last_used_unix_s(double t) { stored_last_used_unix_s_ = t; }
+
   // Bookkeeping for listing, LRU eviction and idle expiry (set by SessionStore).
   double created_unix_s() const { return created_unix_s_; }
   double last_used_unix_s() const { return last_used_unix_s_; }
@@ -113,7 +124,9 @@ class Session {
   std::shared_ptr<model::KvPool> pool_;
   Sequence sequence_;
   bool has_system_prompt_ = false;
+  std::string system_prompt_text_;
   int64_t system_end_ = 0;
+  double stored_last_used_unix_s_ = 0;
   std::vector<TokenSpan> turns_;
   double created_unix_s_ = 0;
   double last_used_unix_s_ = 0;

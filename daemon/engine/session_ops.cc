@@ -46,11 +46,10 @@ StatusOr<Session*> CreateSession(EngineState& state, uint32_t uid, const std::op
           system_ids.size(), context));
     }
   }
-  StatusOr<Session*> created = state.sessions.Create(uid);
+  StatusOr<Session*> created = state.sessions.Create(uid, system_prompt, std::move(system_ids));
   if (!created.ok()) return created.status();
   Session& session = **created;
   if (system_prompt) {
-    session.SetSystemPrompt(std::move(system_ids));
     try {
       PrefillSystemPrompt(state, session);
     } catch (...) {

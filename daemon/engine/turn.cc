@@ -15,7 +15,9 @@ Status PrepareCache(EngineState& state, Session& session, Session::Snapshot& sna
     state.sessions.MarkBusy(&session, snapshot.stashed_cache ? snapshot.stashed_cache->blocks() : 0);
     return Status::Ok();
   }
-  return state.sessions.Admit(&session, final_length, must_wait);
+  NIELS_RETURN_IF_ERROR(state.sessions.Admit(&session, final_length, must_wait));
+  if (!*must_wait) state.sessions.RestoreSpilledCache(session);
+  return Status::Ok();
 }
 
 Turn::Turn(EngineState& state, const WorkInfo& info, Session& session, Session::Snapshot snapshot,
@@ -48,7 +50,14 @@ Status Turn::Complete() {
   }
   state_.tokens_generated_total += result.new_tokens.size();
   state_.tokens_prefilled_total += static_cast<uint64_t>(result.prefilled_tokens);
+  if (cached()) state_.sessions.RecordPrefill(result.prefilled_tokens, result.time_to_first_token_s);
   if (commit_) commit_(session_, result);
+  // Durable sessions: the turn is stored before its final response goes out (on_commit sends it);
+  // a failed write (disk full) fails the turn and leaves the session as it was.
+  if (Status stored = state_.sessions.Commit(session_); !stored.ok()) {
+    session_.Restore(std::move(snapshot_));
+    return stored;
+  }
   if (callbacks_.on_commit) {
     callbacks_.on_commit(TurnOutcome{result, session_, truncated_turns_, info_.queue_ms});
   }

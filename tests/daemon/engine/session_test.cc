@@ -8,6 +8,7 @@
 #include <torch/torch.h>
 
 #include "daemon/engine/session_store.h"
+#include "tests/support/temp_files.h"
 #include "tests/support/test_model.h"
 
 namespace niels::daemon::engine {
@@ -180,9 +181,9 @@ TEST_F(SessionStoreTest, OwnershipAndListing) {
   EXPECT_EQ(store.Find("00000000000000000000000000000000", 1000).status().code(), common::StatusCode::kNotFound);
   EXPECT_EQ(store.Delete(theirs->id(), 1000).code(), common::StatusCode::kPermissionDenied);
   EXPECT_EQ(store.Fork(theirs->id(), 1000).status().code(), common::StatusCode::kPermissionDenied);
-  ASSERT_EQ(store.List(1000).size(), 1u);
-  EXPECT_EQ(store.List(1000)[0], mine);
-  EXPECT_TRUE(store.List(3000).empty());
+  ASSERT_EQ(store.List(1000).value().size(), 1u);
+  EXPECT_EQ(store.List(1000).value()[0].id, mine->id());
+  EXPECT_TRUE(store.List(3000).value().empty());
   EXPECT_TRUE(store.Delete(theirs->id(), 2000).ok());
   EXPECT_EQ(store.size(), 1u);
 }
@@ -191,7 +192,7 @@ TEST_F(SessionStoreTest, RootOnlyWhenAllowed) {
   SessionStore store(SmallConfig(), SessionStoreOptions{.max_sessions = 64, .kv_budget_bytes = 1ull << 30, .allow_root = true});
   Session* mine = store.Create(1000).value();
   EXPECT_TRUE(store.Find(mine->id(), 0).ok());
-  EXPECT_TRUE(store.List(0).empty());  // listing stays own-only
+  EXPECT_TRUE(store.List(0).value().empty());  // listing stays own-only
 }
 
 TEST_F(SessionStoreTest, MaxSessions) {
@@ -279,6 +280,142 @@ TEST_F(SessionStoreTest, AdmissionWaitsForMemoryHeldByRunningTurns) {
   store.ClearBusy(a);
   ASSERT_TRUE(store.Admit(b, 4 * bt, &wait).ok());
   EXPECT_FALSE(wait) << "a's turn ended: its memory is free for b";
+}
+
+// ------------------------------------------------------------------------------ durable sessions
+
+class DurableSessionStoreTest : public SessionTest {
+ protected:
+  std::unique_ptr<state::DurableStore> OpenDurable(const std::string& fingerprint = kFingerprint) {
+    state::DurableStoreOptions options;
+    options.dir = dir_.path();
+    options.model_fingerprint = fingerprint;
+    options.model_name = fingerprint == kFingerprint ? "small" : "other";
+    auto store = state::DurableStore::Open(options);
+    EXPECT_TRUE(store.ok()) << store.status().ToString();
+    return store.ok() ? std::move(store).value() : nullptr;
+  }
+  static constexpr const char* kFingerprint = "0123456789abcdef0123456789abcdef";
+  testing::TempDir dir_;
+};
+
+TEST_F(DurableSessionStoreTest, SessionsAreStoredAndLoadedLazilyWithTheirHistory) {
+  const model::ModelConfig config = SmallConfig();
+  std::string id;
+  std::vector<int32_t> tokens;
+  {
+    auto durable = OpenDurable();
+    SessionStore store(config, SessionStoreOptions{}, durable.get());
+    Session* session = store.Create(1000, std::string("be brief"), {1, 2, 3}).value();
+    id = session->id();
+    Session::Snapshot snapshot = session->TakeSnapshot();
+    Grow(*session, config, 5, 7);
+    session->AddTurn({3, 8});
+    ASSERT_TRUE(store.Commit(*session).ok());
+    tokens = session->tokens();
+    Grow(*session, config, 4, 9);  // not committed: a turn that never completed
+  }
+  auto durable = OpenDurable();
+  SessionStore store(config, SessionStoreOptions{}, durable.get());
+  EXPECT_EQ(store.size(), 0u);  // nothing loaded at start
+  auto listed = store.List(1000).value();
+  ASSERT_EQ(listed.size(), 1u);
+  EXPECT_EQ(listed[0].id, id);
+  EXPECT_EQ(listed[0].turns, 1);
+  EXPECT_EQ(listed[0].system_prompt_text, "be brief");
+  EXPECT_FALSE(listed[0].other_model);
+  EXPECT_EQ(store.Find(id, 2000).status().code(), common::StatusCode::kPermissionDenied);
+  Session* loaded = store.Find(id, 1000).value();
+  EXPECT_EQ(store.size(), 1u);
+  EXPECT_EQ(loaded->tokens(), tokens);
+  ASSERT_EQ(loaded->turns().size(), 1u);
+  EXPECT_EQ(loaded->turns()[0], (TokenSpan{3, 8}));
+  EXPECT_EQ(loaded->system_end(), 3);
+  EXPECT_TRUE(loaded->has_system_prompt());
+  EXPECT_EQ(loaded->cached_tokens(), 0);
+  ASSERT_TRUE(store.Reset(*loaded).ok());
+  EXPECT_EQ(durable->Load(id).value()->history.tokens, (std::vector<int32_t>{1, 2, 3}));
+  ASSERT_TRUE(store.Delete(id, 1000).ok());
+  EXPECT_FALSE(durable->Load(id).value().has_value());
+}
+
+TEST_F(DurableSessionStoreTest, AnotherModelsSessionIsListedRefusedAndDeletable) {
+  const model::ModelConfig config = SmallConfig();
+  std::string id;
+  {
+    auto other = OpenDurable("ffffffffffffffffffffffffffffffff");
+    SessionStore store(config, SessionStoreOptions{}, other.get());
+    id = store.Create(1000).value()->id();
+  }
+  auto durable = OpenDurable();
+  SessionStore store(config, SessionStoreOptions{}, durable.get());
+  auto listed = store.List(1000).value();
+  ASSERT_EQ(listed.size(), 1u);
+  EXPECT_TRUE(listed[0].other_model);
+  EXPECT_EQ(listed[0].model_name, "other");
+  const auto found = store.Find(id, 1000);
+  EXPECT_EQ(found.status().code(), common::StatusCode::kInvalidArgument);
+  EXPECT_NE(found.status().message().find("another model ('other')"), std::string::npos);
+  EXPECT_EQ(store.Delete(id, 2000).code(), common::StatusCode::kPermissionDenied);
+  EXPECT_TRUE(store.Delete(id, 1000).ok());
+  EXPECT_TRUE(store.List(1000).value().empty());
+}
+
+TEST_F(DurableSessionStoreTest, LoadedLimitUnloadsTheLeastRecentlyUsedIdleSession) {
+  const model::ModelConfig config = SmallConfig();
+  auto durable = OpenDurable();
+  SessionStore store(config, SessionStoreOptions{.max_sessions_per_uid = 2}, durable.get());
+  Session* a = store.Create(1).value();
+  const std::string a_id = a->id();
+  Session* b = store.Create(1).value();
+  Session* c = store.Create(1).value();  // a (least recently used) leaves memory
+  EXPECT_EQ(store.size(), 2u);
+  EXPECT_EQ(store.List(1).value().size(), 3u);
+  store.MarkBusy(b, 0);
+  store.MarkBusy(c, 0);
+  EXPECT_EQ(store.Find(a_id, 1).status().code(), common::StatusCode::kResourceExhausted);  // both busy
+  store.ClearBusy(c);
+  EXPECT_TRUE(store.Find(a_id, 1).ok());  // c is unloaded for it
+  EXPECT_EQ(store.size(), 2u);
+}
+
+TEST_F(DurableSessionStoreTest, EvictedCacheIsSpilledAndReadBackExactly) {
+  const model::ModelConfig config = SmallConfig();
+  auto durable = OpenDurable();
+  // 10 blocks: a's 100 tokens (7 blocks) and b's 100 tokens do not fit together.
+  SessionStore store(config, SessionStoreOptions{.kv_budget_bytes = PoolBytes(config, 10)}, durable.get());
+  Session* a = store.Create(1).value();
+  Grow(*a, config, 100, 5);
+  const torch::Tensor keys = a->sequence().cache.Keys(1, 100).clone();
+  const torch::Tensor values = a->sequence().cache.Values(1, 100).clone();
+  Session* b = store.Create(1).value();
+  bool wait = true;
+  ASSERT_TRUE(store.Admit(b, 100, &wait).ok());
+  ASSERT_FALSE(wait);
+  Grow(*b, config, 100, 7);  // the pool reclaims a's idle cache: spilled
+  store.ClearBusy(b);
+  EXPECT_EQ(a->cached_tokens(), 0);
+  EXPECT_EQ(store.durable_counters().spill_writes, 1u);
+  EXPECT_TRUE(std::filesystem::exists(durable->spill().PathFor(a->id())));
+  ASSERT_TRUE(store.Reset(*b).ok());  // frees b's blocks for a's read-back
+  ASSERT_TRUE(store.Admit(a, 100, &wait).ok());
+  store.RestoreSpilledCache(*a);
+  store.ClearBusy(a);
+  ASSERT_EQ(a->cached_tokens(), 100);
+  EXPECT_TRUE(torch::equal(a->sequence().cache.Keys(1, 100), keys));
+  EXPECT_TRUE(torch::equal(a->sequence().cache.Values(1, 100), values));
+  EXPECT_EQ(store.durable_counters().spill_reads, 1u);
+  EXPECT_FALSE(std::filesystem::exists(durable->spill().PathFor(a->id())));  // read once, then gone
+  // A history that changed since the spill: the file is refused and the cache stays empty.
+  ASSERT_TRUE(store.Admit(b, 100, &wait).ok());
+  Grow(*b, config, 100, 7);  // evicts a again
+  store.ClearBusy(b);
+  ASSERT_EQ(a->cached_tokens(), 0);
+  a->sequence().tokens[10] = 6;
+  ASSERT_TRUE(store.Reset(*b).ok());
+  store.RestoreSpilledCache(*a);
+  EXPECT_EQ(a->cached_tokens(), 0);
+  EXPECT_EQ(store.durable_counters().spill_read_failures, 1u);
 }
 
 }  // namespace
