@@ -11,8 +11,6 @@
 #include <vector>
 #include <utility>
 
-#include <c10/core/InferenceMode.h>
-#include <c10/util/Exception.h>
 #include <fmt/format.h>
 
 #include "common/log.h"
@@ -129,9 +127,7 @@ void Engine::Shutdown() {
 }
 
 void Engine::Run() {
-  // On this thread: OpenMP's thread count is per thread, and every forward runs here.
-  if (options_.threads > 0) model::ConfigureThreads(options_.threads);
-  c10::InferenceMode inference_mode;
+  if (options_.threads > 0) model::ConfigureThreads();
   const Clock::duration expiry_period = ExpiryCheckPeriod(options_.idle_session_timeout);
   while (true) {
     {
@@ -270,8 +266,6 @@ void Engine::ExecuteQuick(QueuedJob& queued) {
   HandlerResult result = Status::Unimplemented("unknown or empty request kind");
   try {
     if (method != nullptr) result = method->quick(*state_, context, job.request);
-  } catch (const c10::Error& error) {
-    result = Status::Internal(fmt::format("model error: {}", error.what_without_backtrace()));
   } catch (const std::exception& error) {
     result = Status::Internal(fmt::format("engine error: {}", error.what()));
   }
@@ -319,8 +313,6 @@ bool Engine::TryAdmit(QueuedJob& queued) {
         throw;
       }
     }
-  } catch (const c10::Error& error) {
-    failed = Status::Internal(fmt::format("model error: {}", error.what_without_backtrace()));
   } catch (const std::exception& error) {
     failed = Status::Internal(fmt::format("engine error: {}", error.what()));
   }
@@ -341,9 +333,6 @@ template <typename Work>
 void Guarded(RunningTurn& running, Work&& work, std::vector<RunningTurn*>& failed, std::vector<Status>& why) {
   try {
     work();
-  } catch (const c10::Error& error) {
-    failed.push_back(&running);
-    why.push_back(Status::Internal(fmt::format("model error: {}", error.what_without_backtrace())));
   } catch (const std::exception& error) {
     failed.push_back(&running);
     why.push_back(Status::Internal(fmt::format("engine error: {}", error.what())));
@@ -404,24 +393,25 @@ void Engine::RunModelWork() {
       caches.push_back(&running->turn->task().cache());
     }
     model::AttentionTrace trace{layer, {}};
-    torch::Tensor logits;
+    std::vector<float> logits;  // [B, V]
     try {
       logits = state_->language_model().Decode(tokens, caches, layer >= 0 ? &trace : nullptr);
-    } catch (const c10::Error& error) {
+    } catch (const std::exception& error) {
       for (RunningTurn* running : members) {
         failed.push_back(running);
-        why.push_back(Status::Internal(fmt::format("model error: {}", error.what_without_backtrace())));
+        why.push_back(Status::Internal(fmt::format("model error: {}", error.what())));
       }
       continue;
     }
+    const size_t vocab = logits.size() / members.size();
     ++state_->decode_steps;
     state_->decode_rows += members.size();
     for (size_t b = 0; b < members.size(); ++b) {
-      std::optional<torch::Tensor> row;
-      if (layer >= 0 && b < trace.rows.size() && trace.rows[b].defined()) row = trace.rows[b];
+      std::vector<float> row;
+      if (layer >= 0 && b < trace.rows.size()) row = std::move(trace.rows[b]);
       RunningTurn& running = *members[b];
-      Guarded(running, [&] { running.turn->task().AcceptDecodeLogits(logits[static_cast<int64_t>(b)], row); },
-              failed, why);
+      const std::span<const float> row_logits(logits.data() + b * vocab, vocab);
+      Guarded(running, [&] { running.turn->task().AcceptDecodeLogits(row_logits, std::move(row)); }, failed, why);
     }
   }
   for (size_t k = 0; k < failed.size(); ++k) {
@@ -481,9 +471,10 @@ void Engine::UpdateFigures() {
 
 common::StatusOr<std::unique_ptr<Engine>> MakeEngine(const std::filesystem::path& model_dir,
                                                      EngineOptions options) {
-  // The decode kernels' threads; ConfigureThreads (engine thread) sizes OpenBLAS to match.
+  // The model kernels' threads (prefill, decode, the uncached forward).
   auto pool = std::make_shared<kernels::WorkerPool>(std::max(options.threads, 1));
-  common::StatusOr<std::unique_ptr<model::Model>> model = model::LoadModelDir(model_dir, std::move(pool));
+  common::StatusOr<std::unique_ptr<model::Model>> model =
+      model::LoadModelDir(model_dir, std::move(pool), options.model_options);
   if (!model.ok()) return model.status();
   return std::make_unique<Engine>(std::move(model).value(), std::move(options));
 }

@@ -88,8 +88,10 @@ struct EngineOptions {
   size_t max_queued_per_uid = 64;         // queued jobs of one uid beyond it: RESOURCE_EXHAUSTED
   bool allow_root = false;                // uid 0 may use every session
   std::string default_system_prompt = std::string(kDefaultSystemPrompt);  // reported by Info
-  int threads = 0;                        // > 0: model::ConfigureThreads(threads) on the engine
-                                          // thread before any work; 0 = leave the defaults
+  int threads = 0;                        // the model kernels' WorkerPool (MakeEngine); > 0 also
+                                          // model::ConfigureThreads() on the engine thread
+  // How the model is kept in memory (nielsd --dtype, --kv-dtype; MakeEngine).
+  model::ModelDirOptions model_options;
   uint64_t max_frame_bytes = common::kDefaultMaxFrameBytes;  // reported by Info (the server enforces it)
   uint32_t max_batch = 16;                // running turns (rows of a batched decode step) at most
   int64_t prefill_chunk = 256;            // prompt tokens prefilled per iteration per turn

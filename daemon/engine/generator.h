@@ -17,8 +17,6 @@
 #include <span>
 #include <vector>
 
-#include <torch/types.h>
-
 #include "daemon/model/kv_cache.h"
 #include "daemon/model/sampler.h"
 #include "daemon/model/language_model.h"
@@ -39,6 +37,13 @@ struct TokenAlternative {
   float logprob;
 };
 
+// One layer's attention probabilities for the newest position: probs [heads, length], row-major.
+struct AttentionRow {
+  std::vector<float> probs;
+  int64_t heads = 0;
+  int64_t length = 0;
+};
+
 // One sampled id, handed to the on_token callback as soon as it is sampled.
 struct StepEvent {
   int32_t id = 0;
@@ -46,7 +51,7 @@ struct StepEvent {
   std::optional<float> logprob;             // when want_logprobs
   std::vector<TokenAlternative> top;        // top_logprobs best ids of the model's own distribution
                                             // (log_softmax of the raw logits), best first
-  std::optional<torch::Tensor> attention;   // [H, length] when trace_layer >= 0 (cached path)
+  std::optional<AttentionRow> attention;    // when trace_layer >= 0 (cached path)
 };
 
 struct GenerateOptions {
@@ -142,8 +147,8 @@ class GenerationTask {
   bool use_kv_cache() const { return options_.use_kv_cache; }
   int64_t trace_layer() const { return options_.trace_layer; }
   // Samples from this sequence's logits row [V] of the Decode of decode_token(); attention is its
-  // trace row [H, length] when traced.
-  void AcceptDecodeLogits(const torch::Tensor& logits, std::optional<torch::Tensor> attention = {});
+  // trace row [H, length] (AttentionTrace::rows[b]) when traced.
+  void AcceptDecodeLogits(std::span<const float> logits, std::vector<float> attention = {});
 
   // The result. REQUIRES: done().
   GenerateResult TakeResult();
@@ -151,8 +156,8 @@ class GenerationTask {
  private:
   void StartCached();
   void StartUncached();
-  torch::Tensor ForwardWindow() const;
-  void SampleAndEmit(const torch::Tensor& logits, std::optional<torch::Tensor> attention);
+  std::vector<float> ForwardWindow() const;
+  void SampleAndEmit(std::span<const float> logits, std::vector<float> attention);
   void Finish(StopReason reason);
   bool Cancelled() const;
 

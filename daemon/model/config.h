@@ -8,6 +8,7 @@
 #include <string_view>
 
 #include "common/status.h"
+#include "daemon/kernels/dtype.h"
 
 namespace niels::daemon::model {
 
@@ -20,6 +21,9 @@ struct ModelConfig {
   int64_t d_ff = 0;         // SwiGLU hidden width ("d_ff")
   double rope_theta = 10000.0;  // RoPE base ("rope_theta")
   std::string name;         // optional display name ("name"); empty when absent
+  // Not in config.json: how this process stores KV caches (nielsd --kv-dtype; LoadModelDir sets
+  // it). f32 or f16.
+  kernels::Dtype kv_dtype = kernels::Dtype::kF32;
 
   int64_t head_dim() const { return width / heads; }  // D
 };

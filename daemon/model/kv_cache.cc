@@ -1,10 +1,11 @@
 #include "daemon/model/kv_cache.h"
 
 #include <algorithm>
+#include <cstring>
+#include <stdexcept>
+#include <string>
 
-#include <ATen/ATen.h>
-#include <c10/core/InferenceMode.h>
-#include <c10/util/Exception.h>
+#include "daemon/kernels/simd_kernels.h"
 
 namespace niels::daemon::model {
 namespace {
@@ -13,60 +14,47 @@ namespace {
 // at most kChunk - 1 unused positions per layer, so memory follows the cached tokens, not T.
 constexpr int64_t kChunk = 64;
 
-// [H, capacity, D] f32, uninitialised (every position is written before it is read).
-torch::Tensor NewStorage(int64_t heads, int64_t capacity, int64_t head_dim) {
-  return at::empty({heads, capacity, head_dim}, at::TensorOptions().dtype(at::kFloat));
-}
-
 }  // namespace
 
 KvCache::KvCache(const ModelConfig& config)
-    : context_(config.context),
-      heads_(config.heads), head_dim_(config.head_dim()), k_(config.layers), v_(config.layers) {}
+    : KvCache(config.layers, config.context, config.heads, config.head_dim(), config.kv_dtype) {}
+
+KvCache::KvCache(int64_t layers, int64_t context, int64_t heads, int64_t head_dim, kernels::Dtype dtype)
+    : context_(context), heads_(heads), head_dim_(head_dim), dtype_(dtype), layers_(layers) {}
 
 int64_t KvCache::bytes() const {
-  int64_t total = 0;
-  for (size_t i = 0; i < k_.size(); ++i) {
-    if (k_[i].defined()) total += k_[i].nbytes() + v_[i].nbytes();
-  }
-  return total;
+  return 2 * static_cast<int64_t>(layers_.size()) * heads_ * capacity_ * head_dim_ * kernels::DtypeSize(dtype_);
 }
 
-int64_t KvCache::capacity() const { return k_.empty() || !k_[0].defined() ? 0 : k_[0].size(1); }
-
 void KvCache::Truncate(int64_t n) {
-  TORCH_CHECK(n >= 0 && n <= length_, "KvCache::Truncate(", n, ") with length ", length_);
+  if (n < 0 || n > length_) {
+    throw std::out_of_range("KvCache::Truncate(" + std::to_string(n) + ") with length " + std::to_string(length_));
+  }
   length_ = n;
   if (n == 0) Clear();
 }
 
 void KvCache::Clear() {
   length_ = 0;
-  for (size_t i = 0; i < k_.size(); ++i) {
-    k_[i] = torch::Tensor();
-    v_[i] = torch::Tensor();
-  }
+  capacity_ = 0;
+  for (Layer& layer : layers_) layer = Layer{};
 }
 
 KvCache KvCache::Clone() const {
-  c10::InferenceMode guard;
-  KvCache copy(static_cast<int64_t>(k_.size()), context_, heads_, head_dim_, ChunkedCapacity(length_));
-  for (size_t i = 0; i < k_.size() && length_ > 0; ++i) {
-    copy.k_[i].narrow(1, 0, length_).copy_(Keys(static_cast<int64_t>(i), length_));
-    copy.v_[i].narrow(1, 0, length_).copy_(Values(static_cast<int64_t>(i), length_));
+  KvCache copy(static_cast<int64_t>(layers_.size()), context_, heads_, head_dim_, dtype_);
+  if (length_ == 0) return copy;
+  copy.Resize(ChunkedCapacity(length_));  // copy.length_ is 0: nothing moves
+  const int64_t row = head_dim_ * kernels::DtypeSize(dtype_);
+  for (size_t l = 0; l < layers_.size(); ++l) {
+    for (int64_t h = 0; h < heads_; ++h) {
+      std::memcpy(copy.layers_[l].keys.get() + h * copy.capacity_ * row, layers_[l].keys.get() + h * capacity_ * row,
+                  length_ * row);
+      std::memcpy(copy.layers_[l].values.get() + h * copy.capacity_ * row,
+                  layers_[l].values.get() + h * capacity_ * row, length_ * row);
+    }
   }
   copy.length_ = length_;
   return copy;
-}
-
-KvCache::KvCache(int64_t layers, int64_t context, int64_t heads, int64_t head_dim, int64_t capacity)
-    : context_(context),
-      heads_(heads), head_dim_(head_dim), k_(layers), v_(layers) {
-  if (capacity == 0) return;
-  for (size_t i = 0; i < k_.size(); ++i) {
-    k_[i] = NewStorage(heads_, capacity, head_dim_);
-    v_[i] = NewStorage(heads_, capacity, head_dim_);
-  }
 }
 
 int64_t KvCache::ChunkedCapacity(int64_t positions) const {
@@ -74,37 +62,57 @@ int64_t KvCache::ChunkedCapacity(int64_t positions) const {
   return std::max(positions, std::min(rounded, context_));
 }
 
-void KvCache::Reserve(int64_t n) {
-  const int64_t needed = length_ + n;
-  if (needed <= capacity()) return;
-  c10::InferenceMode guard;
-  const int64_t new_capacity = ChunkedCapacity(needed);
-  for (size_t i = 0; i < k_.size(); ++i) {
-    torch::Tensor k = NewStorage(heads_, new_capacity, head_dim_);
-    torch::Tensor v = NewStorage(heads_, new_capacity, head_dim_);
-    if (length_ > 0) {
-      k.narrow(1, 0, length_).copy_(k_[i].narrow(1, 0, length_));
-      v.narrow(1, 0, length_).copy_(v_[i].narrow(1, 0, length_));
+void KvCache::Resize(int64_t capacity) {
+  const int64_t row = head_dim_ * kernels::DtypeSize(dtype_);
+  for (Layer& layer : layers_) {
+    Layer grown{std::unique_ptr<std::byte[]>(new std::byte[heads_ * capacity * row]),
+                std::unique_ptr<std::byte[]>(new std::byte[heads_ * capacity * row])};
+    for (int64_t h = 0; h < heads_ && length_ > 0; ++h) {  // [H, capacity, D]: head h moves
+      std::memcpy(grown.keys.get() + h * capacity * row, layer.keys.get() + h * capacity_ * row, length_ * row);
+      std::memcpy(grown.values.get() + h * capacity * row, layer.values.get() + h * capacity_ * row, length_ * row);
     }
-    k_[i] = std::move(k);
-    v_[i] = std::move(v);
+    layer = std::move(grown);
   }
+  capacity_ = capacity;
 }
 
-void KvCache::Write(int64_t layer, const torch::Tensor& k, const torch::Tensor& v) {
-  const int64_t n = k.size(1);  // k, v: [H, n, D]
-  TORCH_CHECK(length_ + n <= capacity(), "KvCache::Write past capacity: Reserve first");
-  k_[layer].narrow(1, length_, n).copy_(k);
-  v_[layer].narrow(1, length_, n).copy_(v);
+void KvCache::Reserve(int64_t n) {
+  const int64_t needed = length_ + n;
+  if (needed <= capacity_) return;
+  Resize(ChunkedCapacity(needed));
+}
+
+kernels::KvView KvCache::View() {
+  kernels::KvView view;
+  view.capacity = capacity_;
+  view.dtype = dtype_;
+  for (Layer& layer : layers_) {
+    view.keys.push_back(layer.keys.get());
+    view.values.push_back(layer.values.get());
+  }
+  return view;
 }
 
 void KvCache::Advance(int64_t n) {
-  TORCH_CHECK(length_ + n <= capacity(), "KvCache::Advance past capacity");
+  if (length_ + n > capacity_) throw std::out_of_range("KvCache::Advance past capacity");
   length_ += n;
 }
 
-torch::Tensor KvCache::Keys(int64_t layer, int64_t upto) const { return k_[layer].narrow(1, 0, upto); }
+std::vector<float> KvCache::AsFloats(const std::unique_ptr<std::byte[]>& storage, int64_t upto) const {
+  if (upto < 0 || upto > length_) throw std::out_of_range("KvCache: positions past length()");
+  std::vector<float> out(static_cast<size_t>(heads_ * upto * head_dim_));
+  const int64_t row = head_dim_ * kernels::DtypeSize(dtype_);
+  for (int64_t h = 0; h < heads_ && upto > 0; ++h) {
+    kernels::simd::ToFloat(storage.get() + h * capacity_ * row, dtype_, upto * head_dim_,
+                           out.data() + h * upto * head_dim_);
+  }
+  return out;
+}
 
-torch::Tensor KvCache::Values(int64_t layer, int64_t upto) const { return v_[layer].narrow(1, 0, upto); }
+std::vector<float> KvCache::KeysAsFloats(int64_t layer, int64_t upto) const { return AsFloats(layers_.at(layer).keys, upto); }
+
+std::vector<float> KvCache::ValuesAsFloats(int64_t layer, int64_t upto) const {
+  return AsFloats(layers_.at(layer).values, upto);
+}
 
 }  // namespace niels::daemon::model

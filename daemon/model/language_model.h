@@ -2,12 +2,11 @@
 // LanguageModel: what the generation loop needs from a model. Transformer is the real one; tests
 // may script a model with forced outputs (e.g. to test stop rules) by implementing this interface.
 // An implementation must append exactly the processed positions to the caches it is given.
+// Logits are returned as plain float rows (row-major); no libtorch.
 
 #include <cstdint>
 #include <span>
 #include <vector>
-
-#include <torch/types.h>
 
 #include "daemon/model/config.h"
 #include "daemon/model/kv_cache.h"
@@ -16,8 +15,8 @@ namespace niels::daemon::model {
 
 // Optional per-step output of one layer's attention probabilities.
 struct AttentionTrace {
-  int64_t layer = -1;               // which layer to record; -1 = none
-  std::vector<torch::Tensor> rows;  // filled by Decode: per sequence [H, length] (after softmax)
+  int64_t layer = -1;                   // which layer to record; -1 = none
+  std::vector<std::vector<float>> rows;  // filled by Decode: per sequence [H, length] (after softmax)
 };
 
 class LanguageModel {
@@ -29,19 +28,21 @@ class LanguageModel {
   // Processes `tokens` at positions cache.length() .. cache.length()+n-1 in one batched forward,
   // appending their keys/values to `cache`. Returns logits at the last position [V], or at every
   // position [n, V] when `all_logits` (the vocab projection is skipped elsewhere otherwise).
-  // REQUIRES: n >= 1, cache.length() + n <= T, every id in [0, V).
-  virtual torch::Tensor Prefill(std::span<const int32_t> tokens, KvCache& cache,
-                                bool all_logits = false) const = 0;
+  // REQUIRES: n >= 1, cache.length() + n <= T, every id in [0, V); violations throw
+  // std::invalid_argument before anything is touched.
+  virtual std::vector<float> Prefill(std::span<const int32_t> tokens, KvCache& cache,
+                                     bool all_logits = false) const = 0;
 
   // One decode step for B sequences: token b goes to position caches[b]->length() (lengths may
   // differ) and is appended to that cache. Returns logits [B, V].
-  // REQUIRES: B >= 1, tokens.size() == caches.size(), distinct caches, each length < T.
-  virtual torch::Tensor Decode(std::span<const int32_t> tokens, std::span<KvCache* const> caches,
-                               AttentionTrace* trace = nullptr) const = 0;
+  // REQUIRES: B >= 1, tokens.size() == caches.size(), distinct caches, each length < T, ids in
+  // [0, V); violations throw std::invalid_argument before any cache is touched.
+  virtual std::vector<float> Decode(std::span<const int32_t> tokens, std::span<KvCache* const> caches,
+                                    AttentionTrace* trace = nullptr) const = 0;
 
   // Uncached full forward over `tokens` at positions 0..n-1: logits [n, V] (last_only: [V]).
-  // REQUIRES: 1 <= n <= T.
-  virtual torch::Tensor Forward(std::span<const int32_t> tokens, bool last_only = false) const = 0;
+  // REQUIRES: 1 <= n <= T, ids in [0, V) (else std::invalid_argument).
+  virtual std::vector<float> Forward(std::span<const int32_t> tokens, bool last_only = false) const = 0;
 };
 
 }  // namespace niels::daemon::model

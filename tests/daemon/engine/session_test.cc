@@ -4,9 +4,8 @@
 #include <set>
 
 #include <gtest/gtest.h>
-#include <c10/core/InferenceMode.h>
-#include <torch/torch.h>
 
+#include "daemon/kernels/simd_kernels.h"
 #include "daemon/engine/session_store.h"
 #include "tests/support/test_model.h"
 
@@ -24,14 +23,28 @@ model::ModelConfig SmallConfig() {
   return config;
 }
 
+// Writes `value` into every element of positions [first, first + n) of the cache's keys (and
+// -value into its values) of `layer`, through the storage view as the kernels write.
+void WriteRows(model::KvCache& cache, const model::ModelConfig& config, int64_t layer, int64_t first, int64_t n,
+               float value) {
+  const kernels::KvView view = cache.View();
+  const int64_t D = config.head_dim(), element = kernels::DtypeSize(view.dtype);
+  const std::vector<float> keys(D, value), values(D, -value);
+  for (int64_t h = 0; h < config.heads; ++h) {
+    for (int64_t p = first; p < first + n; ++p) {
+      const int64_t offset = (h * view.capacity + p) * D * element;
+      kernels::simd::FromFloat(keys.data(), D, view.dtype, static_cast<std::byte*>(view.keys[layer]) + offset);
+      kernels::simd::FromFloat(values.data(), D, view.dtype, static_cast<std::byte*>(view.values[layer]) + offset);
+    }
+  }
+}
+
 // Appends n positions of recognisable values (position * 1000 + layer) to the cache.
 void FillCache(model::KvCache& cache, const model::ModelConfig& config, int64_t n) {
   const int64_t start = cache.length();
   cache.Reserve(n);
   for (int64_t layer = 0; layer < config.layers; ++layer) {
-    torch::Tensor positions = torch::arange(start, start + n, torch::kFloat).view({1, n, 1});
-    torch::Tensor k = (positions * 1000 + layer).expand({config.heads, n, config.head_dim()}).contiguous();
-    cache.Write(layer, k, -k);
+    for (int64_t p = start; p < start + n; ++p) WriteRows(cache, config, layer, p, 1, p * 1000.0f + layer);
   }
   cache.Advance(n);
 }
@@ -42,11 +55,7 @@ void Grow(Session& session, const model::ModelConfig& config, int64_t n, int32_t
   FillCache(session.sequence().cache, config, session.length() - session.cached_tokens());
 }
 
-// The engine thread runs under InferenceMode; caches hold inference tensors, so tests do too.
-class SessionTest : public ::testing::Test {
- protected:
-  c10::InferenceMode inference_mode_;
-};
+class SessionTest : public ::testing::Test {};
 using SessionStoreTest = SessionTest;
 
 TEST(SessionIdTest, Is32LowercaseHexAndUnique) {
@@ -80,7 +89,7 @@ TEST_F(SessionTest, RestoreBringsBackAStashedCache) {
   const model::ModelConfig config = SmallConfig();
   Session session("a", 1, config);
   Grow(session, config, 5, 4);
-  const torch::Tensor keys = session.sequence().cache.Keys(1, 5).clone();
+  const std::vector<float> keys = session.sequence().cache.KeysAsFloats(1, 5);
   Session::Snapshot snapshot = session.TakeSnapshot();
   session.StashCache(snapshot);
   EXPECT_EQ(session.cached_tokens(), 0);
@@ -88,7 +97,7 @@ TEST_F(SessionTest, RestoreBringsBackAStashedCache) {
   session.Restore(std::move(snapshot));
   EXPECT_EQ(session.length(), 5);
   ASSERT_EQ(session.cached_tokens(), 5);
-  EXPECT_TRUE(torch::equal(session.sequence().cache.Keys(1, 5), keys));
+  EXPECT_EQ(session.sequence().cache.KeysAsFloats(1, 5), keys);
 }
 
 TEST_F(SessionTest, DropOldestTurnsKeepsSystemPromptAndShiftsTurns) {
@@ -137,14 +146,14 @@ TEST_F(SessionTest, ForkSharesNothingMutable) {
   std::unique_ptr<Session> fork = parent.Fork("b", 1, /*with_cache=*/true);
   EXPECT_EQ(fork->tokens(), parent.tokens());
   ASSERT_EQ(fork->cached_tokens(), parent.cached_tokens());
-  EXPECT_TRUE(torch::equal(fork->sequence().cache.Keys(0, 7), parent.sequence().cache.Keys(0, 7)));
+  EXPECT_EQ(fork->sequence().cache.KeysAsFloats(0, 7), parent.sequence().cache.KeysAsFloats(0, 7));
   // Writing into the fork's cache storage leaves the parent's untouched.
-  fork->sequence().cache.Keys(0, 7).fill_(-1);
+  WriteRows(fork->sequence().cache, config, 0, 0, 7, -1.0f);
   fork->sequence().cache.Truncate(2);
   Grow(*fork, config, 5, 8);
   EXPECT_EQ(parent.length(), 7);
   EXPECT_EQ(parent.cached_tokens(), 7);
-  EXPECT_EQ(parent.sequence().cache.Keys(0, 7)[0][6][0].item<float>(), 6000.0f);
+  EXPECT_EQ(parent.sequence().cache.KeysAsFloats(0, 7)[6 * config.head_dim()], 6000.0f);  // head 0, position 6
   std::unique_ptr<Session> bare = parent.Fork("c", 2, /*with_cache=*/false);
   EXPECT_EQ(bare->cached_tokens(), 0);
   EXPECT_EQ(bare->owner(), 2u);

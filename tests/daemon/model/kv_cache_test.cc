@@ -1,13 +1,19 @@
 #include "daemon/model/kv_cache.h"
 
-#include <ATen/ATen.h>
-#include <c10/core/InferenceMode.h>
+#include <algorithm>
+#include <vector>
+
 #include <gtest/gtest.h>
+
+#include "daemon/kernels/dtype.h"
+#include "daemon/kernels/simd_kernels.h"
 
 namespace niels::daemon::model {
 namespace {
 
-ModelConfig CacheConfig(int64_t context) {
+using kernels::Dtype;
+
+ModelConfig CacheConfig(int64_t context, Dtype dtype = Dtype::kF32) {
   ModelConfig config;
   config.vocab_size = 50;
   config.context = context;
@@ -15,21 +21,44 @@ ModelConfig CacheConfig(int64_t context) {
   config.layers = 2;
   config.heads = 2;
   config.d_ff = 24;
+  config.kv_dtype = dtype;
   return config;
 }
 
-// Appends n positions whose every key entry is `key_value` and every value entry -key_value.
+// Appends n positions whose every key entry is `key_value` and every value entry -key_value, written
+// through the storage view as the kernels write it.
 void Append(KvCache& cache, const ModelConfig& config, int64_t n, float key_value) {
-  c10::InferenceMode guard;
   cache.Reserve(n);
-  torch::Tensor k = at::full({config.heads, n, config.head_dim()}, key_value);
-  for (int64_t layer = 0; layer < config.layers; ++layer) cache.Write(layer, k, -k);
+  const kernels::KvView view = cache.View();
+  const int64_t D = config.head_dim(), element = kernels::DtypeSize(view.dtype);
+  const std::vector<float> keys(D, key_value), values(D, -key_value);
+  for (int64_t layer = 0; layer < config.layers; ++layer) {
+    for (int64_t h = 0; h < config.heads; ++h) {
+      for (int64_t p = cache.length(); p < cache.length() + n; ++p) {
+        const int64_t offset = (h * view.capacity + p) * D * element;
+        kernels::simd::FromFloat(keys.data(), D, view.dtype, static_cast<std::byte*>(view.keys[layer]) + offset);
+        kernels::simd::FromFloat(values.data(), D, view.dtype, static_cast<std::byte*>(view.values[layer]) + offset);
+      }
+    }
+  }
   cache.Advance(n);
+}
+
+// Every float of positions [first, first + n) of a [H, length, D] readback equals `value`.
+bool AllEqual(const std::vector<float>& rows, const ModelConfig& config, int64_t length, int64_t first, int64_t n,
+              float value) {
+  const int64_t D = config.head_dim();
+  for (int64_t h = 0; h < config.heads; ++h) {
+    for (int64_t i = (h * length + first) * D; i < (h * length + first + n) * D; ++i) {
+      if (rows[i] != value) return false;
+    }
+  }
+  return true;
 }
 
 // Bytes of K and V for `positions` positions over all layers.
 int64_t BytesFor(const ModelConfig& config, int64_t positions) {
-  return 2 * config.layers * config.heads * positions * config.head_dim() * static_cast<int64_t>(sizeof(float));
+  return 2 * config.layers * config.heads * positions * config.head_dim() * kernels::DtypeSize(config.kv_dtype);
 }
 
 TEST(KvCacheTest, EmptyCacheHoldsNoStorage) {
@@ -70,13 +99,12 @@ TEST(KvCacheTest, KeepsWrittenValuesAcrossGrowth) {
   KvCache cache(config);
   Append(cache, config, 60, 1.0f);
   Append(cache, config, 10, 2.0f);  // crosses a chunk boundary: storage is reallocated
-  c10::InferenceMode guard;
   for (int64_t layer = 0; layer < config.layers; ++layer) {
-    torch::Tensor keys = cache.Keys(layer, 70);  // [H, 70, D]
-    ASSERT_EQ(keys.sizes(), (at::IntArrayRef{config.heads, 70, config.head_dim()}));
-    EXPECT_TRUE(at::all(keys.narrow(1, 0, 60) == 1.0f).item<bool>());
-    EXPECT_TRUE(at::all(keys.narrow(1, 60, 10) == 2.0f).item<bool>());
-    EXPECT_TRUE(at::all(cache.Values(layer, 70).narrow(1, 60, 10) == -2.0f).item<bool>());
+    const std::vector<float> keys = cache.KeysAsFloats(layer, 70);  // [H, 70, D]
+    ASSERT_EQ(keys.size(), static_cast<size_t>(config.heads * 70 * config.head_dim()));
+    EXPECT_TRUE(AllEqual(keys, config, 70, 0, 60, 1.0f));
+    EXPECT_TRUE(AllEqual(keys, config, 70, 60, 10, 2.0f));
+    EXPECT_TRUE(AllEqual(cache.ValuesAsFloats(layer, 70), config, 70, 60, 10, -2.0f));
   }
 }
 
@@ -87,17 +115,15 @@ TEST(KvCacheTest, TruncateKeepsPrefixAndClearFrees) {
   cache.Truncate(10);
   EXPECT_EQ(cache.length(), 10);
   Append(cache, config, 5, 3.0f);
-  {
-    c10::InferenceMode guard;
-    torch::Tensor keys = cache.Keys(0, 15);
-    EXPECT_TRUE(at::all(keys.narrow(1, 0, 10) == 1.0f).item<bool>());
-    EXPECT_TRUE(at::all(keys.narrow(1, 10, 5) == 3.0f).item<bool>());
-  }
+  const std::vector<float> keys = cache.KeysAsFloats(0, 15);
+  EXPECT_TRUE(AllEqual(keys, config, 15, 0, 10, 1.0f));
+  EXPECT_TRUE(AllEqual(keys, config, 15, 10, 5, 3.0f));
   cache.Clear();
   EXPECT_EQ(cache.length(), 0);
   EXPECT_EQ(cache.bytes(), 0);
   Append(cache, config, 3, 4.0f);
   EXPECT_EQ(cache.length(), 3);
+  EXPECT_THROW(cache.Truncate(4), std::out_of_range);
 }
 
 TEST(KvCacheTest, CloneIsIndependent) {
@@ -110,12 +136,27 @@ TEST(KvCacheTest, CloneIsIndependent) {
   original.Truncate(5);
   Append(original, config, 30, 7.0f);  // overwrites positions 5.. of the original's storage
   Append(copy, config, 1, 9.0f);
-  c10::InferenceMode guard;
   for (int64_t layer = 0; layer < config.layers; ++layer) {
-    EXPECT_TRUE(at::all(copy.Keys(layer, 21).narrow(1, 0, 20) == 1.0f).item<bool>());
-    EXPECT_TRUE(at::all(copy.Keys(layer, 21).narrow(1, 20, 1) == 9.0f).item<bool>());
-    EXPECT_TRUE(at::all(original.Keys(layer, 35).narrow(1, 5, 30) == 7.0f).item<bool>());
+    EXPECT_TRUE(AllEqual(copy.KeysAsFloats(layer, 21), config, 21, 0, 20, 1.0f));
+    EXPECT_TRUE(AllEqual(copy.KeysAsFloats(layer, 21), config, 21, 20, 1, 9.0f));
+    EXPECT_TRUE(AllEqual(original.KeysAsFloats(layer, 35), config, 35, 5, 30, 7.0f));
   }
+}
+
+// --kv-dtype f16: half the bytes per position, values rounded to f16 (1/3 is not representable).
+TEST(KvCacheTest, F16CacheHoldsHalfTheBytesAndRoundsToHalf) {
+  const ModelConfig f32 = CacheConfig(512), f16 = CacheConfig(512, Dtype::kF16);
+  KvCache wide(f32), narrow(f16);
+  EXPECT_EQ(narrow.dtype(), Dtype::kF16);
+  Append(wide, f32, 100, 1.0f / 3.0f);
+  Append(narrow, f16, 100, 1.0f / 3.0f);
+  EXPECT_EQ(2 * narrow.bytes(), wide.bytes());
+  const float rounded = kernels::HalfToFloat(kernels::FloatToHalf(1.0f / 3.0f));
+  EXPECT_NE(rounded, 1.0f / 3.0f);
+  EXPECT_TRUE(AllEqual(narrow.KeysAsFloats(1, 100), f16, 100, 0, 100, rounded));
+  KvCache copy = narrow.Clone();
+  EXPECT_EQ(copy.dtype(), Dtype::kF16);
+  EXPECT_EQ(copy.KeysAsFloats(0, 100), narrow.KeysAsFloats(0, 100));
 }
 
 }  // namespace
