@@ -1,6 +1,7 @@
 #include "daemon/kernels/decode_step.h"
 
 #include <algorithm>
+#include <atomic>
 #include <utility>
 
 #include "daemon/kernels/matvec.h"
@@ -68,8 +69,12 @@ void DecodeStep::Attention(const WeightViews& w, std::span<DecodeSequence> batch
       std::copy(scores, scores + seq.position + 1, seq.trace + h * (seq.position + 1));
     }
   };
-  pool_->Run([&](int part, int parts) {
-    for (int64_t pair = part; pair < B * H; pair += parts) attend(pair);
+  std::atomic<int64_t> next{0};  // pairs go to whichever thread is free
+  pool_->Run([&](int, int) {
+    for (int64_t pair = next.fetch_add(1, std::memory_order_relaxed); pair < B * H;
+         pair = next.fetch_add(1, std::memory_order_relaxed)) {
+      attend(pair);
+    }
   });
 }
 

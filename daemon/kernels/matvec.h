@@ -27,8 +27,9 @@ namespace niels::daemon::kernels {
 // weight [out, in] of any dtype, x [rows, in], y [rows, out], bias [out] or nullptr (then no bias);
 // all row-major and contiguous; y must not overlap the inputs. Sums are float32 (16 or 8 partial
 // sums per dot product), so results differ from a serial sum by rounding only. The weight's output
-// rows are split among the pool's threads. Row r of y is bitwise independent of `rows`, of the
-// other rows of x and of the pool's thread count (batch invariance).
+// rows are handed to the pool's threads in blocks from a shared counter (whoever is free takes the
+// next). Row r of y is bitwise independent of `rows`, of the other rows of x, of the pool's thread
+// count and of which thread computed it (batch invariance).
 void MatVec(Matrix weight, int64_t out, int64_t in, const float* bias, const float* x, int64_t rows, float* y,
             WorkerPool& pool);
 

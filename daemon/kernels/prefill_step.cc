@@ -1,6 +1,7 @@
 #include "daemon/kernels/prefill_step.h"
 
 #include <algorithm>
+#include <atomic>
 #include <utility>
 
 #include "daemon/kernels/decode_step.h"
@@ -76,9 +77,13 @@ void PrefillStep::Attention(const WeightViews& w, const KvView& cache, int64_t l
                 /*scores_ready=*/true, heads_.data() + i * C + h * D);
     }
   };
-  pool_->Run([&](int part, int parts) {
+  std::atomic<int64_t> next{0};  // items go to whichever thread is free; scratch is per part
+  pool_->Run([&](int part, int) {
     float* scores = scores_.data() + part * kQueryBlock * T;
-    for (int64_t item = part; item < blocks * H; item += parts) attend(item, scores);
+    for (int64_t item = next.fetch_add(1, std::memory_order_relaxed); item < blocks * H;
+         item = next.fetch_add(1, std::memory_order_relaxed)) {
+      attend(item, scores);
+    }
   });
 }
 

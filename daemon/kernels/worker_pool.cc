@@ -21,7 +21,9 @@ inline void CpuRelax() {
 
 }  // namespace
 
-WorkerPool::WorkerPool(int threads) : threads_(std::max(threads, 1)) {
+WorkerPool::WorkerPool(int threads)
+    : threads_(std::max(threads, 1)), slots_(new std::atomic<int>[std::max(threads, 1)]) {
+  for (int part = 0; part < threads_; ++part) slots_[part].store(kDone, std::memory_order_relaxed);
   workers_.reserve(threads_ - 1);
   for (int part = 1; part < threads_; ++part) workers_.emplace_back([this, part] { WorkerLoop(part); });
 }
@@ -42,11 +44,21 @@ void WorkerPool::RunErased(JobFn call, void* context) {
   }
   job_ = call;
   job_context_ = context;
-  pending_.store(parts - 1, std::memory_order_relaxed);
-  generation_.fetch_add(1, std::memory_order_release);  // publishes job_, job_context_, pending_
+  // Opening a slot publishes job_ and job_context_ to the worker that takes it (release/acquire).
+  // A worker still waking from an earlier job may take it before it sees the new generation: it
+  // then simply runs this job's part.
+  for (int part = 1; part < parts; ++part) slots_[part].store(kOpen, std::memory_order_release);
+  generation_.fetch_add(1, std::memory_order_release);
   generation_.notify_all();
   call(context, 0, parts);
-  while (pending_.load(std::memory_order_acquire) != 0) CpuRelax();
+  // Parts no worker has taken yet are run here; then wait for the ones that were taken.
+  for (int part = 1; part < parts; ++part) {
+    int open = kOpen;
+    if (slots_[part].compare_exchange_strong(open, kClaimed, std::memory_order_acq_rel)) call(context, part, parts);
+  }
+  for (int part = 1; part < parts; ++part) {
+    while (slots_[part].load(std::memory_order_acquire) == kTaken) CpuRelax();
+  }
 }
 
 uint64_t WorkerPool::AwaitJob(uint64_t seen) {
@@ -68,8 +80,10 @@ void WorkerPool::WorkerLoop(int part) {
   while (true) {
     seen = AwaitJob(seen);
     if (stopping_.load(std::memory_order_relaxed)) return;
+    int open = kOpen;
+    if (!slots_[part].compare_exchange_strong(open, kTaken, std::memory_order_acq_rel)) continue;  // claimed
     job_(job_context_, part, threads_);
-    pending_.fetch_sub(1, std::memory_order_acq_rel);
+    slots_[part].store(kDone, std::memory_order_release);
   }
 }
 

@@ -161,6 +161,9 @@ StatusOr<std::shared_ptr<const SafetensorsFile>> SafetensorsFile::Open(const std
   void* mapping = mmap(nullptr, result->mapping_size_, PROT_READ | PROT_WRITE, MAP_PRIVATE, fd, 0);
   if (mapping == MAP_FAILED) return Status::Internal(file + ": mmap failed: " + std::strerror(errno));
   result->mapping_ = mapping;
+  // Start reading the file into the page cache in the background (a cold start from disk), without
+  // waiting for it: the mapping's pages are then mapped in on first use, nothing before.
+  ::madvise(mapping, result->mapping_size_, MADV_WILLNEED);
   NIELS_RETURN_IF_ERROR(result->ParseHeader());
   return std::shared_ptr<const SafetensorsFile>(std::move(result));
 }

@@ -160,7 +160,9 @@ TEST_F(WeightsTest, RequestedDtypeConvertsAtLoad) {
     for (size_t i = 0; i < got.size(); ++i) {
       const auto& [name, t] = got[i];
       EXPECT_EQ(t.ToFloats(), want[i].second.ToFloats()) << name;
-      if (Weights::IsMatrix(name)) EXPECT_NE(t.ToFloats(), before[i].second.ToFloats()) << name;
+      if (Weights::IsMatrix(name)) {
+        EXPECT_NE(t.ToFloats(), before[i].second.ToFloats()) << name;
+      }
     }
     // And back: the 16-bit file read as f32 holds the same values, widened.
     ASSERT_TRUE(SaveWeights(*expected, dir_ / "narrow.safetensors").ok());
