@@ -126,7 +126,7 @@ int Run(const Flags& flags) {
 
   // (3) model
   at::manual_seed(flags.seed);
-  model::TorchWeights weights = model::ToTorch(model::RandomWeights(config, flags.seed));
+  model::TorchWeights weights = model::RandomTorchWeights(config, flags.seed);
   int64_t parameters = 0;
   for (torch::Tensor* t : weights.All()) parameters += t->numel();
   std::fprintf(stderr, "model: V=%lld T=%lld C=%lld L=%lld H=%lld d_ff=%lld, %lld parameters (%.2f MB f32)\n",

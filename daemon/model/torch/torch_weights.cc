@@ -1,6 +1,7 @@
 #include "daemon/model/torch/torch_weights.h"
 
 #include <ATen/ATen.h>
+#include <ATen/CPUGeneratorImpl.h>
 
 #include "daemon/model/safetensors.h"
 #include "daemon/model/torch/transformer_stages.h"
@@ -29,7 +30,48 @@ torch::Tensor Trunk(const ModelConfig& config, const TorchWeights& weights, cons
   return h;
 }
 
+// Draws tensors in a fixed order from one seeded CPU generator.
+class Drawer {
+ public:
+  Drawer(uint64_t seed, double std) : generator_(at::make_generator<at::CPUGeneratorImpl>(seed)), std_(std) {}
+
+  torch::Tensor Matrix(int64_t rows, int64_t cols) { return Normal({rows, cols}, 0.0, std_); }
+  torch::Tensor Bias(int64_t n) { return Normal({n}, 0.0, std_); }
+  torch::Tensor Norm(int64_t n) { return Normal({n}, 1.0, 0.1); }
+
+ private:
+  torch::Tensor Normal(at::IntArrayRef shape, double mean, double std) {
+    return at::normal(mean, std, shape, generator_, at::TensorOptions().dtype(at::kFloat));
+  }
+
+  at::Generator generator_;
+  double std_;
+};
+
 }  // namespace
+
+TorchWeights RandomTorchWeights(const ModelConfig& config, uint64_t seed, double std) {
+  const int64_t c = config.width, d_ff = config.d_ff;
+  Drawer draw(seed, std);
+  TorchWeights w;
+  w.tok_emb = draw.Matrix(config.vocab_size, c);  // [V, C]
+  for (int64_t i = 0; i < config.layers; ++i) {
+    TorchBlockWeights b;
+    b.ln1 = draw.Norm(c);
+    b.qkv = draw.Matrix(3 * c, c);
+    b.proj = draw.Matrix(c, c);
+    b.ln2 = draw.Norm(c);
+    b.fc_a_w = draw.Matrix(d_ff, c);
+    b.fc_a_b = draw.Bias(d_ff);
+    b.fc_g_w = draw.Matrix(d_ff, c);
+    b.fc_g_b = draw.Bias(d_ff);
+    b.fc_out_w = draw.Matrix(c, d_ff);
+    b.fc_out_b = draw.Bias(c);
+    w.blocks.push_back(std::move(b));
+  }
+  w.ln_f = draw.Norm(c);  // [C]
+  return w;
+}
 
 std::vector<torch::Tensor*> TorchWeights::All() {
   std::vector<torch::Tensor*> all = {&tok_emb};

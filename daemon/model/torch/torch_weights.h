@@ -38,6 +38,12 @@ TorchWeights ToTorch(const Weights& weights);
 // The tensors copied into f32 buffers owned by the result (then ConvertWeights for 16 bits).
 Weights FromTorch(const TorchWeights& weights);
 
+// Random initial weights for training, drawn from libtorch's CPU generator seeded with `seed`
+// (normal(0, std) matrices and biases, norms 1 + normal(0, 0.1)): niels-train's initialization, so
+// that a documented training command reproduces its model bit for bit. (RandomWeights, weights.h,
+// draws torch-free numbers for tests and benchmarks.)
+TorchWeights RandomTorchWeights(const ModelConfig& config, uint64_t seed, double std = 0.02);
+
 // Differentiable full forward for training: tokens [B, n] (int64, n <= T, positions 0..n-1)
 // -> logits [B, n, V], built from the stages of transformer_stages.h.
 torch::Tensor ForwardTrain(const ModelConfig& config, const TorchWeights& weights, const torch::Tensor& tokens);

@@ -5,9 +5,6 @@
 
 #include <ATen/ATen.h>
 
-#include "daemon/model/transformer.h"
-
-
 namespace niels::daemon::model {
 
 torch::Tensor Linear(const torch::Tensor& x, const torch::Tensor& weight, const torch::Tensor& bias) {
@@ -15,10 +12,12 @@ torch::Tensor Linear(const torch::Tensor& x, const torch::Tensor& weight, const 
 }
 
 torch::Tensor RopeRotations(const ModelConfig& config) {
-  std::vector<float> table = RopeTable(config);  // [T, D/2, 2] (cos, sin)
-  torch::Tensor pairs = torch::from_blob(table.data(), {config.context, config.head_dim() / 2, 2},
-                                         torch::TensorOptions().dtype(torch::kFloat32));
-  return at::view_as_complex(pairs.clone());  // [T, D/2] complex64
+  const int64_t half = config.head_dim() / 2;
+  const auto f64 = at::TensorOptions().dtype(at::kDouble);
+  // inv_freq_i = theta^(-2i/D), i in [0, D/2)
+  torch::Tensor inv_freq = at::pow(config.rope_theta, at::arange(0, half, f64) * (-2.0 / config.head_dim()));
+  torch::Tensor angles = at::outer(at::arange(0, config.context, f64), inv_freq);  // [T, D/2] f64
+  return at::complex(at::cos(angles).to(at::kFloat), at::sin(angles).to(at::kFloat));  // [T, D/2] c64
 }
 
 torch::Tensor Embed(const TorchWeights& weights, const torch::Tensor& tokens) {

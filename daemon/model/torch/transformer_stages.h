@@ -22,7 +22,9 @@ inline constexpr double kRmsNormEps = 1e-5;  // as daemon/kernels/row_ops.h
 torch::Tensor Linear(const torch::Tensor& x, const torch::Tensor& weight, const torch::Tensor& bias = {});
 
 // RoPE rotations for positions 0..T-1: [T, D/2] complex64, entry (p, i) = e^{i * p * inv_freq_i}
-// with inv_freq_i = rope_theta^(-2i/D): RopeTable (transformer.h) as complex numbers.
+// with inv_freq_i = rope_theta^(-2i/D), angles, cos and sin computed in float64 and stored as
+// float32 -- RopeTable (transformer.h) computed with libtorch's functions, as training always has
+// (a cos or sin may differ from the C library's in the last float bit).
 torch::Tensor RopeRotations(const ModelConfig& config);
 
 // tok_emb[tokens]: [..., n] int64 -> [..., n, C].

@@ -12,6 +12,7 @@
 #include <ATen/ATen.h>
 #include <gtest/gtest.h>
 
+#include "daemon/kernels/simd_kernels.h"
 #include "daemon/model/torch/torch_weights.h"
 #include "tests/daemon/model/model_test_util.h"
 #include "tests/daemon/model/scalar_reference.h"
@@ -119,6 +120,35 @@ TEST_F(TransformerTest, AgreesWithNaiveScalarReference) {
   EXPECT_LT(MaxAbsDiff(Rows(model_.Forward(tokens), V()), expected), 1e-4);
   // The reference is not trivially close to anything: logits vary across positions and tokens.
   EXPECT_GT(expected.std().item<float>(), 0.1);
+}
+
+// Every kernel implementation this CPU runs (AVX-512, AVX2, portable), with every weight dtype and
+// both KV dtypes: the same logits as the scalar reference on the same weights, and prefill, decode
+// and the uncached forward bitwise equal to each other.
+TEST_F(TransformerTest, EveryIsaAndDtypeAgreesWithTheScalarReference) {
+  const auto tokens = RandomTokens(24, 20);
+  for (kernels::simd::Isa isa : {kernels::simd::Isa::kAvx512, kernels::simd::Isa::kAvx2, kernels::simd::Isa::kPortable}) {
+    if (!kernels::simd::ForceIsaForTesting(isa)) continue;
+    for (kernels::Dtype dtype : {kernels::Dtype::kF32, kernels::Dtype::kF16, kernels::Dtype::kBF16}) {
+      for (kernels::Dtype kv : {kernels::Dtype::kF32, kernels::Dtype::kF16}) {
+        SCOPED_TRACE(std::string(kernels::simd::Name()) + " " + std::string(kernels::DtypeName(dtype)) + " KV " +
+                     std::string(kernels::DtypeName(kv)));
+        ModelConfig config = config_;
+        config.kv_dtype = kv;
+        auto weights = ConvertWeights(TinyWeights(), dtype);
+        ASSERT_TRUE(weights.ok());
+        const Transformer model(config, *weights);
+        const std::vector<float> full = model.Forward(tokens);
+        const ScalarReference reference(config, model.weights(), ScalarReference::RopePairs::kAdjacent, kv);
+        EXPECT_LT(MaxAbsDiff(Rows(full, V()), reference.Forward(tokens)), kv == kernels::Dtype::kF16 ? 1e-3 : 1e-4);
+        KvCache cache(config);
+        const std::span<const int32_t> all(tokens);
+        EXPECT_EQ(model.Prefill(all.first(9), cache, true), SliceRows(full, V(), 0, 9));
+        EXPECT_EQ(DecodeEach(model, all.subspan(9), cache), SliceRows(full, V(), 9, 15));
+      }
+    }
+  }
+  kernels::simd::ForceIsaForTesting(kernels::simd::Detected());
 }
 
 TEST_F(TransformerTest, RopeRotatesAdjacentPairsNotHalves) {
