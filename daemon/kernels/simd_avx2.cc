@@ -64,50 +64,37 @@ struct Isa {
   static void Sum4(V a, V b, V c, V d, float* out) { _mm_storeu_ps(out, Sum4Vector(a, b, c, d)); }
   static float SumLanes(V v) { return _mm_cvtss_f32(Sum4Vector(v, Zero(), Zero(), Zero())); }
 
-  // exp(x) as Cephes' expf: x = n ln2 + r with |r| <= ln2/2 (ln2 split in two for exactness), a
-  // degree-6 polynomial for e^r, times 2^n built in the exponent bits (as 2^(n/2) 2^(n - n/2) so
-  // that subnormal results come out right). x > 88.72 gives inf, x < -103.97 gives 0, NaN stays NaN.
-  static V Exp(V x) {
-    const V hi = Set1(88.72283935546875f), lo = Set1(-103.97208404541015625f);
-    const V xc = _mm256_min_ps(_mm256_max_ps(x, lo), hi);
-    const V n = _mm256_round_ps(_mm256_mul_ps(xc, Set1(1.44269504088896341f)),
-                                _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC);
-    V r = _mm256_fnmadd_ps(n, Set1(0.693359375f), xc);
-    r = _mm256_fnmadd_ps(n, Set1(-2.12194440e-4f), r);
-    V y = Set1(1.9875691500e-4f);
-    y = Fma(y, r, Set1(1.3981999507e-3f));
-    y = Fma(y, r, Set1(8.3334519073e-3f));
-    y = Fma(y, r, Set1(4.1665795894e-2f));
-    y = Fma(y, r, Set1(1.6666665459e-1f));
-    y = Fma(y, r, Set1(5.0000001201e-1f));
-    y = Fma(y, _mm256_mul_ps(r, r), _mm256_add_ps(r, Set1(1.0f)));
+  // The primitives of CephesExp (simd_generic.h).
+  static V Min(V a, V b) { return _mm256_min_ps(a, b); }
+  static V Max(V a, V b) { return _mm256_max_ps(a, b); }
+  static V Round(V v) { return _mm256_round_ps(v, _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC); }
+  static V Fnmadd(V a, V b, V c) { return _mm256_fnmadd_ps(a, b, c); }
+  // y * 2^n for integral n in [-150, 128], as two factors 2^(n/2) and 2^(n - n/2) built in the
+  // exponent bits (each a normal float), so that subnormal results come out right.
+  static V MulPow2(V y, V n) {
     const __m256i ni = _mm256_cvtps_epi32(n);
     const __m256i half = _mm256_srai_epi32(ni, 1);
-    const __m256i rest = _mm256_sub_epi32(ni, half);
     const __m256i bias = _mm256_set1_epi32(127);
-    const V scale1 = _mm256_castsi256_ps(_mm256_slli_epi32(_mm256_add_epi32(half, bias), 23));
-    const V scale2 = _mm256_castsi256_ps(_mm256_slli_epi32(_mm256_add_epi32(rest, bias), 23));
-    V result = _mm256_mul_ps(_mm256_mul_ps(y, scale1), scale2);
+    const V first = _mm256_castsi256_ps(_mm256_slli_epi32(_mm256_add_epi32(half, bias), 23));
+    const V second = _mm256_castsi256_ps(_mm256_slli_epi32(_mm256_add_epi32(_mm256_sub_epi32(ni, half), bias), 23));
+    return _mm256_mul_ps(_mm256_mul_ps(y, first), second);
+  }
+  // result, but inf where x > hi, 0 where x < lo and x where x is NaN.
+  static V ExpEdges(V result, V x, V hi, V lo) {
     result = _mm256_blendv_ps(result, Set1(__builtin_inff()), _mm256_cmp_ps(x, hi, _CMP_GT_OQ));
     result = _mm256_blendv_ps(result, Zero(), _mm256_cmp_ps(x, lo, _CMP_LT_OQ));
     return _mm256_blendv_ps(result, x, _mm256_cmp_ps(x, x, _CMP_UNORD_Q));
   }
+  static V Exp(V x);  // CephesExp, defined after simd_generic.h
 };
 using V = Isa::V;
 
 #define NIELS_KERNELS_SIMD_GENERIC_INCLUDED_BY_AN_ISA_FILE
 #include "daemon/kernels/simd_generic.h"
 
-const KernelTable kTable{
-    "avx2+fma",
-    {DotRowsImpl<F32Elements>, DotRowsImpl<F16Elements>, DotRowsImpl<BF16Elements>},
-    {WeightedSumRowsImpl<F32Elements>, WeightedSumRowsImpl<F16Elements>, WeightedSumRowsImpl<BF16Elements>},
-    {ToFloatImpl<F32Elements>, ToFloatImpl<F16Elements>, ToFloatImpl<BF16Elements>},
-    {CopyF32Impl, F32ToF16Impl, PortableF32ToBF16},
-    ExpImpl,
-    SoftmaxImpl,
-    SiluMulImpl,
-};
+inline V Isa::Exp(V x) { return CephesExp(x); }
+
+constexpr KernelTable kTable = MakeKernelTable("avx2+fma");
 
 }  // namespace
 

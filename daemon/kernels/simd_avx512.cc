@@ -60,48 +60,34 @@ struct Isa {
   static void Sum4(V a, V b, V c, V d, float* out) { _mm_storeu_ps(out, Sum4Vector(a, b, c, d)); }
   static float SumLanes(V v) { return _mm_cvtss_f32(Sum4Vector(v, Zero(), Zero(), Zero())); }
 
-  // The same algorithm and constants as the AVX2 Exp (simd_avx2.cc).
-  static V Exp(V x) {
-    const V hi = Set1(88.72283935546875f), lo = Set1(-103.97208404541015625f);
-    const V xc = _mm512_min_ps(_mm512_max_ps(x, lo), hi);
-    const V n = _mm512_roundscale_ps(_mm512_mul_ps(xc, Set1(1.44269504088896341f)),
-                                     _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC);
-    V r = _mm512_fnmadd_ps(n, Set1(0.693359375f), xc);
-    r = _mm512_fnmadd_ps(n, Set1(-2.12194440e-4f), r);
-    V y = Set1(1.9875691500e-4f);
-    y = Fma(y, r, Set1(1.3981999507e-3f));
-    y = Fma(y, r, Set1(8.3334519073e-3f));
-    y = Fma(y, r, Set1(4.1665795894e-2f));
-    y = Fma(y, r, Set1(1.6666665459e-1f));
-    y = Fma(y, r, Set1(5.0000001201e-1f));
-    y = Fma(y, _mm512_mul_ps(r, r), _mm512_add_ps(r, Set1(1.0f)));
+  // The primitives of CephesExp (simd_generic.h); see simd_avx2.cc.
+  static V Min(V a, V b) { return _mm512_min_ps(a, b); }
+  static V Max(V a, V b) { return _mm512_max_ps(a, b); }
+  static V Round(V v) { return _mm512_roundscale_ps(v, _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC); }
+  static V Fnmadd(V a, V b, V c) { return _mm512_fnmadd_ps(a, b, c); }
+  static V MulPow2(V y, V n) {
     const __m512i ni = _mm512_cvtps_epi32(n);
     const __m512i half = _mm512_srai_epi32(ni, 1);
-    const __m512i rest = _mm512_sub_epi32(ni, half);
     const __m512i bias = _mm512_set1_epi32(127);
-    const V scale1 = _mm512_castsi512_ps(_mm512_slli_epi32(_mm512_add_epi32(half, bias), 23));
-    const V scale2 = _mm512_castsi512_ps(_mm512_slli_epi32(_mm512_add_epi32(rest, bias), 23));
-    V result = _mm512_mul_ps(_mm512_mul_ps(y, scale1), scale2);
+    const V first = _mm512_castsi512_ps(_mm512_slli_epi32(_mm512_add_epi32(half, bias), 23));
+    const V second = _mm512_castsi512_ps(_mm512_slli_epi32(_mm512_add_epi32(_mm512_sub_epi32(ni, half), bias), 23));
+    return _mm512_mul_ps(_mm512_mul_ps(y, first), second);
+  }
+  static V ExpEdges(V result, V x, V hi, V lo) {
     result = _mm512_mask_blend_ps(_mm512_cmp_ps_mask(x, hi, _CMP_GT_OQ), result, Set1(__builtin_inff()));
     result = _mm512_mask_blend_ps(_mm512_cmp_ps_mask(x, lo, _CMP_LT_OQ), result, Zero());
     return _mm512_mask_blend_ps(_mm512_cmp_ps_mask(x, x, _CMP_UNORD_Q), result, x);
   }
+  static V Exp(V x);  // CephesExp, defined after simd_generic.h
 };
 using V = Isa::V;
 
 #define NIELS_KERNELS_SIMD_GENERIC_INCLUDED_BY_AN_ISA_FILE
 #include "daemon/kernels/simd_generic.h"
 
-const KernelTable kTable{
-    "avx512",
-    {DotRowsImpl<F32Elements>, DotRowsImpl<F16Elements>, DotRowsImpl<BF16Elements>},
-    {WeightedSumRowsImpl<F32Elements>, WeightedSumRowsImpl<F16Elements>, WeightedSumRowsImpl<BF16Elements>},
-    {ToFloatImpl<F32Elements>, ToFloatImpl<F16Elements>, ToFloatImpl<BF16Elements>},
-    {CopyF32Impl, F32ToF16Impl, PortableF32ToBF16},
-    ExpImpl,
-    SoftmaxImpl,
-    SiluMulImpl,
-};
+inline V Isa::Exp(V x) { return CephesExp(x); }
+
+constexpr KernelTable kTable = MakeKernelTable("avx512");
 
 }  // namespace
 

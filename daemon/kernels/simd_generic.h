@@ -12,7 +12,10 @@
 //   StoreF32(p, v), StoreF32Tail(p, v, n), StoreF16(p, v), StoreF16Tail(p, v, n)
 //   Sum4(a, b, c, d, out)        out[k] = the sum of the lanes of the k-th vector, in a fixed tree
 //                                that depends on nothing but that vector
-//   Exp(v)                       the kernels' exp (accuracy: simd_kernels.h)
+//   Exp(v)                       the kernels' exp (accuracy: simd_kernels.h); the SIMD files
+//                                define it as CephesExp below, from Min, Max, Round (to nearest),
+//                                Fnmadd(a, b, c) = c - a * b, MulPow2(y, n) = y * 2^n and
+//                                ExpEdges(result, x, hi, lo) (inf above hi, 0 below lo, NaN kept)
 //   SumLanes(v)                  the sum of the lanes, in a fixed order
 
 #ifndef NIELS_KERNELS_SIMD_GENERIC_INCLUDED_BY_AN_ISA_FILE
@@ -158,6 +161,26 @@ void WeightedSumRowsImpl(const float* p, const void* rows_data, int64_t m, int64
   }
 }
 
+// exp(x) as Cephes' expf: x = n ln2 + r with |r| <= ln2/2 (ln2 split in two so that r is exact), a
+// degree-6 polynomial for e^r, times 2^n. exp(x > 88.72) = inf, exp(x < -103.97) = 0, NaN stays NaN.
+template <class I = Isa>
+typename I::V CephesExp(typename I::V x) {
+  using Vec = typename I::V;
+  const Vec hi = I::Set1(88.72283935546875f), lo = I::Set1(-103.97208404541015625f);
+  const Vec xc = I::Min(I::Max(x, lo), hi);
+  const Vec n = I::Round(I::Mul(xc, I::Set1(1.44269504088896341f)));
+  Vec r = I::Fnmadd(n, I::Set1(0.693359375f), xc);
+  r = I::Fnmadd(n, I::Set1(-2.12194440e-4f), r);
+  Vec y = I::Set1(1.9875691500e-4f);
+  y = I::Fma(y, r, I::Set1(1.3981999507e-3f));
+  y = I::Fma(y, r, I::Set1(8.3334519073e-3f));
+  y = I::Fma(y, r, I::Set1(4.1665795894e-2f));
+  y = I::Fma(y, r, I::Set1(1.6666665459e-1f));
+  y = I::Fma(y, r, I::Set1(5.0000001201e-1f));
+  y = I::Fma(y, I::Mul(r, r), I::Add(r, I::Set1(1.0f)));
+  return I::ExpEdges(I::MulPow2(y, n), x, hi, lo);
+}
+
 template <class W>
 void ToFloatImpl(const void* src_data, int64_t n, float* dst) {
   const auto* src = static_cast<const typename W::T*>(src_data);
@@ -199,13 +222,10 @@ void SoftmaxImpl(float* s, int64_t m, float scale) {
     total = Isa::Add(total, e);
   }
   if (j < m) {
-    // Lanes past m hold exp(shift) != 0 after Exp: store and add only the first m - j.
-    const V e = Isa::Exp(Isa::Fma(Isa::LoadF32Tail(s + j, m - j), vscale, vshift));
-    Isa::StoreF32Tail(s + j, e, m - j);
-    float tail[kLanes];
-    Isa::StoreF32(tail, Isa::Zero());
-    Isa::StoreF32Tail(tail, e, m - j);
-    total = Isa::Add(total, Isa::LoadF32(tail));
+    // Lanes past m hold exp(shift) != 0 after Exp: store the first m - j and add them back from
+    // memory (zeros above).
+    Isa::StoreF32Tail(s + j, Isa::Exp(Isa::Fma(Isa::LoadF32Tail(s + j, m - j), vscale, vshift)), m - j);
+    total = Isa::Add(total, Isa::LoadF32Tail(s + j, m - j));
   }
   const V inv = Isa::Set1(1.0f / Isa::SumLanes(total));
   j = 0;
@@ -221,4 +241,19 @@ void SiluMulImpl(const float* g, float* a, int64_t n) {
   auto step = [&](V gv, V av) { return Isa::Mul(av, Isa::Div(gv, Isa::Add(one, Isa::Exp(Isa::Mul(gv, minus_one))))); };
   for (; i + kLanes <= n; i += kLanes) Isa::StoreF32(a + i, step(Isa::LoadF32(g + i), Isa::LoadF32(a + i)));
   if (i < n) Isa::StoreF32Tail(a + i, step(Isa::LoadF32Tail(g + i, n - i), Isa::LoadF32Tail(a + i, n - i)), n - i);
+}
+
+// This implementation's table: every dtype's instantiation of the kernels above (bf16 narrowing is
+// the shared scalar one, simd_table.h).
+constexpr KernelTable MakeKernelTable(const char* name) {
+  return KernelTable{
+      name,
+      {DotRowsImpl<F32Elements>, DotRowsImpl<F16Elements>, DotRowsImpl<BF16Elements>},
+      {WeightedSumRowsImpl<F32Elements>, WeightedSumRowsImpl<F16Elements>, WeightedSumRowsImpl<BF16Elements>},
+      {ToFloatImpl<F32Elements>, ToFloatImpl<F16Elements>, ToFloatImpl<BF16Elements>},
+      {CopyF32Impl, F32ToF16Impl, PortableF32ToBF16},
+      ExpImpl,
+      SoftmaxImpl,
+      SiluMulImpl,
+  };
 }

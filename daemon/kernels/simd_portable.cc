@@ -67,21 +67,7 @@ using V = Isa::V;
 #define NIELS_KERNELS_SIMD_GENERIC_INCLUDED_BY_AN_ISA_FILE
 #include "daemon/kernels/simd_generic.h"
 
-void F32ToBF16Impl(const float* src, int64_t n, void* dst) {
-  auto* out = static_cast<uint16_t*>(dst);
-  for (int64_t i = 0; i < n; ++i) out[i] = FloatToBFloat16(src[i]);
-}
-
-const KernelTable kTable{
-    "portable",
-    {DotRowsImpl<F32Elements>, DotRowsImpl<F16Elements>, DotRowsImpl<BF16Elements>},
-    {WeightedSumRowsImpl<F32Elements>, WeightedSumRowsImpl<F16Elements>, WeightedSumRowsImpl<BF16Elements>},
-    {ToFloatImpl<F32Elements>, ToFloatImpl<F16Elements>, ToFloatImpl<BF16Elements>},
-    {CopyF32Impl, F32ToF16Impl, F32ToBF16Impl},
-    ExpImpl,
-    SoftmaxImpl,
-    SiluMulImpl,
-};
+constexpr KernelTable kTable = MakeKernelTable("portable");
 
 }  // namespace
 
@@ -89,6 +75,9 @@ const KernelTable& PortableTable() { return kTable; }
 
 // Narrowing to bf16 is the same scalar rounding in every implementation (it only runs when weights
 // are converted at load).
-void PortableF32ToBF16(const float* src, int64_t n, void* dst) { F32ToBF16Impl(src, n, dst); }
+void PortableF32ToBF16(const float* src, int64_t n, void* dst) {
+  auto* out = static_cast<uint16_t*>(dst);
+  for (int64_t i = 0; i < n; ++i) out[i] = FloatToBFloat16(src[i]);
+}
 
 }  // namespace niels::daemon::kernels::simd
