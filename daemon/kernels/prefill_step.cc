@@ -77,12 +77,15 @@ void PrefillStep::Attention(const WeightViews& w, const KvView& cache, int64_t l
                 /*scores_ready=*/true, heads_.data() + i * C + h * D);
     }
   };
-  std::atomic<int64_t> next{0};  // items go to whichever thread is free; scratch is per part
+  // Items go to whichever thread is free, the last query blocks (the longest causal prefixes) first,
+  // so that no thread is left with a long one at the end. Scratch is per part.
+  const int64_t items = blocks * H;
+  std::atomic<int64_t> next{0};
   pool_->Run([&](int part, int) {
     float* scores = scores_.data() + part * kQueryBlock * T;
-    for (int64_t item = next.fetch_add(1, std::memory_order_relaxed); item < blocks * H;
-         item = next.fetch_add(1, std::memory_order_relaxed)) {
-      attend(item, scores);
+    for (int64_t taken = next.fetch_add(1, std::memory_order_relaxed); taken < items;
+         taken = next.fetch_add(1, std::memory_order_relaxed)) {
+      attend(items - 1 - taken, scores);
     }
   });
 }
