@@ -21,8 +21,8 @@ JOBS=$(nproc)
 sanitize() {
   local list=$1 dir tests
   case "$list" in
-    address,undefined|undefined,address|address) dir=build-asan; tests='^(common_test|state_test|server_test|client_test)$' ;;
-    thread) dir=build-tsan; tests='^(server_test|client_test)$' ;;  # the concurrency suites
+    address,undefined|undefined,address|address) dir=build-asan; tests='^(common_test|state_test|kernels_test|server_test|client_test)$' ;;
+    thread) dir=build-tsan; tests='^(kernels_test|server_test|client_test)$' ;;  # the concurrency suites
     *) echo "test.sh: --sanitize takes address,undefined or thread, not '$list'" >&2; return 2 ;;
   esac
   echo "== sanitizer build $list in $dir"
