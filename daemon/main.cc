@@ -110,7 +110,7 @@ void AddFlags(CLI::App& app, Flags& flags) {
   app.add_option("--max-batch", flags.max_batch, "Chat/Generate requests running at once (rows of a decode step)")
       ->check(CLI::Range(1u, 256u))->capture_default_str();
   app.add_option("--prefill-chunk", flags.prefill_chunk,
-                 "prompt tokens prefilled per scheduler iteration (long prompts do not stall other streams)")
+                 "prompt tokens prefilled per scheduler iteration, all turns together (long prompts do not stall other streams; 4x for a turn running alone)")
       ->check(CLI::Range(int64_t{1}, int64_t{1} << 20))->capture_default_str();
   app.add_option("--context-keep", flags.context_keep,
                  "when a chat turn overflows the context, drop the oldest turns until history + turn is at most "

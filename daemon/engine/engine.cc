@@ -383,7 +383,11 @@ void Engine::RunModelWork() {
   };
   std::vector<model::SequenceInput> inputs;
   std::vector<Member> members;
-  int64_t budget = options_.prefill_chunk;
+  // A turn running alone, with nothing waiting, prefills in pieces four times as large: the pieces
+  // only exist so that others get steps in between (a re-prefill after the context limit then
+  // costs about what one full forward costs).
+  const bool alone = running_.size() == 1 && waiting_.empty();
+  int64_t budget = alone ? 4 * options_.prefill_chunk : options_.prefill_chunk;
   size_t last_prefilled = running_.size();
   for (size_t k = 0; k < running_.size() && budget > 0; ++k) {
     const size_t i = (next_prefill_ + k) % running_.size();

@@ -27,7 +27,8 @@ struct EngineOptions {
   // How the model is kept in memory (nielsd --dtype; MakeEngine).
   model::ModelDirOptions model_options;
   uint32_t max_batch = 16;                // running turns (rows of a batched decode step) at most
-  int64_t prefill_chunk = 256;            // prompt tokens prefilled per iteration per turn
+  int64_t prefill_chunk = 256;            // prompt tokens prefilled per iteration (all turns
+                                          // together; 4x for a turn running alone)
   // Context limit (chat_turn.h): a chat turn that does not fit drops the oldest turns until the
   // history plus the turn is at most context_keep x T tokens (the low-water mark). In [0, 1].
   double context_keep = 0.5;

@@ -123,7 +123,7 @@ void GenerationTask::PrefillChunk() {
   // Traced: the last pending position goes through Decode, which records its attention row.
   const int64_t prefill_end = traced ? length - 1 : length;
   if (!traced) {
-    const std::span<const int32_t> chunk = PendingChunk(length);
+    const std::span<const int32_t> chunk = PendingChunk(prefill_chunk_ > 0 ? prefill_chunk_ : length);
     const bool samples = ChunkSamples(static_cast<int64_t>(chunk.size()));
     const std::vector<float> logits = model_.Prefill(chunk, cache);
     AcceptPrefilled(samples ? std::span<const float>(logits) : std::span<const float>());
@@ -146,9 +146,7 @@ void GenerationTask::PrefillChunk() {
 std::span<const int32_t> GenerationTask::PendingChunk(int64_t budget) const {
   const std::vector<int32_t>& tokens = sequence_.tokens;
   const int64_t begin = sequence_.cache.length();
-  int64_t n = static_cast<int64_t>(tokens.size()) - begin;
-  if (prefill_chunk_ > 0) n = std::min(n, prefill_chunk_);
-  n = std::max<int64_t>(0, std::min(n, budget));
+  const int64_t n = std::max<int64_t>(0, std::min(static_cast<int64_t>(tokens.size()) - begin, budget));
   return std::span<const int32_t>(tokens.data() + begin, static_cast<size_t>(n));
 }
 

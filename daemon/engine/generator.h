@@ -143,7 +143,8 @@ class GenerationTask {
   // Mixed steps (cached path): instead of PrefillChunk(), an engine may put the next chunk of the
   // prefill into one LanguageModel::Step with other sequences' rows -- except for a traced task
   // (trace_layer >= 0), whose last prefill position must go through Decode (use PrefillChunk()).
-  //   chunk = PendingChunk(budget): the next pending tokens, at most min(prefill_chunk, budget);
+  //   chunk = PendingChunk(budget): the next pending tokens, at most `budget` (the engine's
+  //   per-iteration prefill budget; PrefillChunk() uses the task's own prefill_chunk);
   //   ChunkSamples(chunk.size()): whether that chunk ends the prefill and needs its last logits;
   //   after the Step wrote the chunk into cache(): AcceptPrefilled(logits_row [V] or an empty span).
   // Results do not depend on how the prefill was split (the forward step is chunk-invariant).

@@ -294,9 +294,10 @@ TEST_F(LimitsTest, OneUserFloodingDoesNotLockOutAnother) {
   ASSERT_TRUE(chat.ok()) << chat.status().ToString();
   auto stats = client->Stats();
   ASSERT_TRUE(stats.ok());
-  // Of the flooder's 6 accepted chats (4 more were refused), at most one finished before root's:
-  // the others are still queued or running (the engine runs chats of different sessions together).
-  EXPECT_GE(stats->queued_requests() + stats->running_sequences(), 5u) << "root's chat waited behind the flood";
+  // The flooder's 6 accepted chats (4 more were refused) are not all done when root's is: had
+  // root's chat waited behind the flood, none would be left. (How many are left depends on the
+  // machine's speed: uncached steps of the tiny demo model take about a millisecond.)
+  EXPECT_GE(stats->queued_requests() + stats->running_sequences(), 1u) << "root's chat waited behind the flood";
   ::close(release[1]);
   int status = 0;
   ASSERT_EQ(::waitpid(flooder, &status, 0), flooder);

@@ -72,7 +72,10 @@ std::unique_ptr<DaemonProcess> DaemonProcess::Start(DaemonProcessOptions options
         return arg == "--state-dir" || arg.starts_with("--state-dir=") || arg == "--ephemeral";
       });
   if (!chose_state && !options.socket_path.empty()) {
-    options.env["STATE_DIRECTORY"] = (options.socket_path.parent_path() / "state").string();
+    // A flag, not $STATE_DIRECTORY: a prefix such as systemd-socket-activate does not pass the
+    // environment on.
+    options.extra_args.push_back("--state-dir");
+    options.extra_args.push_back((options.socket_path.parent_path() / "state").string());
   }
   std::vector<std::string> argv = options.prefix;
   argv.push_back(options.binary);
