@@ -10,9 +10,7 @@
 // tokenizer and weights agree (V = pieces = tok_emb rows), whose special tokens are distinct
 // pieces, and which runs one forward pass (weights are not checked for finiteness; NaN logits are
 // the sampler's concern).
-//
-// Runs without ASan (libtorch + the RTLD_DEEPBIND SentencePiece runtime; see
-// tests/fuzz/sentencepiece_linked.cc); UBSan and libFuzzer's checks apply.
+
 #include <cmath>
 #include <filesystem>
 #include <string>

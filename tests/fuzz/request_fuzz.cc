@@ -10,9 +10,6 @@
 // carries the request's id; a final is an Error or the result of the request's own kind; stream
 // events only for a streaming Chat/Generate; a streamed Chat's events spell out its reply; the
 // engine still answers Info afterwards. Each input deletes its sessions at the end.
-//
-// Runs without ASan: the engine loads SentencePiece through the RTLD_DEEPBIND runtime, which ASan
-// refuses (see tests/fuzz/sentencepiece_linked.cc); UBSan and libFuzzer's checks apply.
 #include <chrono>
 #include <condition_variable>
 #include <memory>
