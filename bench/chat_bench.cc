@@ -24,7 +24,9 @@
 
 #include <CLI/CLI.hpp>
 
+#include "common/defaults.h"
 #include "daemon/engine/engine.h"
+#include "daemon/handlers/service.h"
 #include "daemon/model/threading.h"
 #include "daemon/model/tokenizer.h"
 #include "daemon/model/transformer.h"
@@ -34,11 +36,12 @@ namespace niels::bench {
 namespace {
 
 namespace v1 = niels::v1;
-using daemon::engine::Caller;
 using daemon::engine::Engine;
 using daemon::engine::EngineOptions;
-using daemon::engine::Job;
-using daemon::engine::ResponseSink;
+using daemon::handlers::Service;
+using daemon::server::Caller;
+using daemon::server::Job;
+using daemon::server::ResponseSink;
 using daemon::model::ModelConfig;
 
 // Blocks until the final response of one request.
@@ -65,7 +68,7 @@ class WaitingSink : public ResponseSink {
   v1::Response final_;
 };
 
-v1::Response Call(Engine& engine, v1::Request request) {
+v1::Response Call(Service& engine, v1::Request request) {
   static uint64_t next_id = 1;
   request.set_request_id(next_id++);
   auto sink = std::make_shared<WaitingSink>();
@@ -86,7 +89,7 @@ enum class Path { kCached, kUncached, kReprefill };
 
 // The original CLI's turn: the session's whole history plus the new user turn, prefilled into a
 // fresh cache (a new session without system prompt, raw Generate), then reply_tokens generated.
-v1::GenerateResponse ReprefillTurn(Engine& engine, const std::string& session, const std::string& text,
+v1::GenerateResponse ReprefillTurn(Service& engine, const std::string& session, const std::string& text,
                                    int reply_tokens) {
   v1::Request info_request;
   info_request.mutable_info();
@@ -119,10 +122,10 @@ v1::GenerateResponse ReprefillTurn(Engine& engine, const std::string& session, c
 }
 
 // One full chat; appends each turn's figures to turns[i].
-void RunChat(Engine& engine, Path path, int n_turns, int reply_tokens, const std::vector<std::string>& user,
+void RunChat(Service& engine, Path path, int n_turns, int reply_tokens, const std::vector<std::string>& user,
              std::vector<TurnFigures>& turns) {
   v1::Request create;
-  create.mutable_create_session()->set_system_prompt(std::string(daemon::engine::kDefaultSystemPrompt));
+  create.mutable_create_session()->set_system_prompt(std::string(common::kDefaultSystemPrompt));
   const std::string session = Call(engine, create).create_session().session_id();
   for (int t = 0; t < n_turns; ++t) {
     const std::string& text = user[t % user.size()];
@@ -198,7 +201,7 @@ int main(int argc, char** argv) {
       config, niels::daemon::model::RandomWeights(config, /*seed=*/7), pool);
   model->tokenizer = std::move(tokenizer).value();
   EngineOptions options;  // threads already configured above
-  Engine engine(std::move(model), options);
+  Service engine(std::make_unique<Engine>(std::move(model), options), {});
 
   // User turns of a realistic length (a few dozen tokens each).
   const std::vector<std::string> user = {

@@ -17,12 +17,11 @@
 
 #include <google/protobuf/message_lite.h>
 
+#include "common/defaults.h"  // kDefaultMaxFrameBytes, kMaxResponseBytes
 #include "common/status.h"
 
 namespace niels::common {
 
-inline constexpr size_t kDefaultMaxFrameBytes = 4u << 20;  // 4 MiB: largest request nielsd reads
-inline constexpr size_t kMaxResponseBytes = 64u << 20;     // 64 MiB: largest response nielsd sends
 
 // Serializes `message` as one delimited frame (varint length + bytes). A message that protobuf cannot
 // serialize (over 2 GiB) yields an empty string: check the size first (ByteSizeLong()).

@@ -19,12 +19,13 @@
 #include "common/log.h"
 #include "common/protobuf_log.h"
 #include "common/socket_path.h"
-#include "daemon/engine/engine.h"
+#include "daemon/handlers/service.h"
 #include "daemon/server/daemon.h"
 
 namespace {
 
 namespace engine = niels::daemon::engine;
+namespace handlers = niels::daemon::handlers;
 namespace server = niels::daemon::server;
 using niels::common::LogError;
 using niels::common::LogInfo;
@@ -212,17 +213,16 @@ int main(int argc, char** argv) {
   engine_options.kv_budget_bytes = flags.kv_budget_mb << 20;
   engine_options.allow_root = flags.allow_root;
   engine_options.threads = flags.threads;
-  engine_options.max_frame_bytes = flags.max_frame_bytes;
   engine_options.max_batch = flags.max_batch;
   engine_options.prefill_chunk = flags.prefill_chunk;
   LogInfo("nielsd {}: loading model {}", NIELSD_VERSION, flags.model);
-  niels::common::StatusOr<std::unique_ptr<engine::Engine>> loaded =
-      engine::MakeEngine(flags.model, engine_options);
+  niels::common::StatusOr<std::unique_ptr<handlers::Service>> loaded =
+      handlers::MakeService(flags.model, engine_options, {.max_frame_bytes = flags.max_frame_bytes});
   if (!loaded.ok()) {
     LogError("nielsd: {}", loaded.status().message());
     return 1;
   }
-  std::unique_ptr<engine::Engine> inference = std::move(loaded).value();
+  std::unique_ptr<handlers::Service> inference = std::move(loaded).value();
   const auto& config = inference->model().config;
   LogInfo("model {} ({}): V={} T={} C={} L={} H={} d_ff={}",
           config.name.empty() ? "unnamed" : config.name, flags.model, config.vocab_size,

@@ -91,7 +91,7 @@ common::StatusOr<std::string> ResolveSystemPrompt(const ChatOptions& options) {
     return text;
   }
   if (options.system_text) return *options.system_text;
-  return std::string(kDefaultSystemPrompt);
+  return std::string(common::kDefaultSystemPrompt);
 }
 
 niels::v1::ChatRequest BuildChatRequest(const ChatOptions& options, const std::string& session_id,

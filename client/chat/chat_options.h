@@ -9,25 +9,21 @@
 #include <string>
 #include <variant>
 
+#include "common/defaults.h"
 #include "common/status.h"
 #include "niels/v1/nielsd.pb.h"
 
 namespace niels::client {
 
-// The default system prompt of the original CLI (note the typographic apostrophes U+2019).
-inline constexpr const char* kDefaultSystemPrompt =
-    "you are a tiny chatbot on niels\u2019 website. answer in third person about niels. "
-    "do not invent personal facts; if you don\u2019t know, say you don\u2019t know.";
-
 // Everything niels-chat was asked to do. Defaults are the original CLI's.
 struct ChatOptions {
   std::string socket;                       // --socket; "" = resolve by common/socket_path.h
-  int32_t max_new_tokens = 256;             // --max-new-tokens
-  float temperature = 0.9f;                 // --temperature; --greedy forces 0
-  int32_t top_k = 50;                       // --top-k; 0 = off
-  float top_p = 0.0f;                       // --top-p; 0 = off
-  std::optional<float> repetition_penalty;  // --repetition-penalty; unset = off
-  uint64_t seed = 42;                       // --seed
+  int32_t max_new_tokens = common::kDefaultMaxNewTokens;  // --max-new-tokens
+  float temperature = common::kDefaultTemperature;        // --temperature; --greedy forces 0
+  int32_t top_k = common::kDefaultTopK;                   // --top-k; 0 = off
+  float top_p = common::kDefaultTopP;                     // --top-p; 0 = off
+  std::optional<float> repetition_penalty;                // --repetition-penalty; unset = off
+  uint64_t seed = common::kDefaultSeed;                   // --seed
   std::optional<std::string> system_text;   // --system TEXT
   std::string system_file;                  // --system-file PATH
   bool use_kv_cache = true;                 // false with --no-kv-cache

@@ -1,18 +1,15 @@
-// Chat: one user/assistant turn with the token-native template, the context-limit policy
-// (engine.h), streaming, and atomic restore on cancel or failure.
+#include "daemon/engine/chat_turn.h"
+
 #include <algorithm>
-#include <memory>
+#include <utility>
+#include <vector>
+
 #include <fmt/format.h>
 
 #include "daemon/engine/chat_template.h"
-#include "daemon/engine/engine_state.h"
-#include "daemon/engine/proto_convert.h"
-#include "daemon/engine/text_stream.h"
-#include "daemon/engine/turn.h"
 
 namespace niels::daemon::engine {
 
-namespace v1 = niels::v1;
 using common::Status;
 using common::StatusOr;
 
@@ -48,70 +45,31 @@ StatusOr<size_t> TurnsToDrop(const Session& session, int64_t turn_length, int64_
   return drop;
 }
 
-struct ChatArgs {
-  int32_t max_new_tokens = kDefaultMaxNewTokens;
-  bool use_kv_cache = true;
-  model::SamplingParams sampling;
-};
-
-StatusOr<ChatArgs> ValidateChat(const EngineState& state, const v1::ChatRequest& request) {
-  if (request.user_text().empty()) return Status::InvalidArgument("user_text is empty");
-  ChatArgs args;
-  if (request.has_max_new_tokens()) args.max_new_tokens = request.max_new_tokens();
-  if (args.max_new_tokens < 1 || args.max_new_tokens > kMaxNewTokensLimit) {
-    return Status::InvalidArgument(
-        fmt::format("max_new_tokens = {} must be in [1, {}]", args.max_new_tokens, kMaxNewTokensLimit));
-  }
-  if (request.has_use_kv_cache()) args.use_kv_cache = request.use_kv_cache();
-  const std::vector<int32_t> banned = DefaultBannedIds(state.tokenizer());
-  StatusOr<model::SamplingParams> sampling =
-      SamplingFromProto(request.sampling(), state.config().vocab_size, banned);
-  if (!sampling.ok()) return sampling.status();
-  args.sampling = std::move(sampling).value();
-  return args;
-}
-
-v1::Response ChatResult(const EngineState& state, const JobContext& job, const Session& session,
-                        const GenerateResult& result, const ChatArgs& args, size_t dropped) {
-  std::vector<int32_t> reply = result.new_tokens;
-  if (result.stop_reason == StopReason::kStopToken && !reply.empty()) reply.pop_back();  // the eot
-  v1::Response response;
-  v1::ChatResponse& chat = *response.mutable_chat();
-  chat.set_reply(state.tokenizer().Decode(reply));
-  chat.mutable_reply_ids()->Add(reply.begin(), reply.end());
-  chat.set_stop_reason(StopReasonToProto(result.stop_reason));
-  chat.set_truncated_turns(static_cast<int32_t>(dropped));
-  chat.set_session_length(session.length());
-  *chat.mutable_stats() = StatsToProto(result, args.use_kv_cache, job.queue_ms());
-  return response;
-}
-
 }  // namespace
 
-TurnResult StartChat(EngineState& state, JobContext& job, const v1::ChatRequest& request) {
-  StatusOr<ChatArgs> args = ValidateChat(state, request);
-  if (!args.ok()) return args.status();
-  StatusOr<Session*> found = state.sessions.Find(request.session_id(), job.uid());
+TurnResult StartChatTurn(EngineState& state, const WorkInfo& info, const ChatTurnArgs& args,
+                         TurnCallbacks callbacks) {
+  StatusOr<Session*> found = state.sessions.Find(args.session_id, info.uid);
   if (!found.ok()) return found.status();
   Session& session = **found;
   const model::Tokenizer& tokenizer = state.tokenizer();
   const int32_t eot = tokenizer.special().eot;
   const int64_t context = state.config().context;
 
-  std::vector<int32_t> turn = EncodeMessage(tokenizer, Role::kUser, request.user_text());
+  std::vector<int32_t> turn = EncodeMessage(tokenizer, Role::kUser, args.user_text);
   const std::vector<int32_t> prompt = GenerationPrompt(tokenizer);
   turn.insert(turn.end(), prompt.begin(), prompt.end());
   const int64_t turn_length = static_cast<int64_t>(turn.size());
 
   Session::Snapshot snapshot = session.TakeSnapshot();
   CloseLastTurn(session, eot);
-  StatusOr<size_t> dropped = TurnsToDrop(session, turn_length, ReplyRoom(args->max_new_tokens, context), context);
+  StatusOr<size_t> dropped = TurnsToDrop(session, turn_length, ReplyRoom(args.max_new_tokens, context), context);
   Status ready = dropped.status();
   bool must_wait = false;
   if (ready.ok()) {
     session.DropOldestTurns(*dropped, snapshot);
-    ready = PrepareCache(state, session, snapshot, args->use_kv_cache,
-                         session.length() + turn_length + args->max_new_tokens, &must_wait);
+    ready = PrepareCache(state, session, snapshot, args.use_kv_cache,
+                         session.length() + turn_length + args.max_new_tokens, &must_wait);
   }
   if (!ready.ok() || must_wait) {
     session.Restore(std::move(snapshot));
@@ -120,34 +78,19 @@ TurnResult StartChat(EngineState& state, JobContext& job, const v1::ChatRequest&
   }
 
   GenerateOptions options;
-  options.sampling = args->sampling;
-  options.max_new_tokens = args->max_new_tokens;
-  options.use_kv_cache = args->use_kv_cache;
+  options.sampling = args.sampling;
+  options.max_new_tokens = args.max_new_tokens;
+  options.use_kv_cache = args.use_kv_cache;
   options.stop_ids = {eot};
-  EventBuilder stream_event;
-  if (request.stream()) {
-    stream_event = [text = std::make_shared<TextStream>(tokenizer)](const StepEvent& event, bool last) {
-      v1::TokenEvent token;
-      token.set_id(event.id);
-      token.set_index(event.index);
-      token.set_text(text->Add(event.id, last));  // eot decodes to nothing: it only flushes
-      return token;
-    };
-  }
+  // The turn's span is recorded when it commits; a reply cut by max_new_tokens gets its eot.
   const int64_t turn_begin = session.length();
-  Session* session_ptr = &session;
-  const ChatArgs chat_args = *args;
-  const size_t dropped_turns = *dropped;
-  JobContext* job_ptr = &job;
-  EngineState* state_ptr = &state;
-  TurnFinisher finish = [=](const GenerateResult& result) -> HandlerResult {
-    Session& s = *session_ptr;
+  Turn::SessionCommit commit = [turn_begin, eot, context](Session& s, const GenerateResult& result) {
     s.AddTurn({turn_begin, s.length()});
     if (result.stop_reason != StopReason::kStopToken && s.length() < context) s.AppendToLastTurn(eot);
-    return ChatResult(*state_ptr, *job_ptr, s, result, chat_args, dropped_turns);
   };
-  return TurnStart{std::make_unique<Turn>(state, job, session, std::move(snapshot), std::move(turn),
-                                          std::move(options), std::move(stream_event), std::move(finish))};
+  return TurnStart{std::make_unique<Turn>(state, info, session, std::move(snapshot), std::move(turn),
+                                          std::move(options), std::move(callbacks), std::move(commit),
+                                          static_cast<int32_t>(*dropped))};
 }
 
 }  // namespace niels::daemon::engine

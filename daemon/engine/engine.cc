@@ -16,27 +16,17 @@
 #include <fmt/format.h>
 
 #include "common/log.h"
-#include "common/wire_status.h"
 #include "daemon/engine/engine_state.h"
-#include "daemon/engine/method_table.h"
 #include "daemon/engine/turn.h"
 #include "daemon/model/threading.h"
 
 namespace niels::daemon::engine {
 
-namespace v1 = niels::v1;
 using common::Status;
 
 namespace {
 
 using Clock = std::chrono::steady_clock;
-
-void SendFinal(const Job& job, const Status& status) {
-  v1::Response response;
-  response.set_request_id(job.request.request_id());
-  *response.mutable_error() = common::ToProto(status);
-  job.sink->Send(std::move(response), /*final=*/true);
-}
 
 Status CancelledStatus() { return Status::Cancelled("the request was cancelled"); }
 
@@ -57,23 +47,10 @@ EngineState::EngineState(std::unique_ptr<model::Model> loaded, const EngineOptio
                                                   .allow_root = engine_options.allow_root}),
       started(Clock::now()) {}
 
-bool JobContext::SendEvent(v1::TokenEvent event) {
-  if (sink_gone_) return false;
-  v1::Response response;
-  response.set_request_id(request_id());
-  *response.mutable_token() = std::move(event);
-  if (!job_.sink->Send(std::move(response), /*final=*/false)) {
-    sink_gone_ = true;
-    job_.cancel->store(true);
-  }
-  return !sink_gone_;
-}
-
-// An admitted Turn with the job it answers (the JobContext refers to `queued.job`, the Turn to the
-// JobContext: all three live and die together).
+// An admitted Turn with the work it answers (the Turn's callbacks belong to the work: both live
+// and die together).
 struct RunningTurn {
-  QueuedJob queued;
-  std::unique_ptr<JobContext> context;
+  QueuedWork queued;
   std::unique_ptr<Turn> turn;
 };
 
@@ -88,28 +65,28 @@ Engine::~Engine() { Shutdown(); }
 
 const model::Model& Engine::model() const { return *state_->model; }
 
-void Engine::Submit(Job job) {
+void Engine::Submit(Work work) {
   Status refused;
   {
     std::lock_guard lock(mutex_);
     if (stopping_) {
       refused = Status::Unavailable("the engine is shutting down");
-    } else if (job.request.kind_case() == v1::Request::kCancel) {
-      refused = Status::InvalidArgument("Cancel is handled by the server, not the engine");
+    } else if (!work.quick == !work.start || work.cancel == nullptr) {
+      refused = Status::InvalidArgument("the engine got a request with nothing (or two things) to run");
     } else if (queue_.size() + waiting_count_ >= options_.max_queue) {
       refused = Status::ResourceExhausted(
           fmt::format("the engine queue is full ({} requests); try again later", options_.max_queue));
-    } else if (QueuedFor(job.caller.uid) >= options_.max_queued_per_uid) {
+    } else if (QueuedFor(work.uid) >= options_.max_queued_per_uid) {
       refused = Status::ResourceExhausted(fmt::format(
           "uid {} already has {} requests queued, the limit per user (--max-queued-per-uid); wait "
           "for some to finish",
-          job.caller.uid, options_.max_queued_per_uid));
+          work.uid, options_.max_queued_per_uid));
     } else {
-      queue_.push_back(QueuedJob{std::move(job), Clock::now()});
+      queue_.push_back(QueuedWork{std::move(work), Clock::now()});
     }
   }
   if (!refused.ok()) {
-    SendFinal(job, refused);
+    if (work.fail) work.fail(refused);
     return;
   }
   wake_.notify_one();
@@ -120,7 +97,7 @@ void Engine::Shutdown() {
     {
       std::lock_guard lock(mutex_);
       stopping_ = true;
-      for (QueuedJob& queued : queue_) queued.job.cancel->store(true);
+      for (QueuedWork& queued : queue_) queued.work.cancel->store(true);
       for (const auto& cancel : held_cancels_) cancel->store(true);
     }
     wake_.notify_all();
@@ -144,10 +121,10 @@ void Engine::Run() {
           lock.lock();
         }
       }
-      for (QueuedJob& queued : queue_) {
-        if (stopping_) queued.job.cancel->store(true);  // every job ends CANCELLED
-        held_cancels_.insert(queued.job.cancel);
-        ++waiting_per_uid_[queued.job.caller.uid];
+      for (QueuedWork& queued : queue_) {
+        if (stopping_) queued.work.cancel->store(true);  // everything ends CANCELLED
+        held_cancels_.insert(queued.work.cancel);
+        ++waiting_per_uid_[queued.work.uid];
         waiting_.push_back(std::move(queued));
       }
       queue_.clear();
@@ -182,9 +159,9 @@ void Engine::ExpireIdleSessions() {
 
 void Engine::AnswerCancelledWaiting() {
   for (auto it = waiting_.begin(); it != waiting_.end();) {
-    if (it->job.cancel->load()) {
+    if (it->work.cancel->load()) {
       ++state_->requests_total;
-      FinishWithError(it->job, CancelledStatus());
+      FinishWithError(it->work, CancelledStatus());
       auto next = std::next(it);
       Unwait(it);
       it = next;
@@ -195,23 +172,20 @@ void Engine::AnswerCancelledWaiting() {
 }
 
 void Engine::ServeWaiting() {
-  // Which waiting jobs may start now: per-session order means a job waits while its session has a
-  // running turn or an earlier-submitted waiting job (earlier in waiting_, which is in submission
+  // Which waiting work may start now: per-session order means work waits while its session has a
+  // running turn or earlier-submitted waiting work (earlier in waiting_, which is in submission
   // order).
   std::set<std::string> named;
   for (const auto& running : running_) named.insert(running->turn->session().id());
   struct Candidate {
-    std::list<QueuedJob>::iterator it;
-    const Method* method;
-    std::string session;
+    std::list<QueuedWork>::iterator it;
     bool blocked;
   };
   std::map<uint32_t, std::vector<Candidate>> by_uid;
   for (auto it = waiting_.begin(); it != waiting_.end(); ++it) {
-    const Method* method = FindMethod(it->job.request);
-    std::string session = method != nullptr ? method->session(it->job.request) : std::string();
+    const std::string& session = it->work.session_id;
     const bool blocked = !session.empty() && !named.insert(session).second;
-    by_uid[it->job.caller.uid].push_back({it, method, std::move(session), blocked});
+    by_uid[it->work.uid].push_back({it, blocked});
   }
   // Fairness between users: round robin over the uids, starting after the uid admitted last.
   std::vector<uint32_t> uids;
@@ -225,27 +199,26 @@ void Engine::ServeWaiting() {
       std::vector<Candidate>& jobs = by_uid[uid];
       if (round >= jobs.size() || jobs[round].blocked) continue;
       Candidate& candidate = jobs[round];
-      if (candidate.method == nullptr || candidate.method->quick != nullptr) {
-        QueuedJob queued = std::move(*candidate.it);
+      if (candidate.it->work.quick) {
+        QueuedWork queued = std::move(*candidate.it);
         Unwait(candidate.it);
         ExecuteQuick(queued);
         continue;
       }
+      // Work that must keep waiting also holds back later work on its session (marked blocked
+      // above, being later in submission order).
       if (TryAdmit(*candidate.it)) {
         Unwait(candidate.it);
         last_admitted_uid_ = uid;
-      } else if (!candidate.session.empty()) {
-        // Still waiting: later jobs on its session keep waiting behind it (they are marked
-        // blocked already, being later in submission order).
       }
     }
   }
 }
 
-void Engine::Unwait(std::list<QueuedJob>::iterator it) {
+void Engine::Unwait(std::list<QueuedWork>::iterator it) {
   {
     std::lock_guard lock(mutex_);
-    const uint32_t uid = it->job.caller.uid;
+    const uint32_t uid = it->work.uid;
     if (--waiting_per_uid_[uid] == 0) waiting_per_uid_.erase(uid);
     --waiting_count_;
   }
@@ -254,80 +227,85 @@ void Engine::Unwait(std::list<QueuedJob>::iterator it) {
 
 size_t Engine::QueuedFor(uint32_t uid) const {
   size_t queued = 0;
-  for (const QueuedJob& job : queue_) queued += job.job.caller.uid == uid ? 1 : 0;
+  for (const QueuedWork& item : queue_) queued += item.work.uid == uid ? 1 : 0;
   auto it = waiting_per_uid_.find(uid);
   return queued + (it == waiting_per_uid_.end() ? 0 : it->second);
 }
 
-void Engine::ExecuteQuick(QueuedJob& queued) {
-  const Job& job = queued.job;
-  ++state_->requests_total;
-  const double queue_ms = std::chrono::duration<double, std::milli>(Clock::now() - queued.enqueued).count();
-  JobContext context(job, queue_ms);
-  state_->queued_requests = static_cast<uint32_t>(waiting_.size());  // Stats sees the live figures
-  state_->running_sequences = static_cast<uint32_t>(running_.size());
-  const Method* method = FindMethod(job.request);
-  HandlerResult result = Status::Unimplemented("unknown or empty request kind");
-  try {
-    if (method != nullptr) result = method->quick(*state_, context, job.request);
-  } catch (const c10::Error& error) {
-    result = Status::Internal(fmt::format("model error: {}", error.what_without_backtrace()));
-  } catch (const std::exception& error) {
-    result = Status::Internal(fmt::format("engine error: {}", error.what()));
-  }
-  if (!result.ok()) {
-    FinishWithError(job, result.status());
-    return;
-  }
-  Release(job);
-  v1::Response response = std::move(result).value();
-  response.set_request_id(job.request.request_id());
-  job.sink->Send(std::move(response), /*final=*/true);
+namespace {
+
+// Work's info for its callbacks.
+WorkInfo InfoOf(const QueuedWork& queued) {
+  return WorkInfo{queued.work.uid,
+                  std::chrono::duration<double, std::milli>(Clock::now() - queued.enqueued).count(),
+                  queued.work.cancel.get()};
 }
 
-bool Engine::TryAdmit(QueuedJob& queued) {
+// Runs `call`; an exception becomes INTERNAL naming where it came from.
+template <typename Call>
+Status Catching(Call&& call) {
+  try {
+    return call();
+  } catch (const c10::Error& error) {
+    return Status::Internal(fmt::format("model error: {}", error.what_without_backtrace()));
+  } catch (const std::exception& error) {
+    return Status::Internal(fmt::format("engine error: {}", error.what()));
+  }
+}
+
+}  // namespace
+
+void Engine::ExecuteQuick(QueuedWork& queued) {
+  const Work& work = queued.work;
+  ++state_->requests_total;
+  const WorkInfo info = InfoOf(queued);
+  state_->queued_requests = static_cast<uint32_t>(waiting_.size());  // Stats sees the live figures
+  state_->running_sequences = static_cast<uint32_t>(running_.size());
+  // Released first: once answered, a Cancel naming this request finds nothing in flight.
+  Release(work);
+  const Status status = Catching([&] { return work.quick(*state_, info); });
+  if (!status.ok()) work.fail(status);
+}
+
+bool Engine::TryAdmit(QueuedWork& queued) {
   if (running_.size() >= options_.max_batch) return false;
   auto running = std::make_unique<RunningTurn>();
   running->queued = std::move(queued);
-  const Job& job = running->queued.job;
-  const double queue_ms =
-      std::chrono::duration<double, std::milli>(Clock::now() - running->queued.enqueued).count();
-  running->context = std::make_unique<JobContext>(job, queue_ms);
-  const Method* method = FindMethod(job.request);
-  Status failed;
-  try {
+  const Work& work = running->queued.work;
+  const WorkInfo info = InfoOf(running->queued);
+  bool must_wait = false;
+  const Status failed = Catching([&]() -> Status {
     // Weights mapped from a file that changed under us would give wrong results (or SIGBUS).
-    if (state_->model->weights_file) failed = state_->model->weights_file->CheckUnchanged();
-    if (!failed.ok()) {
-      common::LogError("{}", failed.message());
-      ++state_->requests_total;
-      FinishWithError(job, failed);
-      return true;
-    }
-    TurnResult started = method->generating(*state_, *running->context, job.request);
-    if (!started.ok()) {
-      failed = started.status();
-    } else if (started->wait_for_memory) {
-      queued = std::move(running->queued);  // back to the waiting list, unchanged
-      return false;
-    } else {
-      running->turn = std::move(started->turn);
-      try {
-        running->turn->Start(options_.prefill_chunk);
-      } catch (...) {
-        running->turn->Abort();
-        throw;
+    if (state_->model->weights_file) {
+      const Status unchanged = state_->model->weights_file->CheckUnchanged();
+      if (!unchanged.ok()) {
+        common::LogError("{}", unchanged.message());
+        return unchanged;
       }
     }
-  } catch (const c10::Error& error) {
-    failed = Status::Internal(fmt::format("model error: {}", error.what_without_backtrace()));
-  } catch (const std::exception& error) {
-    failed = Status::Internal(fmt::format("engine error: {}", error.what()));
+    TurnResult started = work.start(*state_, info);
+    if (!started.ok()) return started.status();
+    if (started->wait_for_memory) {
+      must_wait = true;
+      return Status::Ok();
+    }
+    running->turn = std::move(started->turn);
+    try {
+      running->turn->Start(options_.prefill_chunk);
+    } catch (...) {
+      running->turn->Abort();
+      throw;
+    }
+    return Status::Ok();
+  });
+  if (must_wait) {
+    queued = std::move(running->queued);  // back to the waiting list, unchanged
+    return false;
   }
   ++state_->requests_total;
   if (!failed.ok()) {
     running->turn.reset();
-    FinishWithError(job, failed);
+    FinishWithError(work, failed);
     return true;
   }
   running_.push_back(std::move(running));
@@ -429,7 +407,7 @@ void Engine::RunModelWork() {
     if (running->turn == nullptr) continue;  // already answered (failed twice)
     running->turn->Abort();
     running->turn.reset();
-    FinishWithError(running->queued.job, why[k]);
+    FinishWithError(running->queued.work, why[k]);
   }
 }
 
@@ -441,22 +419,11 @@ void Engine::RetireFinished() {
       continue;
     }
     if (running.turn != nullptr) {
-      HandlerResult result = Status::Internal("no result");
-      try {
-        result = running.turn->Complete();
-      } catch (const std::exception& error) {
-        result = Status::Internal(fmt::format("engine error: {}", error.what()));
-      }
-      const Job& job = running.queued.job;
-      running.turn.reset();  // the session is free for the next job before the answer goes out
-      if (!result.ok()) {
-        FinishWithError(job, result.status());
-      } else {
-        Release(job);
-        v1::Response response = std::move(result).value();
-        response.set_request_id(job.request.request_id());
-        job.sink->Send(std::move(response), /*final=*/true);
-      }
+      const Work& work = running.queued.work;
+      Release(work);
+      const Status committed = Catching([&] { return running.turn->Complete(); });
+      running.turn.reset();  // the session is free for the next request
+      if (!committed.ok()) work.fail(committed);
     }
     it = running_.erase(it);
   }
@@ -464,14 +431,14 @@ void Engine::RetireFinished() {
   if (next_uncached_ >= running_.size()) next_uncached_ = 0;
 }
 
-void Engine::Release(const Job& job) {
+void Engine::Release(const Work& work) {
   std::lock_guard lock(mutex_);
-  held_cancels_.erase(job.cancel);
+  held_cancels_.erase(work.cancel);
 }
 
-void Engine::FinishWithError(const Job& job, const Status& status) {
-  Release(job);
-  SendFinal(job, status);
+void Engine::FinishWithError(const Work& work, const Status& status) {
+  Release(work);
+  work.fail(status);
 }
 
 void Engine::UpdateFigures() {

@@ -82,6 +82,7 @@ void GenerationTask::Start(std::span<const int32_t> input, int64_t prefill_chunk
   c10::InferenceMode guard;
   start_time_ = Clock::now();
   prefill_chunk_ = prefill_chunk;
+  result_.used_kv_cache = options_.use_kv_cache;
   sequence_.tokens.insert(sequence_.tokens.end(), input.begin(), input.end());
   result_.prompt_tokens = static_cast<int64_t>(sequence_.tokens.size());
   if (options_.use_kv_cache) {
@@ -228,25 +229,28 @@ void GenerationTask::SampleAndEmit(const torch::Tensor& logits, std::optional<to
   last_token_time_ = Clock::now();
   if (result_.new_tokens.size() == 1) first_token_time_ = last_token_time_;
 
+  std::optional<StopReason> stop;
+  const auto& stops = options_.stop_ids;
+  if (std::find(stops.begin(), stops.end(), id) != stops.end()) {
+    stop = StopReason::kStopToken;
+  } else if (static_cast<int64_t>(result_.new_tokens.size()) >= options_.max_new_tokens) {
+    stop = StopReason::kMaxTokens;
+  } else if (static_cast<int64_t>(tokens.size()) >= model_.config().context) {
+    stop = StopReason::kContextFull;
+  }
+
   if (options_.on_token) {
     StepEvent event;
     event.id = id;
     event.index = static_cast<int32_t>(result_.new_tokens.size()) - 1;
+    event.last = stop.has_value();
     if (options_.want_logprobs || options_.top_logprobs > 0) {
       AddLogprobs(row, options_.top_logprobs, options_.want_logprobs, event);
     }
     event.attention = std::move(attention);
     options_.on_token(event);
   }
-
-  const auto& stops = options_.stop_ids;
-  if (std::find(stops.begin(), stops.end(), id) != stops.end()) {
-    Finish(StopReason::kStopToken);
-  } else if (static_cast<int64_t>(result_.new_tokens.size()) >= options_.max_new_tokens) {
-    Finish(StopReason::kMaxTokens);
-  } else if (static_cast<int64_t>(tokens.size()) >= model_.config().context) {
-    Finish(StopReason::kContextFull);
-  }
+  if (stop) Finish(*stop);
 }
 
 void GenerationTask::Finish(StopReason reason) {

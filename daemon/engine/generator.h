@@ -19,6 +19,7 @@
 
 #include <torch/types.h>
 
+#include "common/defaults.h"
 #include "daemon/model/kv_cache.h"
 #include "daemon/model/sampler.h"
 #include "daemon/model/language_model.h"
@@ -43,6 +44,8 @@ struct TokenAlternative {
 struct StepEvent {
   int32_t id = 0;
   int32_t index = 0;                        // 0-based among this call's new ids
+  bool last = false;                        // a stop rule ends the call with this id (no id follows
+                                            // unless a cancel ended it first)
   std::optional<float> logprob;             // when want_logprobs
   std::vector<TokenAlternative> top;        // top_logprobs best ids of the model's own distribution
                                             // (log_softmax of the raw logits), best first
@@ -51,7 +54,7 @@ struct StepEvent {
 
 struct GenerateOptions {
   model::SamplingParams sampling;
-  int32_t max_new_tokens = 256;             // 0 = only process input
+  int32_t max_new_tokens = common::kDefaultMaxNewTokens;  // 0 = only process input
   // The sequence never grows past T: at length T generation stops with kContextFull.
   bool use_kv_cache = true;                 // false: full forward over the last T tokens per step
   std::vector<int32_t> stop_ids;            // stop (inclusive: the stop id is appended) on any of these
@@ -70,6 +73,7 @@ struct GenerateResult {
   int64_t prefilled_tokens = 0;     // ids processed by the prefill of this call
   double time_to_first_token_s = 0; // from call start to the first sampled id
   double decode_tokens_per_s = 0;   // sampled ids after the first / time after the first
+  bool used_kv_cache = false;       // the call ran the cached path (options.use_kv_cache)
 };
 
 // Runs the whole loop of one sequence (a GenerationTask driven to the end with Step()).

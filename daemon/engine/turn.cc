@@ -19,30 +19,19 @@ Status PrepareCache(EngineState& state, Session& session, Session::Snapshot& sna
   return state.sessions.Admit(&session, state.sessions.BytesForTokens(tokens), must_wait);
 }
 
-Turn::Turn(EngineState& state, JobContext& job, Session& session, Session::Snapshot snapshot,
-           std::vector<int32_t> input, GenerateOptions options, EventBuilder stream_event, TurnFinisher finish)
+Turn::Turn(EngineState& state, const WorkInfo& info, Session& session, Session::Snapshot snapshot,
+           std::vector<int32_t> input, GenerateOptions options, TurnCallbacks callbacks, SessionCommit commit,
+           int32_t truncated_turns)
     : state_(state),
-      job_(job),
+      info_(info),
       session_(session),
       snapshot_(std::move(snapshot)),
       input_(std::move(input)),
-      stream_event_(std::move(stream_event)),
-      finish_(std::move(finish)) {
-  options.cancel = job_.cancel_flag();
-  if (stream_event_) {
-    const int64_t prompt_length = session_.length() + static_cast<int64_t>(input_.size());
-    const int64_t context = state_.config().context;
-    const std::vector<int32_t> stop_ids = options.stop_ids;
-    const int32_t max_new_tokens = options.max_new_tokens;
-    // Chained after any on_token the caller set (Generate collects its steps there).
-    options.on_token = [this, inner = std::move(options.on_token), stop_ids, max_new_tokens, prompt_length,
-                        context](const StepEvent& event) {
-      if (inner) inner(event);
-      const bool last = std::find(stop_ids.begin(), stop_ids.end(), event.id) != stop_ids.end() ||
-                        event.index + 1 >= max_new_tokens || prompt_length + event.index + 1 >= context;
-      job_.SendEvent(stream_event_(event, last));
-    };
-  }
+      callbacks_(std::move(callbacks)),
+      commit_(std::move(commit)),
+      truncated_turns_(truncated_turns) {
+  options.cancel = info_.cancel;
+  options.on_token = callbacks_.on_token;
   task_ = std::make_unique<GenerationTask>(state_.language_model(), session_.sequence(), std::move(options));
 }
 
@@ -50,18 +39,22 @@ Turn::~Turn() { state_.sessions.ClearBusy(&session_); }
 
 void Turn::Start(int64_t prefill_chunk) { task_->Start(input_, prefill_chunk); }
 
-HandlerResult Turn::Complete() {
+Status Turn::Complete() {
   finished_ = true;
   GenerateResult result = task_->TakeResult();
   state_.sessions.ClearBusy(&session_);
-  if (result.stop_reason == StopReason::kCancelled || job_.cancelled()) {
+  if (result.stop_reason == StopReason::kCancelled || (info_.cancel != nullptr && info_.cancel->load())) {
     session_.Restore(std::move(snapshot_));
     return Status::Cancelled("the request was cancelled; the session is as it was before it");
   }
   state_.tokens_generated_total += result.new_tokens.size();
   state_.tokens_prefilled_total += static_cast<uint64_t>(result.prefilled_tokens);
+  if (commit_) commit_(session_, result);
   state_.sessions.Trim(&session_);
-  return finish_(result);
+  if (callbacks_.on_commit) {
+    callbacks_.on_commit(TurnOutcome{result, session_, truncated_turns_, info_.queue_ms});
+  }
+  return Status::Ok();
 }
 
 void Turn::Abort() {

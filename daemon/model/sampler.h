@@ -17,16 +17,18 @@
 
 #include <torch/types.h>
 
+#include "common/defaults.h"
 #include "common/status.h"
 
 namespace niels::daemon::model {
 
 struct SamplingParams {
-  float temperature = 0.9f;          // 0 = greedy (argmax); must be >= 0
-  int32_t top_k = 50;                // 0 = off
-  float top_p = 0.0f;                // 0 = off; else in (0, 1]
-  float repetition_penalty = 1.0f;   // 1 = off; must be > 0
-  uint64_t seed = 42;
+  // Defaults: the original CLI's (common/defaults.h).
+  float temperature = common::kDefaultTemperature;                // 0 = greedy (argmax); must be >= 0
+  int32_t top_k = common::kDefaultTopK;                           // 0 = off
+  float top_p = common::kDefaultTopP;                             // 0 = off; else in (0, 1]
+  float repetition_penalty = common::kDefaultRepetitionPenalty;  // 1 = off; must be > 0
+  uint64_t seed = common::kDefaultSeed;
   std::vector<int32_t> banned_ids;   // never sampled
 };
 

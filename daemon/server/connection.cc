@@ -30,7 +30,7 @@ constexpr size_t kWriteBatchBytes = 256 * 1024;
 
 // The sink the engine sees for one request: echoes the id, enforces the output bound, and turns
 // a refused event into a cancelled request.
-class ConnectionSink : public engine::ResponseSink {
+class ConnectionSink : public ResponseSink {
  public:
   ConnectionSink(std::weak_ptr<Connection> connection, uint64_t request_id,
                  std::shared_ptr<std::atomic<bool>> cancel, std::shared_ptr<std::atomic<bool>> answered,
@@ -164,7 +164,7 @@ bool Connection::CancelRequest(uint64_t request_id) {
   return true;
 }
 
-std::shared_ptr<engine::ResponseSink> Connection::MakeSink(
+std::shared_ptr<ResponseSink> Connection::MakeSink(
     uint64_t request_id, std::shared_ptr<std::atomic<bool>> cancel) {
   auto it = requests_.find(request_id);
   std::shared_ptr<std::atomic<bool>> answered =

@@ -40,7 +40,7 @@
 #include <boost/asio/steady_timer.hpp>
 
 #include "common/frame.h"
-#include "daemon/engine/inference_engine.h"
+#include "daemon/server/request_service.h"
 #include "niels/v1/nielsd.pb.h"
 
 namespace niels::daemon::server {
@@ -94,7 +94,7 @@ class Connection : public std::enable_shared_from_this<Connection> {
   bool CancelRequest(uint64_t request_id);
   /// REQUIRES: strand. The sink for a tracked request: it echoes `request_id`, enforces the output
   /// bound, and stops tracking the request when the final response is queued.
-  std::shared_ptr<engine::ResponseSink> MakeSink(uint64_t request_id,
+  std::shared_ptr<ResponseSink> MakeSink(uint64_t request_id,
                                                  std::shared_ptr<std::atomic<bool>> cancel);
   /// Any thread. Queues a response that answers an untracked request (always accepted while open).
   void SendNow(const niels::v1::Response& response);

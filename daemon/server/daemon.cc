@@ -39,12 +39,13 @@ Daemon::~Daemon() {
 }
 
 common::Status Daemon::Listen() {
+  // From here on SIGTERM/SIGINT are queued for Serve() (which then shuts down at once), so a signal
+  // while the model loads still ends with the socket file removed. Installed before the socket is
+  // bound: a client may connect (and signal us) as soon as listen() returns.
+  if (options_.handle_signals && !signals_) StartSignalHandling();
   common::StatusOr<std::unique_ptr<Listener>> listener = Listener::Open(accept_strand_, options_.listener);
   if (!listener.ok()) return listener.status();
   listener_ = std::move(listener).value();
-  // From here on SIGTERM/SIGINT are queued for Serve() (which then shuts down at once), so a signal
-  // while the model loads still ends with the socket file removed.
-  if (options_.handle_signals) StartSignalHandling();
   return common::Status::Ok();
 }
 
@@ -161,8 +162,8 @@ void Daemon::StartSignalHandling() {
   });
 }
 
-int Daemon::Serve(engine::InferenceEngine& engine) {
-  dispatcher_ = std::make_unique<Dispatcher>(engine, registry_, options_.overflow_uid);
+int Daemon::Serve(RequestService& service) {
+  dispatcher_ = std::make_unique<Dispatcher>(service, registry_, options_.overflow_uid);
   auto work = asio::make_work_guard(io_context_);
   asio::co_spawn(accept_strand_, AcceptLoop(), asio::detached);
   for (int i = 0; i < std::max(1, options_.io_threads); ++i) {
@@ -173,7 +174,7 @@ int Daemon::Serve(engine::InferenceEngine& engine) {
                   listener_->socket_activated() ? " (socket-activated)" : "");
   WaitForStopRequest();
   sd_notify(0, "STOPPING=1\nSTATUS=shutting down");
-  Shutdown(engine);
+  Shutdown(service);
   work.reset();
   io_context_.stop();
   for (std::thread& thread : io_threads_) thread.join();
@@ -182,7 +183,7 @@ int Daemon::Serve(engine::InferenceEngine& engine) {
   return 0;
 }
 
-void Daemon::Shutdown(engine::InferenceEngine& engine) {
+void Daemon::Shutdown(RequestService& service) {
   // Stop accepting and remove the socket file (on the acceptor's strand).
   std::promise<void> closed;
   asio::post(accept_strand_, [this, &closed] {
@@ -192,7 +193,7 @@ void Daemon::Shutdown(engine::InferenceEngine& engine) {
   });
   closed.get_future().wait();
   // In-flight work ends with a final CANCELLED, queued on the connections.
-  engine.Shutdown();
+  service.Shutdown();
   // Let each connection write what it has, then close; force-close the rest at the deadline.
   registry_.DrainAll();
   auto deadline = std::chrono::steady_clock::now() + options_.drain_timeout;

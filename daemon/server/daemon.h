@@ -3,7 +3,7 @@
 // Listener, the ConnectionRegistry, the Dispatcher and the signal_set.
 //
 // Lifecycle (main.cc): Listen() first, so a second nielsd on a live socket fails before loading a
-// model; then load the model and Serve(engine), which blocks:
+// model; then load the model and Serve(service), which blocks:
 //   - accepts connections (peer uid from SO_PEERCRED) and serves them on the IO threads; a peer over
 //     max_connections (all peers) or max_connections_per_uid (its uid) gets one RESOURCE_EXHAUSTED
 //     Response (request_id 0) and is closed. When nielsd runs out of file descriptors (EMFILE), it
@@ -11,7 +11,7 @@
 //     so the backlog drains and accepting resumes as soon as descriptors are free again;
 //   - sends sd_notify READY=1 once it accepts (harmless without $NOTIFY_SOCKET);
 //   - on SIGTERM/SIGINT (when handle_signals) or RequestStop(): STOPPING=1, stops accepting and
-//     removes the socket file, engine.Shutdown() (in-flight work gets its final CANCELLED),
+//     removes the socket file, service.Shutdown() (in-flight work gets its final CANCELLED),
 //     flushes every connection's queued output (bounded by drain_timeout), closes them, joins the
 //     IO threads and returns 0.
 // The destructor closes the listener (and removes its socket file) if Serve() never ran.
@@ -34,7 +34,7 @@
 #include <boost/asio/strand.hpp>
 
 #include "common/status.h"
-#include "daemon/engine/inference_engine.h"
+#include "daemon/server/request_service.h"
 #include "daemon/server/connection.h"
 #include "daemon/server/connection_registry.h"
 #include "daemon/server/dispatcher.h"
@@ -71,8 +71,8 @@ class Daemon {
   /// Binds (or adopts) the socket; errors as Listener::Open. Call once, before Serve().
   common::Status Listen();
   /// Serves until a signal or RequestStop(), then shuts down as described above; returns the
-  /// process exit code (0). REQUIRES: Listen() succeeded. `engine` must outlive the call.
-  int Serve(engine::InferenceEngine& engine);
+  /// process exit code (0). REQUIRES: Listen() succeeded. `service` must outlive the call.
+  int Serve(RequestService& service);
   /// Makes Serve() shut down and return. Thread-safe; may be called before Serve() starts.
   void RequestStop();
 
@@ -89,7 +89,7 @@ class Daemon {
   static void Refuse(Listener::Socket& socket, const std::string& message);
   void StartSignalHandling();
   void WaitForStopRequest();
-  void Shutdown(engine::InferenceEngine& engine);
+  void Shutdown(RequestService& service);
 
   const DaemonOptions options_;
   boost::asio::io_context io_context_;

@@ -23,9 +23,9 @@ niels::v1::Response ErrorResponse(uint64_t request_id, const common::Status& sta
 }
 
 // Wraps a Stats request's sink: adds the connection counts, which only the server knows.
-class StatsSink : public engine::ResponseSink {
+class StatsSink : public ResponseSink {
  public:
-  StatsSink(std::shared_ptr<engine::ResponseSink> inner, const ConnectionRegistry& registry)
+  StatsSink(std::shared_ptr<ResponseSink> inner, const ConnectionRegistry& registry)
       : inner_(std::move(inner)), registry_(registry) {}
 
   bool Send(niels::v1::Response response, bool final) override {
@@ -37,7 +37,7 @@ class StatsSink : public engine::ResponseSink {
   }
 
  private:
-  std::shared_ptr<engine::ResponseSink> inner_;
+  std::shared_ptr<ResponseSink> inner_;
   const ConnectionRegistry& registry_;
 };
 
@@ -49,9 +49,9 @@ bool CreatesSession(const niels::v1::Request& request) {
 
 }  // namespace
 
-Dispatcher::Dispatcher(engine::InferenceEngine& engine, const ConnectionRegistry& registry,
+Dispatcher::Dispatcher(RequestService& service, const ConnectionRegistry& registry,
                        std::optional<uint32_t> overflow_uid)
-    : engine_(engine), registry_(registry), overflow_uid_(overflow_uid) {}
+    : service_(service), registry_(registry), overflow_uid_(overflow_uid) {}
 
 std::optional<uint32_t> ReadOverflowUid(const std::string& path) {
   std::ifstream file(path);
@@ -98,16 +98,16 @@ void Dispatcher::Dispatch(Connection& connection, niels::v1::Request request) {
     return;
   }
   std::shared_ptr<std::atomic<bool>> cancel = connection.TrackRequest(id);
-  std::shared_ptr<engine::ResponseSink> sink = connection.MakeSink(id, cancel);
+  std::shared_ptr<ResponseSink> sink = connection.MakeSink(id, cancel);
   if (request.kind_case() == niels::v1::Request::kStats) {
     sink = std::make_shared<StatsSink>(std::move(sink), registry_);
   }
-  engine::Job job;
+  Job job;
   job.caller.uid = connection.peer_uid();
   job.request = std::move(request);
   job.cancel = std::move(cancel);
   job.sink = std::move(sink);
-  engine_.Submit(std::move(job));
+  service_.Submit(std::move(job));
 }
 
 }  // namespace niels::daemon::server

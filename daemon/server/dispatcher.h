@@ -8,7 +8,7 @@
 //   - CreateSession/ForkSession from a peer whose uid is the kernel's overflow uid: PERMISSION_DENIED.
 //     Such a peer's real uid is not mapped into nielsd's user namespace, so all such peers look
 //     alike and must not own sessions (they could read each other's).
-//   - Everything else becomes an engine Job (caller uid, request, cancel flag, sink); the engine
+//   - Everything else becomes a Job (caller uid, request, cancel flag, sink) for the RequestService; it
 //     answers it. Stats responses get the live connection count filled in here.
 // Status -> wire conversion happens here (common::ToProto) for the errors the server itself answers.
 //
@@ -19,7 +19,7 @@
 #include <optional>
 #include <string>
 
-#include "daemon/engine/inference_engine.h"
+#include "daemon/server/request_service.h"
 #include "niels/v1/nielsd.pb.h"
 
 namespace niels::daemon::server {
@@ -29,9 +29,9 @@ class ConnectionRegistry;
 
 class Dispatcher {
  public:
-  /// `engine` and `registry` must outlive the dispatcher. `overflow_uid`: the uid the kernel reports
+  /// `service` and `registry` must outlive the dispatcher. `overflow_uid`: the uid the kernel reports
   /// for unmapped peers (ReadOverflowUid()); unset: no peer is refused for its uid.
-  Dispatcher(engine::InferenceEngine& engine, const ConnectionRegistry& registry,
+  Dispatcher(RequestService& service, const ConnectionRegistry& registry,
              std::optional<uint32_t> overflow_uid);
   Dispatcher(const Dispatcher&) = delete;
   Dispatcher& operator=(const Dispatcher&) = delete;
@@ -40,7 +40,7 @@ class Dispatcher {
   void Dispatch(Connection& connection, niels::v1::Request request);
 
  private:
-  engine::InferenceEngine& engine_;
+  RequestService& service_;
   const ConnectionRegistry& registry_;
   const std::optional<uint32_t> overflow_uid_;
 };

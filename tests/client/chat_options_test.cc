@@ -125,7 +125,7 @@ TEST(SystemPromptTest, DefaultIsExactWithTypographicApostrophes) {
   const std::string expected =
       "you are a tiny chatbot on niels\xE2\x80\x99 website. answer in third person about niels. "
       "do not invent personal facts; if you don\xE2\x80\x99t know, say you don\xE2\x80\x99t know.";
-  EXPECT_EQ(std::string(kDefaultSystemPrompt), expected);
+  EXPECT_EQ(std::string(common::kDefaultSystemPrompt), expected);
   EXPECT_EQ(*ResolveSystemPrompt(ChatOptions{}), expected);
 }
 

@@ -1,5 +1,6 @@
-// Fuzz target: Request decoding and validation through the real engine (daemon/engine/engine.h)
-// with a tiny random-weight model: every field of every request kind, as a hostile client sends it.
+// Fuzz target: Request decoding and validation through the real handlers and engine
+// (daemon/handlers/service.h) with a tiny random-weight model: every field of every request kind, as
+// a hostile client sends it.
 //
 // Input: a byte stream of delimited Request frames (the wire format; common/frame.h), at most 16
 // frames. Each parsed request is submitted and answered before the next (so the order is fixed).
@@ -18,20 +19,22 @@
 #include <vector>
 
 #include "common/frame.h"
-#include "daemon/engine/engine.h"
+#include "daemon/handlers/service.h"
 #include "tests/fuzz/fuzz_util.h"
 #include "tests/support/test_model.h"
 
 namespace engine = niels::daemon::engine;
+namespace handlers = niels::daemon::handlers;
+namespace server = niels::daemon::server;
 using niels::v1::Request;
 using niels::v1::Response;
 
 namespace {
 
-engine::Engine* g_engine = nullptr;
+handlers::Service* g_engine = nullptr;
 
 // Collects one job's responses.
-class CollectingSink : public engine::ResponseSink {
+class CollectingSink : public server::ResponseSink {
  public:
   bool Send(Response response, bool final) override {
     std::lock_guard lock(mutex_);
@@ -59,7 +62,7 @@ class CollectingSink : public engine::ResponseSink {
 
 std::vector<Response> Run(Request request, uint32_t uid, bool cancel_at_once) {
   auto sink = std::make_shared<CollectingSink>();
-  engine::Job job;
+  server::Job job;
   job.caller.uid = uid;
   job.request = request;
   job.cancel = std::make_shared<std::atomic<bool>>(false);
@@ -106,7 +109,7 @@ extern "C" int LLVMFuzzerInitialize(int*, char***) {
   options.threads = 1;
   options.max_sessions = 16;
   options.max_queue = 64;
-  auto made = engine::MakeEngine(dir.path(), options);
+  auto made = handlers::MakeService(dir.path(), options);
   if (!made.ok()) {
     std::fprintf(stderr, "request_fuzz: %s\n", made.status().ToString().c_str());
     std::abort();

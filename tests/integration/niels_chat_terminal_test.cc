@@ -129,6 +129,8 @@ TEST_F(NielsChatTerminalTest, HistoryPersistsAcrossRunsWithMode0600) {
     ASSERT_TRUE(chat->ReadUntil("> ")) << chat->screen();
     chat->Type("tell me about the socket\r");
     ASSERT_TRUE(chat->ReadUntil(reply)) << chat->screen();
+    // Keys typed before the next prompt may be flushed when libedit sets up the terminal again.
+    ASSERT_TRUE(chat->ReadUntil("> ", 2)) << chat->screen();
     chat->Type("\x04");  // Ctrl-D at the next prompt
     EXPECT_EQ(chat->Wait(), 0) << chat->screen();
   }
@@ -148,6 +150,7 @@ TEST_F(NielsChatTerminalTest, HistoryPersistsAcrossRunsWithMode0600) {
   ASSERT_TRUE(chat->ReadUntil("tell me about the socket")) << chat->screen();
   chat->Type("\r");
   ASSERT_TRUE(chat->ReadUntil(reply)) << chat->screen();
+  ASSERT_TRUE(chat->ReadUntil("> ", 2)) << chat->screen();
   chat->Type("/exit\r");
   EXPECT_EQ(chat->Wait(), 0) << chat->screen();
 }
@@ -157,6 +160,7 @@ TEST_F(NielsChatTerminalTest, SlashCommandsAreRecordedButNeverSentToTheModel) {
   ASSERT_TRUE(chat->ReadUntil("> ")) << chat->screen();
   chat->Type("/nonsense\r");
   ASSERT_TRUE(chat->ReadUntil("unknown command /nonsense")) << chat->screen();
+  ASSERT_TRUE(chat->ReadUntil("> ", 2)) << chat->screen();
   chat->Type("/exit\r");
   EXPECT_EQ(chat->Wait(), 0) << chat->screen();
   auto client = Connect();

@@ -267,6 +267,30 @@ def check_refusals(args, model_dir, failures):
                    f"--force: exit {code}, {err!r}, mode {oct(mode)}")
 
 
+def check_sampling_defaults(args, failures):
+    """The exporter's sampling defaults are nielsd's, defined in common/defaults.h."""
+    import re
+    sys.path.insert(0, os.path.dirname(os.path.abspath(args.exporter)))
+    import niels_export  # noqa: E402
+    root = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(args.exporter))))
+    with open(os.path.join(root, "common", "defaults.h")) as f:
+        text = f.read()
+
+    def constant(name):
+        match = re.search(r"k%s = ([0-9.]+)f?;" % name, text)
+        return float(match.group(1)) if match else None
+
+    expected = {"temperature": constant("DefaultTemperature"), "top_k": constant("DefaultTopK"),
+                "repetition_penalty": constant("DefaultRepetitionPenalty"),
+                "max_new_tokens": constant("DefaultMaxNewTokens"),
+                # nielsd's top-p 0 means off, which is top_p 1.0 for llama.cpp and transformers.
+                "top_p": 1.0 if constant("DefaultTopP") == 0 else constant("DefaultTopP")}
+    for key, value in expected.items():
+        failures.check(value is not None and niels_export.SAMPLING_DEFAULTS.get(key) == value,
+                       f"SAMPLING_DEFAULTS[{key!r}] = {niels_export.SAMPLING_DEFAULTS.get(key)!r}, "
+                       f"common/defaults.h says {value!r}")
+
+
 def main():
     p = argparse.ArgumentParser()
     p.add_argument("--inspect", required=True)
@@ -290,6 +314,7 @@ def main():
     demo_ids = [[3, 10, 20, 30, 6, 4, 300, 301, 302, 6, 5], list(range(7, 7 + 64))]
     check_hf_export(args, "demo", args.demo_model, demo_ids, failures)
     check_refusals(args, random_dir, failures)
+    check_sampling_defaults(args, failures)
     if failures.items:
         print(f"{len(failures.items)} check(s) failed")
         return 1

@@ -40,7 +40,7 @@ SPECIAL_SUFFIX = "84a5023f67d74cf29cc4001becde983c"
 ROLES = ("sys", "usr", "asst", "eot")
 SPECIAL = {role: f"<|ngpt_{role}_{SPECIAL_SUFFIX}|>" for role in ROLES}
 RMS_EPS = 1e-5  # niels_gpt's RMSNorm epsilon (fixed by the architecture, not in config.json)
-# nielsd's sampling defaults (proto/PROTOCOL.md, niels-chat's flags).
+# nielsd's sampling defaults (common/defaults.h; the export_hf test checks they agree).
 SAMPLING_DEFAULTS = {"temperature": 0.9, "top_k": 50, "top_p": 1.0, "repetition_penalty": 1.0,
                      "max_new_tokens": 256}
 

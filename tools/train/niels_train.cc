@@ -18,6 +18,7 @@
 #include <CLI/CLI.hpp>
 #include <c10/core/InferenceMode.h>
 
+#include "common/defaults.h"
 #include "daemon/engine/chat_template.h"
 #include "daemon/model/model_dir.h"
 #include "daemon/model/weights.h"
@@ -31,10 +32,6 @@ namespace fs = std::filesystem;
 namespace model = niels::daemon::model;
 namespace engine = niels::daemon::engine;
 namespace train = niels::tools::train;
-
-constexpr char kDefaultSystem[] =
-    "you are a tiny chatbot on niels\u2019 website. answer in third person about niels. do not invent personal "
-    "facts; if you don\u2019t know, say you don\u2019t know.";
 
 struct Flags {
   std::string corpus = "data/corpus";
@@ -73,7 +70,7 @@ bool WriteFile(const fs::path& path, const std::string& bytes) {
 // Greedy reply of the written model to one user message after the default system prompt.
 std::string GreedyReply(const model::Model& m, const std::string& question) {
   c10::InferenceMode guard;
-  std::vector<int32_t> ids = engine::EncodeMessage(*m.tokenizer, engine::Role::kSystem, kDefaultSystem);
+  std::vector<int32_t> ids = engine::EncodeMessage(*m.tokenizer, engine::Role::kSystem, std::string(niels::common::kDefaultSystemPrompt));
   for (int32_t id : engine::EncodeMessage(*m.tokenizer, engine::Role::kUser, question)) ids.push_back(id);
   ids.push_back(engine::GenerationPrompt(*m.tokenizer).front());
   std::vector<int32_t> reply;

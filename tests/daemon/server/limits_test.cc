@@ -240,7 +240,7 @@ TEST(ConnectionTest, CancelAfterTheFinalResponseWasQueuedReportsNotFound) {
   auto strand = boost::asio::make_strand(io);
   Connection::Socket ours(strand), theirs(io);
   boost::asio::local::connect_pair(ours, theirs);
-  FakeEngine engine;
+  FakeService engine;
   ConnectionRegistry registry;
   Dispatcher dispatcher(engine, registry, std::nullopt);
   auto connection = std::make_shared<Connection>(std::move(ours), 0, dispatcher, registry, ConnectionOptions{});

@@ -1,6 +1,6 @@
 #pragma once
 // Test plumbing for the server suite: a blocking raw-socket client that speaks frames (so tests can
-// send broken bytes), and a fixture running a Daemon with a FakeEngine on a socket in a temp dir.
+// send broken bytes), and a fixture running a Daemon with a FakeService on a socket in a temp dir.
 // Every wait is bounded (a hung server fails the test instead of hanging it).
 
 #include <poll.h>
@@ -21,7 +21,7 @@
 #include "common/frame.h"
 #include "daemon/server/daemon.h"
 #include "niels/v1/nielsd.pb.h"
-#include "tests/daemon/server/fake_engine.h"
+#include "tests/daemon/server/fake_service.h"
 
 namespace niels::daemon::server::testing {
 
@@ -151,7 +151,7 @@ class ScopedTempDir {
   std::filesystem::path path_;
 };
 
-// Runs a Daemon with a FakeEngine on <tempdir>/nielsd.sock in a background thread.
+// Runs a Daemon with a FakeService on <tempdir>/nielsd.sock in a background thread.
 class ServerTest : public ::testing::Test {
  protected:
   void StartServer(DaemonOptions options = {}) {
@@ -176,7 +176,7 @@ class ServerTest : public ::testing::Test {
   std::string socket_path() const { return (dir_.path() / "nielsd.sock").string(); }
 
   ScopedTempDir dir_;
-  FakeEngine engine_;
+  FakeService engine_;
   std::unique_ptr<Daemon> daemon_;
   std::thread serve_thread_;
   int exit_code_ = -1;

@@ -25,6 +25,7 @@ def _chat(args):
         except ImportError:
             pass
     sampling = {"seed": args.seed, "temperature": 0.0 if args.greedy else args.temperature}
+    sampling = {name: value for name, value in sampling.items() if value is not None}
     with client:
         try:
             session = client.create_session(args.system)
@@ -81,9 +82,11 @@ def main(argv=None):
     chat = commands.add_parser("chat", help="chat with the model nielsd serves")
     chat.add_argument("--socket", help="nielsd socket (default: as niels-chat resolves it)")
     chat.add_argument("--system", help="system prompt (default: none)")
-    chat.add_argument("--max-new-tokens", type=int, default=256)
-    chat.add_argument("--temperature", type=float, default=0.9)
-    chat.add_argument("--seed", type=int, default=42)
+    # Unset flags stay unset in the request: nielsd applies its defaults (Info.default_sampling,
+    # Info.default_max_new_tokens; 256 tokens, temperature 0.9, seed 42).
+    chat.add_argument("--max-new-tokens", type=int, default=None)
+    chat.add_argument("--temperature", type=float, default=None)
+    chat.add_argument("--seed", type=int, default=None)
     chat.add_argument("--greedy", action="store_true", help="temperature 0")
     args = parser.parse_args(argv)
     return _chat(args)

@@ -4,9 +4,9 @@
 
 #include <gtest/gtest.h>
 
-#include "tests/daemon/engine/engine_fixture.h"
+#include "tests/daemon/handlers/service_fixture.h"
 
-namespace niels::daemon::engine::testing {
+namespace niels::daemon::handlers::testing {
 namespace {
 
 using Ids = std::vector<int32_t>;
@@ -19,7 +19,7 @@ struct SessionView {
   int32_t turns = 0;
 };
 
-SessionView View(Engine& engine, const std::string& id) {
+SessionView View(Service& engine, const std::string& id) {
   v1::Response response = Call(engine, GetRequest(id));
   EXPECT_TRUE(response.has_get_session()) << response.DebugString();
   return {ToIds(response.get_session().token_ids()), response.get_session().session().cached_tokens(),
@@ -55,7 +55,7 @@ class ChatTest : public ::testing::Test {
     return Call(*engine_, ChatRequest(id, text, max_new_tokens, use_kv_cache));
   }
 
-  std::unique_ptr<Engine> engine_;
+  std::unique_ptr<Service> engine_;
   std::unique_ptr<model::Model> model_;
   model::SpecialTokens special_;
 };
@@ -341,4 +341,4 @@ TEST_F(ChatTest, RoleTokensAreBannedUnlessAllowed) {
 }
 
 }  // namespace
-}  // namespace niels::daemon::engine::testing
+}  // namespace niels::daemon::handlers::testing

@@ -1,15 +1,18 @@
-#include "daemon/engine/proto_convert.h"
+#include "daemon/handlers/proto_convert.h"
 
 #include <fmt/format.h>
 
-namespace niels::daemon::engine {
+namespace niels::daemon::handlers {
 
 namespace v1 = niels::v1;
 using common::Status;
+using engine::StepEvent;
+using engine::StopReason;
+using engine::TokenAlternative;
 
 common::StatusOr<model::SamplingParams> SamplingFromProto(const v1::Sampling& sampling, int64_t vocab_size,
                                                           std::span<const int32_t> default_banned) {
-  model::SamplingParams params;  // the CLI's defaults
+  model::SamplingParams params;  // common/defaults.h
   if (sampling.has_temperature()) params.temperature = sampling.temperature();
   if (sampling.has_top_k()) params.top_k = sampling.top_k();
   if (sampling.has_top_p()) params.top_p = sampling.top_p();
@@ -43,7 +46,7 @@ v1::StopReason StopReasonToProto(StopReason reason) {
   return v1::STOP_REASON_UNSPECIFIED;
 }
 
-v1::GenerationStats StatsToProto(const GenerateResult& result, bool used_kv_cache, double queue_ms) {
+v1::GenerationStats StatsToProto(const engine::GenerateResult& result, double queue_ms) {
   v1::GenerationStats stats;
   stats.set_prompt_tokens(result.prompt_tokens);
   stats.set_reused_tokens(result.reused_tokens);
@@ -51,12 +54,12 @@ v1::GenerationStats StatsToProto(const GenerateResult& result, bool used_kv_cach
   stats.set_generated_tokens(static_cast<int64_t>(result.new_tokens.size()));
   stats.set_time_to_first_token_ms(result.time_to_first_token_s * 1000.0);
   stats.set_decode_tokens_per_s(result.decode_tokens_per_s);
-  stats.set_used_kv_cache(used_kv_cache);
+  stats.set_used_kv_cache(result.used_kv_cache);
   stats.set_queue_ms(queue_ms);
   return stats;
 }
 
-void FillSessionInfo(const Session& session, v1::SessionInfo& info) {
+void FillSessionInfo(const engine::Session& session, v1::SessionInfo& info) {
   info.set_session_id(session.id());
   info.set_length(session.length());
   info.set_cached_tokens(session.cached_tokens());
@@ -87,4 +90,4 @@ v1::StepInfo StepToProto(const StepEvent& event, const model::Tokenizer& tokeniz
   return step;
 }
 
-}  // namespace niels::daemon::engine
+}  // namespace niels::daemon::handlers

@@ -11,14 +11,14 @@
 #include <gtest/gtest.h>
 
 #include "daemon/engine/engine.h"
-#include "tests/daemon/engine/engine_fixture.h"
+#include "tests/daemon/handlers/service_fixture.h"
 
-namespace niels::daemon::engine::testing {
+namespace niels::daemon::handlers::testing {
 namespace {
 
 constexpr int64_t kContext = 64;
 
-std::string CreateSession(Engine& engine, uint32_t uid = kUid) {
+std::string CreateSession(Service& engine, uint32_t uid = kUid) {
   v1::Response response = Call(engine, CreateRequest(), uid);
   EXPECT_TRUE(response.has_create_session()) << response.DebugString();
   return response.create_session().session_id();
@@ -44,7 +44,7 @@ int32_t EotId() {
 // chat cannot end early (eot banned), so after Release() it runs several more decode steps.
 struct HeldEngine {
   std::shared_ptr<BlockingSink> sink = std::make_shared<BlockingSink>();
-  HeldEngine(Engine& engine, uint32_t uid) {
+  HeldEngine(Service& engine, uint32_t uid) {
     const std::string id = CreateSession(engine, uid);
     v1::Request chat = ChatRequest(id, "hello there", 8, true, /*stream=*/true);
     chat.mutable_chat()->mutable_sampling()->add_banned_ids(EotId());
@@ -232,4 +232,4 @@ TEST(EngineLimitsTest, HugeSessionIdsAreNotEchoedWhole) {
 }
 
 }  // namespace
-}  // namespace niels::daemon::engine::testing
+}  // namespace niels::daemon::handlers::testing

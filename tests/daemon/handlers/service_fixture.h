@@ -1,6 +1,6 @@
 #pragma once
 // Shared helpers of the engine tests: a tiny real model directory, a recording ResponseSink, and
-// blocking request helpers around Engine::Submit.
+// blocking request helpers around Service::Submit (the wire-level entry of the engine).
 
 #include <atomic>
 #include <chrono>
@@ -16,14 +16,19 @@
 
 #include <gtest/gtest.h>
 
-#include "daemon/engine/engine.h"
+#include "common/defaults.h"
+#include "daemon/handlers/service.h"
 #include "daemon/model/model_dir.h"
 #include "niels/v1/nielsd.pb.h"
 #include "tests/support/test_model.h"
 
-namespace niels::daemon::engine::testing {
+namespace niels::daemon::handlers::testing {
 
 namespace v1 = niels::v1;
+using engine::EngineOptions;
+using server::Caller;
+using server::Job;
+using server::ResponseSink;
 
 // Records every response; Wait() blocks until the final one (or fails the test after a timeout).
 class RecordingSink : public ResponseSink {
@@ -103,7 +108,7 @@ inline constexpr uint32_t kUid = 1000;
 inline constexpr uint32_t kOtherUid = 65534;
 
 // Submits `request` as `uid` and returns the sink (not waited on).
-inline std::shared_ptr<RecordingSink> SubmitAsync(InferenceEngine& engine, v1::Request request, uint32_t uid = kUid,
+inline std::shared_ptr<RecordingSink> SubmitAsync(server::RequestService& engine, v1::Request request, uint32_t uid = kUid,
                                                   std::shared_ptr<std::atomic<bool>> cancel = nullptr,
                                                   std::shared_ptr<RecordingSink> sink = nullptr) {
   static std::atomic<uint64_t> next_request_id{1};
@@ -115,7 +120,7 @@ inline std::shared_ptr<RecordingSink> SubmitAsync(InferenceEngine& engine, v1::R
 }
 
 // Submits and waits for the final response.
-inline v1::Response Call(InferenceEngine& engine, const v1::Request& request, uint32_t uid = kUid) {
+inline v1::Response Call(server::RequestService& engine, const v1::Request& request, uint32_t uid = kUid) {
   return SubmitAsync(engine, request, uid)->Wait();
 }
 
@@ -176,8 +181,8 @@ inline const std::filesystem::path& TinyModelDir(int64_t context) {
   return dir->path();
 }
 
-inline std::unique_ptr<Engine> StartEngine(int64_t context, EngineOptions options = {}) {
-  auto engine = MakeEngine(TinyModelDir(context), std::move(options));
+inline std::unique_ptr<Service> StartEngine(int64_t context, EngineOptions options = {}) {
+  auto engine = MakeService(TinyModelDir(context), std::move(options));
   if (!engine.ok()) throw std::runtime_error(engine.status().ToString());
   return std::move(engine).value();
 }
@@ -189,4 +194,4 @@ inline std::unique_ptr<model::Model> LoadTinyModel(int64_t context) {
   return std::move(model).value();
 }
 
-}  // namespace niels::daemon::engine::testing
+}  // namespace niels::daemon::handlers::testing

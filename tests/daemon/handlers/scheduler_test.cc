@@ -17,20 +17,20 @@
 #include <c10/core/InferenceMode.h>
 #include <gtest/gtest.h>
 
-#include "tests/daemon/engine/engine_fixture.h"
+#include "tests/daemon/handlers/service_fixture.h"
 
-namespace niels::daemon::engine::testing {
+namespace niels::daemon::handlers::testing {
 namespace {
 
 constexpr int64_t kContext = 256;
 
-std::string CreateSession(Engine& engine) {
+std::string CreateSession(Service& engine) {
   const v1::Response response = Call(engine, CreateRequest());
   EXPECT_TRUE(response.has_create_session()) << response.DebugString();
   return response.create_session().session_id();
 }
 
-v1::StatsResponse Stats(Engine& engine) {
+v1::StatsResponse Stats(Service& engine) {
   v1::Request request;
   request.mutable_stats();
   return Call(engine, request).stats();
@@ -324,4 +324,4 @@ TEST(SchedulerTest, RequestWithoutKvMemoryWaitsOrFailsWhileOthersContinue) {
 }
 
 }  // namespace
-}  // namespace niels::daemon::engine::testing
+}  // namespace niels::daemon::handlers::testing

@@ -1,6 +1,6 @@
 #pragma once
-// Conversions between the wire messages (niels.v1) and the engine's own types, shared by the RPC
-// handlers of daemon/engine. Pure functions; any thread.
+// Conversions between the wire messages (niels.v1) and the engine's typed values, shared by the
+// request handlers. Pure functions; any thread.
 
 #include <cstdint>
 #include <span>
@@ -13,16 +13,15 @@
 #include "daemon/model/tokenizer.h"
 #include "niels/v1/nielsd.pb.h"
 
-namespace niels::daemon::engine {
+namespace niels::daemon::handlers {
 
-// Bounds of per-request limits.
-inline constexpr int32_t kDefaultMaxNewTokens = 256;
+// Bounds of per-request values.
 inline constexpr int32_t kMaxNewTokensLimit = 1 << 16;  // a sane upper bound; T stops earlier anyway
 inline constexpr int32_t kMaxTopLogprobs = 20;
 
-// Sampling with the original CLI's defaults for unset fields (temperature 0.9, top_k 50, top_p off,
-// repetition penalty off, seed 42), banned = sampling.banned_ids + `default_banned` unless
-// allow_special_tokens. INVALID_ARGUMENT (naming the field) when out of range for `vocab_size`.
+// Sampling with the defaults of common/defaults.h for unset fields, banned = sampling.banned_ids +
+// `default_banned` unless allow_special_tokens. INVALID_ARGUMENT (naming the field) when out of
+// range for `vocab_size`.
 common::StatusOr<model::SamplingParams> SamplingFromProto(const niels::v1::Sampling& sampling,
                                                           int64_t vocab_size,
                                                           std::span<const int32_t> default_banned);
@@ -30,15 +29,15 @@ common::StatusOr<model::SamplingParams> SamplingFromProto(const niels::v1::Sampl
 // INVALID_ARGUMENT naming `what` and the first id outside [0, vocab_size).
 common::Status CheckIds(std::span<const int32_t> ids, int64_t vocab_size, const char* what);
 
-niels::v1::StopReason StopReasonToProto(StopReason reason);
+niels::v1::StopReason StopReasonToProto(engine::StopReason reason);
 
-niels::v1::GenerationStats StatsToProto(const GenerateResult& result, bool used_kv_cache, double queue_ms);
+niels::v1::GenerationStats StatsToProto(const engine::GenerateResult& result, double queue_ms);
 
 // Fills `info` with the session's public description.
-void FillSessionInfo(const Session& session, niels::v1::SessionInfo& info);
+void FillSessionInfo(const engine::Session& session, niels::v1::SessionInfo& info);
 
 // A StepInfo from a generator step event: id, logprob, top alternatives with their pieces, and the
 // attention row [H, length] flattened row-major.
-niels::v1::StepInfo StepToProto(const StepEvent& event, const model::Tokenizer& tokenizer);
+niels::v1::StepInfo StepToProto(const engine::StepEvent& event, const model::Tokenizer& tokenizer);
 
-}  // namespace niels::daemon::engine
+}  // namespace niels::daemon::handlers

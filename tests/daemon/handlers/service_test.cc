@@ -6,14 +6,14 @@
 
 #include <gtest/gtest.h>
 
-#include "tests/daemon/engine/engine_fixture.h"
+#include "tests/daemon/handlers/service_fixture.h"
 
-namespace niels::daemon::engine::testing {
+namespace niels::daemon::handlers::testing {
 namespace {
 
 constexpr int64_t kContext = 64;
 
-std::string CreateSession(Engine& engine, const std::string* system = nullptr, uint32_t uid = kUid) {
+std::string CreateSession(Service& engine, const std::string* system = nullptr, uint32_t uid = kUid) {
   v1::Response response = Call(engine, CreateRequest(system), uid);
   EXPECT_TRUE(response.has_create_session()) << response.DebugString();
   return response.create_session().session_id();
@@ -46,7 +46,30 @@ TEST(EngineTest, InfoDescribesTheModel) {
   EXPECT_EQ(info.protocol_version(), 1u);
   EXPECT_EQ(info.max_sessions(), 7u);
   EXPECT_EQ(info.kv_budget_bytes(), 12345678u);
-  EXPECT_EQ(info.default_system_prompt(), std::string(kDefaultSystemPrompt));
+  EXPECT_EQ(info.default_system_prompt(), std::string(common::kDefaultSystemPrompt));
+  // The defaults an unset field means, as the original CLI had them.
+  EXPECT_EQ(info.default_max_new_tokens(), 256);
+  EXPECT_FLOAT_EQ(info.default_sampling().temperature(), 0.9f);
+  EXPECT_EQ(info.default_sampling().top_k(), 50);
+  EXPECT_EQ(info.default_sampling().top_p(), 0.0f);
+  EXPECT_EQ(info.default_sampling().repetition_penalty(), 1.0f);
+  EXPECT_EQ(info.default_sampling().seed(), 42u);
+}
+
+TEST(EngineTest, UnsetMaxNewTokensMeansTheReportedDefault) {
+  auto engine = StartEngine(1024);
+  const std::string session = CreateSession(*engine);
+  v1::Request request = GenerateRequest(session, {5, 6, 7}, 0);
+  request.mutable_generate()->clear_max_new_tokens();
+  request.mutable_generate()->add_stop_ids(0);  // effectively never stops early
+  request.mutable_generate()->mutable_sampling()->add_banned_ids(0);
+  const v1::Response response = Call(*engine, request);
+  ASSERT_TRUE(response.has_generate()) << response.DebugString();
+  EXPECT_EQ(response.generate().new_ids_size(), Call(*engine, [] {
+              v1::Request info;
+              info.mutable_info();
+              return info;
+            }()).info().default_max_new_tokens());
 }
 
 TEST(EngineTest, TokenizeAndDetokenize) {
@@ -333,10 +356,10 @@ TEST(EngineTest, RequestLargerThanTheKvBudgetIsRefused) {
 
 TEST(EngineTest, MakeEngineReportsABadModelDirectory) {
   niels::testing::TempDir empty("niels_engine_bad_");
-  auto engine = MakeEngine(empty.path(), EngineOptions{});
+  auto engine = MakeService(empty.path(), EngineOptions{});
   EXPECT_FALSE(engine.ok());
   EXPECT_NE(engine.status().message().find("config.json"), std::string::npos) << engine.status().ToString();
 }
 
 }  // namespace
-}  // namespace niels::daemon::engine::testing
+}  // namespace niels::daemon::handlers::testing

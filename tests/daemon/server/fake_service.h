@@ -1,5 +1,5 @@
 #pragma once
-// FakeEngine: an InferenceEngine with scripted behaviour for the server tests. Each job runs on its
+// FakeService: a RequestService with scripted behaviour for the server tests. Each job runs on its
 // own thread (so a stalled stream cannot hold up other jobs), and the fake records how each job
 // ended so tests can check that cancel flags and refused sinks reach the engine.
 //
@@ -23,20 +23,20 @@
 #include <thread>
 #include <vector>
 
-#include "daemon/engine/inference_engine.h"
+#include "daemon/server/request_service.h"
 
 namespace niels::daemon::server::testing {
 
 enum class Outcome { kCompleted, kCancelled, kRefused };
 
-class FakeEngine : public engine::InferenceEngine {
+class FakeService : public RequestService {
  public:
   std::chrono::microseconds token_gap{200};
   bool throw_on_stats = false;
 
-  ~FakeEngine() override { Shutdown(); }
+  ~FakeService() override { Shutdown(); }
 
-  void Submit(engine::Job job) override {
+  void Submit(Job job) override {
     if (throw_on_stats && job.request.has_stats()) throw std::runtime_error("fake engine failure");
     std::lock_guard lock(mutex_);
     submitted_.push_back(job.request);
@@ -89,7 +89,7 @@ class FakeEngine : public engine::InferenceEngine {
     cv_.notify_all();
   }
 
-  void Run(const engine::Job& job) {
+  void Run(const Job& job) {
     const niels::v1::Request& request = job.request;
     niels::v1::Response response;
     response.set_request_id(request.request_id());
@@ -108,7 +108,7 @@ class FakeEngine : public engine::InferenceEngine {
     Finish(request.request_id(), Outcome::kCompleted);
   }
 
-  void RunChat(const engine::Job& job) {
+  void RunChat(const Job& job) {
     const niels::v1::ChatRequest& chat = job.request.chat();
     const int tokens = chat.has_max_new_tokens() ? chat.max_new_tokens() : 3;
     niels::v1::Response final_response;

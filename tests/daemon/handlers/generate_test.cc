@@ -5,9 +5,9 @@
 #include <gtest/gtest.h>
 #include <torch/torch.h>
 
-#include "tests/daemon/engine/engine_fixture.h"
+#include "tests/daemon/handlers/service_fixture.h"
 
-namespace niels::daemon::engine::testing {
+namespace niels::daemon::handlers::testing {
 namespace {
 
 using Ids = std::vector<int32_t>;
@@ -47,7 +47,7 @@ class GenerateTest : public ::testing::Test {
     return torch::log_softmax(model_->transformer->Forward(tokens, /*last_only=*/true).reshape({-1}), 0);
   }
 
-  std::unique_ptr<Engine> engine_;
+  std::unique_ptr<Service> engine_;
   std::unique_ptr<model::Model> model_;
   int32_t eot_ = -1;
   std::string session_;
@@ -256,4 +256,4 @@ TEST_F(GenerateTest, InvalidRequestsLeaveTheSessionUnchanged) {
 }
 
 }  // namespace
-}  // namespace niels::daemon::engine::testing
+}  // namespace niels::daemon::handlers::testing

@@ -1,6 +1,6 @@
-#include "daemon/engine/method_table.h"
+#include "daemon/handlers/method_table.h"
 
-namespace niels::daemon::engine {
+namespace niels::daemon::handlers {
 
 namespace v1 = niels::v1;
 
@@ -12,14 +12,13 @@ const std::string& NoSession(const v1::Request&) {
 }
 
 // Adapters from the typed handlers to the table's uniform signatures.
-#define NIELS_QUICK(Handler, field)                                                        \
-  [](EngineState& state, JobContext& job, const v1::Request& request) -> HandlerResult { \
-    return Handler(state, job, request.field());                                          \
+#define NIELS_QUICK(Handler, field)                                                                      \
+  [](engine::EngineState& state, HandlerContext& context, const v1::Request& request) -> HandlerResult { \
+    return Handler(state, context, request.field());                                                    \
   }
-#define NIELS_GENERATING(Handler, field)                                                 \
-  [](EngineState& state, JobContext& job, const v1::Request& request) -> TurnResult { \
-    return Handler(state, job, request.field());                                        \
-  }
+#define NIELS_GENERATING(Handler, field)                                                        \
+  [](engine::EngineState& state, const engine::WorkInfo& info, HandlerContext& context,         \
+     const v1::Request& request) -> engine::TurnResult { return Handler(state, info, context, request.field()); }
 #define NIELS_SESSION(field) \
   [](const v1::Request& request) -> const std::string& { return request.field().session_id(); }
 
@@ -67,4 +66,4 @@ const Method* FindMethod(const v1::Request& request) {
   return nullptr;
 }
 
-}  // namespace niels::daemon::engine
+}  // namespace niels::daemon::handlers

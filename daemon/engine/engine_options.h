@@ -1,0 +1,25 @@
+#pragma once
+// EngineOptions: the engine's limits and scheduling knobs (nielsd's flags; README.md lists them).
+
+#include <chrono>
+#include <cstddef>
+#include <cstdint>
+
+namespace niels::daemon::engine {
+
+struct EngineOptions {
+  uint32_t max_sessions = 1024;           // CreateSession/ForkSession beyond it: RESOURCE_EXHAUSTED
+  uint32_t max_sessions_per_uid = 64;     // the same, for the sessions of one uid
+  // Sessions unused this long are deleted; zero keeps them until deleted or the daemon stops.
+  std::chrono::milliseconds idle_session_timeout = std::chrono::hours(24);
+  uint64_t kv_budget_bytes = 1ull << 30;  // all sessions' KV caches; LRU idle caches dropped first
+  size_t max_queue = 256;                 // queued requests beyond it: RESOURCE_EXHAUSTED
+  size_t max_queued_per_uid = 64;         // queued requests of one uid beyond it: RESOURCE_EXHAUSTED
+  bool allow_root = false;                // uid 0 may use every session
+  int threads = 0;                        // > 0: model::ConfigureThreads(threads) on the engine
+                                          // thread before any work; 0 = leave the defaults
+  uint32_t max_batch = 16;                // running turns (rows of a batched decode step) at most
+  int64_t prefill_chunk = 256;            // prompt tokens prefilled per iteration per turn
+};
+
+}  // namespace niels::daemon::engine

@@ -1,0 +1,19 @@
+// ForkSession: a copy of one of the caller's sessions (history, turns and, when the KV budget
+// allows, its cache), owned by the caller.
+#include "daemon/handlers/handlers.h"
+
+namespace niels::daemon::handlers {
+
+namespace v1 = niels::v1;
+
+HandlerResult HandleForkSession(engine::EngineState& state, HandlerContext& context,
+                                const v1::ForkSessionRequest& request) {
+  common::StatusOr<engine::Session*> fork = state.sessions.Fork(request.session_id(), context.uid());
+  if (!fork.ok()) return fork.status();
+  v1::Response response;
+  response.mutable_fork_session()->set_session_id((*fork)->id());
+  response.mutable_fork_session()->set_length((*fork)->length());
+  return response;
+}
+
+}  // namespace niels::daemon::handlers

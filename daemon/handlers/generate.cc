@@ -1,0 +1,115 @@
+// Generate: raw generation with the session as the cache (proto/PROTOCOL.md): input ids appended
+// and processed first, then up to max_new_tokens sampled; per-step logprobs, alternatives and the
+// attention trace when asked; streamed as events when asked.
+#include <memory>
+#include <utility>
+#include <vector>
+
+#include <fmt/format.h>
+
+#include "common/defaults.h"
+#include "daemon/engine/generate_turn.h"
+#include "daemon/engine/text_stream.h"
+#include "daemon/handlers/handlers.h"
+#include "daemon/handlers/proto_convert.h"
+
+namespace niels::daemon::handlers {
+
+namespace v1 = niels::v1;
+using common::Status;
+using common::StatusOr;
+
+namespace {
+
+// INVALID_ARGUMENT when an attention trace of this request could outgrow one response: every
+// step's row is heads x length floats, all of them in the final response (streamed or not); the
+// context bounds the length.
+Status CheckTraceFits(const model::ModelConfig& config, int32_t max_new_tokens) {
+  const uint64_t trace_bytes = uint64_t{4} * static_cast<uint64_t>(config.heads) *
+                               static_cast<uint64_t>(config.context) * static_cast<uint64_t>(max_new_tokens);
+  if (trace_bytes <= common::kMaxResponseBytes / 2) return Status::Ok();
+  return Status::InvalidArgument(fmt::format(
+      "an attention trace of {} tokens may need {} bytes, more than a response holds ({} bytes); "
+      "ask for at most {} new tokens with trace_layer",
+      max_new_tokens, trace_bytes, common::kMaxResponseBytes,
+      common::kMaxResponseBytes / 2 / (uint64_t{4} * config.heads * config.context)));
+}
+
+StatusOr<engine::GenerateTurnArgs> GenerateArgs(const engine::EngineState& state, const v1::GenerateRequest& request) {
+  const model::ModelConfig& config = state.config();
+  engine::GenerateTurnArgs args;
+  args.session_id = request.session_id();
+  args.input.assign(request.input_ids().begin(), request.input_ids().end());
+  NIELS_RETURN_IF_ERROR(CheckIds(args.input, config.vocab_size, "input_ids"));
+  engine::GenerateOptions& options = args.options;
+  options.max_new_tokens = request.has_max_new_tokens() ? request.max_new_tokens() : common::kDefaultMaxNewTokens;
+  if (options.max_new_tokens < 0 || options.max_new_tokens > kMaxNewTokensLimit) {
+    return Status::InvalidArgument(
+        fmt::format("max_new_tokens = {} must be in [0, {}]", options.max_new_tokens, kMaxNewTokensLimit));
+  }
+  options.use_kv_cache = !request.has_use_kv_cache() || request.use_kv_cache();
+  StatusOr<model::SamplingParams> sampling = SamplingFromProto(request.sampling(), config.vocab_size, {});
+  if (!sampling.ok()) return sampling.status();
+  options.sampling = std::move(sampling).value();
+  options.stop_ids.assign(request.stop_ids().begin(), request.stop_ids().end());
+  if (options.stop_ids.empty()) options.stop_ids = {state.tokenizer().special().eot};
+  NIELS_RETURN_IF_ERROR(CheckIds(options.stop_ids, config.vocab_size, "stop_ids"));
+  if (request.top_logprobs() < 0 || request.top_logprobs() > kMaxTopLogprobs) {
+    return Status::InvalidArgument(
+        fmt::format("top_logprobs = {} must be in [0, {}]", request.top_logprobs(), kMaxTopLogprobs));
+  }
+  options.want_logprobs = request.want_logprobs();
+  options.top_logprobs = request.top_logprobs();
+  if (request.has_trace_layer()) {
+    if (request.trace_layer() < 0 || request.trace_layer() >= config.layers) {
+      return Status::InvalidArgument(
+          fmt::format("trace_layer = {} must be in [0, {})", request.trace_layer(), config.layers));
+    }
+    if (!options.use_kv_cache) return Status::InvalidArgument("trace_layer needs the cached path (use_kv_cache)");
+    NIELS_RETURN_IF_ERROR(CheckTraceFits(config, options.max_new_tokens));
+    options.trace_layer = request.trace_layer();
+  }
+  return args;
+}
+
+}  // namespace
+
+engine::TurnResult StartGenerate(engine::EngineState& state, const engine::WorkInfo& info,
+                                 HandlerContext& context, const v1::GenerateRequest& request) {
+  StatusOr<engine::GenerateTurnArgs> args = GenerateArgs(state, request);
+  if (!args.ok()) return args.status();
+  const model::Tokenizer& tokenizer = state.tokenizer();
+  const engine::GenerateOptions& options = args->options;
+  const bool want_steps = options.want_logprobs || options.top_logprobs > 0 || options.trace_layer >= 0;
+  const bool stream = request.stream();
+  // Steps collected for the final response (and streamed with each event when streaming).
+  auto steps = std::make_shared<std::vector<v1::StepInfo>>();
+  engine::TurnCallbacks callbacks;
+  if (stream || want_steps) {
+    callbacks.on_token = [&context, &tokenizer, steps, stream, want_steps,
+                          text = std::make_shared<engine::TextStream>(tokenizer)](const engine::StepEvent& event) {
+      if (want_steps) steps->push_back(StepToProto(event, tokenizer));
+      if (!stream) return;
+      v1::TokenEvent token;
+      token.set_id(event.id);
+      token.set_index(event.index);
+      if (want_steps) *token.mutable_step() = steps->back();
+      token.set_text(text->Add(event.id, event.last));
+      context.SendEvent(std::move(token));
+    };
+  }
+  callbacks.on_commit = [&context, steps](const engine::TurnOutcome& outcome) {
+    const engine::GenerateResult& result = outcome.generation;
+    v1::Response response;
+    v1::GenerateResponse& generate = *response.mutable_generate();
+    generate.mutable_new_ids()->Add(result.new_tokens.begin(), result.new_tokens.end());
+    generate.set_stop_reason(StopReasonToProto(result.stop_reason));
+    generate.set_session_length(outcome.session.length());
+    for (v1::StepInfo& step : *steps) *generate.add_steps() = std::move(step);
+    *generate.mutable_stats() = StatsToProto(result, outcome.queue_ms);
+    context.Finish(std::move(response));
+  };
+  return engine::StartGenerateTurn(state, info, std::move(args).value(), std::move(callbacks));
+}
+
+}  // namespace niels::daemon::handlers

@@ -1,0 +1,21 @@
+// GetSession: one of the caller's sessions with its whole token history.
+#include "daemon/handlers/handlers.h"
+#include "daemon/handlers/proto_convert.h"
+
+namespace niels::daemon::handlers {
+
+namespace v1 = niels::v1;
+
+HandlerResult HandleGetSession(engine::EngineState& state, HandlerContext& context,
+                               const v1::GetSessionRequest& request) {
+  common::StatusOr<engine::Session*> found = state.sessions.Find(request.session_id(), context.uid());
+  if (!found.ok()) return found.status();
+  const engine::Session& session = **found;
+  v1::Response response;
+  v1::GetSessionResponse& result = *response.mutable_get_session();
+  FillSessionInfo(session, *result.mutable_session());
+  result.mutable_token_ids()->Add(session.tokens().begin(), session.tokens().end());
+  return response;
+}
+
+}  // namespace niels::daemon::handlers

@@ -1,0 +1,43 @@
+// Info: the model nielsd serves and the limits a client must respect.
+#include "common/defaults.h"
+#include "daemon/handlers/handlers.h"
+
+namespace niels::daemon::handlers {
+
+namespace v1 = niels::v1;
+
+HandlerResult HandleInfo(engine::EngineState& state, HandlerContext& context, const v1::InfoRequest&) {
+  const model::ModelConfig& config = state.config();
+  const model::SpecialTokens& special = state.tokenizer().special();
+  v1::Response response;
+  v1::InfoResponse& info = *response.mutable_info();
+  info.set_model_name(config.name.empty() ? state.model->dir.filename().string() : config.name);
+  info.set_model_path(state.model->dir.string());
+  info.set_vocab_size(config.vocab_size);
+  info.set_context(config.context);
+  info.set_width(config.width);
+  info.set_layers(config.layers);
+  info.set_heads(config.heads);
+  info.set_d_ff(config.d_ff);
+  info.set_rope_theta(config.rope_theta);
+  info.set_sys_id(special.sys);
+  info.set_usr_id(special.usr);
+  info.set_asst_id(special.asst);
+  info.set_eot_id(special.eot);
+  info.set_daemon_version(NIELSD_VERSION);
+  info.set_protocol_version(1);
+  info.set_max_frame_bytes(context.options().max_frame_bytes);
+  info.set_max_sessions(state.sessions.max_sessions());
+  info.set_kv_budget_bytes(state.sessions.kv_budget_bytes());
+  info.set_default_system_prompt(std::string(common::kDefaultSystemPrompt));
+  info.set_default_max_new_tokens(common::kDefaultMaxNewTokens);
+  v1::Sampling& sampling = *info.mutable_default_sampling();
+  sampling.set_temperature(common::kDefaultTemperature);
+  sampling.set_top_k(common::kDefaultTopK);
+  sampling.set_top_p(common::kDefaultTopP);
+  sampling.set_repetition_penalty(common::kDefaultRepetitionPenalty);
+  sampling.set_seed(common::kDefaultSeed);
+  return response;
+}
+
+}  // namespace niels::daemon::handlers

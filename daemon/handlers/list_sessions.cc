@@ -1,0 +1,19 @@
+// ListSessions: the caller's own sessions, oldest first.
+#include "daemon/handlers/handlers.h"
+#include "daemon/handlers/proto_convert.h"
+
+namespace niels::daemon::handlers {
+
+namespace v1 = niels::v1;
+
+HandlerResult HandleListSessions(engine::EngineState& state, HandlerContext& context,
+                                 const v1::ListSessionsRequest&) {
+  v1::Response response;
+  v1::ListSessionsResponse& result = *response.mutable_list_sessions();
+  for (const engine::Session* session : state.sessions.List(context.uid())) {
+    FillSessionInfo(*session, *result.add_sessions());
+  }
+  return response;
+}
+
+}  // namespace niels::daemon::handlers

@@ -1,0 +1,28 @@
+#pragma once
+// The method table: for every request kind, its handler, which session it names and whether it is
+// quick (answered at once, between iterations, never waiting for a generation) or generating (a Turn
+// the scheduler runs over many iterations). The one place that switches on Request::kind_case.
+// Pure data; any thread.
+
+#include <string>
+
+#include "daemon/handlers/handlers.h"
+#include "niels/v1/nielsd.pb.h"
+
+namespace niels::daemon::handlers {
+
+struct Method {
+  const char* name;  // e.g. "Chat"
+  // The session the request names ("" for none): the engine keeps requests on one session in order.
+  const std::string& (*session)(const niels::v1::Request& request);
+  // Exactly one of these is set.
+  HandlerResult (*quick)(engine::EngineState& state, HandlerContext& context, const niels::v1::Request& request);
+  engine::TurnResult (*generating)(engine::EngineState& state, const engine::WorkInfo& info,
+                                   HandlerContext& context, const niels::v1::Request& request);
+};
+
+// The entry for the request's kind; nullptr for an unset kind and for Cancel (handled by the
+// server).
+const Method* FindMethod(const niels::v1::Request& request);
+
+}  // namespace niels::daemon::handlers

@@ -1,0 +1,18 @@
+// ResetSession: back to the system prompt alone (same session id).
+#include "daemon/handlers/handlers.h"
+
+namespace niels::daemon::handlers {
+
+namespace v1 = niels::v1;
+
+HandlerResult HandleResetSession(engine::EngineState& state, HandlerContext& context,
+                                 const v1::ResetSessionRequest& request) {
+  common::StatusOr<engine::Session*> found = state.sessions.Find(request.session_id(), context.uid());
+  if (!found.ok()) return found.status();
+  (*found)->Reset();
+  v1::Response response;
+  response.mutable_reset_session()->set_length((*found)->length());
+  return response;
+}
+
+}  // namespace niels::daemon::handlers

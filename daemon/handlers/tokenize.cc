@@ -1,0 +1,19 @@
+// Tokenize: the tokenizer as a service (plain text; special-token literals stay text).
+#include "daemon/handlers/handlers.h"
+
+namespace niels::daemon::handlers {
+
+namespace v1 = niels::v1;
+
+HandlerResult HandleTokenize(engine::EngineState& state, HandlerContext&, const v1::TokenizeRequest& request) {
+  const model::Tokenizer& tokenizer = state.tokenizer();
+  v1::Response response;
+  v1::TokenizeResponse& result = *response.mutable_tokenize();
+  for (int32_t id : tokenizer.Encode(request.text())) {
+    result.add_ids(id);
+    result.add_pieces(tokenizer.Piece(id));
+  }
+  return response;
+}
+
+}  // namespace niels::daemon::handlers
