@@ -151,6 +151,7 @@ void Engine::ExpireIdleSessions() {
   if (now < next_expiry_check_) return;
   next_expiry_check_ = now + ExpiryCheckPeriod(options_.idle_session_timeout);
   const size_t expired = state_->sessions.ExpireIdle(now - options_.idle_session_timeout);
+  state_->sessions_expired_total += expired;
   if (expired > 0) {
     common::LogInfo("deleted {} session(s) idle for more than {:.1f} s (--idle-session-timeout)", expired,
                     std::chrono::duration<double>(options_.idle_session_timeout).count());
