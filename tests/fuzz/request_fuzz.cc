@@ -19,6 +19,8 @@
 #include <vector>
 
 #include "common/frame.h"
+#include "common/log.h"
+#include "common/protobuf_log.h"
 #include "daemon/handlers/service.h"
 #include "tests/fuzz/fuzz_util.h"
 #include "tests/support/test_model.h"
@@ -103,6 +105,11 @@ void DeleteAllSessions(uint32_t uid) {
 }  // namespace
 
 extern "C" int LLVMFuzzerInitialize(int*, char***) {
+  // Every input is hostile by design: log only errors, and route libprotobuf's complaints about
+  // invalid UTF-8 through nielsd's (rate-limited) logger as nielsd does, instead of one stderr
+  // line per string field.
+  niels::common::SetLogLevel(niels::common::LogLevel::kError);
+  niels::common::RouteProtobufLogs();
   static niels::testing::TempDir dir("niels_request_fuzz_");
   niels::testing::WriteModelDir(dir.path(), niels::testing::TinyConfig(), 7);
   engine::EngineOptions options;

@@ -238,6 +238,39 @@ TEST_F(FaultTest, SigtermUnderLoadAnswersEveryRequestAndExitsZero) {
   EXPECT_FALSE(fs::exists(socket())) << "socket left behind";
 }
 
+// nielsd's stderr is a pipe nobody reads (a log pipeline that died): every log line it writes then
+// raises SIGPIPE, which must not kill it. The first line comes before the model is loaded.
+TEST(SigpipeTest, LoggingIntoABrokenPipeDoesNotKillNielsd) {
+  testing::TempDir dir("nielsd_sigpipe_");
+  testing::DaemonProcessOptions options;
+  options.binary = NIELSD_BINARY;
+  options.model_dir = NIELSD_SOURCE_MODEL_DIR;
+  options.socket_path = dir / "nielsd.sock";
+  options.extra_args = {"--threads", "1", "--log-level", "debug"};
+  // bash makes fd 2 a pipe whose reader has exited, then becomes nielsd (same pid).
+  options.prefix = {"/bin/bash", "-c", "exec 2> >(exit 0) 1>&2; sleep 0.3; exec \"$@\"", "bash"};
+  auto daemon = testing::DaemonProcess::Start(options);
+  WireClient client;
+  ASSERT_TRUE(client.Connect(options.socket_path.string()));
+  // Log-worthy traffic: a request that is not a valid Request (logged as a warning), then Info.
+  niels::v1::Request chat;
+  chat.set_request_id(1);
+  chat.mutable_chat()->set_user_text("AAAA");
+  std::string bytes = chat.SerializeAsString();
+  bytes.replace(bytes.find("AAAA"), 4, "\xff\xfe\xfd\xfc");
+  ASSERT_LT(bytes.size(), 128u);  // a one-byte length prefix
+  ASSERT_TRUE(client.Write(std::string(1, static_cast<char>(bytes.size())) + bytes));
+  std::optional<Response> refused = client.Read(kWait);
+  ASSERT_TRUE(refused && refused->has_error()) << client.error();
+  Request info;
+  info.set_request_id(2);
+  info.mutable_info();
+  ASSERT_TRUE(client.Send(info));
+  std::optional<Response> answered = client.ReadFinal(2, kWait);
+  ASSERT_TRUE(answered && answered->has_info()) << client.error();
+  EXPECT_EQ(daemon->Stop(), 0) << "nielsd did not survive writing its log into a broken pipe";
+}
+
 // nielsd refuses a connection over its limits with one Response{request_id 0, RESOURCE_EXHAUSTED}
 // before reading from it. The soak once counted that frame as a response "crossed" over from
 // another request and the refused turns as lost (a --nofile 24 soak: 55 lost, 1 crossed); now the
