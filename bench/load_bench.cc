@@ -31,6 +31,7 @@
 
 #include <CLI/CLI.hpp>
 
+#include "bench/bench_stats.h"
 #include "client/daemon_client.h"
 #include "common/socket_path.h"
 
@@ -49,17 +50,10 @@ struct Options {
   int short_tokens = 8;
   int long_tokens = 400;
   int repeats = 3;
+  bool short_chat = true;
   bool json = false;
 };
 
-double Ms(Clock::duration d) { return std::chrono::duration<double, std::milli>(d).count(); }
-
-// The q-quantile (0..1) of `values` by the nearest-rank method. REQUIRES: non-empty.
-double Quantile(std::vector<double> values, double q) {
-  std::sort(values.begin(), values.end());
-  const size_t rank = static_cast<size_t>(std::ceil(q * static_cast<double>(values.size())));
-  return values[std::min(values.size() - 1, rank == 0 ? 0 : rank - 1)];
-}
 
 double Median(std::vector<double> values) { return Quantile(std::move(values), 0.5); }
 
@@ -243,6 +237,7 @@ int Main(int argc, char** argv) {
   app.add_option("--repeats", o.repeats, "short chats per condition (median)")->check(CLI::Range(1, 100))
       ->capture_default_str();
   app.add_flag("--json", o.json, "one JSON line per figure");
+  app.add_flag("!--no-short-chat", o.short_chat, "only the load table (skip the short-chat latencies)");
   CLI11_PARSE(app, argc, argv);
   for (int n : o.clients) {
     if (n < 1 || n > 256) {
@@ -288,6 +283,7 @@ int Main(int argc, char** argv) {
     }
     std::fflush(stdout);
   }
+  if (!o.short_chat) return 0;
   const ShortChatFigures s = RunShortChat(o, facts);
   if (o.json) {
     std::printf("{\"bench\":\"short_chat\",\"condition\":\"idle\",\"latency_ms\":%.3f}\n", s.idle_ms);

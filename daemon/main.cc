@@ -10,6 +10,7 @@
 #include <cstdlib>
 #include <filesystem>
 #include <memory>
+#include <optional>
 #include <string>
 #include <thread>
 #include <vector>
@@ -20,7 +21,11 @@
 #include "common/protobuf_log.h"
 #include "common/socket_path.h"
 #include "daemon/handlers/service.h"
+#include "daemon/model/config.h"
 #include "daemon/server/daemon.h"
+#include "daemon/state/durable_store.h"
+#include "daemon/state/model_fingerprint.h"
+#include "daemon/state/state_dir.h"
 
 namespace {
 
@@ -49,6 +54,14 @@ struct Flags {
   uint32_t max_batch = engine::EngineOptions{}.max_batch;
   int64_t prefill_chunk = engine::EngineOptions{}.prefill_chunk;
   std::string log_level = "info";
+  // Durable sessions (docs/ARCHITECTURE.md, "Durable sessions").
+  std::string state_dir;
+  bool ephemeral = false;
+  double session_ttl_s = niels::daemon::state::DurableStoreOptions{}.session_ttl_s;
+  uint64_t kv_disk_budget_mb = niels::daemon::state::DurableStoreOptions{}.kv_disk_budget_bytes >> 20;
+  uint32_t max_stored_sessions_per_uid = niels::daemon::state::DurableStoreOptions{}.max_stored_sessions_per_uid;
+  bool sync_commits = false;
+  uint64_t max_state_db_mb = 0;
 };
 
 void AddFlags(CLI::App& app, Flags& flags) {
@@ -67,15 +80,15 @@ void AddFlags(CLI::App& app, Flags& flags) {
       ->capture_default_str();
   app.add_option("--max-frame-bytes", flags.max_frame_bytes, "largest accepted request frame")
       ->check(CLI::Range(uint64_t{64}, uint64_t{1} << 30))->capture_default_str();
-  app.add_option("--max-sessions", flags.max_sessions, "sessions kept at once, all users together")
+  app.add_option("--max-sessions", flags.max_sessions, "sessions in memory at once, all users together")
       ->check(CLI::Range(1u, 1u << 20))->capture_default_str();
-  app.add_option("--max-sessions-per-uid", flags.max_sessions_per_uid, "sessions one user may hold")
+  app.add_option("--max-sessions-per-uid", flags.max_sessions_per_uid, "sessions one user may hold in memory")
       ->check(CLI::Range(1u, 1u << 20))->capture_default_str();
   app.add_option("--max-queued-per-uid", flags.max_queued_per_uid,
                  "requests one user may have waiting for the engine (the queue holds 256 in all)")
       ->check(CLI::Range(size_t{1}, size_t{256}))->capture_default_str();
   app.add_option("--idle-session-timeout", flags.idle_session_timeout_s,
-                 "seconds after which an unused session is deleted; 0 = never")
+                 "seconds after which an unused session leaves memory (kept on disk; deleted with --ephemeral); 0 = never")
       ->check(CLI::Range(0.0, 1e9))->capture_default_str();
   app.add_option("--kv-budget-mb", flags.kv_budget_mb, "KV cache memory for all sessions, MiB")
       ->check(CLI::Range(uint64_t{1}, uint64_t{1} << 24))->capture_default_str();
@@ -92,6 +105,26 @@ void AddFlags(CLI::App& app, Flags& flags) {
                  "prompt tokens prefilled per scheduler iteration (long prompts do not stall other streams)")
       ->check(CLI::Range(int64_t{1}, int64_t{1} << 20))->capture_default_str();
   app.add_option("--log-level", flags.log_level, "error, warn, info or debug")->capture_default_str();
+  CLI::Option* state_dir = app.add_option(
+      "--state-dir", flags.state_dir,
+      "where sessions are kept (default: $STATE_DIRECTORY, then $XDG_STATE_HOME/nielsd, then "
+      "~/.local/state/nielsd; created with mode 0700)");
+  app.add_flag("--ephemeral", flags.ephemeral, "keep sessions in memory only: a restart loses them")
+      ->excludes(state_dir);
+  app.add_option("--session-ttl", flags.session_ttl_s,
+                 "seconds after which a session nobody used is deleted from disk (default 30 days); 0 = never")
+      ->check(CLI::Range(0.0, 1e10))->capture_default_str();
+  app.add_option("--kv-disk-budget-mb", flags.kv_disk_budget_mb,
+                 "disk space for KV caches of idle sessions evicted from memory, MiB (least recently used go first)")
+      ->check(CLI::Range(uint64_t{0}, uint64_t{1} << 30))->capture_default_str();
+  app.add_option("--max-stored-sessions-per-uid", flags.max_stored_sessions_per_uid,
+                 "sessions one user keeps on disk; beyond it their least recently used one is deleted")
+      ->check(CLI::Range(1u, 1u << 24))->capture_default_str();
+  app.add_flag("--sync-commits", flags.sync_commits,
+               "fsync every committed turn, so it survives a power loss too (slower: one fsync per turn)");
+  app.add_option("--max-state-db-mb", flags.max_state_db_mb,
+                 "largest size of the session database, MiB; past it turns fail with RESOURCE_EXHAUSTED (0 = no limit)")
+      ->check(CLI::Range(uint64_t{0}, uint64_t{1} << 30))->capture_default_str();
   app.set_version_flag("--version", std::string("nielsd ") + NIELSD_VERSION);
 }
 
@@ -204,7 +237,55 @@ int main(int argc, char** argv) {
     return 1;
   }
 
+  // Durable sessions: the state directory (locked: one daemon per directory), the session database
+  // and the KV spill files, bound to this model's fingerprint. Sessions are loaded lazily, so this
+  // costs the same with a thousand stored sessions as with none.
+  std::optional<niels::daemon::state::StateDirLock> state_lock;
+  std::unique_ptr<niels::daemon::state::DurableStore> durable;
+  if (!flags.ephemeral) {
+    namespace state = niels::daemon::state;
+    niels::common::StatusOr<std::filesystem::path> dir = state::ResolveStateDir(flags.state_dir);
+    niels::common::Status prepared = dir.ok() ? state::PrepareStateDir(*dir) : dir.status();
+    if (!prepared.ok()) {
+      LogError("nielsd: {}", prepared.message());
+      return 1;
+    }
+    auto lock = state::StateDirLock::Acquire(*dir);
+    if (!lock.ok()) {
+      LogError("nielsd: {}", lock.status().message());
+      return 1;
+    }
+    state_lock.emplace(std::move(lock).value());
+    const std::filesystem::path model_dir(flags.model);
+    auto fingerprint = state::ModelFingerprint(
+        {model_dir / "config.json", model_dir / "model.safetensors", model_dir / "tokenizer.model"});
+    auto model_config = niels::daemon::model::LoadModelConfig(model_dir / "config.json");
+    if (!fingerprint.ok() || !model_config.ok()) {
+      LogError("nielsd: {}", (fingerprint.ok() ? model_config.status() : fingerprint.status()).message());
+      return 1;
+    }
+    state::DurableStoreOptions state_options;
+    state_options.dir = *dir;
+    state_options.model_fingerprint = *fingerprint;
+    state_options.model_name = model_config->name.empty() ? model_dir.filename().string() : model_config->name;
+    state_options.sync_commits = flags.sync_commits;
+    state_options.max_db_bytes = flags.max_state_db_mb << 20;
+    state_options.kv_disk_budget_bytes = flags.kv_disk_budget_mb << 20;
+    state_options.session_ttl_s = flags.session_ttl_s;
+    state_options.max_stored_sessions_per_uid = flags.max_stored_sessions_per_uid;
+    auto opened = state::DurableStore::Open(state_options);
+    if (!opened.ok()) {
+      LogError("nielsd: {}", opened.status().message());
+      return 1;
+    }
+    durable = std::move(opened).value();
+    LogInfo("sessions are kept in {}", durable->db_path().string());
+  } else {
+    LogInfo("--ephemeral: sessions are kept in memory only");
+  }
+
   engine::EngineOptions engine_options;
+  engine_options.durable = durable.get();
   engine_options.max_sessions = flags.max_sessions;
   engine_options.max_sessions_per_uid = flags.max_sessions_per_uid;
   engine_options.max_queued_per_uid = flags.max_queued_per_uid;

@@ -10,6 +10,7 @@ PACKAGES=(
   libtorch-dev libopenblas0-pthread            # libtorch; OpenBLAS or matmuls run ~60x slower
   libprotobuf-dev protobuf-compiler python3-protobuf
   libboost-dev libsentencepiece-dev nlohmann-json3-dev libfmt-dev libcli11-dev libedit-dev
+  libsqlite3-dev libxxhash-dev                 # durable sessions (daemon/state)
   libsystemd-dev systemd procps                # systemd-analyze, systemd-socket-activate, pgrep (tests)
   libgtest-dev libgmock-dev
   python3 python3-torch python3-numpy          # checkpoint converter and its test

@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # The test command: installs what is missing, builds, and runs every test with ctest; then the same
-# torch-free suites (common, server, client) built with AddressSanitizer + UndefinedBehaviorSanitizer,
+# torch-free suites (common, state, server, client) built with AddressSanitizer + UndefinedBehaviorSanitizer,
 # the concurrency suites (server, client) built with ThreadSanitizer, and the torch-free fuzz targets
 # for a short bounded time (scripts/fuzz.sh; the libtorch-linked targets safetensors, model_dir and
 # request run as replay ctests in the normal build, and as campaigns with scripts/fuzz.sh by hand).
@@ -21,7 +21,7 @@ JOBS=$(nproc)
 sanitize() {
   local list=$1 dir tests
   case "$list" in
-    address,undefined|undefined,address|address) dir=build-asan; tests='^(common_test|server_test|client_test)$' ;;
+    address,undefined|undefined,address|address) dir=build-asan; tests='^(common_test|state_test|server_test|client_test)$' ;;
     thread) dir=build-tsan; tests='^(server_test|client_test)$' ;;  # the concurrency suites
     *) echo "test.sh: --sanitize takes address,undefined or thread, not '$list'" >&2; return 2 ;;
   esac

@@ -51,7 +51,13 @@ std::variant<ChatOptions, int> ParseChatFlags(int argc, const char* const* argv,
   app.add_option("--seed", o.seed, "sampling seed")->capture_default_str();
   std::string system_text;
   CLI::Option* sys = app.add_option("--system", system_text, "system prompt text");
-  app.add_option("--system-file", o.system_file, "read the system prompt from a UTF-8 file (wins over --system)");
+  CLI::Option* sys_file =
+      app.add_option("--system-file", o.system_file, "read the system prompt from a UTF-8 file (wins over --system)");
+  CLI::Option* session = app.add_option("--session", o.session,
+                                        "continue session ID (its own system prompt; see /session or --stats)");
+  CLI::Option* resume = app.add_flag("--resume", o.resume,
+                                     "continue your most recent conversation with the same system prompt");
+  session->excludes(sys)->excludes(sys_file)->excludes(resume);
   bool no_kv_cache = false;
   app.add_flag("--no-kv-cache", no_kv_cache, "run the uncached generation path for every turn");
   app.add_flag("--greedy", o.greedy, "greedy decoding (temperature 0)");
@@ -118,16 +124,25 @@ bool CkptMatchesModel(const std::string& ckpt, const niels::v1::InfoResponse& in
   return ModelDir(ckpt) == ModelDir(info.model_path());
 }
 
-std::string FormatStats(const niels::v1::ChatResponse& response) {
+std::string FormatStats(const niels::v1::ChatResponse& response, const std::string& session_id) {
   const niels::v1::GenerationStats& s = response.stats();
   return fmt::format(
       "prompt_tokens={} reused_tokens={} prefilled_tokens={} generated_tokens={} used_kv_cache={} "
       "ttft_ms={:.2f} decode_tok_s={:.1f} queue_ms={:.2f} truncated_turns={} stop_reason={} "
-      "session_length={}",
+      "session_length={} session={}",
       s.prompt_tokens(), s.reused_tokens(), s.prefilled_tokens(), s.generated_tokens(),
       s.used_kv_cache() ? "true" : "false", s.time_to_first_token_ms(), s.decode_tokens_per_s(),
       s.queue_ms(), response.truncated_turns(), niels::v1::StopReason_Name(response.stop_reason()),
-      response.session_length());
+      response.session_length(), session_id);
+}
+
+std::string PickResumeSession(const niels::v1::ListSessionsResponse& sessions, const std::string& system_prompt) {
+  const niels::v1::SessionInfo* best = nullptr;
+  for (const niels::v1::SessionInfo& info : sessions.sessions()) {
+    if (info.other_model() || !info.has_system_prompt() || info.system_prompt_text() != system_prompt) continue;
+    if (best == nullptr || info.last_used_unix_s() > best->last_used_unix_s()) best = &info;
+  }
+  return best == nullptr ? "" : best->session_id();
 }
 
 }  // namespace niels::client

@@ -32,6 +32,8 @@ struct ChatOptions {
   bool stream = false;                      // --stream
   std::optional<std::string> prompt;        // -p/--prompt TEXT: one-shot
   bool stats = false;                       // --stats/--verbose: reply stats on stderr
+  std::string session;                      // --session ID: continue that session
+  bool resume = false;                      // --resume: continue the most recent one (same system prompt)
 };
 
 // Parses argv. Returns the options, or an exit code when the program should stop right away:
@@ -53,7 +55,12 @@ niels::v1::ChatRequest BuildChatRequest(const ChatOptions& options, const std::s
 // resolving symlinks and relative parts.
 bool CkptMatchesModel(const std::string& ckpt, const niels::v1::InfoResponse& info);
 
-// "prompt_tokens=.. reused_tokens=.. prefilled_tokens=.. generated_tokens=.. ..." for --stats.
-std::string FormatStats(const niels::v1::ChatResponse& response);
+// "prompt_tokens=.. reused_tokens=.. prefilled_tokens=.. generated_tokens=.. ... session=ID" for
+// --stats.
+std::string FormatStats(const niels::v1::ChatResponse& response, const std::string& session_id);
+
+// The session --resume continues: among `sessions` (the caller's, as ListSessions returns them) the
+// most recently used one of this model whose system prompt is exactly `system_prompt`; "" when none.
+std::string PickResumeSession(const niels::v1::ListSessionsResponse& sessions, const std::string& system_prompt);
 
 }  // namespace niels::client

@@ -57,7 +57,7 @@ ChatRepl::ChatRepl(DaemonClient* client, ChatOptions options, std::ostream& out,
     : client_(client), options_(std::move(options)), out_(out), err_(err) {}
 
 ChatRepl::~ChatRepl() {
-  if (!session_id_.empty()) (void)client_->DeleteSession(session_id_);
+  LeaveSession();
   DaemonClient* self = client_;
   g_interrupt_client.compare_exchange_strong(self, nullptr);
 }
@@ -76,6 +76,54 @@ common::Status ChatRepl::Start(const std::string& system_prompt) {
   if (!created.ok()) return created.status();
   session_id_ = created->session_id();
   system_prompt_ = system_prompt;
+  owned_ = true;
+  turns_ = 0;
+  return common::Status::Ok();
+}
+
+common::Status ChatRepl::Continue(const std::string& session_id) {
+  auto got = client_->GetSession(session_id);
+  if (!got.ok()) return got.status();
+  const v1::SessionInfo& info = got->session();
+  if (info.other_model()) {
+    return common::Status::InvalidArgument("session " + session_id + " belongs to another model (" +
+                                           info.model_name() + ") than the one nielsd serves");
+  }
+  session_id_ = session_id;
+  system_prompt_ = info.system_prompt_text();
+  owned_ = false;
+  turns_ = info.turns();
+  return common::Status::Ok();
+}
+
+common::Status ChatRepl::Resume(const std::string& system_prompt) {
+  auto listed = client_->ListSessions();
+  if (!listed.ok()) return listed.status();
+  const std::string id = PickResumeSession(*listed, system_prompt);
+  if (!id.empty()) return Continue(id);
+  err_ << "niels-chat: no earlier conversation with this system prompt; starting a new one" << std::endl;
+  return Start(system_prompt);
+}
+
+bool ChatRepl::LeaveSession() {
+  if (session_id_.empty()) return false;
+  const bool keep = !owned_ || (durable_ && turns_ > 0);
+  if (!keep) (void)client_->DeleteSession(session_id_);
+  session_id_.clear();
+  return keep;
+}
+
+common::Status ChatRepl::StartOver(const std::string& system_prompt) {
+  auto created = client_->CreateSession(system_prompt);
+  if (!created.ok()) return created.status();
+  const std::string previous = session_id_;
+  if (LeaveSession() && durable_) {
+    err_ << "niels-chat: the previous conversation is kept as session " << previous << std::endl;
+  }
+  session_id_ = created->session_id();
+  system_prompt_ = system_prompt;
+  owned_ = true;
+  turns_ = 0;
   return common::Status::Ok();
 }
 
@@ -99,9 +147,19 @@ int ChatRepl::RunCommand(const SlashCommand& command) {
     case Kind::kReset: {
       auto reset = client_->ResetSession(session_id_);
       if (!reset.ok()) return ExitCodeFor(reset.status());
+      turns_ = 0;
       err_ << "niels-chat: conversation cleared (system prompt kept)" << std::endl;
       break;
     }
+    case Kind::kNew: {
+      if (common::Status started = StartOver(system_prompt_); !started.ok()) return ExitCodeFor(started);
+      err_ << "niels-chat: new conversation (session " << session_id_ << ")" << std::endl;
+      break;
+    }
+    case Kind::kSession:
+      err_ << "niels-chat: session " << session_id_ << " (" << turns_ << " turn" << (turns_ == 1 ? "" : "s")
+           << "; continue it later with niels-chat --session " << session_id_ << ")" << std::endl;
+      break;
     case Kind::kSystem: {
       if (command.argument.empty()) {
         err_ << "niels-chat: system prompt: " << system_prompt_ << std::endl;
@@ -112,12 +170,8 @@ int ChatRepl::RunCommand(const SlashCommand& command) {
         break;
       }
       // The protocol has no "replace the system prompt": start a new session with it.
-      auto created = client_->CreateSession(command.argument);
-      if (!created.ok()) return ExitCodeFor(created.status());
-      (void)client_->DeleteSession(session_id_);
-      session_id_ = created->session_id();
-      system_prompt_ = command.argument;
-      err_ << "niels-chat: new system prompt; conversation cleared" << std::endl;
+      if (common::Status started = StartOver(command.argument); !started.ok()) return ExitCodeFor(started);
+      err_ << "niels-chat: new system prompt; new conversation" << std::endl;
       break;
     }
   }
@@ -136,8 +190,9 @@ common::Status ChatRepl::Turn(const std::string& text) {
     return reply.status();
   }
   printer.Finish(reply->reply());
+  ++turns_;
   if (options_.stats) {
-    err_ << "niels-chat: stats: " << FormatStats(*reply) << std::endl;
+    err_ << "niels-chat: stats: " << FormatStats(*reply, session_id_) << std::endl;
   } else if (reply->truncated_turns() > 0) {
     err_ << "niels-chat: dropped the " << reply->truncated_turns()
          << " oldest turn(s) to fit the model's context" << std::endl;
@@ -202,6 +257,15 @@ int ChatRepl::RunLines(std::istream& in) {
 
 int ChatRepl::RunTerminal(const std::string& history_path) {
   HistoryFile history(history_path, err_);
+  const int code = RunPrompt(history);
+  if (durable_ && turns_ > 0 && code != kExitUnreachable) {
+    err_ << "niels-chat: conversation kept as session " << session_id_
+         << " (continue with niels-chat --resume, or --session " << session_id_ << ")" << std::endl;
+  }
+  return code;
+}
+
+int ChatRepl::RunPrompt(HistoryFile& history) {
   while (true) {
     g_interrupted = 0;
     char* raw = readline("> ");

@@ -10,6 +10,12 @@
 // - In both: lines starting with "/" are slash commands (slash_command.h), never model turns; their
 //   feedback goes to `err`.
 // - One-shot (-p): a single turn.
+// Sessions (docs/ARCHITECTURE.md "niels-chat"): Start() creates one, Continue() attaches to an
+// existing one (--session), Resume() to the most recent one with the same system prompt (--resume).
+// With a durable daemon a conversation is kept when the REPL ends, /new or /system starts another:
+// only a session this REPL created and that holds no completed turn (never used, or /reset) is
+// deleted. With an ephemeral daemon (nielsd --ephemeral) the sessions it created are deleted, as
+// they would not survive the daemon anyway and count against the user's session limit.
 // Only reply text goes to `out`; diagnostics and --stats lines go to `err`.
 //
 // Exit codes: 0 ok, 1 a turn failed (its error printed; lines mode continues with the next
@@ -18,6 +24,7 @@
 // Threading: single-threaded. InstallInterruptHandler() sets a process-wide SIGINT handler that
 // talks to this REPL's client through an atomic pointer; at most one REPL per process uses it.
 
+#include <cstdint>
 #include <iosfwd>
 #include <string>
 
@@ -27,6 +34,8 @@
 #include "common/status.h"
 
 namespace niels::client {
+
+class HistoryFile;
 
 inline constexpr int kExitOk = 0;
 inline constexpr int kExitTurnFailed = 1;
@@ -42,7 +51,7 @@ class ChatRepl {
  public:
   // `client` must outlive the REPL.
   ChatRepl(DaemonClient* client, ChatOptions options, std::ostream& out, std::ostream& err);
-  // Deletes the session created by Start (errors ignored: the daemon may be gone).
+  // Leaves the current session by the rule above (errors ignored: the daemon may be gone).
   ~ChatRepl();
   ChatRepl(const ChatRepl&) = delete;
   ChatRepl& operator=(const ChatRepl&) = delete;
@@ -51,8 +60,19 @@ class ChatRepl {
   // prompt as interrupted. Call once, after the client is connected.
   void InstallInterruptHandler();
 
+  // Whether the daemon keeps sessions across restarts (InfoResponse.durable_sessions); default
+  // false (an older daemon): then the sessions this REPL created are deleted when left.
+  void SetDurable(bool durable) { durable_ = durable; }
+
   // Creates the daemon session with `system_prompt`. The daemon's error on failure.
   common::Status Start(const std::string& system_prompt);
+  // Attaches to the existing session `session_id` (its system prompt comes with it). NOT_FOUND,
+  // PERMISSION_DENIED, or INVALID_ARGUMENT when it belongs to another model.
+  common::Status Continue(const std::string& session_id);
+  // Continues the caller's most recent session with `system_prompt` (PickResumeSession), or starts
+  // one when there is none (a note on `err`).
+  common::Status Resume(const std::string& system_prompt);
+  const std::string& session_id() const { return session_id_; }
 
   // One user turn: sends `text`, prints the reply (streamed with --stream) and, with --stats,
   // the stats line. OK, CANCELLED after Ctrl-C (nothing more printed on `out`), or the error.
@@ -64,11 +84,18 @@ class ChatRepl {
   int RunTerminal(const std::string& history_path);
 
  private:
+  // The prompt loop of RunTerminal.
+  int RunPrompt(HistoryFile& history);
   // Handles one input line. Returns -1 to continue, or an exit code.
   int HandleLine(const std::string& line, bool interactive);
   int ExitCodeFor(const common::Status& status);
   // Runs a slash command. Returns -1 to continue, or an exit code.
   int RunCommand(const SlashCommand& command);
+  // Deletes the current session if this REPL created it and it is not worth keeping (see above);
+  // returns whether it was kept.
+  bool LeaveSession();
+  // Switches to a fresh session with `system_prompt`, leaving the current one.
+  common::Status StartOver(const std::string& system_prompt);
 
   DaemonClient* client_;
   ChatOptions options_;
@@ -76,6 +103,9 @@ class ChatRepl {
   std::ostream& err_;
   std::string session_id_;
   std::string system_prompt_;
+  bool owned_ = false;      // this REPL created the session
+  int64_t turns_ = 0;       // completed turns the session holds
+  bool durable_ = false;
   bool any_failed_ = false;
 };
 

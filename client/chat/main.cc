@@ -33,23 +33,31 @@ int Run(const ChatOptions& options) {
     std::cerr << UnreachableMessage(*path, client.status(), !options.socket.empty()) << std::endl;
     return kExitUnreachable;
   }
-  if (!options.ckpt.empty()) {
-    auto info = (*client)->Info();
-    if (!info.ok()) {
-      std::cerr << "niels-chat: Info failed: " << info.status().ToString() << std::endl;
-      return kExitUnreachable;
-    }
-    if (!CkptMatchesModel(options.ckpt, *info)) {
-      std::cerr << "niels-chat: nielsd at " << *path << " serves model '" << info->model_name()
-                << "' from " << info->model_path() << ", not --ckpt " << options.ckpt
-                << "; restart nielsd with --model " << options.ckpt << std::endl;
-      return kExitTurnFailed;
-    }
+  auto info = (*client)->Info();
+  if (!info.ok()) {
+    std::cerr << "niels-chat: Info failed: " << info.status().ToString() << std::endl;
+    return kExitUnreachable;
+  }
+  if (!options.ckpt.empty() && !CkptMatchesModel(options.ckpt, *info)) {
+    std::cerr << "niels-chat: nielsd at " << *path << " serves model '" << info->model_name() << "' from "
+              << info->model_path() << ", not --ckpt " << options.ckpt << "; restart nielsd with --model "
+              << options.ckpt << std::endl;
+    return kExitTurnFailed;
   }
   ChatRepl repl(client->get(), options, std::cout, std::cerr);
+  repl.SetDurable(info->durable_sessions());
   repl.InstallInterruptHandler();
-  if (auto started = repl.Start(*system_prompt); !started.ok()) {
-    std::cerr << "niels-chat: cannot create a chat session: " << started.ToString() << std::endl;
+  niels::common::Status started;
+  if (!options.session.empty()) {
+    started = repl.Continue(options.session);
+  } else if (options.resume) {
+    started = repl.Resume(*system_prompt);
+  } else {
+    started = repl.Start(*system_prompt);
+  }
+  if (!started.ok()) {
+    std::cerr << "niels-chat: cannot " << (options.session.empty() ? "create a chat session" : "continue session " + options.session)
+              << ": " << started.ToString() << std::endl;
     return started.code() == niels::common::StatusCode::kUnavailable ? kExitUnreachable : kExitTurnFailed;
   }
   if (options.prompt) return repl.RunOneShot(*options.prompt);

@@ -23,6 +23,8 @@ SlashCommand ParseSlashCommand(std::string_view line) {
   if (!rest.empty()) return {Kind::kUnknown, std::string(word)};  // e.g. "/reset now"
   if (word == "/help" || word == "/?") return {Kind::kHelp, ""};
   if (word == "/reset") return {Kind::kReset, ""};
+  if (word == "/new") return {Kind::kNew, ""};
+  if (word == "/session") return {Kind::kSession, ""};
   if (word == "/stats") return {Kind::kStats, ""};
   if (word == "/exit" || word == "/quit") return {Kind::kExit, ""};
   return {Kind::kUnknown, std::string(word)};
@@ -32,6 +34,8 @@ std::string SlashCommandHelp() {
   return "commands:\n"
          "  /help          this list\n"
          "  /reset         clear the conversation (the system prompt stays)\n"
+         "  /new           start a new conversation (the current one is kept)\n"
+         "  /session       show this conversation's session id (niels-chat --session ID continues it)\n"
          "  /system TEXT   start over with a new system prompt (/system alone shows it)\n"
          "  /stats         toggle per-reply stats (tokens, time to first token, cache)\n"
          "  /exit          quit (also Ctrl-D)\n"
@@ -40,7 +44,7 @@ std::string SlashCommandHelp() {
 
 std::string UnknownCommandMessage(std::string_view command) {
   return "niels-chat: unknown command " + std::string(command) +
-         " (commands: /help /reset /system TEXT /stats /exit; //text sends text starting with /)";
+         " (commands: /help /reset /new /session /system TEXT /stats /exit; //text sends text starting with /)";
 }
 
 }  // namespace niels::client

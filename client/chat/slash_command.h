@@ -4,6 +4,8 @@
 //   /help          list the commands
 //   /reset         same session, its history cleared, the system prompt kept
 //   /system TEXT   a new system prompt (a fresh session); "/system" alone shows the current one
+//   /new           a new conversation (a fresh session, same system prompt)
+//   /session       show the session id (to continue it later with --session)
 //   /stats         toggle the per-reply stats line
 //   /exit          end the chat
 // Any other line starting with "/" is an unknown command (never sent to the model). A line starting
@@ -15,7 +17,7 @@
 namespace niels::client {
 
 struct SlashCommand {
-  enum class Kind { kTurn, kHelp, kReset, kSystem, kStats, kExit, kUnknown };
+  enum class Kind { kTurn, kHelp, kReset, kNew, kSession, kSystem, kStats, kExit, kUnknown };
   Kind kind = Kind::kTurn;
   // kTurn: the text to send; kSystem: the new prompt ("" = show the current one);
   // kUnknown: the command word as typed (e.g. "/foo").

@@ -44,7 +44,8 @@ EngineState::EngineState(std::unique_ptr<model::Model> loaded, const EngineOptio
       sessions(model->config, SessionStoreOptions{.max_sessions = engine_options.max_sessions,
                                                   .max_sessions_per_uid = engine_options.max_sessions_per_uid,
                                                   .kv_budget_bytes = engine_options.kv_budget_bytes,
-                                                  .allow_root = engine_options.allow_root}),
+                                                  .allow_root = engine_options.allow_root},
+               engine_options.durable),
       started(Clock::now()) {}
 
 // An admitted Turn with the work it answers (the Turn's callbacks belong to the work: both live
@@ -146,14 +147,22 @@ void Engine::Run() {
 }
 
 void Engine::ExpireIdleSessions() {
-  if (options_.idle_session_timeout <= Clock::duration::zero()) return;
   const Clock::time_point now = Clock::now();
   if (now < next_expiry_check_) return;
   next_expiry_check_ = now + ExpiryCheckPeriod(options_.idle_session_timeout);
+  if (const state::DurableStore* durable = options_.durable; durable && durable->options().session_ttl_s > 0) {
+    const size_t deleted = state_->sessions.ExpireStored(UnixNow() - durable->options().session_ttl_s);
+    if (deleted > 0) {
+      common::LogInfo("deleted {} session(s) unused for more than {:.0f} s (--session-ttl)", deleted,
+                      durable->options().session_ttl_s);
+    }
+  }
+  if (options_.idle_session_timeout <= Clock::duration::zero()) return;
   const size_t expired = state_->sessions.ExpireIdle(now - options_.idle_session_timeout);
   state_->sessions_expired_total += expired;
   if (expired > 0) {
-    common::LogInfo("deleted {} session(s) idle for more than {:.1f} s (--idle-session-timeout)", expired,
+    common::LogInfo("{} {} session(s) idle for more than {:.1f} s (--idle-session-timeout)",
+                    options_.durable ? "unloaded (kept on disk)" : "deleted", expired,
                     std::chrono::duration<double>(options_.idle_session_timeout).count());
   }
 }
@@ -247,6 +256,8 @@ template <typename Call>
 Status Catching(Call&& call) {
   try {
     return call();
+  } catch (const model::KvExhausted& error) {
+    return Status::ResourceExhausted(error.what());
   } catch (const c10::Error& error) {
     return Status::Internal(fmt::format("model error: {}", error.what_without_backtrace()));
   } catch (const std::exception& error) {
@@ -320,6 +331,9 @@ template <typename Work>
 void Guarded(RunningTurn& running, Work&& work, std::vector<RunningTurn*>& failed, std::vector<Status>& why) {
   try {
     work();
+  } catch (const model::KvExhausted& error) {
+    failed.push_back(&running);
+    why.push_back(Status::ResourceExhausted(error.what()));
   } catch (const c10::Error& error) {
     failed.push_back(&running);
     why.push_back(Status::Internal(fmt::format("model error: {}", error.what_without_backtrace())));
@@ -348,12 +362,15 @@ void Engine::RunModelWork() {
   // Cancel and disconnect: every running turn notices within this iteration.
   for (auto& running : running_) running->turn->task().PollCancel();
 
-  // One prefill chunk, round robin among the prefilling turns.
-  const int64_t prefill = NextRoundRobin(running_, next_prefill_, [](Turn& t) { return t.prefilling(); });
-  if (prefill >= 0) {
-    RunningTurn& running = *running_[prefill];
+  // A traced prefill (Generate with trace_layer) runs its own chunk, one such turn per iteration:
+  // its last position goes through Decode to record the attention row.
+  const int64_t traced = NextRoundRobin(running_, next_prefill_, [](Turn& t) {
+    return t.prefilling() && !t.task().mixable_prefill();
+  });
+  const RunningTurn* traced_prefill = traced >= 0 ? running_[traced].get() : nullptr;
+  if (traced >= 0) {
+    RunningTurn& running = *running_[traced];
     Guarded(running, [&] { running.turn->task().PrefillChunk(); }, failed, why);
-    next_prefill_ = static_cast<size_t>(prefill) + 1;
   }
   // One uncached step, round robin among the uncached turns.
   const int64_t uncached =
@@ -363,42 +380,104 @@ void Engine::RunModelWork() {
     Guarded(running, [&] { running.turn->task().Step(); }, failed, why);
     next_uncached_ = static_cast<size_t>(uncached) + 1;
   }
-  // One batched decode step for every decoding cached turn (grouped by trace layer: a step traces
-  // one layer; untraced turns share one step). A turn whose prefill ended above (and sampled its
-  // first id) joins from the next iteration, so quick requests get in between its first two tokens.
-  std::map<int64_t, std::vector<RunningTurn*>> groups;
-  const RunningTurn* just_prefilled = prefill >= 0 ? running_[prefill].get() : nullptr;
+
+  // ONE forward step for the rest: the next prefill chunks of the prefilling turns (round robin,
+  // up to prefill_chunk tokens in all, so a long prompt does not stall the others) and one row for
+  // every decoding turn. The step is row-invariant: nobody's result depends on who else is in it.
+  // A turn whose prefill ends in this step samples its first id; it decodes from the next
+  // iteration on, so quick requests get in between its first two tokens.
+  struct Member {
+    RunningTurn* running;
+    bool prefill;
+    bool wants_logits;
+  };
+  std::vector<model::SequenceInput> inputs;
+  std::vector<Member> members;
+  int64_t budget = options_.prefill_chunk;
+  size_t last_prefilled = running_.size();
+  for (size_t k = 0; k < running_.size() && budget > 0; ++k) {
+    const size_t i = (next_prefill_ + k) % running_.size();
+    GenerationTask& task = running_[i]->turn->task();
+    if (!task.mixable_prefill()) continue;
+    const std::span<const int32_t> chunk = task.PendingChunk(budget);
+    if (chunk.empty()) continue;
+    const bool samples = task.ChunkSamples(static_cast<int64_t>(chunk.size()));
+    inputs.push_back({&task.cache(), chunk, samples});
+    members.push_back({running_[i].get(), true, samples});
+    budget -= static_cast<int64_t>(chunk.size());
+    last_prefilled = i;
+  }
+  if (last_prefilled < running_.size()) next_prefill_ = last_prefilled + 1;
+  if (traced >= 0 && last_prefilled == running_.size()) next_prefill_ = static_cast<size_t>(traced) + 1;
+  // Decode rows; traced ones grouped by layer into their own steps (a step traces one layer).
+  std::map<int64_t, std::vector<RunningTurn*>> traced_groups;
+  int64_t decode_rows = 0;
   for (auto& running : running_) {
     Turn& turn = *running->turn;
-    if (running.get() != just_prefilled && turn.cached() && turn.task().PrepareStep()) {
-      groups[turn.task().trace_layer()].push_back(running.get());
+    if (running.get() == traced_prefill || !turn.cached() || !turn.task().PrepareStep()) continue;
+    if (turn.task().trace_layer() >= 0) {
+      traced_groups[turn.task().trace_layer()].push_back(running.get());
+      continue;
+    }
+    inputs.push_back({&turn.task().cache(), turn.task().decode_input(), true});
+    members.push_back({running.get(), false, true});
+    ++decode_rows;
+  }
+  if (!inputs.empty()) {
+    torch::Tensor logits;
+    const Status stepped = Catching([&] {
+      logits = state_->language_model().Step(inputs);
+      return Status::Ok();
+    });
+    if (!stepped.ok()) {
+      for (const Member& member : members) {
+        failed.push_back(member.running);
+        why.push_back(stepped);
+      }
+    } else {
+      if (decode_rows > 0) {
+        ++state_->decode_steps;
+        state_->decode_rows += static_cast<uint64_t>(decode_rows);
+      }
+      int64_t row = 0;
+      for (const Member& member : members) {
+        GenerationTask& task = member.running->turn->task();
+        std::optional<torch::Tensor> own;
+        if (member.wants_logits) own = logits[row++];
+        if (member.prefill) {
+          Guarded(*member.running, [&] { task.AcceptPrefilled(own ? &*own : nullptr); }, failed, why);
+        } else {
+          Guarded(*member.running, [&] { task.AcceptDecodeLogits(*own); }, failed, why);
+        }
+      }
     }
   }
-  for (auto& [layer, members] : groups) {
-    if (members.empty()) continue;
+  for (auto& [layer, group] : traced_groups) {
     std::vector<int32_t> tokens;
     std::vector<model::KvCache*> caches;
-    for (RunningTurn* running : members) {
+    for (RunningTurn* running : group) {
       tokens.push_back(running->turn->task().decode_token());
       caches.push_back(&running->turn->task().cache());
     }
     model::AttentionTrace trace{layer, {}};
     torch::Tensor logits;
-    try {
-      logits = state_->language_model().Decode(tokens, caches, layer >= 0 ? &trace : nullptr);
-    } catch (const c10::Error& error) {
-      for (RunningTurn* running : members) {
+    const Status decoded = Catching([&] {
+      logits = state_->language_model().Decode(tokens, caches, &trace);
+      return Status::Ok();
+    });
+    if (!decoded.ok()) {
+      for (RunningTurn* running : group) {
         failed.push_back(running);
-        why.push_back(Status::Internal(fmt::format("model error: {}", error.what_without_backtrace())));
+        why.push_back(decoded);
       }
       continue;
     }
     ++state_->decode_steps;
-    state_->decode_rows += members.size();
-    for (size_t b = 0; b < members.size(); ++b) {
+    state_->decode_rows += group.size();
+    for (size_t b = 0; b < group.size(); ++b) {
       std::optional<torch::Tensor> row;
-      if (layer >= 0 && b < trace.rows.size() && trace.rows[b].defined()) row = trace.rows[b];
-      RunningTurn& running = *members[b];
+      if (b < trace.rows.size() && trace.rows[b].defined()) row = trace.rows[b];
+      RunningTurn& running = *group[b];
       Guarded(running, [&] { running.turn->task().AcceptDecodeLogits(logits[static_cast<int64_t>(b)], row); },
               failed, why);
     }

@@ -5,6 +5,10 @@
 #include <cstddef>
 #include <cstdint>
 
+namespace niels::daemon::state {
+class DurableStore;
+}  // namespace niels::daemon::state
+
 namespace niels::daemon::engine {
 
 struct EngineOptions {
@@ -20,6 +24,11 @@ struct EngineOptions {
                                           // thread before any work; 0 = leave the defaults
   uint32_t max_batch = 16;                // running turns (rows of a batched decode step) at most
   int64_t prefill_chunk = 256;            // prompt tokens prefilled per iteration per turn
+  // Durable sessions (docs/ARCHITECTURE.md, "Durable sessions"): the state directory's store, owned
+  // by the caller and outliving the engine; null keeps sessions in memory only (--ephemeral). With
+  // it, the session limits count loaded sessions, idle_session_timeout unloads sessions from memory
+  // and the store's session TTL deletes them.
+  state::DurableStore* durable = nullptr;
 };
 
 }  // namespace niels::daemon::engine

@@ -100,6 +100,9 @@ void GenerationTask::StartCached() {
   model::KvCache& cache = sequence_.cache;
   const int64_t length = static_cast<int64_t>(tokens.size());
   will_sample_ = options_.max_new_tokens > 0 && length < model_.config().context;
+  // An empty cache (a new session, or one whose cache was dropped) starts from whatever blocks of
+  // the same leading tokens the pool still holds (prefix sharing).
+  if (cache.length() == 0) cache.AttachPrefix(tokens);
   // Sampling needs the last position's logits: recompute it if the cache already holds it.
   if (will_sample_ && cache.length() == length) cache.Truncate(length - 1);
   result_.reused_tokens = cache.length();
@@ -130,29 +133,49 @@ void GenerationTask::PrefillChunk() {
   const bool traced = will_sample_ && options_.trace_layer >= 0;
   // Traced: the last pending position goes through Decode, which records its attention row.
   const int64_t prefill_end = traced ? length - 1 : length;
+  if (!traced) {
+    const std::span<const int32_t> chunk = PendingChunk(length);
+    const bool samples = ChunkSamples(static_cast<int64_t>(chunk.size()));
+    torch::Tensor logits = model_.Prefill(chunk, cache);
+    AcceptPrefilled(samples ? &logits : nullptr);
+    return;
+  }
   const int64_t begin = cache.length();
   int64_t n = prefill_end - begin;
   if (prefill_chunk_ > 0) n = std::min(n, prefill_chunk_);
   if (n > 0) {
-    const std::span<const int32_t> chunk(tokens.data() + begin, static_cast<size_t>(n));
-    torch::Tensor logits = model_.Prefill(chunk, cache);
+    model_.Prefill(std::span<const int32_t>(tokens.data() + begin, static_cast<size_t>(n)), cache);
     if (begin + n < prefill_end) return;  // more chunks to come
-    if (!will_sample_) {  // only inject the input; the logits are not needed
-      prefilling_ = false;
-      Finish(options_.max_new_tokens == 0 ? StopReason::kMaxTokens : StopReason::kContextFull);
-      return;
-    }
-    if (!traced) {
-      prefilling_ = false;
-      SampleAndEmit(logits, std::nullopt);
-      return;
-    }
   }
   prefilling_ = false;
   model::AttentionTrace trace{options_.trace_layer, {}};
   model::KvCache* caches[] = {&cache};
   torch::Tensor logits = model_.Decode(std::span<const int32_t>(tokens).last(1), caches, &trace);
   AcceptDecodeLogits(logits[0], TraceRow(trace));
+}
+
+std::span<const int32_t> GenerationTask::PendingChunk(int64_t budget) const {
+  const std::vector<int32_t>& tokens = sequence_.tokens;
+  const int64_t begin = sequence_.cache.length();
+  int64_t n = static_cast<int64_t>(tokens.size()) - begin;
+  if (prefill_chunk_ > 0) n = std::min(n, prefill_chunk_);
+  n = std::max<int64_t>(0, std::min(n, budget));
+  return std::span<const int32_t>(tokens.data() + begin, static_cast<size_t>(n));
+}
+
+bool GenerationTask::ChunkSamples(int64_t n) const {
+  return will_sample_ && sequence_.cache.length() + n == static_cast<int64_t>(sequence_.tokens.size());
+}
+
+void GenerationTask::AcceptPrefilled(const torch::Tensor* logits) {
+  if (sequence_.cache.length() < static_cast<int64_t>(sequence_.tokens.size())) return;  // more chunks
+  prefilling_ = false;
+  if (!will_sample_) {  // only inject the input; the logits are not needed
+    Finish(options_.max_new_tokens == 0 ? StopReason::kMaxTokens : StopReason::kContextFull);
+    return;
+  }
+  if (logits == nullptr) throw std::logic_error("GenerationTask::AcceptPrefilled without the logits to sample");
+  SampleAndEmit(*logits, std::nullopt);
 }
 
 void GenerationTask::StartUncached() {

@@ -13,6 +13,7 @@
 #include <chrono>
 #include <cstdint>
 #include <functional>
+#include <memory>
 #include <optional>
 #include <span>
 #include <vector>
@@ -26,10 +27,12 @@
 
 namespace niels::daemon::engine {
 
-// A token sequence plus the KV cache of a prefix of it.
+// A token sequence plus the KV cache of a prefix of it (blocks of `pool`).
 struct Sequence {
   std::vector<int32_t> tokens;
   model::KvCache cache;
+  explicit Sequence(std::shared_ptr<model::KvPool> pool) : cache(std::move(pool)) {}
+  // With a pool of its own for one context of `config` (tools and tests).
   explicit Sequence(const model::ModelConfig& config) : cache(config) {}
 };
 
@@ -132,6 +135,19 @@ class GenerationTask {
   void PrefillChunk();
   // Ends the task with kCancelled now if its cancel flag is set, in any phase. Returns done().
   bool PollCancel();
+  // Mixed steps (cached path): instead of PrefillChunk(), an engine may put the next chunk of the
+  // prefill into one LanguageModel::Step with other sequences' rows -- except for a traced task
+  // (trace_layer >= 0), whose last prefill position must go through Decode (use PrefillChunk()).
+  //   chunk = PendingChunk(budget): the next pending tokens, at most min(prefill_chunk, budget);
+  //   ChunkSamples(chunk.size()): whether that chunk ends the prefill and needs its last logits;
+  //   after the Step wrote the chunk into cache(): AcceptPrefilled(&logits_row or nullptr).
+  // Results do not depend on how the prefill was split (the forward step is chunk-invariant).
+  bool mixable_prefill() const { return prefilling_ && options_.trace_layer < 0; }
+  std::span<const int32_t> PendingChunk(int64_t budget) const;
+  bool ChunkSamples(int64_t n) const;
+  // Ends the prefill when the cache holds every token: samples the first id from `logits` [V]
+  // (REQUIRED then, unless the task only injects its input), or finishes.
+  void AcceptPrefilled(const torch::Tensor* logits);
   // Reads the cancel flag: false when done, prefilling or just cancelled (the task then ends with
   // kCancelled); true when the task needs one more decode step or forward.
   bool PrepareStep();
@@ -142,6 +158,8 @@ class GenerationTask {
   // For batching (cached path, after PrepareStep() returned true): the id to feed next and the
   // cache it goes into.
   int32_t decode_token() const { return sequence_.tokens.back(); }
+  // The same id as a span into the sequence (stable until the step's logits are accepted).
+  std::span<const int32_t> decode_input() const { return std::span<const int32_t>(sequence_.tokens).last(1); }
   model::KvCache& cache() { return sequence_.cache; }
   bool use_kv_cache() const { return options_.use_kv_cache; }
   int64_t trace_layer() const { return options_.trace_layer; }

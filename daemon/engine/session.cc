@@ -25,14 +25,15 @@ double UnixNow() {
   return duration<double>(system_clock::now().time_since_epoch()).count();
 }
 
-Session::Session(std::string id, uint32_t owner, const model::ModelConfig& config)
-    : id_(std::move(id)), owner_(owner), config_(config), sequence_(config) {
+Session::Session(std::string id, uint32_t owner, std::shared_ptr<model::KvPool> pool)
+    : id_(std::move(id)), owner_(owner), pool_(pool), sequence_(std::move(pool)) {
   created_unix_s_ = UnixNow();
   last_used_unix_s_ = created_unix_s_;
 }
 
-void Session::SetSystemPrompt(std::vector<int32_t> ids) {
+void Session::SetSystemPrompt(std::vector<int32_t> ids, std::string text) {
   sequence_.tokens = std::move(ids);
+  system_prompt_text_ = std::move(text);
   sequence_.cache.Clear();
   has_system_prompt_ = true;
   system_end_ = length();
@@ -63,7 +64,7 @@ void Session::DropOldestTurns(size_t count, Snapshot& snapshot) {
     turn.end -= removed;
   }
   // Positions after the system prompt moved: only the system prompt's keys/values stay valid.
-  StashCacheCopy(snapshot);
+  StashCacheCopy(snapshot);  // shared, not copied
   sequence_.cache.Truncate(std::min(sequence_.cache.length(), system_end_));
 }
 
@@ -85,33 +86,57 @@ Session::Snapshot Session::TakeSnapshot() const {
 
 void Session::StashCache(Snapshot& snapshot) {
   if (snapshot.stashed_cache) {
-    sequence_.cache = model::KvCache(config_);
+    sequence_.cache = model::KvCache(pool_);
     return;
   }
   snapshot.stashed_cache.emplace(std::move(sequence_.cache));
-  sequence_.cache = model::KvCache(config_);
+  sequence_.cache = model::KvCache(pool_);
 }
 
 void Session::StashCacheCopy(Snapshot& snapshot) {
-  if (!snapshot.stashed_cache) snapshot.stashed_cache.emplace(sequence_.cache.Clone());
+  if (!snapshot.stashed_cache) snapshot.stashed_cache.emplace(sequence_.cache.Share());
 }
 
 void Session::Restore(Snapshot snapshot) {
   sequence_.tokens = std::move(snapshot.tokens);
   turns_ = std::move(snapshot.turns);
   if (snapshot.stashed_cache) sequence_.cache = std::move(*snapshot.stashed_cache);
-  // The history only grew since the snapshot (or the stashed cache is back): truncating suffices.
-  if (sequence_.cache.length() > snapshot.cache_length) sequence_.cache.Truncate(snapshot.cache_length);
+  // The history only grew since the snapshot (or the stashed cache is back): truncating suffices
+  // (and gives back any block a failed step had taken beyond the cached positions).
+  sequence_.cache.Truncate(std::min(sequence_.cache.length(), snapshot.cache_length));
 }
 
 std::unique_ptr<Session> Session::Fork(std::string new_id, uint32_t owner, bool with_cache) const {
-  auto fork = std::make_unique<Session>(std::move(new_id), owner, config_);
+  auto fork = std::make_unique<Session>(std::move(new_id), owner, pool_);
   fork->sequence_.tokens = sequence_.tokens;
-  if (with_cache) fork->sequence_.cache = sequence_.cache.Clone();
+  if (with_cache) fork->sequence_.cache = sequence_.cache.Share();
   fork->has_system_prompt_ = has_system_prompt_;
+  fork->system_prompt_text_ = system_prompt_text_;
   fork->system_end_ = system_end_;
   fork->turns_ = turns_;
   return fork;
+}
+
+state::StoredHistory Session::History() const {
+  state::StoredHistory history;
+  history.system_end = system_end_;
+  history.tokens = sequence_.tokens;
+  history.turns.reserve(turns_.size());
+  for (const TokenSpan& turn : turns_) history.turns.push_back({turn.begin, turn.end});
+  return history;
+}
+
+std::unique_ptr<Session> Session::FromStored(const state::StoredSession& stored, std::shared_ptr<model::KvPool> pool) {
+  auto session = std::make_unique<Session>(stored.summary.id, stored.summary.owner, std::move(pool));
+  session->sequence_.tokens = stored.history.tokens;
+  session->has_system_prompt_ = stored.summary.system_prompt.has_value();
+  session->system_prompt_text_ = stored.summary.system_prompt.value_or("");
+  session->system_end_ = stored.history.system_end;
+  for (const state::TurnRange& turn : stored.history.turns) session->turns_.push_back({turn.begin, turn.end});
+  session->created_unix_s_ = stored.summary.created_unix_s;
+  session->last_used_unix_s_ = stored.summary.last_used_unix_s;
+  session->stored_last_used_unix_s_ = stored.summary.last_used_unix_s;
+  return session;
 }
 
 void Session::Touch(uint64_t tick) {

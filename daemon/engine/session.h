@@ -9,8 +9,8 @@
 //
 // Atomic turns: TakeSnapshot() before a turn, Restore() on cancel or failure. While the history only
 // grows, restoring truncates the cache back to its old length; when a turn must replace the cache
-// (context truncation, the uncached path) it first moves or clones the old cache into the snapshot
-// with StashCache(), so Restore() needs no recomputation.
+// (context truncation, the uncached path) it first moves the old cache into the snapshot, or shares
+// it (KvCache::Share: the same blocks, no copy), so Restore() needs no recomputation.
 //
 // Not thread-safe: sessions live on the engine thread.
 
@@ -22,8 +22,8 @@
 #include <vector>
 
 #include "daemon/engine/generator.h"
-#include "daemon/model/config.h"
 #include "daemon/model/kv_cache.h"
+#include "daemon/state/stored_session.h"
 
 namespace niels::daemon::engine {
 
@@ -44,8 +44,9 @@ class Session {
     std::optional<model::KvCache> stashed_cache;  // set by StashCache()
   };
 
-  // An empty session (no system prompt, no tokens). `id` is 32 hex digits (NewSessionId()).
-  Session(std::string id, uint32_t owner, const model::ModelConfig& config);
+  // An empty session (no system prompt, no tokens) whose cache takes blocks from `pool`. `id` is 32
+  // hex digits (NewSessionId()).
+  Session(std::string id, uint32_t owner, std::shared_ptr<model::KvPool> pool);
   Session(const Session&) = delete;
   Session& operator=(const Session&) = delete;
 
@@ -53,17 +54,23 @@ class Session {
   uint32_t owner() const { return owner_; }
 
   Sequence& sequence() { return sequence_; }
+  const Sequence& sequence() const { return sequence_; }
   const std::vector<int32_t>& tokens() const { return sequence_.tokens; }
   int64_t length() const { return static_cast<int64_t>(sequence_.tokens.size()); }
   int64_t cached_tokens() const { return sequence_.cache.length(); }
   int64_t kv_bytes() const { return sequence_.cache.bytes(); }
+  // KV blocks only this session holds / shares with other sessions or forks (prefix sharing).
+  int64_t own_blocks() const { return sequence_.cache.own_blocks(); }
+  int64_t shared_blocks() const { return sequence_.cache.shared_blocks(); }
 
   bool has_system_prompt() const { return has_system_prompt_; }
+  // The text the system prompt was made from ("" when none or unknown).
+  const std::string& system_prompt_text() const { return system_prompt_text_; }
   int64_t system_end() const { return system_end_; }
   const std::vector<TokenSpan>& turns() const { return turns_; }
 
-  // Makes `ids` the system prompt span. REQUIRES: the session is empty.
-  void SetSystemPrompt(std::vector<int32_t> ids);
+  // Makes `ids` (encoded from `text`) the system prompt span. REQUIRES: the session is empty.
+  void SetSystemPrompt(std::vector<int32_t> ids, std::string text = "");
   // Records a completed turn. REQUIRES: span within the history, after every earlier turn.
   void AddTurn(TokenSpan span);
   // Appends `id` to the history as the last token of the last turn.
@@ -75,7 +82,7 @@ class Session {
   int64_t LengthWithoutOldestTurns(size_t count) const;
   // Drops the oldest `count` turns: tokens [system_end, turns[count-1].end) go, later spans shift,
   // and the cache keeps only the system prompt's positions (later positions moved). Stashes the old
-  // cache in `snapshot` (a clone) so Restore() can bring it back. No-op for count == 0.
+  // cache in `snapshot` (shared, not copied) so Restore() can bring it back. No-op for count == 0.
   void DropOldestTurns(size_t count, Snapshot& snapshot);
 
   // Back to the system prompt alone (cache truncated to it).
@@ -86,14 +93,23 @@ class Session {
   Snapshot TakeSnapshot() const;
   // Moves the cache into `snapshot` (if not already stashed) and leaves an empty one in the session.
   void StashCache(Snapshot& snapshot);
-  // Clones the cache into `snapshot` (if not already stashed); the session keeps its cache.
+  // Shares the cache into `snapshot` (if not already stashed); the session keeps its cache.
   void StashCacheCopy(Snapshot& snapshot);
   // Puts history, turns and cache back as they were at TakeSnapshot().
   void Restore(Snapshot snapshot);
 
-  // A deep copy with a new id and owner: same history, turns and (if with_cache) cache contents;
+  // A copy with a new id and owner: same history and turns, and (if with_cache) a cache sharing this
+  // one's blocks (copy on write: the first write into a shared block copies that block only);
   // shares nothing mutable with this session.
   std::unique_ptr<Session> Fork(std::string new_id, uint32_t owner, bool with_cache) const;
+
+  // Durable sessions (docs/ARCHITECTURE.md, "Durable sessions"): the history as the state
+  // database stores it, and a session rebuilt from a stored one (history only, no cache).
+  state::StoredHistory History() const;
+  static std::unique_ptr<Session> FromStored(const state::StoredSession& stored, std::shared_ptr<model::KvPool> pool);
+  // When the database last recorded a use of this session (SessionStore decides when to write).
+  double stored_last_used_unix_s() const { return stored_last_used_unix_s_; }
+  void set_stored_last_used_unix_s(double t) { stored_last_used_unix_s_ = t; }
 
   // Bookkeeping for listing, LRU eviction and idle expiry (set by SessionStore).
   double created_unix_s() const { return created_unix_s_; }
@@ -105,10 +121,12 @@ class Session {
  private:
   std::string id_;
   uint32_t owner_;
-  model::ModelConfig config_;
+  std::shared_ptr<model::KvPool> pool_;
   Sequence sequence_;
   bool has_system_prompt_ = false;
+  std::string system_prompt_text_;
   int64_t system_end_ = 0;
+  double stored_last_used_unix_s_ = 0;
   std::vector<TokenSpan> turns_;
   double created_unix_s_ = 0;
   double last_used_unix_s_ = 0;

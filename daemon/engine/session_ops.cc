@@ -14,14 +14,23 @@ using common::StatusOr;
 
 namespace {
 
-// Prefills the system prompt into the new session's cache when the KV budget allows.
+// Gives the new session's cache its system prompt: the blocks of an equal prompt that the pool
+// holds already (prefix sharing), and a prefill of the rest when the KV pool has room (otherwise the
+// first request on the session does it).
 void PrefillSystemPrompt(EngineState& state, Session& session) {
   const int64_t length = session.length();
-  if (length == 0 || !state.sessions.Reserve(&session, state.sessions.BytesForTokens(length)).ok()) return;
+  if (length == 0) return;
   Sequence& sequence = session.sequence();
-  state.language_model().Prefill(sequence.tokens, sequence.cache);
-  state.tokens_prefilled_total += static_cast<uint64_t>(length);
-  state.sessions.Trim(&session);
+  const int64_t reused = sequence.cache.AttachPrefix(sequence.tokens);
+  if (reused == length) return;
+  state.sessions.MarkBusy(&session, 0);  // not a victim of the blocks its own prefill takes
+  try {
+    state.language_model().Prefill(std::span<const int32_t>(sequence.tokens).subspan(reused), sequence.cache);
+    state.tokens_prefilled_total += static_cast<uint64_t>(length - reused);
+  } catch (const model::KvExhausted&) {
+    // Every block is in use by running turns: the first request on the session prefills instead.
+  }
+  state.sessions.ClearBusy(&session);
 }
 
 }  // namespace
@@ -37,11 +46,10 @@ StatusOr<Session*> CreateSession(EngineState& state, uint32_t uid, const std::op
           system_ids.size(), context));
     }
   }
-  StatusOr<Session*> created = state.sessions.Create(uid);
+  StatusOr<Session*> created = state.sessions.Create(uid, system_prompt, std::move(system_ids));
   if (!created.ok()) return created.status();
   Session& session = **created;
   if (system_prompt) {
-    session.SetSystemPrompt(std::move(system_ids));
     try {
       PrefillSystemPrompt(state, session);
     } catch (...) {

@@ -5,13 +5,37 @@
 
 #include <fmt/format.h>
 
+#include "common/log.h"
+#include "daemon/engine/kv_spill.h"
+#include "daemon/state/kv_spill_file.h"
+
 namespace niels::daemon::engine {
 
 using common::Status;
 using common::StatusOr;
 
-SessionStore::SessionStore(const model::ModelConfig& config, SessionStoreOptions options)
-    : config_(config), options_(options) {}
+SessionStore::SessionStore(const model::ModelConfig& config, SessionStoreOptions options,
+                           state::DurableStore* durable)
+    : config_(config),
+      options_(options),
+      pool_(std::make_shared<model::KvPool>(config, options.kv_budget_bytes)),
+      durable_(durable) {
+  pool_->SetReclaimer([this] { return DropOneIdleCache(); });
+}
+
+SessionView ViewOf(const Session& session) {
+  SessionView view;
+  view.id = session.id();
+  view.length = session.length();
+  view.cached_tokens = session.cached_tokens();
+  view.kv_bytes = session.kv_bytes();
+  view.turns = static_cast<int32_t>(session.turns().size());
+  view.has_system_prompt = session.has_system_prompt();
+  view.system_prompt_text = session.system_prompt_text();
+  view.created_unix_s = session.created_unix_s();
+  view.last_used_unix_s = session.last_used_unix_s();
+  return view;
+}
 
 namespace {
 
@@ -50,103 +74,275 @@ std::string SessionStore::UniqueId() const {
   return id;
 }
 
-StatusOr<Session*> SessionStore::Create(uint32_t owner) {
-  NIELS_RETURN_IF_ERROR(CheckRoomFor(owner));
-  std::string id = UniqueId();
-  auto session = std::make_unique<Session>(id, owner, config_);
+Status SessionStore::MakeRoomFor(uint32_t owner) {
+  if (!durable_) return CheckRoomFor(owner);
+  while (!CheckRoomFor(owner).ok()) {
+    // The owner's own idle sessions first when the owner is at their limit, else anyone's.
+    auto own = sessions_per_uid_.find(owner);
+    const bool owner_full = own != sessions_per_uid_.end() && own->second >= options_.max_sessions_per_uid;
+    Session* victim = nullptr;
+    for (const auto& [id, session] : sessions_) {
+      if (IsBusy(session.get()) || (owner_full && session->owner() != owner)) continue;
+      if (!victim || session->last_use_tick() < victim->last_use_tick()) victim = session.get();
+    }
+    if (!victim) return CheckRoomFor(owner);
+    Unload(victim);
+  }
+  return Status::Ok();
+}
+
+Session* SessionStore::Insert(std::unique_ptr<Session> session) {
   session->Touch(++tick_);
   Session* raw = session.get();
-  sessions_.emplace(std::move(id), std::move(session));
-  ++sessions_per_uid_[owner];
+  const std::string id = raw->id();
+  sessions_.emplace(id, std::move(session));
+  ++sessions_per_uid_[raw->owner()];
+  if (durable_) durable_->MarkLoaded(id);
   return raw;
+}
+
+void SessionStore::Erase(const std::string& id) {
+  auto it = sessions_.find(id);
+  if (it == sessions_.end()) return;
+  const uint32_t owner = it->second->owner();
+  busy_.erase(it->second.get());
+  sessions_.erase(it);
+  if (--sessions_per_uid_[owner] == 0) sessions_per_uid_.erase(owner);
+  if (durable_) durable_->MarkUnloaded(id);
+}
+
+void SessionStore::Unload(Session* session) {
+  if (session->kv_bytes() > 0) SpillAndDropCache(session);
+  TouchStored(*session);
+  Erase(std::string(session->id()));
+}
+
+namespace {
+
+state::StoredSession ToStored(const Session& session, const state::DurableStore& durable) {
+  state::StoredSession stored;
+  stored.summary.id = session.id();
+  stored.summary.owner = session.owner();
+  stored.summary.model_fingerprint = durable.options().model_fingerprint;
+  stored.summary.model_name = durable.options().model_name;
+  if (session.has_system_prompt()) stored.summary.system_prompt = session.system_prompt_text();
+  stored.summary.length = session.length();
+  stored.summary.turn_count = static_cast<int64_t>(session.turns().size());
+  stored.summary.created_unix_s = session.created_unix_s();
+  stored.summary.last_used_unix_s = session.last_used_unix_s();
+  stored.history = session.History();
+  return stored;
+}
+
+// Session ids are 32 hex digits; anything else names no session (and is never looked up).
+bool LooksLikeSessionId(const std::string& id) {
+  return id.size() == 32 && std::all_of(id.begin(), id.end(), [](char c) {
+           return (c >= '0' && c <= '9') || (c >= 'a' && c <= 'f');
+         });
+}
+
+}  // namespace
+
+StatusOr<Session*> SessionStore::Create(uint32_t owner, const std::optional<std::string>& system_text,
+                                        std::vector<int32_t> system_ids) {
+  NIELS_RETURN_IF_ERROR(MakeRoomFor(owner));
+  std::string id = UniqueId();
+  auto session = std::make_unique<Session>(id, owner, pool_);
+  if (system_text) session->SetSystemPrompt(std::move(system_ids), *system_text);
+  if (durable_) {
+    std::vector<std::string> evicted;
+    NIELS_RETURN_IF_ERROR(durable_->Create(ToStored(*session, *durable_), &evicted));
+    session->set_stored_last_used_unix_s(session->last_used_unix_s());
+  }
+  return Insert(std::move(session));
+}
+
+bool SessionStore::TouchStored(Session& session) {
+  if (!durable_) return true;
+  const double now = UnixNow();
+  if (now - session.stored_last_used_unix_s() < durable_->touch_slack_s()) return true;
+  const Status touched = durable_->Touch(session.id(), session.last_used_unix_s());
+  if (touched.code() == common::StatusCode::kNotFound) return false;
+  if (touched.ok()) session.set_stored_last_used_unix_s(session.last_used_unix_s());
+  return true;  // a failed touch (disk full) only delays it
+}
+
+StatusOr<Session*> SessionStore::Load(const std::string& id, uint32_t caller) {
+  auto stored = durable_->Load(id);
+  if (!stored.ok()) return stored.status();
+  if (!stored->has_value()) return Status::NotFound(fmt::format("unknown session '{}'", id));
+  const state::SessionSummary& summary = (*stored)->summary;
+  if (!(summary.owner == caller || (caller == 0 && options_.allow_root))) {
+    return Status::PermissionDenied(fmt::format("session '{}' belongs to another user", id));
+  }
+  if (!durable_->IsThisModel(summary)) {
+    return Status::InvalidArgument(fmt::format(
+        "session '{}' belongs to another model ('{}'), not the '{}' nielsd serves now; it is kept for that "
+        "model (run nielsd with it to continue the session, or delete the session)",
+        id, summary.model_name, durable_->options().model_name));
+  }
+  NIELS_RETURN_IF_ERROR(MakeRoomFor(summary.owner));
+  // The use is recorded before the session is handed out: a session the background expiry deletes
+  // at this very moment is either deleted (NOT_FOUND here) or touched, never both.
+  const double now = UnixNow();
+  if (Status touched = durable_->Touch(id, now); !touched.ok()) {
+    if (touched.code() == common::StatusCode::kNotFound) return Status::NotFound(fmt::format("unknown session '{}'", id));
+    return touched;
+  }
+  std::unique_ptr<Session> session = Session::FromStored(**stored, pool_);
+  session->set_stored_last_used_unix_s(now);
+  return Insert(std::move(session));
 }
 
 StatusOr<Session*> SessionStore::Find(const std::string& id, uint32_t caller) {
   auto it = sessions_.find(id);
-  if (it == sessions_.end()) return Status::NotFound(fmt::format("unknown session '{}'", DisplayId(id)));
+  if (it == sessions_.end()) {
+    if (durable_ && LooksLikeSessionId(id)) return Load(id, caller);
+    return Status::NotFound(fmt::format("unknown session '{}'", DisplayId(id)));
+  }
   if (!MayUse(*it->second, caller)) {
     return Status::PermissionDenied(fmt::format("session '{}' belongs to another user", DisplayId(id)));
   }
-  it->second->Touch(++tick_);
-  return it->second.get();
+  Session& session = *it->second;
+  session.Touch(++tick_);
+  if (!TouchStored(session) && !IsBusy(&session)) {  // expired in the database meanwhile
+    Erase(id);
+    return Status::NotFound(fmt::format("unknown session '{}'", DisplayId(id)));
+  }
+  return &session;
 }
 
 StatusOr<Session*> SessionStore::Fork(const std::string& id, uint32_t caller) {
   StatusOr<Session*> source = Find(id, caller);
   if (!source.ok()) return source.status();
-  NIELS_RETURN_IF_ERROR(CheckRoomFor(caller));
-  const uint64_t source_bytes = static_cast<uint64_t>((*source)->kv_bytes());
-  // The copy must fit beside the source (which stays protected from eviction).
-  EvictFor(*source, 2 * source_bytes);
-  const bool with_cache = kv_bytes() + source_bytes <= options_.kv_budget_bytes;
+  if (durable_) busy_.emplace(*source, 0);  // MakeRoomFor must not unload the source
+  const Status room = MakeRoomFor(caller);
+  if (durable_) busy_.erase(*source);
+  NIELS_RETURN_IF_ERROR(room);
   std::string new_id = UniqueId();
-  std::unique_ptr<Session> fork = (*source)->Fork(new_id, caller, with_cache);
-  fork->Touch(++tick_);
-  Session* raw = fork.get();
-  sessions_.emplace(std::move(new_id), std::move(fork));
-  ++sessions_per_uid_[caller];
-  return raw;
+  // The fork shares the source's blocks (no KV copy): it costs no KV memory until it writes.
+  std::unique_ptr<Session> fork = (*source)->Fork(new_id, caller, /*with_cache=*/true);
+  if (durable_) {
+    std::vector<std::string> evicted;
+    NIELS_RETURN_IF_ERROR(durable_->Create(ToStored(*fork, *durable_), &evicted));
+    fork->set_stored_last_used_unix_s(fork->last_used_unix_s());
+  }
+  return Insert(std::move(fork));
 }
 
 Status SessionStore::Delete(const std::string& id, uint32_t caller) {
+  if (durable_ && sessions_.count(id) == 0 && LooksLikeSessionId(id)) {
+    // Not loaded: check the owner from the database (a session of another model may be deleted).
+    auto summary = durable_->Summary(id);
+    if (!summary.ok()) return summary.status();
+    if (!summary->has_value()) return Status::NotFound(fmt::format("unknown session '{}'", id));
+    if (!((*summary)->owner == caller || (caller == 0 && options_.allow_root))) {
+      return Status::PermissionDenied(fmt::format("session '{}' belongs to another user", id));
+    }
+    return durable_->Delete(id);
+  }
   StatusOr<Session*> session = Find(id, caller);
   if (!session.ok()) return session.status();
-  const uint32_t owner = (*session)->owner();
-  sessions_.erase(id);
-  if (--sessions_per_uid_[owner] == 0) sessions_per_uid_.erase(owner);
+  if (durable_) NIELS_RETURN_IF_ERROR(durable_->Delete(id));
+  Erase(id);
   return Status::Ok();
 }
 
-size_t SessionStore::ExpireIdle(std::chrono::steady_clock::time_point cutoff) {
-  size_t expired = 0;
-  for (auto it = sessions_.begin(); it != sessions_.end();) {
-    const Session& session = *it->second;
-    if (IsBusy(&session) || session.last_used() >= cutoff) {
-      ++it;
-      continue;
-    }
-    const uint32_t owner = session.owner();
-    it = sessions_.erase(it);
-    if (--sessions_per_uid_[owner] == 0) sessions_per_uid_.erase(owner);
-    ++expired;
-  }
-  return expired;
+Status SessionStore::Commit(Session& session) {
+  if (!durable_) return Status::Ok();
+  const double now = UnixNow();
+  NIELS_RETURN_IF_ERROR(durable_->Commit(session.id(), session.History(), now));
+  session.set_stored_last_used_unix_s(now);
+  // A spill file of the old history would no longer match; the next eviction writes a new one.
+  durable_->spill().Discard(session.id());
+  return Status::Ok();
 }
 
-std::vector<const Session*> SessionStore::List(uint32_t caller) const {
-  std::vector<const Session*> own;
+Status SessionStore::Reset(Session& session) {
+  Session::Snapshot snapshot = session.TakeSnapshot();
+  session.Reset();
+  Status committed = Commit(session);
+  if (!committed.ok()) session.Restore(std::move(snapshot));
+  return committed;
+}
+
+size_t SessionStore::ExpireIdle(std::chrono::steady_clock::time_point cutoff) {
+  std::vector<Session*> idle;
   for (const auto& [id, session] : sessions_) {
-    if (session->owner() == caller) own.push_back(session.get());
+    if (!IsBusy(session.get()) && session->last_used() < cutoff) idle.push_back(session.get());
   }
-  std::sort(own.begin(), own.end(), [](const Session* a, const Session* b) {
-    return a->created_unix_s() < b->created_unix_s();
+  for (Session* session : idle) {
+    if (durable_) {
+      Unload(session);
+    } else {
+      Erase(std::string(session->id()));
+    }
+  }
+  return idle.size();
+}
+
+size_t SessionStore::ExpireStored(double cutoff_unix_s) {
+  if (!durable_) return 0;
+  for (const std::string& id : durable_->TakeExpired()) {
+    auto it = sessions_.find(id);
+    if (it != sessions_.end() && !IsBusy(it->second.get())) Erase(id);
+  }
+  std::vector<std::string> expired;
+  for (const auto& [id, session] : sessions_) {
+    if (!IsBusy(session.get()) && session->last_used_unix_s() < cutoff_unix_s) expired.push_back(id);
+  }
+  for (const std::string& id : expired) {
+    if (durable_->Delete(id).ok()) Erase(id);
+  }
+  return expired.size();
+}
+
+StatusOr<std::vector<SessionView>> SessionStore::List(uint32_t caller) const {
+  std::vector<SessionView> own;
+  for (const auto& [id, session] : sessions_) {
+    if (session->owner() == caller) own.push_back(ViewOf(*session));
+  }
+  if (durable_) {
+    auto stored = durable_->List(caller);
+    if (!stored.ok()) return stored.status();
+    for (const state::SessionSummary& summary : *stored) {
+      if (sessions_.count(summary.id) != 0) continue;  // loaded: its in-memory view is current
+      SessionView view;
+      view.id = summary.id;
+      view.length = summary.length;
+      view.turns = static_cast<int32_t>(summary.turn_count);
+      view.has_system_prompt = summary.system_prompt.has_value();
+      view.system_prompt_text = summary.system_prompt.value_or("");
+      view.created_unix_s = summary.created_unix_s;
+      view.last_used_unix_s = summary.last_used_unix_s;
+      view.other_model = !durable_->IsThisModel(summary);
+      if (view.other_model) view.model_name = summary.model_name;
+      own.push_back(std::move(view));
+    }
+  }
+  std::sort(own.begin(), own.end(), [](const SessionView& a, const SessionView& b) {
+    return a.created_unix_s < b.created_unix_s;
   });
   return own;
 }
 
-uint64_t SessionStore::BytesForTokens(int64_t tokens) const {
-  const uint64_t per_token = 2ull * config_.layers * config_.width * sizeof(float);
-  return per_token * static_cast<uint64_t>(std::max<int64_t>(tokens, 0));
+int64_t SessionStore::BlocksForTokens(int64_t tokens) const {
+  return (std::max<int64_t>(tokens, 0) + model::KvPool::kBlockTokens - 1) / model::KvPool::kBlockTokens;
 }
 
-uint64_t SessionStore::kv_bytes() const {
-  uint64_t total = 0;
-  for (const auto& [id, session] : sessions_) total += static_cast<uint64_t>(session->kv_bytes());
-  return total;
-}
+uint64_t SessionStore::kv_bytes() const { return static_cast<uint64_t>(pool_->used()) * pool_->block_bytes(); }
 
-Session* SessionStore::PickVictim(const Session* active, uint64_t active_bytes) const {
-  // Cache bytes per owner, the active session counted at the size it is about to need.
-  std::map<uint32_t, uint64_t> held;
+Session* SessionStore::PickVictim() const {
+  // Blocks held per owner (a block shared by several sessions counted in each).
+  std::map<uint32_t, int64_t> held;
   for (const auto& [id, session] : sessions_) {
-    if (session.get() != active && session->kv_bytes() > 0) held[session->owner()] += session->kv_bytes();
+    if (session->sequence().cache.blocks() > 0) held[session->owner()] += session->sequence().cache.blocks();
   }
-  if (active) held[active->owner()] += active_bytes;
-  const uint64_t fair_share = held.empty() ? options_.kv_budget_bytes : options_.kv_budget_bytes / held.size();
+  const int64_t fair_share = held.empty() ? pool_->capacity() : pool_->capacity() / static_cast<int64_t>(held.size());
   Session* victim = nullptr;
   bool victim_over_share = false;
   for (const auto& [id, session] : sessions_) {
-    if (session.get() == active || IsBusy(session.get()) || session->kv_bytes() == 0) continue;
+    if (IsBusy(session.get()) || session->sequence().cache.blocks() == 0) continue;
     const bool over_share = held[session->owner()] > fair_share;
     const bool better = !victim || (over_share && !victim_over_share) ||
                         (over_share == victim_over_share && session->last_use_tick() < victim->last_use_tick());
@@ -158,49 +354,94 @@ Session* SessionStore::PickVictim(const Session* active, uint64_t active_bytes) 
   return victim;
 }
 
-void SessionStore::EvictFor(const Session* active, uint64_t active_bytes) {
-  uint64_t others = kv_bytes() - (active ? static_cast<uint64_t>(active->kv_bytes()) : 0);
-  while (others > 0 && others + active_bytes > options_.kv_budget_bytes) {
-    Session* victim = PickVictim(active, active_bytes);
-    if (!victim) break;
-    others -= static_cast<uint64_t>(victim->kv_bytes());
-    victim->DropCache();
-    ++evictions_;
-  }
+bool SessionStore::DropOneIdleCache() {
+  Session* victim = PickVictim();
+  if (victim == nullptr) return false;
+  SpillAndDropCache(victim);
+  ++evictions_;
+  return true;
 }
 
-Status SessionStore::Reserve(const Session* active, uint64_t expected_bytes) {
-  if (expected_bytes > options_.kv_budget_bytes) {
-    return Status::ResourceExhausted(fmt::format(
-        "this request needs about {} bytes of KV cache, more than the budget of {} bytes",
-        expected_bytes, options_.kv_budget_bytes));
-  }
-  EvictFor(active, expected_bytes);
-  return Status::Ok();
-}
-
-Status SessionStore::Admit(const Session* session, uint64_t expected_bytes, bool* must_wait) {
+Status SessionStore::Admit(const Session* session, int64_t final_length, bool* must_wait) {
   *must_wait = false;
-  if (expected_bytes > options_.kv_budget_bytes) {
+  // The blocks of the whole history, plus one for a shared last block it may have to copy.
+  const int64_t needed = BlocksForTokens(std::min(final_length, config_.context)) + 1;
+  if (needed > pool_->capacity()) {
     return Status::ResourceExhausted(fmt::format(
-        "this request needs about {} bytes of KV cache, more than the budget of {} bytes",
-        expected_bytes, options_.kv_budget_bytes));
+        "this request needs about {} bytes of KV cache, more than the budget of {} bytes (--kv-budget-mb)",
+        static_cast<uint64_t>(needed) * pool_->block_bytes(), options_.kv_budget_bytes));
   }
-  uint64_t held = 0;  // what the running turns hold or may grow to
-  for (const auto& [busy, reserved] : busy_) {
-    if (busy != session) held += std::max(reserved, static_cast<uint64_t>(busy->kv_bytes()));
+  int64_t reserved = 0;  // what the running turns hold or may grow to
+  for (const auto& [busy, blocks] : busy_) {
+    if (busy != session) reserved += std::max(blocks, busy->sequence().cache.blocks());
   }
-  if (held + expected_bytes > options_.kv_budget_bytes) {
+  if (reserved + needed > pool_->capacity()) {
     *must_wait = true;
     return Status::Ok();
   }
-  EvictFor(session, expected_bytes);
-  MarkBusy(session, expected_bytes);
+  MarkBusy(session, needed);
   return Status::Ok();
 }
 
-void SessionStore::Trim(const Session* active) {
-  EvictFor(active, active ? static_cast<uint64_t>(active->kv_bytes()) : 0);
+// ------------------------------------------------------------------------------ KV spill
+
+bool SessionStore::SpillPaysOff(uint64_t bytes, int64_t tokens) const {
+  // Unmeasured so far: try it (the first read measures the disk, the first prefill the model).
+  if (read_bytes_per_s_ <= 0 || prefill_tokens_per_s_ <= 0) return true;
+  return static_cast<double>(bytes) / read_bytes_per_s_ < static_cast<double>(tokens) / prefill_tokens_per_s_;
+}
+
+void SessionStore::SpillAndDropCache(Session* session) {
+  if (durable_ && session->cached_tokens() > 0) {
+    const int64_t positions = session->cached_tokens();
+    const uint64_t bytes = state::KvSpillFileBytes(
+        SpillHeader(config_, durable_->options().model_fingerprint, session->tokens(), positions));
+    state::KvSpillStore& spill = durable_->spill();
+    if (SpillPaysOff(bytes, positions) && spill.Reserve(session->id(), bytes)) {
+      auto written = WriteKvSpill(session->sequence().cache, session->tokens(), config_,
+                                  durable_->options().model_fingerprint, spill.PathFor(session->id()));
+      if (written.ok()) {
+        spill.Add(session->id(), *written);
+        ++counters_.spill_writes;
+      } else {
+        common::LogWarn("state: cannot spill the KV cache of session {}: {}", session->id(), written.status().ToString());
+      }
+    }
+  }
+  session->DropCache();
+}
+
+void SessionStore::RestoreSpilledCache(Session& session) {
+  if (!durable_ || session.cached_tokens() > 0) return;
+  state::KvSpillStore& spill = durable_->spill();
+  std::optional<std::filesystem::path> path = spill.Take(session.id());
+  if (!path) return;
+  auto positions = state::PeekKvSpillPositions(*path);
+  if (positions.ok() && *positions > 0 && *positions <= session.length()) {
+    const uint64_t bytes = state::KvSpillFileBytes(
+        SpillHeader(config_, durable_->options().model_fingerprint, session.tokens(), *positions));
+    if (SpillPaysOff(bytes, *positions)) {
+      const auto start = std::chrono::steady_clock::now();
+      const Status read = ReadKvSpillInto(session.sequence().cache, session.tokens(), *positions, config_,
+                                          durable_->options().model_fingerprint, *path);
+      const double seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+      if (read.ok()) {
+        ++counters_.spill_reads;
+        const double rate = static_cast<double>(bytes) / std::max(seconds, 1e-6);
+        read_bytes_per_s_ = read_bytes_per_s_ <= 0 ? rate : 0.8 * read_bytes_per_s_ + 0.2 * rate;
+      } else {
+        ++counters_.spill_read_failures;
+        common::LogInfo("state: KV spill of session {} not used ({}); recomputing it", session.id(), read.message());
+      }
+    }
+  }
+  spill.Discard(session.id());
+}
+
+void SessionStore::RecordPrefill(int64_t tokens, double seconds) {
+  if (tokens < 16 || seconds <= 0) return;  // too small to tell the rate from the overhead
+  const double rate = static_cast<double>(tokens) / seconds;
+  prefill_tokens_per_s_ = prefill_tokens_per_s_ <= 0 ? rate : 0.8 * prefill_tokens_per_s_ + 0.2 * rate;
 }
 
 }  // namespace niels::daemon::engine

@@ -11,12 +11,13 @@ Status PrepareCache(EngineState& state, Session& session, Session::Snapshot& sna
                     int64_t final_length, bool* must_wait) {
   *must_wait = false;
   if (!use_kv_cache) {
-    session.StashCache(snapshot);
-    state.sessions.MarkBusy(&session, 0);
+    session.StashCache(snapshot);  // its blocks stay held (by the snapshot) until the turn ends
+    state.sessions.MarkBusy(&session, snapshot.stashed_cache ? snapshot.stashed_cache->blocks() : 0);
     return Status::Ok();
   }
-  const int64_t tokens = std::min(final_length, state.config().context);
-  return state.sessions.Admit(&session, state.sessions.BytesForTokens(tokens), must_wait);
+  NIELS_RETURN_IF_ERROR(state.sessions.Admit(&session, final_length, must_wait));
+  if (!*must_wait) state.sessions.RestoreSpilledCache(session);
+  return Status::Ok();
 }
 
 Turn::Turn(EngineState& state, const WorkInfo& info, Session& session, Session::Snapshot snapshot,
@@ -49,8 +50,14 @@ Status Turn::Complete() {
   }
   state_.tokens_generated_total += result.new_tokens.size();
   state_.tokens_prefilled_total += static_cast<uint64_t>(result.prefilled_tokens);
+  if (cached()) state_.sessions.RecordPrefill(result.prefilled_tokens, result.time_to_first_token_s);
   if (commit_) commit_(session_, result);
-  state_.sessions.Trim(&session_);
+  // Durable sessions: the turn is stored before its final response goes out (on_commit sends it);
+  // a failed write (disk full) fails the turn and leaves the session as it was.
+  if (Status stored = state_.sessions.Commit(session_); !stored.ok()) {
+    session_.Restore(std::move(snapshot_));
+    return stored;
+  }
   if (callbacks_.on_commit) {
     callbacks_.on_commit(TurnOutcome{result, session_, truncated_turns_, info_.queue_ms});
   }

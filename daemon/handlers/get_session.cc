@@ -13,7 +13,7 @@ HandlerResult HandleGetSession(engine::EngineState& state, HandlerContext& conte
   const engine::Session& session = **found;
   v1::Response response;
   v1::GetSessionResponse& result = *response.mutable_get_session();
-  FillSessionInfo(session, *result.mutable_session());
+  FillSessionInfo(engine::ViewOf(session), *result.mutable_session());
   result.mutable_token_ids()->Add(session.tokens().begin(), session.tokens().end());
   return response;
 }

@@ -30,6 +30,11 @@ HandlerResult HandleInfo(engine::EngineState& state, HandlerContext& context, co
   info.set_max_sessions(state.sessions.max_sessions());
   info.set_kv_budget_bytes(state.sessions.kv_budget_bytes());
   info.set_default_system_prompt(std::string(common::kDefaultSystemPrompt));
+  if (const state::DurableStore* durable = state.sessions.durable_store()) {
+    info.set_durable_sessions(true);
+    info.set_session_ttl_s(durable->options().session_ttl_s);
+    info.set_max_stored_sessions_per_uid(durable->options().max_stored_sessions_per_uid);
+  }
   info.set_default_max_new_tokens(common::kDefaultMaxNewTokens);
   v1::Sampling& sampling = *info.mutable_default_sampling();
   sampling.set_temperature(common::kDefaultTemperature);

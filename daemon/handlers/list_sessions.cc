@@ -1,4 +1,4 @@
-// ListSessions: the caller's own sessions, oldest first.
+// ListSessions: the caller's own sessions (loaded and stored), oldest first.
 #include "daemon/handlers/handlers.h"
 #include "daemon/handlers/proto_convert.h"
 
@@ -10,9 +10,9 @@ HandlerResult HandleListSessions(engine::EngineState& state, HandlerContext& con
                                  const v1::ListSessionsRequest&) {
   v1::Response response;
   v1::ListSessionsResponse& result = *response.mutable_list_sessions();
-  for (const engine::Session* session : state.sessions.List(context.uid())) {
-    FillSessionInfo(*session, *result.add_sessions());
-  }
+  common::StatusOr<std::vector<engine::SessionView>> sessions = state.sessions.List(context.uid());
+  if (!sessions.ok()) return sessions.status();
+  for (const engine::SessionView& view : *sessions) FillSessionInfo(view, *result.add_sessions());
   return response;
 }
 

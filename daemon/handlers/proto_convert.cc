@@ -59,15 +59,18 @@ v1::GenerationStats StatsToProto(const engine::GenerateResult& result, double qu
   return stats;
 }
 
-void FillSessionInfo(const engine::Session& session, v1::SessionInfo& info) {
-  info.set_session_id(session.id());
-  info.set_length(session.length());
-  info.set_cached_tokens(session.cached_tokens());
-  info.set_kv_bytes(session.kv_bytes());
-  info.set_turns(static_cast<int32_t>(session.turns().size()));
-  info.set_has_system_prompt(session.has_system_prompt());
-  info.set_created_unix_s(session.created_unix_s());
-  info.set_last_used_unix_s(session.last_used_unix_s());
+void FillSessionInfo(const engine::SessionView& view, v1::SessionInfo& info) {
+  info.set_session_id(view.id);
+  info.set_length(view.length);
+  info.set_cached_tokens(view.cached_tokens);
+  info.set_kv_bytes(view.kv_bytes);
+  info.set_turns(view.turns);
+  info.set_has_system_prompt(view.has_system_prompt);
+  info.set_system_prompt_text(view.system_prompt_text);
+  info.set_created_unix_s(view.created_unix_s);
+  info.set_last_used_unix_s(view.last_used_unix_s);
+  info.set_other_model(view.other_model);
+  info.set_model_name(view.model_name);
 }
 
 v1::StepInfo StepToProto(const StepEvent& event, const model::Tokenizer& tokenizer) {

@@ -9,6 +9,7 @@
 #include "common/status.h"
 #include "daemon/engine/generator.h"
 #include "daemon/engine/session.h"
+#include "daemon/engine/session_store.h"
 #include "daemon/model/sampler.h"
 #include "daemon/model/tokenizer.h"
 #include "niels/v1/nielsd.pb.h"
@@ -34,7 +35,7 @@ niels::v1::StopReason StopReasonToProto(engine::StopReason reason);
 niels::v1::GenerationStats StatsToProto(const engine::GenerateResult& result, double queue_ms);
 
 // Fills `info` with the session's public description.
-void FillSessionInfo(const engine::Session& session, niels::v1::SessionInfo& info);
+void FillSessionInfo(const engine::SessionView& view, niels::v1::SessionInfo& info);
 
 // A StepInfo from a generator step event: id, logprob, top alternatives with their pieces, and the
 // attention row [H, length] flattened row-major.

@@ -9,7 +9,7 @@ HandlerResult HandleResetSession(engine::EngineState& state, HandlerContext& con
                                  const v1::ResetSessionRequest& request) {
   common::StatusOr<engine::Session*> found = state.sessions.Find(request.session_id(), context.uid());
   if (!found.ok()) return found.status();
-  (*found)->Reset();
+  NIELS_RETURN_IF_ERROR(state.sessions.Reset(**found));  // durable: stored before the reply
   v1::Response response;
   response.mutable_reset_session()->set_length((*found)->length());
   return response;

@@ -25,6 +25,14 @@ HandlerResult HandleStats(engine::EngineState& state, HandlerContext&, const v1:
     stats.set_mean_batch_size(static_cast<double>(state.decode_rows) / static_cast<double>(state.decode_steps));
   }
   if (state.busy_s > 0) stats.set_iterations_per_s(static_cast<double>(state.iterations) / state.busy_s);
+  if (state::DurableStore* durable = state.sessions.durable_store()) {
+    auto stored = durable->Count();
+    if (stored.ok()) stats.set_stored_sessions(static_cast<uint32_t>(*stored));
+    stats.set_kv_spill_bytes(durable->spill().used_bytes());
+    stats.set_kv_spill_reads(state.sessions.durable_counters().spill_reads);
+    stats.set_kv_spill_writes(state.sessions.durable_counters().spill_writes);
+    stats.set_commits_total(durable->commits());
+  }
   return response;
 }
 

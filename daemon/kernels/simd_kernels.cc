@@ -44,8 +44,10 @@ void DotRowsPortable(const DotRowsArgs& a, int64_t o_begin, int64_t o_end) {
   }
 }
 
-void WeightedSumRowsPortable(const float* p, const float* rows, int64_t m, int64_t n, float* out) {
-  for (int64_t i = 0; i < n; ++i) out[i] = 0.0f;
+void WeightedSumRowsPortable(const float* p, const float* rows, int64_t m, int64_t n, float* out, bool accumulate) {
+  if (!accumulate) {
+    for (int64_t i = 0; i < n; ++i) out[i] = 0.0f;
+  }
   for (int64_t j = 0; j < m; ++j) {
     for (int64_t i = 0; i < n; ++i) out[i] += p[j] * rows[j * n + i];
   }
@@ -178,12 +180,12 @@ __attribute__((target("avx2,fma"))) void DotRowsAvx2(const DotRowsArgs& a, int64
 }
 
 __attribute__((target("avx2,fma"))) void WeightedSumRowsAvx2(const float* p, const float* rows, int64_t m, int64_t n,
-                                                             float* out) {
+                                                             float* out, bool accumulate) {
   int64_t i = 0;
   // Columns 64 at a time: 8 accumulators stay in registers while the m rows stream past.
   for (; i + 64 <= n; i += 64) {
     __m256 acc[8];
-    for (int k = 0; k < 8; ++k) acc[k] = _mm256_setzero_ps();
+    for (int k = 0; k < 8; ++k) acc[k] = accumulate ? _mm256_loadu_ps(out + i + 8 * k) : _mm256_setzero_ps();
     for (int64_t j = 0; j < m; ++j) {
       const __m256 weight = _mm256_set1_ps(p[j]);
       const float* row = rows + j * n + i;
@@ -194,7 +196,7 @@ __attribute__((target("avx2,fma"))) void WeightedSumRowsAvx2(const float* p, con
   // The remaining columns 8 at a time, the last under a mask.
   for (; i < n; i += 8) {
     const __m256i mask = TailMask(i, n);
-    __m256 acc = _mm256_setzero_ps();
+    __m256 acc = accumulate ? _mm256_maskload_ps(out + i, mask) : _mm256_setzero_ps();
     for (int64_t j = 0; j < m; ++j) {
       acc = _mm256_fmadd_ps(_mm256_set1_ps(p[j]), _mm256_maskload_ps(rows + j * n + i, mask), acc);
     }
@@ -206,7 +208,7 @@ __attribute__((target("avx2,fma"))) void WeightedSumRowsAvx2(const float* p, con
 
 struct Implementation {
   void (*dot_rows)(const DotRowsArgs&, int64_t, int64_t);
-  void (*weighted_sum_rows)(const float*, const float*, int64_t, int64_t, float*);
+  void (*weighted_sum_rows)(const float*, const float*, int64_t, int64_t, float*, bool);
   const char* name;
 };
 
@@ -232,8 +234,8 @@ void DotRows(const float* w, int64_t in, const float* x, int64_t rows, const flo
   active.dot_rows({w, in, x, rows, bias, y, y_stride}, o_begin, o_end);
 }
 
-void WeightedSumRows(const float* p, const float* rows, int64_t m, int64_t n, float* out) {
-  active.weighted_sum_rows(p, rows, m, n, out);
+void WeightedSumRows(const float* p, const float* rows, int64_t m, int64_t n, float* out, bool accumulate) {
+  active.weighted_sum_rows(p, rows, m, n, out, accumulate);
 }
 
 const char* Name() { return active.name; }

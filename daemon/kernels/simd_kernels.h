@@ -2,7 +2,7 @@
 // The few serial float loops the decode step spends its time in, each with an AVX2+FMA version
 // picked at run time when the CPU has it (the build targets plain x86-64) and a portable one.
 // Plain float pointers, row-major, no libtorch. Parallel callers split the work themselves
-// (matvec.h, decode_step.h).
+// (matvec.h, forward_step.h).
 
 #include <cstdint>
 
@@ -19,8 +19,9 @@ void DotRows(const float* w, int64_t in, const float* x, int64_t rows, const flo
              int64_t y_stride, int64_t o_begin, int64_t o_end);
 
 // out[i] = sum_j p[j] * rows[j * n + i] for i < n: the p-weighted sum of m rows of length n
-// (attention's probabilities times the value rows). Sums run over j in order.
-void WeightedSumRows(const float* p, const float* rows, int64_t m, int64_t n, float* out);
+// (attention's probabilities times the value rows). Sums run over j in order. With `accumulate` the
+// sums continue from out's values, so rows given in several calls (KV blocks) sum bitwise as in one.
+void WeightedSumRows(const float* p, const float* rows, int64_t m, int64_t n, float* out, bool accumulate = false);
 
 // The implementation in use: "avx2+fma" or "portable".
 const char* Name();

@@ -19,11 +19,17 @@ inline void CpuRelax() {
 #endif
 }
 
+constexpr int kPartBits = 16;  // threads < 2^16
+constexpr uint64_t kPartMask = (uint64_t{1} << kPartBits) - 1;
+// How often the caller checks for the last part before it sleeps (a pause is ~10-100 ns, so this
+// is some tens of microseconds: about one part's length on an idle machine).
+constexpr int kCallerSpinRounds = 2048;
+
 }  // namespace
 
-WorkerPool::WorkerPool(int threads) : threads_(std::max(threads, 1)) {
+WorkerPool::WorkerPool(int threads) : threads_(std::clamp(threads, 1, static_cast<int>(kPartMask))) {
   workers_.reserve(threads_ - 1);
-  for (int part = 1; part < threads_; ++part) workers_.emplace_back([this, part] { WorkerLoop(part); });
+  for (int worker = 1; worker < threads_; ++worker) workers_.emplace_back([this] { WorkerLoop(); });
 }
 
 WorkerPool::~WorkerPool() {
@@ -42,11 +48,36 @@ void WorkerPool::RunErased(JobFn call, void* context) {
   }
   job_ = call;
   job_context_ = context;
-  pending_.store(parts - 1, std::memory_order_relaxed);
-  generation_.fetch_add(1, std::memory_order_release);  // publishes job_, job_context_, pending_
+  finished_.store(0, std::memory_order_relaxed);
+  const uint64_t generation = generation_.load(std::memory_order_relaxed) + 1;
+  claim_.store(generation << kPartBits, std::memory_order_relaxed);
+  generation_.store(generation, std::memory_order_release);  // publishes job_, claim_, finished_
   generation_.notify_all();
-  call(context, 0, parts);
-  while (pending_.load(std::memory_order_acquire) != 0) CpuRelax();
+  RunClaimedParts(generation);
+  AwaitFinished();
+}
+
+void WorkerPool::RunClaimedParts(uint64_t generation) {
+  const uint64_t tag = generation << kPartBits;
+  uint64_t claim = claim_.load(std::memory_order_acquire);
+  while ((claim & ~kPartMask) == tag && static_cast<int>(claim & kPartMask) < threads_) {
+    if (!claim_.compare_exchange_weak(claim, claim + 1, std::memory_order_acq_rel)) continue;
+    // The job cannot end (nor job_ change) before this claimed part has returned.
+    job_(job_context_, static_cast<int>(claim & kPartMask), threads_);
+    if (finished_.fetch_add(1, std::memory_order_acq_rel) + 1 == threads_) finished_.notify_one();
+    claim = claim_.load(std::memory_order_acquire);
+  }
+}
+
+void WorkerPool::AwaitFinished() {
+  for (int round = 0; round < kCallerSpinRounds; ++round) {
+    if (finished_.load(std::memory_order_acquire) == threads_) return;
+    CpuRelax();
+  }
+  for (int done = finished_.load(std::memory_order_acquire); done != threads_;
+       done = finished_.load(std::memory_order_acquire)) {
+    finished_.wait(done, std::memory_order_acquire);
+  }
 }
 
 uint64_t WorkerPool::AwaitJob(uint64_t seen) {
@@ -63,13 +94,13 @@ uint64_t WorkerPool::AwaitJob(uint64_t seen) {
   }
 }
 
-void WorkerPool::WorkerLoop(int part) {
+void WorkerPool::WorkerLoop() {
   uint64_t seen = 0;
   while (true) {
     seen = AwaitJob(seen);
     if (stopping_.load(std::memory_order_relaxed)) return;
-    job_(job_context_, part, threads_);
-    pending_.fetch_sub(1, std::memory_order_acq_rel);
+    if (test_paused_.load(std::memory_order_relaxed)) continue;
+    RunClaimedParts(seen);
   }
 }
 

@@ -1,110 +1,170 @@
 #include "daemon/model/kv_cache.h"
 
 #include <algorithm>
+#include <cstring>
+#include <stdexcept>
+#include <string>
+#include <utility>
 
 #include <ATen/ATen.h>
 #include <c10/core/InferenceMode.h>
-#include <c10/util/Exception.h>
 
 namespace niels::daemon::model {
 namespace {
 
-// Storage grows in whole chunks of positions: one reallocation (and copy) per kChunk tokens, and
-// at most kChunk - 1 unused positions per layer, so memory follows the cached tokens, not T.
-constexpr int64_t kChunk = 64;
+constexpr int64_t kBlockTokens = KvPool::kBlockTokens;
 
-// [H, capacity, D] f32, uninitialised (every position is written before it is read).
-torch::Tensor NewStorage(int64_t heads, int64_t capacity, int64_t head_dim) {
-  return at::empty({heads, capacity, head_dim}, at::TensorOptions().dtype(at::kFloat));
-}
+int64_t BlocksFor(int64_t positions) { return (positions + kBlockTokens - 1) / kBlockTokens; }
 
 }  // namespace
 
-KvCache::KvCache(const ModelConfig& config)
-    : context_(config.context),
-      heads_(config.heads), head_dim_(config.head_dim()), k_(config.layers), v_(config.layers) {}
-
-int64_t KvCache::bytes() const {
-  int64_t total = 0;
-  for (size_t i = 0; i < k_.size(); ++i) {
-    if (k_[i].defined()) total += k_[i].nbytes() + v_[i].nbytes();
-  }
-  return total;
+KvCache::KvCache(std::shared_ptr<KvPool> pool) : pool_(std::move(pool)) {
+  if (!pool_) throw std::invalid_argument("KvCache needs a pool");
 }
 
-int64_t KvCache::capacity() const { return k_.empty() || !k_[0].defined() ? 0 : k_[0].size(1); }
+KvCache::KvCache(const ModelConfig& config)
+    : KvCache(std::make_shared<KvPool>(config, 4 * KvPool::BytesForOneSequence(config))) {}
+
+KvCache::~KvCache() {
+  if (pool_) ReleaseBlocksFrom(0);
+}
+
+KvCache::KvCache(KvCache&& other) noexcept
+    : pool_(other.pool_),  // the moved-from cache keeps the pool, with no blocks
+      blocks_(std::move(other.blocks_)),
+      keys_(std::move(other.keys_)),
+      tokens_(std::move(other.tokens_)) {
+  other.blocks_.clear();
+  other.keys_.clear();
+  other.tokens_.clear();
+}
+
+KvCache& KvCache::operator=(KvCache&& other) noexcept {
+  if (this == &other) return *this;
+  ReleaseBlocksFrom(0);
+  pool_ = other.pool_;
+  blocks_ = std::move(other.blocks_);
+  keys_ = std::move(other.keys_);
+  tokens_ = std::move(other.tokens_);
+  other.blocks_.clear();
+  other.keys_.clear();
+  other.tokens_.clear();
+  return *this;
+}
+
+int64_t KvCache::shared_blocks() const {
+  int64_t shared = 0;
+  for (BlockId id : blocks_) shared += pool_->refs(id) > 1 ? 1 : 0;
+  return shared;
+}
+
+void KvCache::ReleaseBlocksFrom(size_t first) {
+  // Last block first: an unreferenced chain enters the pool's cache leaves first, so eviction takes
+  // the ends of prefixes before their beginnings.
+  while (blocks_.size() > first) {
+    pool_->Unref(blocks_.back());
+    blocks_.pop_back();
+    keys_.pop_back();
+  }
+}
 
 void KvCache::Truncate(int64_t n) {
-  TORCH_CHECK(n >= 0 && n <= length_, "KvCache::Truncate(", n, ") with length ", length_);
-  length_ = n;
-  if (n == 0) Clear();
+  if (n < 0 || n > length()) {
+    throw std::out_of_range("KvCache::Truncate(" + std::to_string(n) + ") with length " + std::to_string(length()));
+  }
+  tokens_.resize(static_cast<size_t>(n));
+  ReleaseBlocksFrom(static_cast<size_t>(BlocksFor(n)));
+  // A block cut short is no longer known to this cache as full (it may still be registered in the
+  // pool for other caches; PrepareWrite copies it before writing).
+  if (n % kBlockTokens != 0) keys_.back() = 0;
 }
 
-void KvCache::Clear() {
-  length_ = 0;
-  for (size_t i = 0; i < k_.size(); ++i) {
-    k_[i] = torch::Tensor();
-    v_[i] = torch::Tensor();
-  }
-}
+void KvCache::Clear() { Truncate(0); }
 
-KvCache KvCache::Clone() const {
-  c10::InferenceMode guard;
-  KvCache copy(static_cast<int64_t>(k_.size()), context_, heads_, head_dim_, ChunkedCapacity(length_));
-  for (size_t i = 0; i < k_.size() && length_ > 0; ++i) {
-    copy.k_[i].narrow(1, 0, length_).copy_(Keys(static_cast<int64_t>(i), length_));
-    copy.v_[i].narrow(1, 0, length_).copy_(Values(static_cast<int64_t>(i), length_));
-  }
-  copy.length_ = length_;
+KvCache KvCache::Share() const {
+  KvCache copy(pool_);
+  copy.blocks_ = blocks_;
+  copy.keys_ = keys_;
+  copy.tokens_ = tokens_;
+  copy.ReleaseBlocksFrom(static_cast<size_t>(BlocksFor(length())));  // never share blocks past length
+  for (BlockId id : copy.blocks_) pool_->Ref(id);
   return copy;
 }
 
-KvCache::KvCache(int64_t layers, int64_t context, int64_t heads, int64_t head_dim, int64_t capacity)
-    : context_(context),
-      heads_(heads), head_dim_(head_dim), k_(layers), v_(layers) {
-  if (capacity == 0) return;
-  for (size_t i = 0; i < k_.size(); ++i) {
-    k_[i] = NewStorage(heads_, capacity, head_dim_);
-    v_[i] = NewStorage(heads_, capacity, head_dim_);
+int64_t KvCache::AttachPrefix(std::span<const int32_t> tokens) {
+  if (!tokens_.empty() || !blocks_.empty()) return 0;
+  uint64_t parent = KvPool::kRootKey;
+  for (size_t begin = 0; begin + kBlockTokens <= tokens.size(); begin += kBlockTokens) {
+    const std::span<const int32_t> block_tokens = tokens.subspan(begin, kBlockTokens);
+    const BlockId id = pool_->Find(parent, block_tokens);
+    if (id == kNoBlock) break;
+    parent = pool_->key(id);
+    blocks_.push_back(id);
+    keys_.push_back(parent);
+    tokens_.insert(tokens_.end(), block_tokens.begin(), block_tokens.end());
   }
+  return length();
 }
 
-int64_t KvCache::ChunkedCapacity(int64_t positions) const {
-  const int64_t rounded = (positions + kChunk - 1) / kChunk * kChunk;
-  return std::max(positions, std::min(rounded, context_));
-}
-
-void KvCache::Reserve(int64_t n) {
-  const int64_t needed = length_ + n;
-  if (needed <= capacity()) return;
-  c10::InferenceMode guard;
-  const int64_t new_capacity = ChunkedCapacity(needed);
-  for (size_t i = 0; i < k_.size(); ++i) {
-    torch::Tensor k = NewStorage(heads_, new_capacity, head_dim_);
-    torch::Tensor v = NewStorage(heads_, new_capacity, head_dim_);
-    if (length_ > 0) {
-      k.narrow(1, 0, length_).copy_(k_[i].narrow(1, 0, length_));
-      v.narrow(1, 0, length_).copy_(v_[i].narrow(1, 0, length_));
+bool KvCache::PrepareWrite(int64_t n) {
+  const size_t had = blocks_.size();
+  const int64_t start = length();
+  // Copy on write: the block that position `start` falls into, if the cache has it already.
+  const size_t last = static_cast<size_t>(start / kBlockTokens);
+  if (last < had && (pool_->refs(blocks_[last]) > 1 || pool_->registered(blocks_[last]))) {
+    const BlockId old = blocks_[last];
+    const BlockId copy = pool_->Allocate();
+    if (copy == kNoBlock) return false;
+    std::memcpy(pool_->data(copy), pool_->data(old), pool_->block_bytes());
+    blocks_[last] = copy;
+    keys_[last] = 0;
+    pool_->Unref(old);
+  }
+  const size_t needed = static_cast<size_t>(BlocksFor(start + n));
+  while (blocks_.size() < needed) {
+    const BlockId id = pool_->Allocate();
+    if (id == kNoBlock) {
+      ReleaseBlocksFrom(std::max(had, static_cast<size_t>(BlocksFor(start))));
+      return false;
     }
-    k_[i] = std::move(k);
-    v_[i] = std::move(v);
+    blocks_.push_back(id);
+    keys_.push_back(0);
+  }
+  return true;
+}
+
+void KvCache::Commit(std::span<const int32_t> tokens) {
+  const int64_t start = length();
+  if (BlocksFor(start + static_cast<int64_t>(tokens.size())) > blocks()) {
+    throw std::logic_error("KvCache::Commit past the blocks PrepareWrite made");
+  }
+  tokens_.insert(tokens_.end(), tokens.begin(), tokens.end());
+  // Register the blocks that are now full, in order (each under the key of the one before).
+  for (int64_t block = start / kBlockTokens; (block + 1) * kBlockTokens <= length(); ++block) {
+    if (keys_[block] != 0) continue;
+    const uint64_t parent = block == 0 ? KvPool::kRootKey : keys_[block - 1];
+    if (block > 0 && parent == 0) break;  // an unregistered predecessor: nothing to chain to
+    keys_[block] = pool_->Register(blocks_[block], parent,
+                                   std::span<const int32_t>(tokens_).subspan(block * kBlockTokens, kBlockTokens));
   }
 }
 
-void KvCache::Write(int64_t layer, const torch::Tensor& k, const torch::Tensor& v) {
-  const int64_t n = k.size(1);  // k, v: [H, n, D]
-  TORCH_CHECK(length_ + n <= capacity(), "KvCache::Write past capacity: Reserve first");
-  k_[layer].narrow(1, length_, n).copy_(k);
-  v_[layer].narrow(1, length_, n).copy_(v);
+torch::Tensor KvCache::Gather(int64_t layer, int kv, int64_t upto) const {
+  c10::InferenceMode guard;
+  const int64_t H = pool_->heads(), D = pool_->head_dim();
+  torch::Tensor out = at::empty({H, upto, D}, at::kFloat);
+  float* dst = out.data_ptr<float>();
+  for (int64_t h = 0; h < H; ++h) {
+    for (int64_t p = 0; p < upto; ++p) {
+      const float* src = pool_->data(blocks_[p / kBlockTokens]) + pool_->BlockOffset(layer, kv, h, p % kBlockTokens);
+      std::memcpy(dst + (h * upto + p) * D, src, static_cast<size_t>(D) * sizeof(float));
+    }
+  }
+  return out;
 }
 
-void KvCache::Advance(int64_t n) {
-  TORCH_CHECK(length_ + n <= capacity(), "KvCache::Advance past capacity");
-  length_ += n;
-}
+torch::Tensor KvCache::Keys(int64_t layer, int64_t upto) const { return Gather(layer, 0, upto); }
 
-torch::Tensor KvCache::Keys(int64_t layer, int64_t upto) const { return k_[layer].narrow(1, 0, upto); }
-
-torch::Tensor KvCache::Values(int64_t layer, int64_t upto) const { return v_[layer].narrow(1, 0, upto); }
+torch::Tensor KvCache::Values(int64_t layer, int64_t upto) const { return Gather(layer, 1, upto); }
 
 }  // namespace niels::daemon::model

@@ -1,65 +1,92 @@
 #pragma once
-// KvCache: the keys and values of one sequence, for every layer, covering positions 0..length()-1.
+// KvCache: the keys and values of one sequence, for every layer, covering positions 0..length()-1,
+// held as a table of blocks of a KvPool (kv_pool.h; docs/ARCHITECTURE.md, "Sessions and the KV
+// cache"). Keys are stored after RoPE. The cache also remembers the token ids it holds, so that
+// full blocks can be registered in the pool's prefix index and found again by other sequences.
 //
-// Keys are stored after RoPE. Storage grows with the tokens actually cached (in chunks), never
-// preallocated to T. A KvCache is a value owned by one session; it is not thread-safe and is only
-// touched by the engine thread. Clone() makes an independent deep copy (for ForkSession).
+// Sharing: Share() makes a second cache over the same blocks (a fork or a snapshot costs no KV
+// copy); AttachPrefix() starts an empty cache from registered blocks of any sequence with the same
+// leading tokens. A block that is shared or registered is never written: PrepareWrite copies it
+// first (copy on write), so at most one block is copied per fork.
+//
+// Memory follows the cached tokens in whole blocks (KvPool::kBlockTokens positions), never T.
+// Not thread-safe: one thread (the engine thread) uses a cache and its pool.
 
 #include <cstdint>
+#include <memory>
+#include <span>
 #include <vector>
 
 #include <torch/types.h>
 
 #include "daemon/model/config.h"
+#include "daemon/model/kv_pool.h"
 
 namespace niels::daemon::model {
 
 class KvCache {
  public:
+  // An empty cache on `pool`. REQUIRES: pool not null.
+  explicit KvCache(std::shared_ptr<KvPool> pool);
+  // An empty cache with a pool of its own that holds four sequences of T positions (for tools,
+  // tests and benchmarks: a sequence and a few Share()d copies of it; nielsd's sessions share the
+  // engine's pool).
   explicit KvCache(const ModelConfig& config);
-  KvCache(KvCache&&) = default;
-  KvCache& operator=(KvCache&&) = default;
+  ~KvCache();  // releases its blocks
+  KvCache(KvCache&& other) noexcept;
+  KvCache& operator=(KvCache&& other) noexcept;
   KvCache(const KvCache&) = delete;
   KvCache& operator=(const KvCache&) = delete;
 
-  // Number of positions cached.
-  int64_t length() const { return length_; }
-  // Bytes of storage held (grows with length(), not with T).
-  int64_t bytes() const;
-  // Positions the storage holds without reallocating (0, or a multiple of 64 capped at T).
-  int64_t capacity() const;
-  // Drops positions >= n (storage is kept for reuse). REQUIRES: 0 <= n <= length().
-  // Clear() == Truncate(0) and frees storage.
-  void Truncate(int64_t n);
-  void Clear();
-  // Independent deep copy of the cached positions (its capacity is length() rounded up to a chunk).
-  KvCache Clone() const;
+  // Number of positions cached, and the token ids at those positions.
+  int64_t length() const { return static_cast<int64_t>(tokens_.size()); }
+  const std::vector<int32_t>& tokens() const { return tokens_; }
+  // Blocks held (each counted once here even if other caches share it), and their bytes.
+  int64_t blocks() const { return static_cast<int64_t>(blocks_.size()); }
+  int64_t bytes() const { return blocks() * static_cast<int64_t>(pool_->block_bytes()); }
+  // Blocks only this cache holds, and blocks it shares with other caches (shared + own = blocks()).
+  int64_t shared_blocks() const;
+  int64_t own_blocks() const { return blocks() - shared_blocks(); }
+  KvPool& pool() const { return *pool_; }
+  const std::shared_ptr<KvPool>& shared_pool() const { return pool_; }
 
-  // --- used by Transformer ---
-  // Makes room for `n` more positions in every layer (may reallocate storage).
-  void Reserve(int64_t n);
-  // Writes k, v ([H, n, D]) of `layer` at positions length()..length()+n-1. Call for every layer,
-  // then Advance(n) once.
-  void Write(int64_t layer, const torch::Tensor& k, const torch::Tensor& v);
-  void Advance(int64_t n);
-  // Views of positions [0, upto) of `layer`: [H, upto, D].
+  // Drops positions >= n (blocks wholly past n go back to the pool). REQUIRES: 0 <= n <= length().
+  void Truncate(int64_t n);
+  // Drops every position.
+  void Clear();
+  // A cache over the same blocks (each gains a reference): same length, tokens and contents.
+  KvCache Share() const;
+  // For an empty cache: takes the longest run of registered full blocks whose tokens are the start
+  // of `tokens` (whole blocks only) and returns the number of positions now cached. No-op (0) when
+  // the cache is not empty.
+  int64_t AttachPrefix(std::span<const int32_t> tokens);
+
+  // --- for the forward pass (Transformer) ---
+  // Makes positions [length(), length() + n) writable: allocates blocks and copies a last block
+  // that is shared or registered. Returns false (nothing changed that matters: the cache still
+  // holds the same positions) when the pool cannot supply a block.
+  bool PrepareWrite(int64_t n);
+  // The block table: block i holds positions [i * kBlockTokens, (i + 1) * kBlockTokens).
+  const std::vector<BlockId>& block_ids() const { return blocks_; }
+  // Records that positions [length(), length() + tokens.size()) were written for `tokens`, and
+  // registers the blocks that became full in the pool's prefix index. REQUIRES: PrepareWrite for at
+  // least tokens.size() positions, every layer of every position written.
+  void Commit(std::span<const int32_t> tokens);
+
+  // Copies of positions [0, upto) of `layer`: [H, upto, D] (for tests and tools).
   torch::Tensor Keys(int64_t layer, int64_t upto) const;
   torch::Tensor Values(int64_t layer, int64_t upto) const;
-  // The storage of `layer` as raw floats [H, capacity(), D] (for DecodeStep). Valid until the next
-  // Reserve, Truncate(0) or Clear. REQUIRES: capacity() > 0.
-  float* KeyStorage(int64_t layer) { return k_[layer].data_ptr<float>(); }
-  float* ValueStorage(int64_t layer) { return v_[layer].data_ptr<float>(); }
 
  private:
-  KvCache(int64_t layers, int64_t context, int64_t heads, int64_t head_dim, int64_t capacity);
-  int64_t ChunkedCapacity(int64_t positions) const;
+  torch::Tensor Gather(int64_t layer, int kv, int64_t upto) const;
+  void ReleaseBlocksFrom(size_t first);
 
-  int64_t context_;
-  int64_t heads_;
-  int64_t head_dim_;
-  int64_t length_ = 0;
-  std::vector<torch::Tensor> k_;  // per layer: [H, capacity, D]
-  std::vector<torch::Tensor> v_;  // per layer: [H, capacity, D]
+  std::shared_ptr<KvPool> pool_;
+  std::vector<BlockId> blocks_;
+  // Per block: the prefix-index key this cache knows it under (0 until the block is full and
+  // registered by Commit, or attached).
+  std::vector<uint64_t> keys_;
+  std::vector<int32_t> tokens_;
 };
 
 }  // namespace niels::daemon::model

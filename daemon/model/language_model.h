@@ -1,10 +1,13 @@
 #pragma once
 // LanguageModel: what the generation loop needs from a model. Transformer is the real one; tests
 // may script a model with forced outputs (e.g. to test stop rules) by implementing this interface.
-// An implementation must append exactly the processed positions to the caches it is given.
+// An implementation must append exactly the processed positions to the caches it is given
+// (KvCache::PrepareWrite, then Commit).
 
 #include <cstdint>
 #include <span>
+#include <stdexcept>
+#include <string>
 #include <vector>
 
 #include <torch/types.h>
@@ -20,16 +23,32 @@ struct AttentionTrace {
   std::vector<torch::Tensor> rows;  // filled by Decode: per sequence [H, length] (after softmax)
 };
 
+// Thrown when a cache cannot get the KV blocks a forward pass needs (the pool is full of blocks in
+// use). Nothing was written; the caches hold what they held before.
+class KvExhausted : public std::runtime_error {
+ public:
+  using std::runtime_error::runtime_error;
+};
+
+// One sequence's part of a Step: its new tokens, and which logits it wants.
+struct SequenceInput {
+  KvCache* cache;                   // the tokens go to positions cache->length() ...
+  std::span<const int32_t> tokens;  // at least one
+  bool want_logits = true;          // the logits of the last token
+  bool all_logits = false;          // the logits of every token (implies want_logits)
+  torch::Tensor* trace = nullptr;   // if set (and trace_layer >= 0): [H, length] of the last token
+};
+
 class LanguageModel {
  public:
   virtual ~LanguageModel() = default;
 
   virtual const ModelConfig& config() const = 0;
 
-  // Processes `tokens` at positions cache.length() .. cache.length()+n-1 in one batched forward,
+  // Processes `tokens` at positions cache.length() .. cache.length()+n-1 in one forward pass,
   // appending their keys/values to `cache`. Returns logits at the last position [V], or at every
   // position [n, V] when `all_logits` (the vocab projection is skipped elsewhere otherwise).
-  // REQUIRES: n >= 1, cache.length() + n <= T, every id in [0, V).
+  // REQUIRES: n >= 1, cache.length() + n <= T, every id in [0, V). Throws KvExhausted.
   virtual torch::Tensor Prefill(std::span<const int32_t> tokens, KvCache& cache,
                                 bool all_logits = false) const = 0;
 
@@ -42,6 +61,11 @@ class LanguageModel {
   // Uncached full forward over `tokens` at positions 0..n-1: logits [n, V] (last_only: [V]).
   // REQUIRES: 1 <= n <= T.
   virtual torch::Tensor Forward(std::span<const int32_t> tokens, bool last_only = false) const = 0;
+
+  // One forward pass over the new tokens of several sequences at once (prefill chunks and decode
+  // tokens together). Returns the logits rows the inputs asked for, input after input [n, V].
+  // Same REQUIREs as Prefill for each input; distinct caches. The default runs Prefill per input.
+  virtual torch::Tensor Step(std::span<const SequenceInput> inputs, int64_t trace_layer = -1) const;
 };
 
 }  // namespace niels::daemon::model

@@ -1,14 +1,18 @@
 #pragma once
-// Transformer: the niels_gpt forward pass (docs/ARCHITECTURE.md, "Model math"), with and without a
-// KV cache.
+// Transformer: the niels_gpt forward pass (docs/ARCHITECTURE.md, "Model math") for inference, with
+// and without a KV cache, and ForwardTrain for training.
 //
-// The math lives in free functions (one per stage) so that inference and training share one
-// definition; ForwardTrain is differentiable. Decode, the hot path, runs the same math as plain
-// float loops (decode_step.h); tests hold it to the libtorch stages and to a scalar reference.
-// The Transformer class holds the weights, the RoPE tables and the decode step (with its scratch,
-// allocated once and reused) and runs under torch::InferenceMode. Its decode kernels run on the
-// WorkerPool given at construction (no process-wide pool). Thread-safety: calls must come from one
-// thread at a time (the engine thread in nielsd): Decode reuses the step's scratch.
+// Inference runs on nielsd's own kernels (daemon/kernels/forward_step.h): a prefill chunk, a decode
+// step and a mixed Step of several sequences are all rows of one ForwardStep, so every position's
+// result is bitwise the same however its tokens were split into steps and whatever else ran beside
+// it; the uncached Forward is a prefill into a private scratch cache. The libtorch stages
+// (transformer_stages.h) define the same math for ForwardTrain, which is differentiable; the tests
+// hold the kernels to them and to a naive scalar reference.
+//
+// The Transformer holds the weights, the RoPE table, the step (with its scratch, allocated once and
+// reused) and a small KV pool for Forward. Its kernels run on the WorkerPool given at construction
+// (no process-wide pool). Thread-safety: calls must come from one thread at a time (the engine
+// thread in nielsd): the step's scratch is shared.
 
 #include <cstdint>
 #include <memory>
@@ -17,9 +21,9 @@
 
 #include <torch/types.h>
 
-#include "daemon/model/config.h"
-#include "daemon/kernels/decode_step.h"
+#include "daemon/kernels/forward_step.h"
 #include "daemon/kernels/worker_pool.h"
+#include "daemon/model/config.h"
 #include "daemon/model/kv_cache.h"
 #include "daemon/model/language_model.h"
 #include "daemon/model/weights.h"
@@ -27,12 +31,12 @@
 namespace niels::daemon::model {
 
 // Differentiable full forward for training: tokens [B, n] (int64, n <= T, positions 0..n-1)
-// -> logits [B, n, V]. Uses the same stage functions as the inference paths.
+// -> logits [B, n, V]. Uses the libtorch stage functions.
 torch::Tensor ForwardTrain(const ModelConfig& config, const Weights& weights, const torch::Tensor& tokens);
 
 class Transformer final : public LanguageModel {
  public:
-  // pool: the decode kernels' threads (shared with whoever else uses it); nullptr = a 1-thread pool.
+  // pool: the kernels' threads (shared with whoever else uses it); nullptr = a 1-thread pool.
   Transformer(ModelConfig config, Weights weights, std::shared_ptr<kernels::WorkerPool> pool = nullptr);
 
   const ModelConfig& config() const override { return config_; }
@@ -40,21 +44,23 @@ class Transformer final : public LanguageModel {
 
   // See LanguageModel for the contracts. The returned logits are inference tensors (made under
   // c10::InferenceMode): read them freely, but modify them in place only under InferenceMode (or
-  // clone them first). Violated REQUIREs throw c10::Error.
+  // clone them first). Violated REQUIREs throw c10::Error; a full KV pool throws KvExhausted.
   torch::Tensor Prefill(std::span<const int32_t> tokens, KvCache& cache,
                         bool all_logits = false) const override;
   torch::Tensor Decode(std::span<const int32_t> tokens, std::span<KvCache* const> caches,
                        AttentionTrace* trace = nullptr) const override;
   torch::Tensor Forward(std::span<const int32_t> tokens, bool last_only = false) const override;
+  torch::Tensor Step(std::span<const SequenceInput> inputs, int64_t trace_layer = -1) const override;
 
  private:
   ModelConfig config_;
   Weights weights_;
-  torch::Tensor rope_;  // [T, D/2] complex64: cos + i sin of the RoPE angles (computed in f64)
-  torch::Tensor rope_pairs_;       // the same table as floats [T, D/2, 2] (cos, sin), for DecodeStep
-  kernels::DecodeWeights decode_weights_;  // float views of weights_ and rope_pairs_
-  mutable kernels::DecodeStep decode_step_;  // its scratch is reused from call to call
-  mutable std::vector<kernels::DecodeSequence> sequences_;  // the batch of the last Decode, reused
+  torch::Tensor rope_pairs_;             // [T, D/2, 2] float: (cos, sin) of the RoPE angles (f64-made)
+  kernels::WeightViews weight_views_;    // float views of weights_ and rope_pairs_
+  mutable kernels::ForwardStep step_;    // its scratch is reused from call to call
+  std::shared_ptr<KvPool> scratch_pool_;  // Forward's cache: T positions
+  mutable std::vector<kernels::StepSequence> sequences_;  // the inputs of the last step, reused
+  mutable std::vector<std::vector<float*>> block_pointers_;
 };
 
 }  // namespace niels::daemon::model

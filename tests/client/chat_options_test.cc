@@ -70,6 +70,24 @@ TEST(ChatFlagsTest, DefaultsAreTheOriginalCli) {
   EXPECT_FALSE(o.stats);
 }
 
+TEST(ChatFlagsTest, SessionAndResume) {
+  EXPECT_EQ(MustParse({"--session", "0123abcd"}).session, "0123abcd");
+  EXPECT_FALSE(MustParse({}).resume);
+  const ChatOptions resume = MustParse({"--resume", "--system", "pirate"});
+  EXPECT_TRUE(resume.resume);
+  EXPECT_EQ(resume.system_text, std::optional<std::string>("pirate"));
+  // A continued session brings its own system prompt; --resume picks one itself.
+  for (const auto& words : std::vector<std::vector<std::string>>{{"--session", "x", "--system", "y"},
+                                                                  {"--session", "x", "--system-file", "f"},
+                                                                  {"--session", "x", "--resume"}}) {
+    std::string err;
+    auto result = Parse(words, nullptr, &err);
+    ASSERT_TRUE(std::holds_alternative<int>(result)) << words[2];
+    EXPECT_EQ(std::get<int>(result), 2);
+    EXPECT_NE(err.find("excludes"), std::string::npos) << err;
+  }
+}
+
 TEST(ChatFlagsTest, EveryFlagIsParsed) {
   const ChatOptions o = MustParse({"--max-new-tokens", "7", "--temperature", "0.5", "--top-k", "0",
                                    "--top-p", "0.8", "--seed", "123", "--system", "be brief",
@@ -224,10 +242,31 @@ TEST(FormatStatsTest, NamesEveryCounter) {
   s->set_used_kv_cache(true);
   s->set_time_to_first_token_ms(12.345);
   s->set_decode_tokens_per_s(250.0);
-  EXPECT_EQ(FormatStats(r),
+  EXPECT_EQ(FormatStats(r, "0123abcd"),
             "prompt_tokens=100 reused_tokens=90 prefilled_tokens=10 generated_tokens=20 "
             "used_kv_cache=true ttft_ms=12.35 decode_tok_s=250.0 queue_ms=0.00 truncated_turns=1 "
-            "stop_reason=EOT session_length=120");
+            "stop_reason=EOT session_length=120 session=0123abcd");
+}
+
+TEST(PickResumeSessionTest, MostRecentOfThisModelWithExactlyThatSystemPrompt) {
+  niels::v1::ListSessionsResponse list;
+  auto add = [&](const std::string& id, std::optional<std::string> system, double last_used, bool other = false) {
+    auto* info = list.add_sessions();
+    info->set_session_id(id);
+    info->set_has_system_prompt(system.has_value());
+    if (system) info->set_system_prompt_text(*system);
+    info->set_last_used_unix_s(last_used);
+    info->set_other_model(other);
+  };
+  EXPECT_EQ(PickResumeSession(list, "p"), "");
+  add("a", "p", 1.0);
+  add("b", "p", 3.0);
+  add("c", "p ", 9.0);             // not exactly the same text
+  add("d", std::nullopt, 9.0);     // no system message at all
+  add("e", "p", 9.0, /*other=*/true);
+  EXPECT_EQ(PickResumeSession(list, "p"), "b");
+  add("f", "", 2.0);
+  EXPECT_EQ(PickResumeSession(list, ""), "f");  // an empty system prompt is still one
 }
 
 TEST(Utf8Test, AcceptsWellFormedRejectsMalformed) {

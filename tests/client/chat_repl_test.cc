@@ -5,6 +5,8 @@
 #include <gtest/gtest.h>
 
 #include <atomic>
+#include <functional>
+#include <optional>
 #include <sstream>
 #include <string>
 #include <vector>
@@ -26,6 +28,8 @@ using testing_support::Send;
 class EchoDaemon {
  public:
   std::function<void()> on_cancel_me;
+  // Sessions GetSession and ListSessions know about (besides those created: "s1", "s2", ...).
+  std::vector<v1::SessionInfo> stored;
 
   EchoDaemon() : fake_([this](const v1::Request& q) { return Answer(q); }) {}
   FakeDaemon& fake() { return fake_; }
@@ -35,10 +39,27 @@ class EchoDaemon {
     v1::Response r = FakeDaemon::Reply(q.request_id());
     switch (q.kind_case()) {
       case v1::Request::kCreateSession:
-        r.mutable_create_session()->set_session_id("s1");
+        r.mutable_create_session()->set_session_id("s" + std::to_string(++created_));
+        return Send({r});
+      case v1::Request::kListSessions:
+        r.mutable_list_sessions();
+        for (const auto& info : stored) *r.mutable_list_sessions()->add_sessions() = info;
+        return Send({r});
+      case v1::Request::kGetSession:
+        for (const auto& info : stored) {
+          if (info.session_id() == q.get_session().session_id()) {
+            *r.mutable_get_session()->mutable_session() = info;
+            return Send({r});
+          }
+        }
+        r.mutable_error()->set_code(v1::NOT_FOUND);
+        r.mutable_error()->set_message("unknown session " + q.get_session().session_id());
         return Send({r});
       case v1::Request::kDeleteSession:
         r.mutable_delete_session();
+        return Send({r});
+      case v1::Request::kResetSession:
+        r.mutable_reset_session();
         return Send({r});
       case v1::Request::kCancel: {
         r.mutable_cancel()->set_found(true);
@@ -81,6 +102,7 @@ class EchoDaemon {
     return Send(out);
   }
 
+  int created_ = 0;
   FakeDaemon fake_;
 };
 
@@ -91,19 +113,52 @@ struct ReplRun {
   std::vector<v1::Request> requests;  // everything the daemon got, including the final delete
 };
 
-ReplRun RunLines(EchoDaemon& daemon, const std::string& input, ChatOptions options = {}) {
+// Runs `input` through a REPL started with `start` (default: a new session with "sys prompt").
+ReplRun RunLines(EchoDaemon& daemon, const std::string& input, ChatOptions options = {}, bool durable = false,
+                 const std::function<Status(ChatRepl&)>& start = nullptr) {
   auto client = DaemonClient::Connect(daemon.fake().path());
   EXPECT_TRUE(client.ok());
   std::ostringstream out, err;
   std::istringstream in(input);
-  int code;
+  int code = -1;
   {
     ChatRepl repl(client->get(), options, out, err);
+    repl.SetDurable(durable);
     daemon.on_cancel_me = [&] { (*client)->RequestCancel(); };
-    EXPECT_TRUE(repl.Start("sys prompt").ok());
-    code = repl.RunLines(in);
+    const Status started = start ? start(repl) : repl.Start("sys prompt");
+    EXPECT_TRUE(started.ok()) << started.ToString();
+    if (started.ok()) code = repl.RunLines(in);
   }
   return {code, out.str(), err.str(), daemon.fake().requests()};
+}
+
+std::vector<std::string> DeletedIds(const std::vector<v1::Request>& requests) {
+  std::vector<std::string> ids;
+  for (const auto& r : requests) {
+    if (r.has_delete_session()) ids.push_back(r.delete_session().session_id());
+  }
+  return ids;
+}
+
+std::vector<std::string> ChatSessionIds(const std::vector<v1::Request>& requests) {
+  std::vector<std::string> ids;
+  for (const auto& r : requests) {
+    if (r.has_chat()) ids.push_back(r.chat().session_id());
+  }
+  return ids;
+}
+
+v1::SessionInfo Stored(const std::string& id, std::optional<std::string> system, double last_used, int turns,
+                       bool other_model = false) {
+  v1::SessionInfo info;
+  info.set_session_id(id);
+  if (system) info.set_system_prompt_text(*system);
+  info.set_has_system_prompt(system.has_value());
+  info.set_last_used_unix_s(last_used);
+  info.set_turns(turns);
+  info.set_other_model(other_model);
+  info.set_model_name(other_model ? "old-model" : "tiny");
+  return info;
 }
 
 std::vector<std::string> ChatTexts(const std::vector<v1::Request>& requests) {
@@ -224,6 +279,101 @@ TEST(ChatReplTest, OneShot) {
   EXPECT_EQ(repl.RunOneShot("question"), kExitOk);
   EXPECT_EQ(out.str(), "echo: question\n");
   EXPECT_EQ(repl.RunOneShot("fail"), kExitTurnFailed);
+}
+
+// With a durable daemon a conversation that got a reply is kept; one that never did is deleted.
+TEST(ChatReplSessionsTest, DurableDaemonKeepsConversationsWithTurnsOnly) {
+  EchoDaemon with_turns;
+  ReplRun kept = RunLines(with_turns, "hello\n", {}, /*durable=*/true);
+  EXPECT_EQ(kept.code, kExitOk);
+  EXPECT_TRUE(DeletedIds(kept.requests).empty());
+
+  EchoDaemon without;
+  ReplRun empty = RunLines(without, "/help\n", {}, /*durable=*/true);
+  EXPECT_EQ(DeletedIds(empty.requests), (std::vector<std::string>{"s1"}));
+
+  EchoDaemon reset;  // /reset empties it again: nothing worth keeping
+  ReplRun cleared = RunLines(reset, "hello\n/reset\n", {}, /*durable=*/true);
+  EXPECT_EQ(DeletedIds(cleared.requests), (std::vector<std::string>{"s1"}));
+
+  EchoDaemon failed;  // a failed turn is no turn
+  ReplRun none = RunLines(failed, "fail\n", {}, /*durable=*/true);
+  EXPECT_EQ(DeletedIds(none.requests), (std::vector<std::string>{"s1"}));
+}
+
+TEST(ChatReplSessionsTest, NewKeepsThePreviousConversationAndSessionShowsTheId) {
+  EchoDaemon daemon;
+  ReplRun run = RunLines(daemon, "one\n/session\n/new\n/session\ntwo\n/new\n", {}, /*durable=*/true);
+  EXPECT_EQ(run.code, kExitOk);
+  EXPECT_EQ(ChatSessionIds(run.requests), (std::vector<std::string>{"s1", "s2"}));
+  // s1 and s2 hold a turn each and are kept; s3 never got one and goes at exit.
+  EXPECT_EQ(DeletedIds(run.requests), (std::vector<std::string>{"s3"}));
+  EXPECT_NE(run.err.find("niels-chat: session s1 (1 turn; continue it later with niels-chat --session s1)"),
+            std::string::npos) << run.err;
+  EXPECT_NE(run.err.find("niels-chat: session s2 (0 turns;"), std::string::npos) << run.err;
+  EXPECT_NE(run.err.find("the previous conversation is kept as session s1"), std::string::npos) << run.err;
+  // Every new session has the same system prompt.
+  for (const auto& r : run.requests) {
+    if (r.has_create_session()) {
+      EXPECT_EQ(r.create_session().system_prompt(), "sys prompt");
+    }
+  }
+}
+
+TEST(ChatReplSessionsTest, EphemeralDaemonGetsItsSessionsDeleted) {
+  EchoDaemon daemon;
+  ReplRun run = RunLines(daemon, "one\n/new\ntwo\n", {}, /*durable=*/false);
+  EXPECT_EQ(DeletedIds(run.requests), (std::vector<std::string>{"s1", "s2"}));
+  EXPECT_EQ(run.err.find("kept"), std::string::npos) << run.err;
+}
+
+TEST(ChatReplSessionsTest, ContinueUsesTheSessionAndNeverDeletesIt) {
+  EchoDaemon daemon;
+  daemon.stored = {Stored("abc", "pirate", 5.0, 3)};
+  ReplRun run = RunLines(daemon, "more\n/reset\n", {}, /*durable=*/false,
+                         [](ChatRepl& repl) { return repl.Continue("abc"); });
+  EXPECT_EQ(run.code, kExitOk);
+  EXPECT_EQ(ChatSessionIds(run.requests), (std::vector<std::string>{"abc"}));
+  EXPECT_TRUE(DeletedIds(run.requests).empty());  // not ours to delete, even emptied
+  for (const auto& r : run.requests) EXPECT_FALSE(r.has_create_session());
+}
+
+TEST(ChatReplSessionsTest, ContinueRefusesUnknownAndOtherModelSessions) {
+  EchoDaemon daemon;
+  daemon.stored = {Stored("old", "pirate", 5.0, 3, /*other_model=*/true)};
+  auto client = DaemonClient::Connect(daemon.fake().path());
+  ASSERT_TRUE(client.ok());
+  std::ostringstream out, err;
+  ChatRepl repl(client->get(), ChatOptions{}, out, err);
+  EXPECT_EQ(repl.Continue("nope").code(), StatusCode::kNotFound);
+  const Status other = repl.Continue("old");
+  EXPECT_EQ(other.code(), StatusCode::kInvalidArgument);
+  EXPECT_NE(other.message().find("another model (old-model)"), std::string::npos) << other.message();
+}
+
+TEST(ChatReplSessionsTest, ResumePicksTheMostRecentWithTheSameSystemPrompt) {
+  EchoDaemon daemon;
+  daemon.stored = {Stored("older", "sys prompt", 10.0, 2), Stored("newer", "sys prompt", 20.0, 1),
+                   Stored("other-prompt", "pirate", 30.0, 4), Stored("no-prompt", std::nullopt, 40.0, 1),
+                   Stored("other-model", "sys prompt", 50.0, 1, /*other_model=*/true)};
+  ReplRun run = RunLines(daemon, "again\n", {}, /*durable=*/true,
+                         [](ChatRepl& repl) { return repl.Resume("sys prompt"); });
+  EXPECT_EQ(run.code, kExitOk);
+  EXPECT_EQ(ChatSessionIds(run.requests), (std::vector<std::string>{"newer"}));
+
+  EchoDaemon empty;
+  ReplRun fresh = RunLines(empty, "first\n", {}, /*durable=*/true,
+                           [](ChatRepl& repl) { return repl.Resume("sys prompt"); });
+  EXPECT_EQ(ChatSessionIds(fresh.requests), (std::vector<std::string>{"s1"}));
+  EXPECT_NE(fresh.err.find("no earlier conversation"), std::string::npos) << fresh.err;
+}
+
+TEST(ChatReplSessionsTest, StatsLineNamesTheSession) {
+  EchoDaemon daemon;
+  ChatOptions options;
+  options.stats = true;
+  ReplRun run = RunLines(daemon, "hi\n", options);
+  EXPECT_NE(run.err.find(" session=s1\n"), std::string::npos) << run.err;
 }
 
 TEST(UnreachableMessageTest, OneLineWithPathReasonAndHint) {

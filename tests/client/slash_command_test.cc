@@ -20,6 +20,9 @@ TEST(SlashCommandTest, KnownCommands) {
   EXPECT_EQ(ParseSlashCommand("/help").kind, Kind::kHelp);
   EXPECT_EQ(ParseSlashCommand("/reset").kind, Kind::kReset);
   EXPECT_EQ(ParseSlashCommand("/stats").kind, Kind::kStats);
+  EXPECT_EQ(ParseSlashCommand("/new").kind, Kind::kNew);
+  EXPECT_EQ(ParseSlashCommand("/session").kind, Kind::kSession);
+  EXPECT_EQ(ParseSlashCommand("/new chat").kind, Kind::kUnknown);
   EXPECT_EQ(ParseSlashCommand("/exit").kind, Kind::kExit);
   EXPECT_EQ(ParseSlashCommand("/reset  ").kind, Kind::kReset);
 }

@@ -6,6 +6,7 @@
 #include <signal.h>
 #include <sys/stat.h>
 #include <sys/wait.h>
+#include <termios.h>
 #include <unistd.h>
 
 #include <chrono>
@@ -42,8 +43,23 @@ class TerminalChat {
     if (master_ >= 0) ::close(master_);
   }
 
+  // Types `keys` once line editing is active. Until libedit has switched the terminal out of
+  // canonical mode, the kernel's line discipline would take Ctrl-D as end-of-file and hand the
+  // editor a NUL instead, and echo escape sequences as text.
   void Type(const std::string& keys) {
+    WaitForLineEditing();
     ASSERT_EQ(::write(master_, keys.data(), keys.size()), static_cast<ssize_t>(keys.size()));
+  }
+
+  // Waits (bounded, draining output) until the terminal is in non-canonical mode: the pty master
+  // reports the slave's termios.
+  void WaitForLineEditing(std::chrono::milliseconds timeout = 30s) {
+    const auto deadline = std::chrono::steady_clock::now() + timeout;
+    termios mode {};
+    while (::tcgetattr(master_, &mode) == 0 && (mode.c_lflag & ICANON) != 0 &&
+           std::chrono::steady_clock::now() < deadline) {
+      ReadUntil("\x01never\x01", 1, 20ms);
+    }
   }
 
   // Reads until the screen output since the last call contains `marker` `count` times (bounded).
@@ -129,7 +145,6 @@ TEST_F(NielsChatTerminalTest, HistoryPersistsAcrossRunsWithMode0600) {
     ASSERT_TRUE(chat->ReadUntil("> ")) << chat->screen();
     chat->Type("tell me about the socket\r");
     ASSERT_TRUE(chat->ReadUntil(reply)) << chat->screen();
-    // Keys typed before the next prompt may be flushed when libedit sets up the terminal again.
     ASSERT_TRUE(chat->ReadUntil("> ", 2)) << chat->screen();
     chat->Type("\x04");  // Ctrl-D at the next prompt
     EXPECT_EQ(chat->Wait(), 0) << chat->screen();

@@ -65,10 +65,12 @@ TEST_F(NielsChatTest, PipedLinesGetOneReplyEachInOneSession) {
   auto result = testing::RunProcess(Args({"--system", kSystem}), "hello there\n\nwhat is nielsd\nthanks\n");
   EXPECT_EQ(result.exit_code, 0) << result.err;
   EXPECT_EQ(result.out, Lines(expected));
-  // niels-chat deleted its session on exit.
+  // The conversation is kept (the daemon is durable): one session holding the three turns.
   auto listed = client_->ListSessions();
   ASSERT_TRUE(listed.ok());
-  EXPECT_EQ(listed->sessions_size(), 0);
+  ASSERT_EQ(listed->sessions_size(), 1);
+  EXPECT_EQ(listed->sessions(0).turns(), 3);
+  EXPECT_EQ(listed->sessions(0).system_prompt_text(), kSystem);
 }
 
 TEST_F(NielsChatTest, ExitCommandStopsReading) {
@@ -154,10 +156,12 @@ TEST_F(NielsChatTest, SystemCommandStartsOverWithTheNewPrompt) {
   EXPECT_NE(result.err.find("prompt_tokens=" + std::to_string(prompt) + " reused_tokens="), std::string::npos)
       << result.err;
   EXPECT_NE(result.err.find("system prompt: " + other), std::string::npos) << result.err;
-  // The replaced session was deleted, and so was the new one at exit.
+  // The replaced session never got a turn and was deleted; the new one is kept with its turn.
   auto listed = client_->ListSessions();
   ASSERT_TRUE(listed.ok());
-  EXPECT_EQ(listed->sessions_size(), 0);
+  ASSERT_EQ(listed->sessions_size(), 1);
+  EXPECT_EQ(listed->sessions(0).system_prompt_text(), other);
+  EXPECT_EQ(listed->sessions(0).turns(), 1);
 }
 
 TEST_F(NielsChatTest, StatsCommandTogglesTheStatsLine) {

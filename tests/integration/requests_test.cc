@@ -208,11 +208,13 @@ TEST_F(RequestsTest, CancelOfNothingAndStats) {
   EXPECT_GE(stats->requests_total(), 4u);
 }
 
+// (A durable daemon unloads an idle session instead: durable_sessions_test.cc.)
 TEST_F(RequestsTest, SessionLimitIsResourceExhausted) {
   daemon_->Stop();
   testing::DaemonProcessOptions options = DaemonOptions();
   options.extra_args.push_back("--max-sessions");
   options.extra_args.push_back("2");
+  options.extra_args.push_back("--ephemeral");
   daemon_ = testing::DaemonProcess::Start(options);
   client_ = Connect();
   ASSERT_TRUE(client_->CreateSession(std::nullopt).ok());

@@ -11,7 +11,7 @@ tmp=$(mktemp -d)
 trap 'rm -rf "$tmp"' EXIT
 sock="$tmp/nielsd.sock"
 
-out=$(echo "how do i start nielsd?" | NIELSD_SOCKET="$sock" BUILD_DIR="$build" "$src/scripts/quickstart.sh" --greedy 2>"$tmp/err")
+out=$(echo "how do i start nielsd?" | NIELSD_SOCKET="$sock" XDG_STATE_HOME="$tmp/state" BUILD_DIR="$build" "$src/scripts/quickstart.sh" --greedy 2>"$tmp/err")
 rc=$?
 fail=0
 if [ $rc -ne 0 ]; then echo "FAIL: quickstart exited $rc"; cat "$tmp/err"; fail=1; fi

@@ -8,6 +8,7 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <cerrno>
 #include <cstring>
 #include <fstream>
@@ -63,6 +64,16 @@ bool CanConnect(const std::filesystem::path& path) {
 
 std::unique_ptr<DaemonProcess> DaemonProcess::Start(DaemonProcessOptions options) {
   if (options.log_file.empty()) options.log_file = options.socket_path.parent_path() / "nielsd.log";
+  // Every test daemon keeps its sessions in its own temp dir (never the user's real state
+  // directory), unless the test chose a state directory or --ephemeral itself.
+  const bool chose_state =
+      options.env.count("STATE_DIRECTORY") != 0 || options.env.count("XDG_STATE_HOME") != 0 ||
+      std::any_of(options.extra_args.begin(), options.extra_args.end(), [](const std::string& arg) {
+        return arg == "--state-dir" || arg.starts_with("--state-dir=") || arg == "--ephemeral";
+      });
+  if (!chose_state && !options.socket_path.empty()) {
+    options.env["STATE_DIRECTORY"] = (options.socket_path.parent_path() / "state").string();
+  }
   std::vector<std::string> argv = options.prefix;
   argv.push_back(options.binary);
   if (!options.model_dir.empty()) {

@@ -25,7 +25,9 @@ struct DaemonProcessOptions {
   std::filesystem::path socket_path;        // --socket (and what WaitUntilListening polls)
   std::vector<std::string> extra_args;      // appended after --model/--socket
   std::vector<std::string> prefix;          // run as prefix... binary args (e.g. systemd-socket-activate -l P)
-  std::map<std::string, std::string> env;   // set in the child's environment
+  std::map<std::string, std::string> env;   // set in the child's environment; STATE_DIRECTORY
+                                            // defaults to <socket dir>/state unless env, --state-dir
+                                            // or --ephemeral choose otherwise
   std::filesystem::path log_file;           // stderr+stdout; default: <socket dir>/nielsd.log
   bool wait_until_listening = true;         // Start() waits for the socket to accept
   std::chrono::milliseconds timeout{30000}; // bound for starting and stopping

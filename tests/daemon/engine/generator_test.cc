@@ -76,13 +76,10 @@ class ScriptedModel final : public model::LanguageModel {
 
  private:
   void Append(KvCache& cache, std::span<const int32_t> tokens) const {
-    c10::InferenceMode guard;  // cache storage is made of inference tensors
     const int64_t n = static_cast<int64_t>(tokens.size());
     for (int64_t i = 0; i < n; ++i) fed.push_back({cache.length() + i, tokens[i]});
-    cache.Reserve(n);
-    const torch::Tensor zeros = torch::zeros({config_.heads, n, config_.head_dim()});
-    for (int64_t layer = 0; layer < config_.layers; ++layer) cache.Write(layer, zeros, zeros);
-    cache.Advance(n);
+    if (!cache.PrepareWrite(n)) throw model::KvExhausted("scripted model: no KV block");
+    cache.Commit(tokens);  // the keys and values themselves are never read
   }
 
   // [n, V] logits of positions start..start+n-1.

@@ -8,6 +8,7 @@
 #include <torch/torch.h>
 
 #include "daemon/engine/session_store.h"
+#include "tests/support/temp_files.h"
 #include "tests/support/test_model.h"
 
 namespace niels::daemon::engine {
@@ -24,22 +25,42 @@ model::ModelConfig SmallConfig() {
   return config;
 }
 
-// Appends n positions of recognisable values (position * 1000 + layer) to the cache.
-void FillCache(model::KvCache& cache, const model::ModelConfig& config, int64_t n) {
+// Appends `tokens` to the cache with recognisable keys (position * 1000 + layer, values negated),
+// as the forward pass would (PrepareWrite, write, Commit).
+void FillCache(model::KvCache& cache, std::span<const int32_t> tokens) {
+  model::KvPool& pool = cache.pool();
   const int64_t start = cache.length();
-  cache.Reserve(n);
-  for (int64_t layer = 0; layer < config.layers; ++layer) {
-    torch::Tensor positions = torch::arange(start, start + n, torch::kFloat).view({1, n, 1});
-    torch::Tensor k = (positions * 1000 + layer).expand({config.heads, n, config.head_dim()}).contiguous();
-    cache.Write(layer, k, -k);
+  ASSERT_TRUE(cache.PrepareWrite(static_cast<int64_t>(tokens.size())));
+  for (int64_t p = start; p < start + static_cast<int64_t>(tokens.size()); ++p) {
+    float* block = pool.data(cache.block_ids()[p / model::KvPool::kBlockTokens]);
+    for (int64_t layer = 0; layer < pool.layers(); ++layer) {
+      for (int64_t h = 0; h < pool.heads(); ++h) {
+        for (int64_t d = 0; d < pool.head_dim(); ++d) {
+          block[pool.BlockOffset(layer, 0, h, p % model::KvPool::kBlockTokens) + d] = static_cast<float>(p * 1000 + layer);
+          block[pool.BlockOffset(layer, 1, h, p % model::KvPool::kBlockTokens) + d] = -static_cast<float>(p * 1000 + layer);
+        }
+      }
+    }
   }
-  cache.Advance(n);
+  cache.Commit(tokens);
 }
 
-// Grows the session's history by n tokens and caches them all.
-void Grow(Session& session, const model::ModelConfig& config, int64_t n, int32_t id) {
+// Grows the session's history by n tokens `id` and caches them all.
+void Grow(Session& session, const model::ModelConfig&, int64_t n, int32_t id) {
   for (int64_t i = 0; i < n; ++i) session.sequence().tokens.push_back(id);
-  FillCache(session.sequence().cache, config, session.length() - session.cached_tokens());
+  const std::vector<int32_t>& tokens = session.sequence().tokens;
+  FillCache(session.sequence().cache, std::span<const int32_t>(tokens).subspan(session.cached_tokens()));
+}
+
+// The bytes of a pool of `blocks` blocks of `config`'s shape.
+uint64_t PoolBytes(const model::ModelConfig& config, int64_t blocks) {
+  const int64_t per_sequence = (config.context + model::KvPool::kBlockTokens - 1) / model::KvPool::kBlockTokens;
+  return model::KvPool::BytesForOneSequence(config) / static_cast<uint64_t>(per_sequence) * static_cast<uint64_t>(blocks);
+}
+
+// A pool with room for 64 blocks of `config`'s shape.
+std::shared_ptr<model::KvPool> TestPool(const model::ModelConfig& config) {
+  return std::make_shared<model::KvPool>(config, PoolBytes(config, 64));
 }
 
 // The engine thread runs under InferenceMode; caches hold inference tensors, so tests do too.
@@ -62,9 +83,9 @@ TEST(SessionIdTest, Is32LowercaseHexAndUnique) {
 
 TEST_F(SessionTest, RestoreUndoesGrowth) {
   const model::ModelConfig config = SmallConfig();
-  Session session("a", 1, config);
+  Session session("a", 1, TestPool(config));
   session.SetSystemPrompt({1, 2, 3});
-  FillCache(session.sequence().cache, config, 3);
+  FillCache(session.sequence().cache, session.tokens());
   session.AddTurn({3, 3});  // an empty turn span is fine for the bookkeeping
   Session::Snapshot snapshot = session.TakeSnapshot();
   const std::vector<int32_t> before = session.tokens();
@@ -78,7 +99,7 @@ TEST_F(SessionTest, RestoreUndoesGrowth) {
 
 TEST_F(SessionTest, RestoreBringsBackAStashedCache) {
   const model::ModelConfig config = SmallConfig();
-  Session session("a", 1, config);
+  Session session("a", 1, TestPool(config));
   Grow(session, config, 5, 4);
   const torch::Tensor keys = session.sequence().cache.Keys(1, 5).clone();
   Session::Snapshot snapshot = session.TakeSnapshot();
@@ -93,7 +114,7 @@ TEST_F(SessionTest, RestoreBringsBackAStashedCache) {
 
 TEST_F(SessionTest, DropOldestTurnsKeepsSystemPromptAndShiftsTurns) {
   const model::ModelConfig config = SmallConfig();
-  Session session("a", 1, config);
+  Session session("a", 1, TestPool(config));
   session.SetSystemPrompt({1, 1});
   for (int32_t turn = 0; turn < 3; ++turn) {
     const int64_t begin = session.length();
@@ -117,7 +138,7 @@ TEST_F(SessionTest, DropOldestTurnsKeepsSystemPromptAndShiftsTurns) {
 
 TEST_F(SessionTest, ResetKeepsOnlyTheSystemPrompt) {
   const model::ModelConfig config = SmallConfig();
-  Session session("a", 1, config);
+  Session session("a", 1, TestPool(config));
   session.SetSystemPrompt({5, 6, 7});
   Grow(session, config, 3, 0);
   Grow(session, config, 4, 9);
@@ -131,15 +152,14 @@ TEST_F(SessionTest, ResetKeepsOnlyTheSystemPrompt) {
 
 TEST_F(SessionTest, ForkSharesNothingMutable) {
   const model::ModelConfig config = SmallConfig();
-  Session parent("a", 1, config);
+  Session parent("a", 1, TestPool(config));
   parent.SetSystemPrompt({3});
   Grow(parent, config, 6, 2);
   std::unique_ptr<Session> fork = parent.Fork("b", 1, /*with_cache=*/true);
   EXPECT_EQ(fork->tokens(), parent.tokens());
   ASSERT_EQ(fork->cached_tokens(), parent.cached_tokens());
   EXPECT_TRUE(torch::equal(fork->sequence().cache.Keys(0, 7), parent.sequence().cache.Keys(0, 7)));
-  // Writing into the fork's cache storage leaves the parent's untouched.
-  fork->sequence().cache.Keys(0, 7).fill_(-1);
+  // Rewriting the fork's positions (copy on write) leaves the parent's untouched.
   fork->sequence().cache.Truncate(2);
   Grow(*fork, config, 5, 8);
   EXPECT_EQ(parent.length(), 7);
@@ -161,9 +181,9 @@ TEST_F(SessionStoreTest, OwnershipAndListing) {
   EXPECT_EQ(store.Find("00000000000000000000000000000000", 1000).status().code(), common::StatusCode::kNotFound);
   EXPECT_EQ(store.Delete(theirs->id(), 1000).code(), common::StatusCode::kPermissionDenied);
   EXPECT_EQ(store.Fork(theirs->id(), 1000).status().code(), common::StatusCode::kPermissionDenied);
-  ASSERT_EQ(store.List(1000).size(), 1u);
-  EXPECT_EQ(store.List(1000)[0], mine);
-  EXPECT_TRUE(store.List(3000).empty());
+  ASSERT_EQ(store.List(1000).value().size(), 1u);
+  EXPECT_EQ(store.List(1000).value()[0].id, mine->id());
+  EXPECT_TRUE(store.List(3000).value().empty());
   EXPECT_TRUE(store.Delete(theirs->id(), 2000).ok());
   EXPECT_EQ(store.size(), 1u);
 }
@@ -172,7 +192,7 @@ TEST_F(SessionStoreTest, RootOnlyWhenAllowed) {
   SessionStore store(SmallConfig(), SessionStoreOptions{.max_sessions = 64, .kv_budget_bytes = 1ull << 30, .allow_root = true});
   Session* mine = store.Create(1000).value();
   EXPECT_TRUE(store.Find(mine->id(), 0).ok());
-  EXPECT_TRUE(store.List(0).empty());  // listing stays own-only
+  EXPECT_TRUE(store.List(0).value().empty());  // listing stays own-only
 }
 
 TEST_F(SessionStoreTest, MaxSessions) {
@@ -183,60 +203,219 @@ TEST_F(SessionStoreTest, MaxSessions) {
   EXPECT_EQ(store.Fork(first->id(), 1).status().code(), common::StatusCode::kResourceExhausted);
 }
 
-TEST_F(SessionStoreTest, BudgetDropsLeastRecentlyUsedCachesFirst) {
+TEST_F(SessionStoreTest, AFullPoolDropsTheLeastRecentlyUsedIdleCachesFirst) {
   const model::ModelConfig config = SmallConfig();
-  SessionStore probe(config, SessionStoreOptions{});
-  // Measure what one 64-token cache occupies, then allow three of them.
-  Session* sizing = probe.Create(1).value();
-  Grow(*sizing, config, 64, 1);
-  const uint64_t one = static_cast<uint64_t>(sizing->kv_bytes());
-  ASSERT_GE(one, probe.BytesForTokens(64));
-
-  SessionStore store(config, SessionStoreOptions{.max_sessions = 64, .kv_budget_bytes = 3 * one});
+  // Room for three 64-token caches (4 blocks each).
+  SessionStore store(config, SessionStoreOptions{.max_sessions = 64, .kv_budget_bytes = PoolBytes(config, 12)});
+  ASSERT_EQ(store.pool().capacity(), 12);
   std::vector<Session*> sessions;
   for (int i = 0; i < 3; ++i) {
     sessions.push_back(store.Create(1).value());
-    Grow(*sessions.back(), config, 64, 1);
+    Grow(*sessions.back(), config, 64, 10 + i);  // different tokens: nothing shared
   }
   ASSERT_TRUE(store.Find(sessions[0]->id(), 1).ok());  // 0 is now more recent than 1 and 2
   Session* fourth = store.Create(1).value();
-  ASSERT_TRUE(store.Reserve(fourth, one).ok());
+  store.MarkBusy(fourth, 4);
+  Grow(*fourth, config, 64, 20);
+  store.ClearBusy(fourth);
   EXPECT_EQ(sessions[1]->cached_tokens(), 0);   // least recently used: dropped
   EXPECT_EQ(sessions[1]->length(), 64);         // its history stays
   EXPECT_EQ(sessions[0]->cached_tokens(), 64);
   EXPECT_EQ(sessions[2]->cached_tokens(), 64);
   EXPECT_EQ(store.evictions(), 1u);
-  EXPECT_EQ(store.Reserve(fourth, 4 * one).code(), common::StatusCode::kResourceExhausted);
-  EXPECT_EQ(sessions[0]->cached_tokens(), 64);  // a refused reservation drops nothing
+  EXPECT_LE(store.kv_bytes(), store.kv_budget_bytes());
 
-  // The session being generated on is never dropped for another one.
-  store.MarkBusy(sessions[2], 0);
+  // A session with a running turn is never dropped for another one.
+  store.MarkBusy(sessions[2], 4);
   ASSERT_TRUE(store.Find(sessions[0]->id(), 1).ok());  // 2 is now the least recently used
-  ASSERT_TRUE(store.Reserve(fourth, 2 * one).ok());
+  store.MarkBusy(sessions[1], 4);     // a cache being written belongs to a busy session
+  Grow(*sessions[1], config, 0, 0);  // re-caches its 64 tokens: 4 more blocks
+  EXPECT_EQ(sessions[1]->cached_tokens(), 64);
   EXPECT_EQ(sessions[2]->cached_tokens(), 64);
-  EXPECT_EQ(sessions[0]->cached_tokens(), 0);
+  EXPECT_EQ(fourth->cached_tokens(), 0);  // the least recently used idle one
+}
+
+TEST_F(SessionStoreTest, SessionsWithTheSameLeadingTokensShareBlocks) {
+  const model::ModelConfig config = SmallConfig();
+  SessionStore store(config, SessionStoreOptions{.kv_budget_bytes = PoolBytes(config, 64)});
+  Session* first = store.Create(1).value();
+  Grow(*first, config, 40, 7);
+  Session* second = store.Create(2).value();  // another user, same tokens: blocks are shared
+  for (int i = 0; i < 40; ++i) second->sequence().tokens.push_back(7);
+  EXPECT_EQ(second->sequence().cache.AttachPrefix(second->tokens()), 32);
+  EXPECT_EQ(second->shared_blocks(), 2);
+  EXPECT_EQ(first->shared_blocks(), 2);
+  EXPECT_EQ(first->own_blocks(), 1);
+  EXPECT_EQ(store.pool().used(), 3);
+  // A fork shares every block; deleting it releases only what it alone held.
+  Session* fork = store.Fork(first->id(), 1).value();
+  EXPECT_EQ(store.pool().used(), 3);
+  Grow(*fork, config, 1, 9);  // copies the shared last block
+  EXPECT_EQ(store.pool().used(), 4);
+  ASSERT_TRUE(store.Delete(fork->id(), 1).ok());
+  EXPECT_EQ(store.pool().used(), 3);
+  ASSERT_TRUE(store.Delete(first->id(), 1).ok());
+  EXPECT_EQ(store.pool().used(), 2);  // second's attached prefix stays
+  EXPECT_EQ(second->own_blocks(), 2);
 }
 
 TEST_F(SessionStoreTest, AdmissionWaitsForMemoryHeldByRunningTurns) {
   const model::ModelConfig config = SmallConfig();
-  SessionStore store(config, SessionStoreOptions{.kv_budget_bytes = 1000});
+  SessionStore store(config, SessionStoreOptions{.kv_budget_bytes = PoolBytes(config, 10)});
+  const int64_t bt = model::KvPool::kBlockTokens;
   Session* a = store.Create(1).value();
   Session* b = store.Create(1).value();
   Session* c = store.Create(1).value();
   bool wait = true;
-  ASSERT_TRUE(store.Admit(a, 600, &wait).ok());
+  ASSERT_TRUE(store.Admit(a, 5 * bt, &wait).ok());  // 5 blocks + 1 for a copy on write
   EXPECT_FALSE(wait);
   EXPECT_TRUE(store.IsBusy(a));
-  ASSERT_TRUE(store.Admit(b, 500, &wait).ok());
-  EXPECT_TRUE(wait) << "600 reserved by a running turn + 500 > 1000: wait";
+  ASSERT_TRUE(store.Admit(b, 4 * bt, &wait).ok());
+  EXPECT_TRUE(wait) << "6 reserved by a running turn + 5 > 10: wait";
   EXPECT_FALSE(store.IsBusy(b));
-  ASSERT_TRUE(store.Admit(c, 400, &wait).ok());
-  EXPECT_FALSE(wait) << "600 + 400 fits";
-  EXPECT_EQ(store.Admit(b, 1001, &wait).code(), common::StatusCode::kResourceExhausted)
-      << "more than the whole budget never fits: refused at once";
+  ASSERT_TRUE(store.Admit(c, 3 * bt, &wait).ok());
+  EXPECT_FALSE(wait) << "6 + 4 fits";
+  EXPECT_EQ(store.Admit(b, 10 * bt, &wait).code(), common::StatusCode::kResourceExhausted)
+      << "more than the whole pool never fits: refused at once";
   store.ClearBusy(a);
-  ASSERT_TRUE(store.Admit(b, 500, &wait).ok());
+  ASSERT_TRUE(store.Admit(b, 4 * bt, &wait).ok());
   EXPECT_FALSE(wait) << "a's turn ended: its memory is free for b";
+}
+
+// ------------------------------------------------------------------------------ durable sessions
+
+class DurableSessionStoreTest : public SessionTest {
+ protected:
+  std::unique_ptr<state::DurableStore> OpenDurable(const std::string& fingerprint = kFingerprint) {
+    state::DurableStoreOptions options;
+    options.dir = dir_.path();
+    options.model_fingerprint = fingerprint;
+    options.model_name = fingerprint == kFingerprint ? "small" : "other";
+    auto store = state::DurableStore::Open(options);
+    EXPECT_TRUE(store.ok()) << store.status().ToString();
+    return store.ok() ? std::move(store).value() : nullptr;
+  }
+  static constexpr const char* kFingerprint = "0123456789abcdef0123456789abcdef";
+  testing::TempDir dir_;
+};
+
+TEST_F(DurableSessionStoreTest, SessionsAreStoredAndLoadedLazilyWithTheirHistory) {
+  const model::ModelConfig config = SmallConfig();
+  std::string id;
+  std::vector<int32_t> tokens;
+  {
+    auto durable = OpenDurable();
+    SessionStore store(config, SessionStoreOptions{}, durable.get());
+    Session* session = store.Create(1000, std::string("be brief"), {1, 2, 3}).value();
+    id = session->id();
+    Session::Snapshot snapshot = session->TakeSnapshot();
+    Grow(*session, config, 5, 7);
+    session->AddTurn({3, 8});
+    ASSERT_TRUE(store.Commit(*session).ok());
+    tokens = session->tokens();
+    Grow(*session, config, 4, 9);  // not committed: a turn that never completed
+  }
+  auto durable = OpenDurable();
+  SessionStore store(config, SessionStoreOptions{}, durable.get());
+  EXPECT_EQ(store.size(), 0u);  // nothing loaded at start
+  auto listed = store.List(1000).value();
+  ASSERT_EQ(listed.size(), 1u);
+  EXPECT_EQ(listed[0].id, id);
+  EXPECT_EQ(listed[0].turns, 1);
+  EXPECT_EQ(listed[0].system_prompt_text, "be brief");
+  EXPECT_FALSE(listed[0].other_model);
+  EXPECT_EQ(store.Find(id, 2000).status().code(), common::StatusCode::kPermissionDenied);
+  Session* loaded = store.Find(id, 1000).value();
+  EXPECT_EQ(store.size(), 1u);
+  EXPECT_EQ(loaded->tokens(), tokens);
+  ASSERT_EQ(loaded->turns().size(), 1u);
+  EXPECT_EQ(loaded->turns()[0], (TokenSpan{3, 8}));
+  EXPECT_EQ(loaded->system_end(), 3);
+  EXPECT_TRUE(loaded->has_system_prompt());
+  EXPECT_EQ(loaded->cached_tokens(), 0);
+  ASSERT_TRUE(store.Reset(*loaded).ok());
+  EXPECT_EQ(durable->Load(id).value()->history.tokens, (std::vector<int32_t>{1, 2, 3}));
+  ASSERT_TRUE(store.Delete(id, 1000).ok());
+  EXPECT_FALSE(durable->Load(id).value().has_value());
+}
+
+TEST_F(DurableSessionStoreTest, AnotherModelsSessionIsListedRefusedAndDeletable) {
+  const model::ModelConfig config = SmallConfig();
+  std::string id;
+  {
+    auto other = OpenDurable("ffffffffffffffffffffffffffffffff");
+    SessionStore store(config, SessionStoreOptions{}, other.get());
+    id = store.Create(1000).value()->id();
+  }
+  auto durable = OpenDurable();
+  SessionStore store(config, SessionStoreOptions{}, durable.get());
+  auto listed = store.List(1000).value();
+  ASSERT_EQ(listed.size(), 1u);
+  EXPECT_TRUE(listed[0].other_model);
+  EXPECT_EQ(listed[0].model_name, "other");
+  const auto found = store.Find(id, 1000);
+  EXPECT_EQ(found.status().code(), common::StatusCode::kInvalidArgument);
+  EXPECT_NE(found.status().message().find("another model ('other')"), std::string::npos);
+  EXPECT_EQ(store.Delete(id, 2000).code(), common::StatusCode::kPermissionDenied);
+  EXPECT_TRUE(store.Delete(id, 1000).ok());
+  EXPECT_TRUE(store.List(1000).value().empty());
+}
+
+TEST_F(DurableSessionStoreTest, LoadedLimitUnloadsTheLeastRecentlyUsedIdleSession) {
+  const model::ModelConfig config = SmallConfig();
+  auto durable = OpenDurable();
+  SessionStore store(config, SessionStoreOptions{.max_sessions_per_uid = 2}, durable.get());
+  Session* a = store.Create(1).value();
+  const std::string a_id = a->id();
+  Session* b = store.Create(1).value();
+  Session* c = store.Create(1).value();  // a (least recently used) leaves memory
+  EXPECT_EQ(store.size(), 2u);
+  EXPECT_EQ(store.List(1).value().size(), 3u);
+  store.MarkBusy(b, 0);
+  store.MarkBusy(c, 0);
+  EXPECT_EQ(store.Find(a_id, 1).status().code(), common::StatusCode::kResourceExhausted);  // both busy
+  store.ClearBusy(c);
+  EXPECT_TRUE(store.Find(a_id, 1).ok());  // c is unloaded for it
+  EXPECT_EQ(store.size(), 2u);
+}
+
+TEST_F(DurableSessionStoreTest, EvictedCacheIsSpilledAndReadBackExactly) {
+  const model::ModelConfig config = SmallConfig();
+  auto durable = OpenDurable();
+  // 10 blocks: a's 100 tokens (7 blocks) and b's 100 tokens do not fit together.
+  SessionStore store(config, SessionStoreOptions{.kv_budget_bytes = PoolBytes(config, 10)}, durable.get());
+  Session* a = store.Create(1).value();
+  Grow(*a, config, 100, 5);
+  const torch::Tensor keys = a->sequence().cache.Keys(1, 100).clone();
+  const torch::Tensor values = a->sequence().cache.Values(1, 100).clone();
+  Session* b = store.Create(1).value();
+  bool wait = true;
+  ASSERT_TRUE(store.Admit(b, 100, &wait).ok());
+  ASSERT_FALSE(wait);
+  Grow(*b, config, 100, 7);  // the pool reclaims a's idle cache: spilled
+  store.ClearBusy(b);
+  EXPECT_EQ(a->cached_tokens(), 0);
+  EXPECT_EQ(store.durable_counters().spill_writes, 1u);
+  EXPECT_TRUE(std::filesystem::exists(durable->spill().PathFor(a->id())));
+  ASSERT_TRUE(store.Reset(*b).ok());  // frees b's blocks for a's read-back
+  ASSERT_TRUE(store.Admit(a, 100, &wait).ok());
+  store.RestoreSpilledCache(*a);
+  store.ClearBusy(a);
+  ASSERT_EQ(a->cached_tokens(), 100);
+  EXPECT_TRUE(torch::equal(a->sequence().cache.Keys(1, 100), keys));
+  EXPECT_TRUE(torch::equal(a->sequence().cache.Values(1, 100), values));
+  EXPECT_EQ(store.durable_counters().spill_reads, 1u);
+  EXPECT_FALSE(std::filesystem::exists(durable->spill().PathFor(a->id())));  // read once, then gone
+  // A history that changed since the spill: the file is refused and the cache stays empty.
+  ASSERT_TRUE(store.Admit(b, 100, &wait).ok());
+  Grow(*b, config, 100, 7);  // evicts a again
+  store.ClearBusy(b);
+  ASSERT_EQ(a->cached_tokens(), 0);
+  a->sequence().tokens[10] = 6;
+  ASSERT_TRUE(store.Reset(*b).ok());
+  store.RestoreSpilledCache(*a);
+  EXPECT_EQ(a->cached_tokens(), 0);
+  EXPECT_EQ(store.durable_counters().spill_read_failures, 1u);
 }
 
 }  // namespace

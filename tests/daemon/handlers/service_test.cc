@@ -319,28 +319,42 @@ TEST(EngineTest, QuickJobsAreServedBetweenDecodeSteps) {
   EXPECT_EQ(after.get_session().session().turns(), 1);
 }
 
-TEST(EngineTest, KvBudgetDropsIdleCachesAndReprefills) {
-  // Budget for about one session's cache (caches grow in chunks of 64 positions).
+TEST(EngineTest, KvBudgetDropsIdleCachesAndTheirNextTurnsStillEqualAnUnlimitedRun) {
+  // A pool of 6 blocks (96 positions): about one session's cache at a time.
   auto model = LoadTinyModel(kContext);
-  const uint64_t chunk = 2ull * model->config.layers * model->config.width * sizeof(float) * 64;
-  EngineOptions options;
-  options.kv_budget_bytes = chunk + chunk / 2;
-  auto engine = StartEngine(kContext, options);
-  const std::string a = CreateSession(*engine);
-  const std::string b = CreateSession(*engine);
-  v1::Response first = Call(*engine, ChatRequest(a, "hello there", 4));
-  ASSERT_TRUE(first.has_chat()) << first.DebugString();
-  ASSERT_TRUE(Call(*engine, ChatRequest(b, "hello there", 4)).has_chat());
-  const v1::Response idle = Call(*engine, GetRequest(a));
-  EXPECT_EQ(idle.get_session().session().cached_tokens(), 0);  // dropped for b
-  EXPECT_EQ(idle.get_session().session().length(), first.chat().session_length());  // history kept
-  v1::Response again = Call(*engine, ChatRequest(a, "and again", 4));
-  ASSERT_TRUE(again.has_chat()) << again.DebugString();
-  EXPECT_EQ(again.chat().stats().reused_tokens(), 0);
-  EXPECT_EQ(again.chat().stats().prefilled_tokens(), again.chat().stats().prompt_tokens());
+  const uint64_t block = 2ull * model->config.layers * model->config.width * sizeof(float) * 16;
+  EngineOptions small;
+  small.kv_budget_bytes = 6 * ((block + 4095) / 4096 * 4096);
+  auto engine = StartEngine(kContext, small);
+  auto unlimited = StartEngine(kContext);
+  // The same chats on both engines: a, b (which needs a's blocks), then a again.
+  std::vector<v1::Response> replies[2];
+  for (int e = 0; e < 2; ++e) {
+    Service& service = e == 0 ? *engine : *unlimited;
+    const std::string a = CreateSession(service);
+    const std::string b = CreateSession(service);
+    replies[e].push_back(Call(service, ChatRequest(a, "hello there, how are you doing today?", 24)));
+    replies[e].push_back(Call(service, ChatRequest(b, "tell me something about the socket of nielsd", 24)));
+    if (e == 0) {
+      const v1::Response idle = Call(service, GetRequest(a));
+      EXPECT_EQ(idle.get_session().session().cached_tokens(), 0);  // dropped for b
+      EXPECT_EQ(idle.get_session().session().length(), replies[e][0].chat().session_length());  // history kept
+    }
+    replies[e].push_back(Call(service, ChatRequest(a, "and again, please", 8)));
+  }
+  for (size_t k = 0; k < replies[0].size(); ++k) {
+    ASSERT_TRUE(replies[0][k].has_chat()) << replies[0][k].DebugString();
+    EXPECT_EQ(replies[0][k].chat().reply_ids_size(), replies[1][k].chat().reply_ids_size());
+    for (int i = 0; i < replies[0][k].chat().reply_ids_size(); ++i) {
+      EXPECT_EQ(replies[0][k].chat().reply_ids(i), replies[1][k].chat().reply_ids(i)) << "reply " << k;
+    }
+  }
+  const v1::GenerationStats& again = replies[0][2].chat().stats();
+  EXPECT_EQ(again.prefilled_tokens() + again.reused_tokens(), again.prompt_tokens());
+  EXPECT_EQ(again.reused_tokens() % 16, 0);  // whole blocks the pool still had, if any
   v1::Request stats;
   stats.mutable_stats();
-  EXPECT_LE(Call(*engine, stats).stats().kv_bytes(), options.kv_budget_bytes);
+  EXPECT_LE(Call(*engine, stats).stats().kv_bytes(), small.kv_budget_bytes);
 }
 
 TEST(EngineTest, RequestLargerThanTheKvBudgetIsRefused) {

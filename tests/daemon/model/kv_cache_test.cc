@@ -1,4 +1,9 @@
+// KvCache and KvPool: block tables, copy on write, prefix sharing, eviction (kv_cache.h, kv_pool.h).
 #include "daemon/model/kv_cache.h"
+
+#include <memory>
+#include <numeric>
+#include <vector>
 
 #include <ATen/ATen.h>
 #include <c10/core/InferenceMode.h>
@@ -7,7 +12,9 @@
 namespace niels::daemon::model {
 namespace {
 
-ModelConfig CacheConfig(int64_t context) {
+constexpr int64_t kBt = KvPool::kBlockTokens;
+
+ModelConfig CacheConfig(int64_t context = 512) {
   ModelConfig config;
   config.vocab_size = 50;
   config.context = context;
@@ -18,104 +25,203 @@ ModelConfig CacheConfig(int64_t context) {
   return config;
 }
 
-// Appends n positions whose every key entry is `key_value` and every value entry -key_value.
-void Append(KvCache& cache, const ModelConfig& config, int64_t n, float key_value) {
+std::shared_ptr<KvPool> PoolOf(const ModelConfig& config, int64_t blocks) {
+  // Page-rounded stride: ask for exactly `blocks` strides.
+  const uint64_t stride = KvPool::BytesForOneSequence(config) / ((config.context + kBt - 1) / kBt);
+  return std::make_shared<KvPool>(config, stride * static_cast<uint64_t>(blocks));
+}
+
+// The value every key entry of position p gets (values get its negation).
+float Marker(int32_t token, int64_t p) { return static_cast<float>(token) * 1000.0f + static_cast<float>(p); }
+
+// Appends `tokens` as the forward pass would: PrepareWrite, write every layer/head of every new
+// position, Commit. Returns false when the pool had no block.
+bool Append(KvCache& cache, const std::vector<int32_t>& tokens) {
+  KvPool& pool = cache.pool();
+  const int64_t start = cache.length();
+  if (!cache.PrepareWrite(static_cast<int64_t>(tokens.size()))) return false;
+  for (size_t i = 0; i < tokens.size(); ++i) {
+    const int64_t p = start + static_cast<int64_t>(i);
+    float* block = pool.data(cache.block_ids()[p / kBt]);
+    for (int64_t layer = 0; layer < pool.layers(); ++layer) {
+      for (int64_t h = 0; h < pool.heads(); ++h) {
+        float* k = block + pool.BlockOffset(layer, 0, h, p % kBt);
+        float* v = block + pool.BlockOffset(layer, 1, h, p % kBt);
+        for (int64_t d = 0; d < pool.head_dim(); ++d) {
+          k[d] = Marker(tokens[i], p);
+          v[d] = -Marker(tokens[i], p);
+        }
+      }
+    }
+  }
+  cache.Commit(tokens);
+  return true;
+}
+
+std::vector<int32_t> Range(int32_t first, int64_t n) {
+  std::vector<int32_t> ids(static_cast<size_t>(n));
+  std::iota(ids.begin(), ids.end(), first);
+  return ids;
+}
+
+// Every key of every layer and head equals the marker of the token at that position.
+void ExpectHolds(const KvCache& cache, const std::vector<int32_t>& tokens) {
   c10::InferenceMode guard;
-  cache.Reserve(n);
-  torch::Tensor k = at::full({config.heads, n, config.head_dim()}, key_value);
-  for (int64_t layer = 0; layer < config.layers; ++layer) cache.Write(layer, k, -k);
-  cache.Advance(n);
+  ASSERT_EQ(cache.length(), static_cast<int64_t>(tokens.size()));
+  EXPECT_EQ(cache.tokens(), tokens);
+  for (int64_t layer = 0; layer < cache.pool().layers(); ++layer) {
+    const torch::Tensor keys = cache.Keys(layer, cache.length());      // [H, n, D]
+    const torch::Tensor values = cache.Values(layer, cache.length());  // [H, n, D]
+    for (int64_t p = 0; p < cache.length(); ++p) {
+      ASSERT_EQ(keys[0][p][0].item<float>(), Marker(tokens[p], p)) << "layer " << layer << " position " << p;
+      ASSERT_EQ(values[1][p][cache.pool().head_dim() - 1].item<float>(), -Marker(tokens[p], p));
+    }
+  }
 }
 
-// Bytes of K and V for `positions` positions over all layers.
-int64_t BytesFor(const ModelConfig& config, int64_t positions) {
-  return 2 * config.layers * config.heads * positions * config.head_dim() * static_cast<int64_t>(sizeof(float));
-}
-
-TEST(KvCacheTest, EmptyCacheHoldsNoStorage) {
-  KvCache cache(CacheConfig(512));
+TEST(KvCacheTest, MemoryFollowsTheTokensInWholeBlocks) {
+  const ModelConfig config = CacheConfig();
+  auto pool = PoolOf(config, 64);
+  KvCache cache(pool);
   EXPECT_EQ(cache.length(), 0);
   EXPECT_EQ(cache.bytes(), 0);
+  ASSERT_TRUE(Append(cache, Range(1, 17)));
+  EXPECT_EQ(cache.blocks(), 2);
+  EXPECT_EQ(cache.bytes(), 2 * static_cast<int64_t>(pool->block_bytes()));
+  EXPECT_EQ(pool->block_bytes(),
+            static_cast<uint64_t>(2 * config.layers * config.width * kBt) * sizeof(float));  // K and V
+  EXPECT_EQ(pool->used(), 2);
+  ExpectHolds(cache, Range(1, 17));
 }
 
-TEST(KvCacheTest, BytesFollowCachedTokensNotContext) {
-  const ModelConfig small_t = CacheConfig(512);
-  const ModelConfig large_t = CacheConfig(4096);
-  KvCache a(small_t);
-  KvCache b(large_t);
-  Append(a, small_t, 1, 1.0f);
-  Append(b, large_t, 1, 1.0f);
-  EXPECT_EQ(a.bytes(), b.bytes());
-  EXPECT_LE(a.bytes(), BytesFor(small_t, 64));
-  const int64_t after_one = a.bytes();
-  Append(a, small_t, 199, 1.0f);
-  Append(b, large_t, 199, 1.0f);
-  EXPECT_EQ(a.length(), 200);
-  EXPECT_EQ(a.bytes(), b.bytes());
-  EXPECT_GT(a.bytes(), after_one);
-  EXPECT_GE(a.bytes(), BytesFor(small_t, 200));
-  EXPECT_LT(a.bytes(), BytesFor(small_t, 200 + 64));
-}
-
-TEST(KvCacheTest, CapacityNeverExceedsContext) {
-  const ModelConfig config = CacheConfig(40);
-  KvCache cache(config);
-  Append(cache, config, 40, 1.0f);
-  EXPECT_EQ(cache.capacity(), 40);
-  EXPECT_EQ(cache.bytes(), BytesFor(config, 40));
-}
-
-TEST(KvCacheTest, KeepsWrittenValuesAcrossGrowth) {
-  const ModelConfig config = CacheConfig(512);
-  KvCache cache(config);
-  Append(cache, config, 60, 1.0f);
-  Append(cache, config, 10, 2.0f);  // crosses a chunk boundary: storage is reallocated
-  c10::InferenceMode guard;
-  for (int64_t layer = 0; layer < config.layers; ++layer) {
-    torch::Tensor keys = cache.Keys(layer, 70);  // [H, 70, D]
-    ASSERT_EQ(keys.sizes(), (at::IntArrayRef{config.heads, 70, config.head_dim()}));
-    EXPECT_TRUE(at::all(keys.narrow(1, 0, 60) == 1.0f).item<bool>());
-    EXPECT_TRUE(at::all(keys.narrow(1, 60, 10) == 2.0f).item<bool>());
-    EXPECT_TRUE(at::all(cache.Values(layer, 70).narrow(1, 60, 10) == -2.0f).item<bool>());
-  }
-}
-
-TEST(KvCacheTest, TruncateKeepsPrefixAndClearFrees) {
-  const ModelConfig config = CacheConfig(512);
-  KvCache cache(config);
-  Append(cache, config, 30, 1.0f);
-  cache.Truncate(10);
-  EXPECT_EQ(cache.length(), 10);
-  Append(cache, config, 5, 3.0f);
-  {
-    c10::InferenceMode guard;
-    torch::Tensor keys = cache.Keys(0, 15);
-    EXPECT_TRUE(at::all(keys.narrow(1, 0, 10) == 1.0f).item<bool>());
-    EXPECT_TRUE(at::all(keys.narrow(1, 10, 5) == 3.0f).item<bool>());
-  }
+TEST(KvCacheTest, TruncateKeepsThePrefixAndReleasesWholeBlocks) {
+  auto pool = PoolOf(CacheConfig(), 64);
+  KvCache cache(pool);
+  ASSERT_TRUE(Append(cache, Range(1, 40)));
+  cache.Truncate(20);
+  EXPECT_EQ(cache.blocks(), 2);
+  ExpectHolds(cache, Range(1, 20));
+  ASSERT_TRUE(Append(cache, Range(100, 5)));
+  std::vector<int32_t> expected = Range(1, 20);
+  for (int32_t id : Range(100, 5)) expected.push_back(id);
+  ExpectHolds(cache, expected);
   cache.Clear();
-  EXPECT_EQ(cache.length(), 0);
-  EXPECT_EQ(cache.bytes(), 0);
-  Append(cache, config, 3, 4.0f);
-  EXPECT_EQ(cache.length(), 3);
+  EXPECT_EQ(cache.blocks(), 0);
+  EXPECT_EQ(pool->used(), 0);
 }
 
-TEST(KvCacheTest, CloneIsIndependent) {
-  const ModelConfig config = CacheConfig(512);
-  KvCache original(config);
-  Append(original, config, 20, 1.0f);
-  KvCache copy = original.Clone();
-  EXPECT_EQ(copy.length(), 20);
-  EXPECT_LE(copy.bytes(), BytesFor(config, 64));
-  original.Truncate(5);
-  Append(original, config, 30, 7.0f);  // overwrites positions 5.. of the original's storage
-  Append(copy, config, 1, 9.0f);
-  c10::InferenceMode guard;
-  for (int64_t layer = 0; layer < config.layers; ++layer) {
-    EXPECT_TRUE(at::all(copy.Keys(layer, 21).narrow(1, 0, 20) == 1.0f).item<bool>());
-    EXPECT_TRUE(at::all(copy.Keys(layer, 21).narrow(1, 20, 1) == 9.0f).item<bool>());
-    EXPECT_TRUE(at::all(original.Keys(layer, 35).narrow(1, 5, 30) == 7.0f).item<bool>());
+TEST(KvCacheTest, ShareCostsNoCopyAndTheFirstWriteCopiesOneBlock) {
+  auto pool = PoolOf(CacheConfig(), 64);
+  KvCache original(pool);
+  ASSERT_TRUE(Append(original, Range(1, 37)));  // blocks: 16 + 16 + 5
+  const int32_t used_before = pool->used();
+  KvCache fork = original.Share();
+  EXPECT_EQ(pool->used(), used_before);  // no block copied
+  EXPECT_EQ(fork.shared_blocks(), 3);
+  EXPECT_EQ(original.own_blocks(), 0);
+  ASSERT_TRUE(Append(fork, Range(200, 3)));  // writes into the shared partial block: copied
+  EXPECT_EQ(pool->used(), used_before + 1);
+  ASSERT_TRUE(Append(original, Range(300, 4)));  // its partial block is now its own again
+  EXPECT_EQ(pool->used(), used_before + 1);
+  std::vector<int32_t> a = Range(1, 37), b = Range(1, 37);
+  for (int32_t id : Range(300, 4)) a.push_back(id);
+  for (int32_t id : Range(200, 3)) b.push_back(id);
+  ExpectHolds(original, a);
+  ExpectHolds(fork, b);
+}
+
+TEST(KvCacheTest, AttachPrefixReusesFullBlocksOfEqualLeadingTokens) {
+  auto pool = PoolOf(CacheConfig(), 64);
+  KvCache first(pool);
+  const std::vector<int32_t> prompt = Range(1, 45);  // two full blocks and 13 tokens
+  ASSERT_TRUE(Append(first, prompt));
+  EXPECT_EQ(pool->cached(), 0);
+
+  KvCache same(pool);
+  EXPECT_EQ(same.AttachPrefix(prompt), 32);  // whole blocks only
+  EXPECT_EQ(same.shared_blocks(), 2);
+  ExpectHolds(same, Range(1, 32));
+
+  std::vector<int32_t> inside = prompt;  // diverges inside the second block
+  inside[20] = 999;
+  KvCache diverging(pool);
+  EXPECT_EQ(diverging.AttachPrefix(inside), 16);
+
+  std::vector<int32_t> boundary = prompt;  // diverges at the first token of the second block
+  boundary[16] = 999;
+  KvCache at_boundary(pool);
+  EXPECT_EQ(at_boundary.AttachPrefix(boundary), 16);
+
+  std::vector<int32_t> first_token = prompt;
+  first_token[0] = 999;
+  KvCache none(pool);
+  EXPECT_EQ(none.AttachPrefix(first_token), 0);
+  EXPECT_EQ(none.blocks(), 0);
+}
+
+TEST(KvCacheTest, ReleasedPrefixStaysCachedUntilItsBlocksAreNeeded) {
+  auto pool = PoolOf(CacheConfig(), 4);
+  const std::vector<int32_t> prompt = Range(1, 32);
+  {
+    KvCache first(pool);
+    ASSERT_TRUE(Append(first, prompt));
   }
+  EXPECT_EQ(pool->used(), 0);
+  EXPECT_EQ(pool->cached(), 2);  // unreferenced, kept for reuse
+  KvCache later(pool);
+  EXPECT_EQ(later.AttachPrefix(prompt), 32);
+  ExpectHolds(later, prompt);
+  later.Clear();
+  // Four blocks of other tokens need the two cached ones: they are evicted, newest chains last.
+  KvCache other(pool);
+  ASSERT_TRUE(Append(other, Range(500, 64)));
+  EXPECT_EQ(pool->cached(), 0);
+  EXPECT_GE(pool->evictions(), 2u);
+  KvCache after(pool);
+  EXPECT_EQ(after.AttachPrefix(prompt), 0);
+}
+
+TEST(KvCacheTest, AFullPoolRefusesWithoutChangingTheCacheAndAsksTheReclaimer) {
+  auto pool = PoolOf(CacheConfig(), 3);
+  KvCache held(pool);
+  ASSERT_TRUE(Append(held, Range(1, 48)));  // every block in use
+  KvCache cache(pool);
+  EXPECT_FALSE(Append(cache, Range(100, 3)));
+  EXPECT_EQ(cache.length(), 0);
+  EXPECT_EQ(cache.blocks(), 0);
+  int asked = 0;
+  pool->SetReclaimer([&] {
+    ++asked;
+    if (held.blocks() == 0) return false;
+    held.Clear();
+    return true;
+  });
+  EXPECT_TRUE(Append(cache, Range(100, 3)));
+  EXPECT_EQ(asked, 1);
+  ExpectHolds(cache, Range(100, 3));
+}
+
+TEST(KvCacheTest, ARegisteredBlockIsNeverWrittenInPlace) {
+  auto pool = PoolOf(CacheConfig(), 16);
+  KvCache first(pool);
+  ASSERT_TRUE(Append(first, Range(1, 16)));  // one full block, registered
+  first.Truncate(10);
+  ASSERT_TRUE(Append(first, Range(700, 6)));  // rewrites positions 10..15: must copy the block
+  KvCache second(pool);
+  EXPECT_EQ(second.AttachPrefix(Range(1, 16)), 16);
+  ExpectHolds(second, Range(1, 16));  // the registered block still holds the original tokens
+  std::vector<int32_t> rewritten = Range(1, 10);
+  for (int32_t id : Range(700, 6)) rewritten.push_back(id);
+  ExpectHolds(first, rewritten);
+}
+
+TEST(KvCacheTest, OwnPoolHoldsFullContexts) {
+  const ModelConfig config = CacheConfig(100);
+  KvCache cache(config);
+  ASSERT_TRUE(Append(cache, Range(1, 100)));
+  EXPECT_EQ(cache.pool().capacity(), 4 * 7);  // four times ceil(100 / 16)
+  KvCache shared = cache.Share();
+  ExpectHolds(shared, Range(1, 100));
 }
 
 }  // namespace

@@ -145,13 +145,13 @@ TEST_F(TransformerTest, ForwardTrainEqualsForwardAndGradientsReachEveryWeight) {
   }
 }
 
-TEST_F(TransformerTest, CloneIsIndependent) {
+TEST_F(TransformerTest, ShareIsIndependent) {
   const auto tokens = RandomTokens(30, 8);
   const torch::Tensor full = model_.Forward(tokens);
   const std::span<const int32_t> all(tokens);
   KvCache original(config_);
   model_.Prefill(all.first(12), original);
-  KvCache copy = original.Clone();
+  KvCache copy = original.Share();
   // The original continues with other tokens; the copy must still continue `tokens` exactly.
   DecodeEach(model_, RandomTokens(5, 9), original);
   EXPECT_LT(MaxAbsDiff(DecodeEach(model_, all.subspan(12, 10), copy), full.narrow(0, 12, 10)), 1e-4);

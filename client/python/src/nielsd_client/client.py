@@ -88,7 +88,8 @@ class Client:
     # ------------------------------------------------------------------ cancelling
 
     def request_cancel(self):
-        """Asks the call in flight to be cancelled. Safe from other threads and signal handlers."""
+        """Asks the call in flight to be cancelled. Safe from other threads and signal handlers.
+        A request made while no call is in flight is forgotten when the next call starts."""
         try:
             self._wake_w.send(b"c")
         except (BlockingIOError, OSError):
@@ -153,6 +154,9 @@ class Client:
     def call(self, kind, message=None, on_token=None):
         """Sends Request{kind: message}; returns the result message or raises NielsdError."""
         with self._call_lock:
+            # A request_cancel() that came before this call (e.g. from the last event of the call
+            # before) targets no call: forget it, so it cannot cancel this one.
+            self.clear_cancel_request()
             request = self._new_request()
             field = getattr(request, kind)
             if message is not None:

@@ -1,4 +1,4 @@
-// The decode step (decode_step.h, reached through Transformer::Decode) on models large enough that
+// The forward step (forward_step.h, reached through Transformer::Decode and Prefill) on models large enough that
 // its matrix-vector products and attention are split across worker threads, for 1-3 threads and
 // head dims that exercise every branch of the SIMD kernels. The reference is the libtorch forward
 // and the naive scalar implementation of scalar_reference.h.
@@ -37,7 +37,7 @@ ModelConfig MidConfig(int64_t width, int64_t heads) {
 }
 
 // Parameters: (width, heads, worker threads).
-class DecodeStepTest : public ::testing::TestWithParam<std::tuple<int64_t, int64_t, int>> {
+class ForwardStepTest : public ::testing::TestWithParam<std::tuple<int64_t, int64_t, int>> {
  protected:
   ModelConfig config_ = MidConfig(std::get<0>(GetParam()), std::get<1>(GetParam()));
   // std 0.1: attention clearly position-dependent, logits far from uniform.
@@ -45,7 +45,7 @@ class DecodeStepTest : public ::testing::TestWithParam<std::tuple<int64_t, int64
                      std::make_shared<kernels::WorkerPool>(std::get<2>(GetParam()))};
 };
 
-TEST_P(DecodeStepTest, DecodeAfterPrefillEqualsFullForwardAndScalarReference) {
+TEST_P(ForwardStepTest, DecodeAfterPrefillEqualsFullForwardAndScalarReference) {
   const auto tokens = RandomTokens(config_.context, 1, config_.vocab_size);
   const std::span<const int32_t> all(tokens);
   const torch::Tensor full = model_.Forward(tokens);  // [T, V]
@@ -63,7 +63,7 @@ TEST_P(DecodeStepTest, DecodeAfterPrefillEqualsFullForwardAndScalarReference) {
   EXPECT_EQ(cache.length(), config_.context);
 }
 
-TEST_P(DecodeStepTest, BatchedDecodeEqualsEachSequenceAlone) {
+TEST_P(ForwardStepTest, BatchedDecodeEqualsEachSequenceAlone) {
   const std::vector<int64_t> prompt_lengths = {1, 63, 100};  // around a chunk boundary
   std::vector<KvCache> batched, alone;
   for (size_t s = 0; s < prompt_lengths.size(); ++s) {
@@ -88,7 +88,7 @@ TEST_P(DecodeStepTest, BatchedDecodeEqualsEachSequenceAlone) {
 // Batch invariance: a sequence's logits and attention trace are bitwise the same (compared with ==)
 // alone, in batches of 2, 8 (row-by-row products), 11 and 16 (the GEMM-shaped tile, with and
 // without a remainder row), whatever the other sequences are and in whatever order they come.
-TEST_P(DecodeStepTest, EachSequenceIsBitwiseTheSameInEveryBatchComposition) {
+TEST_P(ForwardStepTest, EachSequenceIsBitwiseTheSameInEveryBatchComposition) {
   constexpr int kSequences = 16, kSteps = 3;
   std::vector<KvCache> prefilled;
   for (int s = 0; s < kSequences; ++s) {
@@ -101,7 +101,7 @@ TEST_P(DecodeStepTest, EachSequenceIsBitwiseTheSameInEveryBatchComposition) {
   // member and step the logits row [V] and the layer-1 trace [H, length].
   auto run = [&](const std::vector<int>& members) {
     std::vector<KvCache> caches;
-    for (int s : members) caches.push_back(prefilled[s].Clone());
+    for (int s : members) caches.push_back(prefilled[s].Share());
     std::vector<KvCache*> pointers;
     for (KvCache& cache : caches) pointers.push_back(&cache);
     std::vector<std::vector<std::pair<torch::Tensor, torch::Tensor>>> out(members.size());
@@ -136,7 +136,7 @@ TEST_P(DecodeStepTest, EachSequenceIsBitwiseTheSameInEveryBatchComposition) {
   }
 }
 
-TEST_P(DecodeStepTest, TraceIsTheSoftmaxOfScaledQueryKeyProducts) {
+TEST_P(ForwardStepTest, TraceIsTheSoftmaxOfScaledQueryKeyProducts) {
   const auto tokens = RandomTokens(40, 30, config_.vocab_size);
   const std::span<const int32_t> all(tokens);
   KvCache cache(config_);
@@ -158,7 +158,7 @@ TEST_P(DecodeStepTest, TraceIsTheSoftmaxOfScaledQueryKeyProducts) {
   EXPECT_GT(trace.rows[0].max().item<float>(), 2.0f / 40) << "attention is not uniform";
 }
 
-TEST_P(DecodeStepTest, RejectsBadTokensAndFullCachesWithoutTouchingThem) {
+TEST_P(ForwardStepTest, RejectsBadTokensAndFullCachesWithoutTouchingThem) {
   KvCache cache(config_), full(config_);
   model_.Prefill(RandomTokens(7, 40, config_.vocab_size), cache);
   model_.Prefill(RandomTokens(config_.context, 41, config_.vocab_size), full);
@@ -176,10 +176,10 @@ TEST_P(DecodeStepTest, RejectsBadTokensAndFullCachesWithoutTouchingThem) {
   EXPECT_EQ(full.length(), config_.context);
 }
 
-INSTANTIATE_TEST_SUITE_P(WidthsHeadsThreads, DecodeStepTest,
+INSTANTIATE_TEST_SUITE_P(WidthsHeadsThreads, ForwardStepTest,
                          ::testing::Combine(::testing::Values(int64_t{144}), ::testing::Values(int64_t{2}),
                                             ::testing::Values(1, 2, 3)));
-INSTANTIATE_TEST_SUITE_P(NarrowHeads, DecodeStepTest,
+INSTANTIATE_TEST_SUITE_P(NarrowHeads, ForwardStepTest,
                          ::testing::Combine(::testing::Values(int64_t{80}), ::testing::Values(int64_t{4}),
                                             ::testing::Values(1, 2)));
 

@@ -1,0 +1,52 @@
+#pragma once
+// What the session database keeps of one session (docs/ARCHITECTURE.md, "Durable sessions"): the
+// rows SessionDb reads and writes, as plain values (no libtorch, no engine types).
+
+#include <cstdint>
+#include <optional>
+#include <string>
+#include <vector>
+
+namespace niels::daemon::state {
+
+// Half-open token range [begin, end) of a session's history: one completed chat turn.
+struct TurnRange {
+  int64_t begin = 0;
+  int64_t end = 0;
+  bool operator==(const TurnRange&) const = default;
+};
+
+// The history of a session: tokens [0, system_end) are its system prompt, `turns` its completed
+// turns in order; tokens after the last turn (raw Generate) belong to no turn.
+struct StoredHistory {
+  int64_t system_end = 0;
+  std::vector<int32_t> tokens;
+  std::vector<TurnRange> turns;
+  bool operator==(const StoredHistory&) const = default;
+};
+
+// Everything about a session except its history; what ListSessions needs.
+struct SessionSummary {
+  std::string id;                            // 32 hex digits
+  uint32_t owner = 0;                        // uid
+  std::string model_fingerprint;             // ModelFingerprint of the model that wrote it
+  std::string model_name;                    // that model's name, for listing
+  std::optional<std::string> system_prompt;  // the text; nullopt = no system message
+  int64_t length = 0;                        // tokens in the history
+  int64_t turn_count = 0;                    // completed turns
+  double created_unix_s = 0;
+  double last_used_unix_s = 0;
+  bool operator==(const SessionSummary&) const = default;
+};
+
+struct StoredSession {
+  SessionSummary summary;
+  StoredHistory history;
+  bool operator==(const StoredSession&) const = default;
+};
+
+// OK-or-reason check of a history's internal consistency (ranges ordered, inside the tokens, after
+// the system prompt). Empty string when valid.
+std::string HistoryProblem(const StoredHistory& history);
+
+}  // namespace niels::daemon::state

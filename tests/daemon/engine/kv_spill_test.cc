@@ -1,0 +1,87 @@
+// KV spill through a real transformer: a cache written to disk and read back is the same cache
+// (bit for bit), continuing from it gives the logits of the full forward, and a damaged or
+// mismatched file leaves the cache empty so the caller recomputes.
+#include "daemon/engine/kv_spill.h"
+
+#include <filesystem>
+
+#include <gmock/gmock.h>
+#include <gtest/gtest.h>
+#include <torch/torch.h>
+
+#include "daemon/model/transformer.h"
+#include "daemon/model/weights.h"
+#include "tests/support/temp_files.h"
+#include "tests/support/test_model.h"
+
+namespace niels::daemon::engine {
+namespace {
+
+namespace fs = std::filesystem;
+const std::string kFingerprint = "0123456789abcdef0123456789abcdef";
+
+std::vector<int32_t> Tokens(int n) {
+  std::vector<int32_t> tokens;
+  for (int i = 0; i < n; ++i) tokens.push_back((i * 37 + 5) % 300);
+  return tokens;
+}
+
+class KvSpillTest : public ::testing::Test {
+ protected:
+  model::ModelConfig config_ = testing::TinyConfig();
+  model::Transformer model_{config_, model::RandomWeights(config_, 11)};
+  testing::TempDir dir_;
+};
+
+TEST_F(KvSpillTest, ReadBackIsTheSameCacheAndContinuesLikeTheFullForward) {
+  const std::vector<int32_t> tokens = Tokens(41);
+  model::KvCache cache(config_);
+  model_.Prefill(std::span(tokens).first(40), cache);
+  auto bytes = WriteKvSpill(cache, tokens, config_, kFingerprint, dir_ / "s.kv");
+  ASSERT_TRUE(bytes.ok()) << bytes.status().ToString();
+  EXPECT_EQ(*bytes, fs::file_size(dir_ / "s.kv"));
+
+  model::KvCache restored(config_);
+  ASSERT_TRUE(ReadKvSpillInto(restored, tokens, 40, config_, kFingerprint, dir_ / "s.kv").ok());
+  ASSERT_EQ(restored.length(), 40);
+  for (int64_t layer = 0; layer < config_.layers; ++layer) {
+    EXPECT_TRUE(torch::equal(restored.Keys(layer, 40), cache.Keys(layer, 40)));
+    EXPECT_TRUE(torch::equal(restored.Values(layer, 40), cache.Values(layer, 40)));
+  }
+  // The next token on the restored cache: the same logits as on the original cache, and as the
+  // plain full forward over all 41 tokens.
+  model::KvCache* original_ptr = &cache;
+  model::KvCache* restored_ptr = &restored;
+  const torch::Tensor from_original = model_.Decode(std::span(tokens).subspan(40, 1), std::span(&original_ptr, 1));
+  const torch::Tensor from_restored = model_.Decode(std::span(tokens).subspan(40, 1), std::span(&restored_ptr, 1));
+  EXPECT_TRUE(torch::equal(from_original, from_restored));
+  const torch::Tensor full = model_.Forward(tokens, /*last_only=*/true);
+  EXPECT_TRUE(torch::allclose(from_restored[0], full, 1e-4, 1e-4));
+}
+
+TEST_F(KvSpillTest, MismatchOrDamageLeavesTheCacheEmpty) {
+  const std::vector<int32_t> tokens = Tokens(30);
+  model::KvCache cache(config_);
+  model_.Prefill(tokens, cache);
+  ASSERT_TRUE(WriteKvSpill(cache, tokens, config_, kFingerprint, dir_ / "s.kv").ok());
+
+  auto expect_refused = [&](std::span<const int32_t> want_tokens, int64_t positions, const std::string& fingerprint,
+                            const char* why) {
+    model::KvCache restored(config_);
+    EXPECT_FALSE(ReadKvSpillInto(restored, want_tokens, positions, config_, fingerprint, dir_ / "s.kv").ok()) << why;
+    EXPECT_EQ(restored.length(), 0) << why;
+    EXPECT_EQ(restored.bytes(), 0) << why;
+  };
+  std::vector<int32_t> edited = tokens;
+  edited[3] += 1;
+  expect_refused(edited, 30, kFingerprint, "history edited since the spill");
+  expect_refused(tokens, 29, kFingerprint, "another length");
+  expect_refused(tokens, 30, "ffffffffffffffffffffffffffffffff", "another model");
+  std::string bytes = testing::ReadFile(dir_ / "s.kv");
+  bytes[bytes.size() / 2] ^= 0x01;
+  testing::WriteFile(dir_ / "s.kv", bytes);
+  expect_refused(tokens, 30, kFingerprint, "one flipped bit");
+}
+
+}  // namespace
+}  // namespace niels::daemon::engine
