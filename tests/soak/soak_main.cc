@@ -16,6 +16,7 @@
 // Exit status 0 only when all three are 0 and nielsd's fd count returns to its level before.
 #include <grp.h>
 #include <signal.h>
+#include <sys/prctl.h>
 #include <sys/stat.h>
 #include <sys/wait.h>
 #include <unistd.h>
@@ -543,6 +544,7 @@ int main(int argc, char** argv) {
   // Fork the clients.
   const auto soak_start = Clock::now();
   std::vector<pid_t> children;
+  const pid_t soak_pid = ::getpid();
   for (int c = 0; c < o.clients; ++c) {
     const pid_t child = ::fork();
     if (child == 0) {
@@ -554,6 +556,10 @@ int main(int argc, char** argv) {
           ::_exit(3);
         }
       }
+      // A client dies with the soak (a killed soak leaves no client running). Set after the uid
+      // change, which clears it; a parent already gone is checked after setting.
+      ::prctl(PR_SET_PDEATHSIG, SIGKILL);
+      if (::getppid() != soak_pid) ::_exit(4);
       const auto plan = niels::soak::MakePlan(o.seed, c, o.turns, vocab, /*faults=*/true, o.max_new_tokens);
       const ClientResult result = RunClient(socket.string(), plan, c);
       WriteResult(dir / ("client-" + std::to_string(c) + ".txt"), result);
