@@ -188,7 +188,7 @@ int main(int argc, char** argv) {
   } else {
     config.vocab_size = 16000, config.context = 1024, config.width = 512, config.layers = 8, config.heads = 8, config.d_ff = 1536;
   }
-  niels::daemon::model::ConfigureThreads(threads);
+  niels::daemon::model::ConfigureThreads();
   auto pool = std::make_shared<niels::daemon::kernels::WorkerPool>(threads);
   auto tokenizer = niels::daemon::model::Tokenizer::Load(tokenizer_path);
   if (!tokenizer.ok()) {

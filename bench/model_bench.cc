@@ -1,51 +1,79 @@
-// nielsd-bench: speed of the niels_gpt transformer on a random model of a given shape.
+// nielsd-bench: speed of the niels_gpt transformer on nielsd's kernels, for a random model of a given
+// shape or a model directory, in a given weight dtype, and nielsd's start-up time.
 //
-// Prints medians over --repeats runs of: prefill tokens/s, cached decode tokens/s (B = 1 and a
-// batch of --batch sessions), uncached decode tokens/s (a full forward over the whole context per
-// token, as the --no-kv-cache path does), KV bytes per token, the machine's memory bandwidth (a
-// large multi-threaded buffer copy, read + write bytes counted as STREAM does) and the bandwidth
-// bound for decode (bandwidth / weight bytes), and beside it a read-only bandwidth (what decode does
-// with its weights) and decode as a fraction of that. With --json every figure is one JSON line.
+// Prints medians over --repeats runs of: prefill tokens/s (a --prompt-token prompt into an empty
+// cache, last position's logits only, as a chat prefill), cached decode tokens/s (B = 1, and a batch
+// of --batch sessions), uncached decode tokens/s (a full forward per token, the --no-kv-cache path),
+// the weight bytes a decode step reads, the machine's read bandwidth (a sum over a large buffer on
+// all cores: what decode does with the weights) and decode as a fraction of that bound, plus the
+// memcpy bandwidth as STREAM counts it. Then start-up: nielsd launched on a model directory of this shape
+// and dtype, the time until it sends READY=1 (sd_notify) and until an Info request is answered.
+// With --json every figure is one JSON line.
+//
+// Side by side with llama.cpp (same shapes, 2 threads; see README.md "Benchmarks"):
+//   nielsd-bench --preset base --V 1024 --dtype f16 --threads 2
+//   nielsd-bench --preset base --dtype f16 --write-model-dir /tmp/base-f16      (V = 1024 from the tokenizer)
+//   niels-export /tmp/base-f16 --format gguf --dtype f16 /tmp/base-f16.gguf
+//   llama-bench -m /tmp/base-f16.gguf -t 2 -p 512 -n 128 -d 0,384 ...
+
+#include <fcntl.h>
+#include <signal.h>
+#include <spawn.h>
+#include <sys/socket.h>
+#include <sys/un.h>
+#include <sys/wait.h>
+#include <unistd.h>
 
 #include <algorithm>
 #include <chrono>
+#include <cmath>
 #include <cstdio>
 #include <cstring>
 #include <filesystem>
 #include <fstream>
 #include <memory>
+#include <optional>
 #include <random>
 #include <string>
 #include <thread>
 #include <vector>
 
 #include <CLI/CLI.hpp>
-#include <c10/core/InferenceMode.h>
 
+#include "client/daemon_client.h"
+#include "daemon/kernels/dtype.h"
+#include "daemon/model/model_dir.h"
 #include "daemon/model/threading.h"
 #include "daemon/model/tokenizer.h"
 #include "daemon/model/transformer.h"
 #include "daemon/model/weights.h"
 
+extern char** environ;
+
 namespace niels::bench {
 namespace {
 
+using daemon::kernels::Dtype;
 using daemon::model::KvCache;
 using daemon::model::ModelConfig;
 using daemon::model::Transformer;
+using daemon::model::Weights;
 using Clock = std::chrono::steady_clock;
 
 struct Options {
   std::string preset = "personal";
   ModelConfig config;
+  std::string model_dir;  // set: benchmark this model directory instead of random weights
+  std::string dtype = "f32";  // of the weight matrices; "file" with --model keeps the file's
   int threads = 0;
-  std::string thread_setup = "blas";
   int repeats = 5;
-  int64_t prompt = 512;        // prefill prompt length (capped at T)
+  int64_t prompt = 512;         // prefill prompt length (capped at T)
   int64_t decode_tokens = 128;  // cached decode steps after the prompt
   int64_t uncached_steps = 4;
   int64_t batch = 4;
   int64_t bandwidth_mib = 512;  // size of each of the two copy buffers
+  int startup_runs = 5;         // nielsd launches for the start-up figure (0: skip)
+  std::string nielsd = NIELSD_BINARY;
   bool json = false;
   std::string write_model_dir;  // set: write a random-weight model directory there and exit
   std::string tokenizer = NIELS_SOURCE_DIR "/models/niels-demo/tokenizer.model";
@@ -56,6 +84,7 @@ double Seconds(Clock::time_point start) { return std::chrono::duration<double>(C
 double Median(std::vector<double> values) {
   std::sort(values.begin(), values.end());
   const size_t n = values.size();
+  if (n == 0) return 0.0;
   return n % 2 == 1 ? values[n / 2] : 0.5 * (values[n / 2 - 1] + values[n / 2]);
 }
 
@@ -95,7 +124,7 @@ double MeasureBandwidth(int64_t bytes, int threads, int repeats) {
 }
 
 // Read-only bandwidth in bytes/s: `threads` threads each sum a slice of a `bytes` buffer (what a
-// decode step does with the weights: it only reads them). Reported beside the copy figure.
+// decode step does with the weights: it only reads them).
 double MeasureReadBandwidth(int64_t bytes, int threads, int repeats) {
   const int64_t words = bytes / static_cast<int64_t>(sizeof(uint64_t));
   std::unique_ptr<uint64_t[]> src(new uint64_t[words]);
@@ -118,15 +147,20 @@ double MeasureReadBandwidth(int64_t bytes, int threads, int repeats) {
   });
 }
 
+struct Startup {
+  double ready_ms = 0, info_ms = 0;
+  std::string dir;
+};
+
 struct Results {
   double prefill_tok_s = 0, decode_tok_s = 0, batched_decode_tok_s = 0, uncached_decode_tok_s = 0;
   double kv_bytes_per_token = 0, bandwidth = 0, read_bandwidth = 0, weight_bytes = 0;
   int64_t prefill_len = 0, decode_start = 0, context = 0;
+  std::optional<Startup> startup;
 };
 
-void RunModel(const Options& o, Results& r, std::shared_ptr<daemon::kernels::WorkerPool> pool) {
-  const ModelConfig& c = o.config;
-  const Transformer model(c, daemon::model::RandomWeights(c, /*seed=*/1), std::move(pool));
+void RunModel(const Options& o, const Transformer& model, Results& r) {
+  const ModelConfig& c = model.config();
   r.weight_bytes = static_cast<double>(model.weights().bytes());
   r.prefill_len = std::min(o.prompt, c.context);
   r.decode_start = std::max<int64_t>(1, std::min(r.prefill_len, c.context - o.decode_tokens));
@@ -135,7 +169,7 @@ void RunModel(const Options& o, Results& r, std::shared_ptr<daemon::kernels::Wor
   const auto tokens = RandomTokens(c.context, c.vocab_size, 2);
   const std::span<const int32_t> all(tokens);
 
-  model.Forward(all.first(8));  // warm-up: thread pools, allocator
+  model.Forward(all.first(8));  // warm-up: thread pool, allocator, the weights' pages
   r.prefill_tok_s = MedianOf(o.repeats, [&] {
     KvCache cache(c);
     const auto start = Clock::now();
@@ -172,35 +206,172 @@ void RunModel(const Options& o, Results& r, std::shared_ptr<daemon::kernels::Wor
     for (int64_t i = 0; i < o.uncached_steps; ++i) model.Forward(all.first(r.context), /*last_only=*/true);
     return o.uncached_steps / Seconds(start);
   });
+
+
 }
 
-void Print(const Options& o, const Results& r, int threads, const daemon::kernels::WorkerPool& pool) {
-  const double bound = r.bandwidth / r.weight_bytes;
-  const double fraction = r.decode_tok_s / bound;
+// Writes config.json (V from the tokenizer), model.safetensors (RandomWeights(seed 1) in `dtype`)
+// and tokenizer.model into `dir`.
+common::Status WriteRandomModelDir(const Options& o, const std::filesystem::path& dir, Dtype dtype, ModelConfig* out) {
+  auto tokenizer = daemon::model::Tokenizer::Load(o.tokenizer);
+  if (!tokenizer.ok()) return tokenizer.status();
+  ModelConfig c = o.config;
+  c.vocab_size = (*tokenizer)->vocab_size();
+  c.name = "random-" + o.preset;
+  std::error_code ec;
+  std::filesystem::create_directories(dir, ec);
+  std::filesystem::copy_file(o.tokenizer, dir / "tokenizer.model", std::filesystem::copy_options::overwrite_existing,
+                             ec);
+  std::ofstream config(dir / "config.json", std::ios::trunc);
+  config << daemon::model::ModelConfigToJson(c);
+  config.close();
+  if (ec || !config) {
+    return common::Status::Internal("cannot write " + dir.string() + ": " + (ec ? ec.message() : "write error"));
+  }
+  NIELS_RETURN_IF_ERROR(daemon::model::SaveWeights(daemon::model::RandomWeights(c, /*seed=*/1), dir / "model.safetensors", dtype));
+  if (out != nullptr) *out = c;
+  return common::Status::Ok();
+}
+
+// One launch of nielsd on `dir`: milliseconds until READY=1 arrives on its NOTIFY_SOCKET and until
+// an Info request is answered (connecting in a loop every 0.2 ms). nielsd is stopped with SIGTERM.
+std::optional<Startup> LaunchOnce(const Options& o, const std::filesystem::path& dir, const std::filesystem::path& work,
+                                  std::string* error) {
+  const std::string socket = (work / "nielsd.sock").string(), notify = (work / "notify.sock").string();
+  std::filesystem::remove(notify);
+  const int notify_fd = ::socket(AF_UNIX, SOCK_DGRAM | SOCK_CLOEXEC | SOCK_NONBLOCK, 0);
+  sockaddr_un address{};
+  address.sun_family = AF_UNIX;
+  std::snprintf(address.sun_path, sizeof address.sun_path, "%s", notify.c_str());
+  if (notify_fd < 0 || ::bind(notify_fd, reinterpret_cast<sockaddr*>(&address), sizeof address) != 0) {
+    *error = "cannot bind " + notify;
+    if (notify_fd >= 0) ::close(notify_fd);
+    return std::nullopt;
+  }
+  std::vector<std::string> env_strings = {"NOTIFY_SOCKET=" + notify};
+  for (char** e = environ; *e != nullptr; ++e) {
+    if (std::strncmp(*e, "NOTIFY_SOCKET=", 14) != 0) env_strings.emplace_back(*e);
+  }
+  std::vector<char*> env;
+  for (std::string& s : env_strings) env.push_back(s.data());
+  env.push_back(nullptr);
+  const int threads = o.threads > 0 ? o.threads : static_cast<int>(std::thread::hardware_concurrency());
+  std::vector<std::string> arg_strings = {o.nielsd, "--model", dir.string(), "--socket", socket, "--threads",
+                                          std::to_string(threads), "--log-level", "warn"};
+  std::vector<char*> args;
+  for (std::string& s : arg_strings) args.push_back(s.data());
+  args.push_back(nullptr);
+
+  pid_t pid = -1;
+  const auto start = Clock::now();
+  if (posix_spawn(&pid, o.nielsd.c_str(), nullptr, nullptr, args.data(), env.data()) != 0) {
+    *error = "cannot start " + o.nielsd;
+    ::close(notify_fd);
+    return std::nullopt;
+  }
+  Startup s;
+  bool ready = false, answered = false;
+  while ((!ready || !answered) && Seconds(start) < 30.0) {
+    char buffer[512];
+    const ssize_t n = ::recv(notify_fd, buffer, sizeof buffer - 1, 0);
+    if (n > 0) {
+      buffer[n] = '\0';
+      if (!ready && std::strstr(buffer, "READY=1") != nullptr) {
+        ready = true;
+        s.ready_ms = Seconds(start) * 1e3;
+      }
+    }
+    if (!answered) {
+      auto client = client::DaemonClient::Connect(socket);
+      if (client.ok() && (*client)->Info().ok()) {
+        answered = true;
+        s.info_ms = Seconds(start) * 1e3;
+      }
+    }
+    if (!ready || !answered) std::this_thread::sleep_for(std::chrono::microseconds(200));
+    int status = 0;
+    if (::waitpid(pid, &status, WNOHANG) == pid) {
+      *error = "nielsd exited during start-up (run it on " + dir.string() + " to see why)";
+      ::close(notify_fd);
+      return std::nullopt;
+    }
+  }
+  ::kill(pid, SIGTERM);
+  int status = 0;
+  ::waitpid(pid, &status, 0);
+  ::close(notify_fd);
+  if (!ready || !answered) {
+    *error = "nielsd did not become ready within 30 s";
+    return std::nullopt;
+  }
+  return s;
+}
+
+std::optional<Startup> MeasureStartup(const Options& o, std::string* error) {
+  const std::filesystem::path work =
+      std::filesystem::temp_directory_path() / ("nielsd-bench-" + std::to_string(::getpid()));
+  std::filesystem::create_directories(work);
+  std::filesystem::path dir = o.model_dir;
+  if (dir.empty()) {
+    dir = work / "model";
+    const common::Status written = WriteRandomModelDir(o, dir, *daemon::kernels::ParseDtype(o.dtype), nullptr);
+    if (!written.ok()) {
+      *error = written.ToString();
+      return std::nullopt;
+    }
+  }
+  std::vector<double> ready, info;
+  for (int i = 0; i < o.startup_runs; ++i) {
+    std::optional<Startup> s = LaunchOnce(o, dir, work, error);
+    if (!s) break;
+    ready.push_back(s->ready_ms);
+    info.push_back(s->info_ms);
+  }
+  std::error_code ec;
+  std::filesystem::remove_all(work, ec);
+  if (ready.size() != static_cast<size_t>(o.startup_runs)) return std::nullopt;
+  return Startup{Median(ready), Median(info), o.model_dir.empty() ? "random weights, V from the tokenizer" : dir.string()};
+}
+
+void Print(const Options& o, const Transformer& model, const Results& r, const daemon::kernels::WorkerPool& pool) {
+  const ModelConfig& c = model.config();
+  const std::string dtype(daemon::kernels::DtypeName(model.weights().dtype()));
+  const double read_bound = r.read_bandwidth / r.weight_bytes;
+  const double read_fraction = r.decode_tok_s / read_bound;
+  const double copy_bound = r.bandwidth / r.weight_bytes;
   if (o.json) {
     auto line = [&](const char* metric, double value, const char* unit) {
-      std::printf("{\"metric\": \"%s\", \"value\": %.6g, \"unit\": \"%s\", \"preset\": \"%s\"}\n", metric, value,
-                  unit, o.preset.c_str());
+      std::printf("{\"metric\": \"%s\", \"value\": %.6g, \"unit\": \"%s\", \"preset\": \"%s\", \"dtype\": \"%s\", "
+                  "\"threads\": %d}\n",
+                  metric, value, unit, o.model_dir.empty() ? o.preset.c_str() : o.model_dir.c_str(), dtype.c_str(),
+                  pool.threads());
     };
     line("prefill_tok_s", r.prefill_tok_s, "tokens/s");
     line("decode_tok_s", r.decode_tok_s, "tokens/s");
     line("batched_decode_tok_s", r.batched_decode_tok_s, "tokens/s");
     line("uncached_decode_tok_s", r.uncached_decode_tok_s, "tokens/s");
+    line("weight_bytes_per_token", r.weight_bytes, "bytes");
     line("kv_bytes_per_token", r.kv_bytes_per_token, "bytes");
     line("mem_bandwidth_gb_s", r.bandwidth / 1e9, "GB/s");
-    line("decode_bound_tok_s", bound, "tokens/s");
-    line("decode_fraction_of_bound", fraction, "ratio");
+    line("decode_bound_tok_s", copy_bound, "tokens/s");
+    line("decode_fraction_of_bound", r.decode_tok_s / copy_bound, "ratio");
     line("mem_read_bandwidth_gb_s", r.read_bandwidth / 1e9, "GB/s");
-    line("decode_fraction_of_read_bound", r.decode_tok_s * r.weight_bytes / r.read_bandwidth, "ratio");
+    line("decode_read_bound_tok_s", read_bound, "tokens/s");
+    line("decode_fraction_of_read_bound", read_fraction, "ratio");
+    if (r.startup) {
+      line("startup_ready_ms", r.startup->ready_ms, "ms");
+      line("startup_info_ms", r.startup->info_ms, "ms");
+    }
     return;
   }
-  const ModelConfig& c = o.config;
-  std::printf("model %s: V %lld T %lld C %lld L %lld H %lld d_ff %lld, weights %.1f MB (f32)\n", o.preset.c_str(),
-              (long long)c.vocab_size, (long long)c.context, (long long)c.width, (long long)c.layers,
-              (long long)c.heads, (long long)c.d_ff, r.weight_bytes / 1e6);
-  std::printf("threads: %d (%s)\n", threads, daemon::model::DescribeThreads(pool).c_str());
+  std::printf("model %s: V %lld T %lld C %lld L %lld H %lld d_ff %lld, weights %s %.1f MB, KV cache f32\n",
+              o.model_dir.empty() ? o.preset.c_str() : o.model_dir.c_str(), (long long)c.vocab_size,
+              (long long)c.context, (long long)c.width, (long long)c.layers, (long long)c.heads, (long long)c.d_ff,
+              dtype.c_str(), r.weight_bytes / 1e6);
+  std::printf("threads: %d (%s)\n", pool.threads(), daemon::model::DescribeThreads(pool).c_str());
   std::printf("medians over %d runs\n", o.repeats);
-  std::printf("prefill          %9.1f tokens/s  (%lld-token prompt)\n", r.prefill_tok_s, (long long)r.prefill_len);
+  std::printf("prefill          %9.1f tokens/s  (%lld-token prompt, last position's logits)\n", r.prefill_tok_s,
+              (long long)r.prefill_len);
   std::printf("decode (cached)  %9.1f tokens/s  (%lld tokens after a %lld-token prompt)\n", r.decode_tok_s,
               (long long)(r.context - r.decode_start), (long long)r.decode_start);
   std::printf("decode, B = %-3lld  %9.1f tokens/s  (all sessions together)\n", (long long)o.batch,
@@ -208,14 +379,20 @@ void Print(const Options& o, const Results& r, int threads, const daemon::kernel
   std::printf("decode uncached  %9.1f tokens/s  (full forward over %lld tokens per token)\n",
               r.uncached_decode_tok_s, (long long)r.context);
   std::printf("cached / uncached %8.1fx\n", r.decode_tok_s / r.uncached_decode_tok_s);
+  std::printf("weight bytes/token %7.1f MB   (read once per decode step)\n", r.weight_bytes / 1e6);
   std::printf("KV bytes/token   %9.0f\n", r.kv_bytes_per_token);
-  std::printf("memory bandwidth %9.2f GB/s (memcpy on all %u cores, read + write bytes counted as STREAM Copy)\n",
-              r.bandwidth / 1e9, std::thread::hardware_concurrency());
-  std::printf("bandwidth bound  %9.1f tokens/s  (bandwidth / weight bytes)\n", bound);
-  std::printf("decode / bound   %9.2f\n", fraction);
-  std::printf("read bandwidth   %9.2f GB/s (sum over a buffer on all cores: what decode does with weights)\n",
-              r.read_bandwidth / 1e9);
-  std::printf("decode / read bound %6.2f\n", r.decode_tok_s * r.weight_bytes / r.read_bandwidth);
+  std::printf("read bandwidth   %9.2f GB/s (sum over a buffer on all %u cores: what decode does with weights)\n",
+              r.read_bandwidth / 1e9, std::thread::hardware_concurrency());
+  std::printf("read bound       %9.1f tokens/s  (read bandwidth / weight bytes)\n", read_bound);
+  std::printf("decode / read bound %6.2f\n", read_fraction);
+  std::printf("memory bandwidth %9.2f GB/s (memcpy, read + write bytes counted as STREAM Copy); decode / that "
+              "bound %.2f\n",
+              r.bandwidth / 1e9, r.decode_tok_s / copy_bound);
+  if (r.startup) {
+    std::printf("start-up         READY=1 after %.0f ms, Info answered after %.0f ms  (median of %d launches of "
+                "nielsd; %s)\n",
+                r.startup->ready_ms, r.startup->info_ms, o.startup_runs, r.startup->dir.c_str());
+  }
 }
 
 bool ApplyPreset(Options& o) {
@@ -230,45 +407,11 @@ bool ApplyPreset(Options& o) {
   return true;
 }
 
-// --write-model-dir: config.json of the preset's shape, but with V = the tokenizer's vocabulary
-// (a model directory must agree with its tokenizer), RandomWeights(seed 1), and the tokenizer.
-int WriteModelDir(const Options& o) {
-  auto tokenizer = daemon::model::Tokenizer::Load(o.tokenizer);
-  if (!tokenizer.ok()) {
-    std::fprintf(stderr, "nielsd-bench: %s\n", tokenizer.status().ToString().c_str());
-    return 1;
-  }
-  ModelConfig c = o.config;
-  c.vocab_size = (*tokenizer)->vocab_size();
-  c.name = "random-" + o.preset;
-  const std::filesystem::path dir(o.write_model_dir);
-  std::error_code ec;
-  std::filesystem::create_directories(dir, ec);
-  std::filesystem::copy_file(o.tokenizer, dir / "tokenizer.model", std::filesystem::copy_options::overwrite_existing,
-                             ec);
-  std::ofstream config(dir / "config.json", std::ios::trunc);
-  config << daemon::model::ModelConfigToJson(c);
-  config.close();
-  if (ec || !config) {
-    std::fprintf(stderr, "nielsd-bench: cannot write %s: %s\n", dir.c_str(), ec ? ec.message().c_str() : "write error");
-    return 1;
-  }
-  const common::Status saved = daemon::model::SaveWeights(daemon::model::RandomWeights(c, /*seed=*/1),
-                                                          dir / "model.safetensors");
-  if (!saved.ok()) {
-    std::fprintf(stderr, "nielsd-bench: %s\n", saved.ToString().c_str());
-    return 1;
-  }
-  std::printf("wrote %s: %s shape (V %lld from the tokenizer, T %lld, C %lld, L %lld, H %lld, d_ff %lld)\n",
-              dir.c_str(), o.preset.c_str(), (long long)c.vocab_size, (long long)c.context, (long long)c.width,
-              (long long)c.layers, (long long)c.heads, (long long)c.d_ff);
-  return 0;
-}
-
 int Main(int argc, char** argv) {
   Options o;
   ModelConfig flags;
-  CLI::App app{"nielsd-bench: prefill/decode speed of a random niels_gpt model, and the memory-bandwidth bound"};
+  CLI::App app{"nielsd-bench: prefill/decode speed of a niels_gpt model on nielsd's kernels, the bandwidth bound, "
+               "and nielsd's start-up time"};
   app.add_option("--preset", o.preset, "personal, base, or custom (shape from the flags)")->capture_default_str();
   app.add_option("--V", flags.vocab_size, "vocabulary size (overrides the preset)");
   app.add_option("--T", flags.context, "context length");
@@ -276,9 +419,11 @@ int Main(int argc, char** argv) {
   app.add_option("--L", flags.layers, "layers");
   app.add_option("--H", flags.heads, "heads");
   app.add_option("--d_ff", flags.d_ff, "MLP width");
-  app.add_option("--threads", o.threads, "threads (0 = number of cores)")->capture_default_str();
-  app.add_option("--thread-setup", o.thread_setup, "blas (1 torch thread, n BLAS threads) or torch (n and n)")
+  app.add_option("--model", o.model_dir, "benchmark this model directory (its shape and weights) instead of a preset");
+  app.add_option("--dtype", o.dtype, "weight matrices in memory: f32, f16 or bf16 (file: as stored, with --model)")
+      ->check(CLI::IsMember({"file", "f32", "f16", "bf16"}))
       ->capture_default_str();
+  app.add_option("--threads", o.threads, "threads (0 = number of cores)")->capture_default_str();
   app.add_option("--repeats", o.repeats, "runs per figure (the median is printed)")->capture_default_str();
   app.add_option("--prompt", o.prompt, "prefill prompt length (capped at T)")->capture_default_str();
   app.add_option("--decode-tokens", o.decode_tokens, "cached decode steps")->capture_default_str();
@@ -286,10 +431,14 @@ int Main(int argc, char** argv) {
   app.add_option("--batch", o.batch, "sessions in the batched decode figure")->capture_default_str();
   app.add_option("--bandwidth-mib", o.bandwidth_mib, "MiB per copy buffer (two are allocated)")
       ->capture_default_str();
+  app.add_option("--startup-runs", o.startup_runs, "launches of nielsd for the start-up figure (0: skip it)")
+      ->capture_default_str();
+  app.add_option("--nielsd", o.nielsd, "the nielsd binary for the start-up figure")->capture_default_str();
   app.add_flag("--json", o.json, "one JSON line per figure");
   app.add_option("--write-model-dir", o.write_model_dir,
-                 "write a random-weight model directory of this shape (for nielsd and nielsd-load-bench) and exit");
-  app.add_option("--tokenizer", o.tokenizer, "tokenizer.model for --write-model-dir (V becomes its vocab size)")
+                 "write a random-weight model directory of this shape and --dtype (for nielsd, nielsd-load-bench, "
+                 "niels-export) and exit");
+  app.add_option("--tokenizer", o.tokenizer, "tokenizer.model for model directories (V becomes its vocab size)")
       ->capture_default_str();
   CLI11_PARSE(app, argc, argv);
 
@@ -308,18 +457,58 @@ int Main(int argc, char** argv) {
     std::fprintf(stderr, "nielsd-bench: invalid shape or counts (need C %% H == 0, C/H even, all > 0)\n");
     return 2;
   }
-  if (!o.write_model_dir.empty()) return WriteModelDir(o);
+  if (o.dtype == "file" && o.model_dir.empty()) o.dtype = "f32";
+  if (!o.write_model_dir.empty()) {
+    ModelConfig written;
+    const common::Status s =
+        WriteRandomModelDir(o, o.write_model_dir, *daemon::kernels::ParseDtype(o.dtype), &written);
+    if (!s.ok()) {
+      std::fprintf(stderr, "nielsd-bench: %s\n", s.ToString().c_str());
+      return 1;
+    }
+    std::printf("wrote %s: %s shape (V %lld from the tokenizer, T %lld, C %lld, L %lld, H %lld, d_ff %lld), %s\n",
+                o.write_model_dir.c_str(), o.preset.c_str(), (long long)written.vocab_size, (long long)written.context,
+                (long long)written.width, (long long)written.layers, (long long)written.heads, (long long)written.d_ff,
+                o.dtype.c_str());
+    return 0;
+  }
   const int threads = o.threads > 0 ? o.threads : static_cast<int>(std::thread::hardware_concurrency());
-  daemon::model::ConfigureThreads(threads, o.thread_setup == "torch" ? daemon::model::ThreadSetup::kTorchThreads
-                                                                      : daemon::model::ThreadSetup::kBlasThreads);
+  daemon::model::ConfigureThreads();
+  auto pool = std::make_shared<daemon::kernels::WorkerPool>(threads);
+  std::unique_ptr<Transformer> model;
+  std::unique_ptr<daemon::model::Model> loaded;  // keeps a --model directory's mapping alive
+  if (!o.model_dir.empty()) {
+    daemon::model::ModelDirOptions load;
+    if (o.dtype != "file") load.dtype = daemon::kernels::ParseDtype(o.dtype);
+    auto dir = daemon::model::LoadModelDir(o.model_dir, pool, load);
+    if (!dir.ok()) {
+      std::fprintf(stderr, "nielsd-bench: %s\n", dir.status().ToString().c_str());
+      return 1;
+    }
+    loaded = std::move(dir).value();
+    c = loaded->config;
+    model = std::make_unique<Transformer>(c, loaded->transformer->weights(), pool);
+  } else {
+    auto weights = daemon::model::ConvertWeights(daemon::model::RandomWeights(c, /*seed=*/1),
+                                                 *daemon::kernels::ParseDtype(o.dtype));
+    if (!weights.ok()) {
+      std::fprintf(stderr, "nielsd-bench: %s\n", weights.status().ToString().c_str());
+      return 1;
+    }
+    model = std::make_unique<Transformer>(c, std::move(weights).value(), pool);
+  }
   Results r;
-  // The machine's bandwidth: every core copies, whatever --threads says.
+  // The machine's bandwidth: every core reads, whatever --threads says.
   const int cores = static_cast<int>(std::max(1u, std::thread::hardware_concurrency()));
   r.bandwidth = MeasureBandwidth(o.bandwidth_mib << 20, cores, std::max(o.repeats, 5));
   r.read_bandwidth = MeasureReadBandwidth(o.bandwidth_mib << 20, cores, std::max(o.repeats, 5));
-  auto pool = std::make_shared<daemon::kernels::WorkerPool>(threads);
-  RunModel(o, r, pool);
-  Print(o, r, threads, *pool);
+  RunModel(o, *model, r);
+  if (o.startup_runs > 0) {
+    std::string error;
+    r.startup = MeasureStartup(o, &error);
+    if (!r.startup) std::fprintf(stderr, "nielsd-bench: start-up not measured: %s\n", error.c_str());
+  }
+  Print(o, *model, r, *pool);
   return 0;
 }
 

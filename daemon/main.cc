@@ -22,6 +22,8 @@
 #include "common/socket_path.h"
 #include "daemon/handlers/service.h"
 #include "daemon/model/config.h"
+#include "daemon/kernels/dtype.h"
+#include "daemon/kernels/simd_kernels.h"
 #include "daemon/server/daemon.h"
 #include "daemon/state/durable_store.h"
 #include "daemon/state/model_fingerprint.h"
@@ -62,6 +64,7 @@ struct Flags {
   uint32_t max_stored_sessions_per_uid = niels::daemon::state::DurableStoreOptions{}.max_stored_sessions_per_uid;
   bool sync_commits = false;
   uint64_t max_state_db_mb = 0;
+  std::string dtype = "file";
 };
 
 void AddFlags(CLI::App& app, Flags& flags) {
@@ -74,8 +77,13 @@ void AddFlags(CLI::App& app, Flags& flags) {
   app.add_option("--socket-group", flags.socket_group,
                  "give the socket file this group and mode 0660 (default: mode 0600)");
   app.add_option("--threads", flags.threads,
-                 "compute threads of the model: decode workers and OpenBLAS threads, torch intra-op 1 (default: cores)")
+                 "compute threads of the model (prefill, decode and uncached forward kernels; default: cores)")
       ->check(CLI::Range(1, 1024));
+  app.add_option("--dtype", flags.dtype,
+                 "dtype of the weight matrices in memory: file (as stored in model.safetensors, used straight from "
+                 "its memory mapping), f32, f16 or bf16 (converted at load)")
+      ->check(CLI::IsMember({"file", "f32", "f16", "bf16"}))
+      ->capture_default_str();
   app.add_option("--io-threads", flags.io_threads, "socket IO threads")->check(CLI::Range(1, 64))
       ->capture_default_str();
   app.add_option("--max-frame-bytes", flags.max_frame_bytes, "largest accepted request frame")
@@ -296,6 +304,7 @@ int main(int argc, char** argv) {
   engine_options.threads = flags.threads;
   engine_options.max_batch = flags.max_batch;
   engine_options.prefill_chunk = flags.prefill_chunk;
+  if (flags.dtype != "file") engine_options.model_options.dtype = niels::daemon::kernels::ParseDtype(flags.dtype);
   LogInfo("nielsd {}: loading model {}", NIELSD_VERSION, flags.model);
   niels::common::StatusOr<std::unique_ptr<handlers::Service>> loaded =
       handlers::MakeService(flags.model, engine_options, {.max_frame_bytes = flags.max_frame_bytes});
@@ -305,15 +314,19 @@ int main(int argc, char** argv) {
   }
   std::unique_ptr<handlers::Service> inference = std::move(loaded).value();
   const auto& config = inference->model().config;
-  LogInfo("model {} ({}): V={} T={} C={} L={} H={} d_ff={}",
-          config.name.empty() ? "unnamed" : config.name, flags.model, config.vocab_size,
-          config.context, config.width, config.layers, config.heads, config.d_ff);
-  // The setup model::ConfigureThreads makes on the engine thread (docs/ARCHITECTURE.md "Threads
-  // and ownership").
-  LogInfo("socket {}, compute threads {} (decode worker pool and OpenBLAS; torch intra-op 1), "
+  const auto& weights = inference->model().transformer->weights();
+  const auto& file = *inference->model().weights_file;
+  LogInfo("model {} ({}): V={} T={} C={} L={} H={} d_ff={}; weights {}, {:.1f} MB ({:.1f} MB used straight from "
+          "the file's mapping)",
+          config.name.empty() ? "unnamed" : config.name, flags.model, config.vocab_size, config.context,
+          config.width, config.layers, config.heads, config.d_ff, niels::daemon::kernels::DtypeName(weights.dtype()),
+          static_cast<double>(weights.bytes()) / 1e6,
+          static_cast<double>(niels::daemon::model::BytesWithin(weights, file.mapping_data(), file.mapping_size())) / 1e6);
+  // docs/ARCHITECTURE.md "Threads and ownership".
+  LogInfo("socket {}, compute threads {} ({} kernels), "
           "{} IO threads, max frame {} bytes, max sessions {} ({} per uid), KV budget {} MiB, "
           "max connections {} ({} per uid)",
-          daemon.socket_path(), flags.threads, flags.io_threads, flags.max_frame_bytes,
+          daemon.socket_path(), flags.threads, niels::daemon::kernels::simd::Name(), flags.io_threads, flags.max_frame_bytes,
           flags.max_sessions, flags.max_sessions_per_uid, flags.kv_budget_mb, options.max_connections,
           options.max_connections_per_uid);
   int code = daemon.Serve(*inference);

@@ -1,13 +1,14 @@
 #!/usr/bin/env bash
 # The test command: installs what is missing, builds, and runs every test with ctest; then the
 # torch-free suites (common, state, kernels, server, client, torch-free fuzz replays) built with
-# AddressSanitizer + UndefinedBehaviorSanitizer, the concurrency suites (server, client) built with
-# ThreadSanitizer, and the four torch-free fuzz targets for a short bounded time (scripts/fuzz.sh).
+# AddressSanitizer + UndefinedBehaviorSanitizer, the concurrency suites (kernels, server, client)
+# built with ThreadSanitizer, and the four torch-free fuzz targets for a short bounded time (scripts/fuzz.sh).
 #
-# Why not more under ASan in CI: the whole run must stay under 45 minutes on a 2-core machine, and
-# an ASan build of the libtorch-linked code (model, engine, handlers, nielsd, integration, fault,
-# soak) costs about as much CPU as the normal build again, before its slower tests. Those suites
-# and the libtorch-linked fuzz targets (safetensors, model_dir, request) run by hand:
+# Why not more under ASan in CI: the whole run must stay under 45 minutes on a 2-core machine. The
+# model side (model, engine, handlers, nielsd; torch-free itself) is configured only with
+# NIELSD_WITH_TORCH=ON, together with the libtorch-linked tests and tools, so its ASan build costs
+# about as much CPU as the normal build again, before its slower tests. Those suites and the
+# model-side fuzz targets (safetensors, model_dir, request) run by hand:
 #   NIELSD_ASAN_TORCH=1 scripts/test.sh --sanitize address,undefined     (build-asan-torch/)
 #   scripts/fuzz.sh 600 safetensors model_dir request                    (tests/fuzz/README.md)
 #
@@ -27,10 +28,10 @@ JOBS=$(nproc)
 # NIELSD_ASAN_TORCH=1: also the libtorch-linked suites, nielsd's integration and fault tests, the
 # short soak and all seven fuzz replays, but not the script-driven tests (Python converter and
 # client, quickstart: they run uninstrumented interpreters) nor soak_short_nofile (soak_short covers
-# the same code). TSan: the concurrency suites; libtorch is not built with TSan, so torch-free only.
+# the same code). TSan: the concurrency suites (kernels' worker pool, server, client).
 ASAN_TESTS='^(common_test|state_test|kernels_test|server_test|client_test|fuzz_replay_.*)$'
 ASAN_TORCH_TESTS='^(common_test|state_test|kernels_test|server_test|client_test|model_test|engine_test|handlers_test|integration_test|fault_test|soak_short|fuzz_replay_.*)$'
-TSAN_TESTS='^(server_test|client_test)$'
+TSAN_TESTS='^(kernels_test|server_test|client_test)$'
 
 # sanitize LIST: configures build-<dir>/ with NIELSD_SANITIZE=LIST, builds what its suites need,
 # and runs them.

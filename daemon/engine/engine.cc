@@ -11,8 +11,6 @@
 #include <vector>
 #include <utility>
 
-#include <c10/core/InferenceMode.h>
-#include <c10/util/Exception.h>
 #include <fmt/format.h>
 
 #include "common/log.h"
@@ -107,9 +105,7 @@ void Engine::Shutdown() {
 }
 
 void Engine::Run() {
-  // On this thread: OpenMP's thread count is per thread, and every forward runs here.
-  if (options_.threads > 0) model::ConfigureThreads(options_.threads);
-  c10::InferenceMode inference_mode;
+  if (options_.threads > 0) model::ConfigureThreads();
   const Clock::duration expiry_period = ExpiryCheckPeriod(options_.idle_session_timeout);
   while (true) {
     {
@@ -258,8 +254,6 @@ Status Catching(Call&& call) {
     return call();
   } catch (const model::KvExhausted& error) {
     return Status::ResourceExhausted(error.what());
-  } catch (const c10::Error& error) {
-    return Status::Internal(fmt::format("model error: {}", error.what_without_backtrace()));
   } catch (const std::exception& error) {
     return Status::Internal(fmt::format("engine error: {}", error.what()));
   }
@@ -334,9 +328,6 @@ void Guarded(RunningTurn& running, Work&& work, std::vector<RunningTurn*>& faile
   } catch (const model::KvExhausted& error) {
     failed.push_back(&running);
     why.push_back(Status::ResourceExhausted(error.what()));
-  } catch (const c10::Error& error) {
-    failed.push_back(&running);
-    why.push_back(Status::Internal(fmt::format("model error: {}", error.what_without_backtrace())));
   } catch (const std::exception& error) {
     failed.push_back(&running);
     why.push_back(Status::Internal(fmt::format("engine error: {}", error.what())));
@@ -424,7 +415,7 @@ void Engine::RunModelWork() {
     ++decode_rows;
   }
   if (!inputs.empty()) {
-    torch::Tensor logits;
+    std::vector<float> logits;  // [rows that want logits, V]
     const Status stepped = Catching([&] {
       logits = state_->language_model().Step(inputs);
       return Status::Ok();
@@ -439,15 +430,16 @@ void Engine::RunModelWork() {
         ++state_->decode_steps;
         state_->decode_rows += static_cast<uint64_t>(decode_rows);
       }
-      int64_t row = 0;
+      const size_t vocab = static_cast<size_t>(state_->language_model().config().vocab_size);
+      size_t row = 0;
       for (const Member& member : members) {
         GenerationTask& task = member.running->turn->task();
-        std::optional<torch::Tensor> own;
-        if (member.wants_logits) own = logits[row++];
+        std::span<const float> own;
+        if (member.wants_logits) own = std::span<const float>(logits).subspan(vocab * row++, vocab);
         if (member.prefill) {
-          Guarded(*member.running, [&] { task.AcceptPrefilled(own ? &*own : nullptr); }, failed, why);
+          Guarded(*member.running, [&] { task.AcceptPrefilled(own); }, failed, why);
         } else {
-          Guarded(*member.running, [&] { task.AcceptDecodeLogits(*own); }, failed, why);
+          Guarded(*member.running, [&] { task.AcceptDecodeLogits(own); }, failed, why);
         }
       }
     }
@@ -460,7 +452,7 @@ void Engine::RunModelWork() {
       caches.push_back(&running->turn->task().cache());
     }
     model::AttentionTrace trace{layer, {}};
-    torch::Tensor logits;
+    std::vector<float> logits;  // [B, V]
     const Status decoded = Catching([&] {
       logits = state_->language_model().Decode(tokens, caches, &trace);
       return Status::Ok();
@@ -472,14 +464,15 @@ void Engine::RunModelWork() {
       }
       continue;
     }
+    const size_t vocab = logits.size() / group.size();
     ++state_->decode_steps;
     state_->decode_rows += group.size();
     for (size_t b = 0; b < group.size(); ++b) {
-      std::optional<torch::Tensor> row;
-      if (b < trace.rows.size() && trace.rows[b].defined()) row = trace.rows[b];
+      std::vector<float> row;
+      if (b < trace.rows.size()) row = std::move(trace.rows[b]);
       RunningTurn& running = *group[b];
-      Guarded(running, [&] { running.turn->task().AcceptDecodeLogits(logits[static_cast<int64_t>(b)], row); },
-              failed, why);
+      const std::span<const float> row_logits(logits.data() + b * vocab, vocab);
+      Guarded(running, [&] { running.turn->task().AcceptDecodeLogits(row_logits, std::move(row)); }, failed, why);
     }
   }
   for (size_t k = 0; k < failed.size(); ++k) {
@@ -528,9 +521,10 @@ void Engine::UpdateFigures() {
 
 common::StatusOr<std::unique_ptr<Engine>> MakeEngine(const std::filesystem::path& model_dir,
                                                      EngineOptions options) {
-  // The decode kernels' threads; ConfigureThreads (engine thread) sizes OpenBLAS to match.
+  // The model kernels' threads (prefill, decode, the uncached forward).
   auto pool = std::make_shared<kernels::WorkerPool>(std::max(options.threads, 1));
-  common::StatusOr<std::unique_ptr<model::Model>> model = model::LoadModelDir(model_dir, std::move(pool));
+  common::StatusOr<std::unique_ptr<model::Model>> model =
+      model::LoadModelDir(model_dir, std::move(pool), options.model_options);
   if (!model.ok()) return model.status();
   return std::make_unique<Engine>(std::move(model).value(), std::move(options));
 }

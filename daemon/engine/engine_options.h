@@ -5,6 +5,8 @@
 #include <cstddef>
 #include <cstdint>
 
+#include "daemon/model/model_dir.h"
+
 namespace niels::daemon::state {
 class DurableStore;
 }  // namespace niels::daemon::state
@@ -20,8 +22,10 @@ struct EngineOptions {
   size_t max_queue = 256;                 // queued requests beyond it: RESOURCE_EXHAUSTED
   size_t max_queued_per_uid = 64;         // queued requests of one uid beyond it: RESOURCE_EXHAUSTED
   bool allow_root = false;                // uid 0 may use every session
-  int threads = 0;                        // > 0: model::ConfigureThreads(threads) on the engine
-                                          // thread before any work; 0 = leave the defaults
+  int threads = 0;                        // the model kernels' WorkerPool (MakeEngine); > 0 also
+                                          // model::ConfigureThreads() on the engine thread
+  // How the model is kept in memory (nielsd --dtype; MakeEngine).
+  model::ModelDirOptions model_options;
   uint32_t max_batch = 16;                // running turns (rows of a batched decode step) at most
   int64_t prefill_chunk = 256;            // prompt tokens prefilled per iteration per turn
   // Durable sessions (docs/ARCHITECTURE.md, "Durable sessions"): the state directory's store, owned

@@ -6,8 +6,6 @@
 #include <string>
 #include <utility>
 
-#include <c10/core/InferenceMode.h>
-
 namespace niels::daemon::engine {
 namespace {
 
@@ -15,15 +13,8 @@ using Clock = std::chrono::steady_clock;
 
 double Seconds(Clock::duration d) { return std::chrono::duration<double>(d).count(); }
 
-// A CPU f32 copy of one position's logits ([V] or [1, V]).
-std::vector<float> LogitsToVector(const torch::Tensor& logits) {
-  const torch::Tensor cpu = logits.detach().reshape({-1}).to(torch::kCPU, torch::kFloat).contiguous();
-  const float* data = cpu.data_ptr<float>();
-  return std::vector<float>(data, data + cpu.numel());
-}
-
 // Fills event.logprob / event.top from log_softmax of the raw logits.
-void AddLogprobs(const std::vector<float>& logits, int32_t top_n, bool want_logprob, StepEvent& event) {
+void AddLogprobs(std::span<const float> logits, int32_t top_n, bool want_logprob, StepEvent& event) {
   const float max_logit = *std::max_element(logits.begin(), logits.end());
   double sum = 0.0;
   for (float x : logits) sum += std::exp(static_cast<double>(x) - max_logit);
@@ -40,10 +31,10 @@ void AddLogprobs(const std::vector<float>& logits, int32_t top_n, bool want_logp
   for (int32_t i = 0; i < n; ++i) event.top.push_back({ids[i], logprob(ids[i])});
 }
 
-// The traced row of the single sequence of a Decode call, when the model recorded one.
-std::optional<torch::Tensor> TraceRow(const model::AttentionTrace& trace) {
-  if (trace.rows.empty() || !trace.rows[0].defined()) return std::nullopt;
-  return trace.rows[0];
+// The traced row of the single sequence of a Decode call (empty when the model recorded none).
+std::vector<float> TraceRow(model::AttentionTrace& trace) {
+  if (trace.rows.empty()) return {};
+  return std::move(trace.rows[0]);
 }
 
 // Throws (before anything changes) when a REQUIRES of Generate does not hold.
@@ -79,7 +70,6 @@ GenerationTask::GenerationTask(const model::LanguageModel& model, Sequence& sequ
 void GenerationTask::Start(std::span<const int32_t> input, int64_t prefill_chunk) {
   CheckRequires(model_.config(), sequence_, input, options_);
   if (prefill_chunk < 0) throw std::invalid_argument("Generate: prefill_chunk < 0");
-  c10::InferenceMode guard;
   start_time_ = Clock::now();
   prefill_chunk_ = prefill_chunk;
   result_.used_kv_cache = options_.use_kv_cache;
@@ -126,7 +116,6 @@ void GenerationTask::PrefillChunk() {
     Finish(StopReason::kCancelled);
     return;
   }
-  c10::InferenceMode guard;
   const std::vector<int32_t>& tokens = sequence_.tokens;
   model::KvCache& cache = sequence_.cache;
   const int64_t length = static_cast<int64_t>(tokens.size());
@@ -136,8 +125,8 @@ void GenerationTask::PrefillChunk() {
   if (!traced) {
     const std::span<const int32_t> chunk = PendingChunk(length);
     const bool samples = ChunkSamples(static_cast<int64_t>(chunk.size()));
-    torch::Tensor logits = model_.Prefill(chunk, cache);
-    AcceptPrefilled(samples ? &logits : nullptr);
+    const std::vector<float> logits = model_.Prefill(chunk, cache);
+    AcceptPrefilled(samples ? std::span<const float>(logits) : std::span<const float>());
     return;
   }
   const int64_t begin = cache.length();
@@ -150,8 +139,8 @@ void GenerationTask::PrefillChunk() {
   prefilling_ = false;
   model::AttentionTrace trace{options_.trace_layer, {}};
   model::KvCache* caches[] = {&cache};
-  torch::Tensor logits = model_.Decode(std::span<const int32_t>(tokens).last(1), caches, &trace);
-  AcceptDecodeLogits(logits[0], TraceRow(trace));
+  const std::vector<float> logits = model_.Decode(std::span<const int32_t>(tokens).last(1), caches, &trace);
+  AcceptDecodeLogits(logits, TraceRow(trace));
 }
 
 std::span<const int32_t> GenerationTask::PendingChunk(int64_t budget) const {
@@ -167,15 +156,15 @@ bool GenerationTask::ChunkSamples(int64_t n) const {
   return will_sample_ && sequence_.cache.length() + n == static_cast<int64_t>(sequence_.tokens.size());
 }
 
-void GenerationTask::AcceptPrefilled(const torch::Tensor* logits) {
+void GenerationTask::AcceptPrefilled(std::span<const float> logits) {
   if (sequence_.cache.length() < static_cast<int64_t>(sequence_.tokens.size())) return;  // more chunks
   prefilling_ = false;
   if (!will_sample_) {  // only inject the input; the logits are not needed
     Finish(options_.max_new_tokens == 0 ? StopReason::kMaxTokens : StopReason::kContextFull);
     return;
   }
-  if (logits == nullptr) throw std::logic_error("GenerationTask::AcceptPrefilled without the logits to sample");
-  SampleAndEmit(*logits, std::nullopt);
+  if (logits.empty()) throw std::logic_error("GenerationTask::AcceptPrefilled without the logits to sample");
+  SampleAndEmit(logits, {});
 }
 
 void GenerationTask::StartUncached() {
@@ -189,11 +178,11 @@ void GenerationTask::StartUncached() {
     return;
   }
   result_.prefilled_tokens = length;
-  SampleAndEmit(ForwardWindow(), std::nullopt);
+  SampleAndEmit(ForwardWindow(), {});
 }
 
 // Full forward over the last T tokens of the sequence: logits of the last position [V].
-torch::Tensor GenerationTask::ForwardWindow() const {
+std::vector<float> GenerationTask::ForwardWindow() const {
   const std::vector<int32_t>& tokens = sequence_.tokens;
   const size_t window = std::min<size_t>(tokens.size(), static_cast<size_t>(model_.config().context));
   return model_.Forward(std::span<const int32_t>(tokens).last(window), /*last_only=*/true);
@@ -222,29 +211,30 @@ void GenerationTask::Step() {
     return;
   }
   if (!PrepareStep()) return;
-  c10::InferenceMode guard;
   if (!options_.use_kv_cache) {
-    SampleAndEmit(ForwardWindow(), std::nullopt);
+    SampleAndEmit(ForwardWindow(), {});
     return;
   }
   // Invariant between steps: the cache holds every token but the last sampled one.
   const int32_t token = decode_token();
   model::KvCache* caches[] = {&sequence_.cache};
   if (options_.trace_layer < 0) {
-    AcceptDecodeLogits(model_.Decode({&token, 1}, caches)[0]);
+    AcceptDecodeLogits(model_.Decode({&token, 1}, caches));
     return;
   }
   model::AttentionTrace trace{options_.trace_layer, {}};
-  torch::Tensor logits = model_.Decode({&token, 1}, caches, &trace);
-  AcceptDecodeLogits(logits[0], TraceRow(trace));
+  const std::vector<float> logits = model_.Decode({&token, 1}, caches, &trace);
+  AcceptDecodeLogits(logits, TraceRow(trace));
 }
 
-void GenerationTask::AcceptDecodeLogits(const torch::Tensor& logits, std::optional<torch::Tensor> attention) {
+void GenerationTask::AcceptDecodeLogits(std::span<const float> logits, std::vector<float> attention) {
   SampleAndEmit(logits, std::move(attention));
 }
 
-void GenerationTask::SampleAndEmit(const torch::Tensor& logits, std::optional<torch::Tensor> attention) {
-  const std::vector<float> row = LogitsToVector(logits);
+void GenerationTask::SampleAndEmit(std::span<const float> logits, std::vector<float> attention) {
+  const int64_t vocab = model_.config().vocab_size;
+  if (static_cast<int64_t>(logits.size()) < vocab) throw std::logic_error("GenerationTask: short logits row");
+  const std::span<const float> row = logits.first(static_cast<size_t>(vocab));
   std::vector<int32_t>& tokens = sequence_.tokens;
   const int32_t id = sampler_.Sample(row, tokens);  // repetition history = the sequence so far
   tokens.push_back(id);
@@ -270,7 +260,11 @@ void GenerationTask::SampleAndEmit(const torch::Tensor& logits, std::optional<to
     if (options_.want_logprobs || options_.top_logprobs > 0) {
       AddLogprobs(row, options_.top_logprobs, options_.want_logprobs, event);
     }
-    event.attention = std::move(attention);
+    if (!attention.empty()) {
+      const int64_t heads = model_.config().heads;
+      const int64_t length = static_cast<int64_t>(attention.size()) / heads;
+      event.attention = AttentionRow{std::move(attention), heads, length};
+    }
     options_.on_token(event);
   }
   if (stop) Finish(*stop);

@@ -18,8 +18,6 @@
 #include <span>
 #include <vector>
 
-#include <torch/types.h>
-
 #include "common/defaults.h"
 #include "daemon/model/kv_cache.h"
 #include "daemon/model/sampler.h"
@@ -43,6 +41,13 @@ struct TokenAlternative {
   float logprob;
 };
 
+// One layer's attention probabilities for the newest position: probs [heads, length], row-major.
+struct AttentionRow {
+  std::vector<float> probs;
+  int64_t heads = 0;
+  int64_t length = 0;
+};
+
 // One sampled id, handed to the on_token callback as soon as it is sampled.
 struct StepEvent {
   int32_t id = 0;
@@ -52,7 +57,7 @@ struct StepEvent {
   std::optional<float> logprob;             // when want_logprobs
   std::vector<TokenAlternative> top;        // top_logprobs best ids of the model's own distribution
                                             // (log_softmax of the raw logits), best first
-  std::optional<torch::Tensor> attention;   // [H, length] when trace_layer >= 0 (cached path)
+  std::optional<AttentionRow> attention;    // when trace_layer >= 0 (cached path)
 };
 
 struct GenerateOptions {
@@ -140,14 +145,14 @@ class GenerationTask {
   // (trace_layer >= 0), whose last prefill position must go through Decode (use PrefillChunk()).
   //   chunk = PendingChunk(budget): the next pending tokens, at most min(prefill_chunk, budget);
   //   ChunkSamples(chunk.size()): whether that chunk ends the prefill and needs its last logits;
-  //   after the Step wrote the chunk into cache(): AcceptPrefilled(&logits_row or nullptr).
+  //   after the Step wrote the chunk into cache(): AcceptPrefilled(logits_row [V] or an empty span).
   // Results do not depend on how the prefill was split (the forward step is chunk-invariant).
   bool mixable_prefill() const { return prefilling_ && options_.trace_layer < 0; }
   std::span<const int32_t> PendingChunk(int64_t budget) const;
   bool ChunkSamples(int64_t n) const;
   // Ends the prefill when the cache holds every token: samples the first id from `logits` [V]
   // (REQUIRED then, unless the task only injects its input), or finishes.
-  void AcceptPrefilled(const torch::Tensor* logits);
+  void AcceptPrefilled(std::span<const float> logits);
   // Reads the cancel flag: false when done, prefilling or just cancelled (the task then ends with
   // kCancelled); true when the task needs one more decode step or forward.
   bool PrepareStep();
@@ -164,8 +169,8 @@ class GenerationTask {
   bool use_kv_cache() const { return options_.use_kv_cache; }
   int64_t trace_layer() const { return options_.trace_layer; }
   // Samples from this sequence's logits row [V] of the Decode of decode_token(); attention is its
-  // trace row [H, length] when traced.
-  void AcceptDecodeLogits(const torch::Tensor& logits, std::optional<torch::Tensor> attention = {});
+  // trace row [H, length] (AttentionTrace::rows[b]) when traced.
+  void AcceptDecodeLogits(std::span<const float> logits, std::vector<float> attention = {});
 
   // The result. REQUIRES: done().
   GenerateResult TakeResult();
@@ -173,8 +178,8 @@ class GenerationTask {
  private:
   void StartCached();
   void StartUncached();
-  torch::Tensor ForwardWindow() const;
-  void SampleAndEmit(const torch::Tensor& logits, std::optional<torch::Tensor> attention);
+  std::vector<float> ForwardWindow() const;
+  void SampleAndEmit(std::span<const float> logits, std::vector<float> attention);
   void Finish(StopReason reason);
   bool Cancelled() const;
 

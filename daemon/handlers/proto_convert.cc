@@ -83,12 +83,11 @@ v1::StepInfo StepToProto(const StepEvent& event, const model::Tokenizer& tokeniz
     top->set_logprob(alternative.logprob);
     top->set_piece(tokenizer.Piece(alternative.id));
   }
-  if (event.attention && event.attention->defined()) {
-    const torch::Tensor row = event.attention->to(torch::kCPU, torch::kFloat).contiguous();  // [H, length]
-    const float* data = row.data_ptr<float>();
-    step.mutable_attention()->Add(data, data + row.numel());
-    step.set_attention_heads(static_cast<int32_t>(row.size(0)));
-    step.set_attention_length(static_cast<int32_t>(row.size(1)));
+  if (event.attention) {
+    const engine::AttentionRow& row = *event.attention;  // [H, length]
+    step.mutable_attention()->Add(row.probs.begin(), row.probs.end());
+    step.set_attention_heads(static_cast<int32_t>(row.heads));
+    step.set_attention_length(static_cast<int32_t>(row.length));
   }
   return step;
 }

@@ -1,193 +1,189 @@
 #include "daemon/kernels/forward_step.h"
 
 #include <algorithm>
+#include <atomic>
 #include <cmath>
-#include <limits>
 #include <utility>
 
 #include "daemon/kernels/matvec.h"
+#include "daemon/kernels/row_ops.h"
 #include "daemon/kernels/simd_kernels.h"
 
 namespace niels::daemon::kernels {
-namespace {
 
-constexpr double kEps = 1e-5;  // RMSNorm epsilon (kRmsNormEps of transformer_stages.h)
-
-// out = x / sqrt(mean(x^2) + eps) * weight, for one row of width C.
-void RmsNormRow(const float* x, const float* weight, int64_t width, float* out) {
-  double sum_sq = 0.0;
-  for (int64_t i = 0; i < width; ++i) sum_sq += static_cast<double>(x[i]) * x[i];
-  const float inv_rms = static_cast<float>(1.0 / std::sqrt(sum_sq / static_cast<double>(width) + kEps));
-  for (int64_t i = 0; i < width; ++i) out[i] = x[i] * inv_rms * weight[i];
+void FeedForward(const BlockWeightViews& block, const ModelShape& shape, const float* x, int64_t rows, float* a,
+                 float* g, float* out, WorkerPool& pool) {
+  MatVec(block.fc_a_w, shape.d_ff, shape.width, block.fc_a_b, x, rows, a, pool);  // [rows, F]
+  MatVec(block.fc_g_w, shape.d_ff, shape.width, block.fc_g_b, x, rows, g, pool);  // [rows, F]
+  const int64_t total = rows * shape.d_ff;
+  if (rows == 1 || pool.threads() == 1) {
+    simd::SiluMul(g, a, total);
+  } else {
+    pool.Run([&](int part, int parts) {
+      const int64_t begin = rows * part / parts * shape.d_ff, end = rows * (part + 1) / parts * shape.d_ff;
+      simd::SiluMul(g + begin, a + begin, end - begin);
+    });
+  }
+  MatVec(block.fc_out_w, shape.width, shape.d_ff, block.fc_out_b, a, rows, out, pool);  // [rows, C]
 }
 
-void RmsNorm(const float* x, const float* weight, int64_t rows, int64_t width, float* out) {
-  for (int64_t r = 0; r < rows; ++r) RmsNormRow(x + r * width, weight, width, out + r * width);
-}
-
-// Rotates the adjacent pairs (x[2i], x[2i+1]) of each of H heads [H, D] by position p's angles:
-// x'[2i] = x[2i] cos - x[2i+1] sin, x'[2i+1] = x[2i] sin + x[2i+1] cos. rope: [D/2, 2] of position p.
-void ApplyRope(float* x, const float* rope, int64_t heads, int64_t head_dim) {
-  for (int64_t h = 0; h < heads; ++h) {
-    float* head = x + h * head_dim;
-    for (int64_t i = 0; i < head_dim / 2; ++i) {
-      const float cos = rope[2 * i], sin = rope[2 * i + 1];
-      const float a = head[2 * i], b = head[2 * i + 1];
-      head[2 * i] = a * cos - b * sin;
-      head[2 * i + 1] = a * sin + b * cos;
-    }
-  }
-}
-
-// softmax(q . k_j / sqrt(D)) over positions j = 0..m-1 of one head of one sequence, then
-// sum_j p_j v_j into out [D]. Keys and values are read block by block (bt positions each, at
-// key_offset / value_offset inside every block); scores [m] is left holding the probabilities.
-// Positions are visited in order, so the result is that of one pass over contiguous rows.
-void AttendHead(const ForwardShape& c, const float* q, float* const* blocks, int64_t key_offset,
-                int64_t value_offset, int64_t m, float* scores, float* out) {
-  const int64_t D = c.head_dim(), bt = c.block_tokens;
-  for (int64_t begin = 0, b = 0; begin < m; begin += bt, ++b) {
-    const int64_t n = std::min(bt, m - begin);
-    simd::DotRows(blocks[b] + key_offset, D, q, 1, nullptr, scores + begin, 0, 0, n);  // k_j . q
-  }
-  const float scale = static_cast<float>(1.0 / std::sqrt(static_cast<double>(D)));
-  float max_score = -std::numeric_limits<float>::infinity();
-  for (int64_t j = 0; j < m; ++j) {
-    scores[j] *= scale;
-    max_score = std::max(max_score, scores[j]);
-  }
-  double total = 0.0;
-  for (int64_t j = 0; j < m; ++j) {
-    scores[j] = std::exp(scores[j] - max_score);
-    total += scores[j];
-  }
-  const float inv_total = static_cast<float>(1.0 / total);
-  for (int64_t j = 0; j < m; ++j) scores[j] *= inv_total;
-  for (int64_t begin = 0, b = 0; begin < m; begin += bt, ++b) {
-    const int64_t n = std::min(bt, m - begin);
-    simd::WeightedSumRows(scores + begin, blocks[b] + value_offset, n, D, out, /*accumulate=*/begin > 0);
-  }
-}
-
-}  // namespace
-
-ForwardStep::ForwardStep(ForwardShape shape, std::shared_ptr<WorkerPool> pool)
-    : shape_(shape), pool_(pool != nullptr ? std::move(pool) : std::make_shared<WorkerPool>(1)) {
-  s_.scores.resize(static_cast<size_t>(pool_->threads() * shape_.context));
+ForwardStep::ForwardStep(ModelShape shape, int64_t block_tokens, std::shared_ptr<WorkerPool> pool)
+    : shape_(shape),
+      layout_{shape.heads, shape.head_dim(), block_tokens},
+      pool_(pool != nullptr ? std::move(pool) : std::make_shared<WorkerPool>(1)) {
+  s_.scores.resize(static_cast<size_t>(pool_->threads() * kQueryBlock * shape_.context));
 }
 
 void ForwardStep::Reserve(int64_t rows) {
   if (rows <= reserved_rows_) return;
-  const ForwardShape& c = shape_;
+  const ModelShape& c = shape_;
   s_.h.resize(rows * c.width);
   s_.x.resize(rows * c.width);
   s_.qkv.resize(rows * 3 * c.width);
   s_.heads.resize(rows * c.width);
   s_.a.resize(rows * c.d_ff);
   s_.g.resize(rows * c.d_ff);
-  s_.final.resize(rows * c.width);
   reserved_rows_ = rows;
 }
 
-// Causal self-attention of `layer` for every row, from this layer's qkv rows: RoPE on q and k, k
-// and v written to the row's block at its position, then every (row, head) pair attends over
-// positions 0..P of its own sequence, the pairs split across the pool. Fills heads.
-void ForwardStep::Attention(const WeightViews& w, std::span<const StepSequence> sequences, int64_t layer,
-                            int64_t trace_layer) {
-  const ForwardShape& c = shape_;
-  Scratch& s = s_;
-  const int64_t R = static_cast<int64_t>(rows_.size()), C = c.width, H = c.heads, D = c.head_dim();
-  const int64_t bt = c.block_tokens;
-  for (int64_t r = 0; r < R; ++r) {
-    const Row& row = rows_[r];
-    float* q = s.qkv.data() + r * 3 * C;  // [H, D]
-    float* k = q + C;                     // [H, D]
-    const float* v = k + C;               // [H, D]
-    const float* rope = w.rope + row.position * D;  // [D/2, 2]
-    ApplyRope(q, rope, H, D);
-    ApplyRope(k, rope, H, D);
-    float* block = sequences[row.sequence].blocks[row.position / bt];
-    const int64_t slot = row.position % bt;
-    for (int64_t h = 0; h < H; ++h) {
-      std::copy(k + h * D, k + (h + 1) * D, block + c.BlockOffset(layer, 0, h, slot));
-      std::copy(v + h * D, v + (h + 1) * D, block + c.BlockOffset(layer, 1, h, slot));
-    }
+template <typename Fn>
+void ForwardStep::ForRows(int64_t n, Fn&& fn) {
+  if (n < 4 || pool_->threads() == 1) {
+    fn(int64_t{0}, n);
+    return;
   }
   pool_->Run([&](int part, int parts) {
-    float* scores = s.scores.data() + static_cast<int64_t>(part) * c.context;
-    for (int64_t pair = part; pair < R * H; pair += parts) {
-      const int64_t r = pair / H, h = pair % H;
-      const Row& row = rows_[r];
-      const StepSequence& seq = sequences[row.sequence];
-      AttendHead(c, s.qkv.data() + r * 3 * C + h * D, seq.blocks, c.BlockOffset(layer, 0, h, 0),
-                 c.BlockOffset(layer, 1, h, 0), row.position + 1, scores, s.heads.data() + r * C + h * D);
-      const bool last_row = row.position == seq.start + seq.count - 1;
-      if (layer == trace_layer && last_row && seq.trace != nullptr) {
-        std::copy(scores, scores + row.position + 1, seq.trace + h * (row.position + 1));
-      }
-    }
+    const int64_t begin = n * part / parts, end = n * (part + 1) / parts;
+    if (begin < end) fn(begin, end);
   });
 }
 
-// fc_out(silu(fc_g(x)) * fc_a(x)) for every row of x [R, C] into x.
-void ForwardStep::FeedForward(const BlockWeightViews& block, int64_t rows) {
-  const ForwardShape& c = shape_;
-  Scratch& s = s_;
-  WorkerPool& pool = *pool_;
-  MatVec(block.fc_a_w, c.d_ff, c.width, block.fc_a_b, s.x.data(), rows, s.a.data(), pool);  // [R, F]
-  MatVec(block.fc_g_w, c.d_ff, c.width, block.fc_g_b, s.x.data(), rows, s.g.data(), pool);  // [R, F]
-  for (int64_t i = 0; i < rows * c.d_ff; ++i) {
-    const float g = s.g[i];
-    s.a[i] *= g / (1.0f + std::exp(-g));  // silu(g) * a
+// Attention of one head for the rows of one query block: their scores against every key up to the
+// block's last position, block by block (one DotRows call reads each key once for all the rows),
+// then per row the softmax over its own positions 0..P and the probability-weighted values, block
+// by block in position order.
+void ForwardStep::AttendBlock(std::span<const StepSequence> sequences, const QueryBlock& block, int64_t head,
+                              int64_t layer, int64_t trace_layer, float* scores) {
+  const StepSequence& seq = sequences[block.sequence];
+  const int64_t C = shape_.width, D = shape_.head_dim(), T = shape_.context, bt = layout_.block_tokens;
+  const int64_t key_offset = layout_.Offset(layer, 0, head, 0), value_offset = layout_.Offset(layer, 1, head, 0);
+  const int64_t end = block.position + block.rows;  // keys [0, end) are needed
+  const float* q0 = s_.qkv.data() + block.first_row * 3 * C + head * D;
+  for (int64_t begin = 0, b = 0; begin < end; begin += bt, ++b) {
+    const int64_t n = std::min(bt, end - begin);
+    simd::DotRows(Matrix{seq.blocks[b] + key_offset, Dtype::kF32}, D, q0, 3 * C, block.rows, nullptr,
+                  scores + begin, T, 0, n);  // k_j . q for every row of the block
   }
-  MatVec(block.fc_out_w, c.width, c.d_ff, block.fc_out_b, s.a.data(), rows, s.x.data(), pool);  // [R, C]
+  const float scale = static_cast<float>(1.0 / std::sqrt(static_cast<double>(D)));
+  for (int64_t i = 0; i < block.rows; ++i) {
+    const int64_t position = block.position + i, m = position + 1;
+    float* p = scores + i * T;
+    simd::Softmax(p, m, scale);
+    float* out = s_.heads.data() + (block.first_row + i) * C + head * D;
+    for (int64_t begin = 0, b = 0; begin < m; begin += bt, ++b) {
+      simd::WeightedSumRows(p + begin, Matrix{seq.blocks[b] + value_offset, Dtype::kF32}, std::min(bt, m - begin), D,
+                            out, /*accumulate=*/begin > 0);
+    }
+    if (layer == trace_layer && seq.trace != nullptr && position == seq.start + seq.count - 1) {
+      std::copy(p, p + m, seq.trace + head * m);
+    }
+  }
+}
+
+// Causal self-attention of `layer` for every row, from this layer's qkv rows: RoPE on q and k, k
+// and v written to the row's block at its position (so later rows of the same sequence see them),
+// then every (query block, head) pair, handed to whichever thread is free -- the last blocks (the
+// longest prefixes) first, so that no thread is left with a long one at the end. Fills heads.
+void ForwardStep::Attention(const WeightViews& w, std::span<const StepSequence> sequences, int64_t layer,
+                            int64_t trace_layer) {
+  const int64_t R = static_cast<int64_t>(row_sequence_.size()), C = shape_.width, H = shape_.heads;
+  const int64_t D = shape_.head_dim(), bt = layout_.block_tokens;
+  ForRows(R, [&](int64_t begin, int64_t end) {
+    for (int64_t r = begin; r < end; ++r) {
+      const int64_t position = row_position_[r];
+      float* q = s_.qkv.data() + r * 3 * C;  // [H, D]
+      float* k = q + C;                      // [H, D]
+      const float* v = k + C;                // [H, D]
+      const float* rope = w.rope + position * D;  // [D/2, 2]
+      ApplyRope(q, rope, H, D);
+      ApplyRope(k, rope, H, D);
+      float* block = sequences[row_sequence_[r]].blocks[position / bt];
+      const int64_t slot = position % bt;
+      for (int64_t h = 0; h < H; ++h) {
+        std::copy(k + h * D, k + (h + 1) * D, block + layout_.Offset(layer, 0, h, slot));
+        std::copy(v + h * D, v + (h + 1) * D, block + layout_.Offset(layer, 1, h, slot));
+      }
+    }
+  });
+  const int64_t items = static_cast<int64_t>(query_blocks_.size()) * H;
+  std::atomic<int64_t> next{0};
+  pool_->Run([&](int part, int) {
+    float* scores = s_.scores.data() + static_cast<int64_t>(part) * kQueryBlock * shape_.context;
+    for (int64_t taken = next.fetch_add(1, std::memory_order_relaxed); taken < items;
+         taken = next.fetch_add(1, std::memory_order_relaxed)) {
+      const int64_t item = items - 1 - taken;
+      AttendBlock(sequences, query_blocks_[item / H], item % H, layer, trace_layer, scores);
+    }
+  });
 }
 
 int64_t ForwardStep::Run(const WeightViews& weights, std::span<const StepSequence> sequences, int64_t trace_layer,
                          float* logits) {
   const int64_t C = shape_.width;
-  rows_.clear();
+  row_sequence_.clear();
+  row_position_.clear();
+  query_blocks_.clear();
+  logit_rows_.clear();
   for (size_t i = 0; i < sequences.size(); ++i) {
-    for (int64_t t = 0; t < sequences[i].count; ++t) {
-      rows_.push_back({static_cast<int32_t>(i), sequences[i].start + t});
+    const StepSequence& seq = sequences[i];
+    const int64_t first_row = static_cast<int64_t>(row_sequence_.size());
+    for (int64_t t = 0; t < seq.count; ++t) {
+      if (t >= seq.logits_from) logit_rows_.push_back(first_row + t);
+      row_sequence_.push_back(static_cast<int32_t>(i));
+      row_position_.push_back(seq.start + t);
+    }
+    for (int64_t t = 0; t < seq.count; t += kQueryBlock) {
+      query_blocks_.push_back({static_cast<int32_t>(i), first_row + t, std::min(kQueryBlock, seq.count - t), seq.start + t});
     }
   }
-  const int64_t R = static_cast<int64_t>(rows_.size());
+  const int64_t R = static_cast<int64_t>(row_sequence_.size());
   if (R == 0) return 0;
   Reserve(R);
   Scratch& s = s_;
   WorkerPool& pool = *pool_;
-  for (int64_t r = 0; r < R; ++r) {  // h = tok_emb[token]
-    const StepSequence& seq = sequences[rows_[r].sequence];
-    const float* embedding = weights.tok_emb + static_cast<int64_t>(seq.tokens[rows_[r].position - seq.start]) * C;
-    std::copy(embedding, embedding + C, s.h.data() + r * C);
-  }
-  auto add_into_h = [&] {
-    for (int64_t i = 0; i < R * C; ++i) s.h[i] += s.x[i];
+  ForRows(R, [&](int64_t begin, int64_t end) {  // h = tok_emb[token]
+    for (int64_t r = begin; r < end; ++r) {
+      const StepSequence& seq = sequences[row_sequence_[r]];
+      EmbedRow(weights.tok_emb, C, seq.tokens[row_position_[r] - seq.start], s.h.data() + r * C);
+    }
+  });
+  auto norm = [&](const float* weight) {
+    ForRows(R, [&](int64_t begin, int64_t end) {
+      RmsNorm(s.h.data() + begin * C, weight, end - begin, C, s.x.data() + begin * C);
+    });
+  };
+  auto add_x_into_h = [&] {
+    ForRows(R, [&](int64_t begin, int64_t end) {
+      AddInto(s.h.data() + begin * C, s.x.data() + begin * C, (end - begin) * C);
+    });
   };
   for (int64_t layer = 0; layer < shape_.layers; ++layer) {
     const BlockWeightViews& block = weights.blocks[layer];
     // h = h + proj(attention(RMSNorm1(h)))
-    RmsNorm(s.h.data(), block.ln1, R, C, s.x.data());
+    norm(block.ln1);
     MatVec(block.qkv, 3 * C, C, nullptr, s.x.data(), R, s.qkv.data(), pool);  // [R, 3C]
     Attention(weights, sequences, layer, trace_layer);                         // [R, C]
     MatVec(block.proj, C, C, nullptr, s.heads.data(), R, s.x.data(), pool);    // [R, C]
-    add_into_h();
+    add_x_into_h();
     // h = h + mlp(RMSNorm2(h))
-    RmsNorm(s.h.data(), block.ln2, R, C, s.x.data());
-    FeedForward(block, R);  // [R, C]
-    add_into_h();
+    norm(block.ln2);
+    FeedForward(block, shape_, s.x.data(), R, s.a.data(), s.g.data(), s.x.data(), pool);  // [R, C]
+    add_x_into_h();
   }
   // logits = RMSNorm_f(h) @ tok_emb^T, only for the rows that want them.
-  int64_t n = 0;
-  for (int64_t r = 0; r < R; ++r) {
-    const StepSequence& seq = sequences[rows_[r].sequence];
-    if (rows_[r].position - seq.start >= seq.logits_from) {
-      RmsNormRow(s.h.data() + r * C, weights.ln_f, C, s.final.data() + n * C);
-      ++n;
-    }
-  }
-  MatVec(weights.tok_emb, shape_.vocab, C, nullptr, s.final.data(), n, logits, pool);  // [n, V]
+  const int64_t n = static_cast<int64_t>(logit_rows_.size());
+  for (int64_t k = 0; k < n; ++k) RmsNorm(s.h.data() + logit_rows_[k] * C, weights.ln_f, 1, C, s.x.data() + k * C);
+  if (n > 0) MatVec(weights.tok_emb, shape_.vocab, C, nullptr, s.x.data(), n, logits, pool);  // [n, V]
   return n;
 }
 

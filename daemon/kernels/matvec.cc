@@ -1,33 +1,43 @@
 #include "daemon/kernels/matvec.h"
 
 #include <algorithm>
+#include <atomic>
 
 #include "daemon/kernels/simd_kernels.h"
 
 namespace niels::daemon::kernels {
 namespace {
 
-// Output rows are handed out in blocks of this many (the AVX2 kernel streams 4 weight rows at once).
-constexpr int64_t kRowBlock = 4;
 // Below this many multiply-adds a product runs on the calling thread: waking the workers would
 // cost more than it saves (a 384 x 384 product, 147k, is already worth splitting).
 constexpr int64_t kMinParallelWork = 32 * 1024;
 
+// Output rows per block handed out to the threads: a multiple of the kernels' 4-row tiles, about
+// 32 KiB of weights for a decode step (many blocks, so a thread that falls behind on a busy
+// machine is covered by the others) and about 128 KiB for a prefill, where each block meets every
+// row of x (the block stays in L2 while the rows of x stream past).
+int64_t BlockRows(int64_t in, Dtype dtype, int64_t rows) {
+  const int64_t target = rows <= 16 ? 32 * 1024 : 128 * 1024;
+  return std::max<int64_t>(4, target / (in * DtypeSize(dtype)) / 4 * 4);
+}
+
 }  // namespace
 
-void MatVec(const float* weight, int64_t out, int64_t in, const float* bias, const float* x, int64_t rows,
-            float* y, WorkerPool& pool) {
+void MatVec(Matrix weight, int64_t out, int64_t in, const float* bias, const float* x, int64_t rows, float* y,
+            WorkerPool& pool) {
   if (out <= 0 || rows <= 0) return;
   if (pool.threads() == 1 || out * in * rows < kMinParallelWork) {
-    simd::DotRows(weight, in, x, rows, bias, y, out, 0, out);
+    simd::DotRows(weight, in, x, in, rows, bias, y, out, 0, out);
     return;
   }
-  pool.Run([&](int part, int parts) {
-    // Contiguous ranges of whole 4-row blocks, as equal as blocks allow.
-    const int64_t blocks = (out + kRowBlock - 1) / kRowBlock;
-    const int64_t begin = std::min(out, blocks * part / parts * kRowBlock);
-    const int64_t end = std::min(out, blocks * (part + 1) / parts * kRowBlock);
-    if (begin < end) simd::DotRows(weight, in, x, rows, bias, y, out, begin, end);
+  const int64_t block = BlockRows(in, weight.dtype, rows);
+  const int64_t blocks = (out + block - 1) / block;
+  std::atomic<int64_t> next{0};  // the next block to take, whichever thread takes it
+  pool.Run([&](int, int) {
+    for (int64_t b = next.fetch_add(1, std::memory_order_relaxed); b < blocks;
+         b = next.fetch_add(1, std::memory_order_relaxed)) {
+      simd::DotRows(weight, in, x, in, rows, bias, y, out, b * block, std::min(out, (b + 1) * block));
+    }
   });
 }
 

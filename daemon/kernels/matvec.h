@@ -1,6 +1,6 @@
 #pragma once
-// MatVec: the matrix products of a decode step, y = x @ weight^T + bias for a few rows of x (one row
-// per sequence of the batch).
+// MatVec: the matrix products of the model, y = x @ weight^T + bias: a few rows of x in a decode step
+// (one row per sequence of the batch), hundreds in a prefill (one per token).
 //
 // A decode step reads every weight once per token, so its speed is memory bandwidth: what matters is
 // streaming the weight at full speed on every core. BLAS gemm would first repack the weight, and
@@ -9,25 +9,31 @@
 // kernel splits the weight's rows among the threads of a WorkerPool and reads each weight row once
 // for all rows of x (1.2 ms for those 86 MB on 2 threads, 2.7 ms on 1).
 //
-// No libtorch here: plain float pointers, row-major.
+// With 16-bit weights (f16, bf16) the kernel widens each weight as it loads it (simd_kernels.h),
+// so a decode step reads half the bytes; nothing is converted ahead. A prefill runs the same
+// kernel as a GEMM: register tiles of 4 weight rows x 6 (or 3) rows of x, rows of x in L2-sized
+// chunks.
+//
+// No libtorch here: plain pointers, row-major.
 
 #include <cstdint>
 
+#include "daemon/kernels/dtype.h"
 #include "daemon/kernels/worker_pool.h"
 
 namespace niels::daemon::kernels {
 
 // y[r, o] = bias[o] + sum_i weight[o, i] * x[r, i]  for r < rows, o < out.
-// weight [out, in], x [rows, in], y [rows, out], bias [out] or nullptr (then no bias); all
-// row-major and contiguous; y must not overlap the inputs. Sums are float32 (8 partial sums per
-// dot product), so results differ from a serial sum by rounding only. Up to 8 rows the weight is
-// streamed once for all rows; more rows (a decode batch of up to 16) use a GEMM-shaped register
-// tile (simd_kernels.h). Row r of y is bitwise independent of `rows`, of the other rows of x and of
-// the pool's thread count (batch invariance).
-void MatVec(const float* weight, int64_t out, int64_t in, const float* bias, const float* x, int64_t rows,
-            float* y, WorkerPool& pool);
+// weight [out, in] of any dtype, x [rows, in], y [rows, out], bias [out] or nullptr (then no bias);
+// all row-major and contiguous; y must not overlap the inputs. Sums are float32 (16 or 8 partial
+// sums per dot product), so results differ from a serial sum by rounding only. The weight's output
+// rows are handed to the pool's threads in blocks from a shared counter (whoever is free takes the
+// next). Row r of y is bitwise independent of `rows`, of the other rows of x, of the pool's thread
+// count and of which thread computed it (batch invariance).
+void MatVec(Matrix weight, int64_t out, int64_t in, const float* bias, const float* x, int64_t rows, float* y,
+            WorkerPool& pool);
 
-// The kernel MatVec picked for this CPU at run time: "avx2+fma" or "portable".
+// The kernels picked for this CPU at run time: "avx512", "avx2+fma" or "portable".
 const char* MatVecKernelName();
 
 }  // namespace niels::daemon::kernels

@@ -1,33 +1,60 @@
 #pragma once
-// The few serial float loops the decode step spends its time in, each with an AVX2+FMA version
-// picked at run time when the CPU has it (the build targets plain x86-64) and a portable one.
-// Plain float pointers, row-major, no libtorch. Parallel callers split the work themselves
-// (matvec.h, forward_step.h).
+// The serial loops the model spends its time in, each in three implementations picked at run time
+// (the build targets plain x86-64): AVX-512 (avx512f/bw/vl/dq + FMA + F16C), AVX2 (+ FMA + F16C) and
+// a portable one. Weights (and KV rows) may be f32, f16 or bf16 (dtype.h): 16-bit elements are
+// widened to float as they are loaded (f16 with VCVTPH2PS, bf16 by a shift) and every sum is f32.
+// Plain pointers, row-major, no libtorch. Parallel callers split the work themselves (matvec.h,
+// forward_step.h).
 
 #include <cstdint>
 
+#include "daemon/kernels/dtype.h"
+
 namespace niels::daemon::kernels::simd {
 
-// y[r * y_stride + o] = bias[o] + sum_i w[o * in + i] * x[r * in + i]
-// for o in [o_begin, o_end) and r < rows; bias may be nullptr (no bias). Each weight row is read
-// from memory once for all rows of x; above 8 rows of x the products run as a GEMM-shaped tile
-// (4 weight rows x 3 rows of x in registers). Every dot product is summed in 8 float lanes, so y
-// differs from a serial sum by rounding only.
+// y[r * y_stride + o] = bias[o] + sum_i w[o, i] * x[r * x_stride + i]
+// for o in [o_begin, o_end) and r < rows, w [*, in] of any dtype; bias may be nullptr (no bias).
+// The products run in register tiles (4 weight rows x 6 rows of x with AVX-512, 4 x 3 otherwise),
+// so a weight row is read once per tile, and rows of x in chunks that stay in L2 (a GEMM for many
+// rows, a matrix-vector product for one). Every dot product is summed in the implementation's lanes
+// (16, or 8) and the lanes in a fixed tree, so y differs from a serial sum by rounding only.
 // Batch invariance (a contract the engine relies on): y[r, o] is bitwise the same whatever `rows`,
 // the other rows of x and the o range are -- every (r, o) is the same chain of operations.
-void DotRows(const float* w, int64_t in, const float* x, int64_t rows, const float* bias, float* y,
+void DotRows(Matrix w, int64_t in, const float* x, int64_t x_stride, int64_t rows, const float* bias, float* y,
              int64_t y_stride, int64_t o_begin, int64_t o_end);
 
-// out[i] = sum_j p[j] * rows[j * n + i] for i < n: the p-weighted sum of m rows of length n
-// (attention's probabilities times the value rows). Sums run over j in order. With `accumulate` the
-// sums continue from out's values, so rows given in several calls (KV blocks) sum bitwise as in one.
-void WeightedSumRows(const float* p, const float* rows, int64_t m, int64_t n, float* out, bool accumulate = false);
+// out[i] = sum_j p[j] * rows[j * n + i] for i < n: the p-weighted sum of m rows of length n (rows of
+// any dtype; attention's probabilities times the value rows). Sums run over j in order, one chain
+// per element; with `accumulate` the chain starts from out[i] instead of 0, so summing rows 0..m-1
+// in several calls (KV blocks) gives the same bits as one call over all of them.
+void WeightedSumRows(const float* p, Matrix rows, int64_t m, int64_t n, float* out, bool accumulate = false);
 
-// The implementation in use: "avx2+fma" or "portable".
+// dst[i] = src[i] as float / narrowed to `dtype` (dtype.h's rounding; the same bits in every
+// implementation).
+void ToFloat(const void* src, Dtype dtype, int64_t n, float* dst);
+void FromFloat(const float* src, int64_t n, Dtype dtype, void* dst);
+
+// out[i] = exp(x[i]) (out may be x): relative error below 2e-7 (a few ulp), exp(x > 88.72) = inf,
+// exp(x < -103.97) = 0, NaN stays NaN. The portable implementation calls std::exp.
+void Exp(const float* x, int64_t n, float* out);
+
+// In place: s[j] = exp(scale * s[j] - scale * max_k s[k]) / (the sum of those), j < m. REQUIRES m >= 1.
+// The sum runs in the implementation's lanes, so a row's result depends on that row only.
+void Softmax(float* s, int64_t m, float scale);
+
+// a[i] *= g[i] / (1 + exp(-g[i])) (silu(g) * a, the MLP's gate), i < n.
+void SiluMul(const float* g, float* a, int64_t n);
+
+enum class Isa { kPortable, kAvx2, kAvx512 };
+
+// The implementation in use: "avx512", "avx2+fma" or "portable".
 const char* Name();
+// The best implementation this CPU runs (the one in use unless a test forces another).
+Isa Detected();
 
-// For tests only: true switches to the portable implementation, false back to the one picked for
-// this CPU. Not thread-safe: call while no kernel runs.
-void ForcePortableForTesting(bool portable);
+// For tests only: switches to `isa` if this CPU can run it (returns false, and changes nothing,
+// otherwise); ForceIsaForTesting(Detected()) switches back. Not thread-safe: call while no kernel
+// runs.
+bool ForceIsaForTesting(Isa isa);
 
 }  // namespace niels::daemon::kernels::simd

@@ -8,6 +8,7 @@
 #include <string_view>
 
 #include "common/status.h"
+#include "daemon/kernels/dtype.h"
 
 namespace niels::daemon::model {
 

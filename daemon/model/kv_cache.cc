@@ -6,8 +6,6 @@
 #include <string>
 #include <utility>
 
-#include <ATen/ATen.h>
-#include <c10/core/InferenceMode.h>
 
 namespace niels::daemon::model {
 namespace {
@@ -149,22 +147,20 @@ void KvCache::Commit(std::span<const int32_t> tokens) {
   }
 }
 
-torch::Tensor KvCache::Gather(int64_t layer, int kv, int64_t upto) const {
-  c10::InferenceMode guard;
+std::vector<float> KvCache::Gather(int64_t layer, int kv, int64_t upto) const {
   const int64_t H = pool_->heads(), D = pool_->head_dim();
-  torch::Tensor out = at::empty({H, upto, D}, at::kFloat);
-  float* dst = out.data_ptr<float>();
+  std::vector<float> out(static_cast<size_t>(H * upto * D));
   for (int64_t h = 0; h < H; ++h) {
     for (int64_t p = 0; p < upto; ++p) {
       const float* src = pool_->data(blocks_[p / kBlockTokens]) + pool_->BlockOffset(layer, kv, h, p % kBlockTokens);
-      std::memcpy(dst + (h * upto + p) * D, src, static_cast<size_t>(D) * sizeof(float));
+      std::memcpy(out.data() + (h * upto + p) * D, src, static_cast<size_t>(D) * sizeof(float));
     }
   }
   return out;
 }
 
-torch::Tensor KvCache::Keys(int64_t layer, int64_t upto) const { return Gather(layer, 0, upto); }
+std::vector<float> KvCache::KeysAsFloats(int64_t layer, int64_t upto) const { return Gather(layer, 0, upto); }
 
-torch::Tensor KvCache::Values(int64_t layer, int64_t upto) const { return Gather(layer, 1, upto); }
+std::vector<float> KvCache::ValuesAsFloats(int64_t layer, int64_t upto) const { return Gather(layer, 1, upto); }
 
 }  // namespace niels::daemon::model

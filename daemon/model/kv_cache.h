@@ -10,14 +10,12 @@
 // first (copy on write), so at most one block is copied per fork.
 //
 // Memory follows the cached tokens in whole blocks (KvPool::kBlockTokens positions), never T.
-// Not thread-safe: one thread (the engine thread) uses a cache and its pool.
+// Not thread-safe: one thread (the engine thread) uses a cache and its pool. No libtorch.
 
 #include <cstdint>
 #include <memory>
 #include <span>
 #include <vector>
-
-#include <torch/types.h>
 
 #include "daemon/model/config.h"
 #include "daemon/model/kv_pool.h"
@@ -73,12 +71,13 @@ class KvCache {
   // least tokens.size() positions, every layer of every position written.
   void Commit(std::span<const int32_t> tokens);
 
-  // Copies of positions [0, upto) of `layer`: [H, upto, D] (for tests and tools).
-  torch::Tensor Keys(int64_t layer, int64_t upto) const;
-  torch::Tensor Values(int64_t layer, int64_t upto) const;
+  // Copies of positions [0, upto) of `layer` as floats [H, upto, D] (for tests and tools).
+  // REQUIRES: upto <= length().
+  std::vector<float> KeysAsFloats(int64_t layer, int64_t upto) const;
+  std::vector<float> ValuesAsFloats(int64_t layer, int64_t upto) const;
 
  private:
-  torch::Tensor Gather(int64_t layer, int kv, int64_t upto) const;
+  std::vector<float> Gather(int64_t layer, int kv, int64_t upto) const;
   void ReleaseBlocksFrom(size_t first);
 
   std::shared_ptr<KvPool> pool_;

@@ -2,24 +2,19 @@
 
 #include <vector>
 
-#include <ATen/ATen.h>
-#include <c10/core/InferenceMode.h>
-
 namespace niels::daemon::model {
 
-torch::Tensor LanguageModel::Step(std::span<const SequenceInput> inputs, int64_t /*trace_layer*/) const {
-  c10::InferenceMode guard;
-  std::vector<torch::Tensor> rows;
+std::vector<float> LanguageModel::Step(std::span<const SequenceInput> inputs, int64_t /*trace_layer*/) const {
+  const int64_t V = config().vocab_size;
+  std::vector<float> rows;
   for (const SequenceInput& input : inputs) {
-    torch::Tensor logits = Prefill(input.tokens, *input.cache, input.all_logits);
-    if (input.all_logits) {
-      rows.push_back(logits);
-    } else if (input.want_logits) {
-      rows.push_back(logits.reshape({1, -1}));
+    std::vector<float> logits = Prefill(input.tokens, *input.cache, input.all_logits);
+    if (input.all_logits || input.want_logits) {
+      // Prefill returns the last row [V] unless all_logits.
+      rows.insert(rows.end(), logits.begin(), input.all_logits ? logits.end() : logits.begin() + V);
     }
   }
-  if (rows.empty()) return at::empty({0, config().vocab_size}, at::kFloat);
-  return at::cat(rows);
+  return rows;
 }
 
 }  // namespace niels::daemon::model

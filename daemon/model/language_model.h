@@ -2,15 +2,14 @@
 // LanguageModel: what the generation loop needs from a model. Transformer is the real one; tests
 // may script a model with forced outputs (e.g. to test stop rules) by implementing this interface.
 // An implementation must append exactly the processed positions to the caches it is given
-// (KvCache::PrepareWrite, then Commit).
+// (KvCache::PrepareWrite, then Commit). Logits are returned as plain float rows (row-major); no
+// libtorch.
 
 #include <cstdint>
 #include <span>
 #include <stdexcept>
 #include <string>
 #include <vector>
-
-#include <torch/types.h>
 
 #include "daemon/model/config.h"
 #include "daemon/model/kv_cache.h"
@@ -19,8 +18,8 @@ namespace niels::daemon::model {
 
 // Optional per-step output of one layer's attention probabilities.
 struct AttentionTrace {
-  int64_t layer = -1;               // which layer to record; -1 = none
-  std::vector<torch::Tensor> rows;  // filled by Decode: per sequence [H, length] (after softmax)
+  int64_t layer = -1;                   // which layer to record; -1 = none
+  std::vector<std::vector<float>> rows;  // filled by Decode: per sequence [H, length] (after softmax)
 };
 
 // Thrown when a cache cannot get the KV blocks a forward pass needs (the pool is full of blocks in
@@ -36,7 +35,7 @@ struct SequenceInput {
   std::span<const int32_t> tokens;  // at least one
   bool want_logits = true;          // the logits of the last token
   bool all_logits = false;          // the logits of every token (implies want_logits)
-  torch::Tensor* trace = nullptr;   // if set (and trace_layer >= 0): [H, length] of the last token
+  std::vector<float>* trace = nullptr;  // if set (and trace_layer >= 0): [H, length] of the last token
 };
 
 class LanguageModel {
@@ -48,24 +47,26 @@ class LanguageModel {
   // Processes `tokens` at positions cache.length() .. cache.length()+n-1 in one forward pass,
   // appending their keys/values to `cache`. Returns logits at the last position [V], or at every
   // position [n, V] when `all_logits` (the vocab projection is skipped elsewhere otherwise).
-  // REQUIRES: n >= 1, cache.length() + n <= T, every id in [0, V). Throws KvExhausted.
-  virtual torch::Tensor Prefill(std::span<const int32_t> tokens, KvCache& cache,
-                                bool all_logits = false) const = 0;
+  // REQUIRES: n >= 1, cache.length() + n <= T, every id in [0, V); violations throw
+  // std::invalid_argument before anything is touched. Throws KvExhausted.
+  virtual std::vector<float> Prefill(std::span<const int32_t> tokens, KvCache& cache,
+                                     bool all_logits = false) const = 0;
 
   // One decode step for B sequences: token b goes to position caches[b]->length() (lengths may
   // differ) and is appended to that cache. Returns logits [B, V].
-  // REQUIRES: B >= 1, tokens.size() == caches.size(), distinct caches, each length < T.
-  virtual torch::Tensor Decode(std::span<const int32_t> tokens, std::span<KvCache* const> caches,
-                               AttentionTrace* trace = nullptr) const = 0;
+  // REQUIRES: B >= 1, tokens.size() == caches.size(), distinct caches, each length < T, ids in
+  // [0, V); violations throw std::invalid_argument before any cache is touched.
+  virtual std::vector<float> Decode(std::span<const int32_t> tokens, std::span<KvCache* const> caches,
+                                    AttentionTrace* trace = nullptr) const = 0;
 
   // Uncached full forward over `tokens` at positions 0..n-1: logits [n, V] (last_only: [V]).
-  // REQUIRES: 1 <= n <= T.
-  virtual torch::Tensor Forward(std::span<const int32_t> tokens, bool last_only = false) const = 0;
+  // REQUIRES: 1 <= n <= T, ids in [0, V) (else std::invalid_argument).
+  virtual std::vector<float> Forward(std::span<const int32_t> tokens, bool last_only = false) const = 0;
 
   // One forward pass over the new tokens of several sequences at once (prefill chunks and decode
   // tokens together). Returns the logits rows the inputs asked for, input after input [n, V].
   // Same REQUIREs as Prefill for each input; distinct caches. The default runs Prefill per input.
-  virtual torch::Tensor Step(std::span<const SequenceInput> inputs, int64_t trace_layer = -1) const;
+  virtual std::vector<float> Step(std::span<const SequenceInput> inputs, int64_t trace_layer = -1) const;
 };
 
 }  // namespace niels::daemon::model

@@ -4,8 +4,6 @@
 #include <string>
 #include <utility>
 
-#include <c10/util/Exception.h>
-
 #include "daemon/model/weights.h"
 
 namespace niels::daemon::model {
@@ -14,7 +12,8 @@ using common::Status;
 using common::StatusOr;
 
 StatusOr<std::unique_ptr<Model>> LoadModelDir(const std::filesystem::path& dir,
-                                              std::shared_ptr<kernels::WorkerPool> pool) {
+                                              std::shared_ptr<kernels::WorkerPool> pool,
+                                              const ModelDirOptions& options) {
   std::error_code ec;
   if (!std::filesystem::is_directory(dir, ec)) {
     return Status::NotFound(dir.string() + ": not a model directory (expected config.json, "
@@ -34,17 +33,15 @@ StatusOr<std::unique_ptr<Model>> LoadModelDir(const std::filesystem::path& dir,
                                    std::to_string((*tokenizer)->vocab_size()) + " pieces");
   }
   // tok_emb.weight must be [V, C]: LoadWeights reports a disagreement with the config's V.
-  auto weights = LoadWeights(weights_path, *config);
+  auto weights = LoadWeights(weights_path, *config, LoadOptions{.dtype = options.dtype});
   if (!weights.ok()) return weights.status();
 
   auto model = std::make_unique<Model>();
   model->dir = dir;
   model->config = *config;
-  model->weights_file = std::static_pointer_cast<const SafetensorsFile>(weights->backing);
+  model->weights_file = std::static_pointer_cast<const SafetensorsFile>(weights->backing.front());
   try {
     model->transformer = std::make_unique<Transformer>(*config, std::move(*weights), std::move(pool));
-  } catch (const c10::Error& e) {
-    return Status::Internal(dir.string() + ": building the transformer failed: " + e.what_without_backtrace());
   } catch (const std::exception& e) {
     return Status::Internal(dir.string() + ": building the transformer failed: " + e.what());
   }

@@ -4,6 +4,7 @@
 
 #include <filesystem>
 #include <memory>
+#include <optional>
 
 #include "common/status.h"
 #include "daemon/kernels/worker_pool.h"
@@ -24,10 +25,17 @@ struct Model {
   std::shared_ptr<const SafetensorsFile> weights_file;
 };
 
+// How a process keeps a loaded model (nielsd --dtype).
+struct ModelDirOptions {
+  // The dtype of the weight matrices in memory; nullopt = the file's (no conversion, no copy).
+  std::optional<kernels::Dtype> dtype;
+};
+
 // Errors name the file (and the key or tensor): see LoadModelConfig, LoadWeights, Tokenizer::Load;
 // plus INVALID_ARGUMENT when config V, tok_emb rows and the tokenizer's vocab size disagree.
-// `pool` runs the decode kernels (Transformer); nullptr = a 1-thread pool.
+// `pool` runs the model's kernels (Transformer); nullptr = a 1-thread pool.
 common::StatusOr<std::unique_ptr<Model>> LoadModelDir(const std::filesystem::path& dir,
-                                                      std::shared_ptr<kernels::WorkerPool> pool = nullptr);
+                                                      std::shared_ptr<kernels::WorkerPool> pool = nullptr,
+                                                      const ModelDirOptions& options = {});
 
 }  // namespace niels::daemon::model

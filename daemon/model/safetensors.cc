@@ -161,6 +161,9 @@ StatusOr<std::shared_ptr<const SafetensorsFile>> SafetensorsFile::Open(const std
   void* mapping = mmap(nullptr, result->mapping_size_, PROT_READ | PROT_WRITE, MAP_PRIVATE, fd, 0);
   if (mapping == MAP_FAILED) return Status::Internal(file + ": mmap failed: " + std::strerror(errno));
   result->mapping_ = mapping;
+  // Start reading the file into the page cache in the background (a cold start from disk), without
+  // waiting for it: the mapping's pages are then mapped in on first use, nothing before.
+  ::madvise(mapping, result->mapping_size_, MADV_WILLNEED);
   NIELS_RETURN_IF_ERROR(result->ParseHeader());
   return std::shared_ptr<const SafetensorsFile>(std::move(result));
 }
@@ -216,45 +219,22 @@ const SafetensorsTensorInfo* SafetensorsFile::Find(std::string_view name) const 
   return nullptr;
 }
 
-torch::Tensor SafetensorsFile::FloatTensor(const SafetensorsTensorInfo& info) const {
-  auto* data = static_cast<std::byte*>(mapping_) + data_start_ + info.begin;
-  const size_t nbytes = info.end - info.begin;
-  if (info.dtype == SafetensorsDtype::kF32 && reinterpret_cast<uintptr_t>(data) % alignof(float) == 0) {
-    std::shared_ptr<const SafetensorsFile> keep_alive = shared_from_this();
-    return torch::from_blob(
-        data, info.shape, [keep_alive](void*) {}, torch::TensorOptions().dtype(torch::kFloat32));
-  }
-  torch::ScalarType stored = torch::kFloat32;
-  if (info.dtype == SafetensorsDtype::kF16) stored = torch::kFloat16;
-  if (info.dtype == SafetensorsDtype::kBF16) stored = torch::kBFloat16;
-  torch::Tensor copy = torch::empty(info.shape, torch::TensorOptions().dtype(stored));
-  if (nbytes > 0) std::memcpy(copy.data_ptr(), data, nbytes);
-  return copy.to(torch::kFloat32);
+const std::byte* SafetensorsFile::Data(const SafetensorsTensorInfo& info) const {
+  return static_cast<const std::byte*>(mapping_) + data_start_ + info.begin;
 }
 
-Status WriteSafetensors(const std::filesystem::path& path,
-                        const std::vector<std::pair<std::string, torch::Tensor>>& tensors) {
+Status WriteSafetensors(const std::filesystem::path& path, const std::vector<SafetensorsEntry>& tensors) {
   Json header = Json::object();
-  std::vector<torch::Tensor> contiguous;
   uint64_t offset = 0;
-  for (const auto& [name, tensor] : tensors) {
-    std::string dtype;
-    switch (tensor.scalar_type()) {
-      case torch::kFloat32: dtype = "F32"; break;
-      case torch::kFloat16: dtype = "F16"; break;
-      case torch::kBFloat16: dtype = "BF16"; break;
-      case torch::kFloat64: dtype = "F64"; break;
-      case torch::kInt64: dtype = "I64"; break;
-      case torch::kInt32: dtype = "I32"; break;
-      case torch::kInt16: dtype = "I16"; break;
-      case torch::kInt8: dtype = "I8"; break;
-      case torch::kUInt8: dtype = "U8"; break;
-      case torch::kBool: dtype = "BOOL"; break;
-      default: return Status::Internal(path.string() + ": tensor " + name + " has an unsupported dtype");
-    }
-    contiguous.push_back(tensor.detach().cpu().contiguous());
-    const uint64_t nbytes = contiguous.back().numel() * contiguous.back().element_size();
-    header[name] = {{"dtype", dtype}, {"shape", tensor.sizes().vec()}, {"data_offsets", {offset, offset + nbytes}}};
+  std::vector<uint64_t> sizes;
+  for (const SafetensorsEntry& t : tensors) {
+    uint64_t numel = 1;
+    for (int64_t d : t.shape) numel *= static_cast<uint64_t>(d);
+    const uint64_t nbytes = numel * static_cast<uint64_t>(SafetensorsDtypeSize(t.dtype));
+    header[t.name] = {{"dtype", std::string(SafetensorsDtypeName(t.dtype))},
+                      {"shape", t.shape},
+                      {"data_offsets", {offset, offset + nbytes}}};
+    sizes.push_back(nbytes);
     offset += nbytes;
   }
   std::string text = header.dump();
@@ -266,8 +246,8 @@ Status WriteSafetensors(const std::filesystem::path& path,
   for (int i = 0; i < 8; ++i) length[i] = static_cast<char>((text.size() >> (8 * i)) & 0xff);
   out.write(length.data(), 8);
   out.write(text.data(), static_cast<std::streamsize>(text.size()));
-  for (const torch::Tensor& t : contiguous) {
-    out.write(static_cast<const char*>(t.data_ptr()), static_cast<std::streamsize>(t.numel() * t.element_size()));
+  for (size_t i = 0; i < tensors.size(); ++i) {
+    if (sizes[i] > 0) out.write(static_cast<const char*>(tensors[i].data), static_cast<std::streamsize>(sizes[i]));
   }
   out.close();
   std::error_code ec;

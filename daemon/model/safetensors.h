@@ -6,9 +6,8 @@
 // then the data section; offsets are relative to the start of the data section.
 //
 // Open() validates everything before any tensor is touched, so a bad file can never make us read
-// out of bounds. Tensors returned by Tensor() keep the mapping alive (their deleter holds a
-// shared_ptr to the file), so they stay valid after the SafetensorsFile handle is dropped.
-// Immutable after Open(); const methods are safe from any thread.
+// out of bounds. Data() points into the mapping, valid while the SafetensorsFile lives (Weights keep
+// a shared_ptr to it). No libtorch. Immutable after Open(); const methods are safe from any thread.
 
 #include <sys/stat.h>
 
@@ -21,14 +20,12 @@
 #include <utility>
 #include <vector>
 
-#include <torch/types.h>
-
 #include "common/status.h"
 
 namespace niels::daemon::model {
 
-// Every dtype of the safetensors format (so sizes can be validated); only F32/F16/BF16 are
-// convertible to float tensors.
+// Every dtype of the safetensors format (so sizes can be validated); only F32/F16/BF16 are model
+// weights.
 enum class SafetensorsDtype { kBool, kU8, kI8, kI16, kU16, kF16, kBF16, kI32, kU32, kF32, kF64, kI64, kU64 };
 
 std::string_view SafetensorsDtypeName(SafetensorsDtype dtype);  // "F32", ...
@@ -63,10 +60,9 @@ class SafetensorsFile : public std::enable_shared_from_this<SafetensorsFile> {
   // nullptr when absent.
   const SafetensorsTensorInfo* Find(std::string_view name) const;
 
-  // The tensor as f32 [shape]. F32: wraps the mapping without a copy when the data is 4-byte
-  // aligned (a copy otherwise); F16/BF16: converted into a new tensor. The result must be treated
-  // as read-only. REQUIRES: info is one of tensors(), dtype F32, F16 or BF16.
-  torch::Tensor FloatTensor(const SafetensorsTensorInfo& info) const;
+  // The first byte of the tensor's data in the mapping (any alignment; the mapping is private and
+  // copy-on-write, but treat it as read-only). REQUIRES: info is one of tensors().
+  const std::byte* Data(const SafetensorsTensorInfo& info) const;
 
   // OK while the file is as it was mapped. UNAVAILABLE when it was modified in place (size or
   // modification time changed): the mapping may then show other weights, or fault (SIGBUS) where the
@@ -91,11 +87,19 @@ class SafetensorsFile : public std::enable_shared_from_this<SafetensorsFile> {
   std::vector<SafetensorsTensorInfo> tensors_;
 };
 
-// Writes `tensors` (any shape, made contiguous) as a safetensors file, in the given order, with the
-// header padded to 8-byte alignment. Writes a temporary file beside `path` and renames it over
-// `path`, so a process that maps the old file (a running nielsd) keeps seeing it whole. Model weights are f32/f16/bf16; f64, i64, i32, i16, i8, u8 and
-// bool are also written (tools and tests). INTERNAL on a write error or an unsupported dtype.
-common::Status WriteSafetensors(const std::filesystem::path& path,
-                                const std::vector<std::pair<std::string, torch::Tensor>>& tensors);
+// One tensor to write: numel(shape) elements of `dtype` at `data`, row-major.
+struct SafetensorsEntry {
+  std::string name;
+  SafetensorsDtype dtype = SafetensorsDtype::kF32;
+  std::vector<int64_t> shape;
+  const void* data = nullptr;
+};
+
+// Writes `tensors` as a safetensors file, in the given order, with the header padded to 8-byte
+// alignment (so every tensor of the usual dtypes is aligned in a mapping). Writes a temporary file
+// beside `path` and renames it over `path`, so a process that maps the old file (a running nielsd)
+// keeps seeing it whole. INTERNAL on a write error. (daemon/model/torch/torch_weights.h writes torch
+// tensors through this.)
+common::Status WriteSafetensors(const std::filesystem::path& path, const std::vector<SafetensorsEntry>& tensors);
 
 }  // namespace niels::daemon::model

@@ -155,11 +155,6 @@ std::vector<SamplingCandidate> SamplingDistribution(std::span<const float> logit
 
 Sampler::Sampler(SamplingParams params) : params_(std::move(params)), rng_(params_.seed) {}
 
-int32_t Sampler::Sample(const torch::Tensor& logits, std::span<const int32_t> history) {
-  const torch::Tensor cpu = logits.detach().reshape({-1}).to(torch::kCPU, torch::kFloat).contiguous();
-  return Sample(std::span<const float>(cpu.data_ptr<float>(), static_cast<size_t>(cpu.numel())), history);
-}
-
 int32_t Sampler::Sample(std::span<const float> logits, std::span<const int32_t> history) {
   const std::vector<SamplingCandidate> dist = SamplingDistribution(logits, history, params_);
   if (params_.temperature == 0.0f) return dist.front().id;  // greedy: no RNG draw

@@ -15,8 +15,6 @@
 #include <span>
 #include <vector>
 
-#include <torch/types.h>
-
 #include "common/defaults.h"
 #include "common/status.h"
 
@@ -61,10 +59,7 @@ class Sampler {
   // REQUIRES: ValidateSamplingParams(params, V).ok() for the V of the logits given to Sample.
   explicit Sampler(SamplingParams params);
 
-  // logits: [V] f32 (not modified; any device, a [1, V] tensor is accepted).
-  // history: ids the repetition penalty applies to.
-  int32_t Sample(const torch::Tensor& logits, std::span<const int32_t> history);
-  // The same on a CPU float copy of the logits.
+  // logits: [V] (not modified). history: ids the repetition penalty applies to.
   int32_t Sample(std::span<const float> logits, std::span<const int32_t> history);
 
   const SamplingParams& params() const { return params_; }

@@ -1,82 +1,74 @@
 #include "daemon/model/transformer.h"
 
+#include <cmath>
+#include <stdexcept>
 #include <string>
 #include <utility>
-#include <vector>
-
-#include <ATen/ATen.h>
-#include <c10/core/InferenceMode.h>
-#include <c10/util/Exception.h>
-
-#include "daemon/model/transformer_stages.h"
 
 namespace niels::daemon::model {
 namespace {
 
-// Hidden states after the last block (before ln_f) of a full forward: tokens [B, n] -> [B, n, C].
-torch::Tensor Trunk(const ModelConfig& config, const Weights& weights, const torch::Tensor& rope,
-                    const torch::Tensor& tokens) {
-  torch::Tensor h = Embed(weights, tokens);  // [B, n, C]
-  for (const BlockWeights& block : weights.blocks) {
-    h = Block(block, h, [&](const torch::Tensor& x) { return Attention(config, block, x, rope); });
-  }
-  return h;
-}
-
-// A float32 row-major pointer to `t`, made so in place if it is not (loaded weights already are).
-const float* FloatData(torch::Tensor& t) {
-  if (t.scalar_type() != at::kFloat || !t.is_contiguous()) t = t.to(at::kFloat).contiguous();
-  return t.data_ptr<float>();
-}
-
-kernels::WeightViews FloatViews(Weights& w, torch::Tensor& rope_pairs) {
-  kernels::WeightViews views{FloatData(w.tok_emb), {}, FloatData(w.ln_f), FloatData(rope_pairs)};
-  for (BlockWeights& b : w.blocks) {
-    views.blocks.push_back({FloatData(b.ln1), FloatData(b.qkv), FloatData(b.proj), FloatData(b.ln2),
-                            FloatData(b.fc_a_w), FloatData(b.fc_a_b), FloatData(b.fc_g_w), FloatData(b.fc_g_b),
-                            FloatData(b.fc_out_w), FloatData(b.fc_out_b)});
+kernels::WeightViews ViewsOf(const Weights& w, const std::vector<float>& rope) {
+  kernels::WeightViews views{w.tok_emb.matrix(), {}, w.ln_f.f32(), rope.data()};
+  for (const BlockWeights& b : w.blocks) {
+    views.blocks.push_back({b.ln1.f32(), b.qkv.matrix(), b.proj.matrix(), b.ln2.f32(), b.fc_a_w.matrix(),
+                            b.fc_a_b.f32(), b.fc_g_w.matrix(), b.fc_g_b.f32(), b.fc_out_w.matrix(),
+                            b.fc_out_b.f32()});
   }
   return views;
 }
 
-kernels::ForwardShape ShapeOf(const ModelConfig& c) {
-  return {c.layers, c.width, c.heads, c.d_ff, c.vocab_size, c.context, KvPool::kBlockTokens};
+kernels::ModelShape ShapeOf(const ModelConfig& c) {
+  return {c.layers, c.width, c.heads, c.d_ff, c.vocab_size, c.context};
 }
+
+[[noreturn]] void Fail(const std::string& message) { throw std::invalid_argument(message); }
 
 }  // namespace
 
-torch::Tensor ForwardTrain(const ModelConfig& config, const Weights& weights, const torch::Tensor& tokens) {
-  TORCH_CHECK(tokens.dim() == 2 && tokens.size(1) >= 1 && tokens.size(1) <= config.context,
-              "ForwardTrain: tokens must be [B, n] with 1 <= n <= T");
-  torch::Tensor rope = RopeTable(config).narrow(0, 0, tokens.size(1));  // [n, D/2]
-  return Logits(weights, Trunk(config, weights, rope, tokens));         // [B, n, V]
+std::vector<float> RopeTable(const ModelConfig& config) {
+  const int64_t half = config.head_dim() / 2;
+  std::vector<float> table(static_cast<size_t>(config.context * half * 2));
+  for (int64_t i = 0; i < half; ++i) {
+    const double inv_freq = std::pow(config.rope_theta, static_cast<double>(i) * (-2.0 / config.head_dim()));
+    for (int64_t p = 0; p < config.context; ++p) {
+      const double angle = static_cast<double>(p) * inv_freq;
+      table[(p * half + i) * 2] = static_cast<float>(std::cos(angle));
+      table[(p * half + i) * 2 + 1] = static_cast<float>(std::sin(angle));
+    }
+  }
+  return table;
 }
 
 Transformer::Transformer(ModelConfig config, Weights weights, std::shared_ptr<kernels::WorkerPool> pool)
     : config_(std::move(config)),
       weights_(std::move(weights)),
-      step_(ShapeOf(config_), std::move(pool)),
-      scratch_pool_(std::make_shared<KvPool>(config_, KvPool::BytesForOneSequence(config_))) {
-  c10::InferenceMode guard;
-  rope_pairs_ = at::view_as_real(RopeTable(config_)).contiguous();  // [T, D/2, 2] float
-  weight_views_ = FloatViews(weights_, rope_pairs_);
-}
+      rope_(RopeTable(config_)),
+      views_(ViewsOf(weights_, rope_)),
+      step_(ShapeOf(config_), KvPool::kBlockTokens, std::move(pool)),
+      scratch_pool_(std::make_shared<KvPool>(config_, KvPool::BytesForOneSequence(config_))) {}
 
-torch::Tensor Transformer::Step(std::span<const SequenceInput> inputs, int64_t trace_layer) const {
-  c10::InferenceMode guard;
-  TORCH_CHECK(!inputs.empty(), "Step: no input");
-  TORCH_CHECK(trace_layer < config_.layers, "Step: trace layer ", trace_layer, " >= L = ", config_.layers);
+std::vector<float> Transformer::Step(std::span<const SequenceInput> inputs, int64_t trace_layer) const {
+  if (inputs.empty()) Fail("Step: no input");
+  if (trace_layer >= config_.layers) {
+    Fail("Step: trace layer " + std::to_string(trace_layer) + " >= L = " + std::to_string(config_.layers));
+  }
   int64_t logits_rows = 0;
   for (size_t i = 0; i < inputs.size(); ++i) {  // every check before any cache is touched
     const SequenceInput& input = inputs[i];
     const int64_t n = static_cast<int64_t>(input.tokens.size());
-    TORCH_CHECK(n >= 1 && input.cache->length() + n <= config_.context, "Step: need n >= 1 and length + n <= T, got ",
-                input.cache->length(), " + ", n);
-    for (int32_t token : input.tokens) {
-      TORCH_CHECK(token >= 0 && token < config_.vocab_size, "Step: token ", token, " not in [0, ",
-                  config_.vocab_size, ")");
+    if (n < 1 || input.cache->length() + n > config_.context) {
+      Fail("Step: need n >= 1 and length + n <= T, got " + std::to_string(input.cache->length()) + " + " +
+           std::to_string(n));
     }
-    for (size_t other = 0; other < i; ++other) TORCH_CHECK(inputs[other].cache != input.cache, "Step: cache repeated");
+    for (int32_t token : input.tokens) {
+      if (token < 0 || token >= config_.vocab_size) {
+        Fail("Step: token " + std::to_string(token) + " not in [0, " + std::to_string(config_.vocab_size) + ")");
+      }
+    }
+    for (size_t other = 0; other < i; ++other) {
+      if (inputs[other].cache == input.cache) Fail("Step: cache " + std::to_string(i) + " repeated");
+    }
     logits_rows += input.all_logits ? n : (input.want_logits ? 1 : 0);
   }
   for (size_t i = 0; i < inputs.size(); ++i) {
@@ -95,39 +87,38 @@ torch::Tensor Transformer::Step(std::span<const SequenceInput> inputs, int64_t t
     for (BlockId id : input.cache->block_ids()) pointers.push_back(input.cache->pool().data(id));
     float* trace = nullptr;
     if (trace_layer >= 0 && input.trace != nullptr) {
-      *input.trace = at::empty({config_.heads, input.cache->length() + n}, at::kFloat);  // [H, length]
-      trace = input.trace->data_ptr<float>();
+      input.trace->assign(static_cast<size_t>(config_.heads * (input.cache->length() + n)), 0.0f);  // [H, length]
+      trace = input.trace->data();
     }
     sequences_[i] = {input.tokens.data(), n, input.cache->length(), pointers.data(),
                      input.all_logits ? 0 : (input.want_logits ? n - 1 : n), trace};
   }
-  torch::Tensor logits = at::empty({logits_rows, config_.vocab_size}, at::kFloat);  // [n, V]
-  step_.Run(weight_views_, sequences_, trace_layer, logits.data_ptr<float>());
+  std::vector<float> logits(static_cast<size_t>(logits_rows * config_.vocab_size));  // [n, V]
+  step_.Run(views_, sequences_, trace_layer, logits.data());
   for (const SequenceInput& input : inputs) input.cache->Commit(input.tokens);
   return logits;
 }
 
-torch::Tensor Transformer::Prefill(std::span<const int32_t> tokens, KvCache& cache, bool all_logits) const {
+std::vector<float> Transformer::Prefill(std::span<const int32_t> tokens, KvCache& cache, bool all_logits) const {
   const SequenceInput input{&cache, tokens, /*want_logits=*/true, all_logits};
-  torch::Tensor logits = Step(std::span(&input, 1));
-  return all_logits ? logits : logits[0];  // [n, V] or [V]
+  return Step(std::span(&input, 1));  // [n, V] or [V]
 }
 
-torch::Tensor Transformer::Decode(std::span<const int32_t> tokens, std::span<KvCache* const> caches,
-                                  AttentionTrace* trace) const {
-  TORCH_CHECK(!tokens.empty() && tokens.size() == caches.size(), "Decode: need B >= 1 tokens, one per cache");
+std::vector<float> Transformer::Decode(std::span<const int32_t> tokens, std::span<KvCache* const> caches,
+                                       AttentionTrace* trace) const {
+  if (tokens.empty() || tokens.size() != caches.size()) Fail("Decode: need B >= 1 tokens, one per cache");
   const int64_t layer = trace != nullptr ? trace->layer : -1;
   std::vector<SequenceInput> inputs;
-  if (trace != nullptr) trace->rows.assign(tokens.size(), torch::Tensor());
+  if (trace != nullptr) trace->rows.assign(tokens.size(), {});
   for (size_t b = 0; b < tokens.size(); ++b) {
     inputs.push_back({caches[b], tokens.subspan(b, 1), true, false, trace != nullptr ? &trace->rows[b] : nullptr});
   }
   return Step(inputs, layer);  // [B, V]
 }
 
-torch::Tensor Transformer::Forward(std::span<const int32_t> tokens, bool last_only) const {
+std::vector<float> Transformer::Forward(std::span<const int32_t> tokens, bool last_only) const {
   const int64_t n = static_cast<int64_t>(tokens.size());
-  TORCH_CHECK(n >= 1 && n <= config_.context, "Forward: need 1 <= n <= T, got n = ", n);
+  if (n < 1 || n > config_.context) Fail("Forward: need 1 <= n <= T, got n = " + std::to_string(n));
   KvCache scratch(scratch_pool_);
   return Prefill(tokens, scratch, /*all_logits=*/!last_only);  // the scratch blocks go back on return
 }

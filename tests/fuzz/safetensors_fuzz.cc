@@ -5,15 +5,16 @@
 // /proc/self/fd, so Open() maps it exactly as it maps a real file.
 // Invariants: an accepted file's tensors lie inside the data section, do not overlap, and have
 // byte ranges equal to shape x dtype size; every float tensor can be read whole (ASan checks the
-// reads stay inside the mapping); LoadWeights against a tiny config either fails with a message or
-// returns tensors of exactly the config's shapes.
+// reads stay inside the mapping); LoadWeights against a tiny config (as stored, and converted to
+// f16) either fails with a message or returns tensors of exactly the config's shapes, in one dtype.
 #include <sys/mman.h>
 #include <unistd.h>
 
+#include <optional>
 #include <string>
+#include <vector>
 
-#include <torch/torch.h>
-
+#include "daemon/kernels/dtype.h"
 #include "daemon/model/safetensors.h"
 #include "daemon/model/weights.h"
 #include "tests/fuzz/fuzz_util.h"
@@ -66,9 +67,14 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
       if (info.begin != info.end) previous = &info;
       if (info.dtype == model::SafetensorsDtype::kF32 || info.dtype == model::SafetensorsDtype::kF16 ||
           info.dtype == model::SafetensorsDtype::kBF16) {
-        torch::Tensor t = (*file)->FloatTensor(info);
-        FUZZ_CHECK(t.numel() == elements);
-        volatile double sum = t.numel() > 0 ? t.sum().item<double>() : 0.0;  // reads every element
+        const niels::daemon::kernels::Dtype dtype =
+            info.dtype == model::SafetensorsDtype::kF32   ? niels::daemon::kernels::Dtype::kF32
+            : info.dtype == model::SafetensorsDtype::kF16 ? niels::daemon::kernels::Dtype::kF16
+                                                          : niels::daemon::kernels::Dtype::kBF16;
+        std::vector<unsigned char> aligned(info.end - info.begin);  // Data() may sit at any offset
+        for (size_t i = 0; i < aligned.size(); ++i) aligned[i] = static_cast<unsigned char>((*file)->Data(info)[i]);
+        volatile double sum = 0.0;  // reads every element
+        for (int64_t i = 0; i < elements; ++i) sum = sum + niels::daemon::kernels::ElementToFloat(aligned.data(), dtype, i);
         (void)sum;
       }
     }
@@ -77,15 +83,23 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
   }
 
   const model::ModelConfig config = SeedConfig();
-  auto weights = model::LoadWeights(path, config);
-  if (weights.ok()) {
-    FUZZ_CHECK(weights->tok_emb.sizes() == torch::IntArrayRef({config.vocab_size, config.width}));
-    FUZZ_CHECK(static_cast<int64_t>(weights->blocks.size()) == config.layers);
-    FUZZ_CHECK(weights->blocks[0].qkv.sizes() == torch::IntArrayRef({3 * config.width, config.width}));
-    FUZZ_CHECK(weights->ln_f.sizes() == torch::IntArrayRef({config.width}));
-    FUZZ_CHECK(weights->tok_emb.dtype() == torch::kFloat32);
-  } else {
-    FUZZ_CHECK(!weights.status().message().empty());
+  for (std::optional<niels::daemon::kernels::Dtype> dtype :
+       {std::optional<niels::daemon::kernels::Dtype>(), std::optional(niels::daemon::kernels::Dtype::kF16)}) {
+    auto weights = model::LoadWeights(path, config, model::LoadOptions{.dtype = dtype});
+    if (weights.ok()) {
+      FUZZ_CHECK(weights->tok_emb.shape == std::vector<int64_t>({config.vocab_size, config.width}));
+      FUZZ_CHECK(static_cast<int64_t>(weights->blocks.size()) == config.layers);
+      FUZZ_CHECK(weights->blocks[0].qkv.shape == std::vector<int64_t>({3 * config.width, config.width}));
+      FUZZ_CHECK(weights->blocks[0].qkv.dtype == weights->dtype());
+      FUZZ_CHECK(weights->ln_f.shape == std::vector<int64_t>({config.width}));
+      FUZZ_CHECK(weights->ln_f.dtype == niels::daemon::kernels::Dtype::kF32);
+      FUZZ_CHECK(!dtype || weights->dtype() == *dtype);
+      volatile float sum = 0.0f;  // reads every element of a matrix, wherever it lives
+      for (float v : weights->blocks[0].fc_out_w.ToFloats()) sum = sum + v;
+      (void)sum;
+    } else {
+      FUZZ_CHECK(!weights.status().message().empty());
+    }
   }
   close(fd);
   return 0;

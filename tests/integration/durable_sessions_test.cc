@@ -186,7 +186,9 @@ TEST_F(DurableSessionsTest, KillNineAroundTheCommitIsAtomic) {
     client = Connect();
     const v1::GetSessionResponse after = MustGet(*client, id);
     const bool has_turn = after.session().turns() == before.session().turns() + 1;
-    if (reply.ok()) EXPECT_TRUE(has_turn) << "a reply was received but its turn is gone";
+    if (reply.ok()) {
+      EXPECT_TRUE(has_turn) << "a reply was received but its turn is gone";
+    }
     if (!has_turn) {
       EXPECT_EQ(Tokens(after), Tokens(before));
       EXPECT_EQ(after.session().turns(), before.session().turns());

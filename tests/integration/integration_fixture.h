@@ -20,7 +20,9 @@
 namespace niels::integration {
 
 inline constexpr int64_t kContext = 1024;
-inline constexpr uint64_t kModelSeed = 7;
+// The random model's weights. Some seeds make a random model end every reply at once (eot is its
+// argmax after any prompt), which the tests that compare non-empty replies cannot use; 8 does not.
+inline constexpr uint64_t kModelSeed = 8;
 
 inline daemon::model::ModelConfig IntegrationConfig() {
   daemon::model::ModelConfig config = testing::TinyConfig();

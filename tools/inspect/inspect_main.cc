@@ -26,12 +26,10 @@
 #include <vector>
 
 #include <CLI/CLI.hpp>
-#include <ATen/Parallel.h>
-#include <c10/core/InferenceMode.h>
-#include <torch/types.h>
 
 #include "common/status.h"
 #include "daemon/model/kv_cache.h"
+#include "daemon/kernels/worker_pool.h"
 #include "daemon/model/model_dir.h"
 
 namespace {
@@ -83,31 +81,30 @@ void PrintSummary(const Model& model) {
             << " rope_theta=" << c.rope_theta << "\n"
             << "parameters: " << parameters << " (lm_head tied to tok_emb)\n"
             << "weights:    " << weights.bytes() << " bytes ("
-            << static_cast<double>(weights.bytes()) / (1024.0 * 1024.0) << " MiB) in memory\n"
+            << static_cast<double>(weights.bytes()) / (1024.0 * 1024.0) << " MiB) in memory, matrices in "
+            << niels::daemon::kernels::DtypeName(weights.dtype()) << "\n"
             << "tokenizer:  " << model.tokenizer->vocab_size() << " pieces; special ids sys="
             << special.sys << " usr=" << special.usr << " asst=" << special.asst
             << " eot=" << special.eot << "\n";
 }
 
 // Logits [n, V] for ids via the KV cache: Prefill(ids[0:k], all_logits) then Decode per id.
-torch::Tensor PrefillDecodeLogits(const Model& model, const std::vector<int32_t>& ids, int64_t k) {
+std::vector<float> PrefillDecodeLogits(const Model& model, const std::vector<int32_t>& ids, int64_t k) {
   const auto& transformer = *model.transformer;
   KvCache cache(model.config);
   std::span<const int32_t> all(ids);
-  std::vector<torch::Tensor> rows;
-  rows.push_back(transformer.Prefill(all.subspan(0, k), cache, /*all_logits=*/true).reshape({k, -1}));
+  std::vector<float> logits = transformer.Prefill(all.subspan(0, k), cache, /*all_logits=*/true);  // [k, V]
   KvCache* caches[] = {&cache};
   for (size_t i = static_cast<size_t>(k); i < ids.size(); ++i) {
-    rows.push_back(transformer.Decode(all.subspan(i, 1), caches));  // [1, V]
+    const std::vector<float> row = transformer.Decode(all.subspan(i, 1), caches);  // [1, V]
+    logits.insert(logits.end(), row.begin(), row.end());
   }
-  return torch::cat(rows, 0);
+  return logits;
 }
 
-Status WriteF32(const torch::Tensor& logits, const std::string& path) {
-  torch::Tensor data = logits.to(torch::kFloat32).contiguous();
+Status WriteF32(const std::vector<float>& logits, const std::string& path) {
   std::ofstream out(path, std::ios::binary | std::ios::trunc);
-  out.write(static_cast<const char*>(data.data_ptr()),
-            static_cast<std::streamsize>(data.numel() * sizeof(float)));
+  out.write(reinterpret_cast<const char*>(logits.data()), static_cast<std::streamsize>(logits.size() * sizeof(float)));
   out.close();
   if (!out) return Status::NotFound("--out: cannot write " + path);
   return Status::Ok();
@@ -120,12 +117,14 @@ struct Options {
   bool prefill_decode = false;
   std::optional<int64_t> prefill;
   int threads = 1;
+  std::string dtype = "file";
 };
 
 Status Run(const Options& options) {
-  at::set_num_threads(options.threads);
-  c10::InferenceMode guard;
-  StatusOr<std::unique_ptr<Model>> loaded = niels::daemon::model::LoadModelDir(options.model_dir);
+  niels::daemon::model::ModelDirOptions load;
+  if (options.dtype != "file") load.dtype = niels::daemon::kernels::ParseDtype(options.dtype);
+  StatusOr<std::unique_ptr<Model>> loaded = niels::daemon::model::LoadModelDir(
+      options.model_dir, std::make_shared<niels::daemon::kernels::WorkerPool>(options.threads), load);
   if (!loaded.ok()) return loaded.status();
   const Model& model = **loaded;
   if (!options.ids) {
@@ -135,7 +134,7 @@ Status Run(const Options& options) {
   StatusOr<std::vector<int32_t>> ids = ParseIds(*options.ids, model.config.vocab_size, model.config.context);
   if (!ids.ok()) return ids.status();
   const auto n = static_cast<int64_t>(ids->size());
-  torch::Tensor logits;
+  std::vector<float> logits;
   if (options.prefill_decode) {
     int64_t k = options.prefill.value_or((n + 1) / 2);
     if (k < 1 || k > n) {
@@ -145,9 +144,9 @@ Status Run(const Options& options) {
   } else {
     logits = model.transformer->Forward(*ids);
   }
-  if (logits.dim() != 2 || logits.size(0) != n || logits.size(1) != model.config.vocab_size) {
-    return Status::Internal("logits have shape " + c10::str(logits.sizes()) + ", expected [" +
-                            std::to_string(n) + ", " + std::to_string(model.config.vocab_size) + "]");
+  if (static_cast<int64_t>(logits.size()) != n * model.config.vocab_size) {
+    return Status::Internal("got " + std::to_string(logits.size()) + " logits, expected [" + std::to_string(n) +
+                            ", " + std::to_string(model.config.vocab_size) + "]");
   }
   return WriteF32(logits, options.out);
 }
@@ -166,14 +165,15 @@ int main(int argc, char** argv) {
                "compute the logits through Prefill + Decode steps instead of a full forward")->needs(ids);
   app.add_option("--prefill", options.prefill, "with --prefill-decode: ids to prefill (default ceil(n/2))")
       ->needs(ids);
-  app.add_option("--threads", options.threads, "libtorch intra-op threads")->check(CLI::PositiveNumber);
+  app.add_option("--threads", options.threads, "compute threads")->check(CLI::PositiveNumber);
+  app.add_option("--dtype", options.dtype, "weights in memory: file (as stored), f32, f16 or bf16")
+      ->check(CLI::IsMember({"file", "f32", "f16", "bf16"}))
+      ->capture_default_str();
   CLI11_PARSE(app, argc, argv);
 
   Status status;
   try {
     status = Run(options);
-  } catch (const c10::Error& e) {
-    status = Status::Internal(e.what_without_backtrace());
   } catch (const std::exception& e) {
     status = Status::Internal(e.what());
   }

@@ -21,6 +21,7 @@
 #include "common/defaults.h"
 #include "daemon/engine/chat_template.h"
 #include "daemon/model/model_dir.h"
+#include "daemon/model/torch/torch_weights.h"
 #include "daemon/model/weights.h"
 #include "tools/train/chat_corpus.h"
 #include "tools/train/spm_trainer.h"
@@ -43,6 +44,7 @@ struct Flags {
   train::TrainOptions train;
   uint64_t seed = 1234;
   int threads = 2;
+  std::string dtype = "f32";  // of the written model.safetensors
   std::vector<std::string> probes = {"how do i start nielsd?", "what does --no-kv-cache do?",
                                      "where is the socket?", "how old is niels?"};
 };
@@ -69,16 +71,15 @@ bool WriteFile(const fs::path& path, const std::string& bytes) {
 
 // Greedy reply of the written model to one user message after the default system prompt.
 std::string GreedyReply(const model::Model& m, const std::string& question) {
-  c10::InferenceMode guard;
   std::vector<int32_t> ids = engine::EncodeMessage(*m.tokenizer, engine::Role::kSystem, std::string(niels::common::kDefaultSystemPrompt));
   for (int32_t id : engine::EncodeMessage(*m.tokenizer, engine::Role::kUser, question)) ids.push_back(id);
   ids.push_back(engine::GenerationPrompt(*m.tokenizer).front());
   std::vector<int32_t> reply;
   const std::vector<int32_t> banned = engine::DefaultBannedIds(*m.tokenizer);
   while (static_cast<int64_t>(ids.size()) < m.config.context && reply.size() < 64) {
-    at::Tensor logits = m.transformer->Forward(ids, /*last_only=*/true).clone();  // [V]
+    std::vector<float> logits = m.transformer->Forward(ids, /*last_only=*/true);  // [V]
     for (int32_t b : banned) logits[b] = -INFINITY;
-    const int32_t next = static_cast<int32_t>(logits.argmax().item<int64_t>());
+    const int32_t next = static_cast<int32_t>(std::max_element(logits.begin(), logits.end()) - logits.begin());
     if (next == m.tokenizer->special().eot) break;
     reply.push_back(next);
     ids.push_back(next);
@@ -122,12 +123,14 @@ int Run(const Flags& flags) {
 
   // (3) model
   at::manual_seed(flags.seed);
-  model::Weights weights = model::RandomWeights(config, flags.seed);
+  model::TorchWeights weights = model::RandomTorchWeights(config, flags.seed);
+  int64_t parameters = 0;
+  for (torch::Tensor* t : weights.All()) parameters += t->numel();
   std::fprintf(stderr, "model: V=%lld T=%lld C=%lld L=%lld H=%lld d_ff=%lld, %lld parameters (%.2f MB f32)\n",
                static_cast<long long>(config.vocab_size), static_cast<long long>(config.context),
                static_cast<long long>(config.width), static_cast<long long>(config.layers),
                static_cast<long long>(config.heads), static_cast<long long>(config.d_ff),
-               static_cast<long long>(weights.bytes() / 4), weights.bytes() / 1e6);
+               static_cast<long long>(parameters), parameters * 4 / 1e6);
   train::TrainOptions options = flags.train;
   options.seed = flags.seed;
   train::TrainResult result = train::TrainModel(config, weights, examples, options);
@@ -135,7 +138,10 @@ int Run(const Flags& flags) {
                static_cast<long long>(result.tokens));
 
   // (4) write, reload with the daemon's loader, probe
-  if (auto s = model::SaveWeights(weights, out / "model.safetensors"); !s.ok()) return Fail(s.ToString());
+  if (auto s = model::SaveWeights(model::FromTorch(weights), out / "model.safetensors",
+                                  niels::daemon::kernels::ParseDtype(flags.dtype)); !s.ok()) {
+    return Fail(s.ToString());
+  }
   if (!WriteFile(out / "config.json", model::ModelConfigToJson(config) + "\n")) return Fail("cannot write config.json");
   auto loaded = model::LoadModelDir(out);
   if (!loaded.ok()) return Fail("the written model does not load: " + loaded.status().ToString());
@@ -168,6 +174,9 @@ int main(int argc, char** argv) {
   app.add_option("--grad-clip", f.train.grad_clip, "max gradient norm (0 = off)")->capture_default_str();
   app.add_option("--batch-tokens", f.train.batch_tokens, "padded tokens per batch")->capture_default_str();
   app.add_option("--seed", f.seed, "seed for weights and data order")->capture_default_str();
+  app.add_option("--dtype", f.dtype, "dtype of the written weights: f32, f16 or bf16")
+      ->check(CLI::IsMember({"f32", "f16", "bf16"}))
+      ->capture_default_str();
   app.add_option("--threads", f.threads, "libtorch intra-op threads")->capture_default_str();
   app.add_option("--log-every", f.train.log_every, "steps between progress lines when not a terminal")
       ->capture_default_str();

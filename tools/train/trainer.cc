@@ -15,7 +15,7 @@ namespace niels::tools::train {
 namespace {
 
 using model::ModelConfig;
-using model::Weights;
+using model::TorchWeights;
 
 constexpr int64_t kIgnore = -100;   // cross-entropy target of untrained positions
 constexpr size_t kBucketSpan = 512;  // examples sorted by length together before batching
@@ -76,10 +76,11 @@ Batch MakeBatch(const std::vector<Example>& examples, const std::vector<size_t>&
 }
 
 // Every tensor of `weights`, split into decayed (matrices, embeddings) and not decayed (norms, biases).
-void CollectParameters(Weights& weights, std::vector<torch::Tensor>& decay, std::vector<torch::Tensor>& no_decay) {
+void CollectParameters(TorchWeights& weights, std::vector<torch::Tensor>& decay,
+                       std::vector<torch::Tensor>& no_decay) {
   decay.push_back(weights.tok_emb);
   no_decay.push_back(weights.ln_f);
-  for (model::BlockWeights& b : weights.blocks) {
+  for (model::TorchBlockWeights& b : weights.blocks) {
     for (torch::Tensor* t : {&b.qkv, &b.proj, &b.fc_a_w, &b.fc_g_w, &b.fc_out_w}) decay.push_back(*t);
     for (torch::Tensor* t : {&b.ln1, &b.ln2, &b.fc_a_b, &b.fc_g_b, &b.fc_out_b}) no_decay.push_back(*t);
   }
@@ -114,7 +115,7 @@ double LearningRate(const TrainOptions& options, int64_t step) {
   return floor + (options.lr - floor) * 0.5 * (1.0 + std::cos(M_PI * progress));
 }
 
-TrainResult TrainModel(const ModelConfig& config, Weights& weights, const std::vector<Example>& examples,
+TrainResult TrainModel(const ModelConfig& config, TorchWeights& weights, const std::vector<Example>& examples,
                        const TrainOptions& options) {
   std::vector<torch::Tensor> decay, no_decay;
   CollectParameters(weights, decay, no_decay);

@@ -8,7 +8,7 @@
 #include <vector>
 
 #include "daemon/model/config.h"
-#include "daemon/model/weights.h"
+#include "daemon/model/torch/torch_weights.h"
 #include "tools/train/chat_corpus.h"
 
 namespace niels::tools::train {
@@ -35,7 +35,7 @@ struct TrainResult {
 
 // Trains `weights` in place (they leave with requires_grad off and no grad). REQUIRES: examples
 // non-empty, each with 2..T tokens.
-TrainResult TrainModel(const model::ModelConfig& config, model::Weights& weights,
+TrainResult TrainModel(const model::ModelConfig& config, model::TorchWeights& weights,
                        const std::vector<Example>& examples, const TrainOptions& options);
 
 // The learning rate at 0-based `step`: linear warmup to lr, then cosine down to lr * min_lr_ratio.

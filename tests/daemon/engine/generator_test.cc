@@ -11,8 +11,6 @@
 #include <vector>
 
 #include <gtest/gtest.h>
-#include <c10/core/InferenceMode.h>
-#include <torch/torch.h>
 
 #include "daemon/engine/chat_template.h"
 #include "daemon/model/tokenizer.h"
@@ -37,36 +35,37 @@ class ScriptedModel final : public model::LanguageModel {
 
   const ModelConfig& config() const override { return config_; }
 
-  torch::Tensor Prefill(std::span<const int32_t> tokens, KvCache& cache, bool all_logits) const override {
+  std::vector<float> Prefill(std::span<const int32_t> tokens, KvCache& cache, bool all_logits) const override {
     ++prefill_calls;
     const int64_t start = cache.length();
-    EXPECT_LE(start + static_cast<int64_t>(tokens.size()), config_.context);
+    const int64_t n = static_cast<int64_t>(tokens.size());
+    EXPECT_LE(start + n, config_.context);
     Append(cache, tokens);
-    torch::Tensor logits = LogitsAt(start, static_cast<int64_t>(tokens.size()));
-    return all_logits ? logits : logits[-1];
+    return all_logits ? LogitsAt(start, n) : LogitsAt(start + n - 1, 1);
   }
 
-  torch::Tensor Decode(std::span<const int32_t> tokens, std::span<KvCache* const> caches,
-                       model::AttentionTrace* trace) const override {
+  std::vector<float> Decode(std::span<const int32_t> tokens, std::span<KvCache* const> caches,
+                            model::AttentionTrace* trace) const override {
     ++decode_calls;
-    std::vector<torch::Tensor> rows;
+    std::vector<float> rows;
     if (trace != nullptr) trace->rows.clear();
     for (size_t b = 0; b < tokens.size(); ++b) {
       const int64_t pos = caches[b]->length();
       EXPECT_LT(pos, config_.context);
       Append(*caches[b], tokens.subspan(b, 1));
-      rows.push_back(LogitsAt(pos, 1)[0]);
+      const std::vector<float> row = LogitsAt(pos, 1);
+      rows.insert(rows.end(), row.begin(), row.end());
       // A recognisable attention row: [H, length] filled with the query position.
-      if (trace != nullptr) trace->rows.push_back(torch::full({config_.heads, pos + 1}, float(pos)));
+      if (trace != nullptr) trace->rows.emplace_back(config_.heads * (pos + 1), float(pos));
     }
-    return torch::stack(rows);
+    return rows;
   }
 
-  torch::Tensor Forward(std::span<const int32_t> tokens, bool last_only) const override {
+  std::vector<float> Forward(std::span<const int32_t> tokens, bool last_only) const override {
     ++forward_calls;
-    EXPECT_LE(static_cast<int64_t>(tokens.size()), config_.context);
-    torch::Tensor logits = LogitsAt(0, static_cast<int64_t>(tokens.size()));
-    return last_only ? logits[-1] : logits;
+    const int64_t n = static_cast<int64_t>(tokens.size());
+    EXPECT_LE(n, config_.context);
+    return last_only ? LogitsAt(n - 1, 1) : LogitsAt(0, n);
   }
 
   mutable std::vector<std::pair<int64_t, int32_t>> fed;  // (position, token) via Prefill/Decode
@@ -75,6 +74,7 @@ class ScriptedModel final : public model::LanguageModel {
   mutable int forward_calls = 0;
 
  private:
+  // Appends the positions (their storage left as it is: nothing reads it).
   void Append(KvCache& cache, std::span<const int32_t> tokens) const {
     const int64_t n = static_cast<int64_t>(tokens.size());
     for (int64_t i = 0; i < n; ++i) fed.push_back({cache.length() + i, tokens[i]});
@@ -82,13 +82,13 @@ class ScriptedModel final : public model::LanguageModel {
     cache.Commit(tokens);  // the keys and values themselves are never read
   }
 
-  // [n, V] logits of positions start..start+n-1.
-  torch::Tensor LogitsAt(int64_t start, int64_t n) const {
-    torch::Tensor logits = torch::zeros({n, config_.vocab_size});
+  // [n, V] logits of positions start..start+n-1, row-major.
+  std::vector<float> LogitsAt(int64_t start, int64_t n) const {
+    std::vector<float> logits(static_cast<size_t>(n * config_.vocab_size), 0.0f);
     for (int64_t i = 0; i < n; ++i) {
       const int64_t p = start + i;
       const int32_t id = p < static_cast<int64_t>(next_.size()) ? next_[p] : 1;
-      logits[i][id] = kPeak;
+      logits[i * config_.vocab_size + id] = kPeak;
     }
     return logits;
   }
@@ -391,8 +391,9 @@ TEST(GeneratorScriptedTest, LogprobsTopAlternativesAndTrace) {
     EXPECT_EQ(e.top[2].id, 1);
     // The attention row of the position that produced this id: query position 2 + i.
     ASSERT_TRUE(e.attention.has_value());
-    EXPECT_EQ(e.attention->sizes(), (std::vector<int64_t>{2, static_cast<int64_t>(3 + i)}));
-    EXPECT_EQ(e.attention->max().item<float>(), float(2 + i));
+    EXPECT_EQ(e.attention->heads, 2);
+    EXPECT_EQ(e.attention->length, static_cast<int64_t>(3 + i));
+    EXPECT_EQ(e.attention->probs, std::vector<float>(2 * (3 + i), float(2 + i)));
   }
   ExpectEachPositionFedOnce(m, seq.tokens, 6);
 }
@@ -418,9 +419,12 @@ TEST(GeneratorScriptedTest, GenerationTaskBatchedDecode) {
       ids.push_back(t->decode_token());
       caches.push_back(&t->cache());
     }
-    torch::Tensor logits = m.Decode(ids, caches, nullptr);
+    const std::vector<float> logits = m.Decode(ids, caches, nullptr);
     ++batched_calls;
-    for (size_t i = 0; i < ready.size(); ++i) ready[i]->AcceptDecodeLogits(logits[i]);
+    const size_t vocab = static_cast<size_t>(m.config().vocab_size);
+    for (size_t i = 0; i < ready.size(); ++i) {
+      ready[i]->AcceptDecodeLogits(std::span<const float>(logits).subspan(i * vocab, vocab));
+    }
   }
   EXPECT_EQ(ta.TakeResult().new_tokens, std::vector<int32_t>(full.begin() + 4, full.begin() + 10));
   EXPECT_EQ(tb.TakeResult().new_tokens, std::vector<int32_t>(full.begin() + 11, full.begin() + 20));
@@ -464,11 +468,11 @@ class GeneratorTransformerTest : public ::testing::Test {
   static std::vector<int32_t> ReferenceGreedy(std::vector<int32_t> tokens, int n) {
     std::vector<int32_t> out;
     for (int step = 0; step < n; ++step) {
-      torch::Tensor logits = model_->Forward(tokens, /*last_only=*/false);
-      torch::Tensor last = logits[static_cast<int64_t>(tokens.size()) - 1].contiguous();
-      const float* x = last.data_ptr<float>();
+      const std::vector<float> logits = model_->Forward(tokens, /*last_only=*/false);
+      const int64_t vocab = model_->config().vocab_size;
+      const float* x = logits.data() + (static_cast<int64_t>(tokens.size()) - 1) * vocab;
       int32_t best = 0;
-      for (int32_t i = 1; i < last.numel(); ++i) {
+      for (int32_t i = 1; i < vocab; ++i) {
         if (x[i] > x[best]) best = i;
       }
       out.push_back(best);

@@ -4,8 +4,6 @@
 #include <set>
 
 #include <gtest/gtest.h>
-#include <c10/core/InferenceMode.h>
-#include <torch/torch.h>
 
 #include "daemon/engine/session_store.h"
 #include "tests/support/temp_files.h"
@@ -63,11 +61,7 @@ std::shared_ptr<model::KvPool> TestPool(const model::ModelConfig& config) {
   return std::make_shared<model::KvPool>(config, PoolBytes(config, 64));
 }
 
-// The engine thread runs under InferenceMode; caches hold inference tensors, so tests do too.
-class SessionTest : public ::testing::Test {
- protected:
-  c10::InferenceMode inference_mode_;
-};
+class SessionTest : public ::testing::Test {};
 using SessionStoreTest = SessionTest;
 
 TEST(SessionIdTest, Is32LowercaseHexAndUnique) {
@@ -101,7 +95,7 @@ TEST_F(SessionTest, RestoreBringsBackAStashedCache) {
   const model::ModelConfig config = SmallConfig();
   Session session("a", 1, TestPool(config));
   Grow(session, config, 5, 4);
-  const torch::Tensor keys = session.sequence().cache.Keys(1, 5).clone();
+  const std::vector<float> keys = session.sequence().cache.KeysAsFloats(1, 5);
   Session::Snapshot snapshot = session.TakeSnapshot();
   session.StashCache(snapshot);
   EXPECT_EQ(session.cached_tokens(), 0);
@@ -109,7 +103,7 @@ TEST_F(SessionTest, RestoreBringsBackAStashedCache) {
   session.Restore(std::move(snapshot));
   EXPECT_EQ(session.length(), 5);
   ASSERT_EQ(session.cached_tokens(), 5);
-  EXPECT_TRUE(torch::equal(session.sequence().cache.Keys(1, 5), keys));
+  EXPECT_EQ(session.sequence().cache.KeysAsFloats(1, 5), keys);
 }
 
 TEST_F(SessionTest, DropOldestTurnsKeepsSystemPromptAndShiftsTurns) {
@@ -158,13 +152,13 @@ TEST_F(SessionTest, ForkSharesNothingMutable) {
   std::unique_ptr<Session> fork = parent.Fork("b", 1, /*with_cache=*/true);
   EXPECT_EQ(fork->tokens(), parent.tokens());
   ASSERT_EQ(fork->cached_tokens(), parent.cached_tokens());
-  EXPECT_TRUE(torch::equal(fork->sequence().cache.Keys(0, 7), parent.sequence().cache.Keys(0, 7)));
+  EXPECT_EQ(fork->sequence().cache.KeysAsFloats(0, 7), parent.sequence().cache.KeysAsFloats(0, 7));
   // Rewriting the fork's positions (copy on write) leaves the parent's untouched.
   fork->sequence().cache.Truncate(2);
   Grow(*fork, config, 5, 8);
   EXPECT_EQ(parent.length(), 7);
   EXPECT_EQ(parent.cached_tokens(), 7);
-  EXPECT_EQ(parent.sequence().cache.Keys(0, 7)[0][6][0].item<float>(), 6000.0f);
+  EXPECT_EQ(parent.sequence().cache.KeysAsFloats(0, 7)[6 * config.head_dim()], 6000.0f);  // head 0, position 6
   std::unique_ptr<Session> bare = parent.Fork("c", 2, /*with_cache=*/false);
   EXPECT_EQ(bare->cached_tokens(), 0);
   EXPECT_EQ(bare->owner(), 2u);
@@ -386,8 +380,8 @@ TEST_F(DurableSessionStoreTest, EvictedCacheIsSpilledAndReadBackExactly) {
   SessionStore store(config, SessionStoreOptions{.kv_budget_bytes = PoolBytes(config, 10)}, durable.get());
   Session* a = store.Create(1).value();
   Grow(*a, config, 100, 5);
-  const torch::Tensor keys = a->sequence().cache.Keys(1, 100).clone();
-  const torch::Tensor values = a->sequence().cache.Values(1, 100).clone();
+  const std::vector<float> keys = a->sequence().cache.KeysAsFloats(1, 100);
+  const std::vector<float> values = a->sequence().cache.ValuesAsFloats(1, 100);
   Session* b = store.Create(1).value();
   bool wait = true;
   ASSERT_TRUE(store.Admit(b, 100, &wait).ok());
@@ -402,8 +396,8 @@ TEST_F(DurableSessionStoreTest, EvictedCacheIsSpilledAndReadBackExactly) {
   store.RestoreSpilledCache(*a);
   store.ClearBusy(a);
   ASSERT_EQ(a->cached_tokens(), 100);
-  EXPECT_TRUE(torch::equal(a->sequence().cache.Keys(1, 100), keys));
-  EXPECT_TRUE(torch::equal(a->sequence().cache.Values(1, 100), values));
+  EXPECT_EQ(a->sequence().cache.KeysAsFloats(1, 100), keys);
+  EXPECT_EQ(a->sequence().cache.ValuesAsFloats(1, 100), values);
   EXPECT_EQ(store.durable_counters().spill_reads, 1u);
   EXPECT_FALSE(std::filesystem::exists(durable->spill().PathFor(a->id())));  // read once, then gone
   // A history that changed since the spill: the file is refused and the cache stays empty.

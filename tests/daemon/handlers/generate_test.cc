@@ -5,6 +5,8 @@
 #include <gtest/gtest.h>
 #include <torch/torch.h>
 
+#include "tests/daemon/model/model_test_util.h"
+
 #include "tests/daemon/handlers/service_fixture.h"
 
 namespace niels::daemon::handlers::testing {
@@ -43,8 +45,7 @@ class GenerateTest : public ::testing::Test {
   int64_t Cached() { return Call(*engine_, GetRequest(session_)).get_session().session().cached_tokens(); }
   // Reference: log_softmax of an uncached full forward over `tokens`, at its last position.
   torch::Tensor ReferenceLogprobs(const Ids& tokens) const {
-    c10::InferenceMode guard;
-    return torch::log_softmax(model_->transformer->Forward(tokens, /*last_only=*/true).reshape({-1}), 0);
+    return torch::log_softmax(model::Row(model_->transformer->Forward(tokens, /*last_only=*/true)), 0);
   }
 
   std::unique_ptr<Service> engine_;

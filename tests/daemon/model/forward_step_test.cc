@@ -1,30 +1,34 @@
-// The forward step (forward_step.h, reached through Transformer::Decode and Prefill) on models large enough that
-// its matrix-vector products and attention are split across worker threads, for 1-3 threads and
-// head dims that exercise every branch of the SIMD kernels. The reference is the libtorch forward
-// and the naive scalar implementation of scalar_reference.h.
+// The forward step (daemon/kernels/forward_step.h, reached through Transformer's Prefill, Decode
+// and Forward) on models large enough that its matrix products and attention are split across
+// worker threads, for 1-3 threads, head dims that exercise every branch of the SIMD kernels, and
+// f32, f16 and bf16 weights. The references are the naive scalar forward of scalar_reference.h (on
+// the same 16-bit weights) and libtorch's attention.
 
 #include <memory>
 #include <span>
-#include <utility>
+#include <stdexcept>
 #include <string>
 #include <tuple>
+#include <utility>
 #include <vector>
 
 #include <ATen/ATen.h>
 #include <gtest/gtest.h>
 
-#include "daemon/model/transformer.h"
-#include "daemon/model/transformer_stages.h"
 #include "daemon/kernels/worker_pool.h"
+#include "daemon/model/torch/transformer_stages.h"
+#include "daemon/model/transformer.h"
 #include "tests/daemon/model/model_test_util.h"
 #include "tests/daemon/model/scalar_reference.h"
 
 namespace niels::daemon::model {
 namespace {
 
+using kernels::Dtype;
+
 // D = 72 (one 64-column block plus a tail of 8) and D = 20 (a masked tail only); C = 144 and 80
-// give products above MatVec's threshold for running on the workers; T = 150 crosses the KV
-// cache's 64-position chunks twice.
+// give products above MatVec's threshold for running on the workers; T = 150 spans ten KV blocks
+// (the last one partly).
 ModelConfig MidConfig(int64_t width, int64_t heads) {
   ModelConfig config;
   config.vocab_size = 301;
@@ -36,86 +40,78 @@ ModelConfig MidConfig(int64_t width, int64_t heads) {
   return config;
 }
 
-// Parameters: (width, heads, worker threads).
-class ForwardStepTest : public ::testing::TestWithParam<std::tuple<int64_t, int64_t, int>> {
+// std 0.1: attention clearly position-dependent, logits far from uniform. Matrices in `dtype`.
+Weights MidWeights(const ModelConfig& config, Dtype dtype) {
+  common::StatusOr<Weights> converted = ConvertWeights(RandomWeights(config, 11, 0.1), dtype);
+  EXPECT_TRUE(converted.ok()) << converted.status().ToString();
+  return std::move(converted).value();
+}
+
+// Parameters: (width, heads, worker threads, weight dtype).
+using Params = std::tuple<int64_t, int64_t, int, Dtype>;
+
+class ForwardStepTest : public ::testing::TestWithParam<Params> {
  protected:
   ModelConfig config_ = MidConfig(std::get<0>(GetParam()), std::get<1>(GetParam()));
-  // std 0.1: attention clearly position-dependent, logits far from uniform.
-  Transformer model_{config_, RandomWeights(config_, 11, 0.1),
+  Transformer model_{config_, MidWeights(config_, std::get<3>(GetParam())),
                      std::make_shared<kernels::WorkerPool>(std::get<2>(GetParam()))};
+  int64_t V() const { return config_.vocab_size; }
+  double Tolerance() const { return 1e-4; }  // the scalar reference sums in double
 };
 
 TEST_P(ForwardStepTest, DecodeAfterPrefillEqualsFullForwardAndScalarReference) {
-  const auto tokens = RandomTokens(config_.context, 1, config_.vocab_size);
+  ASSERT_EQ(model_.weights().dtype(), std::get<3>(GetParam()));
+  const auto tokens = RandomTokens(config_.context, 1, V());
   const std::span<const int32_t> all(tokens);
-  const torch::Tensor full = model_.Forward(tokens);  // [T, V]
+  const std::vector<float> full = model_.Forward(tokens);  // [T, V]
   const ScalarReference reference(config_, model_.weights(), ScalarReference::RopePairs::kAdjacent);
   const torch::Tensor naive = reference.Forward(tokens);  // [T, V]
   KvCache cache(config_);
-  model_.Prefill(all.first(5), cache);
-  std::vector<torch::Tensor> rows;
+  ASSERT_EQ(model_.Prefill(all.first(5), cache, /*all_logits=*/true), SliceRows(full, V(), 0, 5));
+  std::vector<float> decoded;
   KvCache* caches[] = {&cache};
-  for (int32_t token : all.subspan(5)) rows.push_back(model_.Decode(std::span(&token, 1), caches)[0]);
-  const torch::Tensor decoded = at::stack(rows);  // [T - 5, V]
-  EXPECT_LT(MaxAbsDiff(decoded, full.narrow(0, 5, config_.context - 5)), 1e-4);
-  EXPECT_LT(MaxAbsDiff(decoded, naive.narrow(0, 5, config_.context - 5)), 1e-4);
+  for (int32_t token : all.subspan(5)) {
+    const std::vector<float> row = model_.Decode(std::span(&token, 1), caches);
+    decoded.insert(decoded.end(), row.begin(), row.end());
+  }
+  EXPECT_EQ(decoded, SliceRows(full, V(), 5, config_.context - 5)) << "decode differs from the full forward";
+  EXPECT_LT(MaxAbsDiff(Rows(full, V()), naive), Tolerance());
   EXPECT_GT(naive.std().item<float>(), 0.1) << "the reference logits are not trivially flat";
   EXPECT_EQ(cache.length(), config_.context);
 }
 
-TEST_P(ForwardStepTest, BatchedDecodeEqualsEachSequenceAlone) {
-  const std::vector<int64_t> prompt_lengths = {1, 63, 100};  // around a chunk boundary
-  std::vector<KvCache> batched, alone;
-  for (size_t s = 0; s < prompt_lengths.size(); ++s) {
-    const auto prompt = RandomTokens(prompt_lengths[s], 20 + s, config_.vocab_size);
-    batched.emplace_back(config_);
-    alone.emplace_back(config_);
-    model_.Prefill(prompt, batched.back());
-    model_.Prefill(prompt, alone.back());
-  }
-  std::vector<KvCache*> caches = {&batched[0], &batched[1], &batched[2]};
-  for (int step = 0; step < 4; ++step) {
-    const auto next = RandomTokens(3, 200 + step, config_.vocab_size);
-    const torch::Tensor logits = model_.Decode(next, caches);  // [3, V]
-    for (int64_t s = 0; s < 3; ++s) {
-      KvCache* own[] = {&alone[s]};
-      const torch::Tensor single = model_.Decode(std::span(&next[s], 1), own);  // [1, V]
-      EXPECT_LT(MaxAbsDiff(logits[s], single[0]), 1e-5) << "sequence " << s << " step " << step;
-    }
-  }
-}
-
 // Batch invariance: a sequence's logits and attention trace are bitwise the same (compared with ==)
-// alone, in batches of 2, 8 (row-by-row products), 11 and 16 (the GEMM-shaped tile, with and
-// without a remainder row), whatever the other sequences are and in whatever order they come.
+// alone, in batches of 2, 8, 11 and 16 (register tiles of every shape, with and without remainder
+// rows), whatever the other sequences are and in whatever order they come.
 TEST_P(ForwardStepTest, EachSequenceIsBitwiseTheSameInEveryBatchComposition) {
   constexpr int kSequences = 16, kSteps = 3;
   std::vector<KvCache> prefilled;
   for (int s = 0; s < kSequences; ++s) {
     prefilled.emplace_back(config_);
-    model_.Prefill(RandomTokens(1 + (s * 37) % 120, 300 + s, config_.vocab_size), prefilled.back());
+    model_.Prefill(RandomTokens(1 + (s * 37) % 120, 300 + s, V()), prefilled.back());
   }
   std::vector<std::vector<int32_t>> next;  // next[s][step]
-  for (int s = 0; s < kSequences; ++s) next.push_back(RandomTokens(kSteps, 400 + s, config_.vocab_size));
-  // Runs kSteps decode steps of `members` together (on fresh clones of their caches); returns per
+  for (int s = 0; s < kSequences; ++s) next.push_back(RandomTokens(kSteps, 400 + s, V()));
+  // Runs kSteps decode steps of `members` together (on shares of their caches: the first write copies the shared last block); returns per
   // member and step the logits row [V] and the layer-1 trace [H, length].
+  using Output = std::pair<std::vector<float>, std::vector<float>>;
   auto run = [&](const std::vector<int>& members) {
     std::vector<KvCache> caches;
     for (int s : members) caches.push_back(prefilled[s].Share());
     std::vector<KvCache*> pointers;
     for (KvCache& cache : caches) pointers.push_back(&cache);
-    std::vector<std::vector<std::pair<torch::Tensor, torch::Tensor>>> out(members.size());
+    std::vector<std::vector<Output>> out(members.size());
     for (int step = 0; step < kSteps; ++step) {
       std::vector<int32_t> tokens;
       for (int s : members) tokens.push_back(next[s][step]);
       AttentionTrace trace;
       trace.layer = 1;
-      const torch::Tensor logits = model_.Decode(tokens, pointers, &trace);
-      for (size_t b = 0; b < members.size(); ++b) out[b].emplace_back(logits[b].clone(), trace.rows[b]);
+      const std::vector<float> logits = model_.Decode(tokens, pointers, &trace);
+      for (size_t b = 0; b < members.size(); ++b) out[b].emplace_back(SliceRows(logits, V(), b, 1), trace.rows[b]);
     }
     return out;
   };
-  std::vector<std::vector<std::pair<torch::Tensor, torch::Tensor>>> solo;
+  std::vector<std::vector<Output>> solo;
   for (int s = 0; s < kSequences; ++s) solo.push_back(run({s})[0]);
   std::vector<int> all(kSequences), reversed(kSequences);
   for (int s = 0; s < kSequences; ++s) all[s] = s, reversed[s] = kSequences - 1 - s;
@@ -126,62 +122,113 @@ TEST_P(ForwardStepTest, EachSequenceIsBitwiseTheSameInEveryBatchComposition) {
     for (size_t b = 0; b < members.size(); ++b) {
       for (int step = 0; step < kSteps; ++step) {
         const int s = members[b];
-        ASSERT_TRUE(at::equal(batched[b][step].first, solo[s][step].first))
-            << "logits of sequence " << s << " step " << step << " in a batch of " << members.size()
-            << " differ from its solo run by " << MaxAbsDiff(batched[b][step].first, solo[s][step].first);
-        ASSERT_TRUE(at::equal(batched[b][step].second, solo[s][step].second))
+        ASSERT_EQ(batched[b][step].first, solo[s][step].first)
+            << "logits of sequence " << s << " step " << step << " in a batch of " << members.size();
+        ASSERT_EQ(batched[b][step].second, solo[s][step].second)
             << "trace of sequence " << s << " step " << step << " in a batch of " << members.size();
       }
     }
   }
 }
 
+// Chunk boundaries never change a result: 150 tokens prefilled in pieces of 1, 17, 64 and the rest
+// leave the same cache and logits as one prefill.
+TEST_P(ForwardStepTest, PrefillChunksGiveBitwiseTheSameCacheAndLogits) {
+  const auto tokens = RandomTokens(config_.context, 2, V());
+  const std::span<const int32_t> all(tokens);
+  KvCache whole(config_), pieces(config_);
+  const std::vector<float> expected = model_.Prefill(all, whole, /*all_logits=*/true);
+  std::vector<float> logits;
+  for (auto [begin, n] : {std::pair{0, 1}, {1, 17}, {18, 64}, {82, 68}}) {
+    const std::vector<float> part = model_.Prefill(all.subspan(begin, n), pieces, /*all_logits=*/true);
+    logits.insert(logits.end(), part.begin(), part.end());
+  }
+  EXPECT_EQ(logits, expected);
+  for (int64_t layer = 0; layer < config_.layers; ++layer) {
+    EXPECT_EQ(pieces.KeysAsFloats(layer, config_.context), whole.KeysAsFloats(layer, config_.context));
+    EXPECT_EQ(pieces.ValuesAsFloats(layer, config_.context), whole.ValuesAsFloats(layer, config_.context));
+  }
+}
+
 TEST_P(ForwardStepTest, TraceIsTheSoftmaxOfScaledQueryKeyProducts) {
-  const auto tokens = RandomTokens(40, 30, config_.vocab_size);
+  const auto tokens = RandomTokens(40, 30, V());
   const std::span<const int32_t> all(tokens);
   KvCache cache(config_);
   model_.Prefill(all.first(39), cache);
   KvCache* caches[] = {&cache};
   AttentionTrace trace;
   trace.layer = 0;
-  const torch::Tensor logits = model_.Decode(all.subspan(39), caches, &trace);
-  EXPECT_LT(MaxAbsDiff(logits[0], model_.Forward(tokens, /*last_only=*/true)), 1e-4);
+  const std::vector<float> logits = model_.Decode(all.subspan(39), caches, &trace);
+  EXPECT_EQ(logits, model_.Forward(tokens, /*last_only=*/true));
   // Layer 0's attention of position 39 recomputed with the libtorch stages: its input is just the
   // token's embedding, and the keys are the ones the step left in the cache.
-  const BlockWeights& block = model_.weights().blocks[0];
-  const torch::Tensor h = Embed(model_.weights(), at::tensor({int64_t{tokens[39]}}, at::kLong));  // [1, C]
-  const QueryKeyValue qkv = ProjectQkv(config_, block, RmsNorm(h, block.ln1), RopeTable(config_).narrow(0, 39, 1));
+  const TorchWeights weights = ToTorch(model_.weights());
+  const TorchBlockWeights& block = weights.blocks[0];
+  const torch::Tensor h = Embed(weights, at::tensor({int64_t{tokens[39]}}, at::kLong));  // [1, C]
+  const QueryKeyValue qkv = ProjectQkv(config_, block, RmsNorm(h, block.ln1), RopeRotations(config_).narrow(0, 39, 1));
+  const int64_t D = config_.head_dim();
+  const torch::Tensor keys = AsTensor(cache.KeysAsFloats(0, 40), {config_.heads, 40, D});
+  const torch::Tensor values = AsTensor(cache.ValuesAsFloats(0, 40), {config_.heads, 40, D});
   torch::Tensor probs;  // [H, 1, 40]
-  Attend(qkv.q, cache.Keys(0, 40), cache.Values(0, 40), torch::Tensor(), &probs);
-  ASSERT_EQ(trace.rows[0].sizes(), (at::IntArrayRef{config_.heads, 40}));
-  EXPECT_LT(MaxAbsDiff(trace.rows[0], probs.squeeze(1)), 1e-5);
-  EXPECT_GT(trace.rows[0].max().item<float>(), 2.0f / 40) << "attention is not uniform";
+  Attend(qkv.q, keys, values, torch::Tensor(), &probs);
+  const torch::Tensor traced = AsTensor(trace.rows[0], {config_.heads, 40});
+  EXPECT_LT(MaxAbsDiff(traced, probs.squeeze(1)), 1e-5);
+  EXPECT_GT(traced.max().item<float>(), 2.0f / 40) << "attention is not uniform";
 }
 
 TEST_P(ForwardStepTest, RejectsBadTokensAndFullCachesWithoutTouchingThem) {
   KvCache cache(config_), full(config_);
-  model_.Prefill(RandomTokens(7, 40, config_.vocab_size), cache);
-  model_.Prefill(RandomTokens(config_.context, 41, config_.vocab_size), full);
+  model_.Prefill(RandomTokens(7, 40, V()), cache);
+  model_.Prefill(RandomTokens(config_.context, 41, V()), full);
   KvCache* one[] = {&cache};
-  const int32_t bad[] = {static_cast<int32_t>(config_.vocab_size)};
+  const int32_t bad[] = {static_cast<int32_t>(V())};
   const int32_t negative[] = {-1};
-  EXPECT_THROW(model_.Decode(bad, one), c10::Error);
-  EXPECT_THROW(model_.Decode(negative, one), c10::Error);
+  EXPECT_THROW(model_.Decode(bad, one), std::invalid_argument);
+  EXPECT_THROW(model_.Decode(negative, one), std::invalid_argument);
   KvCache* both[] = {&cache, &full};
   const int32_t two[] = {1, 2};
-  EXPECT_THROW(model_.Decode(two, both), c10::Error);
+  EXPECT_THROW(model_.Decode(two, both), std::invalid_argument);
   KvCache* twice[] = {&cache, &cache};
-  EXPECT_THROW(model_.Decode(two, twice), c10::Error);
+  EXPECT_THROW(model_.Decode(two, twice), std::invalid_argument);
   EXPECT_EQ(cache.length(), 7);
   EXPECT_EQ(full.length(), config_.context);
 }
 
+std::string ParamName(const ::testing::TestParamInfo<Params>& info) {
+  auto [width, heads, threads, dtype] = info.param;
+  return "C" + std::to_string(width) + "H" + std::to_string(heads) + "T" + std::to_string(threads) + "_" +
+         std::string(kernels::DtypeName(dtype));
+}
+
 INSTANTIATE_TEST_SUITE_P(WidthsHeadsThreads, ForwardStepTest,
                          ::testing::Combine(::testing::Values(int64_t{144}), ::testing::Values(int64_t{2}),
-                                            ::testing::Values(1, 2, 3)));
+                                            ::testing::Values(1, 2, 3), ::testing::Values(Dtype::kF32)),
+                         ParamName);
 INSTANTIATE_TEST_SUITE_P(NarrowHeads, ForwardStepTest,
                          ::testing::Combine(::testing::Values(int64_t{80}), ::testing::Values(int64_t{4}),
-                                            ::testing::Values(1, 2)));
+                                            ::testing::Values(1, 2), ::testing::Values(Dtype::kF32)),
+                         ParamName);
+INSTANTIATE_TEST_SUITE_P(SixteenBitWeights, ForwardStepTest,
+                         ::testing::Values(Params{144, 2, 2, Dtype::kF16}, Params{144, 2, 2, Dtype::kBF16},
+                                           Params{80, 4, 1, Dtype::kF16}, Params{80, 4, 2, Dtype::kBF16}),
+                         ParamName);
+
+// A long prompt (600 rows in one step, many query blocks per head) gives the same logits and cache
+// as the same tokens decoded one by one.
+TEST(LongPrefillTest, SixHundredTokensInOneStepEqualDecodingEachToken) {
+  ModelConfig config;
+  config.vocab_size = 97, config.context = 700, config.width = 32, config.layers = 2, config.heads = 2, config.d_ff = 40;
+  const Transformer model(config, RandomWeights(config, 3, 0.1), std::make_shared<kernels::WorkerPool>(2));
+  const auto tokens = RandomTokens(600, 4, config.vocab_size);
+  KvCache prefilled(config), decoded(config);
+  const std::vector<float> logits = model.Prefill(tokens, prefilled, /*all_logits=*/true);
+  KvCache* caches[] = {&decoded};
+  for (size_t i = 0; i < tokens.size(); ++i) {
+    ASSERT_EQ(model.Decode(std::span(&tokens[i], 1), caches), SliceRows(logits, config.vocab_size, i, 1))
+        << "position " << i;
+  }
+  EXPECT_EQ(prefilled.KeysAsFloats(1, 600), decoded.KeysAsFloats(1, 600));
+}
 
 }  // namespace
 }  // namespace niels::daemon::model

@@ -6,7 +6,6 @@
 #include <vector>
 
 #include <ATen/ATen.h>
-#include <c10/core/InferenceMode.h>
 #include <gtest/gtest.h>
 
 namespace niels::daemon::model {
@@ -66,15 +65,15 @@ std::vector<int32_t> Range(int32_t first, int64_t n) {
 
 // Every key of every layer and head equals the marker of the token at that position.
 void ExpectHolds(const KvCache& cache, const std::vector<int32_t>& tokens) {
-  c10::InferenceMode guard;
   ASSERT_EQ(cache.length(), static_cast<int64_t>(tokens.size()));
   EXPECT_EQ(cache.tokens(), tokens);
   for (int64_t layer = 0; layer < cache.pool().layers(); ++layer) {
-    const torch::Tensor keys = cache.Keys(layer, cache.length());      // [H, n, D]
-    const torch::Tensor values = cache.Values(layer, cache.length());  // [H, n, D]
-    for (int64_t p = 0; p < cache.length(); ++p) {
-      ASSERT_EQ(keys[0][p][0].item<float>(), Marker(tokens[p], p)) << "layer " << layer << " position " << p;
-      ASSERT_EQ(values[1][p][cache.pool().head_dim() - 1].item<float>(), -Marker(tokens[p], p));
+    const int64_t n = cache.length(), D = cache.pool().head_dim();
+    const std::vector<float> keys = cache.KeysAsFloats(layer, n);      // [H, n, D]
+    const std::vector<float> values = cache.ValuesAsFloats(layer, n);  // [H, n, D]
+    for (int64_t p = 0; p < n; ++p) {
+      ASSERT_EQ(keys[p * D], Marker(tokens[p], p)) << "layer " << layer << " position " << p;  // head 0, first
+      ASSERT_EQ(values[(n + p) * D + D - 1], -Marker(tokens[p], p));                            // head 1, last
     }
   }
 }

@@ -45,11 +45,12 @@ TEST_F(ModelDirTest, LoadsAValidDirectory) {
   ASSERT_NE(m.transformer, nullptr);
   EXPECT_EQ(m.transformer->config().vocab_size, m.config.vocab_size);
   // The weights are the ones written (RandomWeights is deterministic for a seed).
-  auto expected = RandomWeights(m.config, kSeed).Named();
+  const Weights written = RandomWeights(m.config, kSeed);
+  auto expected = written.Named();  // views into `written`
   auto loaded = m.transformer->weights().Named();
   ASSERT_EQ(expected.size(), loaded.size());
   for (size_t i = 0; i < expected.size(); ++i) {
-    EXPECT_TRUE(torch::equal(expected[i].second, loaded[i].second)) << expected[i].first;
+    EXPECT_EQ(expected[i].second.ToFloats(), loaded[i].second.ToFloats()) << expected[i].first;
   }
 }
 
@@ -108,10 +109,60 @@ TEST_F(ModelDirTest, TokenizerWithoutSpecialTokenIsRejected) {
 
 TEST_F(ModelDirTest, WrongTensorShapeNamesFileAndTensor) {
   Weights w = RandomWeights(config_, kSeed);
-  w.blocks[1].proj = torch::zeros({config_.width, config_.width / 2});
+  w.blocks[1].proj = OwnedTensor(std::vector<float>(config_.width * config_.width / 2), {config_.width, config_.width / 2},
+                                 w.backing);
   ASSERT_TRUE(SaveWeights(w, dir_ / "model.safetensors").ok());
   ExpectError(StatusCode::kInvalidArgument, {(dir_ / "model.safetensors").string(), "blocks.1.attn.proj.weight",
                                              "[32, 16]", "expected [32, 32]"});
+}
+
+// The refusals of 16-bit files name the file and the tensor: a file holding two dtypes, a dtype
+// that is not a float of ours, a 16-bit file cut short.
+TEST_F(ModelDirTest, MixedDtypesAreRefusedNamingTheTensor) {
+  Weights w = RandomWeights(config_, kSeed);
+  std::vector<SafetensorsEntry> entries;
+  std::vector<std::vector<uint16_t>> halves;
+  for (const auto& [name, t] : w.Named()) {
+    if (name == "blocks.1.mlp.fc_g.weight") {  // this one tensor in f16
+      const std::vector<float> values = t.ToFloats();
+      halves.emplace_back(values.size());
+      for (size_t i = 0; i < values.size(); ++i) halves.back()[i] = kernels::FloatToHalf(values[i]);
+      entries.push_back({name, SafetensorsDtype::kF16, t.shape, halves.back().data()});
+    } else {
+      entries.push_back({name, SafetensorsDtype::kF32, t.shape, t.data});
+    }
+  }
+  ASSERT_TRUE(WriteSafetensors(dir_ / "model.safetensors", entries).ok());
+  ExpectError(StatusCode::kInvalidArgument, {(dir_ / "model.safetensors").string(), "blocks.1.mlp.fc_g.weight",
+                                             "dtype F16 but tok_emb.weight has F32"});
+}
+
+TEST_F(ModelDirTest, UnsupportedDtypeIsRefusedNamingTheTensor) {
+  Weights w = RandomWeights(config_, kSeed);
+  std::vector<SafetensorsEntry> entries;
+  std::vector<double> doubles;
+  for (const auto& [name, t] : w.Named()) {
+    if (name == "ln_f.weight") {
+      for (float v : t.ToFloats()) doubles.push_back(v);
+      entries.push_back({name, SafetensorsDtype::kF64, t.shape, doubles.data()});
+    } else {
+      entries.push_back({name, SafetensorsDtype::kF32, t.shape, t.data});
+    }
+  }
+  ASSERT_TRUE(WriteSafetensors(dir_ / "model.safetensors", entries).ok());
+  ExpectError(StatusCode::kInvalidArgument,
+              {(dir_ / "model.safetensors").string(), "tensor ln_f.weight has dtype F64, expected F32, F16 or BF16"});
+}
+
+TEST_F(ModelDirTest, TruncatedSixteenBitFileIsRefusedNamingTheTensor) {
+  for (Dtype dtype : {Dtype::kF16, Dtype::kBF16}) {
+    ASSERT_TRUE(SaveWeights(RandomWeights(config_, kSeed), dir_ / "model.safetensors", dtype).ok());
+    const std::string bytes = niels::testing::ReadFile(dir_ / "model.safetensors");
+    niels::testing::WriteFile(dir_ / "model.safetensors", bytes.substr(0, bytes.size() - 3));
+    // SaveWeights writes ln_f.weight last: its byte range is the one cut off.
+    ExpectError(StatusCode::kInvalidArgument,
+                {(dir_ / "model.safetensors").string(), "tensor ln_f.weight", "point past the end"});
+  }
 }
 
 }  // namespace

@@ -8,6 +8,8 @@
 #include <ATen/ATen.h>
 #include <gtest/gtest.h>
 
+#include "daemon/model/torch/torch_weights.h"
+
 namespace niels::daemon::model {
 
 // n token ids drawn uniformly from [0, vocab), deterministic for a seed.
@@ -23,6 +25,21 @@ inline std::vector<int32_t> RandomTokens(int64_t n, uint32_t seed, int64_t vocab
 inline float MaxAbsDiff(const torch::Tensor& a, const torch::Tensor& b) {
   EXPECT_EQ(a.sizes(), b.sizes());
   return (a - b).abs().max().item<float>();
+}
+
+// Logits rows as returned by the model (row-major, `vocab` per row) as a tensor [rows, V].
+inline torch::Tensor Rows(const std::vector<float>& logits, int64_t vocab) {
+  return AsTensor(logits, {static_cast<int64_t>(logits.size()) / vocab, vocab});
+}
+
+// One row of logits [V].
+inline torch::Tensor Row(const std::vector<float>& logits) {
+  return AsTensor(logits, {static_cast<int64_t>(logits.size())});
+}
+
+// Rows [first, first + count) of row-major logits with `vocab` columns.
+inline std::vector<float> SliceRows(const std::vector<float>& logits, int64_t vocab, int64_t first, int64_t count) {
+  return std::vector<float>(logits.begin() + first * vocab, logits.begin() + (first + count) * vocab);
 }
 
 }  // namespace niels::daemon::model

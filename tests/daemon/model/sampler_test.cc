@@ -8,7 +8,7 @@
 #include <vector>
 
 #include <gtest/gtest.h>
-#include <torch/torch.h>
+
 
 namespace niels::daemon::model {
 namespace {
@@ -47,16 +47,6 @@ TEST(SamplerTest, TemperatureZeroIsArgmax) {
     const std::vector<float> logits = RandomLogits(300, s);
     EXPECT_EQ(sampler.Sample(logits, {}), NaiveArgmax(logits)) << "seed " << s;
   }
-}
-
-TEST(SamplerTest, TensorOverloadMatchesSpan) {
-  const std::vector<float> logits = RandomLogits(100, 3);
-  torch::Tensor t = torch::tensor(logits).reshape({1, 100});
-  Sampler a(Params(0.0f, 0, 0.0f));
-  EXPECT_EQ(a.Sample(t, {}), NaiveArgmax(logits));
-  Sampler b(Params(1.0f, 0, 0.0f, 5));
-  Sampler c(Params(1.0f, 0, 0.0f, 5));
-  for (int i = 0; i < 20; ++i) EXPECT_EQ(b.Sample(t, {}), c.Sample(logits, {}));
 }
 
 TEST(SamplerTest, TopK1IsArgmaxAtTemperature1) {

@@ -1,7 +1,9 @@
 #pragma once
 // ScalarReference: an independent, deliberately naive niels_gpt forward (docs/ARCHITECTURE.md
-// "Model math") for tests. Plain loops over std::vector<float>; libtorch is used only to read the
-// weights' data and to wrap the final logits for comparison.
+// "Model math") for tests. Plain loops over std::vector<float> (sums in double); libtorch is used only
+// to wrap the final logits for comparison. It reads the same weights as the model under test (16-bit
+// matrices widened exactly), and with kv_dtype f16 rounds each cached key and value to f16 as an f16
+// KV cache does.
 
 #include <cmath>
 #include <cstdint>
@@ -9,6 +11,7 @@
 
 #include <ATen/ATen.h>
 
+#include "daemon/kernels/dtype.h"
 #include "daemon/model/config.h"
 #include "daemon/model/weights.h"
 
@@ -20,8 +23,9 @@ class ScalarReference {
   // GPT-NeoX / Llama-HF convention, which niels_gpt does not use).
   enum class RopePairs { kAdjacent, kHalves };
 
-  ScalarReference(const ModelConfig& config, const Weights& weights, RopePairs pairs)
-      : config_(config), pairs_(pairs) {
+  ScalarReference(const ModelConfig& config, const Weights& weights, RopePairs pairs,
+                  kernels::Dtype kv_dtype = kernels::Dtype::kF32)
+      : config_(config), pairs_(pairs), kv_dtype_(kv_dtype) {
     tok_emb_ = Read(weights.tok_emb);
     ln_f_ = Read(weights.ln_f);
     for (const BlockWeights& b : weights.blocks) {
@@ -49,28 +53,18 @@ class ScalarReference {
     return at::tensor(logits).view({n, config_.vocab_size});
   }
 
-  // Every tensor of `weights` (for tests that set requires_grad or perturb weights).
-  static std::vector<torch::Tensor*> AllTensors(Weights& w) {
-    std::vector<torch::Tensor*> all = {&w.tok_emb, &w.ln_f};
-    for (BlockWeights& b : w.blocks) {
-      for (torch::Tensor* t : {&b.ln1, &b.qkv, &b.proj, &b.ln2, &b.fc_a_w, &b.fc_a_b, &b.fc_g_w, &b.fc_g_b,
-                               &b.fc_out_w, &b.fc_out_b}) {
-        all.push_back(t);
-      }
-    }
-    return all;
-  }
-
  private:
   using Vec = std::vector<float>;
   struct Block {
     Vec ln1, qkv, proj, ln2, fc_a_w, fc_a_b, fc_g_w, fc_g_b, fc_out_w, fc_out_b;
   };
 
-  static Vec Read(const torch::Tensor& t) {
-    const torch::Tensor c = t.detach().contiguous();
-    const float* data = c.data_ptr<float>();
-    return Vec(data, data + c.numel());
+  static Vec Read(const Tensor& t) { return t.ToFloats(); }
+
+  // An f16 KV cache stores each value rounded to f16.
+  void StoreAsCached(Vec& row) const {
+    if (kv_dtype_ == kernels::Dtype::kF32) return;
+    for (float& x : row) x = kernels::HalfToFloat(kernels::FloatToHalf(x));
   }
 
   static void Add(Vec& into, const Vec& x) {
@@ -127,6 +121,8 @@ class ScalarReference {
         Rope(&q[p][head * d], p);
         Rope(&k[p][head * d], p);
       }
+      StoreAsCached(k[p]);
+      StoreAsCached(v[p]);
     }
     std::vector<Vec> out(n);
     for (int64_t i = 0; i < n; ++i) {
@@ -167,6 +163,7 @@ class ScalarReference {
 
   ModelConfig config_;
   RopePairs pairs_;
+  kernels::Dtype kv_dtype_;
   Vec tok_emb_, ln_f_;
   std::vector<Block> blocks_;
 };

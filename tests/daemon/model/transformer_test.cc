@@ -1,13 +1,19 @@
+// Transformer (prefill, decode, uncached forward on daemon/kernels) on a tiny model: the three
+// paths agree bitwise (they run the same row operations), and agree with the naive scalar
+// reference and with libtorch's differentiable forward.
+
 #include "daemon/model/transformer.h"
 
 #include <cmath>
 #include <random>
+#include <stdexcept>
 #include <vector>
 
 #include <ATen/ATen.h>
-#include <c10/core/InferenceMode.h>
 #include <gtest/gtest.h>
 
+#include "daemon/kernels/simd_kernels.h"
+#include "daemon/model/torch/torch_weights.h"
 #include "tests/daemon/model/model_test_util.h"
 #include "tests/daemon/model/scalar_reference.h"
 
@@ -32,51 +38,54 @@ Weights TinyWeights(uint64_t seed = 7) { return RandomWeights(TinyConfig(), seed
 // Tokens of the tiny model's vocabulary.
 std::vector<int32_t> RandomTokens(int64_t n, uint32_t seed) { return model::RandomTokens(n, seed, 50); }
 
-// Decodes `tokens` one by one into `cache` (B = 1), returning logits [n, V].
-torch::Tensor DecodeEach(const Transformer& model, std::span<const int32_t> tokens, KvCache& cache) {
-  std::vector<torch::Tensor> rows;
+// Decodes `tokens` one by one into `cache` (B = 1), returning logits [n, V] row-major.
+std::vector<float> DecodeEach(const Transformer& model, std::span<const int32_t> tokens, KvCache& cache) {
+  std::vector<float> rows;
   KvCache* caches[] = {&cache};
-  for (int32_t token : tokens) rows.push_back(model.Decode(std::span(&token, 1), caches)[0]);
-  return at::stack(rows);
+  for (int32_t token : tokens) {
+    const std::vector<float> row = model.Decode(std::span(&token, 1), caches);
+    rows.insert(rows.end(), row.begin(), row.end());
+  }
+  return rows;
 }
 
 class TransformerTest : public ::testing::Test {
  protected:
   ModelConfig config_ = TinyConfig();
   Transformer model_{TinyConfig(), TinyWeights()};
+  int64_t V() const { return config_.vocab_size; }
 };
 
 TEST_F(TransformerTest, PrefillEqualsFullForward) {
   const auto tokens = RandomTokens(20, 1);
-  const torch::Tensor full = model_.Forward(tokens);  // [20, V]
-  ASSERT_EQ(full.sizes(), (at::IntArrayRef{20, config_.vocab_size}));
+  const std::vector<float> full = model_.Forward(tokens);  // [20, V]
+  ASSERT_EQ(full.size(), static_cast<size_t>(20 * V()));
   KvCache cache(config_);
-  EXPECT_LT(MaxAbsDiff(model_.Prefill(tokens, cache, /*all_logits=*/true), full), 1e-5);
+  EXPECT_EQ(model_.Prefill(tokens, cache, /*all_logits=*/true), full);
   EXPECT_EQ(cache.length(), 20);
   KvCache last_only(config_);
-  EXPECT_LT(MaxAbsDiff(model_.Prefill(tokens, last_only), full[19]), 1e-5);
-  EXPECT_LT(MaxAbsDiff(model_.Forward(tokens, /*last_only=*/true), full[19]), 1e-5);
+  EXPECT_EQ(model_.Prefill(tokens, last_only), SliceRows(full, V(), 19, 1));
+  EXPECT_EQ(model_.Forward(tokens, /*last_only=*/true), SliceRows(full, V(), 19, 1));
 }
 
 TEST_F(TransformerTest, PrefillInChunksEqualsFullForward) {
   const auto tokens = RandomTokens(25, 2);
-  const torch::Tensor full = model_.Forward(tokens);
+  const std::vector<float> full = model_.Forward(tokens);
   KvCache cache(config_);
   const std::span<const int32_t> all(tokens);
   model_.Prefill(all.first(7), cache);
-  const torch::Tensor second = model_.Prefill(all.subspan(7, 9), cache, /*all_logits=*/true);
-  EXPECT_LT(MaxAbsDiff(second, full.narrow(0, 7, 9)), 1e-5);
-  EXPECT_LT(MaxAbsDiff(model_.Prefill(all.subspan(16), cache), full[24]), 1e-5);
+  EXPECT_EQ(model_.Prefill(all.subspan(7, 9), cache, /*all_logits=*/true), SliceRows(full, V(), 7, 9));
+  EXPECT_EQ(model_.Prefill(all.subspan(16), cache), SliceRows(full, V(), 24, 1));
 }
 
+// Bitwise: a decoded token runs exactly the row operations a prefilled one does.
 TEST_F(TransformerTest, PrefillThenDecodeEqualsFullForwardAtEveryPosition) {
   const auto tokens = RandomTokens(config_.context, 3);  // fills the context exactly
-  const torch::Tensor full = model_.Forward(tokens);
+  const std::vector<float> full = model_.Forward(tokens);
   KvCache cache(config_);
   const std::span<const int32_t> all(tokens);
-  EXPECT_LT(MaxAbsDiff(model_.Prefill(all.first(10), cache, true), full.narrow(0, 0, 10)), 1e-4);
-  const torch::Tensor decoded = DecodeEach(model_, all.subspan(10), cache);
-  EXPECT_LT(MaxAbsDiff(decoded, full.narrow(0, 10, config_.context - 10)), 1e-4);
+  EXPECT_EQ(model_.Prefill(all.first(10), cache, true), SliceRows(full, V(), 0, 10));
+  EXPECT_EQ(DecodeEach(model_, all.subspan(10), cache), SliceRows(full, V(), 10, config_.context - 10));
   EXPECT_EQ(cache.length(), config_.context);
 }
 
@@ -93,12 +102,12 @@ TEST_F(TransformerTest, BatchedDecodeEqualsEachSequenceAlone) {
   std::vector<KvCache*> caches = {&batched[0], &batched[1], &batched[2]};
   for (int step = 0; step < 6; ++step) {
     const auto next = RandomTokens(3, 100 + step);
-    const torch::Tensor logits = model_.Decode(next, caches);  // [3, V]
-    ASSERT_EQ(logits.sizes(), (at::IntArrayRef{3, config_.vocab_size}));
+    const std::vector<float> logits = model_.Decode(next, caches);  // [3, V]
+    ASSERT_EQ(logits.size(), static_cast<size_t>(3 * V()));
     for (int64_t s = 0; s < 3; ++s) {
       KvCache* own[] = {&alone[s]};
-      const torch::Tensor single = model_.Decode(std::span(&next[s], 1), own);  // [1, V]
-      EXPECT_LT(MaxAbsDiff(logits[s], single[0]), 1e-5) << "sequence " << s << " step " << step;
+      EXPECT_EQ(SliceRows(logits, V(), s, 1), model_.Decode(std::span(&next[s], 1), own))
+          << "sequence " << s << " step " << step;
       EXPECT_EQ(batched[s].length(), prompt_lengths[s] + step + 1);
     }
   }
@@ -108,14 +117,38 @@ TEST_F(TransformerTest, AgreesWithNaiveScalarReference) {
   const auto tokens = RandomTokens(24, 4);
   const ScalarReference reference(config_, model_.weights(), ScalarReference::RopePairs::kAdjacent);
   const torch::Tensor expected = reference.Forward(tokens);  // [24, V]
-  EXPECT_LT(MaxAbsDiff(model_.Forward(tokens), expected), 1e-4);
+  EXPECT_LT(MaxAbsDiff(Rows(model_.Forward(tokens), V()), expected), 1e-4);
   // The reference is not trivially close to anything: logits vary across positions and tokens.
   EXPECT_GT(expected.std().item<float>(), 0.1);
 }
 
+// Every kernel implementation this CPU runs (AVX-512, AVX2, portable), with every weight dtype: the
+// same logits as the scalar reference on the same weights, and prefill, decode and the uncached
+// forward bitwise equal to each other.
+TEST_F(TransformerTest, EveryIsaAndDtypeAgreesWithTheScalarReference) {
+  const auto tokens = RandomTokens(24, 20);
+  for (kernels::simd::Isa isa : {kernels::simd::Isa::kAvx512, kernels::simd::Isa::kAvx2, kernels::simd::Isa::kPortable}) {
+    if (!kernels::simd::ForceIsaForTesting(isa)) continue;
+    for (kernels::Dtype dtype : {kernels::Dtype::kF32, kernels::Dtype::kF16, kernels::Dtype::kBF16}) {
+      SCOPED_TRACE(std::string(kernels::simd::Name()) + " " + std::string(kernels::DtypeName(dtype)));
+      auto weights = ConvertWeights(TinyWeights(), dtype);
+      ASSERT_TRUE(weights.ok());
+      const Transformer model(config_, *weights);
+      const std::vector<float> full = model.Forward(tokens);
+      const ScalarReference reference(config_, model.weights(), ScalarReference::RopePairs::kAdjacent);
+      EXPECT_LT(MaxAbsDiff(Rows(full, V()), reference.Forward(tokens)), 1e-4);
+      KvCache cache(config_);
+      const std::span<const int32_t> all(tokens);
+      EXPECT_EQ(model.Prefill(all.first(9), cache, true), SliceRows(full, V(), 0, 9));
+      EXPECT_EQ(DecodeEach(model, all.subspan(9), cache), SliceRows(full, V(), 9, 15));
+    }
+  }
+  kernels::simd::ForceIsaForTesting(kernels::simd::Detected());
+}
+
 TEST_F(TransformerTest, RopeRotatesAdjacentPairsNotHalves) {
   const auto tokens = RandomTokens(24, 5);
-  const torch::Tensor logits = model_.Forward(tokens);
+  const torch::Tensor logits = Rows(model_.Forward(tokens), V());
   const ScalarReference adjacent(config_, model_.weights(), ScalarReference::RopePairs::kAdjacent);
   const ScalarReference halves(config_, model_.weights(), ScalarReference::RopePairs::kHalves);
   EXPECT_LT(MaxAbsDiff(logits, adjacent.Forward(tokens)), 1e-4);
@@ -123,8 +156,8 @@ TEST_F(TransformerTest, RopeRotatesAdjacentPairsNotHalves) {
 }
 
 TEST_F(TransformerTest, ForwardTrainEqualsForwardAndGradientsReachEveryWeight) {
-  Weights trainable = TinyWeights();
-  for (torch::Tensor* t : ScalarReference::AllTensors(trainable)) *t = t->detach().clone().requires_grad_(true);
+  TorchWeights trainable = ToTorch(TinyWeights());
+  for (torch::Tensor* t : trainable.All()) *t = t->detach().clone().requires_grad_(true);
   const auto a = RandomTokens(12, 6);
   const auto b = RandomTokens(12, 7);
   std::vector<int64_t> ids(a.begin(), a.end());
@@ -134,12 +167,12 @@ TEST_F(TransformerTest, ForwardTrainEqualsForwardAndGradientsReachEveryWeight) {
   const torch::Tensor logits = ForwardTrain(config_, trainable, tokens);  // [2, 12, V]
   ASSERT_EQ(logits.sizes(), (at::IntArrayRef{2, 12, config_.vocab_size}));
   EXPECT_TRUE(logits.requires_grad());
-  EXPECT_LT(MaxAbsDiff(logits[0].detach(), model_.Forward(a)), 1e-5);
-  EXPECT_LT(MaxAbsDiff(logits[1].detach(), model_.Forward(b)), 1e-5);
+  EXPECT_LT(MaxAbsDiff(logits[0].detach(), Rows(model_.Forward(a), V())), 1e-5);
+  EXPECT_LT(MaxAbsDiff(logits[1].detach(), Rows(model_.Forward(b), V())), 1e-5);
 
   const torch::Tensor targets = at::roll(tokens, -1, 1);  // next-token targets (wrapping is fine here)
   at::cross_entropy_loss(logits.view({-1, config_.vocab_size}), targets.reshape({-1})).backward();
-  for (torch::Tensor* t : ScalarReference::AllTensors(trainable)) {
+  for (torch::Tensor* t : trainable.All()) {
     ASSERT_TRUE(t->grad().defined());
     EXPECT_GT(t->grad().abs().sum().item<float>(), 0.0f) << "shape " << t->sizes();
   }
@@ -147,14 +180,14 @@ TEST_F(TransformerTest, ForwardTrainEqualsForwardAndGradientsReachEveryWeight) {
 
 TEST_F(TransformerTest, ShareIsIndependent) {
   const auto tokens = RandomTokens(30, 8);
-  const torch::Tensor full = model_.Forward(tokens);
+  const std::vector<float> full = model_.Forward(tokens);
   const std::span<const int32_t> all(tokens);
   KvCache original(config_);
   model_.Prefill(all.first(12), original);
   KvCache copy = original.Share();
   // The original continues with other tokens; the copy must still continue `tokens` exactly.
   DecodeEach(model_, RandomTokens(5, 9), original);
-  EXPECT_LT(MaxAbsDiff(DecodeEach(model_, all.subspan(12, 10), copy), full.narrow(0, 12, 10)), 1e-4);
+  EXPECT_EQ(DecodeEach(model_, all.subspan(12, 10), copy), SliceRows(full, V(), 12, 10));
   EXPECT_EQ(original.length(), 17);
 }
 
@@ -165,8 +198,7 @@ TEST_F(TransformerTest, TruncateThenPrefillEqualsFullForward) {
   cache.Truncate(12);
   const auto tail = RandomTokens(8, 12);
   std::copy(tail.begin(), tail.end(), tokens.begin() + 12);
-  const torch::Tensor logits = model_.Prefill(tail, cache, /*all_logits=*/true);
-  EXPECT_LT(MaxAbsDiff(logits, model_.Forward(tokens).narrow(0, 12, 8)), 1e-5);
+  EXPECT_EQ(model_.Prefill(tail, cache, /*all_logits=*/true), SliceRows(model_.Forward(tokens), V(), 12, 8));
 }
 
 TEST_F(TransformerTest, KvBytesGrowWithCachedTokensNotContext) {
@@ -205,18 +237,23 @@ TEST_F(TransformerTest, AttentionTraceRowsAreDistributions) {
   ASSERT_EQ(trace.rows.size(), 2u);
   const int64_t lengths[] = {5, 12};
   for (int s = 0; s < 2; ++s) {
-    ASSERT_EQ(trace.rows[s].sizes(), (at::IntArrayRef{config_.heads, lengths[s]}));
-    EXPECT_LT(MaxAbsDiff(trace.rows[s].sum(-1), at::ones({config_.heads})), 1e-5);
-    EXPECT_GE(trace.rows[s].min().item<float>(), 0.0f);
+    const torch::Tensor row = AsTensor(trace.rows[s], {config_.heads, lengths[s]});  // size checked here
+    EXPECT_LT(MaxAbsDiff(row.sum(-1), at::ones({config_.heads})), 1e-5);
+    EXPECT_GE(row.min().item<float>(), 0.0f);
   }
 }
 
-TEST_F(TransformerTest, RejectsContextOverflow) {
+TEST_F(TransformerTest, RejectsContextOverflowAndBadTokens) {
   KvCache cache(config_);
   model_.Prefill(RandomTokens(30, 17), cache);
-  EXPECT_THROW(model_.Prefill(RandomTokens(3, 18), cache), c10::Error);
+  EXPECT_THROW(model_.Prefill(RandomTokens(3, 18), cache), std::invalid_argument);
   EXPECT_EQ(cache.length(), 30);
-  EXPECT_THROW(model_.Forward(RandomTokens(33, 19)), c10::Error);
+  EXPECT_THROW(model_.Forward(RandomTokens(33, 19)), std::invalid_argument);
+  const std::vector<int32_t> bad = {1, 50};
+  KvCache fresh(config_);
+  EXPECT_THROW(model_.Prefill(bad, fresh), std::invalid_argument);
+  EXPECT_EQ(fresh.length(), 0);
+  EXPECT_THROW(model_.Forward(bad), std::invalid_argument);
 }
 
 }  // namespace

@@ -5,7 +5,9 @@
 #include <gmock/gmock.h>
 #include <gtest/gtest.h>
 
+#include "daemon/kernels/dtype.h"
 #include "daemon/model/safetensors.h"
+#include "daemon/model/torch/torch_weights.h"
 #include "tests/support/test_model.h"
 
 namespace niels::daemon::model {
@@ -14,7 +16,14 @@ namespace {
 using common::StatusCode;
 using ::testing::AllOf;
 using ::testing::HasSubstr;
+using kernels::Dtype;
 using TensorList = std::vector<std::pair<std::string, torch::Tensor>>;
+
+// A tensor's elements as floats.
+std::vector<float> Floats(const torch::Tensor& t) {
+  const torch::Tensor f = t.to(torch::kFloat32).contiguous();
+  return std::vector<float>(f.data_ptr<float>(), f.data_ptr<float>() + f.numel());
+}
 
 // A small config independent of the tokenizer (LoadWeights does not look at it).
 ModelConfig SmallConfig() {
@@ -63,7 +72,7 @@ class WeightsTest : public ::testing::Test {
 
   // Writes `tensors`, loads, expects INVALID_ARGUMENT naming the file and `needles`.
   void ExpectInvalid(const TensorList& tensors, const std::vector<std::string>& needles) {
-    ASSERT_TRUE(WriteSafetensors(Path(), tensors).ok());
+    ASSERT_TRUE(WriteTorchSafetensors(Path(), tensors).ok());
     auto w = LoadWeights(Path(), config_);
     ASSERT_FALSE(w.ok());
     EXPECT_EQ(w.status().code(), StatusCode::kInvalidArgument);
@@ -83,7 +92,7 @@ TEST_F(WeightsTest, NamedListsEveryTensorOnceAndBytesSumsThem) {
   int64_t elements = 0;
   for (const auto& [name, t] : named) {
     ASSERT_TRUE(expected.count(name)) << name;
-    EXPECT_EQ(t.sizes().vec(), expected[name]) << name;
+    EXPECT_EQ(t.shape, expected[name]) << name;
     elements += t.numel();
   }
   const int64_t C = config_.width, F = config_.d_ff;
@@ -96,46 +105,110 @@ TEST_F(WeightsTest, SaveLoadRoundTripIsExactAndZeroCopy) {
   ASSERT_TRUE(SaveWeights(original, Path()).ok());
   auto loaded = LoadWeights(Path(), config_);
   ASSERT_TRUE(loaded.ok()) << loaded.status().ToString();
-  ASSERT_NE(loaded->backing, nullptr);
-  auto file = std::static_pointer_cast<const SafetensorsFile>(loaded->backing);
-  const auto* begin = file->mapping_data();
-  const auto* end = begin + file->mapping_size();
+  ASSERT_EQ(loaded->backing.size(), 1u) << "nothing but the mapping backs an f32 file's weights";
+  auto file = std::static_pointer_cast<const SafetensorsFile>(loaded->backing.front());
   auto a = original.Named();
   auto b = loaded->Named();
   ASSERT_EQ(a.size(), b.size());
   for (size_t i = 0; i < a.size(); ++i) {
     EXPECT_EQ(a[i].first, b[i].first);
-    EXPECT_EQ(b[i].second.scalar_type(), torch::kFloat32);
-    EXPECT_TRUE(torch::equal(a[i].second, b[i].second)) << a[i].first;
-    const auto* p = static_cast<const std::byte*>(b[i].second.data_ptr());
-    EXPECT_TRUE(p >= begin && p < end) << a[i].first << " was copied";
+    EXPECT_EQ(b[i].second.dtype, Dtype::kF32);
+    EXPECT_EQ(a[i].second.ToFloats(), b[i].second.ToFloats()) << a[i].first;
   }
+  EXPECT_EQ(BytesWithin(*loaded, file->mapping_data(), file->mapping_size()), loaded->bytes()) << "a tensor was copied";
   EXPECT_EQ(loaded->bytes(), original.bytes());
 }
 
-TEST_F(WeightsTest, F16AndBF16LoadAsF32) {
-  for (auto dtype : {torch::kFloat16, torch::kBFloat16}) {
-    SCOPED_TRACE(c10::toString(dtype));
+// f16 and bf16 files keep their matrices 16-bit, used straight from the mapping (half the bytes a
+// decode step reads); norms and biases are widened to f32 (exactly).
+TEST_F(WeightsTest, SixteenBitMatricesStaySixteenBitAndZeroCopy) {
+  for (auto [dtype, torch_dtype] : {std::pair{Dtype::kF16, torch::kFloat16}, {Dtype::kBF16, torch::kBFloat16}}) {
+    SCOPED_TRACE(std::string(kernels::DtypeName(dtype)));
     TensorList stored = ValidTensors();
-    for (auto& [name, t] : stored) t = t.to(dtype);
-    ASSERT_TRUE(WriteSafetensors(Path(), stored).ok());
+    for (auto& [name, t] : stored) t = t.to(torch_dtype);
+    ASSERT_TRUE(WriteTorchSafetensors(Path(), stored).ok());
     auto loaded = LoadWeights(Path(), config_);
     ASSERT_TRUE(loaded.ok()) << loaded.status().ToString();
+    EXPECT_EQ(loaded->dtype(), dtype);
     std::map<std::string, torch::Tensor> by_name(stored.begin(), stored.end());
+    int64_t matrix_bytes = 0;
     for (const auto& [name, t] : loaded->Named()) {
-      EXPECT_EQ(t.scalar_type(), torch::kFloat32) << name;
-      EXPECT_TRUE(torch::equal(t, by_name[name].to(torch::kFloat32))) << name;
+      EXPECT_EQ(t.dtype, Weights::IsMatrix(name) ? dtype : Dtype::kF32) << name;
+      EXPECT_EQ(t.ToFloats(), Floats(by_name[name])) << name;
+      if (Weights::IsMatrix(name)) matrix_bytes += t.bytes();
     }
+    auto file = std::static_pointer_cast<const SafetensorsFile>(loaded->backing.front());
+    EXPECT_EQ(BytesWithin(*loaded, file->mapping_data(), file->mapping_size()), matrix_bytes);
+    const int64_t C = config_.width, F = config_.d_ff;
+    EXPECT_EQ(matrix_bytes, 2 * (config_.vocab_size * C + config_.layers * (4 * C * C + 3 * F * C)));
   }
+}
+
+// nielsd --dtype: a file of another dtype is converted at load (rounded to nearest even).
+TEST_F(WeightsTest, RequestedDtypeConvertsAtLoad) {
+  const Weights original = RandomWeights(config_, 5);
+  ASSERT_TRUE(SaveWeights(original, Path()).ok());  // f32
+  for (Dtype dtype : {Dtype::kF16, Dtype::kBF16}) {
+    SCOPED_TRACE(std::string(kernels::DtypeName(dtype)));
+    auto loaded = LoadWeights(Path(), config_, LoadOptions{.dtype = dtype});
+    ASSERT_TRUE(loaded.ok()) << loaded.status().ToString();
+    auto expected = ConvertWeights(original, dtype);
+    ASSERT_TRUE(expected.ok());
+    EXPECT_EQ(loaded->dtype(), dtype);
+    EXPECT_EQ(loaded->bytes(), expected->bytes());
+    const auto got = loaded->Named(), want = expected->Named(), before = original.Named();
+    for (size_t i = 0; i < got.size(); ++i) {
+      const auto& [name, t] = got[i];
+      EXPECT_EQ(t.ToFloats(), want[i].second.ToFloats()) << name;
+      if (Weights::IsMatrix(name)) {
+        EXPECT_NE(t.ToFloats(), before[i].second.ToFloats()) << name;
+      }
+    }
+    // And back: the 16-bit file read as f32 holds the same values, widened.
+    ASSERT_TRUE(SaveWeights(*expected, dir_ / "narrow.safetensors").ok());
+    auto widened = LoadWeights(dir_ / "narrow.safetensors", config_, LoadOptions{.dtype = Dtype::kF32});
+    ASSERT_TRUE(widened.ok()) << widened.status().ToString();
+    EXPECT_EQ(widened->dtype(), Dtype::kF32);
+    EXPECT_EQ(widened->tok_emb.ToFloats(), expected->tok_emb.ToFloats());
+  }
+}
+
+TEST_F(WeightsTest, ValueBeyondF16RangeIsRefusedNamingTheTensor) {
+  TensorList tensors = ValidTensors();
+  Get(tensors, "blocks.1.mlp.fc_out.weight")[2][3] = 70000.0f;
+  ASSERT_TRUE(WriteTorchSafetensors(Path(), tensors).ok());
+  auto refused = LoadWeights(Path(), config_, LoadOptions{.dtype = Dtype::kF16});
+  ASSERT_FALSE(refused.ok());
+  EXPECT_EQ(refused.status().code(), StatusCode::kInvalidArgument);
+  EXPECT_THAT(refused.status().message(),
+              AllOf(HasSubstr(Path().string()), HasSubstr("tensor blocks.1.mlp.fc_out.weight"), HasSubstr("f16")));
+  EXPECT_TRUE(LoadWeights(Path(), config_, LoadOptions{.dtype = Dtype::kBF16}).ok()) << "bf16 has f32's range";
+}
+
+// A data section that does not start aligned (the header padded to an odd length): the tensors are
+// copied into aligned buffers instead of being used in place, with the same values.
+TEST_F(WeightsTest, MisalignedDataIsCopiedNotMisused) {
+  const Weights original = RandomWeights(config_, 9);
+  ASSERT_TRUE(SaveWeights(original, Path()).ok());
+  const std::string bytes = niels::testing::ReadFile(Path());
+  uint64_t header_length = 0;
+  for (int i = 7; i >= 0; --i) header_length = (header_length << 8) | static_cast<unsigned char>(bytes[i]);
+  niels::testing::WriteRawSafetensors(Path(), bytes.substr(8, header_length) + " ", bytes.substr(8 + header_length));
+  auto loaded = LoadWeights(Path(), config_);
+  ASSERT_TRUE(loaded.ok()) << loaded.status().ToString();
+  auto file = std::static_pointer_cast<const SafetensorsFile>(loaded->backing.front());
+  EXPECT_EQ(BytesWithin(*loaded, file->mapping_data(), file->mapping_size()), 0);
+  const auto got = loaded->Named(), want = original.Named();
+  for (size_t i = 0; i < got.size(); ++i) EXPECT_EQ(got[i].second.ToFloats(), want[i].second.ToFloats()) << got[i].first;
 }
 
 TEST_F(WeightsTest, LmHeadEqualToTokEmbIsAccepted) {
   TensorList tensors = ValidTensors();
   tensors.emplace_back("lm_head.weight", Get(tensors, "tok_emb.weight").clone());
-  ASSERT_TRUE(WriteSafetensors(Path(), tensors).ok());
+  ASSERT_TRUE(WriteTorchSafetensors(Path(), tensors).ok());
   auto loaded = LoadWeights(Path(), config_);
   ASSERT_TRUE(loaded.ok()) << loaded.status().ToString();
-  EXPECT_TRUE(torch::equal(loaded->tok_emb, Get(tensors, "tok_emb.weight")));
+  EXPECT_EQ(loaded->tok_emb.ToFloats(), Floats(Get(tensors, "tok_emb.weight")));
 }
 
 // Malformed case: lm_head present but not equal to tok_emb.
@@ -168,13 +241,20 @@ TEST_F(WeightsTest, WrongShape) {
   ExpectInvalid(tensors, {"tensor blocks.1.attn.qkv.weight has shape [48, 8], expected [48, 16]"});
 }
 
+// Malformed case: tensors of different dtypes in one file.
+TEST_F(WeightsTest, MixedDtypesAreRefusedNamingTheTensor) {
+  TensorList tensors = ValidTensors();
+  Get(tensors, "blocks.0.attn.proj.weight") = Get(tensors, "blocks.0.attn.proj.weight").to(torch::kFloat16);
+  ExpectInvalid(tensors, {"tensor blocks.0.attn.proj.weight has dtype F16 but tok_emb.weight has F32", "one dtype"});
+}
+
 // Malformed case: wrong dtype.
 TEST_F(WeightsTest, WrongDtype) {
   for (auto dtype : {torch::kFloat64, torch::kInt64, torch::kUInt8}) {
     SCOPED_TRACE(c10::toString(dtype));
     TensorList tensors = ValidTensors();
     Get(tensors, "ln_f.weight") = Get(tensors, "ln_f.weight").to(dtype);
-    ExpectInvalid(tensors, {"tensor ln_f.weight has dtype", "expected F32"});
+    ExpectInvalid(tensors, {"tensor ln_f.weight has dtype", "expected F32, F16 or BF16"});
   }
 }
 
@@ -201,7 +281,7 @@ TEST_F(WeightsTest, TruncatedFileHasOffsetsPastTheEnd) {
 }
 
 TEST_F(WeightsTest, ConfigWithOtherVocabNamesTokEmb) {
-  ASSERT_TRUE(WriteSafetensors(Path(), ValidTensors()).ok());
+  ASSERT_TRUE(WriteTorchSafetensors(Path(), ValidTensors()).ok());
   config_.vocab_size = 51;
   auto w = LoadWeights(Path(), config_);
   ASSERT_FALSE(w.ok());

@@ -1,10 +1,9 @@
-#include "daemon/model/transformer_stages.h"
+#include "daemon/model/torch/transformer_stages.h"
 
 #include <cmath>
 #include <limits>
 
 #include <ATen/ATen.h>
-
 
 namespace niels::daemon::model {
 
@@ -12,7 +11,7 @@ torch::Tensor Linear(const torch::Tensor& x, const torch::Tensor& weight, const 
   return at::linear(x, weight, bias);
 }
 
-torch::Tensor RopeTable(const ModelConfig& config) {
+torch::Tensor RopeRotations(const ModelConfig& config) {
   const int64_t half = config.head_dim() / 2;
   const auto f64 = at::TensorOptions().dtype(at::kDouble);
   // inv_freq_i = theta^(-2i/D), i in [0, D/2)
@@ -21,7 +20,7 @@ torch::Tensor RopeTable(const ModelConfig& config) {
   return at::complex(at::cos(angles).to(at::kFloat), at::sin(angles).to(at::kFloat));  // [T, D/2] c64
 }
 
-torch::Tensor Embed(const Weights& weights, const torch::Tensor& tokens) {
+torch::Tensor Embed(const TorchWeights& weights, const torch::Tensor& tokens) {
   return at::embedding(weights.tok_emb, tokens);  // [..., n, C]
 }
 
@@ -41,7 +40,7 @@ torch::Tensor ApplyRope(const torch::Tensor& x, const torch::Tensor& rope) {
   return at::view_as_real(rotated).flatten(-2);               // [..., n, H, D]
 }
 
-QueryKeyValue ProjectQkv(const ModelConfig& config, const BlockWeights& block, const torch::Tensor& x,
+QueryKeyValue ProjectQkv(const ModelConfig& config, const TorchBlockWeights& block, const torch::Tensor& x,
                          const torch::Tensor& rope) {
   torch::Tensor qkv = Linear(x, block.qkv);  // [..., n, 3C]
   auto shape = qkv.sizes().vec();
@@ -70,25 +69,25 @@ torch::Tensor Attend(const torch::Tensor& q, const torch::Tensor& k, const torch
   return at::matmul(p, v);  // [..., H, n, D]
 }
 
-torch::Tensor ProjectHeads(const BlockWeights& block, const torch::Tensor& heads) {
+torch::Tensor ProjectHeads(const TorchBlockWeights& block, const torch::Tensor& heads) {
   torch::Tensor merged = heads.transpose(-3, -2).flatten(-2);  // [..., n, H, D] -> [..., n, C]
   return Linear(merged, block.proj);                       // [..., n, C]
 }
 
-torch::Tensor Attention(const ModelConfig& config, const BlockWeights& block, const torch::Tensor& x,
+torch::Tensor Attention(const ModelConfig& config, const TorchBlockWeights& block, const torch::Tensor& x,
                         const torch::Tensor& rope) {
   const int64_t n = x.size(-2);
   QueryKeyValue qkv = ProjectQkv(config, block, x, rope);
   return ProjectHeads(block, Attend(qkv.q, qkv.k, qkv.v, CausalMask(n, n, 0)));
 }
 
-torch::Tensor FeedForward(const BlockWeights& block, const torch::Tensor& x) {
+torch::Tensor FeedForward(const TorchBlockWeights& block, const torch::Tensor& x) {
   torch::Tensor gate = at::silu(Linear(x, block.fc_g_w, block.fc_g_b));  // [..., d_ff]
   torch::Tensor up = Linear(x, block.fc_a_w, block.fc_a_b);             // [..., d_ff]
   return Linear(gate * up, block.fc_out_w, block.fc_out_b);             // [..., C]
 }
 
-torch::Tensor Logits(const Weights& weights, const torch::Tensor& h) {
+torch::Tensor Logits(const TorchWeights& weights, const torch::Tensor& h) {
   return Linear(RmsNorm(h, weights.ln_f), weights.tok_emb);  // [..., V]
 }
 

@@ -1,0 +1,98 @@
+#include "daemon/kernels/dtype.h"
+
+#include <cstring>
+
+namespace niels::daemon::kernels {
+namespace {
+
+uint32_t Bits(float value) {
+  uint32_t bits;
+  std::memcpy(&bits, &value, sizeof bits);
+  return bits;
+}
+
+float FromBits(uint32_t bits) {
+  float value;
+  std::memcpy(&value, &bits, sizeof value);
+  return value;
+}
+
+}  // namespace
+
+std::string_view DtypeName(Dtype dtype) {
+  switch (dtype) {
+    case Dtype::kF32: return "f32";
+    case Dtype::kF16: return "f16";
+    case Dtype::kBF16: return "bf16";
+  }
+  return "?";
+}
+
+std::optional<Dtype> ParseDtype(std::string_view name) {
+  for (Dtype dtype : {Dtype::kF32, Dtype::kF16, Dtype::kBF16}) {
+    if (name == DtypeName(dtype)) return dtype;
+  }
+  return std::nullopt;
+}
+
+int64_t DtypeSize(Dtype dtype) { return dtype == Dtype::kF32 ? 4 : 2; }
+
+float HalfToFloat(uint16_t half) {
+  const uint32_t sign = static_cast<uint32_t>(half & 0x8000) << 16;
+  const uint32_t exponent = (half >> 10) & 0x1f;
+  uint32_t mantissa = half & 0x3ff;
+  if (exponent == 0x1f) return FromBits(sign | 0x7f800000 | (mantissa << 13));  // inf, NaN (payload kept)
+  if (exponent != 0) return FromBits(sign | ((exponent + 112) << 23) | (mantissa << 13));
+  if (mantissa == 0) return FromBits(sign);  // +-0
+  // Subnormal: value = mantissa * 2^-24; normalize it.
+  int shift = 0;
+  while ((mantissa & 0x400) == 0) {
+    mantissa <<= 1;
+    ++shift;
+  }
+  return FromBits(sign | static_cast<uint32_t>(113 - shift) << 23 | ((mantissa & 0x3ff) << 13));
+}
+
+uint16_t FloatToHalf(float value) {
+  const uint32_t bits = Bits(value);
+  const uint16_t sign = static_cast<uint16_t>((bits >> 16) & 0x8000);
+  const uint32_t magnitude = bits & 0x7fffffff;
+  if (magnitude > 0x7f800000) {  // NaN: quiet, the payload's upper bits kept (as VCVTPS2PH does)
+    return static_cast<uint16_t>(sign | 0x7e00 | ((magnitude >> 13) & 0x3ff));
+  }
+  if (magnitude >= 0x477ff000) return static_cast<uint16_t>(sign | 0x7c00);  // rounds to >= 65536: inf
+  if (magnitude >= 0x38800000) {  // normal in f16 (>= 2^-14)
+    // Rebias the exponent (127 -> 15) and round the 23-bit mantissa to 10 bits, ties to even; a
+    // carry out of the mantissa correctly bumps the exponent.
+    const uint32_t rebiased = magnitude - (112u << 23);
+    const uint32_t rounded = rebiased + 0xfff + ((rebiased >> 13) & 1);
+    return static_cast<uint16_t>(sign | (rounded >> 13));
+  }
+  if (magnitude < 0x33000000) return sign;  // below half the smallest subnormal (2^-25): +-0
+  // Subnormal in f16: value / 2^-24, rounded to an integer, ties to even.
+  const uint32_t exponent = magnitude >> 23;
+  const uint32_t mantissa = (magnitude & 0x7fffff) | 0x800000;  // 24 significant bits
+  const uint32_t shift = 126 - exponent;                        // 14..24
+  const uint32_t truncated = mantissa >> shift;
+  const uint32_t remainder = mantissa & ((1u << shift) - 1);
+  const uint32_t halfway = 1u << (shift - 1);
+  const uint32_t rounded = truncated + (remainder > halfway || (remainder == halfway && (truncated & 1)) ? 1 : 0);
+  return static_cast<uint16_t>(sign | rounded);
+}
+
+uint16_t FloatToBFloat16(float value) {
+  const uint32_t bits = Bits(value);
+  if ((bits & 0x7fffffff) > 0x7f800000) return static_cast<uint16_t>((bits >> 16) | 0x40);  // quiet NaN
+  return static_cast<uint16_t>((bits + 0x7fff + ((bits >> 16) & 1)) >> 16);
+}
+
+float ElementToFloat(const void* data, Dtype dtype, int64_t index) {
+  switch (dtype) {
+    case Dtype::kF32: return static_cast<const float*>(data)[index];
+    case Dtype::kF16: return HalfToFloat(static_cast<const uint16_t*>(data)[index]);
+    case Dtype::kBF16: return BFloat16ToFloat(static_cast<const uint16_t*>(data)[index]);
+  }
+  return 0.0f;
+}
+
+}  // namespace niels::daemon::kernels

@@ -1,0 +1,39 @@
+#include "daemon/kernels/row_ops.h"
+
+#include <cmath>
+
+#include "daemon/kernels/simd_kernels.h"
+
+namespace niels::daemon::kernels {
+
+void RmsNorm(const float* x, const float* weight, int64_t rows, int64_t width, float* out) {
+  for (int64_t r = 0; r < rows; ++r) {
+    const float* xr = x + r * width;
+    double sum_sq = 0.0;
+    for (int64_t i = 0; i < width; ++i) sum_sq += static_cast<double>(xr[i]) * xr[i];
+    const float inv_rms = static_cast<float>(1.0 / std::sqrt(sum_sq / static_cast<double>(width) + kRmsNormEps));
+    for (int64_t i = 0; i < width; ++i) out[r * width + i] = xr[i] * inv_rms * weight[i];
+  }
+}
+
+void ApplyRope(float* x, const float* rope, int64_t heads, int64_t head_dim) {
+  for (int64_t h = 0; h < heads; ++h) {
+    float* head = x + h * head_dim;
+    for (int64_t i = 0; i < head_dim / 2; ++i) {
+      const float cos = rope[2 * i], sin = rope[2 * i + 1];
+      const float a = head[2 * i], b = head[2 * i + 1];
+      head[2 * i] = a * cos - b * sin;
+      head[2 * i + 1] = a * sin + b * cos;
+    }
+  }
+}
+
+void AddInto(float* h, const float* x, int64_t n) {
+  for (int64_t i = 0; i < n; ++i) h[i] += x[i];
+}
+
+void EmbedRow(Matrix tok_emb, int64_t width, int32_t token, float* out) {
+  simd::ToFloat(tok_emb.Row(token, width), tok_emb.dtype, width, out);
+}
+
+}  // namespace niels::daemon::kernels

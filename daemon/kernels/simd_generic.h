@@ -1,0 +1,260 @@
+// The kernels of simd_kernels.h written once over an instruction-set "traits" struct. Internal to
+// daemon/kernels: included only by simd_portable.cc, simd_avx2.cc and simd_avx512.cc, INSIDE their
+// anonymous namespace, after they define `struct Isa` and `using V = Isa::V` (see simd_table.h for
+// why).
+//
+// Isa provides:
+//   using V                      a vector of kLanes floats
+//   kLanes, kTileRows            lanes per vector; rows of x per DotRows register tile
+//   Zero(), Set1(f), Add, Mul, Div, Fma(a, b, c) = a * b + c
+//   LoadF32(p), LoadF16(p), LoadBF16(p)              kLanes elements, widened to float
+//   LoadF32Tail(p, n), LoadF16Tail(p, n), LoadBF16Tail(p, n)   the first n < kLanes, zeros above
+//   StoreF32(p, v), StoreF32Tail(p, v, n), StoreF16(p, v), StoreF16Tail(p, v, n)
+//   Sum4(a, b, c, d, out)        out[k] = the sum of the lanes of the k-th vector, in a fixed tree
+//                                that depends on nothing but that vector
+//   Exp(v)                       the kernels' exp (accuracy: simd_kernels.h); the SIMD files
+//                                define it as CephesExp below, from Min, Max, Round (to nearest),
+//                                Fnmadd(a, b, c) = c - a * b, MulPow2(y, n) = y * 2^n and
+//                                ExpEdges(result, x, hi, lo) (inf above hi, 0 below lo, NaN kept)
+//   SumLanes(v)                  the sum of the lanes, in a fixed order
+
+#ifndef NIELS_KERNELS_SIMD_GENERIC_INCLUDED_BY_AN_ISA_FILE
+#error "simd_generic.h is included only by simd_portable.cc, simd_avx2.cc and simd_avx512.cc"
+#endif
+
+// Weight element types: how a row of them is loaded as floats.
+struct F32Elements {
+  using T = float;
+  static V Load(const T* p) { return Isa::LoadF32(p); }
+  static V LoadTail(const T* p, int64_t n) { return Isa::LoadF32Tail(p, n); }
+};
+struct F16Elements {
+  using T = uint16_t;
+  static V Load(const T* p) { return Isa::LoadF16(p); }
+  static V LoadTail(const T* p, int64_t n) { return Isa::LoadF16Tail(p, n); }
+};
+struct BF16Elements {
+  using T = uint16_t;
+  static V Load(const T* p) { return Isa::LoadBF16(p); }
+  static V LoadTail(const T* p, int64_t n) { return Isa::LoadBF16Tail(p, n); }
+};
+
+constexpr int64_t kLanes = Isa::kLanes;
+constexpr int kTileRows = Isa::kTileRows;
+
+// The register tile of DotRows: the dot products of RM consecutive weight rows (from row o) with RN
+// rows of x (from row r), RM * RN accumulators of kLanes lanes. Every one of them is the same chain
+// of operations whatever RM, RN, o and r are -- one FMA per kLanes columns in column order, the last
+// in % kLanes columns loaded under a mask (zeros beyond), then the fixed Sum4 tree, then + bias --
+// so a result never depends on the tile it was computed in: batch invariance.
+template <class W, int RM, int RN>
+inline void DotTile(const DotRowsArgs& a, int64_t o, int64_t r) {
+  const auto* w0 = static_cast<const typename W::T*>(a.w) + o * a.in;
+  const float* x0 = a.x + r * a.x_stride;
+  V acc[RM][RN];
+#pragma GCC unroll 8
+  for (int i = 0; i < RM; ++i) {
+#pragma GCC unroll 8
+    for (int j = 0; j < RN; ++j) acc[i][j] = Isa::Zero();
+  }
+  int64_t k = 0;
+  for (; k + kLanes <= a.in; k += kLanes) {
+    V xv[RN];
+#pragma GCC unroll 8
+    for (int j = 0; j < RN; ++j) xv[j] = Isa::LoadF32(x0 + j * a.x_stride + k);
+#pragma GCC unroll 8
+    for (int i = 0; i < RM; ++i) {
+      const V wv = W::Load(w0 + i * a.in + k);
+#pragma GCC unroll 8
+      for (int j = 0; j < RN; ++j) acc[i][j] = Isa::Fma(wv, xv[j], acc[i][j]);
+    }
+  }
+  if (k < a.in) {
+    const int64_t n = a.in - k;
+    V xv[RN];
+#pragma GCC unroll 8
+    for (int j = 0; j < RN; ++j) xv[j] = Isa::LoadF32Tail(x0 + j * a.x_stride + k, n);
+#pragma GCC unroll 8
+    for (int i = 0; i < RM; ++i) {
+      const V wv = W::LoadTail(w0 + i * a.in + k, n);
+#pragma GCC unroll 8
+      for (int j = 0; j < RN; ++j) acc[i][j] = Isa::Fma(wv, xv[j], acc[i][j]);
+    }
+  }
+#pragma GCC unroll 8
+  for (int j = 0; j < RN; ++j) {
+    float sums[4];
+    float* y = a.y + (r + j) * a.y_stride + o;
+    if constexpr (RM == 4) {
+      Isa::Sum4(acc[0][j], acc[1][j], acc[2][j], acc[3][j], sums);
+      for (int i = 0; i < 4; ++i) y[i] = a.bias != nullptr ? sums[i] + a.bias[o + i] : sums[i];
+    } else {
+      for (int i = 0; i < RM; ++i) {
+        Isa::Sum4(acc[i][j], Isa::Zero(), Isa::Zero(), Isa::Zero(), sums);
+        y[i] = a.bias != nullptr ? sums[0] + a.bias[o + i] : sums[0];
+      }
+    }
+  }
+}
+
+// Rows [r, r_end) of x against weight rows o..o+RM-1: full tiles of kTileRows rows, then one
+// smaller tile for the rest.
+template <class W, int RM>
+inline void DotTileRows(const DotRowsArgs& a, int64_t o, int64_t r, int64_t r_end) {
+  for (; r + kTileRows <= r_end; r += kTileRows) DotTile<W, RM, kTileRows>(a, o, r);
+  switch (r_end - r) {
+    case 0: break;
+    case 1: DotTile<W, RM, 1>(a, o, r); break;
+    case 2: DotTile<W, RM, (kTileRows > 2 ? 2 : 1)>(a, o, r); break;
+    case 3: DotTile<W, RM, (kTileRows > 3 ? 3 : 1)>(a, o, r); break;
+    case 4: DotTile<W, RM, (kTileRows > 4 ? 4 : 1)>(a, o, r); break;
+    default: DotTile<W, RM, (kTileRows > 5 ? 5 : 1)>(a, o, r); break;  // 5 (kTileRows is 3 or 6)
+  }
+}
+
+// Rows of x per pass over a range of weight rows: a pass keeps its rows of x in L2 (about 192 KiB)
+// while each block of 4 weight rows, in L1, meets all of them.
+inline int64_t RowChunk(int64_t in) {
+  const int64_t rows = (192 * 1024) / (in * static_cast<int64_t>(sizeof(float)) + 1);
+  return rows < kTileRows ? kTileRows : rows / kTileRows * kTileRows;
+}
+
+template <class W>
+void DotRowsImpl(const DotRowsArgs& a, int64_t o_begin, int64_t o_end) {
+  const int64_t chunk = RowChunk(a.in);
+  for (int64_t r = 0; r < a.rows; r += chunk) {
+    const int64_t r_end = r + chunk < a.rows ? r + chunk : a.rows;
+    int64_t o = o_begin;
+    for (; o + 4 <= o_end; o += 4) DotTileRows<W, 4>(a, o, r, r_end);
+    for (; o < o_end; ++o) DotTileRows<W, 1>(a, o, r, r_end);
+  }
+}
+
+// out[i] = sum_j p[j] * rows[j * n + i]: 4 vectors of columns at a time, the m rows streaming past;
+// each column is summed over j in order, one FMA per row, whatever block it is in.
+template <class W>
+void WeightedSumRowsImpl(const float* p, const void* rows_data, int64_t m, int64_t n, float* out, bool accumulate) {
+  const auto* rows = static_cast<const typename W::T*>(rows_data);
+  constexpr int64_t kBlock = 4;
+  int64_t i = 0;
+  for (; i + kBlock * kLanes <= n; i += kBlock * kLanes) {
+    V acc[kBlock];
+    for (int b = 0; b < kBlock; ++b) acc[b] = accumulate ? Isa::LoadF32(out + i + b * kLanes) : Isa::Zero();
+    for (int64_t j = 0; j < m; ++j) {
+      const V weight = Isa::Set1(p[j]);
+      const auto* row = rows + j * n + i;
+#pragma GCC unroll 4
+      for (int b = 0; b < kBlock; ++b) acc[b] = Isa::Fma(weight, W::Load(row + b * kLanes), acc[b]);
+    }
+    for (int b = 0; b < kBlock; ++b) Isa::StoreF32(out + i + b * kLanes, acc[b]);
+  }
+  for (; i < n; i += kLanes) {
+    const int64_t left = n - i;
+    if (left >= kLanes) {
+      V acc = accumulate ? Isa::LoadF32(out + i) : Isa::Zero();
+      for (int64_t j = 0; j < m; ++j) acc = Isa::Fma(Isa::Set1(p[j]), W::Load(rows + j * n + i), acc);
+      Isa::StoreF32(out + i, acc);
+    } else {
+      V acc = accumulate ? Isa::LoadF32Tail(out + i, left) : Isa::Zero();
+      for (int64_t j = 0; j < m; ++j) acc = Isa::Fma(Isa::Set1(p[j]), W::LoadTail(rows + j * n + i, left), acc);
+      Isa::StoreF32Tail(out + i, acc, left);
+    }
+  }
+}
+
+// exp(x) as Cephes' expf: x = n ln2 + r with |r| <= ln2/2 (ln2 split in two so that r is exact), a
+// degree-6 polynomial for e^r, times 2^n. exp(x > 88.72) = inf, exp(x < -103.97) = 0, NaN stays NaN.
+template <class I = Isa>
+typename I::V CephesExp(typename I::V x) {
+  using Vec = typename I::V;
+  const Vec hi = I::Set1(88.72283935546875f), lo = I::Set1(-103.97208404541015625f);
+  const Vec xc = I::Min(I::Max(x, lo), hi);
+  const Vec n = I::Round(I::Mul(xc, I::Set1(1.44269504088896341f)));
+  Vec r = I::Fnmadd(n, I::Set1(0.693359375f), xc);
+  r = I::Fnmadd(n, I::Set1(-2.12194440e-4f), r);
+  Vec y = I::Set1(1.9875691500e-4f);
+  y = I::Fma(y, r, I::Set1(1.3981999507e-3f));
+  y = I::Fma(y, r, I::Set1(8.3334519073e-3f));
+  y = I::Fma(y, r, I::Set1(4.1665795894e-2f));
+  y = I::Fma(y, r, I::Set1(1.6666665459e-1f));
+  y = I::Fma(y, r, I::Set1(5.0000001201e-1f));
+  y = I::Fma(y, I::Mul(r, r), I::Add(r, I::Set1(1.0f)));
+  return I::ExpEdges(I::MulPow2(y, n), x, hi, lo);
+}
+
+template <class W>
+void ToFloatImpl(const void* src_data, int64_t n, float* dst) {
+  const auto* src = static_cast<const typename W::T*>(src_data);
+  int64_t i = 0;
+  for (; i + kLanes <= n; i += kLanes) Isa::StoreF32(dst + i, W::Load(src + i));
+  if (i < n) Isa::StoreF32Tail(dst + i, W::LoadTail(src + i, n - i), n - i);
+}
+
+void F32ToF16Impl(const float* src, int64_t n, void* dst_data) {
+  auto* dst = static_cast<uint16_t*>(dst_data);
+  int64_t i = 0;
+  for (; i + kLanes <= n; i += kLanes) Isa::StoreF16(dst + i, Isa::LoadF32(src + i));
+  if (i < n) Isa::StoreF16Tail(dst + i, Isa::LoadF32Tail(src + i, n - i), n - i);
+}
+
+void CopyF32Impl(const float* src, int64_t n, void* dst_data) {
+  float* dst = static_cast<float*>(dst_data);
+  for (int64_t i = 0; i < n; ++i) dst[i] = src[i];
+}
+
+void ExpImpl(const float* x, int64_t n, float* out) {
+  int64_t i = 0;
+  for (; i + kLanes <= n; i += kLanes) Isa::StoreF32(out + i, Isa::Exp(Isa::LoadF32(x + i)));
+  if (i < n) Isa::StoreF32Tail(out + i, Isa::Exp(Isa::LoadF32Tail(x + i, n - i)), n - i);
+}
+
+// s[j] = exp(scale * (s[j] - max)) / sum over j < m: the sum in kLanes float lanes (added in order
+// within each lane), then SumLanes.
+void SoftmaxImpl(float* s, int64_t m, float scale) {
+  float max = s[0];
+  for (int64_t j = 1; j < m; ++j) max = s[j] > max ? s[j] : max;
+  const V vscale = Isa::Set1(scale);
+  const V vshift = Isa::Set1(-scale * max);
+  V total = Isa::Zero();
+  int64_t j = 0;
+  for (; j + kLanes <= m; j += kLanes) {
+    const V e = Isa::Exp(Isa::Fma(Isa::LoadF32(s + j), vscale, vshift));
+    Isa::StoreF32(s + j, e);
+    total = Isa::Add(total, e);
+  }
+  if (j < m) {
+    // Lanes past m hold exp(shift) != 0 after Exp: store the first m - j and add them back from
+    // memory (zeros above).
+    Isa::StoreF32Tail(s + j, Isa::Exp(Isa::Fma(Isa::LoadF32Tail(s + j, m - j), vscale, vshift)), m - j);
+    total = Isa::Add(total, Isa::LoadF32Tail(s + j, m - j));
+  }
+  const V inv = Isa::Set1(1.0f / Isa::SumLanes(total));
+  j = 0;
+  for (; j + kLanes <= m; j += kLanes) Isa::StoreF32(s + j, Isa::Mul(Isa::LoadF32(s + j), inv));
+  if (j < m) Isa::StoreF32Tail(s + j, Isa::Mul(Isa::LoadF32Tail(s + j, m - j), inv), m - j);
+}
+
+// a[i] = a[i] * silu(g[i]) = a[i] * g[i] / (1 + exp(-g[i])).
+void SiluMulImpl(const float* g, float* a, int64_t n) {
+  const V one = Isa::Set1(1.0f);
+  const V minus_one = Isa::Set1(-1.0f);
+  int64_t i = 0;
+  auto step = [&](V gv, V av) { return Isa::Mul(av, Isa::Div(gv, Isa::Add(one, Isa::Exp(Isa::Mul(gv, minus_one))))); };
+  for (; i + kLanes <= n; i += kLanes) Isa::StoreF32(a + i, step(Isa::LoadF32(g + i), Isa::LoadF32(a + i)));
+  if (i < n) Isa::StoreF32Tail(a + i, step(Isa::LoadF32Tail(g + i, n - i), Isa::LoadF32Tail(a + i, n - i)), n - i);
+}
+
+// This implementation's table: every dtype's instantiation of the kernels above (bf16 narrowing is
+// the shared scalar one, simd_table.h).
+constexpr KernelTable MakeKernelTable(const char* name) {
+  return KernelTable{
+      name,
+      {DotRowsImpl<F32Elements>, DotRowsImpl<F16Elements>, DotRowsImpl<BF16Elements>},
+      {WeightedSumRowsImpl<F32Elements>, WeightedSumRowsImpl<F16Elements>, WeightedSumRowsImpl<BF16Elements>},
+      {ToFloatImpl<F32Elements>, ToFloatImpl<F16Elements>, ToFloatImpl<BF16Elements>},
+      {CopyF32Impl, F32ToF16Impl, PortableF32ToBF16},
+      ExpImpl,
+      SoftmaxImpl,
+      SiluMulImpl,
+  };
+}

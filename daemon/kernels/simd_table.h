@@ -1,0 +1,57 @@
+#pragma once
+// Internal to daemon/kernels: the table of one instruction-set implementation of the kernels of
+// simd_kernels.h. simd_portable.cc, simd_avx2.cc and simd_avx512.cc each define one (the latter two
+// compiled with their -m flags); simd_kernels.cc picks one at run time.
+//
+// The per-ISA files include nothing but this header, <cstdint> and <immintrin.h>, and keep all
+// their code in an anonymous namespace: an inline function shared with other files could otherwise
+// be emitted with AVX-512 instructions and picked by the linker for every caller.
+
+#include <cstdint>
+
+namespace niels::daemon::kernels::simd {
+
+// The arguments of DotRows (simd_kernels.h); dtype as in kernels::Dtype (0 f32, 1 f16, 2 bf16).
+struct DotRowsArgs {
+  const void* w;  // [*, in] of the table entry's weight dtype
+  int64_t in;
+  const float* x;  // rows of `in` floats, x_stride apart
+  int64_t x_stride;
+  int64_t rows;
+  const float* bias;  // or nullptr
+  float* y;
+  int64_t y_stride;
+};
+
+using DotRowsFn = void (*)(const DotRowsArgs& args, int64_t o_begin, int64_t o_end);
+// out[i] = (accumulate ? out[i] : 0) + sum_j p[j] * rows[j * n + i], i < n, j < m (rows of the
+// entry's dtype).
+using WeightedSumRowsFn = void (*)(const float* p, const void* rows, int64_t m, int64_t n, float* out,
+                                   bool accumulate);
+using ToFloatFn = void (*)(const void* src, int64_t n, float* dst);
+using FromFloatFn = void (*)(const float* src, int64_t n, void* dst);
+// out[i] = exp(x[i]) for i < n (in place allowed): the kernels' own exp (simd_kernels.h).
+using ExpFn = void (*)(const float* x, int64_t n, float* out);
+using SoftmaxFn = void (*)(float* scores, int64_t m, float scale);
+using SiluMulFn = void (*)(const float* g, float* a, int64_t n);
+
+struct KernelTable {
+  const char* name;
+  DotRowsFn dot_rows[3];  // indexed by dtype
+  WeightedSumRowsFn weighted_sum_rows[3];
+  ToFloatFn to_float[3];
+  FromFloatFn from_float[3];
+  ExpFn exp;
+  SoftmaxFn softmax;
+  SiluMulFn silu_mul;
+};
+
+const KernelTable& PortableTable();
+// f32 -> bf16, round to nearest even (scalar; every table uses it).
+void PortableF32ToBF16(const float* src, int64_t n, void* dst);
+#if defined(__x86_64__)
+const KernelTable& Avx2Table();    // REQUIRES (to call its functions): avx2, fma, f16c
+const KernelTable& Avx512Table();  // REQUIRES: avx512f, avx512bw, avx512vl, avx512dq, fma, f16c
+#endif
+
+}  // namespace niels::daemon::kernels::simd
