@@ -55,6 +55,7 @@ struct Flags {
   bool allow_root = false;
   uint32_t max_batch = engine::EngineOptions{}.max_batch;
   int64_t prefill_chunk = engine::EngineOptions{}.prefill_chunk;
+  double context_keep = engine::EngineOptions{}.context_keep;
   std::string log_level = "info";
   // Durable sessions (docs/ARCHITECTURE.md, "Durable sessions").
   std::string state_dir;
@@ -112,6 +113,10 @@ void AddFlags(CLI::App& app, Flags& flags) {
   app.add_option("--prefill-chunk", flags.prefill_chunk,
                  "prompt tokens prefilled per scheduler iteration (long prompts do not stall other streams)")
       ->check(CLI::Range(int64_t{1}, int64_t{1} << 20))->capture_default_str();
+  app.add_option("--context-keep", flags.context_keep,
+                 "when a chat turn overflows the context, drop the oldest turns until history + turn is at most "
+                 "this fraction of the context (the system prompt is always kept)")
+      ->check(CLI::Range(0.0, 1.0))->capture_default_str();
   app.add_option("--log-level", flags.log_level, "error, warn, info or debug")->capture_default_str();
   CLI::Option* state_dir = app.add_option(
       "--state-dir", flags.state_dir,
@@ -304,6 +309,7 @@ int main(int argc, char** argv) {
   engine_options.threads = flags.threads;
   engine_options.max_batch = flags.max_batch;
   engine_options.prefill_chunk = flags.prefill_chunk;
+  engine_options.context_keep = flags.context_keep;
   if (flags.dtype != "file") engine_options.model_options.dtype = niels::daemon::kernels::ParseDtype(flags.dtype);
   LogInfo("nielsd {}: loading model {}", NIELSD_VERSION, flags.model);
   niels::common::StatusOr<std::unique_ptr<handlers::Service>> loaded =

@@ -28,12 +28,21 @@ void CloseLastTurn(Session& session, int32_t eot) {
   }
 }
 
-// How many of the oldest turns to drop so that history + turn + room fits T (as many as needed, at
-// most all). INVALID_ARGUMENT when even without any turn there is no room for one reply token.
-StatusOr<size_t> TurnsToDrop(const Session& session, int64_t turn_length, int64_t room, int64_t context) {
+// How many of the oldest turns to drop: none when history + turn + room fits T; otherwise as many as
+// it takes (at most all) for history + turn + room to fit T and history + turn to be at most the
+// low-water mark `keep` x T. INVALID_ARGUMENT when even without any turn there is no room for one
+// reply token.
+StatusOr<size_t> TurnsToDrop(const Session& session, int64_t turn_length, int64_t room, int64_t context,
+                             double keep) {
+  const auto fits = [&](size_t drop) { return session.LengthWithoutOldestTurns(drop) + turn_length + room <= context; };
+  if (!(keep >= 0.0)) keep = 0.0;  // NaN too
+  const int64_t low_water = static_cast<int64_t>(std::min(keep, 1.0) * static_cast<double>(context));
   size_t drop = 0;
-  while (drop < session.turns().size() && session.LengthWithoutOldestTurns(drop) + turn_length + room > context) {
-    ++drop;
+  if (!fits(0)) {
+    while (drop < session.turns().size() &&
+           (!fits(drop) || session.LengthWithoutOldestTurns(drop) + turn_length > low_water)) {
+      ++drop;
+    }
   }
   const int64_t kept = session.LengthWithoutOldestTurns(drop);
   if (kept + turn_length >= context) {
@@ -63,7 +72,8 @@ TurnResult StartChatTurn(EngineState& state, const WorkInfo& info, const ChatTur
 
   Session::Snapshot snapshot = session.TakeSnapshot();
   CloseLastTurn(session, eot);
-  StatusOr<size_t> dropped = TurnsToDrop(session, turn_length, ReplyRoom(args.max_new_tokens, context), context);
+  StatusOr<size_t> dropped = TurnsToDrop(session, turn_length, ReplyRoom(args.max_new_tokens, context), context,
+                                         state.options.context_keep);
   Status ready = dropped.status();
   bool must_wait = false;
   if (ready.ok()) {

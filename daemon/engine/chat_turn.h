@@ -4,8 +4,10 @@
 //
 // Context policy: a turn needs its own tokens plus room for the reply, R = min(max_new_tokens, T/4)
 // tokens (at least 1). When history + turn + R > T the oldest complete turns are dropped (the
-// system prompt stays, with its cached keys/values; the rest is re-prefilled) until it fits or no
-// turn is left, and the outcome reports truncated_turns. If even then the history plus the turn
+// system prompt stays, with its cached keys/values; the rest is re-prefilled) down to the low-water
+// mark: until history + turn <= EngineOptions::context_keep x T (and history + turn + R <= T) or no
+// turn is left, so that the re-prefill is paid once every several turns rather than every turn; the
+// outcome reports truncated_turns. If even then the history plus the turn
 // leaves no room for a single reply token: INVALID_ARGUMENT and the session is unchanged.
 // A reply that ends without eot (max_new_tokens) still closes its turn with an eot in the history
 // (uncached), so the history always reads [asst] reply [eot]; at the context limit the eot is added

@@ -28,6 +28,9 @@ struct EngineOptions {
   model::ModelDirOptions model_options;
   uint32_t max_batch = 16;                // running turns (rows of a batched decode step) at most
   int64_t prefill_chunk = 256;            // prompt tokens prefilled per iteration per turn
+  // Context limit (chat_turn.h): a chat turn that does not fit drops the oldest turns until the
+  // history plus the turn is at most context_keep x T tokens (the low-water mark). In [0, 1].
+  double context_keep = 0.5;
   // Durable sessions (docs/ARCHITECTURE.md, "Durable sessions"): the state directory's store, owned
   // by the caller and outliving the engine; null keeps sessions in memory only (--ephemeral). With
   // it, the session limits count loaded sessions, idle_session_timeout unloads sessions from memory

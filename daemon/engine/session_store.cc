@@ -29,6 +29,8 @@ SessionView ViewOf(const Session& session) {
   view.length = session.length();
   view.cached_tokens = session.cached_tokens();
   view.kv_bytes = session.kv_bytes();
+  view.kv_own_blocks = session.own_blocks();
+  view.kv_shared_blocks = session.shared_blocks();
   view.turns = static_cast<int32_t>(session.turns().size());
   view.has_system_prompt = session.has_system_prompt();
   view.system_prompt_text = session.system_prompt_text();

@@ -65,6 +65,8 @@ struct SessionView {
   int64_t length = 0;
   int64_t cached_tokens = 0;
   int64_t kv_bytes = 0;
+  int64_t kv_own_blocks = 0;     // blocks only this session holds
+  int64_t kv_shared_blocks = 0;  // blocks shared with other sessions or forks
   int32_t turns = 0;
   bool has_system_prompt = false;
   std::string system_prompt_text;

@@ -64,6 +64,8 @@ void FillSessionInfo(const engine::SessionView& view, v1::SessionInfo& info) {
   info.set_length(view.length);
   info.set_cached_tokens(view.cached_tokens);
   info.set_kv_bytes(view.kv_bytes);
+  info.set_kv_own_blocks(view.kv_own_blocks);
+  info.set_kv_shared_blocks(view.kv_shared_blocks);
   info.set_turns(view.turns);
   info.set_has_system_prompt(view.has_system_prompt);
   info.set_system_prompt_text(view.system_prompt_text);

@@ -7,6 +7,26 @@ namespace niels::daemon::handlers {
 
 namespace v1 = niels::v1;
 
+namespace {
+
+// The block pool's figures and how many prompt tokens its prefix index served.
+void FillKvPoolStats(const engine::EngineState& state, v1::StatsResponse& stats) {
+  const model::KvPool& pool = state.sessions.pool();
+  stats.set_kv_blocks_total(static_cast<uint32_t>(pool.capacity()));
+  stats.set_kv_blocks_used(static_cast<uint32_t>(pool.used()));
+  stats.set_kv_blocks_shared(static_cast<uint32_t>(pool.shared()));
+  stats.set_kv_blocks_cached(static_cast<uint32_t>(pool.cached()));
+  stats.set_kv_block_bytes(pool.block_bytes());
+  stats.set_kv_block_tokens(static_cast<uint32_t>(model::KvPool::kBlockTokens));
+  stats.set_prefix_hit_tokens(pool.hit_tokens());
+  const uint64_t served = pool.hit_tokens() + state.tokens_prefilled_total;
+  if (served > 0) stats.set_prefix_hit_rate(static_cast<double>(pool.hit_tokens()) / static_cast<double>(served));
+  stats.set_kv_blocks_evicted(pool.evictions());
+  stats.set_kv_caches_dropped(state.sessions.evictions());
+}
+
+}  // namespace
+
 // `connections` and `connections_refused_total` are left 0: only the server knows them (the
 // dispatcher fills them in on the way out).
 HandlerResult HandleStats(engine::EngineState& state, HandlerContext&, const v1::StatsRequest&) {
@@ -25,6 +45,7 @@ HandlerResult HandleStats(engine::EngineState& state, HandlerContext&, const v1:
     stats.set_mean_batch_size(static_cast<double>(state.decode_rows) / static_cast<double>(state.decode_steps));
   }
   if (state.busy_s > 0) stats.set_iterations_per_s(static_cast<double>(state.iterations) / state.busy_s);
+  FillKvPoolStats(state, stats);
   if (state::DurableStore* durable = state.sessions.durable_store()) {
     auto stored = durable->Count();
     if (stored.ok()) stats.set_stored_sessions(static_cast<uint32_t>(*stored));

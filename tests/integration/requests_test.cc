@@ -208,6 +208,51 @@ TEST_F(RequestsTest, CancelOfNothingAndStats) {
   EXPECT_GE(stats->requests_total(), 4u);
 }
 
+// The KV block pool's figures through a real daemon: a system prompt shared by two sessions is
+// stored once, a fork adds no block, and --context-keep is accepted.
+TEST_F(RequestsTest, SharedPrefixesShowInStatsAndGetSession) {
+  daemon_->Stop();
+  testing::DaemonProcessOptions options = DaemonOptions();
+  options.extra_args.push_back("--context-keep");
+  options.extra_args.push_back("0.25");
+  daemon_ = testing::DaemonProcess::Start(options);
+  client_ = Connect();
+  ASSERT_NE(client_, nullptr);
+  std::string system;
+  for (int i = 0; i < 6; ++i) system += testing::TinyCorpus().at(static_cast<size_t>(i) % 3) + " ";
+  auto a = client_->CreateSession(system);
+  auto b = client_->CreateSession(system);
+  ASSERT_TRUE(a.ok() && b.ok());
+  auto stats = client_->Stats();
+  ASSERT_TRUE(stats.ok()) << stats.status().ToString();
+  auto info = client_->GetSession(b->session_id());
+  ASSERT_TRUE(info.ok());
+  const int64_t length = info->session().length();
+  const int64_t full = length / 16;
+  const int64_t tail = length % 16 != 0 ? 1 : 0;
+  ASSERT_GE(full, 2);
+  EXPECT_EQ(stats->kv_block_tokens(), 16u);
+  EXPECT_GT(stats->kv_blocks_total(), 0u);
+  EXPECT_EQ(stats->kv_blocks_used(), static_cast<uint32_t>(full + 2 * tail));
+  EXPECT_EQ(stats->kv_blocks_shared(), static_cast<uint32_t>(full));
+  EXPECT_EQ(stats->kv_bytes(), stats->kv_blocks_used() * stats->kv_block_bytes());
+  EXPECT_EQ(stats->prefix_hit_tokens(), static_cast<uint64_t>(full * 16));
+  EXPECT_GT(stats->prefix_hit_rate(), 0.0);
+  EXPECT_LT(stats->prefix_hit_rate(), 1.0);
+  EXPECT_EQ(info->session().kv_shared_blocks(), full);
+  EXPECT_EQ(info->session().kv_own_blocks(), tail);
+
+  auto fork = client_->ForkSession(b->session_id());
+  ASSERT_TRUE(fork.ok()) << fork.status().ToString();
+  auto after_fork = client_->Stats();
+  ASSERT_TRUE(after_fork.ok());
+  EXPECT_EQ(after_fork->kv_blocks_used(), stats->kv_blocks_used());
+  auto fork_info = client_->GetSession(fork->session_id());
+  ASSERT_TRUE(fork_info.ok());
+  EXPECT_EQ(fork_info->session().kv_own_blocks(), 0);
+  EXPECT_EQ(fork_info->session().kv_shared_blocks(), full + tail);
+}
+
 // (A durable daemon unloads an idle session instead: durable_sessions_test.cc.)
 TEST_F(RequestsTest, SessionLimitIsResourceExhausted) {
   daemon_->Stop();
