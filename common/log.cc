@@ -69,4 +69,35 @@ void Log(LogLevel level, std::string_view message) {
   WriteAll(STDERR_FILENO, line);
 }
 
+LogRateLimit::LogRateLimit(std::string what, size_t burst, std::chrono::milliseconds interval,
+                           std::function<Clock::time_point()> now)
+    : what_(std::move(what)), burst_(burst), interval_(interval), now_(std::move(now)), window_start_(now_()) {}
+
+bool LogRateLimit::Allow(LogLevel level) {
+  std::lock_guard lock(mutex_);
+  const Clock::time_point now = now_();
+  if (now - window_start_ >= interval_) {
+    if (suppressed_ > 0) {
+      const double seconds = std::chrono::duration<double>(now - window_start_).count();
+      Log(level, fmt::format("{}: suppressed {} similar message{} in the last {:.0f} s", what_, suppressed_,
+                             suppressed_ == 1 ? "" : "s", seconds));
+      suppressed_ = 0;
+    }
+    window_start_ = now;
+    in_window_ = 0;
+  }
+  if (in_window_ < burst_) {
+    ++in_window_;
+    return true;
+  }
+  ++suppressed_;
+  ++suppressed_total_;
+  return false;
+}
+
+size_t LogRateLimit::suppressed_total() const {
+  std::lock_guard lock(mutex_);
+  return suppressed_total_;
+}
+
 }  // namespace niels::common

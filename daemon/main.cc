@@ -18,6 +18,7 @@
 #include <CLI/CLI.hpp>
 
 #include "common/log.h"
+#include "common/protobuf_log.h"
 #include "common/socket_path.h"
 #include "daemon/handlers/service.h"
 #include "daemon/model/config.h"
@@ -191,6 +192,12 @@ int main(int argc, char** argv) {
   struct sigaction on_sigbus {};
   on_sigbus.sa_handler = OnSigbus;
   ::sigaction(SIGBUS, &on_sigbus, nullptr);
+  // A write to a socket or pipe whose reader is gone (stderr piped into a program that exited, a
+  // client that disconnected) must fail with EPIPE, never kill nielsd. (Sockets are written with
+  // MSG_NOSIGNAL anyway; this covers stderr and anything else.)
+  ::signal(SIGPIPE, SIG_IGN);
+  // libprotobuf's own messages about hostile requests go through nielsd's rate-limited logger.
+  niels::common::RouteProtobufLogs();
 
   CLI::App app{"nielsd: local inference daemon for niels_gpt-family language models"};
   Flags flags;

@@ -1,35 +1,55 @@
 #!/usr/bin/env bash
-# The test command: installs what is missing, builds, and runs every test with ctest; then the same
-# torch-free suites (common, state, server, client) built with AddressSanitizer + UndefinedBehaviorSanitizer,
-# the concurrency suites (server, client) built with ThreadSanitizer, and the torch-free fuzz targets
-# for a short bounded time (scripts/fuzz.sh; the libtorch-linked targets safetensors, model_dir and
-# request run as replay ctests in the normal build, and as campaigns with scripts/fuzz.sh by hand).
+# The test command: installs what is missing, builds, and runs every test with ctest; then the
+# torch-free suites (common, state, kernels, server, client, torch-free fuzz replays) built with
+# AddressSanitizer + UndefinedBehaviorSanitizer, the concurrency suites (kernels, server, client)
+# built with ThreadSanitizer, and the four torch-free fuzz targets for a short bounded time (scripts/fuzz.sh).
+#
+# Why not more under ASan in CI: the whole run must stay under 45 minutes on a 2-core machine. The
+# model side (model, engine, handlers, nielsd; torch-free itself) is configured only with
+# NIELSD_WITH_TORCH=ON, together with the libtorch-linked tests and tools, so its ASan build costs
+# about as much CPU as the normal build again, before its slower tests. Those suites and the
+# model-side fuzz targets (safetensors, model_dir, request) run by hand:
+#   NIELSD_ASAN_TORCH=1 scripts/test.sh --sanitize address,undefined     (build-asan-torch/)
+#   scripts/fuzz.sh 600 safetensors model_dir request                    (tests/fuzz/README.md)
 #
 # Usage: scripts/test.sh                        everything above (the README's test command, CI)
 #        scripts/test.sh --sanitize LIST        only the sanitizer build LIST ("address,undefined" or
 #                                               "thread") and its suites, in build-<name>/
 #        scripts/test.sh --no-extras            only the normal build and ctest
-# Environment: BUILD_DIR (default build), FUZZ_SECONDS (per target in the default run, default 10).
+# Environment: BUILD_DIR (default build), FUZZ_SECONDS (per target in the default run, default 10),
+#              NIELSD_ASAN_TORCH=1 (the ASan+UBSan build with libtorch and all its suites).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
 JOBS=$(nproc)
 [ "$JOBS" -gt 2 ] || JOBS=2
 
-# sanitize LIST: configures build-<dir>/ with NIELSD_SANITIZE=LIST and no libtorch, builds, runs
-# the suites that can run under it.
+# What each sanitizer build runs. ASan+UBSan (CI): the torch-free suites. ASan+UBSan with
+# NIELSD_ASAN_TORCH=1: also the libtorch-linked suites, nielsd's integration and fault tests, the
+# short soak and all seven fuzz replays, but not the script-driven tests (Python converter and
+# client, quickstart: they run uninstrumented interpreters) nor soak_short_nofile (soak_short covers
+# the same code). TSan: the concurrency suites (kernels' worker pool, server, client).
+ASAN_TESTS='^(common_test|state_test|kernels_test|server_test|client_test|fuzz_replay_.*)$'
+ASAN_TORCH_TESTS='^(common_test|state_test|kernels_test|server_test|client_test|model_test|engine_test|handlers_test|integration_test|fault_test|soak_short|fuzz_replay_.*)$'
+TSAN_TESTS='^(kernels_test|server_test|client_test)$'
+
+# sanitize LIST: configures build-<dir>/ with NIELSD_SANITIZE=LIST, builds what its suites need,
+# and runs them.
 sanitize() {
-  local list=$1 dir tests
+  local list=$1 dir tests torch
   case "$list" in
-    address,undefined|undefined,address|address) dir=build-asan; tests='^(common_test|state_test|kernels_test|server_test|client_test)$' ;;
-    thread) dir=build-tsan; tests='^(kernels_test|server_test|client_test)$' ;;  # the concurrency suites
+    address,undefined|undefined,address|address)
+      if [ "${NIELSD_ASAN_TORCH:-0}" = 1 ]; then dir=build-asan-torch; tests=$ASAN_TORCH_TESTS; torch=ON
+      else dir=build-asan; tests=$ASAN_TESTS; torch=OFF; fi ;;
+    thread) dir=build-tsan; tests=$TSAN_TESTS; torch=OFF ;;
     *) echo "test.sh: --sanitize takes address,undefined or thread, not '$list'" >&2; return 2 ;;
   esac
   echo "== sanitizer build $list in $dir"
   [ -f "$dir/CMakeCache.txt" ] || cmake -S . -B "$dir" -DCMAKE_BUILD_TYPE=RelWithDebInfo \
-      -DNIELSD_WITH_TORCH=OFF -DNIELSD_BUILD_BENCH=OFF -DNIELSD_SANITIZE="$list"
+      -DNIELSD_WITH_TORCH=$torch -DNIELSD_BUILD_BENCH=OFF -DNIELSD_SANITIZE="$list"
   cmake --build "$dir" -j"$JOBS"
-  # halt_on_error: the first report fails the test; detect_leaks stays on (LeakSanitizer).
+  # halt_on_error: the first report fails the test; detect_leaks stays on (LeakSanitizer), with no
+  # suppressions.
   # TSan: the kernel's 32+ bits of mmap randomisation confuse TSan's fixed memory layout, so the
   # tests run with ASLR off (setarch -R); second_deadlock_stack for readable lock-order reports.
   (cd "$dir" &&

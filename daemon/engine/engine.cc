@@ -155,6 +155,7 @@ void Engine::ExpireIdleSessions() {
   }
   if (options_.idle_session_timeout <= Clock::duration::zero()) return;
   const size_t expired = state_->sessions.ExpireIdle(now - options_.idle_session_timeout);
+  state_->sessions_expired_total += expired;
   if (expired > 0) {
     common::LogInfo("{} {} session(s) idle for more than {:.1f} s (--idle-session-timeout)",
                     options_.durable ? "unloaded (kept on disk)" : "deleted", expired,

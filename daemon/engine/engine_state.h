@@ -27,6 +27,7 @@ struct EngineState {
   uint64_t requests_total = 0;
   uint64_t tokens_generated_total = 0;
   uint64_t tokens_prefilled_total = 0;
+  uint64_t sessions_expired_total = 0;  // deleted for --idle-session-timeout
   // Scheduler figures for Stats (updated by the engine every iteration).
   uint32_t queued_requests = 0;    // requests waiting (not yet running)
   uint32_t running_sequences = 0;  // turns admitted and not finished

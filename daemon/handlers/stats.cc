@@ -27,7 +27,8 @@ void FillKvPoolStats(const engine::EngineState& state, v1::StatsResponse& stats)
 
 }  // namespace
 
-// `connections` is left 0: only the server knows it (the dispatcher fills it in on the way out).
+// `connections` and `connections_refused_total` are left 0: only the server knows them (the
+// dispatcher fills them in on the way out).
 HandlerResult HandleStats(engine::EngineState& state, HandlerContext&, const v1::StatsRequest&) {
   v1::Response response;
   v1::StatsResponse& stats = *response.mutable_stats();
@@ -36,6 +37,7 @@ HandlerResult HandleStats(engine::EngineState& state, HandlerContext&, const v1:
   stats.set_requests_total(state.requests_total);
   stats.set_tokens_generated_total(state.tokens_generated_total);
   stats.set_tokens_prefilled_total(state.tokens_prefilled_total);
+  stats.set_sessions_expired_total(state.sessions_expired_total);
   stats.set_uptime_s(std::chrono::duration<double>(std::chrono::steady_clock::now() - state.started).count());
   stats.set_queued_requests(state.queued_requests);
   stats.set_running_sequences(state.running_sequences);

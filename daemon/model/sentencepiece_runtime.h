@@ -14,7 +14,10 @@
 // non-virtual calls, Status) as forwarders to the dlsym()'d originals. Code keeps using
 // <sentencepiece_processor.h> and <sentencepiece_trainer.h> as usual; a call to an entry point not
 // forwarded yet shows up as an undefined symbol at link time (add it to sentencepiece_runtime.cc).
-// Not compatible with AddressSanitizer (which refuses RTLD_DEEPBIND).
+//
+// AddressSanitizer refuses RTLD_DEEPBIND. Under ASan (detected at run time) the runtime loads
+// libniels_spm_asan_bridge.so instead, which sanitizer and fuzz builds make (see
+// daemon/model/asan/sentencepiece_asan_bridge.cc); other builds report an error under ASan.
 
 #include "common/status.h"
 

@@ -47,7 +47,9 @@ class ConnectionSink : public ResponseSink {
     const size_t bytes = response.ByteSizeLong();
     if (bytes > max_response_bytes_) {
       if (!final) return Refuse();
-      common::LogWarn("request {}: a {}-byte response replaced by RESOURCE_EXHAUSTED", request_id_, bytes);
+      static common::LogRateLimit limit("oversized responses");
+      common::LogWarnLimited(limit, "request {}: a {}-byte response replaced by RESOURCE_EXHAUSTED", request_id_,
+                             bytes);
       response.Clear();
       response.set_request_id(request_id_);
       *response.mutable_error() = common::ToProto(common::Status::ResourceExhausted(fmt::format(
@@ -207,7 +209,8 @@ void Connection::HandleFrame(const std::string& payload) {
   common::Status parsed = common::ParseFrame(payload, &request);
   if (!parsed.ok()) {
     // The framing is intact, only the message is bad: answer on request id 0, keep the connection.
-    common::LogWarn("connection uid={}: {}", peer_uid_, parsed.message());
+    static common::LogRateLimit limit("unparsable requests");
+    common::LogWarnLimited(limit, "connection uid={}: {}", peer_uid_, parsed.message());
     niels::v1::Response response;
     response.set_request_id(0);
     *response.mutable_error() = common::ToProto(
@@ -237,7 +240,8 @@ asio::awaitable<void> Connection::Reader() {
       common::FrameDecoder::Result result = decoder_.Next(&payload);
       if (result == common::FrameDecoder::Result::kNeedMore) break;
       if (result == common::FrameDecoder::Result::kError) {
-        common::LogWarn("connection uid={}: closing: {}", peer_uid_, decoder_.error().ToString());
+        static common::LogRateLimit limit("connections closed for a framing error");
+        common::LogWarnLimited(limit, "connection uid={}: closing: {}", peer_uid_, decoder_.error().ToString());
         DoStop();
         co_return;
       }
@@ -256,7 +260,8 @@ asio::awaitable<void> Connection::Reader() {
   }
   if (ec == asio::error::eof) {
     common::Status finished = decoder_.Finish();
-    if (!finished.ok()) common::LogWarn("connection uid={}: {}", peer_uid_, finished.ToString());
+    static common::LogRateLimit limit("connections closed in the middle of a frame");
+    if (!finished.ok()) common::LogWarnLimited(limit, "connection uid={}: {}", peer_uid_, finished.ToString());
   } else if (ec && ec != asio::error::operation_aborted) {
     common::LogDebug("connection uid={}: read: {}", peer_uid_, ec.message());
   }
@@ -274,12 +279,14 @@ asio::awaitable<void> Connection::Watchdog() {
     if (stopped_) co_return;
     const Clock::time_point now = Clock::now();
     if (!reader_paused_ && frame_started_ && now - *frame_started_ > options_.frame_timeout) {
-      common::LogWarn("connection uid={}: closing: a request frame started {} ms ago is still incomplete",
-                      peer_uid_, options_.frame_timeout.count());
+      static common::LogRateLimit limit("connections closed for an incomplete frame");
+      common::LogWarnLimited(limit, "connection uid={}: closing: a request frame started {} ms ago is still incomplete",
+                             peer_uid_, options_.frame_timeout.count());
       DoStop();
     } else if (backlogged_since_ && now - *backlogged_since_ > options_.backlog_timeout) {
-      common::LogWarn("connection uid={}: closing: the client has not read its replies for {} ms "
-                      "({} bytes waiting)", peer_uid_, options_.backlog_timeout.count(), queued_bytes_.load());
+      static common::LogRateLimit limit("connections closed for unread replies");
+      common::LogWarnLimited(limit, "connection uid={}: closing: the client has not read its replies for {} ms "
+                             "({} bytes waiting)", peer_uid_, options_.backlog_timeout.count(), queued_bytes_.load());
       DoStop();
     }
   }

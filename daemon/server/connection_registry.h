@@ -1,11 +1,13 @@
 #pragma once
 // ConnectionRegistry: the set of live connections, so shutdown can stop them all, Stats can report
-// how many there are, and the accept loop can enforce the connection limits (in all and per uid).
+// how many there are (and how many were refused), and the accept loop can enforce the connection
+// limits (in all and per uid).
 //
 // Threading: every method is thread-safe (one mutex). Connections add themselves when they start
 // and remove themselves when they stop; StopAll() and DrainAll() call into connections without
 // holding the lock.
 
+#include <atomic>
 #include <cstddef>
 #include <cstdint>
 #include <memory>
@@ -36,6 +38,10 @@ class ConnectionRegistry {
   size_t size() const;
   /// Number of live connections of peer `uid`.
   size_t CountFor(uint32_t uid) const;
+  /// Counts one connection refused at accept time (over a limit, or out of fds).
+  void CountRefused() { refused_total_.fetch_add(1, std::memory_order_relaxed); }
+  /// Connections refused since start (Stats.connections_refused_total).
+  uint64_t refused_total() const { return refused_total_.load(std::memory_order_relaxed); }
 
  private:
   std::vector<std::shared_ptr<Connection>> Snapshot() const;
@@ -43,6 +49,7 @@ class ConnectionRegistry {
   mutable std::mutex mutex_;
   std::unordered_set<std::shared_ptr<Connection>> connections_;  // GUARDED_BY(mutex_)
   std::unordered_map<uint32_t, size_t> per_uid_;                   // GUARDED_BY(mutex_)
+  std::atomic<uint64_t> refused_total_{0};
 };
 
 }  // namespace niels::daemon::server

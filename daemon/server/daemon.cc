@@ -74,35 +74,42 @@ asio::awaitable<void> Daemon::AcceptLoop() {
       if (ec == asio::error::no_descriptors || ec.value() == ENFILE) {
         RefuseOneWithReserve();
       } else {
-        common::LogWarn("accept on {}: {}", listener_->path(), ec.message());
+        static common::LogRateLimit limit("accept errors");
+        common::LogWarnLimited(limit, "accept on {}: {}", listener_->path(), ec.message());
       }
       // Back off briefly instead of spinning while descriptors stay exhausted.
       asio::steady_timer pause(accept_strand_, std::chrono::milliseconds(10));
       co_await pause.async_wait(asio::redirect_error(asio::use_awaitable, ec));
       continue;
     }
+    // Per-connection warnings are rate-limited: a flood of connections must not fill the log.
     common::StatusOr<uint32_t> uid = Listener::PeerUid(socket);
     if (!uid.ok()) {
-      common::LogWarn("rejecting a connection: {}", uid.status().ToString());
+      static common::LogRateLimit limit("rejected connections");
+      common::LogWarnLimited(limit, "rejecting a connection: {}", uid.status().ToString());
       continue;
     }
     if (registry_.size() >= options_.max_connections) {
-      common::LogWarn("refusing a connection of uid {}: {} connections open (--max-connections)", *uid,
-                      registry_.size());
+      static common::LogRateLimit limit("refused connections (--max-connections)");
+      common::LogWarnLimited(limit, "refusing a connection of uid {}: {} connections open (--max-connections)",
+                             *uid, registry_.size());
       Refuse(socket, fmt::format("nielsd has {} connections open, its limit (--max-connections); try "
                                  "again later", registry_.size()));
       continue;
     }
     if (registry_.CountFor(*uid) >= options_.max_connections_per_uid) {
-      common::LogWarn("refusing a connection of uid {}: it has {} open (--max-connections-per-uid)", *uid,
-                      registry_.CountFor(*uid));
+      static common::LogRateLimit limit("refused connections (--max-connections-per-uid)");
+      common::LogWarnLimited(limit, "refusing a connection of uid {}: it has {} open (--max-connections-per-uid)",
+                             *uid, registry_.CountFor(*uid));
       Refuse(socket, fmt::format("uid {} has {} connections open to nielsd, the limit per user "
                                  "(--max-connections-per-uid); close some first",
                                  *uid, registry_.CountFor(*uid)));
       continue;
     }
     if (options_.overflow_uid && *uid == *options_.overflow_uid) {
-      common::LogWarn("connection from uid {}, the kernel's overflow uid: it cannot own sessions", *uid);
+      static common::LogRateLimit limit("connections from the overflow uid");
+      common::LogWarnLimited(limit, "connection from uid {}, the kernel's overflow uid: it cannot own sessions",
+                             *uid);
     }
     common::LogDebug("connection from uid {}", *uid);
     std::make_shared<Connection>(std::move(socket), *uid, *dispatcher_, registry_, options_.connection)
@@ -111,6 +118,7 @@ asio::awaitable<void> Daemon::AcceptLoop() {
 }
 
 void Daemon::Refuse(Listener::Socket& socket, const std::string& message) {
+  registry_.CountRefused();
   niels::v1::Response response;
   response.set_request_id(0);
   *response.mutable_error() = common::ToProto(common::Status::ResourceExhausted(message));
@@ -123,8 +131,9 @@ void Daemon::Refuse(Listener::Socket& socket, const std::string& message) {
 }
 
 void Daemon::RefuseOneWithReserve() {
+  static common::LogRateLimit limit("accept: out of file descriptors");
   if (reserve_fd_ < 0) {
-    common::LogWarn("accept on {}: out of file descriptors", listener_->path());
+    common::LogWarnLimited(limit, "accept on {}: out of file descriptors", listener_->path());
     return;
   }
   ::close(reserve_fd_);
@@ -140,8 +149,8 @@ void Daemon::RefuseOneWithReserve() {
     }
   }
   reserve_fd_ = ::open("/dev/null", O_RDONLY | O_CLOEXEC);
-  common::LogWarn("accept on {}: out of file descriptors (refused one connection; {} open)", listener_->path(),
-                  registry_.size());
+  common::LogWarnLimited(limit, "accept on {}: out of file descriptors (refused one connection; {} open)",
+                         listener_->path(), registry_.size());
 }
 
 void Daemon::StartSignalHandling() {

@@ -85,8 +85,9 @@ class Daemon {
   boost::asio::awaitable<void> AcceptLoop();
   // Out of descriptors: accepts one waiting peer with the reserved descriptor and refuses it.
   void RefuseOneWithReserve();
-  // Answers `socket` with one RESOURCE_EXHAUSTED Response carrying `message`, then closes it.
-  static void Refuse(Listener::Socket& socket, const std::string& message);
+  // Answers `socket` with one RESOURCE_EXHAUSTED Response carrying `message`, then closes it, and
+  // counts the refusal (Stats.connections_refused_total).
+  void Refuse(Listener::Socket& socket, const std::string& message);
   void StartSignalHandling();
   void WaitForStopRequest();
   void Shutdown(RequestService& service);

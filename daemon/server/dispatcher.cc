@@ -22,7 +22,7 @@ niels::v1::Response ErrorResponse(uint64_t request_id, const common::Status& sta
   return response;
 }
 
-// Wraps a Stats request's sink: adds the number of live connections, which only the server knows.
+// Wraps a Stats request's sink: adds the connection counts, which only the server knows.
 class StatsSink : public ResponseSink {
  public:
   StatsSink(std::shared_ptr<ResponseSink> inner, const ConnectionRegistry& registry)
@@ -31,6 +31,7 @@ class StatsSink : public ResponseSink {
   bool Send(niels::v1::Response response, bool final) override {
     if (response.has_stats()) {
       response.mutable_stats()->set_connections(static_cast<uint32_t>(registry_.size()));
+      response.mutable_stats()->set_connections_refused_total(registry_.refused_total());
     }
     return inner_->Send(std::move(response), final);
   }

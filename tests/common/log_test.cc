@@ -69,5 +69,37 @@ TEST(LogTest, ConcurrentLinesDoNotInterleave) {
   EXPECT_EQ(lines, 800u);
 }
 
+TEST(LogRateLimitTest, LetsABurstThroughPerIntervalAndSummarisesTheRest) {
+  const LogLevel saved = GetLogLevel();
+  SetLogLevel(LogLevel::kInfo);
+  LogRateLimit::Clock::time_point now{};
+  LogRateLimit limit("refusals", 3, std::chrono::seconds(10), [&] { return now; });
+  testing::internal::CaptureStderr();
+  for (int i = 0; i < 10; ++i) LogWarnLimited(limit, "refused {}", i);
+  now += std::chrono::seconds(4);
+  LogWarnLimited(limit, "refused {}", 10);  // same interval: suppressed
+  now += std::chrono::seconds(7);
+  LogWarnLimited(limit, "refused {}", 11);  // a new interval: the summary, then the message
+  LogWarnLimited(limit, "refused {}", 12);
+  const std::string out = testing::internal::GetCapturedStderr();
+  SetLogLevel(saved);
+  EXPECT_EQ(out,
+            "<4>refused 0\n<4>refused 1\n<4>refused 2\n"
+            "<4>refusals: suppressed 8 similar messages in the last 11 s\n"
+            "<4>refused 11\n<4>refused 12\n");
+  EXPECT_EQ(limit.suppressed_total(), 8u);
+}
+
+TEST(LogRateLimitTest, MessagesBelowTheLevelDoNotCount) {
+  const LogLevel saved = GetLogLevel();
+  SetLogLevel(LogLevel::kError);
+  LogRateLimit limit("x", 1);
+  testing::internal::CaptureStderr();
+  for (int i = 0; i < 5; ++i) LogWarnLimited(limit, "w");
+  EXPECT_EQ(testing::internal::GetCapturedStderr(), "");
+  EXPECT_EQ(limit.suppressed_total(), 0u);
+  SetLogLevel(saved);
+}
+
 }  // namespace
 }  // namespace niels::common

@@ -1,13 +1,13 @@
 // LoadSentencePieceRuntime for fuzz targets and their replays that load neither libtorch nor the
-// system libprotobuf: they link libsentencepiece normally instead of dlopen()ing it
-// (daemon/model/sentencepiece_runtime.cc).
+// system libprotobuf (tokenizer, text_stream): they link libsentencepiece normally instead of
+// dlopen()ing it (daemon/model/sentencepiece_runtime.cc).
 //
-// Why: the runtime dlopen()s with RTLD_DEEPBIND to keep SentencePiece's bundled protobuf apart from
-// libtorch's, and AddressSanitizer refuses RTLD_DEEPBIND (it aborts the process). Without libtorch
-// and libprotobuf in the process there is no second protobuf to clash with, so the plain link is safe and these
-// targets run under ASan. (The system libprotobuf clashes just the same, so these targets must not
-// link niels_common/niels_proto: a version check aborts at start-up if they do.) Targets that load libtorch (model_dir, request) keep the real runtime
-// and therefore run without ASan (UBSan and libFuzzer's own checks only).
+// Why: without libtorch and libprotobuf in the process there is no second protobuf to clash with,
+// so the plain link is safe, and these targets stay small, start fast and build in the torch-free
+// sanitizer build. (The system libprotobuf clashes just the same, so these targets must not link
+// niels_common/niels_proto: a version check aborts at start-up if they do.) Targets that load
+// libtorch (safetensors, model_dir, request) use the real runtime, which under ASan loads
+// SentencePiece through its bridge library.
 #include "daemon/model/sentencepiece_runtime.h"
 
 namespace niels::daemon::model {

@@ -46,12 +46,15 @@ int FdCount(pid_t pid) {
 
 class FaultTest : public ::testing::Test {
  protected:
-  void SetUp() override {
+  void SetUp() override { StartDaemon({}); }
+
+  void StartDaemon(const std::vector<std::string>& extra_args) {
     testing::DaemonProcessOptions options;
     options.binary = NIELSD_BINARY;
     options.model_dir = NIELSD_SOURCE_MODEL_DIR;
     options.socket_path = socket();
     options.extra_args = {"--threads", "1"};
+    options.extra_args.insert(options.extra_args.end(), extra_args.begin(), extra_args.end());
     daemon_ = testing::DaemonProcess::Start(options);
   }
 
@@ -233,6 +236,112 @@ TEST_F(FaultTest, SigtermUnderLoadAnswersEveryRequestAndExitsZero) {
   EXPECT_EQ(finals.load(), kClients * kPerClient);
   EXPECT_GT(errors.load(), 0) << "SIGTERM came after every request had finished; the test proves nothing";
   EXPECT_FALSE(fs::exists(socket())) << "socket left behind";
+}
+
+// nielsd's stderr is a pipe nobody reads (a log pipeline that died): every log line it writes then
+// raises SIGPIPE, which must not kill it. The first line comes before the model is loaded.
+TEST(SigpipeTest, LoggingIntoABrokenPipeDoesNotKillNielsd) {
+  testing::TempDir dir("nielsd_sigpipe_");
+  testing::DaemonProcessOptions options;
+  options.binary = NIELSD_BINARY;
+  options.model_dir = NIELSD_SOURCE_MODEL_DIR;
+  options.socket_path = dir / "nielsd.sock";
+  options.extra_args = {"--threads", "1", "--log-level", "debug"};
+  // bash makes fd 2 a pipe whose reader has exited, then becomes nielsd (same pid).
+  options.prefix = {"/bin/bash", "-c", "exec 2> >(exit 0) 1>&2; sleep 0.3; exec \"$@\"", "bash"};
+  auto daemon = testing::DaemonProcess::Start(options);
+  WireClient client;
+  ASSERT_TRUE(client.Connect(options.socket_path.string()));
+  // Log-worthy traffic: a request that is not a valid Request (logged as a warning), then Info.
+  niels::v1::Request chat;
+  chat.set_request_id(1);
+  chat.mutable_chat()->set_user_text("AAAA");
+  std::string bytes = chat.SerializeAsString();
+  bytes.replace(bytes.find("AAAA"), 4, "\xff\xfe\xfd\xfc");
+  ASSERT_LT(bytes.size(), 128u);  // a one-byte length prefix
+  ASSERT_TRUE(client.Write(std::string(1, static_cast<char>(bytes.size())) + bytes));
+  std::optional<Response> refused = client.Read(kWait);
+  ASSERT_TRUE(refused && refused->has_error()) << client.error();
+  Request info;
+  info.set_request_id(2);
+  info.mutable_info();
+  ASSERT_TRUE(client.Send(info));
+  std::optional<Response> answered = client.ReadFinal(2, kWait);
+  ASSERT_TRUE(answered && answered->has_info()) << client.error();
+  EXPECT_EQ(daemon->Stop(), 0) << "nielsd did not survive writing its log into a broken pipe";
+}
+
+// nielsd refuses a connection over its limits with one Response{request_id 0, RESOURCE_EXHAUSTED}
+// before reading from it. The soak once counted that frame as a response "crossed" over from
+// another request and the refused turns as lost (a --nofile 24 soak: 55 lost, 1 crossed); now the
+// WireClient reports it as refused(), nothing sent on that connection took effect, and a retry on a
+// new connection succeeds once a slot is free.
+class RefusedConnectionTest : public FaultTest {
+ protected:
+  void SetUp() override { StartDaemon({"--max-connections", "1"}); }
+};
+
+TEST_F(RefusedConnectionTest, RefusalIsReportedAsRefusedNotAsAResponseAndARetrySucceeds) {
+  // Takes the only connection slot (once nielsd has noticed that DaemonProcess's start-up probe
+  // closed its connection).
+  WireClient holder;
+  Request info;
+  info.set_request_id(1);
+  info.mutable_info();
+  bool held = false;
+  for (int attempt = 0; attempt < 100 && !held; ++attempt) {
+    ASSERT_TRUE(holder.Connect(socket()));
+    held = holder.Send(info) && holder.ReadFinal(1, kWait);
+    if (!held) std::this_thread::sleep_for(Ms(20));
+  }
+  ASSERT_TRUE(held) << holder.error();
+
+  Request create;
+  create.set_request_id(7);
+  create.mutable_create_session();
+  {
+    WireClient refused;
+    ASSERT_TRUE(refused.Connect(socket())) << refused.error();  // the kernel's backlog takes it
+    bool crossed = false;
+    std::optional<Response> response;
+    if (refused.Send(create)) response = refused.ReadFinal(7, kWait, nullptr, &crossed);
+    EXPECT_FALSE(response.has_value()) << response->DebugString();
+    EXPECT_TRUE(refused.refused()) << refused.error();
+    EXPECT_FALSE(crossed) << "the refusal counted as another request's response";
+    EXPECT_NE(refused.error().find("--max-connections"), std::string::npos) << refused.error();
+  }
+  {
+    // Sent after nielsd has already closed the refused connection: the write fails, and the
+    // refusal waiting in the receive queue is still recognised.
+    WireClient late;
+    ASSERT_TRUE(late.Connect(socket()));
+    std::this_thread::sleep_for(Ms(300));
+    if (late.Send(create)) late.ReadFinal(7, kWait);
+    EXPECT_TRUE(late.refused()) << late.error();
+  }
+  // Nothing sent on the refused connections took effect.
+  Request list;
+  list.set_request_id(2);
+  list.mutable_list_sessions();
+  ASSERT_TRUE(holder.Send(list));
+  std::optional<Response> listed = holder.ReadFinal(2, kWait);
+  ASSERT_TRUE(listed && listed->has_list_sessions()) << holder.error();
+  EXPECT_EQ(listed->list_sessions().sessions_size(), 0);
+
+  // Once the slot is free, the same request on a new connection is served.
+  holder.Close();
+  std::optional<Response> created;
+  for (int attempt = 0; attempt < 100 && !created; ++attempt) {
+    WireClient retry;
+    ASSERT_TRUE(retry.Connect(socket()));
+    if (retry.Send(create)) created = retry.ReadFinal(7, kWait);
+    if (!created) {
+      ASSERT_TRUE(retry.refused()) << retry.error();
+      std::this_thread::sleep_for(Ms(20));
+    }
+  }
+  ASSERT_TRUE(created && created->has_create_session()) << daemon_->log();
+  EXPECT_EQ(daemon_->Stop(), 0);
 }
 
 }  // namespace

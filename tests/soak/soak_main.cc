@@ -9,12 +9,14 @@
 // replays, one client at a time, every turn that took effect on fresh sessions and compares:
 //   lost    = a request that was sent whole on an open connection but got no final response
 //   crossed = a response carrying a request_id the connection did not send, or a session whose
-//             final history differs from the replay's
+//             final history differs from the replay's (nielsd's refusal of a connection, on
+//             request_id 0, is no response: the call or turn is retried on a new connection)
 //   wrong   = a completed reply (ids, or error code) that differs from the replay, or a streamed
 //             Chat whose events do not spell out its final reply
 // Exit status 0 only when all three are 0 and nielsd's fd count returns to its level before.
 #include <grp.h>
 #include <signal.h>
+#include <sys/prctl.h>
 #include <sys/stat.h>
 #include <sys/wait.h>
 #include <unistd.h>
@@ -67,6 +69,7 @@ struct Options {
   int threads = 2;
   int max_new_tokens = 40;
   std::vector<std::string> daemon_args;
+  std::string keep_dir;       // non-empty: copy the clients' result files and nielsd's log here
 };
 
 // ---- what a client saw ----
@@ -98,6 +101,7 @@ struct ClientResult {
   std::vector<TurnResult> turns;
   std::vector<int32_t> chat_history, raw_history;  // GetSession token_ids at the end
   std::string fatal;                               // setup failure
+  int refusals = 0;                                // connections nielsd refused (then retried)
 };
 
 std::string JoinIds(const std::vector<int32_t>& ids) {
@@ -121,7 +125,8 @@ void WriteResult(const fs::path& file, const ClientResult& r) {
     out << "T " << StatusName(t.status) << " " << t.error_code << " " << t.latency_us << " " << t.crossed << " "
         << t.stream_mismatch << " " << JoinIds(t.ids) << " " << (t.note.empty() ? "-" : t.note) << "\n";
   }
-  out << "C " << JoinIds(r.chat_history) << "\nR " << JoinIds(r.raw_history) << "\nEND\n";
+  out << "C " << JoinIds(r.chat_history) << "\nR " << JoinIds(r.raw_history) << "\nN " << r.refusals
+      << "\nEND\n";
 }
 
 std::optional<ClientResult> ReadResult(const fs::path& file) {
@@ -149,6 +154,8 @@ std::optional<ClientResult> ReadResult(const fs::path& file) {
       std::string ids;
       s >> ids;
       (tag == "C" ? r.chat_history : r.raw_history) = SplitIds(ids);
+    } else if (tag == "N") {
+      s >> r.refusals;
     } else if (tag == "END") {
       complete = true;
     }
@@ -158,6 +165,26 @@ std::optional<ClientResult> ReadResult(const fs::path& file) {
 }
 
 // ---- one connection's request/response helpers ----
+
+// How long a client keeps retrying connections that nielsd refuses (over its connection limits or
+// out of file descriptors; see WireClient): 20 ms between attempts at first, doubling up to 1 s.
+// With a low --nofile, clients wait for others to close a connection, so this is generous.
+constexpr Ms kRefusedPatience{600000};
+
+class RefusalBackoff {
+ public:
+  // Sleeps before the next attempt; false once kRefusedPatience has passed.
+  bool Wait() {
+    if (Clock::now() - start_ > kRefusedPatience) return false;
+    std::this_thread::sleep_for(delay_);
+    delay_ = std::min(delay_ * 2, Ms(1000));
+    return true;
+  }
+
+ private:
+  Clock::time_point start_ = Clock::now();
+  Ms delay_{20};
+};
 
 class Conversation {
  public:
@@ -173,19 +200,38 @@ class Conversation {
   }
   WireClient& client() { return client_; }
   uint64_t NextId() { return next_id_++; }
+  // Connections nielsd refused so far (each retried).
+  int refusals() const { return refusals_; }
+  // After a refusal: closes the connection and waits before the next attempt (false: gave up).
+  bool RetryAfterRefusal(RefusalBackoff& backoff) {
+    client_.Close();
+    ++refusals_;
+    return backoff.Wait();
+  }
 
-  // Sends a request and waits for its final response (no events expected).
+  // Sends a request and waits for its final response (no events expected). A refused connection
+  // is retried on a new one.
   std::optional<Response> Call(Request request, bool* crossed) {
-    if (!client_.connected() && !Connect()) return std::nullopt;
-    request.set_request_id(NextId());
-    if (!client_.Send(request)) return std::nullopt;
-    return client_.ReadFinal(request.request_id(), kReplyTimeout, nullptr, crossed);
+    RefusalBackoff backoff;
+    for (;;) {
+      if (!client_.connected() && !Connect()) return std::nullopt;
+      request.set_request_id(NextId());
+      if (client_.Send(request)) {
+        std::optional<Response> response = client_.ReadFinal(request.request_id(), kReplyTimeout, nullptr, crossed);
+        if (response) return response;
+      }
+      if (!client_.refused() || !RetryAfterRefusal(backoff)) {
+        client_.Close();  // a broken connection: the next call starts a new one
+        return std::nullopt;
+      }
+    }
   }
 
  private:
   std::string socket_;
   WireClient client_;
   uint64_t next_id_;
+  int refusals_ = 0;
 };
 
 std::optional<std::vector<int32_t>> History(Conversation& c, const std::string& session, bool* crossed) {
@@ -216,9 +262,10 @@ void ResultIds(const Response& final_response, TurnResult* t) {
   }
 }
 
-// Runs one turn of the plan on `c` (fault included); the sessions are the client's.
-TurnResult RunTurn(Conversation& c, const TurnSpec& turn, const std::string& chat_session,
-                   const std::string& raw_session) {
+// Runs one turn of the plan on `c` (fault included); the sessions are the client's. When nielsd
+// refuses the connection, c.client().refused() is set and nothing of the turn took effect.
+TurnResult RunTurnOnce(Conversation& c, const TurnSpec& turn, const std::string& chat_session,
+                       const std::string& raw_session) {
   TurnResult t;
   bool crossed = false;
   const std::string& session = turn.chat ? chat_session : raw_session;
@@ -286,7 +333,9 @@ TurnResult RunTurn(Conversation& c, const TurnSpec& turn, const std::string& cha
       continue;
     }
     if (r->request_id() != id) {
-      crossed = true;
+      crossed = true;  // noted for the report: which id, and its error code (-1: not an error)
+      t.note += "crossing_id_" + std::to_string(r->request_id()) + "_code_" +
+                std::to_string(r->has_error() ? r->error().code() : -1) + "/";
       continue;
     }
     if (r->has_token()) {
@@ -336,9 +385,28 @@ TurnResult RunTurn(Conversation& c, const TurnSpec& turn, const std::string& cha
     t.status = *after == *before ? Status::kDisconnectedNotApplied : Status::kDisconnectedApplied;
     return t;
   }
-  t.note = "no_final:" + c.client().error();
+  t.note += "no_final:" + c.client().error();
   for (char& ch : t.note) if (ch == ' ') ch = '_';
   return t;  // kLost
+}
+
+// RunTurnOnce, again on a new connection while nielsd refuses the connection (bounded). A lost
+// turn closes the connection, so the next turn starts on a new one.
+TurnResult RunTurn(Conversation& c, const TurnSpec& turn, const std::string& chat_session,
+                   const std::string& raw_session) {
+  RefusalBackoff backoff;
+  for (;;) {
+    TurnResult t = RunTurnOnce(c, turn, chat_session, raw_session);
+    if (!c.client().refused()) {
+      if (t.status == Status::kLost) c.client().Close();
+      return t;
+    }
+    if (!c.RetryAfterRefusal(backoff)) {
+      t.status = Status::kLost;
+      t.note = "refused_for_" + std::to_string(kRefusedPatience.count() / 1000) + "_s";
+      return t;
+    }
+  }
 }
 
 ClientResult RunClient(const std::string& socket, const std::vector<TurnSpec>& plan, int client) {
@@ -353,6 +421,7 @@ ClientResult RunClient(const std::string& socket, const std::vector<TurnSpec>& p
   std::optional<std::string> raw_session = NewSession(c, false, &crossed);
   if (!chat_session || !raw_session) {
     result.fatal = "cannot create sessions: " + c.client().error();
+    result.refusals = c.refusals();
     return result;
   }
   for (const TurnSpec& turn : plan) result.turns.push_back(RunTurn(c, turn, *chat_session, *raw_session));
@@ -368,6 +437,7 @@ ClientResult RunClient(const std::string& socket, const std::vector<TurnSpec>& p
     c.Call(del, &crossed);
   }
   if (crossed && !result.turns.empty()) result.turns.back().crossed = true;
+  result.refusals = c.refusals();
   return result;
 }
 
@@ -415,6 +485,7 @@ int main(int argc, char** argv) {
   app.add_option("--threads", o.threads, "nielsd --threads");
   app.add_option("--max-new-tokens", o.max_new_tokens, "longest reply of the plan")->check(CLI::Range(4, 4096));
   app.add_option("--daemon-arg", o.daemon_args, "extra nielsd argument (repeatable)");
+  app.add_option("--keep", o.keep_dir, "copy the clients' result files and nielsd's log to this directory");
   CLI11_PARSE(app, argc, argv);
 
   niels::testing::TempDir dir("nielsd_soak_");
@@ -473,6 +544,7 @@ int main(int argc, char** argv) {
   // Fork the clients.
   const auto soak_start = Clock::now();
   std::vector<pid_t> children;
+  const pid_t soak_pid = ::getpid();
   for (int c = 0; c < o.clients; ++c) {
     const pid_t child = ::fork();
     if (child == 0) {
@@ -484,6 +556,10 @@ int main(int argc, char** argv) {
           ::_exit(3);
         }
       }
+      // A client dies with the soak (a killed soak leaves no client running). Set after the uid
+      // change, which clears it; a parent already gone is checked after setting.
+      ::prctl(PR_SET_PDEATHSIG, SIGKILL);
+      if (::getppid() != soak_pid) ::_exit(4);
       const auto plan = niels::soak::MakePlan(o.seed, c, o.turns, vocab, /*faults=*/true, o.max_new_tokens);
       const ClientResult result = RunClient(socket.string(), plan, c);
       WriteResult(dir / ("client-" + std::to_string(c) + ".txt"), result);
@@ -520,7 +596,7 @@ int main(int argc, char** argv) {
 
   // Collect and replay.
   int lost = 0, crossed = 0, wrong = 0, completed = 0, cancelled = 0, not_sent = 0, disc_applied = 0,
-      disc_not = 0, errors_final = 0, checked = 0;
+      disc_not = 0, errors_final = 0, checked = 0, refusals = 0;
   std::vector<int64_t> latencies;
   std::map<std::string, int> notes;
   Conversation replay(socket.string(), 7ull << 56);
@@ -531,6 +607,7 @@ int main(int argc, char** argv) {
       lost += o.turns;
       continue;
     }
+    refusals += r->refusals;
     const auto plan = niels::soak::MakePlan(o.seed, c, o.turns, vocab, true, o.max_new_tokens);
     bool replay_crossed = false;
     std::optional<std::string> chat_session = NewSession(replay, true, &replay_crossed);
@@ -619,6 +696,7 @@ int main(int argc, char** argv) {
               "%d not sent (disconnect mid-request), %d disconnected mid-response (%d took effect)\n",
               completed, checked, errors_final, cancelled, not_sent, disc_applied + disc_not, disc_applied);
   std::printf("lost %d, crossed %d, wrong %d\n", lost, crossed, wrong);
+  std::printf("connections nielsd refused (over its limits or out of fds; each retried): %d\n", refusals);
   for (const auto& [note, n] : notes) std::printf("  lost because %s: %d\n", note.c_str(), n);
   std::printf("latency (fault-free completed turns, %zu): p50 %.1f ms, p99 %.1f ms, max %.1f ms\n", latencies.size(),
               pct(0.5), pct(0.99), latencies.empty() ? 0.0 : latencies.back() / 1000.0);
@@ -631,6 +709,12 @@ int main(int argc, char** argv) {
   const bool ok = lost == 0 && crossed == 0 && wrong == 0 && failed_children == 0 && fds_after <= fds_before &&
                   exit_code == 0;
   if (!ok) std::printf("nielsd log: %s\n%s\n", d.log_file.c_str(), daemon->log().substr(0, 4000).c_str());
+  if (!o.keep_dir.empty()) {
+    std::error_code ec;
+    fs::create_directories(o.keep_dir, ec);
+    fs::copy(dir.path(), o.keep_dir, fs::copy_options::overwrite_existing | fs::copy_options::recursive, ec);
+    if (ec) std::fprintf(stderr, "nielsd-soak: --keep %s: %s\n", o.keep_dir.c_str(), ec.message().c_str());
+  }
   std::printf("%s\n", ok ? "PASS" : "FAIL");
   return ok ? 0 : 1;
 }

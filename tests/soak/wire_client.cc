@@ -12,12 +12,18 @@ namespace niels::soak {
 
 using Clock = std::chrono::steady_clock;
 
+bool IsConnectionRefusal(const niels::v1::Response& response) {
+  return response.request_id() == 0 && response.has_error() &&
+         response.error().code() == niels::v1::RESOURCE_EXHAUSTED;
+}
+
 bool WireClient::Connect(const std::string& path) {
   Close();
   decoder_ = common::FrameDecoder(64u << 20);
   bytes_read_ = 0;
   stopped_at_limit_ = false;
   eof_ = false;
+  refused_ = false;
   fd_ = ::socket(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0);
   if (fd_ < 0) {
     error_ = std::string("socket: ") + std::strerror(errno);
@@ -45,6 +51,13 @@ bool WireClient::Write(std::string_view bytes) {
     if (n < 0 && errno == EINTR) continue;
     if (n <= 0) {
       error_ = std::string("send: ") + std::strerror(errno);
+      // A refused connection is closed by nielsd right after its refusal frame, the first and only
+      // frame on it: read that.
+      if (bytes_read_ == 0) {
+        const std::string send_error = error_;
+        (void)Read(std::chrono::milliseconds(200));
+        if (!refused_) error_ = send_error;
+      }
       return false;
     }
     bytes.remove_prefix(static_cast<size_t>(n));
@@ -61,6 +74,11 @@ std::optional<niels::v1::Response> WireClient::Read(std::chrono::milliseconds ti
       niels::v1::Response response;
       if (!response.ParseFromString(payload)) {
         error_ = "unparsable response frame";
+        return std::nullopt;
+      }
+      if (IsConnectionRefusal(response)) {
+        refused_ = true;
+        error_ = "refused: " + response.error().message();
         return std::nullopt;
       }
       return response;

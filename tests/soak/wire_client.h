@@ -3,6 +3,12 @@
 // sends whole or partial frames, reads Response frames with a bounded wait, and counts the bytes
 // it has read, so callers can disconnect at any byte boundary of a request or a response.
 //
+// A connection nielsd refuses (over --max-connections or --max-connections-per-uid, or while nielsd
+// is out of file descriptors) gets one Response{request_id: 0, error: RESOURCE_EXHAUSTED} and is
+// closed before nielsd reads anything from it (proto/PROTOCOL.md, "Limits per connection and per
+// user"). Read() reports that frame as refused(), not as a response: whatever was sent on the
+// connection did not take effect, and the caller may retry it later on a new connection.
+//
 // Not thread-safe; one per thread. Every wait is bounded; a failure is reported, never thrown.
 
 #include <chrono>
@@ -16,6 +22,10 @@
 
 namespace niels::soak {
 
+// Whether `response` is nielsd's refusal of a connection (request_id 0, RESOURCE_EXHAUSTED). The
+// soak and fault programs never use request id 0 themselves.
+bool IsConnectionRefusal(const niels::v1::Response& response);
+
 class WireClient {
  public:
   WireClient() = default;
@@ -28,12 +38,14 @@ class WireClient {
   void Close();
   bool connected() const { return fd_ >= 0; }
 
-  // Writes all of `bytes` (MSG_NOSIGNAL). False when the peer is gone.
+  // Writes all of `bytes` (MSG_NOSIGNAL). False when the peer is gone; if nielsd refused the
+  // connection before closing it, its refusal is read then (refused() true).
   bool Write(std::string_view bytes);
   bool Send(const niels::v1::Request& request) { return Write(common::EncodeFrame(request)); }
 
-  // The next response, or nullopt on EOF, a corrupt stream, or no frame within `timeout`.
-  // Stops early (nullopt, stopped_at_limit() true) once `byte_limit` bytes have been read in total.
+  // The next response, or nullopt on EOF, a corrupt stream, a refusal (refused() true), or no frame
+  // within `timeout`. Stops early (nullopt, stopped_at_limit() true) once `byte_limit` bytes have
+  // been read in total.
   std::optional<niels::v1::Response> Read(std::chrono::milliseconds timeout,
                                           uint64_t byte_limit = UINT64_MAX);
   // Reads until the final response of `request_id` (skipping and counting its TokenEvents into
@@ -45,6 +57,8 @@ class WireClient {
   uint64_t bytes_read() const { return bytes_read_; }
   bool stopped_at_limit() const { return stopped_at_limit_; }
   bool eof() const { return eof_; }
+  // Whether nielsd refused this connection (see above); error() then holds nielsd's message.
+  bool refused() const { return refused_; }
   const std::string& error() const { return error_; }
 
  private:
@@ -53,6 +67,7 @@ class WireClient {
   uint64_t bytes_read_ = 0;
   bool stopped_at_limit_ = false;
   bool eof_ = false;
+  bool refused_ = false;
   std::string error_;
 };
 

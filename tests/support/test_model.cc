@@ -60,6 +60,7 @@ std::string Train(const TinyTokenizerOptions& options) {
       {"shuffle_input_sentence", "false"},
       {"input_sentence_size", "0"},
       {"seed_sentencepiece_size", "100000"},
+      {"normalization_rule_name", options.normalization},
   };
   if (!symbols.empty()) args["user_defined_symbols"] = JoinComma(symbols);
   if (auto s = daemon::model::LoadSentencePieceRuntime(); !s.ok()) throw std::runtime_error(s.ToString());
@@ -74,7 +75,7 @@ std::string Train(const TinyTokenizerOptions& options) {
 const std::string& CachedModel(const TinyTokenizerOptions& options) {
   static std::mutex mu;
   static auto* cache = new std::map<std::string, std::string>();  // never destroyed (no static dtor)
-  std::string key = std::to_string(options.vocab_size);
+  std::string key = std::to_string(options.vocab_size) + "|" + options.normalization;
   if (options.user_defined_symbols) {
     key += "|custom|";
     key += JoinComma(*options.user_defined_symbols);

@@ -29,6 +29,9 @@ struct TinyTokenizerOptions {
   int vocab_size = 400;
   // Symbols added as user_defined_symbols (single pieces). Default: AllSpecialLiterals().
   std::optional<std::vector<std::string>> user_defined_symbols;
+  // SentencePiece's normalization_rule_name. "identity" leaves out the ~240 KB NFKC character map
+  // that the default rule stores in the model (a much smaller tokenizer.model, e.g. for fuzzing).
+  std::string normalization = "nmt_nfkc";
 };
 
 // Trains (once per process per options, then cached) a small BPE SentencePiece model on a built-in

@@ -184,10 +184,12 @@ TEST(EngineLimitsTest, IdleSessionsExpire) {
     std::this_thread::sleep_for(std::chrono::milliseconds(50));
   }
   EXPECT_EQ(ErrorOf(Call(*engine, GetRequest(idle))), v1::NOT_FOUND);
-  // The expired session no longer counts against the limits.
+  // The expired session no longer counts against the limits, and Stats counts the expiry.
   v1::Request stats;
   stats.mutable_stats();
-  EXPECT_EQ(Call(*engine, stats).stats().sessions(), 1u);
+  const v1::Response answered = Call(*engine, stats);
+  EXPECT_EQ(answered.stats().sessions(), 1u);
+  EXPECT_EQ(answered.stats().sessions_expired_total(), 1u);
 }
 
 TEST(EngineLimitsTest, ZeroTimeoutKeepsSessions) {

@@ -157,6 +157,35 @@ TEST_F(ServerTest, ConnectionsInAllAreLimited) {
   ExpectRefused(socket_path(), "--max-connections");
 }
 
+// A flood of connections over the limit: each one is refused and counted in Stats, but the log gets
+// at most one rate limit's burst (10) of refusal warnings, not one line per connection.
+TEST_F(ServerTest, RefusedConnectionsAreCountedAndTheirWarningsRateLimited) {
+  DaemonOptions options;
+  options.max_connections = 1;
+  StartServer(options);
+  RawClient holder(socket_path());
+  WaitForConnections(*daemon_, 1);
+  constexpr int kFlood = 60;
+  ::testing::internal::CaptureStderr();
+  for (int i = 0; i < kFlood; ++i) ExpectRefused(socket_path(), "--max-connections");
+  const std::string log = ::testing::internal::GetCapturedStderr();
+  size_t warnings = 0;
+  for (size_t at = log.find("refusing a connection"); at != std::string::npos;
+       at = log.find("refusing a connection", at + 1)) {
+    ++warnings;
+  }
+  EXPECT_GE(warnings, 1u);
+  EXPECT_LE(warnings, 10u) << log;
+  niels::v1::Request stats;
+  stats.set_request_id(5);
+  stats.mutable_stats();
+  ASSERT_TRUE(holder.Send(stats));
+  auto reply = holder.ReadFinal(5);
+  ASSERT_TRUE(reply.has_value() && reply->has_stats());
+  EXPECT_EQ(reply->stats().connections_refused_total(), static_cast<uint64_t>(kFlood));
+  EXPECT_EQ(reply->stats().connections(), 1u);
+}
+
 TEST_F(ServerTest, ResponseOverTheLimitBecomesResourceExhausted) {
   DaemonOptions options;
   options.connection.max_response_bytes = 2000;
