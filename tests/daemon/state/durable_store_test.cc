@@ -101,15 +101,19 @@ TEST(DurableStoreTest, BackgroundExpiryDeletesIdleUnloadedSessionsAndTheirSpillF
 TEST(DurableStoreTest, TouchKeepsASessionFromExpiring) {
   testing::TempDir dir;
   DurableStoreOptions options = Options(dir.path());
-  options.session_ttl_s = 60;
   options.maintenance_interval_s = 3600;  // only the run at start
   {
-    auto store = DurableStore::Open(options);
+    // Written with a TTL that the hour-old session is within, so that this store's own start-up
+    // maintenance run (on its thread, at any moment) cannot expire it before the Touch.
+    DurableStoreOptions writing = options;
+    writing.session_ttl_s = 7200;
+    auto store = DurableStore::Open(writing);
     ASSERT_TRUE(store.ok());
     ASSERT_TRUE((*store)->Create(Session("s", 1, Now() - 3600), nullptr).ok());
     ASSERT_TRUE((*store)->Touch("s", Now()).ok());
     EXPECT_EQ((*store)->Touch("gone", Now()).code(), common::StatusCode::kNotFound);
   }
+  options.session_ttl_s = 60;  // the session was created an hour ago, but touched just now
   auto reopened = DurableStore::Open(options);  // its start-up maintenance run expires nothing
   ASSERT_TRUE(reopened.ok());
   std::this_thread::sleep_for(std::chrono::milliseconds(100));
