@@ -82,10 +82,11 @@ TEST(DurableStoreTest, BackgroundExpiryDeletesIdleUnloadedSessionsAndTheirSpillF
   DurableStore& s = **store;
   const double now = Now();
   s.MarkLoaded("loaded");
-  for (const char* id : {"old1", "old2", "loaded"}) ASSERT_TRUE(s.Create(Session(id, 1, now - 3600), nullptr).ok());
-  ASSERT_TRUE(s.Create(Session("recent", 1, now), nullptr).ok());
+  // old1's spill file first: the maintenance thread may expire old1 as soon as it exists.
   testing::WriteFile(s.spill().PathFor("old1"), "kv");
   s.spill().Add("old1", 2);
+  for (const char* id : {"old1", "old2", "loaded"}) ASSERT_TRUE(s.Create(Session(id, 1, now - 3600), nullptr).ok());
+  ASSERT_TRUE(s.Create(Session("recent", 1, now), nullptr).ok());
 
   std::vector<std::string> expired;
   for (int i = 0; i < 500 && expired.size() < 2; ++i) {
