@@ -1,8 +1,7 @@
 #!/usr/bin/env bash
 # Builds the libFuzzer targets of tests/fuzz (everything with ASan and UBSan) and runs each for
-# SECONDS (default 60), one after another. The torch-free targets are built with clang into
-# build-fuzz/, the libtorch-linked ones (safetensors, model_dir, request) with g++ into
-# build-fuzz-gcc/ (clang 14 cannot compile libtorch 1.13's headers as C++20; tests/fuzz/README.md).
+# SECONDS (default 60), one after another. Every target is built with clang and
+# -fsanitize=fuzzer into build-fuzz/ (without libtorch, which none of them needs).
 # Crash inputs are saved under build-fuzz/fuzz-artifacts/<target>/; the script exits non-zero when
 # any target found one (copy it to tests/fuzz/<target>/regressions/ after fixing the bug: the
 # fuzz_replay_<target> ctest then replays it forever).
@@ -38,28 +37,13 @@ shift || true
 TARGETS=("$@")
 [ ${#TARGETS[@]} -gt 0 ] || TARGETS=("${ALL_TARGETS[@]}")
 
-# The build directory of a target.
-build_dir() {
-  case "$1" in safetensors|model_dir|request) echo build-fuzz-gcc ;; *) echo "$BUILD" ;; esac
-}
-
 scripts/setup.sh --packages-only
-clang_targets=() gcc_targets=()
-for t in "${TARGETS[@]}"; do
-  if [ "$(build_dir "$t")" = "$BUILD" ]; then clang_targets+=(--target "fuzz_$t"); else gcc_targets+=(--target "fuzz_$t"); fi
-done
-if [ ${#clang_targets[@]} -gt 0 ]; then
-  [ -f "$BUILD/CMakeCache.txt" ] ||
-    CC=clang CXX=clang++ cmake -S . -B "$BUILD" -DCMAKE_BUILD_TYPE=RelWithDebInfo -DNIELSD_FUZZ=ON \
-      -DNIELSD_WITH_TORCH=OFF -DNIELSD_BUILD_BENCH=OFF
-  nice -n "${FUZZ_NICE:-10}" cmake --build "$BUILD" -j"${FUZZ_JOBS:-2}" "${clang_targets[@]}"
-fi
-if [ ${#gcc_targets[@]} -gt 0 ]; then
-  [ -f build-fuzz-gcc/CMakeCache.txt ] ||
-    CC=gcc CXX=g++ cmake -S . -B build-fuzz-gcc -DCMAKE_BUILD_TYPE=RelWithDebInfo -DNIELSD_FUZZ=ON \
-      -DNIELSD_BUILD_BENCH=OFF
-  nice -n "${FUZZ_NICE:-10}" cmake --build build-fuzz-gcc -j"${FUZZ_JOBS:-2}" "${gcc_targets[@]}"
-fi
+[ -f "$BUILD/CMakeCache.txt" ] ||
+  CC=clang CXX=clang++ cmake -S . -B "$BUILD" -DCMAKE_BUILD_TYPE=RelWithDebInfo -DNIELSD_FUZZ=ON \
+    -DNIELSD_WITH_TORCH=OFF -DNIELSD_BUILD_BENCH=OFF
+build_targets=()
+for t in "${TARGETS[@]}"; do build_targets+=(--target "fuzz_$t"); done
+nice -n "${FUZZ_NICE:-10}" cmake --build "$BUILD" -j"${FUZZ_JOBS:-2}" "${build_targets[@]}"
 mkdir -p "$BUILD"
 
 failed=()
@@ -70,16 +54,11 @@ for t in "${TARGETS[@]}"; do
   seeds=(tests/fuzz/"$t"/corpus)
   [ -d tests/fuzz/"$t"/regressions ] && seeds+=(tests/fuzz/"$t"/regressions)
   echo "== fuzz_$t for ${SECONDS_PER_TARGET}s"
-  log="$BUILD/fuzz-$t.log"
-  # Leaks: checked for the torch-free targets; libtorch, OpenBLAS and the SentencePiece runtime
-  # allocate process-wide caches on first use that are never freed, which libFuzzer's per-input leak
-  # check reports, so the libtorch-linked targets run with detect_leaks=0 (crashes still abort).
-  case "$t" in safetensors|model_dir|request) leaks=0 ;; *) leaks=1 ;; esac
   started=$(date +%s)
   result=ok
-  if ! ASAN_OPTIONS=detect_leaks=$leaks:abort_on_error=1 UBSAN_OPTIONS=halt_on_error=1:print_stacktrace=1 \
+  if ! ASAN_OPTIONS=detect_leaks=1:abort_on_error=1 UBSAN_OPTIONS=halt_on_error=1:print_stacktrace=1 \
        OMP_NUM_THREADS=1 nice -n "${FUZZ_NICE:-10}" \
-       "$(build_dir "$t")/tests/fuzz/fuzz_$t" -max_total_time="$SECONDS_PER_TARGET" -malloc_limit_mb=64 \
+       "$BUILD/tests/fuzz/fuzz_$t" -max_total_time="$SECONDS_PER_TARGET" -malloc_limit_mb=64 \
          -rss_limit_mb=2048 -timeout=30 -max_len=65536 -print_final_stats=1 \
          -artifact_prefix="$artifacts" ${FUZZ_ARGS:-} "$corpus" "${seeds[@]}" >"$log" 2>&1; then
     result=crash

@@ -1,16 +1,13 @@
 #!/usr/bin/env bash
-# The test command: installs what is missing, builds, and runs every test with ctest; then the
-# torch-free suites (common, state, kernels, server, client, torch-free fuzz replays) built with
-# AddressSanitizer + UndefinedBehaviorSanitizer, the concurrency suites (kernels, server, client)
-# built with ThreadSanitizer, and the four torch-free fuzz targets for a short bounded time (scripts/fuzz.sh).
+# The test command: installs what is missing, builds, and runs every test with ctest; then, built
+# with AddressSanitizer + UndefinedBehaviorSanitizer and without libtorch, the suites common, state,
+# kernels, server and client, every fuzz replay, and nielsd itself under the integration, fault and
+# short soak tests; the concurrency suites (kernels, server, client) built with ThreadSanitizer; and
+# every fuzz target for a short bounded time (scripts/fuzz.sh).
 #
-# Why not more under ASan in CI: the whole run must stay under 45 minutes on a 2-core machine. The
-# model side (model, engine, handlers, nielsd; torch-free itself) is configured only with
-# NIELSD_WITH_TORCH=ON, together with the libtorch-linked tests and tools, so its ASan build costs
-# about as much CPU as the normal build again, before its slower tests. Those suites and the
-# model-side fuzz targets (safetensors, model_dir, request) run by hand:
-#   NIELSD_ASAN_TORCH=1 scripts/test.sh --sanitize address,undefined     (build-asan-torch/)
-#   scripts/fuzz.sh 600 safetensors model_dir request                    (tests/fuzz/README.md)
+# The model, engine and handlers suites compare against libtorch, so they need a libtorch build,
+# which would cost about as much CPU under ASan as the normal build again; they run under ASan by
+# hand: NIELSD_ASAN_TORCH=1 scripts/test.sh --sanitize address,undefined   (build-asan-torch/)
 #
 # Usage: scripts/test.sh                        everything above (the README's test command, CI)
 #        scripts/test.sh --sanitize LIST        only the sanitizer build LIST ("address,undefined" or
@@ -24,12 +21,12 @@ cd "$(dirname "$0")/.."
 JOBS=$(nproc)
 [ "$JOBS" -gt 2 ] || JOBS=2
 
-# What each sanitizer build runs. ASan+UBSan (CI): the torch-free suites. ASan+UBSan with
-# NIELSD_ASAN_TORCH=1: also the libtorch-linked suites, nielsd's integration and fault tests, the
-# short soak and all seven fuzz replays, but not the script-driven tests (Python converter and
-# client, quickstart: they run uninstrumented interpreters) nor soak_short_nofile (soak_short covers
-# the same code). TSan: the concurrency suites (kernels' worker pool, server, client).
-ASAN_TESTS='^(common_test|state_test|kernels_test|server_test|client_test|fuzz_replay_.*)$'
+# What each sanitizer build runs. ASan+UBSan (CI): the torch-free suites, nielsd's integration and
+# fault tests, the short soak and all seven fuzz replays, but not the script-driven tests (Python
+# converter and client, quickstart: they run uninstrumented interpreters) nor soak_short_nofile
+# (soak_short covers the same code). NIELSD_ASAN_TORCH=1 adds the libtorch-checked suites.
+# TSan: the concurrency suites (kernels' worker pool, server, client).
+ASAN_TESTS='^(common_test|state_test|kernels_test|server_test|client_test|integration_test|fault_test|soak_short|fuzz_replay_.*)$'
 ASAN_TORCH_TESTS='^(common_test|state_test|kernels_test|server_test|client_test|model_test|engine_test|handlers_test|integration_test|fault_test|soak_short|fuzz_replay_.*)$'
 TSAN_TESTS='^(kernels_test|server_test|client_test)$'
 
@@ -76,4 +73,4 @@ BUILD_DIR=${BUILD_DIR:-build}
 
 sanitize address,undefined
 sanitize thread
-scripts/fuzz.sh "${FUZZ_SECONDS:-10}" frame_decoder config tokenizer text_stream
+scripts/fuzz.sh "${FUZZ_SECONDS:-10}"

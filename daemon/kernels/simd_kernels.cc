@@ -2,13 +2,26 @@
 
 #include "daemon/kernels/simd_table.h"
 
+#if defined(__x86_64__)
+#include <cpuid.h>
+#endif
+
 namespace niels::daemon::kernels::simd {
 namespace {
+
+#if defined(__x86_64__)
+// F16C (CPUID leaf 1, ECX bit 29): asked of CPUID directly, since clang's __builtin_cpu_supports
+// does not know the name.
+bool HasF16c() {
+  unsigned eax = 0, ebx = 0, ecx = 0, edx = 0;
+  return __get_cpuid(1, &eax, &ebx, &ecx, &edx) != 0 && (ecx & bit_F16C) != 0;
+}
+#endif
 
 bool CanRun(Isa isa) {
 #if defined(__x86_64__)
   __builtin_cpu_init();  // needed when this runs as a static initializer, before main
-  const bool avx2 = __builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma") && __builtin_cpu_supports("f16c");
+  const bool avx2 = __builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma") && HasF16c();
   switch (isa) {
     case Isa::kPortable: return true;
     case Isa::kAvx2: return avx2;
