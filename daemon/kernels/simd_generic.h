@@ -58,7 +58,19 @@ inline void DotTile(const DotRowsArgs& a, int64_t o, int64_t r) {
     for (int j = 0; j < RN; ++j) acc[i][j] = Isa::Zero();
   }
   int64_t k = 0;
+  // The same columns of the weight rows two tiles ahead, asked into L2 now: a decode step streams
+  // every weight from memory once, and the hardware prefetcher alone keeps too few lines in flight
+  // (rows are short, and each tile starts RM new streams). Measured on the 2-core EPYC: 1.3-1.7x
+  // faster matrix-vector products, 1.5x faster 8-row products, +8% for prefills.
+  // Addresses as integers: two tiles ahead may be past the matrix (a prefetch there is harmless).
+  const uintptr_t ahead = reinterpret_cast<uintptr_t>(w0) + 2 * RM * a.in * sizeof(typename W::T);
+  const uintptr_t row_bytes = a.in * sizeof(typename W::T);
   for (; k + kLanes <= a.in; k += kLanes) {
+#pragma GCC unroll 8
+    for (int i = 0; i < RM; ++i) {
+      __builtin_prefetch(reinterpret_cast<const void*>(ahead + i * row_bytes + k * sizeof(typename W::T)), /*rw=*/0,
+                         /*locality=*/2);
+    }
     V xv[RN];
 #pragma GCC unroll 8
     for (int j = 0; j < RN; ++j) xv[j] = Isa::LoadF32(x0 + j * a.x_stride + k);
