@@ -12,6 +12,8 @@
 # Environment: FUZZ_NICE (default 10), FUZZ_JOBS (build parallelism, default 2),
 #              FUZZ_ARGS (extra libFuzzer flags, e.g. "-runs=1000000").
 #
+# A run stopped by SIGINT or SIGTERM is recorded as "interrupted" with the executions it made, and
+# the script stops there.
 # Every run uses -malloc_limit_mb=64 (a single allocation above 64 MiB is a finding: nothing may be
 # sized from a client-supplied length before it is validated) and -rss_limit_mb=2048. Each run
 # appends one line to build-fuzz/fuzz-executions.tsv (date, target, seconds, executions, exec/s,
@@ -25,7 +27,7 @@ ALL_TARGETS=(frame_decoder config tokenizer text_stream safetensors model_dir re
 
 if [ "${1:-}" = "--totals" ]; then
   [ -f "$LEDGER" ] || { echo "no runs recorded in $LEDGER"; exit 0; }
-  awk -F'\t' '{ execs[$2] += $4; secs[$2] += $3; runs[$2]++; if ($6 != "ok") bad[$2]++ }
+  awk -F'\t' '{ execs[$2] += $4; secs[$2] += $3; runs[$2]++; if ($6 == "crash") bad[$2]++ }
     END { printf "%-14s %6s %9s %14s %9s %s\n", "target", "runs", "seconds", "executions", "exec/s", "crashes";
           for (t in execs) printf "%-14s %6d %9d %14d %9.0f %d\n", t, runs[t], secs[t], execs[t],
                                   secs[t] ? execs[t] / secs[t] : 0, bad[t] }' "$LEDGER" | sort
@@ -56,21 +58,25 @@ for t in "${TARGETS[@]}"; do
   echo "== fuzz_$t for ${SECONDS_PER_TARGET}s"
   log="$BUILD/fuzz-$t.log"
   started=$(date +%s)
+  status=0
+  ASAN_OPTIONS=detect_leaks=1:abort_on_error=1 UBSAN_OPTIONS=halt_on_error=1:print_stacktrace=1 \
+    OMP_NUM_THREADS=1 nice -n "${FUZZ_NICE:-10}" \
+    "$BUILD/tests/fuzz/fuzz_$t" -max_total_time="$SECONDS_PER_TARGET" -malloc_limit_mb=64 \
+      -rss_limit_mb=2048 -timeout=30 -max_len=65536 -print_final_stats=1 \
+      -artifact_prefix="$artifacts" ${FUZZ_ARGS:-} "$corpus" "${seeds[@]}" >"$log" 2>&1 || status=$?
+  # Stopped by SIGINT or SIGTERM: libFuzzer still prints its counts; not a finding.
   result=ok
-  if ! ASAN_OPTIONS=detect_leaks=1:abort_on_error=1 UBSAN_OPTIONS=halt_on_error=1:print_stacktrace=1 \
-       OMP_NUM_THREADS=1 nice -n "${FUZZ_NICE:-10}" \
-       "$BUILD/tests/fuzz/fuzz_$t" -max_total_time="$SECONDS_PER_TARGET" -malloc_limit_mb=64 \
-         -rss_limit_mb=2048 -timeout=30 -max_len=65536 -print_final_stats=1 \
-         -artifact_prefix="$artifacts" ${FUZZ_ARGS:-} "$corpus" "${seeds[@]}" >"$log" 2>&1; then
-    result=crash
+  if [ $status -ne 0 ]; then
+    if grep -q "libFuzzer: run interrupted" "$log"; then result=interrupted; else result=crash; fi
   fi
   elapsed=$(( $(date +%s) - started ))
   execs=$(grep -Eo "stat::number_of_executed_units: *[0-9]+" "$log" | grep -Eo "[0-9]+$" | tail -1 || true)
   rate=$(grep -Eo "stat::average_exec_per_sec: *[0-9]+" "$log" | grep -Eo "[0-9]+$" | tail -1 || true)
   printf '%s\t%s\t%s\t%s\t%s\t%s\n' "$(date -u +%FT%TZ)" "$t" "$elapsed" "${execs:-0}" "${rate:-0}" "$result" \
     >>"$LEDGER"
-  if [ "$result" = ok ]; then
+  if [ "$result" != crash ]; then
     echo "fuzz_$t: ${execs:-?} executions in ${elapsed}s (${rate:-?}/s), no crash"
+    [ "$result" = interrupted ] && { echo "fuzz.sh: interrupted"; exit 130; }
   else
     echo "fuzz_$t FAILED; input(s) saved in $artifacts; log $log"
     tail -40 "$log"
