@@ -10,6 +10,14 @@
 #include "daemon/kernels/simd_kernels.h"
 
 namespace niels::daemon::kernels {
+namespace {
+
+// The element `offset` of a KV block of `dtype` elements.
+void* Element(void* block, int64_t offset, Dtype dtype) {
+  return static_cast<unsigned char*>(block) + offset * DtypeSize(dtype);
+}
+
+}  // namespace
 
 void FeedForward(const BlockWeightViews& block, const ModelShape& shape, const float* x, int64_t rows, float* a,
                  float* g, float* out, WorkerPool& pool) {
@@ -71,7 +79,7 @@ void ForwardStep::AttendBlock(std::span<const StepSequence> sequences, const Que
   const float* q0 = s_.qkv.data() + block.first_row * 3 * C + head * D;
   for (int64_t begin = 0, b = 0; begin < end; begin += bt, ++b) {
     const int64_t n = std::min(bt, end - begin);
-    simd::DotRows(Matrix{seq.blocks[b] + key_offset, Dtype::kF32}, D, q0, 3 * C, block.rows, nullptr,
+    simd::DotRows(Matrix{Element(seq.blocks[b], key_offset, seq.kv_dtype), seq.kv_dtype}, D, q0, 3 * C, block.rows, nullptr,
                   scores + begin, T, 0, n);  // k_j . q for every row of the block
   }
   const float scale = static_cast<float>(1.0 / std::sqrt(static_cast<double>(D)));
@@ -81,7 +89,8 @@ void ForwardStep::AttendBlock(std::span<const StepSequence> sequences, const Que
     simd::Softmax(p, m, scale);
     float* out = s_.heads.data() + (block.first_row + i) * C + head * D;
     for (int64_t begin = 0, b = 0; begin < m; begin += bt, ++b) {
-      simd::WeightedSumRows(p + begin, Matrix{seq.blocks[b] + value_offset, Dtype::kF32}, std::min(bt, m - begin), D,
+      simd::WeightedSumRows(p + begin, Matrix{Element(seq.blocks[b], value_offset, seq.kv_dtype), seq.kv_dtype},
+                            std::min(bt, m - begin), D,
                             out, /*accumulate=*/begin > 0);
     }
     if (layer == trace_layer && seq.trace != nullptr && position == seq.start + seq.count - 1) {
@@ -107,11 +116,12 @@ void ForwardStep::Attention(const WeightViews& w, std::span<const StepSequence> 
       const float* rope = w.rope + position * D;  // [D/2, 2]
       ApplyRope(q, rope, H, D);
       ApplyRope(k, rope, H, D);
-      float* block = sequences[row_sequence_[r]].blocks[position / bt];
+      const StepSequence& seq = sequences[row_sequence_[r]];
+      void* block = seq.blocks[position / bt];
       const int64_t slot = position % bt;
-      for (int64_t h = 0; h < H; ++h) {
-        std::copy(k + h * D, k + (h + 1) * D, block + layout_.Offset(layer, 0, h, slot));
-        std::copy(v + h * D, v + (h + 1) * D, block + layout_.Offset(layer, 1, h, slot));
+      for (int64_t h = 0; h < H; ++h) {  // narrowed to the KV dtype as stored
+        simd::FromFloat(k + h * D, D, seq.kv_dtype, Element(block, layout_.Offset(layer, 0, h, slot), seq.kv_dtype));
+        simd::FromFloat(v + h * D, D, seq.kv_dtype, Element(block, layout_.Offset(layer, 1, h, slot), seq.kv_dtype));
       }
     }
   });
