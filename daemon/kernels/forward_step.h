@@ -16,7 +16,8 @@
 // whatever else is in the step and however its sequence's tokens were split into steps. Every
 // kernel reduces each row in an order that depends only on that row: MatVec and DotRows (row r of y
 // is independent of the other rows and of their number), RMSNorm and RoPE per row, SiLU per
-// element, softmax and the value sum per (row, head) over the row's own positions in order. Hence a
+// element, and attention (simd::Attend): scores, softmax and the value sum per (row, head) over the
+// row's own positions in order, whatever rows share the call and however the KV blocks split them. Hence a
 // prefill equals the same tokens decoded one by one, a prompt prefilled in one chunk equals it
 // prefilled in several, and a block computed for one sequence is exactly what another sequence with
 // the same prefix would compute (prefix sharing changes no result).
@@ -78,7 +79,7 @@ void FeedForward(const BlockWeightViews& block, const ModelShape& shape, const f
 // engine thread in nielsd. The pool may be shared with other users (WorkerPool::Run is safe).
 class ForwardStep {
  public:
-  // Queries whose attention scores one DotRows call computes (keys are read once for all of them).
+  // Queries whose attention one simd::Attend call computes (keys are read once for all of them).
   static constexpr int64_t kQueryBlock = 16;
 
   ForwardStep(ModelShape shape, int64_t block_tokens, std::shared_ptr<WorkerPool> pool);
