@@ -54,6 +54,7 @@ for t in "${TARGETS[@]}"; do
   seeds=(tests/fuzz/"$t"/corpus)
   [ -d tests/fuzz/"$t"/regressions ] && seeds+=(tests/fuzz/"$t"/regressions)
   echo "== fuzz_$t for ${SECONDS_PER_TARGET}s"
+  log="$BUILD/fuzz-$t.log"
   started=$(date +%s)
   result=ok
   if ! ASAN_OPTIONS=detect_leaks=1:abort_on_error=1 UBSAN_OPTIONS=halt_on_error=1:print_stacktrace=1 \

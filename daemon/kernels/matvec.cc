@@ -27,7 +27,7 @@ void MatVec(Matrix weight, int64_t out, int64_t in, const float* bias, const flo
             WorkerPool& pool) {
   if (out <= 0 || rows <= 0) return;
   if (pool.threads() == 1 || out * in * rows < kMinParallelWork) {
-    simd::DotRows(weight, in, x, in, rows, bias, y, out, 0, out);
+    simd::DotRows(weight, in, x, in, rows, bias, y, out, 0, out, out);
     return;
   }
   const int64_t block = BlockRows(in, weight.dtype, rows);
@@ -36,7 +36,7 @@ void MatVec(Matrix weight, int64_t out, int64_t in, const float* bias, const flo
   pool.Run([&](int, int) {
     for (int64_t b = next.fetch_add(1, std::memory_order_relaxed); b < blocks;
          b = next.fetch_add(1, std::memory_order_relaxed)) {
-      simd::DotRows(weight, in, x, in, rows, bias, y, out, b * block, std::min(out, (b + 1) * block));
+      simd::DotRows(weight, in, x, in, rows, bias, y, out, b * block, std::min(out, (b + 1) * block), out);
     }
   });
 }

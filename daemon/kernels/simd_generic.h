@@ -48,7 +48,7 @@ constexpr int kTileRows = Isa::kTileRows;
 // in % kLanes columns loaded under a mask (zeros beyond), then the fixed Sum4 tree, then + bias --
 // so a result never depends on the tile it was computed in: batch invariance.
 template <class W, int RM, int RN>
-inline void DotTile(const DotRowsArgs& a, int64_t o, int64_t r) {
+inline void DotTile(const DotRowsArgs& a, int64_t o, int64_t r, bool prefetch) {
   const auto* w0 = static_cast<const typename W::T*>(a.w) + o * a.in;
   const float* x0 = a.x + r * a.x_stride;
   V acc[RM][RN];
@@ -58,7 +58,16 @@ inline void DotTile(const DotRowsArgs& a, int64_t o, int64_t r) {
     for (int j = 0; j < RN; ++j) acc[i][j] = Isa::Zero();
   }
   int64_t k = 0;
+  // With `prefetch`, the same columns of the weight rows two tiles ahead (rows below
+  // a.prefetch_end: this call's, or the next block's of the same product) are asked into L2 now. A
+  // decode step streams every weight from memory once, and the hardware prefetcher alone keeps too
+  // few lines in flight (rows are short, and each tile starts RM new streams). Measured on the
+  // 2-core EPYC: 1.3-2x faster matrix-vector products, 1.5x faster 8-row products, prefill +0-8%.
+  // (Without, the tile's own rows: a no-op that keeps the loop free of branches.)
+  const auto* ahead = prefetch ? w0 + 2 * RM * a.in : w0;
   for (; k + kLanes <= a.in; k += kLanes) {
+#pragma GCC unroll 8
+    for (int i = 0; i < RM; ++i) __builtin_prefetch(ahead + i * a.in + k, /*rw=*/0, /*locality=*/2);
     V xv[RN];
 #pragma GCC unroll 8
     for (int j = 0; j < RN; ++j) xv[j] = Isa::LoadF32(x0 + j * a.x_stride + k);
@@ -100,15 +109,15 @@ inline void DotTile(const DotRowsArgs& a, int64_t o, int64_t r) {
 // Rows [r, r_end) of x against weight rows o..o+RM-1: full tiles of kTileRows rows, then one
 // smaller tile for the rest.
 template <class W, int RM>
-inline void DotTileRows(const DotRowsArgs& a, int64_t o, int64_t r, int64_t r_end) {
-  for (; r + kTileRows <= r_end; r += kTileRows) DotTile<W, RM, kTileRows>(a, o, r);
+inline void DotTileRows(const DotRowsArgs& a, int64_t o, int64_t r, int64_t r_end, bool prefetch) {
+  for (; r + kTileRows <= r_end; r += kTileRows) DotTile<W, RM, kTileRows>(a, o, r, prefetch);
   switch (r_end - r) {
     case 0: break;
-    case 1: DotTile<W, RM, 1>(a, o, r); break;
-    case 2: DotTile<W, RM, (kTileRows > 2 ? 2 : 1)>(a, o, r); break;
-    case 3: DotTile<W, RM, (kTileRows > 3 ? 3 : 1)>(a, o, r); break;
-    case 4: DotTile<W, RM, (kTileRows > 4 ? 4 : 1)>(a, o, r); break;
-    default: DotTile<W, RM, (kTileRows > 5 ? 5 : 1)>(a, o, r); break;  // 5 (kTileRows is 3 or 6)
+    case 1: DotTile<W, RM, 1>(a, o, r, prefetch); break;
+    case 2: DotTile<W, RM, (kTileRows > 2 ? 2 : 1)>(a, o, r, prefetch); break;
+    case 3: DotTile<W, RM, (kTileRows > 3 ? 3 : 1)>(a, o, r, prefetch); break;
+    case 4: DotTile<W, RM, (kTileRows > 4 ? 4 : 1)>(a, o, r, prefetch); break;
+    default: DotTile<W, RM, (kTileRows > 5 ? 5 : 1)>(a, o, r, prefetch); break;  // 5 (kTileRows is 3 or 6)
   }
 }
 
@@ -125,8 +134,8 @@ void DotRowsImpl(const DotRowsArgs& a, int64_t o_begin, int64_t o_end) {
   for (int64_t r = 0; r < a.rows; r += chunk) {
     const int64_t r_end = r + chunk < a.rows ? r + chunk : a.rows;
     int64_t o = o_begin;
-    for (; o + 4 <= o_end; o += 4) DotTileRows<W, 4>(a, o, r, r_end);
-    for (; o < o_end; ++o) DotTileRows<W, 1>(a, o, r, r_end);
+    for (; o + 4 <= o_end; o += 4) DotTileRows<W, 4>(a, o, r, r_end, /*prefetch=*/o + 3 * 4 <= a.prefetch_end);
+    for (; o < o_end; ++o) DotTileRows<W, 1>(a, o, r, r_end, /*prefetch=*/false);
   }
 }
 

@@ -67,9 +67,10 @@ int Index(Dtype dtype) { return static_cast<int>(dtype); }
 }  // namespace
 
 void DotRows(Matrix w, int64_t in, const float* x, int64_t x_stride, int64_t rows, const float* bias, float* y,
-             int64_t y_stride, int64_t o_begin, int64_t o_end) {
+             int64_t y_stride, int64_t o_begin, int64_t o_end, int64_t w_rows) {
   if (rows <= 0 || o_begin >= o_end) return;
-  active->dot_rows[Index(w.dtype)]({w.data, in, x, x_stride, rows, bias, y, y_stride}, o_begin, o_end);
+  const int64_t prefetch_end = w_rows > o_end ? w_rows : o_end;
+  active->dot_rows[Index(w.dtype)]({w.data, in, x, x_stride, rows, bias, y, y_stride, prefetch_end}, o_begin, o_end);
 }
 
 void WeightedSumRows(const float* p, Matrix rows, int64_t m, int64_t n, float* out, bool accumulate) {

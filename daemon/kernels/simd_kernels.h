@@ -21,8 +21,10 @@ namespace niels::daemon::kernels::simd {
 // (16, or 8) and the lanes in a fixed tree, so y differs from a serial sum by rounding only.
 // Batch invariance (a contract the engine relies on): y[r, o] is bitwise the same whatever `rows`,
 // the other rows of x and the o range are -- every (r, o) is the same chain of operations.
+// w_rows: how many rows w has (w may then be read ahead up to that row, never past it; rows past
+// o_end are only prefetched); 0 means o_end.
 void DotRows(Matrix w, int64_t in, const float* x, int64_t x_stride, int64_t rows, const float* bias, float* y,
-             int64_t y_stride, int64_t o_begin, int64_t o_end);
+             int64_t y_stride, int64_t o_begin, int64_t o_end, int64_t w_rows = 0);
 
 // out[i] = sum_j p[j] * rows[j * n + i] for i < n: the p-weighted sum of m rows of length n (rows of
 // any dtype; attention's probabilities times the value rows). Sums run over j in order, one chain

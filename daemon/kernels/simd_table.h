@@ -23,6 +23,7 @@ struct DotRowsArgs {
   const float* bias;  // or nullptr
   float* y;
   int64_t y_stride;
+  int64_t prefetch_end;  // weight rows below this index may be prefetched (>= o_end)
 };
 
 using DotRowsFn = void (*)(const DotRowsArgs& args, int64_t o_begin, int64_t o_end);
