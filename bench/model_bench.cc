@@ -1,10 +1,11 @@
 // nielsd-bench: speed of the niels_gpt transformer on nielsd's kernels, for a random model of a given
-// shape or a model directory, in a given weight dtype, and nielsd's start-up time.
+// shape or a model directory, in a given weight dtype and KV cache dtype (--kv-dtype f32|f16), and
+// nielsd's start-up time.
 //
 // Prints medians over --repeats runs of: prefill tokens/s (a --prompt-token prompt into an empty
 // cache, last position's logits only, as a chat prefill), cached decode tokens/s (B = 1, and a batch
 // of --batch sessions), uncached decode tokens/s (a full forward per token, the --no-kv-cache path),
-// the weight bytes a decode step reads, the machine's read bandwidth (a sum over a large buffer on
+// the weight bytes a decode step reads, the KV bytes a cached token takes, the machine's read bandwidth (a sum over a large buffer on
 // all cores: what decode does with the weights) and decode as a fraction of that bound, plus the
 // memcpy bandwidth as STREAM counts it. Then start-up: nielsd launched on a model directory of this shape
 // and dtype, the time until it sends READY=1 (sd_notify) and until an Info request is answered.
@@ -33,6 +34,7 @@
 #include <fstream>
 #include <memory>
 #include <optional>
+#include <span>
 #include <random>
 #include <string>
 #include <thread>
@@ -65,6 +67,8 @@ struct Options {
   ModelConfig config;
   std::string model_dir;  // set: benchmark this model directory instead of random weights
   std::string dtype = "f32";  // of the weight matrices; "file" with --model keeps the file's
+  std::string kv_dtype = "f32";  // of the KV caches (nielsd --kv-dtype)
+  int kv_delta_prompts = 8;      // with --kv-dtype f16: prompts of the logprob comparison with f32 KV
   int threads = 0;
   int repeats = 5;
   int64_t prompt = 512;         // prefill prompt length (capped at T)
@@ -152,12 +156,61 @@ struct Startup {
   std::string dir;
 };
 
+// f16 KV against f32 KV on the same weights (--kv-dtype f16): greedy decoding with the f32 KV cache,
+// the same tokens fed to an f16 KV cache; |logprob difference| of each chosen token and whether
+// the f16 cache's argmax differs.
+struct KvDelta {
+  double max_abs = 0, mean_abs = 0;
+  int64_t tokens = 0, argmax_differs = 0, prompts = 0, prompt_len = 0, steps = 0;
+};
+
 struct Results {
+  std::optional<KvDelta> kv_delta;
   double prefill_tok_s = 0, decode_tok_s = 0, batched_decode_tok_s = 0, uncached_decode_tok_s = 0;
   double kv_bytes_per_token = 0, bandwidth = 0, read_bandwidth = 0, weight_bytes = 0;
   int64_t prefill_len = 0, decode_start = 0, context = 0;
   std::optional<Startup> startup;
 };
+
+// log_softmax(logits)[token] in double.
+double LogProb(std::span<const float> logits, int32_t token) {
+  double max = logits[0], total = 0;
+  for (float x : logits) max = std::max<double>(max, x);
+  for (float x : logits) total += std::exp(static_cast<double>(x) - max);
+  return static_cast<double>(logits[static_cast<size_t>(token)]) - max - std::log(total);
+}
+
+KvDelta MeasureKvDelta(const Transformer& f16_kv, const Transformer& f32_kv, int prompts, int64_t prompt_len,
+                       int64_t steps) {
+  const ModelConfig& c = f16_kv.config();
+  KvDelta d;
+  d.prompts = prompts;
+  d.prompt_len = std::min(prompt_len, c.context - 1);
+  d.steps = std::min(steps, c.context - d.prompt_len);
+  double sum = 0;
+  for (int p = 0; p < prompts; ++p) {
+    const auto prompt = RandomTokens(d.prompt_len, c.vocab_size, 100 + static_cast<uint32_t>(p));
+    KvCache a(c, Dtype::kF32), b(c, Dtype::kF16);
+    std::vector<float> la = f32_kv.Prefill(prompt, a), lb = f16_kv.Prefill(prompt, b);
+    KvCache* pa[] = {&a};
+    KvCache* pb[] = {&b};
+    for (int64_t i = 0; i < d.steps; ++i) {
+      const auto token = static_cast<int32_t>(std::max_element(la.begin(), la.end()) - la.begin());
+      const auto token_b = static_cast<int32_t>(std::max_element(lb.begin(), lb.end()) - lb.begin());
+      const double delta = std::abs(LogProb(la, token) - LogProb(lb, token));
+      d.max_abs = std::max(d.max_abs, delta);
+      sum += delta;
+      ++d.tokens;
+      d.argmax_differs += token_b != token ? 1 : 0;
+      if (i + 1 < d.steps) {
+        la = f32_kv.Decode(std::span(&token, 1), pa);
+        lb = f16_kv.Decode(std::span(&token, 1), pb);
+      }
+    }
+  }
+  d.mean_abs = d.tokens > 0 ? sum / static_cast<double>(d.tokens) : 0;
+  return d;
+}
 
 void RunModel(const Options& o, const Transformer& model, Results& r) {
   const ModelConfig& c = model.config();
@@ -171,7 +224,7 @@ void RunModel(const Options& o, const Transformer& model, Results& r) {
 
   model.Forward(all.first(8));  // warm-up: thread pool, allocator, the weights' pages
   r.prefill_tok_s = MedianOf(o.repeats, [&] {
-    KvCache cache(c);
+    KvCache cache(c, model.kv_dtype());
     const auto start = Clock::now();
     model.Prefill(all.first(r.prefill_len), cache);
     return r.prefill_len / Seconds(start);
@@ -193,11 +246,11 @@ void RunModel(const Options& o, const Transformer& model, Results& r) {
     return static_cast<double>(steps * ptrs.size()) / Seconds(start);
   };
   std::vector<KvCache> single;
-  single.emplace_back(c);
+  single.emplace_back(c, model.kv_dtype());
   r.decode_tok_s = MedianOf(o.repeats, [&] { return decode(single); });
   r.kv_bytes_per_token = static_cast<double>(single[0].bytes()) / static_cast<double>(single[0].length());
   std::vector<KvCache> batch;
-  for (int64_t b = 0; b < o.batch; ++b) batch.emplace_back(c);
+  for (int64_t b = 0; b < o.batch; ++b) batch.emplace_back(c, model.kv_dtype());
   r.batched_decode_tok_s = MedianOf(o.repeats, [&] { return decode(batch); });
 
   // Uncached: every token costs a full forward over the whole context (last position's logits).
@@ -257,7 +310,7 @@ std::optional<Startup> LaunchOnce(const Options& o, const std::filesystem::path&
   env.push_back(nullptr);
   const int threads = o.threads > 0 ? o.threads : static_cast<int>(std::thread::hardware_concurrency());
   std::vector<std::string> arg_strings = {o.nielsd, "--model", dir.string(), "--socket", socket, "--threads",
-                                          std::to_string(threads), "--log-level", "warn"};
+                                          std::to_string(threads), "--kv-dtype", o.kv_dtype, "--log-level", "warn"};
   std::vector<char*> args;
   for (std::string& s : arg_strings) args.push_back(s.data());
   args.push_back(nullptr);
@@ -336,15 +389,16 @@ std::optional<Startup> MeasureStartup(const Options& o, std::string* error) {
 void Print(const Options& o, const Transformer& model, const Results& r, const daemon::kernels::WorkerPool& pool) {
   const ModelConfig& c = model.config();
   const std::string dtype(daemon::kernels::DtypeName(model.weights().dtype()));
+  const std::string kv_dtype(daemon::kernels::DtypeName(model.kv_dtype()));
   const double read_bound = r.read_bandwidth / r.weight_bytes;
   const double read_fraction = r.decode_tok_s / read_bound;
   const double copy_bound = r.bandwidth / r.weight_bytes;
   if (o.json) {
     auto line = [&](const char* metric, double value, const char* unit) {
       std::printf("{\"metric\": \"%s\", \"value\": %.6g, \"unit\": \"%s\", \"preset\": \"%s\", \"dtype\": \"%s\", "
-                  "\"threads\": %d}\n",
+                  "\"kv_dtype\": \"%s\", \"threads\": %d}\n",
                   metric, value, unit, o.model_dir.empty() ? o.preset.c_str() : o.model_dir.c_str(), dtype.c_str(),
-                  pool.threads());
+                  kv_dtype.c_str(), pool.threads());
     };
     line("prefill_tok_s", r.prefill_tok_s, "tokens/s");
     line("decode_tok_s", r.decode_tok_s, "tokens/s");
@@ -352,6 +406,11 @@ void Print(const Options& o, const Transformer& model, const Results& r, const d
     line("uncached_decode_tok_s", r.uncached_decode_tok_s, "tokens/s");
     line("weight_bytes_per_token", r.weight_bytes, "bytes");
     line("kv_bytes_per_token", r.kv_bytes_per_token, "bytes");
+    if (r.kv_delta) {
+      line("kv_f16_max_abs_delta_logprob", r.kv_delta->max_abs, "nats");
+      line("kv_f16_mean_abs_delta_logprob", r.kv_delta->mean_abs, "nats");
+      line("kv_f16_argmax_differs", static_cast<double>(r.kv_delta->argmax_differs), "tokens");
+    }
     line("mem_bandwidth_gb_s", r.bandwidth / 1e9, "GB/s");
     line("decode_bound_tok_s", copy_bound, "tokens/s");
     line("decode_fraction_of_bound", r.decode_tok_s / copy_bound, "ratio");
@@ -364,10 +423,10 @@ void Print(const Options& o, const Transformer& model, const Results& r, const d
     }
     return;
   }
-  std::printf("model %s: V %lld T %lld C %lld L %lld H %lld d_ff %lld, weights %s %.1f MB, KV cache f32\n",
+  std::printf("model %s: V %lld T %lld C %lld L %lld H %lld d_ff %lld, weights %s %.1f MB, KV cache %s\n",
               o.model_dir.empty() ? o.preset.c_str() : o.model_dir.c_str(), (long long)c.vocab_size,
               (long long)c.context, (long long)c.width, (long long)c.layers, (long long)c.heads, (long long)c.d_ff,
-              dtype.c_str(), r.weight_bytes / 1e6);
+              dtype.c_str(), r.weight_bytes / 1e6, kv_dtype.c_str());
   std::printf("threads: %d (%s)\n", pool.threads(), daemon::model::DescribeThreads(pool).c_str());
   std::printf("medians over %d runs\n", o.repeats);
   std::printf("prefill          %9.1f tokens/s  (%lld-token prompt, last position's logits)\n", r.prefill_tok_s,
@@ -380,7 +439,15 @@ void Print(const Options& o, const Transformer& model, const Results& r, const d
               r.uncached_decode_tok_s, (long long)r.context);
   std::printf("cached / uncached %8.1fx\n", r.decode_tok_s / r.uncached_decode_tok_s);
   std::printf("weight bytes/token %7.1f MB   (read once per decode step)\n", r.weight_bytes / 1e6);
-  std::printf("KV bytes/token   %9.0f\n", r.kv_bytes_per_token);
+  std::printf("KV bytes/token   %9.0f   (KV cache %s: 2 x L x C x %d bytes, in whole blocks)\n", r.kv_bytes_per_token,
+              kv_dtype.c_str(), static_cast<int>(daemon::kernels::DtypeSize(model.kv_dtype())));
+  if (r.kv_delta) {
+    const KvDelta& d = *r.kv_delta;
+    std::printf("f16 KV vs f32 KV |delta logprob| of the greedy token: max %.2e, mean %.2e nats; argmax differs at "
+                "%lld of %lld  (%lld prompts of %lld random tokens, %lld greedy steps each)\n",
+                d.max_abs, d.mean_abs, (long long)d.argmax_differs, (long long)d.tokens, (long long)d.prompts,
+                (long long)d.prompt_len, (long long)d.steps);
+  }
   std::printf("read bandwidth   %9.2f GB/s (sum over a buffer on all %u cores: what decode does with weights)\n",
               r.read_bandwidth / 1e9, std::thread::hardware_concurrency());
   std::printf("read bound       %9.1f tokens/s  (read bandwidth / weight bytes)\n", read_bound);
@@ -422,6 +489,14 @@ int Main(int argc, char** argv) {
   app.add_option("--model", o.model_dir, "benchmark this model directory (its shape and weights) instead of a preset");
   app.add_option("--dtype", o.dtype, "weight matrices in memory: f32, f16 or bf16 (file: as stored, with --model)")
       ->check(CLI::IsMember({"file", "f32", "f16", "bf16"}))
+      ->capture_default_str();
+  app.add_option("--kv-dtype", o.kv_dtype, "KV cache elements: f32 or f16 (as nielsd --kv-dtype)")
+      ->check(CLI::IsMember({"f32", "f16"}))
+      ->capture_default_str();
+  app.add_option("--kv-delta-prompts", o.kv_delta_prompts,
+                 "with --kv-dtype f16: random prompts (64 tokens, then 64 greedy steps) on which the greedy tokens' "
+                 "logprobs are compared with an f32 KV cache (0: skip)")
+      ->check(CLI::Range(0, 1000))
       ->capture_default_str();
   app.add_option("--threads", o.threads, "threads (0 = number of cores)")->capture_default_str();
   app.add_option("--repeats", o.repeats, "runs per figure (the median is printed)")->capture_default_str();
@@ -475,6 +550,7 @@ int Main(int argc, char** argv) {
   const int threads = o.threads > 0 ? o.threads : static_cast<int>(std::thread::hardware_concurrency());
   daemon::model::ConfigureThreads();
   auto pool = std::make_shared<daemon::kernels::WorkerPool>(threads);
+  const Dtype kv_dtype = *daemon::kernels::ParseDtype(o.kv_dtype);
   std::unique_ptr<Transformer> model;
   std::unique_ptr<daemon::model::Model> loaded;  // keeps a --model directory's mapping alive
   if (!o.model_dir.empty()) {
@@ -487,7 +563,7 @@ int Main(int argc, char** argv) {
     }
     loaded = std::move(dir).value();
     c = loaded->config;
-    model = std::make_unique<Transformer>(c, loaded->transformer->weights(), pool);
+    model = std::make_unique<Transformer>(c, loaded->transformer->weights(), pool, kv_dtype);
   } else {
     auto weights = daemon::model::ConvertWeights(daemon::model::RandomWeights(c, /*seed=*/1),
                                                  *daemon::kernels::ParseDtype(o.dtype));
@@ -495,7 +571,7 @@ int Main(int argc, char** argv) {
       std::fprintf(stderr, "nielsd-bench: %s\n", weights.status().ToString().c_str());
       return 1;
     }
-    model = std::make_unique<Transformer>(c, std::move(weights).value(), pool);
+    model = std::make_unique<Transformer>(c, std::move(weights).value(), pool, kv_dtype);
   }
   Results r;
   // The machine's bandwidth: every core reads, whatever --threads says.
@@ -503,6 +579,10 @@ int Main(int argc, char** argv) {
   r.bandwidth = MeasureBandwidth(o.bandwidth_mib << 20, cores, std::max(o.repeats, 5));
   r.read_bandwidth = MeasureReadBandwidth(o.bandwidth_mib << 20, cores, std::max(o.repeats, 5));
   RunModel(o, *model, r);
+  if (kv_dtype == Dtype::kF16 && o.kv_delta_prompts > 0) {
+    const Transformer f32_kv(model->config(), model->weights(), pool, Dtype::kF32);
+    r.kv_delta = MeasureKvDelta(*model, f32_kv, o.kv_delta_prompts, 64, 64);
+  }
   if (o.startup_runs > 0) {
     std::string error;
     r.startup = MeasureStartup(o, &error);

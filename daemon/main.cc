@@ -66,6 +66,7 @@ struct Flags {
   bool sync_commits = false;
   uint64_t max_state_db_mb = 0;
   std::string dtype = "file";
+  std::string kv_dtype = "f32";
 };
 
 void AddFlags(CLI::App& app, Flags& flags) {
@@ -84,6 +85,11 @@ void AddFlags(CLI::App& app, Flags& flags) {
                  "dtype of the weight matrices in memory: file (as stored in model.safetensors, used straight from "
                  "its memory mapping), f32, f16 or bf16 (converted at load)")
       ->check(CLI::IsMember({"file", "f32", "f16", "bf16"}))
+      ->capture_default_str();
+  app.add_option("--kv-dtype", flags.kv_dtype,
+                 "element type of the KV cache: f32, or f16 (half the KV memory per token, so --kv-budget-mb holds "
+                 "twice the tokens; logprobs move slightly, see the README)")
+      ->check(CLI::IsMember({"f32", "f16"}))
       ->capture_default_str();
   app.add_option("--io-threads", flags.io_threads, "socket IO threads")->check(CLI::Range(1, 64))
       ->capture_default_str();
@@ -311,6 +317,7 @@ int main(int argc, char** argv) {
   engine_options.prefill_chunk = flags.prefill_chunk;
   engine_options.context_keep = flags.context_keep;
   if (flags.dtype != "file") engine_options.model_options.dtype = niels::daemon::kernels::ParseDtype(flags.dtype);
+  engine_options.model_options.kv_dtype = *niels::daemon::kernels::ParseDtype(flags.kv_dtype);
   LogInfo("nielsd {}: loading model {}", NIELSD_VERSION, flags.model);
   niels::common::StatusOr<std::unique_ptr<handlers::Service>> loaded =
       handlers::MakeService(flags.model, engine_options, {.max_frame_bytes = flags.max_frame_bytes});
@@ -330,10 +337,10 @@ int main(int argc, char** argv) {
           static_cast<double>(niels::daemon::model::BytesWithin(weights, file.mapping_data(), file.mapping_size())) / 1e6);
   // docs/ARCHITECTURE.md "Threads and ownership".
   LogInfo("socket {}, compute threads {} ({} kernels), "
-          "{} IO threads, max frame {} bytes, max sessions {} ({} per uid), KV budget {} MiB, "
+          "{} IO threads, max frame {} bytes, max sessions {} ({} per uid), KV budget {} MiB of {} blocks, "
           "max connections {} ({} per uid)",
           daemon.socket_path(), flags.threads, niels::daemon::kernels::simd::Name(), flags.io_threads, flags.max_frame_bytes,
-          flags.max_sessions, flags.max_sessions_per_uid, flags.kv_budget_mb, options.max_connections,
+          flags.max_sessions, flags.max_sessions_per_uid, flags.kv_budget_mb, flags.kv_dtype, options.max_connections,
           options.max_connections_per_uid);
   int code = daemon.Serve(*inference);
   inference.reset();

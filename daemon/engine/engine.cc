@@ -42,6 +42,7 @@ EngineState::EngineState(std::unique_ptr<model::Model> loaded, const EngineOptio
       sessions(model->config, SessionStoreOptions{.max_sessions = engine_options.max_sessions,
                                                   .max_sessions_per_uid = engine_options.max_sessions_per_uid,
                                                   .kv_budget_bytes = engine_options.kv_budget_bytes,
+                                                  .kv_dtype = engine_options.model_options.kv_dtype,
                                                   .allow_root = engine_options.allow_root},
                engine_options.durable),
       started(Clock::now()) {}

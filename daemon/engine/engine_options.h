@@ -24,7 +24,7 @@ struct EngineOptions {
   bool allow_root = false;                // uid 0 may use every session
   int threads = 0;                        // the model kernels' WorkerPool (MakeEngine); > 0 also
                                           // model::ConfigureThreads() on the engine thread
-  // How the model is kept in memory (nielsd --dtype; MakeEngine).
+  // How the model and the KV caches are kept in memory (nielsd --dtype, --kv-dtype; MakeEngine).
   model::ModelDirOptions model_options;
   uint32_t max_batch = 16;                // running turns (rows of a batched decode step) at most
   int64_t prefill_chunk = 256;            // prompt tokens prefilled per iteration (all turns

@@ -18,7 +18,7 @@ SessionStore::SessionStore(const model::ModelConfig& config, SessionStoreOptions
                            state::DurableStore* durable)
     : config_(config),
       options_(options),
-      pool_(std::make_shared<model::KvPool>(config, options.kv_budget_bytes)),
+      pool_(std::make_shared<model::KvPool>(config, options.kv_budget_bytes, options.kv_dtype)),
       durable_(durable) {
   pool_->SetReclaimer([this] { return DropOneIdleCache(); });
 }
@@ -397,7 +397,7 @@ void SessionStore::SpillAndDropCache(Session* session) {
   if (durable_ && session->cached_tokens() > 0) {
     const int64_t positions = session->cached_tokens();
     const uint64_t bytes = state::KvSpillFileBytes(
-        SpillHeader(config_, durable_->options().model_fingerprint, session->tokens(), positions));
+        SpillHeader(config_, pool_->dtype(), durable_->options().model_fingerprint, session->tokens(), positions));
     state::KvSpillStore& spill = durable_->spill();
     if (SpillPaysOff(bytes, positions) && spill.Reserve(session->id(), bytes)) {
       auto written = WriteKvSpill(session->sequence().cache, session->tokens(), config_,
@@ -421,7 +421,7 @@ void SessionStore::RestoreSpilledCache(Session& session) {
   auto positions = state::PeekKvSpillPositions(*path);
   if (positions.ok() && *positions > 0 && *positions <= session.length()) {
     const uint64_t bytes = state::KvSpillFileBytes(
-        SpillHeader(config_, durable_->options().model_fingerprint, session.tokens(), *positions));
+        SpillHeader(config_, pool_->dtype(), durable_->options().model_fingerprint, session.tokens(), *positions));
     if (SpillPaysOff(bytes, *positions)) {
       const auto start = std::chrono::steady_clock::now();
       const Status read = ReadKvSpillInto(session.sequence().cache, session.tokens(), *positions, config_,

@@ -56,6 +56,7 @@ struct SessionStoreOptions {
   uint32_t max_sessions = 1024;          // RESOURCE_EXHAUSTED beyond this, all owners together
   uint32_t max_sessions_per_uid = 64;    // RESOURCE_EXHAUSTED beyond this for one owner
   uint64_t kv_budget_bytes = 1ull << 30; // the KV pool of all sessions' caches
+  kernels::Dtype kv_dtype = kernels::Dtype::kF32;  // its blocks' element type (f32 or f16)
   bool allow_root = false;               // uid 0 may use every session
 };
 

@@ -1,6 +1,7 @@
 // Info: the model nielsd serves and the limits a client must respect.
 #include "common/defaults.h"
 #include "daemon/handlers/handlers.h"
+#include "daemon/kernels/dtype.h"
 
 namespace niels::daemon::handlers {
 
@@ -29,6 +30,7 @@ HandlerResult HandleInfo(engine::EngineState& state, HandlerContext& context, co
   info.set_max_frame_bytes(context.options().max_frame_bytes);
   info.set_max_sessions(state.sessions.max_sessions());
   info.set_kv_budget_bytes(state.sessions.kv_budget_bytes());
+  info.set_kv_dtype(std::string(kernels::DtypeName(state.sessions.pool().dtype())));
   info.set_default_system_prompt(std::string(common::kDefaultSystemPrompt));
   if (const state::DurableStore* durable = state.sessions.durable_store()) {
     info.set_durable_sessions(true);

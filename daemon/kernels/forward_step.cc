@@ -10,6 +10,14 @@
 #include "daemon/kernels/simd_kernels.h"
 
 namespace niels::daemon::kernels {
+namespace {
+
+// The element `offset` of a KV block of `dtype` elements.
+void* Element(void* block, int64_t offset, Dtype dtype) {
+  return static_cast<unsigned char*>(block) + offset * DtypeSize(dtype);
+}
+
+}  // namespace
 
 void FeedForward(const BlockWeightViews& block, const ModelShape& shape, const float* x, int64_t rows, float* a,
                  float* g, float* out, WorkerPool& pool) {
@@ -58,35 +66,35 @@ void ForwardStep::ForRows(int64_t n, Fn&& fn) {
   });
 }
 
-// Attention of one head for the rows of one query block: their scores against every key up to the
-// block's last position, block by block (one DotRows call reads each key once for all the rows),
-// then per row the softmax over its own positions 0..P and the probability-weighted values, block
-// by block in position order.
+// Attention of one head for the rows of one query block: one simd::Attend call, which walks the
+// sequence's KV blocks itself (scores of every row, reading each key once for all the rows; then per
+// row the softmax over its own positions 0..P and the probability-weighted values in position
+// order), so a decode row costs one call per head, not one per KV block.
 void ForwardStep::AttendBlock(std::span<const StepSequence> sequences, const QueryBlock& block, int64_t head,
                               int64_t layer, int64_t trace_layer, float* scores) {
   const StepSequence& seq = sequences[block.sequence];
-  const int64_t C = shape_.width, D = shape_.head_dim(), T = shape_.context, bt = layout_.block_tokens;
-  const int64_t key_offset = layout_.Offset(layer, 0, head, 0), value_offset = layout_.Offset(layer, 1, head, 0);
-  const int64_t end = block.position + block.rows;  // keys [0, end) are needed
-  const float* q0 = s_.qkv.data() + block.first_row * 3 * C + head * D;
-  for (int64_t begin = 0, b = 0; begin < end; begin += bt, ++b) {
-    const int64_t n = std::min(bt, end - begin);
-    simd::DotRows(Matrix{seq.blocks[b] + key_offset, Dtype::kF32}, D, q0, 3 * C, block.rows, nullptr,
-                  scores + begin, T, 0, n);  // k_j . q for every row of the block
-  }
-  const float scale = static_cast<float>(1.0 / std::sqrt(static_cast<double>(D)));
-  for (int64_t i = 0; i < block.rows; ++i) {
-    const int64_t position = block.position + i, m = position + 1;
-    float* p = scores + i * T;
-    simd::Softmax(p, m, scale);
-    float* out = s_.heads.data() + (block.first_row + i) * C + head * D;
-    for (int64_t begin = 0, b = 0; begin < m; begin += bt, ++b) {
-      simd::WeightedSumRows(p + begin, Matrix{seq.blocks[b] + value_offset, Dtype::kF32}, std::min(bt, m - begin), D,
-                            out, /*accumulate=*/begin > 0);
-    }
-    if (layer == trace_layer && seq.trace != nullptr && position == seq.start + seq.count - 1) {
-      std::copy(p, p + m, seq.trace + head * m);
-    }
+  const int64_t C = shape_.width, D = shape_.head_dim(), T = shape_.context, size = DtypeSize(seq.kv_dtype);
+  const simd::AttendArgs args{
+      .q = s_.qkv.data() + block.first_row * 3 * C + head * D,
+      .q_stride = 3 * C,
+      .rows = block.rows,
+      .first_position = block.position,
+      .blocks = seq.blocks,
+      .block_tokens = layout_.block_tokens,
+      .key_offset = layout_.Offset(layer, 0, head, 0) * size,
+      .value_offset = layout_.Offset(layer, 1, head, 0) * size,
+      .head_dim = D,
+      .scale = static_cast<float>(1.0 / std::sqrt(static_cast<double>(D))),
+      .scores = scores,
+      .scores_stride = T,
+      .out = s_.heads.data() + block.first_row * C + head * D,
+      .out_stride = C,
+  };
+  simd::Attend(args, seq.kv_dtype);
+  const int64_t last = seq.start + seq.count - 1;  // the traced row's position
+  if (layer == trace_layer && seq.trace != nullptr && last >= block.position && last < block.position + block.rows) {
+    const float* p = scores + (last - block.position) * T;  // its probabilities
+    std::copy(p, p + last + 1, seq.trace + head * (last + 1));
   }
 }
 
@@ -107,11 +115,12 @@ void ForwardStep::Attention(const WeightViews& w, std::span<const StepSequence> 
       const float* rope = w.rope + position * D;  // [D/2, 2]
       ApplyRope(q, rope, H, D);
       ApplyRope(k, rope, H, D);
-      float* block = sequences[row_sequence_[r]].blocks[position / bt];
+      const StepSequence& seq = sequences[row_sequence_[r]];
+      void* block = seq.blocks[position / bt];
       const int64_t slot = position % bt;
-      for (int64_t h = 0; h < H; ++h) {
-        std::copy(k + h * D, k + (h + 1) * D, block + layout_.Offset(layer, 0, h, slot));
-        std::copy(v + h * D, v + (h + 1) * D, block + layout_.Offset(layer, 1, h, slot));
+      for (int64_t h = 0; h < H; ++h) {  // narrowed to the KV dtype as stored
+        simd::FromFloat(k + h * D, D, seq.kv_dtype, Element(block, layout_.Offset(layer, 0, h, slot), seq.kv_dtype));
+        simd::FromFloat(v + h * D, D, seq.kv_dtype, Element(block, layout_.Offset(layer, 1, h, slot), seq.kv_dtype));
       }
     }
   });

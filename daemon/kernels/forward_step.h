@@ -16,13 +16,17 @@
 // whatever else is in the step and however its sequence's tokens were split into steps. Every
 // kernel reduces each row in an order that depends only on that row: MatVec and DotRows (row r of y
 // is independent of the other rows and of their number), RMSNorm and RoPE per row, SiLU per
-// element, softmax and the value sum per (row, head) over the row's own positions in order. Hence a
+// element, and attention (simd::Attend): scores, softmax and the value sum per (row, head) over the
+// row's own positions in order, whatever rows share the call and however the KV blocks split them. Hence a
 // prefill equals the same tokens decoded one by one, a prompt prefilled in one chunk equals it
 // prefilled in several, and a block computed for one sequence is exactly what another sequence with
 // the same prefix would compute (prefix sharing changes no result).
 //
-// No libtorch: weights and the RoPE table come in as views (model_views.h), KV blocks as float
-// pointers (daemon/model/kv_pool.h owns them). Shapes: C width, H heads, D = C/H, F = d_ff, V vocab,
+// KV blocks hold f32 or f16 elements (StepSequence::kv_dtype): a key or value is narrowed once as
+// it is written (simd::FromFloat, dtype.h's rounding) and read widened; every sum stays f32.
+//
+// No libtorch: weights and the RoPE table come in as views (model_views.h), KV blocks as pointers
+// (daemon/model/kv_pool.h owns them). Shapes: C width, H heads, D = C/H, F = d_ff, V vocab,
 // T context, bt = block tokens.
 
 #include <cstdint>
@@ -36,12 +40,12 @@
 namespace niels::daemon::kernels {
 
 // Where a position's keys and values live in a KV block: a block holds positions [i*bt, (i+1)*bt)
-// of one sequence as [L][2][H][bt][D] floats (keys 0, values 1).
+// of one sequence as [L][2][H][bt][D] elements (keys 0, values 1) of the sequence's KV dtype.
 struct KvBlockLayout {
   int64_t heads;         // H
   int64_t head_dim;      // D
   int64_t block_tokens;  // bt
-  // Float offset of (layer, keys 0 / values 1, head, slot) in a block.
+  // Element offset of (layer, keys 0 / values 1, head, slot) in a block.
   int64_t Offset(int64_t layer, int kv, int64_t head, int64_t slot) const {
     return (((layer * 2 + kv) * heads + head) * block_tokens + slot) * head_dim;
   }
@@ -54,7 +58,9 @@ struct StepSequence {
   int64_t start;          // positions already cached; start + count <= T
   // Block pointers covering positions [0, start + count): blocks[p / bt] holds position p. Blocks
   // are read for positions < start and written for the new ones.
-  float* const* blocks;
+  void* const* blocks;
+  // The element type of the blocks: f32 or f16.
+  Dtype kv_dtype;
   // Rows [logits_from, count) get logits (count - 1: the last token only; count: none).
   int64_t logits_from;
   // If not null: the attention probabilities of layer `trace_layer` for the LAST row, [H, start+count].
@@ -73,7 +79,7 @@ void FeedForward(const BlockWeightViews& block, const ModelShape& shape, const f
 // engine thread in nielsd. The pool may be shared with other users (WorkerPool::Run is safe).
 class ForwardStep {
  public:
-  // Queries whose attention scores one DotRows call computes (keys are read once for all of them).
+  // Queries whose attention one simd::Attend call computes (keys are read once for all of them).
   static constexpr int64_t kQueryBlock = 16;
 
   ForwardStep(ModelShape shape, int64_t block_tokens, std::shared_ptr<WorkerPool> pool);

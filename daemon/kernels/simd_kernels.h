@@ -8,6 +8,7 @@
 
 #include <cstdint>
 
+#include "daemon/kernels/attend_args.h"
 #include "daemon/kernels/dtype.h"
 
 namespace niels::daemon::kernels::simd {
@@ -30,6 +31,17 @@ void DotRows(Matrix w, int64_t in, const float* x, int64_t x_stride, int64_t row
 // per element; with `accumulate` the chain starts from out[i] instead of 0, so summing rows 0..m-1
 // in several calls (KV blocks) gives the same bits as one call over all of them.
 void WeightedSumRows(const float* p, Matrix rows, int64_t m, int64_t n, float* out, bool accumulate = false);
+
+// Causal attention of one head for args.rows consecutive query rows of one sequence over its KV
+// blocks of `kv_dtype` elements (attend_args.h): per row the scores q . k_j (j up to its own
+// position) times args.scale, their softmax (left in args.scores: the attention trace) and the
+// probability-weighted sum of the values into args.out. One call walks all the blocks (a decode
+// step is one call per head). The keys are read once for all the rows, in register tiles.
+// Bits: a row's scores, probabilities and output depend on its query, position and the sequence's
+// keys and values only -- not on the other rows, their number, or how positions are split into
+// blocks (every score and output column is one fixed chain of FMAs in position order; the softmax
+// is Softmax's). REQUIRES: rows >= 1, the blocks cover positions [0, first_position + rows).
+void Attend(const AttendArgs& args, Dtype kv_dtype);
 
 // dst[i] = src[i] as float / narrowed to `dtype` (dtype.h's rounding; the same bits in every
 // implementation).

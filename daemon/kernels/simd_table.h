@@ -9,6 +9,8 @@
 
 #include <cstdint>
 
+#include "daemon/kernels/attend_args.h"
+
 namespace niels::daemon::kernels::simd {
 
 // The arguments of DotRows (simd_kernels.h); dtype as in kernels::Dtype (0 f32, 1 f16, 2 bf16).
@@ -47,12 +49,21 @@ struct KernelTable {
   SiluMulFn silu_mul;
 };
 
+// Attend (simd_kernels.h) of one implementation, by KV dtype (simd_attention.h).
+using AttendFn = void (*)(const AttendArgs& args);
+struct AttentionTable {
+  AttendFn attend[3];  // indexed by dtype
+};
+
 const KernelTable& PortableTable();
+const AttentionTable& PortableAttentionTable();
 // f32 -> bf16, round to nearest even (scalar; every table uses it).
 void PortableF32ToBF16(const float* src, int64_t n, void* dst);
 #if defined(__x86_64__)
 const KernelTable& Avx2Table();    // REQUIRES (to call its functions): avx2, fma, f16c
+const AttentionTable& Avx2AttentionTable();      // the same
 const KernelTable& Avx512Table();  // REQUIRES: avx512f, avx512bw, avx512vl, avx512dq, fma, f16c
+const AttentionTable& Avx512AttentionTable();    // the same
 #endif
 
 }  // namespace niels::daemon::kernels::simd

@@ -6,6 +6,7 @@
 #include <string>
 #include <utility>
 
+#include "daemon/kernels/simd_kernels.h"
 
 namespace niels::daemon::model {
 namespace {
@@ -20,8 +21,8 @@ KvCache::KvCache(std::shared_ptr<KvPool> pool) : pool_(std::move(pool)) {
   if (!pool_) throw std::invalid_argument("KvCache needs a pool");
 }
 
-KvCache::KvCache(const ModelConfig& config)
-    : KvCache(std::make_shared<KvPool>(config, 4 * KvPool::BytesForOneSequence(config))) {}
+KvCache::KvCache(const ModelConfig& config, kernels::Dtype dtype)
+    : KvCache(std::make_shared<KvPool>(config, 4 * KvPool::BytesForOneSequence(config, dtype), dtype)) {}
 
 KvCache::~KvCache() {
   if (pool_) ReleaseBlocksFrom(0);
@@ -152,8 +153,8 @@ std::vector<float> KvCache::Gather(int64_t layer, int kv, int64_t upto) const {
   std::vector<float> out(static_cast<size_t>(H * upto * D));
   for (int64_t h = 0; h < H; ++h) {
     for (int64_t p = 0; p < upto; ++p) {
-      const float* src = pool_->data(blocks_[p / kBlockTokens]) + pool_->BlockOffset(layer, kv, h, p % kBlockTokens);
-      std::memcpy(out.data() + (h * upto + p) * D, src, static_cast<size_t>(D) * sizeof(float));
+      kernels::simd::ToFloat(pool_->Row(blocks_[p / kBlockTokens], layer, kv, h, p % kBlockTokens), pool_->dtype(), D,
+                             out.data() + (h * upto + p) * D);
     }
   }
   return out;

@@ -26,10 +26,10 @@ class KvCache {
  public:
   // An empty cache on `pool`. REQUIRES: pool not null.
   explicit KvCache(std::shared_ptr<KvPool> pool);
-  // An empty cache with a pool of its own that holds four sequences of T positions (for tools,
-  // tests and benchmarks: a sequence and a few Share()d copies of it; nielsd's sessions share the
-  // engine's pool).
-  explicit KvCache(const ModelConfig& config);
+  // An empty cache with a pool of its own, of `dtype` blocks, that holds four sequences of T
+  // positions (for tools, tests and benchmarks: a sequence and a few Share()d copies of it; nielsd's
+  // sessions share the engine's pool).
+  explicit KvCache(const ModelConfig& config, kernels::Dtype dtype = kernels::Dtype::kF32);
   ~KvCache();  // releases its blocks
   KvCache(KvCache&& other) noexcept;
   KvCache& operator=(KvCache&& other) noexcept;
@@ -71,7 +71,7 @@ class KvCache {
   // least tokens.size() positions, every layer of every position written.
   void Commit(std::span<const int32_t> tokens);
 
-  // Copies of positions [0, upto) of `layer` as floats [H, upto, D] (for tests and tools).
+  // Copies of positions [0, upto) of `layer` widened to floats [H, upto, D] (for tests and tools).
   // REQUIRES: upto <= length().
   std::vector<float> KeysAsFloats(int64_t layer, int64_t upto) const;
   std::vector<float> ValuesAsFloats(int64_t layer, int64_t upto) const;

@@ -34,27 +34,35 @@ size_t KvPool::IndexKeyHash::operator()(const IndexKey& k) const {
 
 namespace {
 
-size_t StrideBytes(int64_t block_floats) {
+size_t StrideBytes(int64_t block_elements, kernels::Dtype dtype) {
   const size_t page = PageSize();
-  return (static_cast<size_t>(block_floats) * sizeof(float) + page - 1) / page * page;
+  return (static_cast<size_t>(block_elements * kernels::DtypeSize(dtype)) + page - 1) / page * page;
 }
 
-int64_t BlockFloats(const ModelConfig& c) { return c.layers * 2 * c.heads * KvPool::kBlockTokens * c.head_dim(); }
+int64_t BlockElements(const ModelConfig& c) { return c.layers * 2 * c.heads * KvPool::kBlockTokens * c.head_dim(); }
+
+kernels::Dtype CheckedDtype(kernels::Dtype dtype) {
+  if (dtype != kernels::Dtype::kF32 && dtype != kernels::Dtype::kF16) {
+    throw std::invalid_argument("KvPool: KV blocks are f32 or f16, not " + std::string(kernels::DtypeName(dtype)));
+  }
+  return dtype;
+}
 
 }  // namespace
 
-uint64_t KvPool::BytesForOneSequence(const ModelConfig& config) {
+uint64_t KvPool::BytesForOneSequence(const ModelConfig& config, kernels::Dtype dtype) {
   const uint64_t blocks = static_cast<uint64_t>((config.context + kBlockTokens - 1) / kBlockTokens);
-  return blocks * StrideBytes(BlockFloats(config));
+  return blocks * StrideBytes(BlockElements(config), CheckedDtype(dtype));
 }
 
-KvPool::KvPool(const ModelConfig& config, uint64_t budget_bytes)
+KvPool::KvPool(const ModelConfig& config, uint64_t budget_bytes, kernels::Dtype dtype)
     : layers_(config.layers),
       heads_(config.heads),
       head_dim_(config.head_dim()),
-      block_floats_(BlockFloats(config)) {
-  const size_t stride_bytes = StrideBytes(block_floats_);
-  stride_floats_ = stride_bytes / sizeof(float);
+      block_elements_(BlockElements(config)),
+      dtype_(CheckedDtype(dtype)) {
+  const size_t stride_bytes = StrideBytes(block_elements_, dtype_);
+  stride_bytes_ = stride_bytes;
   capacity_ = static_cast<int32_t>(std::min<uint64_t>(budget_bytes / stride_bytes, INT32_MAX / 2));
   blocks_.resize(static_cast<size_t>(capacity_));
   if (capacity_ > 0) {
@@ -62,7 +70,7 @@ KvPool::KvPool(const ModelConfig& config, uint64_t budget_bytes)
     void* memory = ::mmap(nullptr, mapped_bytes_, PROT_READ | PROT_WRITE,
                           MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE, -1, 0);
     if (memory == MAP_FAILED) throw std::bad_alloc();
-    base_ = static_cast<float*>(memory);
+    base_ = static_cast<unsigned char*>(memory);
   }
   free_.reserve(static_cast<size_t>(capacity_));
   for (BlockId id = capacity_ - 1; id >= 0; --id) free_.push_back(id);  // lowest ids first
@@ -132,8 +140,7 @@ void KvPool::Evict(BlockId id) {
 }
 
 void KvPool::Release(BlockId id) {
-  const size_t bytes = stride_floats_ * sizeof(float);
-  ::madvise(data(id), bytes, MADV_DONTNEED);  // the pages go back; the block reads as zeros
+  ::madvise(data(id), stride_bytes_, MADV_DONTNEED);  // the pages go back; the block reads as zeros
   free_.push_back(id);
 }
 

@@ -4,7 +4,9 @@
 // idea is vLLM's PagedAttention with SGLang-style automatic prefix reuse).
 //
 // A block holds the keys and values of kBlockTokens consecutive positions of one sequence for every
-// layer, as floats laid out [L][2 (keys, values)][H][kBlockTokens][D] (BlockOffset). Each KvCache
+// layer, as elements of the pool's dtype (f32, or f16 for nielsd --kv-dtype f16: half the bytes)
+// laid out [L][2 (keys, values)][H][kBlockTokens][D] (BlockOffset). Writers narrow with
+// kernels::simd::FromFloat, readers widen through a kernels::Matrix of dtype(). Each KvCache
 // (kv_cache.h) owns a table of block ids; blocks are reference counted, so a fork or a shared prefix
 // costs no copy.
 //
@@ -30,6 +32,7 @@
 #include <unordered_map>
 #include <vector>
 
+#include "daemon/kernels/dtype.h"
 #include "daemon/model/config.h"
 
 namespace niels::daemon::model {
@@ -43,11 +46,12 @@ class KvPool {
   // The key of the (empty) prefix before a sequence's first block.
   static constexpr uint64_t kRootKey = 0;
 
-  // floor(budget_bytes / block stride) blocks of `config`'s shape (possibly none); the stride is a
-  // block's bytes rounded up to whole pages.
-  KvPool(const ModelConfig& config, uint64_t budget_bytes);
+  // floor(budget_bytes / block stride) blocks of `config`'s shape (possibly none) holding `dtype`
+  // elements; the stride is a block's bytes rounded up to whole pages. REQUIRES: dtype f32 or f16
+  // (std::invalid_argument otherwise).
+  KvPool(const ModelConfig& config, uint64_t budget_bytes, kernels::Dtype dtype = kernels::Dtype::kF32);
   // The budget that gives a pool of exactly enough blocks for one sequence of T positions.
-  static uint64_t BytesForOneSequence(const ModelConfig& config);
+  static uint64_t BytesForOneSequence(const ModelConfig& config, kernels::Dtype dtype = kernels::Dtype::kF32);
   ~KvPool();
   KvPool(const KvPool&) = delete;
   KvPool& operator=(const KvPool&) = delete;
@@ -55,10 +59,12 @@ class KvPool {
   int64_t layers() const { return layers_; }
   int64_t heads() const { return heads_; }
   int64_t head_dim() const { return head_dim_; }
-  // Floats of one block, and the bytes of KV memory one block stands for.
-  int64_t block_floats() const { return block_floats_; }
-  uint64_t block_bytes() const { return static_cast<uint64_t>(block_floats_) * sizeof(float); }
-  // Float offset in a block of (layer, keys (0) or values (1), head, slot): D floats follow.
+  // The element type of every block (f32 or f16).
+  kernels::Dtype dtype() const { return dtype_; }
+  // Elements of one block, and the bytes of KV memory one block stands for.
+  int64_t block_elements() const { return block_elements_; }
+  uint64_t block_bytes() const { return static_cast<uint64_t>(block_elements_ * kernels::DtypeSize(dtype_)); }
+  // Element offset in a block of (layer, keys (0) or values (1), head, slot): D elements follow.
   int64_t BlockOffset(int64_t layer, int kv, int64_t head, int64_t slot) const {
     return (((layer * 2 + kv) * heads_ + head) * kBlockTokens + slot) * head_dim_;
   }
@@ -76,7 +82,13 @@ class KvPool {
   uint64_t hit_tokens() const { return hit_tokens_; }
   uint64_t evictions() const { return evictions_; }
 
-  float* data(BlockId id) const { return base_ + static_cast<size_t>(id) * stride_floats_; }
+  // The first byte of block `id` (block_bytes() bytes of dtype() elements).
+  void* data(BlockId id) const { return base_ + static_cast<size_t>(id) * stride_bytes_; }
+  // The D elements of (layer, kv, head, slot) in block `id`.
+  void* Row(BlockId id, int64_t layer, int kv, int64_t head, int64_t slot) const {
+    return base_ + static_cast<size_t>(id) * stride_bytes_ +
+           BlockOffset(layer, kv, head, slot) * kernels::DtypeSize(dtype_);
+  }
 
   // A block with one reference, unregistered, its contents undefined: a free one, else the least
   // recently released cached one (evicted from the index), else one the reclaimer released;
@@ -123,10 +135,11 @@ class KvPool {
   void Evict(BlockId id);
   void Release(BlockId id);  // gives the block's pages back and puts it on the free list
 
-  int64_t layers_, heads_, head_dim_, block_floats_;
-  size_t stride_floats_ = 0;  // block stride, a whole number of pages
+  int64_t layers_, heads_, head_dim_, block_elements_;
+  kernels::Dtype dtype_;
+  size_t stride_bytes_ = 0;  // block stride, a whole number of pages
   int32_t capacity_ = 0;
-  float* base_ = nullptr;
+  unsigned char* base_ = nullptr;
   size_t mapped_bytes_ = 0;
   std::vector<Block> blocks_;
   std::vector<BlockId> free_;

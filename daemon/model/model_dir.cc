@@ -41,7 +41,7 @@ StatusOr<std::unique_ptr<Model>> LoadModelDir(const std::filesystem::path& dir,
   model->config = *config;
   model->weights_file = std::static_pointer_cast<const SafetensorsFile>(weights->backing.front());
   try {
-    model->transformer = std::make_unique<Transformer>(*config, std::move(*weights), std::move(pool));
+    model->transformer = std::make_unique<Transformer>(*config, std::move(*weights), std::move(pool), options.kv_dtype);
   } catch (const std::exception& e) {
     return Status::Internal(dir.string() + ": building the transformer failed: " + e.what());
   }

@@ -25,10 +25,13 @@ struct Model {
   std::shared_ptr<const SafetensorsFile> weights_file;
 };
 
-// How a process keeps a loaded model (nielsd --dtype).
+// How a process keeps a loaded model (nielsd --dtype, --kv-dtype).
 struct ModelDirOptions {
   // The dtype of the weight matrices in memory; nullopt = the file's (no conversion, no copy).
   std::optional<kernels::Dtype> dtype;
+  // The element type of KV caches (f32 or f16): the transformer's own (Forward) cache, and the
+  // engine's KV pool (EngineOptions::model_options).
+  kernels::Dtype kv_dtype = kernels::Dtype::kF32;
 };
 
 // Errors name the file (and the key or tensor): see LoadModelConfig, LoadWeights, Tokenizer::Load;

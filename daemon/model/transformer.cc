@@ -40,13 +40,14 @@ std::vector<float> RopeTable(const ModelConfig& config) {
   return table;
 }
 
-Transformer::Transformer(ModelConfig config, Weights weights, std::shared_ptr<kernels::WorkerPool> pool)
+Transformer::Transformer(ModelConfig config, Weights weights, std::shared_ptr<kernels::WorkerPool> pool,
+                         kernels::Dtype kv_dtype)
     : config_(std::move(config)),
       weights_(std::move(weights)),
       rope_(RopeTable(config_)),
       views_(ViewsOf(weights_, rope_)),
       step_(ShapeOf(config_), KvPool::kBlockTokens, std::move(pool)),
-      scratch_pool_(std::make_shared<KvPool>(config_, KvPool::BytesForOneSequence(config_))) {}
+      scratch_pool_(std::make_shared<KvPool>(config_, KvPool::BytesForOneSequence(config_, kv_dtype), kv_dtype)) {}
 
 std::vector<float> Transformer::Step(std::span<const SequenceInput> inputs, int64_t trace_layer) const {
   if (inputs.empty()) Fail("Step: no input");
@@ -82,7 +83,7 @@ std::vector<float> Transformer::Step(std::span<const SequenceInput> inputs, int6
   for (size_t i = 0; i < inputs.size(); ++i) {
     const SequenceInput& input = inputs[i];
     const int64_t n = static_cast<int64_t>(input.tokens.size());
-    std::vector<float*>& pointers = block_pointers_[i];
+    std::vector<void*>& pointers = block_pointers_[i];
     pointers.clear();
     for (BlockId id : input.cache->block_ids()) pointers.push_back(input.cache->pool().data(id));
     float* trace = nullptr;
@@ -90,7 +91,7 @@ std::vector<float> Transformer::Step(std::span<const SequenceInput> inputs, int6
       input.trace->assign(static_cast<size_t>(config_.heads * (input.cache->length() + n)), 0.0f);  // [H, length]
       trace = input.trace->data();
     }
-    sequences_[i] = {input.tokens.data(), n, input.cache->length(), pointers.data(),
+    sequences_[i] = {input.tokens.data(), n, input.cache->length(), pointers.data(), input.cache->pool().dtype(),
                      input.all_logits ? 0 : (input.want_logits ? n - 1 : n), trace};
   }
   std::vector<float> logits(static_cast<size_t>(logits_rows * config_.vocab_size));  // [n, V]

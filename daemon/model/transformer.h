@@ -37,11 +37,16 @@ std::vector<float> RopeTable(const ModelConfig& config);
 class Transformer final : public LanguageModel {
  public:
   // pool: the kernels' threads (shared with whoever else uses it); nullptr = a 1-thread pool.
+  // kv_dtype: the KV blocks of Forward's private cache (f32 or f16); the caches given to Prefill,
+  // Decode and Step may be of either dtype (their pool's).
   // REQUIRES: the weights' shapes match `config` (LoadWeights checks a file).
-  Transformer(ModelConfig config, Weights weights, std::shared_ptr<kernels::WorkerPool> pool = nullptr);
+  Transformer(ModelConfig config, Weights weights, std::shared_ptr<kernels::WorkerPool> pool = nullptr,
+              kernels::Dtype kv_dtype = kernels::Dtype::kF32);
 
   const ModelConfig& config() const override { return config_; }
   const Weights& weights() const { return weights_; }
+  // The KV dtype of Forward's cache (the process's --kv-dtype in nielsd).
+  kernels::Dtype kv_dtype() const { return scratch_pool_->dtype(); }
 
   // See LanguageModel for the contracts. Violated REQUIREs throw std::invalid_argument before any
   // cache is touched; a full KV pool throws KvExhausted.
@@ -59,7 +64,7 @@ class Transformer final : public LanguageModel {
   mutable kernels::ForwardStep step_;     // its scratch is reused from call to call
   std::shared_ptr<KvPool> scratch_pool_;  // Forward's cache: T positions
   mutable std::vector<kernels::StepSequence> sequences_;  // the inputs of the last step, reused
-  mutable std::vector<std::vector<float*>> block_pointers_;
+  mutable std::vector<std::vector<void*>> block_pointers_;
 };
 
 }  // namespace niels::daemon::model

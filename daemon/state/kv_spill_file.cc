@@ -26,7 +26,6 @@ namespace {
 
 constexpr std::array<char, 8> kMagic = {'N', 'I', 'E', 'L', 'S', 'K', 'V', '\0'};
 constexpr uint32_t kFormatVersion = 1;
-constexpr uint32_t kDtypeF32 = 1;
 constexpr size_t kFingerprintBytes = 32;
 
 #pragma pack(push, 1)
@@ -55,7 +54,7 @@ FileHeader MakeHeader(const KvSpillHeader& header) {
   FileHeader file{};
   file.magic = kMagic;
   file.version = kFormatVersion;
-  file.dtype = kDtypeF32;
+  file.dtype = static_cast<uint32_t>(header.dtype);
   file.layers = header.layers;
   file.heads = header.heads;
   file.head_dim = header.head_dim;
@@ -70,6 +69,13 @@ common::Status Damaged(const fs::path& path, std::string_view problem) {
   return common::Status::Internal(fmt::format("damaged KV spill file {}: {}", path.string(), problem));
 }
 
+// "f32", "f16" or the code of an unknown dtype, for messages.
+std::string DtypeLabel(uint32_t code) {
+  if (code == static_cast<uint32_t>(KvSpillDtype::kF32)) return "f32";
+  if (code == static_cast<uint32_t>(KvSpillDtype::kF16)) return "f16";
+  return fmt::format("code {}", code);
+}
+
 // A read-only mapping of a whole file.
 struct Mapping {
   const uint8_t* data = nullptr;
@@ -81,11 +87,13 @@ struct Mapping {
 
 }  // namespace
 
+uint32_t KvSpillDtypeSize(KvSpillDtype dtype) { return dtype == KvSpillDtype::kF16 ? 2 : 4; }
+
 uint64_t HashTokens(std::span<const int32_t> tokens) { return XXH3_64bits(tokens.data(), tokens.size_bytes()); }
 
 uint64_t KvSpillFileBytes(const KvSpillHeader& header) {
   const uint64_t per_range = static_cast<uint64_t>(header.heads) * header.head_dim *
-                             static_cast<uint64_t>(header.positions) * sizeof(float);
+                             static_cast<uint64_t>(header.positions) * KvSpillDtypeSize(header.dtype);
   return sizeof(FileHeader) + 2ull * header.layers * (sizeof(RangeHeader) + per_range) + sizeof(uint64_t);
 }
 
@@ -134,13 +142,17 @@ common::Status KvSpillWriter::Write(const void* data, size_t bytes) {
   return common::Status::Ok();
 }
 
-common::Status KvSpillWriter::AddRange(uint32_t layer, KvKind kind, int64_t begin, int64_t count, const float* base,
+common::Status KvSpillWriter::AddRange(uint32_t layer, KvKind kind, int64_t begin, int64_t count, const void* base,
                                        int64_t head_stride) {
   const RangeHeader range{layer, static_cast<uint32_t>(kind), static_cast<uint64_t>(begin),
                           static_cast<uint64_t>(count)};
   NIELS_RETURN_IF_ERROR(Write(&range, sizeof(range)));
-  const size_t head_bytes = static_cast<size_t>(count) * header_.head_dim * sizeof(float);
-  for (uint32_t h = 0; h < header_.heads; ++h) NIELS_RETURN_IF_ERROR(Write(base + h * head_stride, head_bytes));
+  const size_t element = KvSpillDtypeSize(header_.dtype);
+  const size_t head_bytes = static_cast<size_t>(count) * header_.head_dim * element;
+  const auto* bytes = static_cast<const unsigned char*>(base);
+  for (uint32_t h = 0; h < header_.heads; ++h) {
+    NIELS_RETURN_IF_ERROR(Write(bytes + static_cast<size_t>(h * head_stride) * element, head_bytes));
+  }
   return common::Status::Ok();
 }
 
@@ -203,8 +215,10 @@ common::Status ReadKvSpill(const fs::path& path, const KvSpillHeader& expected,
   FileHeader header{};
   std::memcpy(&header, map.data, sizeof(header));
   const FileHeader want = MakeHeader(expected);
-  if (header.magic != kMagic || header.version != kFormatVersion || header.dtype != kDtypeF32) {
-    return Damaged(path, "not a version 1 f32 KV spill file");
+  if (header.magic != kMagic || header.version != kFormatVersion) return Damaged(path, "not a version 1 KV spill file");
+  if (header.dtype != want.dtype) {
+    return Damaged(path, fmt::format("holds dtype {} where {} is expected (written under another --kv-dtype)",
+                                     DtypeLabel(header.dtype), DtypeLabel(want.dtype)));
   }
   if (header.fingerprint != want.fingerprint) return Damaged(path, "written by another model");
   if (header.layers != want.layers || header.heads != want.heads || header.head_dim != want.head_dim) {
@@ -220,7 +234,8 @@ common::Status ReadKvSpill(const fs::path& path, const KvSpillHeader& expected,
     size_t data_offset;
   };
   std::vector<Located> ranges;
-  const uint64_t floats_per_position = static_cast<uint64_t>(header.heads) * header.head_dim;
+  const uint64_t bytes_per_position =
+      static_cast<uint64_t>(header.heads) * header.head_dim * KvSpillDtypeSize(expected.dtype);
   size_t offset = sizeof(FileHeader);
   while (offset < body) {
     if (body - offset < sizeof(RangeHeader)) return Damaged(path, "truncated range");
@@ -231,7 +246,7 @@ common::Status ReadKvSpill(const fs::path& path, const KvSpillHeader& expected,
         range.count > header.positions - range.begin) {
       return Damaged(path, "range outside the cache");
     }
-    const uint64_t bytes = range.count * floats_per_position * sizeof(float);
+    const uint64_t bytes = range.count * bytes_per_position;
     if (bytes > body - offset) return Damaged(path, "truncated range data");
     ranges.push_back({range, offset});
     offset += bytes;
@@ -261,7 +276,7 @@ common::Status ReadKvSpill(const fs::path& path, const KvSpillHeader& expected,
     range.kind = static_cast<KvKind>(located.range.kind);
     range.begin = static_cast<int64_t>(located.range.begin);
     range.count = static_cast<int64_t>(located.range.count);
-    range.data = reinterpret_cast<const float*>(map.data + located.data_offset);
+    range.data = map.data + located.data_offset;
     sink(range);
   }
   return common::Status::Ok();

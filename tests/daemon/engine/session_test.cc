@@ -30,7 +30,7 @@ void FillCache(model::KvCache& cache, std::span<const int32_t> tokens) {
   const int64_t start = cache.length();
   ASSERT_TRUE(cache.PrepareWrite(static_cast<int64_t>(tokens.size())));
   for (int64_t p = start; p < start + static_cast<int64_t>(tokens.size()); ++p) {
-    float* block = pool.data(cache.block_ids()[p / model::KvPool::kBlockTokens]);
+    auto* block = static_cast<float*>(pool.data(cache.block_ids()[p / model::KvPool::kBlockTokens]));
     for (int64_t layer = 0; layer < pool.layers(); ++layer) {
       for (int64_t h = 0; h < pool.heads(); ++h) {
         for (int64_t d = 0; d < pool.head_dim(); ++d) {

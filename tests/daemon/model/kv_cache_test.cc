@@ -41,7 +41,7 @@ bool Append(KvCache& cache, const std::vector<int32_t>& tokens) {
   if (!cache.PrepareWrite(static_cast<int64_t>(tokens.size()))) return false;
   for (size_t i = 0; i < tokens.size(); ++i) {
     const int64_t p = start + static_cast<int64_t>(i);
-    float* block = pool.data(cache.block_ids()[p / kBt]);
+    auto* block = static_cast<float*>(pool.data(cache.block_ids()[p / kBt]));
     for (int64_t layer = 0; layer < pool.layers(); ++layer) {
       for (int64_t h = 0; h < pool.heads(); ++h) {
         float* k = block + pool.BlockOffset(layer, 0, h, p % kBt);

@@ -122,25 +122,29 @@ TEST_F(TransformerTest, AgreesWithNaiveScalarReference) {
   EXPECT_GT(expected.std().item<float>(), 0.1);
 }
 
-// Every kernel implementation this CPU runs (AVX-512, AVX2, portable), with every weight dtype: the
-// same logits as the scalar reference on the same weights, and prefill, decode and the uncached
-// forward bitwise equal to each other.
+// Every kernel implementation this CPU runs (AVX-512, AVX2, portable), with every weight dtype and
+// both KV dtypes: the same logits as the scalar reference on the same weights (rounding cached keys
+// and values to f16 for an f16 KV cache; see forward_step_test.cc for the tolerance), and prefill,
+// decode and the uncached forward bitwise equal to each other.
 TEST_F(TransformerTest, EveryIsaAndDtypeAgreesWithTheScalarReference) {
   const auto tokens = RandomTokens(24, 20);
   for (kernels::simd::Isa isa : {kernels::simd::Isa::kAvx512, kernels::simd::Isa::kAvx2, kernels::simd::Isa::kPortable}) {
     if (!kernels::simd::ForceIsaForTesting(isa)) continue;
     for (kernels::Dtype dtype : {kernels::Dtype::kF32, kernels::Dtype::kF16, kernels::Dtype::kBF16}) {
       SCOPED_TRACE(std::string(kernels::simd::Name()) + " " + std::string(kernels::DtypeName(dtype)));
-      auto weights = ConvertWeights(TinyWeights(), dtype);
-      ASSERT_TRUE(weights.ok());
-      const Transformer model(config_, *weights);
-      const std::vector<float> full = model.Forward(tokens);
-      const ScalarReference reference(config_, model.weights(), ScalarReference::RopePairs::kAdjacent);
-      EXPECT_LT(MaxAbsDiff(Rows(full, V()), reference.Forward(tokens)), 1e-4);
-      KvCache cache(config_);
-      const std::span<const int32_t> all(tokens);
-      EXPECT_EQ(model.Prefill(all.first(9), cache, true), SliceRows(full, V(), 0, 9));
-      EXPECT_EQ(DecodeEach(model, all.subspan(9), cache), SliceRows(full, V(), 9, 15));
+      for (kernels::Dtype kv : {kernels::Dtype::kF32, kernels::Dtype::kF16}) {
+        SCOPED_TRACE("KV " + std::string(kernels::DtypeName(kv)));
+        auto weights = ConvertWeights(TinyWeights(), dtype);
+        ASSERT_TRUE(weights.ok());
+        const Transformer model(config_, *weights, nullptr, kv);
+        const std::vector<float> full = model.Forward(tokens);
+        const ScalarReference reference(config_, model.weights(), ScalarReference::RopePairs::kAdjacent, kv);
+        EXPECT_LT(MaxAbsDiff(Rows(full, V()), reference.Forward(tokens)), kv == kernels::Dtype::kF32 ? 1e-4 : 2e-3);
+        KvCache cache(config_, kv);
+        const std::span<const int32_t> all(tokens);
+        EXPECT_EQ(model.Prefill(all.first(9), cache, true), SliceRows(full, V(), 0, 9));
+        EXPECT_EQ(DecodeEach(model, all.subspan(9), cache), SliceRows(full, V(), 9, 15));
+      }
     }
   }
   kernels::simd::ForceIsaForTesting(kernels::simd::Detected());
@@ -223,6 +227,31 @@ TEST_F(TransformerTest, KvBytesGrowWithCachedTokensNotContext) {
   KvCache full(config_);
   model_.Prefill(RandomTokens(config_.context, 15), full);
   EXPECT_EQ(full.bytes(), config_.context * per_position);
+}
+
+// An f16 KV cache takes half the bytes of an f32 one, moves the logits only by f16 rounding of
+// the keys and values (a 2^-11 relative step: the logits stay within 1e-2 of the f32 cache's here,
+// yet differ), and sharing a prefix of its blocks changes no result bit.
+TEST_F(TransformerTest, F16KvHalvesTheBytesAndSharesPrefixesExactly) {
+  const Transformer f16_model(config_, TinyWeights(), nullptr, kernels::Dtype::kF16);
+  const auto tokens = RandomTokens(config_.context, 16);
+  KvCache f32_cache(config_), f16_cache(config_, kernels::Dtype::kF16);
+  const std::vector<float> f32_logits = model_.Prefill(tokens, f32_cache, true);
+  const std::vector<float> f16_logits = f16_model.Prefill(tokens, f16_cache, true);
+  EXPECT_EQ(2 * f16_cache.bytes(), f32_cache.bytes());
+  EXPECT_EQ(2 * f16_cache.pool().block_bytes(), f32_cache.pool().block_bytes());
+  EXPECT_NE(f16_logits, f32_logits);
+  EXPECT_LT(MaxAbsDiff(Rows(f16_logits, V()), Rows(f32_logits, V())), 1e-2);
+  EXPECT_EQ(f16_logits, f16_model.Forward(tokens));
+  // A second sequence with the same first 16 tokens (one full block) starts from the first one's
+  // registered block and prefills the rest: the same logits as prefilling everything itself.
+  std::vector<int32_t> other = RandomTokens(24, 17);
+  std::copy(tokens.begin(), tokens.begin() + 16, other.begin());
+  KvCache shared(f16_cache.shared_pool());
+  ASSERT_EQ(shared.AttachPrefix(other), 16);
+  EXPECT_EQ(shared.shared_blocks(), 1);
+  const std::span<const int32_t> rest = std::span<const int32_t>(other).subspan(16);
+  EXPECT_EQ(f16_model.Prefill(rest, shared, true), SliceRows(f16_model.Forward(other), V(), 16, 8));
 }
 
 TEST_F(TransformerTest, AttentionTraceRowsAreDistributions) {

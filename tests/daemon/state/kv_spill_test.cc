@@ -80,7 +80,7 @@ common::Status ReadInto(const fs::path& path, const KvSpillHeader& header, FakeC
     for (uint32_t h = 0; h < kHeads; ++h) {
       for (int64_t p = 0; p < range.count; ++p) {
         for (uint32_t d = 0; d < kHeadDim; ++d) {
-          out.at(range.kind, range.layer, h, range.begin + p, d) = range.data[(h * range.count + p) * kHeadDim + d];
+          out.at(range.kind, range.layer, h, range.begin + p, d) = static_cast<const float*>(range.data)[(h * range.count + p) * kHeadDim + d];
         }
       }
     }
