@@ -128,6 +128,16 @@ inline void ValueTail(const AttendArgs& a, const float* prob, int64_t m, int64_t
   Isa::StoreF32Tail(out + c0, acc, left);
 }
 
+// Asks for the `rows` KV rows (keys or values) of one block at `offset` into L2: the blocks of a
+// sequence lie anywhere in the pool, so the hardware prefetcher, which follows one address stream,
+// starts over at every block.
+template <class W>
+inline void PrefetchKvRows(const AttendArgs& a, int64_t block, int64_t offset, int64_t rows) {
+  const auto* p = reinterpret_cast<const unsigned char*>(KvRows<W>(a, block, offset));
+  const int64_t bytes = rows * a.head_dim * static_cast<int64_t>(sizeof(typename W::T));
+  for (int64_t i = 0; i < bytes; i += 64) __builtin_prefetch(p + i, /*rw=*/0, /*locality=*/2);
+}
+
 template <class W>
 void AttendImpl(const AttendArgs& a) {
   const int64_t bt = a.block_tokens, D = a.head_dim;
@@ -135,6 +145,10 @@ void AttendImpl(const AttendArgs& a) {
   for (int64_t first = 0, b = 0; first < end; first += bt, ++b) {
     const typename W::T* keys = KvRows<W>(a, b, a.key_offset);
     const int64_t n = end - first < bt ? end - first : bt;
+    // While this block's scores are computed: the next block's keys, this block's values (the
+    // value pass below reads them, block by block in the same order).
+    if (first + bt < end) PrefetchKvRows<W>(a, b + 1, a.key_offset, end - first - bt < bt ? end - first - bt : bt);
+    PrefetchKvRows<W>(a, b, a.value_offset, n);
     int64_t j = 0;
     for (; j + 4 <= n; j += 4) ScoreKeys<W, 4>(a, keys, j, first);
     for (; j < n; ++j) ScoreKeys<W, 1>(a, keys, j, first);
