@@ -354,7 +354,9 @@ TEST_F(KvSharingTest, OverflowDropsWholeTurnsDownToTheLowWaterMarkAndEqualsTheFu
       EXPECT_LE(kept_length(dropped), kSmallContext / 2) << "turn " << i;
       EXPECT_GT(kept_length(dropped - 1), kSmallContext / 2) << "turn " << i;
       EXPECT_EQ(chat.stats().reused_tokens(), static_cast<int64_t>(system_ids.size()));
-      if (truncations > 1) EXPECT_GE(turns_since_truncation, 2) << "the re-prefill must not come every turn";
+      if (truncations > 1) {
+        EXPECT_GE(turns_since_truncation, 2) << "the re-prefill must not come every turn";
+      }
       turns_since_truncation = 0;
     } else {
       EXPECT_LE(kept_length(0) + 8, kSmallContext) << "turn " << i;
