@@ -61,8 +61,9 @@ inline void DotTile(const DotRowsArgs& a, int64_t o, int64_t r, bool prefetch) {
   // With `prefetch`, the same columns of the weight rows two tiles ahead (rows below
   // a.prefetch_end: this call's, or the next block's of the same product) are asked into L2 now. A
   // decode step streams every weight from memory once, and the hardware prefetcher alone keeps too
-  // few lines in flight (rows are short, and each tile starts RM new streams). Measured on the
-  // 2-core EPYC: 1.3-2x faster matrix-vector products, 1.5x faster 8-row products, prefill +0-8%.
+  // few lines in flight (rows are short, and each tile starts RM new streams). A matrix-vector
+  // microbenchmark on personal-shaped weights, before/after in one run on the 2-vCPU AMD EPYC:
+  // f16 1 row 1.46 -> 0.67 ms, f32 8 rows 4.0 -> 2.55 ms.
   // (Without, the tile's own rows: a no-op that keeps the loop free of branches.)
   const auto* ahead = prefetch ? w0 + 2 * RM * a.in : w0;
   for (; k + kLanes <= a.in; k += kLanes) {
