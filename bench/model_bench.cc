@@ -5,9 +5,11 @@
 // Prints medians over --repeats runs of: prefill tokens/s (a --prompt-token prompt into an empty
 // cache, last position's logits only, as a chat prefill), cached decode tokens/s (B = 1, and a batch
 // of --batch sessions), uncached decode tokens/s (a full forward per token, the --no-kv-cache path),
-// the weight bytes a decode step reads, the KV bytes a cached token takes, the machine's read bandwidth (a sum over a large buffer on
-// all cores: what decode does with the weights) and decode as a fraction of that bound, plus the
-// memcpy bandwidth as STREAM counts it. Then start-up: nielsd launched on a model directory of this shape
+// the weight bytes a decode step reads, the KV bytes a cached token takes, the machine's read bandwidth
+// (a sum over a large buffer on all cores, sampled between the decode runs so that both see the
+// same machine: on a shared host it moves by a third between minutes) and decode as a fraction of
+// two bounds: read bandwidth / weight bytes, and read bandwidth / everything a step reads (weights
+// plus the KV cache at the decode's context length), plus the memcpy bandwidth as STREAM counts it. Then start-up: nielsd launched on a model directory of this shape
 // and dtype, the time until it sends READY=1 (sd_notify) and until an Info request is answered.
 // With --json every figure is one JSON line.
 //
@@ -128,28 +130,36 @@ double MeasureBandwidth(int64_t bytes, int threads, int repeats) {
 }
 
 // Read-only bandwidth in bytes/s: `threads` threads each sum a slice of a `bytes` buffer (what a
-// decode step does with the weights: it only reads them).
-double MeasureReadBandwidth(int64_t bytes, int threads, int repeats) {
-  const int64_t words = bytes / static_cast<int64_t>(sizeof(uint64_t));
-  std::unique_ptr<uint64_t[]> src(new uint64_t[words]);
-  for (int64_t i = 0; i < words; ++i) src[i] = static_cast<uint64_t>(i);  // touch every page
-  const int64_t slice = words / threads;
-  std::vector<uint64_t> sums(threads);
-  return MedianOf(repeats, [&] {
+// decode step does with the weights and the KV cache: it only reads them). One Sample() is one pass.
+class ReadBandwidthProbe {
+ public:
+  ReadBandwidthProbe(int64_t bytes, int threads)
+      : words_(bytes / static_cast<int64_t>(sizeof(uint64_t))), threads_(threads), src_(new uint64_t[words_]),
+        sums_(threads) {
+    for (int64_t i = 0; i < words_; ++i) src_[i] = static_cast<uint64_t>(i);  // touch every page
+  }
+  double Sample() {
+    const int64_t slice = words_ / threads_;
     const auto start = Clock::now();
     std::vector<std::thread> workers;
-    for (int t = 0; t < threads; ++t) {
+    for (int t = 0; t < threads_; ++t) {
       workers.emplace_back([&, t] {
-        const uint64_t* p = src.get() + t * slice;
+        const uint64_t* p = src_.get() + t * slice;
         uint64_t a = 0, b = 0, c = 0, d = 0;  // four chains so the adds keep up with memory
         for (int64_t i = 0; i + 3 < slice; i += 4) a += p[i], b += p[i + 1], c += p[i + 2], d += p[i + 3];
-        sums[t] = a + b + c + d;
+        sums_[t] = a + b + c + d;
       });
     }
     for (auto& w : workers) w.join();
-    return static_cast<double>(slice * threads * sizeof(uint64_t)) / Seconds(start);
-  });
-}
+    return static_cast<double>(slice * threads_ * sizeof(uint64_t)) / Seconds(start);
+  }
+
+ private:
+  int64_t words_;
+  int threads_;
+  std::unique_ptr<uint64_t[]> src_;
+  std::vector<uint64_t> sums_;
+};
 
 struct Startup {
   double ready_ms = 0, info_ms = 0;
@@ -168,6 +178,9 @@ struct Results {
   std::optional<KvDelta> kv_delta;
   double prefill_tok_s = 0, decode_tok_s = 0, batched_decode_tok_s = 0, uncached_decode_tok_s = 0;
   double kv_bytes_per_token = 0, bandwidth = 0, read_bandwidth = 0, weight_bytes = 0;
+  // KV bytes one B = 1 decode step reads, averaged over the measured steps (2 x L x C elements per
+  // position it attends to).
+  double decode_kv_read_bytes = 0;
   int64_t prefill_len = 0, decode_start = 0, context = 0;
   std::optional<Startup> startup;
 };
@@ -212,7 +225,7 @@ KvDelta MeasureKvDelta(const Transformer& f16_kv, const Transformer& f32_kv, int
   return d;
 }
 
-void RunModel(const Options& o, const Transformer& model, Results& r) {
+void RunModel(const Options& o, const Transformer& model, ReadBandwidthProbe& bandwidth, Results& r) {
   const ModelConfig& c = model.config();
   r.weight_bytes = static_cast<double>(model.weights().bytes());
   r.prefill_len = std::min(o.prompt, c.context);
@@ -247,8 +260,20 @@ void RunModel(const Options& o, const Transformer& model, Results& r) {
   };
   std::vector<KvCache> single;
   single.emplace_back(c, model.kv_dtype());
-  r.decode_tok_s = MedianOf(o.repeats, [&] { return decode(single); });
+  // The read bandwidth is sampled before every decode run and after the last one; its median is
+  // the bound's.
+  std::vector<double> read_samples;
+  r.decode_tok_s = MedianOf(o.repeats, [&] {
+    read_samples.push_back(bandwidth.Sample());
+    return decode(single);
+  });
+  read_samples.push_back(bandwidth.Sample());
+  r.read_bandwidth = Median(read_samples);
   r.kv_bytes_per_token = static_cast<double>(single[0].bytes()) / static_cast<double>(single[0].length());
+  // Step i (from 0) attends to decode_start + i + 1 positions.
+  const double mean_positions = static_cast<double>(r.decode_start) + static_cast<double>(steps + 1) / 2.0;
+  r.decode_kv_read_bytes = mean_positions * 2.0 * static_cast<double>(c.layers * c.width) *
+                           static_cast<double>(daemon::kernels::DtypeSize(model.kv_dtype()));
   std::vector<KvCache> batch;
   for (int64_t b = 0; b < o.batch; ++b) batch.emplace_back(c, model.kv_dtype());
   r.batched_decode_tok_s = MedianOf(o.repeats, [&] { return decode(batch); });
@@ -392,6 +417,8 @@ void Print(const Options& o, const Transformer& model, const Results& r, const d
   const std::string kv_dtype(daemon::kernels::DtypeName(model.kv_dtype()));
   const double read_bound = r.read_bandwidth / r.weight_bytes;
   const double read_fraction = r.decode_tok_s / read_bound;
+  const double step_bytes = r.weight_bytes + r.decode_kv_read_bytes;
+  const double step_read_bound = r.read_bandwidth / step_bytes;
   const double copy_bound = r.bandwidth / r.weight_bytes;
   if (o.json) {
     auto line = [&](const char* metric, double value, const char* unit) {
@@ -417,6 +444,9 @@ void Print(const Options& o, const Transformer& model, const Results& r, const d
     line("mem_read_bandwidth_gb_s", r.read_bandwidth / 1e9, "GB/s");
     line("decode_read_bound_tok_s", read_bound, "tokens/s");
     line("decode_fraction_of_read_bound", read_fraction, "ratio");
+    line("decode_step_read_bytes", step_bytes, "bytes");
+    line("decode_step_read_bound_tok_s", step_read_bound, "tokens/s");
+    line("decode_fraction_of_step_read_bound", r.decode_tok_s / step_read_bound, "ratio");
     if (r.startup) {
       line("startup_ready_ms", r.startup->ready_ms, "ms");
       line("startup_info_ms", r.startup->info_ms, "ms");
@@ -448,10 +478,14 @@ void Print(const Options& o, const Transformer& model, const Results& r, const d
                 d.max_abs, d.mean_abs, (long long)d.argmax_differs, (long long)d.tokens, (long long)d.prompts,
                 (long long)d.prompt_len, (long long)d.steps);
   }
-  std::printf("read bandwidth   %9.2f GB/s (sum over a buffer on all %u cores: what decode does with weights)\n",
+  std::printf("read bandwidth   %9.2f GB/s (sum over a buffer on all %u cores, median of samples between the "
+              "decode runs)\n",
               r.read_bandwidth / 1e9, std::thread::hardware_concurrency());
-  std::printf("read bound       %9.1f tokens/s  (read bandwidth / weight bytes)\n", read_bound);
-  std::printf("decode / read bound %6.2f\n", read_fraction);
+  std::printf("read bound       %9.1f tokens/s  (read bandwidth / weight bytes); decode / it %.2f\n", read_bound,
+              read_fraction);
+  std::printf("step read bound  %9.1f tokens/s  (read bandwidth / (weights + %.1f MB of KV a step reads at the "
+              "decode's mean context)); decode / it %.2f\n",
+              step_read_bound, r.decode_kv_read_bytes / 1e6, r.decode_tok_s / step_read_bound);
   std::printf("memory bandwidth %9.2f GB/s (memcpy, read + write bytes counted as STREAM Copy); decode / that "
               "bound %.2f\n",
               r.bandwidth / 1e9, r.decode_tok_s / copy_bound);
@@ -577,8 +611,8 @@ int Main(int argc, char** argv) {
   // The machine's bandwidth: every core reads, whatever --threads says.
   const int cores = static_cast<int>(std::max(1u, std::thread::hardware_concurrency()));
   r.bandwidth = MeasureBandwidth(o.bandwidth_mib << 20, cores, std::max(o.repeats, 5));
-  r.read_bandwidth = MeasureReadBandwidth(o.bandwidth_mib << 20, cores, std::max(o.repeats, 5));
-  RunModel(o, *model, r);
+  ReadBandwidthProbe read_bandwidth(o.bandwidth_mib << 20, cores);
+  RunModel(o, *model, read_bandwidth, r);
   if (kv_dtype == Dtype::kF16 && o.kv_delta_prompts > 0) {
     const Transformer f32_kv(model->config(), model->weights(), pool, Dtype::kF32);
     r.kv_delta = MeasureKvDelta(*model, f32_kv, o.kv_delta_prompts, 64, 64);
