@@ -165,8 +165,3 @@ void AttendImpl(const AttendArgs& a) {
     if (c < D) ValueTail<W>(a, prob, m, c, out);
   }
 }
-
-// This implementation's attention table (simd_table.h), by KV dtype.
-constexpr AttentionTable MakeAttentionTable() {
-  return AttentionTable{{AttendImpl<F32Elements>, AttendImpl<F16Elements>, AttendImpl<BF16Elements>}};
-}

@@ -92,16 +92,15 @@ using V = Isa::V;
 #define NIELS_KERNELS_SIMD_GENERIC_INCLUDED_BY_AN_ISA_FILE
 #include "daemon/kernels/simd_generic.h"
 #include "daemon/kernels/simd_attention.h"
+#include "daemon/kernels/simd_table_make.h"
 
 inline V Isa::Exp(V x) { return CephesExp(x); }
 
 constexpr KernelTable kTable = MakeKernelTable("avx2+fma");
-constexpr AttentionTable kAttentionTable = MakeAttentionTable();
 
 }  // namespace
 
 const KernelTable& Avx2Table() { return kTable; }
-const AttentionTable& Avx2AttentionTable() { return kAttentionTable; }
 
 }  // namespace niels::daemon::kernels::simd
 

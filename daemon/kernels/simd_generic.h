@@ -140,38 +140,6 @@ void DotRowsImpl(const DotRowsArgs& a, int64_t o_begin, int64_t o_end) {
   }
 }
 
-// out[i] = sum_j p[j] * rows[j * n + i]: 4 vectors of columns at a time, the m rows streaming past;
-// each column is summed over j in order, one FMA per row, whatever block it is in.
-template <class W>
-void WeightedSumRowsImpl(const float* p, const void* rows_data, int64_t m, int64_t n, float* out, bool accumulate) {
-  const auto* rows = static_cast<const typename W::T*>(rows_data);
-  constexpr int64_t kBlock = 4;
-  int64_t i = 0;
-  for (; i + kBlock * kLanes <= n; i += kBlock * kLanes) {
-    V acc[kBlock];
-    for (int b = 0; b < kBlock; ++b) acc[b] = accumulate ? Isa::LoadF32(out + i + b * kLanes) : Isa::Zero();
-    for (int64_t j = 0; j < m; ++j) {
-      const V weight = Isa::Set1(p[j]);
-      const auto* row = rows + j * n + i;
-#pragma GCC unroll 4
-      for (int b = 0; b < kBlock; ++b) acc[b] = Isa::Fma(weight, W::Load(row + b * kLanes), acc[b]);
-    }
-    for (int b = 0; b < kBlock; ++b) Isa::StoreF32(out + i + b * kLanes, acc[b]);
-  }
-  for (; i < n; i += kLanes) {
-    const int64_t left = n - i;
-    if (left >= kLanes) {
-      V acc = accumulate ? Isa::LoadF32(out + i) : Isa::Zero();
-      for (int64_t j = 0; j < m; ++j) acc = Isa::Fma(Isa::Set1(p[j]), W::Load(rows + j * n + i), acc);
-      Isa::StoreF32(out + i, acc);
-    } else {
-      V acc = accumulate ? Isa::LoadF32Tail(out + i, left) : Isa::Zero();
-      for (int64_t j = 0; j < m; ++j) acc = Isa::Fma(Isa::Set1(p[j]), W::LoadTail(rows + j * n + i, left), acc);
-      Isa::StoreF32Tail(out + i, acc, left);
-    }
-  }
-}
-
 // exp(x) as Cephes' expf: x = n ln2 + r with |r| <= ln2/2 (ln2 split in two so that r is exact), a
 // degree-6 polynomial for e^r, times 2^n. exp(x > 88.72) = inf, exp(x < -103.97) = 0, NaN stays NaN.
 template <class I = Isa>
@@ -252,19 +220,4 @@ void SiluMulImpl(const float* g, float* a, int64_t n) {
   auto step = [&](V gv, V av) { return Isa::Mul(av, Isa::Div(gv, Isa::Add(one, Isa::Exp(Isa::Mul(gv, minus_one))))); };
   for (; i + kLanes <= n; i += kLanes) Isa::StoreF32(a + i, step(Isa::LoadF32(g + i), Isa::LoadF32(a + i)));
   if (i < n) Isa::StoreF32Tail(a + i, step(Isa::LoadF32Tail(g + i, n - i), Isa::LoadF32Tail(a + i, n - i)), n - i);
-}
-
-// This implementation's table: every dtype's instantiation of the kernels above (bf16 narrowing is
-// the shared scalar one, simd_table.h).
-constexpr KernelTable MakeKernelTable(const char* name) {
-  return KernelTable{
-      name,
-      {DotRowsImpl<F32Elements>, DotRowsImpl<F16Elements>, DotRowsImpl<BF16Elements>},
-      {WeightedSumRowsImpl<F32Elements>, WeightedSumRowsImpl<F16Elements>, WeightedSumRowsImpl<BF16Elements>},
-      {ToFloatImpl<F32Elements>, ToFloatImpl<F16Elements>, ToFloatImpl<BF16Elements>},
-      {CopyF32Impl, F32ToF16Impl, PortableF32ToBF16},
-      ExpImpl,
-      SoftmaxImpl,
-      SiluMulImpl,
-  };
 }

@@ -53,15 +53,6 @@ Isa Detect() {
 const Isa kDetected = Detect();
 const KernelTable* active = &TableOf(kDetected);  // or another while a test forces it
 
-const AttentionTable& AttentionTableOf(Isa isa) {
-#if defined(__x86_64__)
-  if (isa == Isa::kAvx512) return Avx512AttentionTable();
-  if (isa == Isa::kAvx2) return Avx2AttentionTable();
-#endif
-  return PortableAttentionTable();
-}
-const AttentionTable* active_attention = &AttentionTableOf(kDetected);  // follows `active`
-
 int Index(Dtype dtype) { return static_cast<int>(dtype); }
 
 }  // namespace
@@ -73,11 +64,7 @@ void DotRows(Matrix w, int64_t in, const float* x, int64_t x_stride, int64_t row
   active->dot_rows[Index(w.dtype)]({w.data, in, x, x_stride, rows, bias, y, y_stride, prefetch_end}, o_begin, o_end);
 }
 
-void WeightedSumRows(const float* p, Matrix rows, int64_t m, int64_t n, float* out, bool accumulate) {
-  active->weighted_sum_rows[Index(rows.dtype)](p, rows.data, m, n, out, accumulate);
-}
-
-void Attend(const AttendArgs& args, Dtype kv_dtype) { active_attention->attend[Index(kv_dtype)](args); }
+void Attend(const AttendArgs& args, Dtype kv_dtype) { active->attend[Index(kv_dtype)](args); }
 
 void ToFloat(const void* src, Dtype dtype, int64_t n, float* dst) { active->to_float[Index(dtype)](src, n, dst); }
 
@@ -96,7 +83,6 @@ Isa Detected() { return kDetected; }
 bool ForceIsaForTesting(Isa isa) {
   if (!CanRun(isa)) return false;
   active = &TableOf(isa);
-  active_attention = &AttentionTableOf(isa);
   return true;
 }
 

@@ -26,12 +26,6 @@ namespace niels::daemon::kernels::simd {
 void DotRows(Matrix w, int64_t in, const float* x, int64_t x_stride, int64_t rows, const float* bias, float* y,
              int64_t y_stride, int64_t o_begin, int64_t o_end, int64_t w_rows = 0);
 
-// out[i] = sum_j p[j] * rows[j * n + i] for i < n: the p-weighted sum of m rows of length n (rows of
-// any dtype; attention's probabilities times the value rows). Sums run over j in order, one chain
-// per element; with `accumulate` the chain starts from out[i] instead of 0, so summing rows 0..m-1
-// in several calls (KV blocks) gives the same bits as one call over all of them.
-void WeightedSumRows(const float* p, Matrix rows, int64_t m, int64_t n, float* out, bool accumulate = false);
-
 // Causal attention of one head for args.rows consecutive query rows of one sequence over its KV
 // blocks of `kv_dtype` elements (attend_args.h): per row the scores q . k_j (j up to its own
 // position) times args.scale, their softmax (left in args.scores: the attention trace) and the

@@ -67,14 +67,13 @@ using V = Isa::V;
 #define NIELS_KERNELS_SIMD_GENERIC_INCLUDED_BY_AN_ISA_FILE
 #include "daemon/kernels/simd_generic.h"
 #include "daemon/kernels/simd_attention.h"
+#include "daemon/kernels/simd_table_make.h"
 
 constexpr KernelTable kTable = MakeKernelTable("portable");
-constexpr AttentionTable kAttentionTable = MakeAttentionTable();
 
 }  // namespace
 
 const KernelTable& PortableTable() { return kTable; }
-const AttentionTable& PortableAttentionTable() { return kAttentionTable; }
 
 // Narrowing to bf16 is the same scalar rounding in every implementation (it only runs when weights
 // are converted at load).

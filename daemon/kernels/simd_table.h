@@ -27,10 +27,8 @@ struct DotRowsArgs {
 };
 
 using DotRowsFn = void (*)(const DotRowsArgs& args, int64_t o_begin, int64_t o_end);
-// out[i] = (accumulate ? out[i] : 0) + sum_j p[j] * rows[j * n + i], i < n, j < m (rows of the
-// entry's dtype).
-using WeightedSumRowsFn = void (*)(const float* p, const void* rows, int64_t m, int64_t n, float* out,
-                                   bool accumulate);
+// Attend (simd_kernels.h) over KV blocks of the entry's dtype.
+using AttendFn = void (*)(const AttendArgs& args);
 using ToFloatFn = void (*)(const void* src, int64_t n, float* dst);
 using FromFloatFn = void (*)(const float* src, int64_t n, void* dst);
 // out[i] = exp(x[i]) for i < n (in place allowed): the kernels' own exp (simd_kernels.h).
@@ -40,8 +38,8 @@ using SiluMulFn = void (*)(const float* g, float* a, int64_t n);
 
 struct KernelTable {
   const char* name;
-  DotRowsFn dot_rows[3];  // indexed by dtype
-  WeightedSumRowsFn weighted_sum_rows[3];
+  DotRowsFn dot_rows[3];  // indexed by dtype (of the weights)
+  AttendFn attend[3];     // indexed by dtype (of the KV cache)
   ToFloatFn to_float[3];
   FromFloatFn from_float[3];
   ExpFn exp;
@@ -49,21 +47,12 @@ struct KernelTable {
   SiluMulFn silu_mul;
 };
 
-// Attend (simd_kernels.h) of one implementation, by KV dtype (simd_attention.h).
-using AttendFn = void (*)(const AttendArgs& args);
-struct AttentionTable {
-  AttendFn attend[3];  // indexed by dtype
-};
-
 const KernelTable& PortableTable();
-const AttentionTable& PortableAttentionTable();
 // f32 -> bf16, round to nearest even (scalar; every table uses it).
 void PortableF32ToBF16(const float* src, int64_t n, void* dst);
 #if defined(__x86_64__)
 const KernelTable& Avx2Table();    // REQUIRES (to call its functions): avx2, fma, f16c
-const AttentionTable& Avx2AttentionTable();      // the same
 const KernelTable& Avx512Table();  // REQUIRES: avx512f, avx512bw, avx512vl, avx512dq, fma, f16c
-const AttentionTable& Avx512AttentionTable();    // the same
 #endif
 
 }  // namespace niels::daemon::kernels::simd

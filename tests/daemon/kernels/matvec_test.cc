@@ -184,24 +184,6 @@ TEST_P(SimdKernelsTest, WritesOnlyItsOutputRows) {
   for (int64_t k = rows * out; k < static_cast<int64_t>(y.size()); ++k) EXPECT_EQ(y[k], -7.0f) << k;
 }
 
-TEST_P(SimdKernelsTest, WeightedSumRowsMatchesNaiveLoops) {
-  // Row lengths around the register blocks and the lane tails; 1..300 rows.
-  for (int64_t n : {1, 7, 8, 20, 40, 64, 72, 130}) {
-    for (int64_t m : {1, 5, 300}) {
-      const StoredWeights rows = Store(RandomVector(m * n, 6), dtype());
-      const auto p = RandomVector(m, 7);
-      std::vector<float> out(n + 8, -7.0f);  // 8 guard values after the output
-      simd::WeightedSumRows(p.data(), rows.matrix(), m, n, out.data());
-      for (int64_t i = 0; i < n; ++i) {
-        double expected = 0.0;
-        for (int64_t j = 0; j < m; ++j) expected += static_cast<double>(p[j]) * rows.values[j * n + i];
-        ASSERT_NEAR(out[i], expected, 1e-5 * std::sqrt(static_cast<double>(m)) * 4) << "n " << n << " m " << m;
-      }
-      for (int64_t i = n; i < n + 8; ++i) ASSERT_EQ(out[i], -7.0f) << "wrote past the output, n " << n;
-    }
-  }
-}
-
 // The bulk conversions give exactly dtype.h's scalar conversions, for every kind of value: normal,
 // subnormal, beyond f16's range, halfway cases, infinities and NaN.
 TEST_P(SimdKernelsTest, ConversionsMatchTheScalarOnesBitForBit) {
