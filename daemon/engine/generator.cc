@@ -92,7 +92,7 @@ void GenerationTask::StartCached() {
   will_sample_ = options_.max_new_tokens > 0 && length < model_.config().context;
   // An empty cache (a new session, or one whose cache was dropped) starts from whatever blocks of
   // the same leading tokens the pool still holds (prefix sharing).
-  if (cache.length() == 0) cache.AttachPrefix(tokens);
+  if (cache.length() == 0) cache.AttachPrefix(tokens, will_sample_ ? length - 1 : length);
   // Sampling needs the last position's logits: recompute it if the cache already holds it.
   if (will_sample_ && cache.length() == length) cache.Truncate(length - 1);
   result_.reused_tokens = cache.length();

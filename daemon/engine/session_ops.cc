@@ -21,7 +21,7 @@ void PrefillSystemPrompt(EngineState& state, Session& session) {
   const int64_t length = session.length();
   if (length == 0) return;
   Sequence& sequence = session.sequence();
-  const int64_t reused = sequence.cache.AttachPrefix(sequence.tokens);
+  const int64_t reused = sequence.cache.AttachPrefix(sequence.tokens, length);
   if (reused == length) return;
   state.sessions.MarkBusy(&session, 0);  // not a victim of the blocks its own prefill takes
   try {

@@ -90,7 +90,7 @@ KvCache KvCache::Share() const {
   return copy;
 }
 
-int64_t KvCache::AttachPrefix(std::span<const int32_t> tokens) {
+int64_t KvCache::AttachPrefix(std::span<const int32_t> tokens, int64_t max_positions) {
   if (!tokens_.empty() || !blocks_.empty()) return 0;
   uint64_t parent = KvPool::kRootKey;
   for (size_t begin = 0; begin + kBlockTokens <= tokens.size(); begin += kBlockTokens) {
@@ -102,6 +102,8 @@ int64_t KvCache::AttachPrefix(std::span<const int32_t> tokens) {
     keys_.push_back(parent);
     tokens_.insert(tokens_.end(), block_tokens.begin(), block_tokens.end());
   }
+  if (length() > max_positions) Truncate(max_positions < 0 ? 0 : max_positions);
+  pool_->CountPrefixHit(length());
   return length();
 }
 

@@ -13,6 +13,7 @@
 // Not thread-safe: one thread (the engine thread) uses a cache and its pool. No libtorch.
 
 #include <cstdint>
+#include <limits>
 #include <memory>
 #include <span>
 #include <vector>
@@ -55,9 +56,12 @@ class KvCache {
   // A cache over the same blocks (each gains a reference): same length, tokens and contents.
   KvCache Share() const;
   // For an empty cache: takes the longest run of registered full blocks whose tokens are the start
-  // of `tokens` (whole blocks only) and returns the number of positions now cached. No-op (0) when
-  // the cache is not empty.
-  int64_t AttachPrefix(std::span<const int32_t> tokens);
+  // of `tokens` (whole blocks only), keeps at most `max_positions` of their positions, and returns
+  // the number of positions now cached; the pool counts those as prefix hits. A caller that needs
+  // the last token's logits passes tokens.size() - 1: a last block that is found is still taken,
+  // only its last position is dropped, to be recomputed. No-op (0) when the cache is not empty.
+  int64_t AttachPrefix(std::span<const int32_t> tokens,
+                       int64_t max_positions = std::numeric_limits<int64_t>::max());
 
   // --- for the forward pass (Transformer) ---
   // Makes positions [length(), length() + n) writable: allocates blocks and copies a last block

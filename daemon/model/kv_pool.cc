@@ -148,7 +148,6 @@ BlockId KvPool::Find(uint64_t parent_key, std::span<const int32_t> tokens) {
   lookup_tokens_ += tokens.size();
   auto it = index_.find(MakeKey(parent_key, tokens));
   if (it == index_.end()) return kNoBlock;
-  hit_tokens_ += tokens.size();
   Ref(it->second);
   return it->second;
 }

@@ -77,9 +77,12 @@ class KvPool {
   // Blocks a new allocation could get without the reclaimer: free + cached.
   int32_t available() const { return capacity_ - used_; }
 
-  // Prefix reuse counters: tokens looked up through Find and tokens found.
+  // Prefix reuse counters: tokens looked up through Find, and positions that caches kept of the
+  // blocks Find returned (KvCache::AttachPrefix reports them: a position found but then recomputed
+  // for its logits is not a hit).
   uint64_t lookup_tokens() const { return lookup_tokens_; }
   uint64_t hit_tokens() const { return hit_tokens_; }
+  void CountPrefixHit(int64_t positions) { hit_tokens_ += static_cast<uint64_t>(positions); }
   uint64_t evictions() const { return evictions_; }
 
   // The first byte of block `id` (block_bytes() bytes of dtype() elements).
@@ -102,7 +105,7 @@ class KvPool {
   uint64_t key(BlockId id) const { return blocks_[id].key; }
 
   // The registered block holding `tokens` (kBlockTokens ids) right after the prefix `parent_key`,
-  // with a reference taken for the caller; kNoBlock when there is none. Counts toward the hit rate.
+  // with a reference taken for the caller; kNoBlock when there is none. Counts the lookup.
   BlockId Find(uint64_t parent_key, std::span<const int32_t> tokens);
   // Registers the full block `id` as holding `tokens` after `parent_key` and returns the key its
   // successors register under. When an equal block is registered already, `id` stays unregistered

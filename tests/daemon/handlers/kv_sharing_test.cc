@@ -190,6 +190,21 @@ TEST_F(KvSharingTest, DivergingPromptsShareTheirCommonWholeBlocksOnly) {
   ExpectEqualsFullForward(first, Prompt(5, 1), 4, "first again");
 }
 
+// A prompt of exactly two blocks, sent again on a new session: both blocks are found, but the last
+// position is recomputed for its logits, so it counts as prefilled and not as a prefix hit: hits +
+// prefilled add up to the prompt.
+TEST_F(KvSharingTest, APromptOfWholeBlocksRecomputesItsLastPositionAndCountsItOnce) {
+  const Ids prompt = Prompt(2 * kBlock);
+  ExpectEqualsFullForward(Create(), prompt, 3, "first");
+  const v1::StatsResponse before = Stats();
+  const Generated again = ExpectEqualsFullForward(Create(), prompt, 3, "again");
+  const v1::StatsResponse after = Stats();
+  EXPECT_EQ(again.stats.reused_tokens(), 2 * kBlock - 1);
+  EXPECT_EQ(again.stats.prefilled_tokens(), 1);
+  EXPECT_EQ(after.prefix_hit_tokens() - before.prefix_hit_tokens(), static_cast<uint64_t>(2 * kBlock - 1));
+  EXPECT_EQ(after.tokens_prefilled_total() - before.tokens_prefilled_total(), 1u);
+}
+
 TEST_F(KvSharingTest, ForkCostsNoBlocksAndBothBranchesContinueIndependently) {
   const std::string parent = Create();
   ExpectEqualsFullForward(parent, Prompt(2 * kBlock + 7), 6, "parent");
