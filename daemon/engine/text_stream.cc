@@ -1,5 +1,7 @@
 #include "daemon/engine/text_stream.h"
 
+#include <algorithm>
+
 namespace niels::daemon::engine {
 namespace {
 
@@ -28,12 +30,28 @@ std::string_view CompleteUtf8Prefix(std::string_view text) {
 }
 
 std::string TextStream::Add(int32_t id, bool flush) {
-  ids_.push_back(id);
-  const std::string text = tokenizer_.Decode(ids_);
-  const std::string_view ready = flush ? std::string_view(text) : CompleteUtf8Prefix(text);
-  if (ready.size() <= sent_.size() || !ready.starts_with(sent_)) return {};
-  std::string added(ready.substr(sent_.size()));
-  sent_ = ready;
+  window_.push_back(id);
+  const std::string decoded = tokenizer_.Decode(window_);
+  // The text after the anchor. Everything up to and including the anchor was handed out whole and
+  // ends in a complete character that is not U+FFFD, so holding back an incomplete end of the
+  // whole text is holding back that of `after`.
+  const std::string_view after = std::string_view(decoded).substr(std::min(anchor_bytes_, decoded.size()));
+  const std::string_view ready = flush ? after : CompleteUtf8Prefix(after);
+  std::string added;
+  if (ready.size() > window_sent_.size() && ready.starts_with(window_sent_)) {
+    added = ready.substr(window_sent_.size());
+    window_sent_ = ready;
+    sent_ += added;
+  }
+  // A new anchor: everything is out, and `id` leaves the decoder without partial bytes.
+  if (window_sent_ == after && tokenizer_.IsTextPiece(id)) {
+    const std::string alone = tokenizer_.Decode({&id, 1});
+    if (!alone.empty()) {
+      window_.assign(1, id);
+      anchor_bytes_ = alone.size();
+      window_sent_.clear();
+    }
+  }
   return added;
 }
 

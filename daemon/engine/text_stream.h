@@ -1,12 +1,19 @@
 #pragma once
 // TextStream: the text of a growing list of sampled ids, handed out in pieces for stream events.
 //
-// Each Add() decodes the whole list again and returns the part that extends what was handed out
-// before. While the decoded text ends in an incomplete UTF-8 sequence (or in U+FFFD, which
-// SentencePiece's byte fallback yields for partial bytes) that tail is held back, unless `flush`.
-// Special ids decode to nothing, so adding eot only flushes. The concatenation of everything
-// returned, after a flushing Add(), equals the decoding of all ids whenever decoding is
-// prefix-stable (SentencePiece decoding is, apart from held-back partial characters).
+// While the decoded text ends in an incomplete UTF-8 sequence (or in U+FFFD, which SentencePiece's
+// byte fallback yields for partial bytes) that tail is held back, unless `flush`. Special ids
+// decode to nothing, so adding eot only flushes. The concatenation of everything returned, after a
+// flushing Add(), equals the decoding of all ids (Tokenizer::Decode), and after every Add() it is
+// the longest complete prefix of that decoding (CompleteUtf8Prefix), as decoding all ids again
+// would give.
+//
+// Cost: each Add() decodes only the ids since the last "anchor", not the whole list. An anchor is
+// the last id at a moment when everything was handed out and that id is an ordinary text piece
+// (Tokenizer::IsTextPiece) that decodes to some text on its own: from there SentencePiece decodes
+// the following ids the same whether the ids before it are there or not, so decoding [anchor,
+// following ids] and dropping the anchor's own text gives exactly their part of the whole decoding.
+// A reply of n tokens costs O(n), not O(n^2), decoding work.
 // Not thread-safe.
 
 #include <cstdint>
@@ -29,7 +36,10 @@ class TextStream {
 
  private:
   const model::Tokenizer& tokenizer_;
-  std::vector<int32_t> ids_;
+  // The anchor (if any) and the ids after it; all ids while there is no anchor yet.
+  std::vector<int32_t> window_;
+  size_t anchor_bytes_ = 0;  // bytes of the anchor's own decoding at the start of window_'s (0: none)
+  std::string window_sent_;  // what was handed out of the text after the anchor
   std::string sent_;
 };
 

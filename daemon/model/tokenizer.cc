@@ -193,6 +193,11 @@ std::string Tokenizer::Piece(int32_t id) const {
   return sp_->IdToPiece(id);
 }
 
+bool Tokenizer::IsTextPiece(int32_t id) const {
+  if (id < 0 || id >= vocab_size()) return false;
+  return !sp_->IsControl(id) && !sp_->IsUnknown(id) && !sp_->IsUnused(id) && !sp_->IsByte(id);
+}
+
 int32_t Tokenizer::vocab_size() const { return sp_->GetPieceSize(); }
 
 }  // namespace niels::daemon::model

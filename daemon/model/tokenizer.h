@@ -47,6 +47,11 @@ class Tokenizer {
   std::string Decode(std::span<const int32_t> ids) const;
   // The piece string of one id ("" when out of range).
   std::string Piece(int32_t id) const;
+  // Whether `id` is an ordinary text piece: in range, and not a special, control, unknown, unused or
+  // byte-fallback piece. After such a piece SentencePiece's decoder holds no partial bytes, so the
+  // text of the ids that follow it does not depend on the ids before it once some text exists
+  // (TextStream relies on this).
+  bool IsTextPiece(int32_t id) const;
 
   const SpecialTokens& special() const { return special_; }
   int32_t vocab_size() const;

@@ -3,6 +3,8 @@
 
 #include <gtest/gtest.h>
 
+#include <random>
+
 #include "tests/support/test_model.h"
 
 namespace niels::daemon::engine {
@@ -70,6 +72,53 @@ TEST_F(TextStreamTest, SpecialIdsAddNoTextButFlush) {
   for (int32_t id : ids) joined += stream.Add(id, false);
   joined += stream.Add(tokenizer_->special().eot, true);
   EXPECT_EQ(joined, tokenizer_->Decode(ids));
+}
+
+// The incremental decoding against the plain definition (decode every id so far, hold back an
+// incomplete end) on random id lists: every id of the vocabulary, byte-fallback pieces in runs
+// that complete a character or do not, specials and out-of-range ids, with both the test
+// tokenizer and the shipped demo model's. After every Add the text handed out must be exactly the
+// plain definition's.
+void ExpectSameAsDecodingEverything(const model::Tokenizer& tokenizer, uint32_t seed) {
+  std::mt19937 rng(seed);
+  const int32_t vocab = tokenizer.vocab_size();
+  std::vector<int32_t> bytes;  // the byte-fallback pieces <0x00>..<0xFF>, when the model has them
+  for (int32_t id = 0; id < vocab; ++id) {
+    if (tokenizer.Piece(id).starts_with("<0x")) bytes.push_back(id);
+  }
+  for (int list = 0; list < 200; ++list) {
+    TextStream stream(tokenizer);
+    std::vector<int32_t> ids;
+    const int length = 1 + static_cast<int>(rng() % 80);
+    for (int i = 0; i < length; ++i) {
+      const uint32_t kind = rng() % 10;
+      int32_t id;
+      if (kind < 6 || bytes.empty()) {
+        id = static_cast<int32_t>(rng() % static_cast<uint32_t>(vocab));
+      } else if (kind < 9) {
+        id = bytes[rng() % bytes.size()];
+      } else {
+        const int32_t odd[] = {tokenizer.special().eot, tokenizer.special().sys, -1, vocab};
+        id = odd[rng() % 4];
+      }
+      ids.push_back(id);
+      const bool flush = i + 1 == length;
+      stream.Add(id, flush);
+      const std::string everything = tokenizer.Decode(ids);
+      const std::string expected(flush ? std::string_view(everything) : CompleteUtf8Prefix(everything));
+      ASSERT_EQ(stream.sent(), expected) << "seed " << seed << " list " << list << " after " << ids.size() << " ids";
+    }
+  }
+}
+
+TEST_F(TextStreamTest, IncrementalDecodingEqualsDecodingEverythingWithTheTestTokenizer) {
+  ExpectSameAsDecodingEverything(*tokenizer_, 1);
+}
+
+TEST(TextStreamDemoTest, IncrementalDecodingEqualsDecodingEverythingWithTheShippedTokenizer) {
+  auto loaded = model::Tokenizer::Load(NIELS_SOURCE_DIR "/models/niels-demo/tokenizer.model");
+  ASSERT_TRUE(loaded.ok()) << loaded.status().ToString();
+  ExpectSameAsDecodingEverything(**loaded, 2);
 }
 
 }  // namespace
