@@ -63,8 +63,12 @@ void Session::DropOldestTurns(size_t count, Snapshot& snapshot) {
     turn.begin -= removed;
     turn.end -= removed;
   }
-  // Positions after the system prompt moved: only the system prompt's keys/values stay valid.
-  StashCacheCopy(snapshot);  // shared, not copied
+  // Positions after the system prompt moved: only the system prompt's keys/values stay valid. The
+  // old ones are given up, not kept for Restore(): the turn is about to prefill the kept history
+  // into new blocks, and holding both would make it need up to twice the memory. A restored
+  // session keeps the system prompt cached and prefills the rest of its history on its next
+  // request (whose own truncation would drop those positions again anyway).
+  snapshot.cache_length = std::min(snapshot.cache_length, system_end_);
   sequence_.cache.Truncate(std::min(sequence_.cache.length(), system_end_));
 }
 

@@ -9,8 +9,11 @@
 //
 // Atomic turns: TakeSnapshot() before a turn, Restore() on cancel or failure. While the history only
 // grows, restoring truncates the cache back to its old length; when a turn must replace the cache
-// (context truncation, the uncached path) it first moves the old cache into the snapshot, or shares
-// it (KvCache::Share: the same blocks, no copy), so Restore() needs no recomputation.
+// (the uncached path) it first moves the old cache into the snapshot, or shares it (KvCache::Share:
+// the same blocks, no copy), so Restore() needs no recomputation. Context truncation is the
+// exception: it releases the positions after the system prompt at once (DropOldestTurns), so a
+// truncating turn never holds its old and its new history together, and a restored session
+// prefills those positions again when next used.
 //
 // Not thread-safe: sessions live on the engine thread.
 
@@ -81,8 +84,9 @@ class Session {
   // REQUIRES: count <= turns().size().
   int64_t LengthWithoutOldestTurns(size_t count) const;
   // Drops the oldest `count` turns: tokens [system_end, turns[count-1].end) go, later spans shift,
-  // and the cache keeps only the system prompt's positions (later positions moved). Stashes the old
-  // cache in `snapshot` (shared, not copied) so Restore() can bring it back. No-op for count == 0.
+  // and the cache keeps only the system prompt's positions (later positions moved); the blocks of
+  // the others are released at once. Restore() brings the tokens and turns back with only the
+  // system prompt cached (the rest is prefilled when next needed). No-op for count == 0.
   void DropOldestTurns(size_t count, Snapshot& snapshot);
 
   // Back to the system prompt alone (cache truncated to it).

@@ -126,8 +126,32 @@ TEST_F(SessionTest, DropOldestTurnsKeepsSystemPromptAndShiftsTurns) {
   EXPECT_EQ(session.cached_tokens(), 2);  // only the system prompt's positions stay valid
   session.Restore(std::move(snapshot));
   EXPECT_EQ(session.length(), 14);
-  EXPECT_EQ(session.cached_tokens(), 14);
+  EXPECT_EQ(session.cached_tokens(), 2);  // the rest is prefilled again when next needed
   EXPECT_EQ(session.turns().size(), 3u);
+}
+
+// A truncating turn gives the blocks of the dropped positions back before it prefills the kept
+// history, and a restore after it does not take them again.
+TEST_F(SessionTest, DropOldestTurnsReleasesTheOldBlocksAtOnce) {
+  const model::ModelConfig config = SmallConfig();
+  auto pool = TestPool(config);
+  Session session("a", 1, pool);
+  session.SetSystemPrompt(std::vector<int32_t>(16, 1));  // one whole block
+  for (int32_t turn = 0; turn < 4; ++turn) {
+    const int64_t begin = session.length();
+    Grow(session, config, 32, 10 + turn);
+    session.AddTurn({begin, session.length()});
+  }
+  ASSERT_EQ(pool->used(), 9);  // 16 + 4 x 32 positions
+  Session::Snapshot snapshot = session.TakeSnapshot();
+  session.DropOldestTurns(3, snapshot);
+  EXPECT_EQ(pool->used(), 1);  // the system prompt's block
+  Grow(session, config, 0, 0);  // the kept turn prefilled again
+  EXPECT_EQ(pool->used(), 3);
+  session.Restore(std::move(snapshot));
+  EXPECT_EQ(session.length(), 16 + 4 * 32);
+  EXPECT_EQ(session.cached_tokens(), 16);
+  EXPECT_EQ(pool->used(), 1);
 }
 
 TEST_F(SessionTest, ResetKeepsOnlyTheSystemPrompt) {

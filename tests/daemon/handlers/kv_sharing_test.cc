@@ -127,6 +127,8 @@ class KvSharingTest : public ::testing::Test {
     return Call(*engine_, request);
   }
 
+  void ChatPastTheContextLimit(EngineOptions options);
+
   int64_t context_ = 0;
   std::unique_ptr<Service> engine_;
   std::unique_ptr<Service> reference_;
@@ -330,9 +332,10 @@ TEST_F(KvSharingTest, SmallBudgetWithManySessionsEvictsIdleCachesAndStaysExact) 
   EXPECT_EQ(stats.sessions(), 8u);
 }
 
-TEST_F(KvSharingTest, OverflowDropsWholeTurnsDownToTheLowWaterMarkAndEqualsTheFullForward) {
+// 24 chat turns of 8 reply tokens in a context of 128 with --context-keep 0.5: whole turns are
+// dropped down to the low-water mark, and every reply equals the full forward over what was kept.
+void KvSharingTest::ChatPastTheContextLimit(EngineOptions options) {
   constexpr int64_t kSmallContext = 128;
-  EngineOptions options;
   options.context_keep = 0.5;  // low-water mark 64 tokens
   Start(kSmallContext, options);
   const std::string system = "be brief";
@@ -405,6 +408,20 @@ TEST_F(KvSharingTest, OverflowDropsWholeTurnsDownToTheLowWaterMarkAndEqualsTheFu
   EXPECT_GE(truncations, 2);
   // Logprobs too, after the last truncation.
   ExpectEqualsFullForward(id, Prompt(3), 4, "after the chat");
+}
+
+TEST_F(KvSharingTest, OverflowDropsWholeTurnsDownToTheLowWaterMarkAndEqualsTheFullForward) {
+  ChatPastTheContextLimit({});
+}
+
+// A KV budget of 10 blocks: the session alone fills up to 8 (128 positions), so a truncating turn
+// fits only if the blocks of the dropped history are given back before the kept history is
+// prefilled again (5 blocks at most: 64 tokens, the turn and its 8 reply tokens).
+TEST_F(KvSharingTest, TruncatingTurnNeedsNoMoreMemoryThanItsNewHistory) {
+  const uint64_t block_bytes = 2ull * model_->config.layers * model_->config.width * sizeof(float) * kBlock;
+  EngineOptions tight;
+  tight.kv_budget_bytes = 10 * ((block_bytes + 4095) / 4096 * 4096);
+  ChatPastTheContextLimit(tight);
 }
 
 }  // namespace
