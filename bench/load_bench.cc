@@ -6,14 +6,20 @@
 // session -- send at the same moment one streamed Generate of --prompt-tokens random input ids and
 // --new-tokens new ids (eot banned, so every request generates exactly that many). Per N it prints
 // the aggregate generated tokens/s (all tokens / time from the common start to the last final
-// response), the time to first token p50/p99 and the per-request latency min/max.
+// response), the time to first token p50/p99 and the per-request latency min/max. Every request
+// has a prompt of its own (seeded by round, N and client), so no request finds another's prompt in
+// nielsd's prefix cache. With --rounds R the client counts run R times in turn (1 2 4 ..., 1 2 4
+// ..., so a slow minute on a shared machine hits every N alike), and a summary gives per N the
+// median of each figure and the aggregate's ratio to one client's.
 // Short chat: the latency of a Chat of --short-tokens tokens on a fresh session, on an idle daemon
 // and while another client streams a --long-tokens Generate after a 16-token prompt (median of
 // --repeats each).
 //
 // Output: a table, or with --json one JSON line per figure:
 //   {"bench":"load","clients":N,"aggregate_tok_s":X,"ttft_p50_ms":X,"ttft_p99_ms":X,
-//    "latency_min_ms":X,"latency_max_ms":X}
+//    "latency_min_ms":X,"latency_max_ms":X}                          (one per run, with "round":r
+//                                                                     when --rounds > 1)
+//   {"bench":"load_median","clients":N,"rounds":R,"aggregate_tok_s":X,...,"vs_one_client":X}
 //   {"bench":"short_chat","condition":"idle"|"under_load","latency_ms":X}
 // Links only the client library and common (no libtorch).
 
@@ -24,8 +30,10 @@
 #include <cmath>
 #include <cstdio>
 #include <memory>
+#include <optional>
 #include <random>
 #include <string>
+#include <string_view>
 #include <thread>
 #include <vector>
 
@@ -50,6 +58,7 @@ struct Options {
   int short_tokens = 8;
   int long_tokens = 400;
   int repeats = 3;
+  int rounds = 1;
   bool short_chat = true;
   bool json = false;
 };
@@ -123,7 +132,7 @@ struct LoadFigures {
 };
 
 // N clients, each with its own connection and session, start their Generate together.
-LoadFigures RunLoad(const Options& o, const ModelFacts& facts, int n) {
+LoadFigures RunLoad(const Options& o, const ModelFacts& facts, int n, int round) {
   std::vector<std::unique_ptr<DaemonClient>> clients;
   std::vector<std::string> sessions;
   for (int c = 0; c < n; ++c) {
@@ -135,7 +144,9 @@ LoadFigures RunLoad(const Options& o, const ModelFacts& facts, int n) {
   std::vector<std::thread> threads;
   for (int c = 0; c < n; ++c) {
     threads.emplace_back([&, c] {
-      const std::vector<int32_t> prompt = RandomPrompt(o.prompt_tokens, facts.vocab, facts.eot, 100 + c);
+      const uint32_t seed = 100 + static_cast<uint32_t>(c) + 1000u * static_cast<uint32_t>(n) +
+                            1000000u * static_cast<uint32_t>(round);
+      const std::vector<int32_t> prompt = RandomPrompt(o.prompt_tokens, facts.vocab, facts.eot, seed);
       start_line.arrive_and_wait();
       timings[c] = TimedGenerate(*clients[c], sessions[c], prompt, o.new_tokens, facts, 1 + c);
     });
@@ -221,6 +232,45 @@ ShortChatFigures RunShortChat(const Options& o, const ModelFacts& facts) {
   return f;
 }
 
+// Per figure, the median over runs of the same N.
+LoadFigures MedianFigures(const std::vector<LoadFigures>& runs) {
+  auto median = [&](double LoadFigures::*field) {
+    std::vector<double> values;
+    for (const LoadFigures& f : runs) values.push_back(f.*field);
+    return Median(values);
+  };
+  LoadFigures m;
+  m.clients = runs.front().clients;
+  m.aggregate_tok_s = median(&LoadFigures::aggregate_tok_s);
+  m.ttft_p50_ms = median(&LoadFigures::ttft_p50_ms);
+  m.ttft_p99_ms = median(&LoadFigures::ttft_p99_ms);
+  m.latency_min_ms = median(&LoadFigures::latency_min_ms);
+  m.latency_max_ms = median(&LoadFigures::latency_max_ms);
+  return m;
+}
+
+// One row of the load table (or JSON line): `round` for a run of several rounds, `vs_one` for a
+// median row when one client was measured too.
+void PrintLoad(const Options& o, const char* kind, const LoadFigures& f, std::optional<int> round,
+               std::optional<double> vs_one) {
+  if (o.json) {
+    std::printf("{\"bench\":\"%s\",\"clients\":%d,", kind, f.clients);
+    if (round) std::printf("\"round\":%d,", *round);
+    if (std::string_view(kind) == "load_median") std::printf("\"rounds\":%d,", o.rounds);
+    std::printf("\"aggregate_tok_s\":%.3f,\"ttft_p50_ms\":%.3f,\"ttft_p99_ms\":%.3f,\"latency_min_ms\":%.3f,"
+                "\"latency_max_ms\":%.3f",
+                f.aggregate_tok_s, f.ttft_p50_ms, f.ttft_p99_ms, f.latency_min_ms, f.latency_max_ms);
+    if (vs_one) std::printf(",\"vs_one_client\":%.3f", *vs_one);
+    std::printf("}\n");
+  } else {
+    std::printf("%7d %12.1f %8.1f ms %7.1f ms %7.1f ms %7.1f ms", f.clients, f.aggregate_tok_s, f.ttft_p50_ms,
+                f.ttft_p99_ms, f.latency_min_ms, f.latency_max_ms);
+    if (vs_one) std::printf("   %.2fx one client", *vs_one);
+    std::printf("\n");
+  }
+  std::fflush(stdout);
+}
+
 int Main(int argc, char** argv) {
   Options o;
   CLI::App app{"nielsd-load-bench: concurrent clients and short-chat latency against a running nielsd"};
@@ -236,6 +286,8 @@ int Main(int argc, char** argv) {
       ->check(CLI::Range(1, 1 << 20))->capture_default_str();
   app.add_option("--repeats", o.repeats, "short chats per condition (median)")->check(CLI::Range(1, 100))
       ->capture_default_str();
+  app.add_option("--rounds", o.rounds, "times the client counts run in turn (then medians per N)")
+      ->check(CLI::Range(1, 100))->capture_default_str();
   app.add_flag("--json", o.json, "one JSON line per figure");
   app.add_flag("!--no-short-chat", o.short_chat, "only the load table (skip the short-chat latencies)");
   CLI11_PARSE(app, argc, argv);
@@ -271,17 +323,27 @@ int Main(int argc, char** argv) {
     std::printf("%7s %12s %10s %10s %10s %10s\n", "clients", "agg tok/s", "ttft p50", "ttft p99", "lat min",
                 "lat max");
   }
-  for (int n : o.clients) {
-    const LoadFigures f = RunLoad(o, facts, n);
-    if (o.json) {
-      std::printf("{\"bench\":\"load\",\"clients\":%d,\"aggregate_tok_s\":%.3f,\"ttft_p50_ms\":%.3f,"
-                  "\"ttft_p99_ms\":%.3f,\"latency_min_ms\":%.3f,\"latency_max_ms\":%.3f}\n",
-                  f.clients, f.aggregate_tok_s, f.ttft_p50_ms, f.ttft_p99_ms, f.latency_min_ms, f.latency_max_ms);
-    } else {
-      std::printf("%7d %12.1f %8.1f ms %7.1f ms %7.1f ms %7.1f ms\n", f.clients, f.aggregate_tok_s, f.ttft_p50_ms,
-                  f.ttft_p99_ms, f.latency_min_ms, f.latency_max_ms);
+  std::vector<std::vector<LoadFigures>> runs(o.clients.size());  // per --clients entry, per round
+  for (int round = 0; round < o.rounds; ++round) {
+    for (size_t i = 0; i < o.clients.size(); ++i) {
+      const LoadFigures f = RunLoad(o, facts, o.clients[i], round);
+      runs[i].push_back(f);
+      PrintLoad(o, "load", f, o.rounds > 1 ? std::optional<int>(round) : std::nullopt, std::nullopt);
     }
-    std::fflush(stdout);
+  }
+  if (o.rounds > 1) {
+    if (!o.json) std::printf("medians over %d rounds:\n", o.rounds);
+    std::optional<double> one_client;
+    std::vector<LoadFigures> medians;
+    for (size_t i = 0; i < o.clients.size(); ++i) {
+      medians.push_back(MedianFigures(runs[i]));
+      if (o.clients[i] == 1) one_client = medians.back().aggregate_tok_s;
+    }
+    for (const LoadFigures& m : medians) {
+      std::optional<double> ratio;
+      if (one_client && *one_client > 0) ratio = m.aggregate_tok_s / *one_client;
+      PrintLoad(o, "load_median", m, std::nullopt, ratio);
+    }
   }
   if (!o.short_chat) return 0;
   const ShortChatFigures s = RunShortChat(o, facts);

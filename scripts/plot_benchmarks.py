@@ -136,7 +136,9 @@ def plot_throughput(records, cpu, out):
 
 
 def plot_load(records, cpu, out):
-    load = sorted((r for r in records if r.get("bench") == "load"), key=lambda r: r["clients"])
+    # With --rounds the bench prints every run and then the medians per N: plot the medians.
+    medians = [r for r in records if r.get("bench") == "load_median"]
+    load = sorted(medians or (r for r in records if r.get("bench") == "load"), key=lambda r: r["clients"])
     short = [r for r in records if r.get("bench") == "short_chat"]
     if not load:
         return None
