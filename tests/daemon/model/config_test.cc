@@ -1,5 +1,6 @@
 #include "daemon/model/config.h"
 
+#include <fmt/format.h>
 #include <gmock/gmock.h>
 #include <gtest/gtest.h>
 
@@ -99,7 +100,7 @@ TEST(ConfigTest, NonIntegerOrNonPositiveValueNamesTheKey) {
     ASSERT_FALSE(c.ok()) << key << " = " << value.dump();
     EXPECT_EQ(c.status().code(), StatusCode::kInvalidArgument);
     EXPECT_THAT(c.status().message(),
-                AllOf(HasSubstr("config.json"), HasSubstr("\"" + std::string(key) + "\"")));
+                AllOf(HasSubstr("config.json"), HasSubstr(fmt::format("\"{}\"", key))));
   }
 }
 

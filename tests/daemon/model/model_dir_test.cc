@@ -1,5 +1,6 @@
 #include "daemon/model/model_dir.h"
 
+#include <fmt/format.h>
 #include <gmock/gmock.h>
 #include <gtest/gtest.h>
 
@@ -95,7 +96,7 @@ TEST_F(ModelDirTest, EmbeddingRowsDisagreeWithConfig) {
   ASSERT_TRUE(SaveWeights(RandomWeights(bigger, kSeed), dir_ / "model.safetensors").ok());
   ExpectError(StatusCode::kInvalidArgument,
               {(dir_ / "model.safetensors").string(), "tok_emb.weight",
-               "[" + std::to_string(bigger.vocab_size) + ", 32]",
+               fmt::format("[{}, 32]", bigger.vocab_size),
                "V = " + std::to_string(niels::testing::TinyTokenizerVocabSize())});
 }
 

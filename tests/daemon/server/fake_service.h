@@ -23,6 +23,8 @@
 #include <thread>
 #include <vector>
 
+#include <fmt/format.h>
+
 #include "daemon/server/request_service.h"
 
 namespace niels::daemon::server::testing {
@@ -119,7 +121,7 @@ class FakeService : public RequestService {
         outcome = Outcome::kCancelled;
         break;
       }
-      std::string text = "t" + std::to_string(i);
+      std::string text = fmt::format("t{}", i);
       if (chat.user_text().size() > text.size()) text.resize(chat.user_text().size(), '.');
       final_response.mutable_chat()->mutable_reply()->append(text);
       final_response.mutable_chat()->add_reply_ids(i);
