@@ -29,7 +29,8 @@ namespace niels::daemon::engine {
 struct Sequence {
   std::vector<int32_t> tokens;
   model::KvCache cache;
-  explicit Sequence(std::shared_ptr<model::KvPool> pool) : cache(std::move(pool)) {}
+  // On a shared pool, reusing and registering prefix blocks in the scope `prefix_root`.
+  Sequence(std::shared_ptr<model::KvPool> pool, uint64_t prefix_root) : cache(std::move(pool), prefix_root) {}
   // With a pool of its own for one context of `config` (tools and tests).
   explicit Sequence(const model::ModelConfig& config) : cache(config) {}
 };

@@ -26,7 +26,7 @@ double UnixNow() {
 }
 
 Session::Session(std::string id, uint32_t owner, std::shared_ptr<model::KvPool> pool)
-    : id_(std::move(id)), owner_(owner), pool_(pool), sequence_(std::move(pool)) {
+    : id_(std::move(id)), owner_(owner), pool_(pool), sequence_(std::move(pool), model::KvPool::ScopeRoot(owner)) {
   created_unix_s_ = UnixNow();
   last_used_unix_s_ = created_unix_s_;
 }
@@ -90,11 +90,11 @@ Session::Snapshot Session::TakeSnapshot() const {
 
 void Session::StashCache(Snapshot& snapshot) {
   if (snapshot.stashed_cache) {
-    sequence_.cache = model::KvCache(pool_);
+    sequence_.cache = EmptyCache();
     return;
   }
   snapshot.stashed_cache.emplace(std::move(sequence_.cache));
-  sequence_.cache = model::KvCache(pool_);
+  sequence_.cache = EmptyCache();
 }
 
 void Session::StashCacheCopy(Snapshot& snapshot) {

@@ -1,6 +1,8 @@
 #pragma once
 // Session: one chat session (docs/ARCHITECTURE.md, "Sessions and the KV cache"): its owner, its token history with the KV cache of a
 // prefix of it (engine::Sequence), and the turn boundaries the context-limit policy works with.
+// The cache reuses and registers shared prefix blocks in its owner's scope only
+// (KvPool::ScopeRoot(owner)): sessions of one user share prompt blocks, users never do.
 //
 // History layout: [system prompt span][turn 1][turn 2]...[turn k][tail]. The system prompt span is
 // [0, system_end()) (empty when the session has none). Each turn is a completed chat turn
@@ -123,6 +125,9 @@ class Session {
   void Touch(uint64_t tick);
 
  private:
+  // An empty cache on the engine's pool in the owner's prefix scope.
+  model::KvCache EmptyCache() const { return model::KvCache(pool_, model::KvPool::ScopeRoot(owner_)); }
+
   std::string id_;
   uint32_t owner_;
   std::shared_ptr<model::KvPool> pool_;

@@ -17,7 +17,8 @@ int64_t BlocksFor(int64_t positions) { return (positions + kBlockTokens - 1) / k
 
 }  // namespace
 
-KvCache::KvCache(std::shared_ptr<KvPool> pool) : pool_(std::move(pool)) {
+KvCache::KvCache(std::shared_ptr<KvPool> pool, uint64_t prefix_root)
+    : pool_(std::move(pool)), prefix_root_(prefix_root) {
   if (!pool_) throw std::invalid_argument("KvCache needs a pool");
 }
 
@@ -29,7 +30,8 @@ KvCache::~KvCache() {
 }
 
 KvCache::KvCache(KvCache&& other) noexcept
-    : pool_(other.pool_),  // the moved-from cache keeps the pool, with no blocks
+    : pool_(other.pool_),  // the moved-from cache keeps the pool and scope, with no blocks
+      prefix_root_(other.prefix_root_),
       blocks_(std::move(other.blocks_)),
       keys_(std::move(other.keys_)),
       tokens_(std::move(other.tokens_)) {
@@ -42,6 +44,7 @@ KvCache& KvCache::operator=(KvCache&& other) noexcept {
   if (this == &other) return *this;
   ReleaseBlocksFrom(0);
   pool_ = other.pool_;
+  prefix_root_ = other.prefix_root_;
   blocks_ = std::move(other.blocks_);
   keys_ = std::move(other.keys_);
   tokens_ = std::move(other.tokens_);
@@ -81,7 +84,7 @@ void KvCache::Truncate(int64_t n) {
 void KvCache::Clear() { Truncate(0); }
 
 KvCache KvCache::Share() const {
-  KvCache copy(pool_);
+  KvCache copy(pool_, prefix_root_);
   copy.blocks_ = blocks_;
   copy.keys_ = keys_;
   copy.tokens_ = tokens_;
@@ -92,7 +95,7 @@ KvCache KvCache::Share() const {
 
 int64_t KvCache::AttachPrefix(std::span<const int32_t> tokens, int64_t max_positions) {
   if (!tokens_.empty() || !blocks_.empty()) return 0;
-  uint64_t parent = KvPool::kRootKey;
+  uint64_t parent = prefix_root_;
   for (size_t begin = 0; begin + kBlockTokens <= tokens.size(); begin += kBlockTokens) {
     const std::span<const int32_t> block_tokens = tokens.subspan(begin, kBlockTokens);
     const BlockId id = pool_->Find(parent, block_tokens);
@@ -143,7 +146,7 @@ void KvCache::Commit(std::span<const int32_t> tokens) {
   // Register the blocks that are now full, in order (each under the key of the one before).
   for (int64_t block = start / kBlockTokens; (block + 1) * kBlockTokens <= length(); ++block) {
     if (keys_[block] != 0) continue;
-    const uint64_t parent = block == 0 ? KvPool::kRootKey : keys_[block - 1];
+    const uint64_t parent = block == 0 ? prefix_root_ : keys_[block - 1];
     if (block > 0 && parent == 0) break;  // an unregistered predecessor: nothing to chain to
     keys_[block] = pool_->Register(blocks_[block], parent,
                                    std::span<const int32_t>(tokens_).subspan(block * kBlockTokens, kBlockTokens));

@@ -5,9 +5,10 @@
 // full blocks can be registered in the pool's prefix index and found again by other sequences.
 //
 // Sharing: Share() makes a second cache over the same blocks (a fork or a snapshot costs no KV
-// copy); AttachPrefix() starts an empty cache from registered blocks of any sequence with the same
-// leading tokens. A block that is shared or registered is never written: PrepareWrite copies it
-// first (copy on write), so at most one block is copied per fork.
+// copy); AttachPrefix() starts an empty cache from registered blocks of any sequence of the same
+// prefix scope (KvPool::ScopeRoot) with the same leading tokens. A block that is shared or
+// registered is never written: PrepareWrite copies it first (copy on write), so at most one block
+// is copied per fork.
 //
 // Memory follows the cached tokens in whole blocks (KvPool::kBlockTokens positions), never T.
 // Not thread-safe: one thread (the engine thread) uses a cache and its pool. No libtorch.
@@ -25,8 +26,10 @@ namespace niels::daemon::model {
 
 class KvCache {
  public:
-  // An empty cache on `pool`. REQUIRES: pool not null.
-  explicit KvCache(std::shared_ptr<KvPool> pool);
+  // An empty cache on `pool` whose prefix chains start at `prefix_root` (KvPool::kRootKey, or
+  // KvPool::ScopeRoot of its scope): it finds and registers blocks in that scope only.
+  // REQUIRES: pool not null.
+  explicit KvCache(std::shared_ptr<KvPool> pool, uint64_t prefix_root = KvPool::kRootKey);
   // An empty cache with a pool of its own, of `dtype` blocks, that holds four sequences of T
   // positions (for tools, tests and benchmarks: a sequence and a few Share()d copies of it; nielsd's
   // sessions share the engine's pool).
@@ -53,7 +56,7 @@ class KvCache {
   void Truncate(int64_t n);
   // Drops every position.
   void Clear();
-  // A cache over the same blocks (each gains a reference): same length, tokens and contents.
+  // A cache over the same blocks (each gains a reference): same length, tokens, contents and scope.
   KvCache Share() const;
   // For an empty cache: takes the longest run of registered full blocks whose tokens are the start
   // of `tokens` (whole blocks only), keeps at most `max_positions` of their positions, and returns
@@ -85,6 +88,7 @@ class KvCache {
   void ReleaseBlocksFrom(size_t first);
 
   std::shared_ptr<KvPool> pool_;
+  uint64_t prefix_root_ = KvPool::kRootKey;
   std::vector<BlockId> blocks_;
   // Per block: the prefix-index key this cache knows it under (0 until the block is full and
   // registered by Commit, or attached).

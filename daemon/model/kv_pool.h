@@ -11,9 +11,11 @@
 // costs no copy.
 //
 // Prefix index: a block that is full (all kBlockTokens positions written) can be registered under
-// the key of the block before it and its kBlockTokens token ids; Find() walks that chain from the
+// the key of the block before it and its kBlockTokens token ids; Find() walks that chain from a
 // root. A key is a serial number never reused, so a chain through an evicted block cannot match
 // anything. Registered blocks are immutable (a KvCache copies one before writing into it).
+// Chains start at a scope's root (ScopeRoot; nielsd scopes by the session owner's uid), so a
+// sequence only ever finds blocks that sequences of its own scope registered.
 //
 // Memory: the pool is sized once, budget_bytes / block stride blocks, reserved with mmap and
 // committed page by page as blocks are first written; a block that becomes free gives its pages back
@@ -43,8 +45,14 @@ inline constexpr BlockId kNoBlock = -1;
 class KvPool {
  public:
   static constexpr int64_t kBlockTokens = 16;
-  // The key of the (empty) prefix before a sequence's first block.
+  // The key of the (empty) prefix before a sequence's first block, for a sequence of no scope (tools,
+  // tests and benchmarks with a pool of their own).
   static constexpr uint64_t kRootKey = 0;
+  // The key of the (empty) prefix before the first block of a sequence in scope `scope`: chains of
+  // different scopes never meet. nielsd passes the session owner's uid, so one user's prompt is never
+  // served from (and its time to first token never reveals) blocks another user's prompt left.
+  // Block keys are serial numbers far below 2^63, so no root equals a block's key.
+  static constexpr uint64_t ScopeRoot(uint32_t scope) { return (uint64_t{1} << 63) | scope; }
 
   // floor(budget_bytes / block stride) blocks of `config`'s shape (possibly none) holding `dtype`
   // elements; the stride is a block's bytes rounded up to whole pages. REQUIRES: dtype f32 or f16
@@ -110,7 +118,7 @@ class KvPool {
   // Registers the full block `id` as holding `tokens` after `parent_key` and returns the key its
   // successors register under. When an equal block is registered already, `id` stays unregistered
   // and that block's key is returned (the contents are the same, so the chain continues).
-  // REQUIRES: every position of the block written, parent_key a key returned before (or kRootKey).
+  // REQUIRES: every position of the block written, parent_key a key returned before (or a root).
   uint64_t Register(BlockId id, uint64_t parent_key, std::span<const int32_t> tokens);
 
   // Called by Allocate when no block is free or cached: drop some references (returns false when

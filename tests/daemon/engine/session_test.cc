@@ -258,7 +258,13 @@ TEST_F(SessionStoreTest, SessionsWithTheSameLeadingTokensShareBlocks) {
   SessionStore store(config, SessionStoreOptions{.kv_budget_bytes = PoolBytes(config, 64)});
   Session* first = store.Create(1).value();
   Grow(*first, config, 40, 7);
-  Session* second = store.Create(2).value();  // another user, same tokens: blocks are shared
+  // Another user's session with the same tokens finds none of them (prefix reuse is per owner).
+  Session* stranger = store.Create(2).value();
+  for (int i = 0; i < 40; ++i) stranger->sequence().tokens.push_back(7);
+  EXPECT_EQ(stranger->sequence().cache.AttachPrefix(stranger->tokens()), 0);
+  EXPECT_EQ(first->shared_blocks(), 0);
+  ASSERT_TRUE(store.Delete(stranger->id(), 2).ok());
+  Session* second = store.Create(1).value();  // the same user, same tokens: blocks are shared
   for (int i = 0; i < 40; ++i) second->sequence().tokens.push_back(7);
   EXPECT_EQ(second->sequence().cache.AttachPrefix(second->tokens()), 32);
   EXPECT_EQ(second->shared_blocks(), 2);

@@ -207,6 +207,59 @@ TEST_F(KvSharingTest, APromptOfWholeBlocksRecomputesItsLastPositionAndCountsItOn
   EXPECT_EQ(after.tokens_prefilled_total() - before.tokens_prefilled_total(), 1u);
 }
 
+// Prefix reuse is per user: another uid's identical system prompt and prompt are prefilled in full
+// (no block found, none shared, no prefix hit), so neither the blocks nor the time to first token
+// tell one user what another sent; the first user's own second session still reuses them.
+TEST_F(KvSharingTest, UsersNeverShareBlocks) {
+  constexpr uint32_t kOther = kUid + 1;
+  const auto create_as_other = [&](const std::string* system) {
+    const v1::Response created = Call(*engine_, CreateRequest(system), kOther);
+    EXPECT_TRUE(created.has_create_session()) << created.DebugString();
+    return created.create_session().session_id();
+  };
+  const auto shared_blocks_of_other = [&](const std::string& session) {
+    const v1::Response info = Call(*engine_, GetRequest(session), kOther);
+    EXPECT_TRUE(info.has_get_session()) << info.DebugString();
+    return info.get_session().session().kv_shared_blocks();
+  };
+
+  // The same system prompt: stored once per user.
+  const std::string system = "you are a small test bot that answers questions about sockets and sessions";
+  const Ids system_ids = SystemIds(system);
+  const int64_t full = static_cast<int64_t>(system_ids.size()) / kBlock;
+  ASSERT_GE(full, 1) << "the system prompt must fill a block";
+  const std::string mine = Create(&system);
+  v1::StatsResponse before = Stats();
+  const std::string theirs = create_as_other(&system);
+  v1::StatsResponse after = Stats();
+  EXPECT_EQ(after.prefix_hit_tokens(), before.prefix_hit_tokens());
+  EXPECT_EQ(after.tokens_prefilled_total() - before.tokens_prefilled_total(), system_ids.size());
+  EXPECT_EQ(after.kv_blocks_shared(), 0u);
+  EXPECT_EQ(Info(mine).kv_shared_blocks(), 0);
+  EXPECT_EQ(shared_blocks_of_other(theirs), 0);
+  const std::string mine_again = Create(&system);
+  EXPECT_EQ(Info(mine_again).kv_shared_blocks(), full);
+  EXPECT_EQ(shared_blocks_of_other(theirs), 0);
+
+  // The same prompt on empty sessions: the other user prefills all of it and gets the same tokens and
+  // logprobs; the first user's next session reuses its whole blocks.
+  const Ids prompt = Prompt(3 * kBlock + 5);
+  const Generated first = ExpectEqualsFullForward(Create(), prompt, 4, "first user");
+  before = Stats();
+  const v1::Response generated = Call(*engine_, GenerateWithLogprobs(create_as_other(nullptr), prompt, 4), kOther);
+  ASSERT_TRUE(generated.has_generate()) << generated.DebugString();
+  after = Stats();
+  EXPECT_EQ(after.prefix_hit_tokens(), before.prefix_hit_tokens());
+  EXPECT_EQ(generated.generate().stats().reused_tokens(), 0);
+  EXPECT_EQ(generated.generate().stats().prefilled_tokens(), static_cast<int64_t>(prompt.size()));
+  EXPECT_EQ(ToIds(generated.generate().new_ids()), first.ids);
+  std::vector<float> logprobs;
+  for (const v1::StepInfo& step : generated.generate().steps()) logprobs.push_back(step.logprob());
+  EXPECT_EQ(logprobs, first.logprobs);
+  const Generated reused = ExpectEqualsFullForward(Create(), prompt, 4, "first user again");
+  EXPECT_EQ(reused.stats.reused_tokens(), static_cast<int64_t>(prompt.size()) / kBlock * kBlock);
+}
+
 TEST_F(KvSharingTest, ForkCostsNoBlocksAndBothBranchesContinueIndependently) {
   const std::string parent = Create();
   ExpectEqualsFullForward(parent, Prompt(2 * kBlock + 7), 6, "parent");
