@@ -75,7 +75,9 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
     const std::string piece = stream.Add(id, /*flush=*/false);
     handed_out += piece;
     FUZZ_CHECK(handed_out == stream.sent());
-    FUZZ_CHECK(ValidUtf8(stream.sent()));
+    // Pieces of valid UTF-8 concatenate to valid UTF-8, so checking each new piece checks
+    // everything handed out, in O(n) per input instead of O(n^2).
+    FUZZ_CHECK(ValidUtf8(piece));
   }
   ids.push_back(g_tokenizer->special().eot);
   handed_out += stream.Add(g_tokenizer->special().eot, /*flush=*/true);
