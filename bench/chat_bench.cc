@@ -7,7 +7,8 @@
 //   cached     the default: a follow-up turn prefills only its new tokens;
 //   uncached   use_kv_cache = false (niels-chat --no-kv-cache): a full forward per token;
 //   reprefill  what the original Python CLI did: every turn builds the whole prompt (history + the
-//              new turn) and prefills it into a fresh cache (here: a raw Generate on a new session).
+//              new turn) and prefills it into a fresh cache (here: a raw Generate on a new session
+//              of a caller of its own: prefix blocks are reused per uid, so it finds none).
 // The cached path's time to first token stays flat while the others grow with the history. With
 // --json every figure is one JSON line {"metric", "value", "unit", "preset", "turn", "path"}.
 //
@@ -68,11 +69,13 @@ class WaitingSink : public ResponseSink {
   v1::Response final_;
 };
 
-v1::Response Call(Service& engine, v1::Request request) {
+constexpr uint32_t kChatUid = 1000;
+
+v1::Response Call(Service& engine, v1::Request request, uint32_t uid = kChatUid) {
   static uint64_t next_id = 1;
   request.set_request_id(next_id++);
   auto sink = std::make_shared<WaitingSink>();
-  engine.Submit(Job{Caller{1000}, std::move(request), std::make_shared<std::atomic<bool>>(false), sink});
+  engine.Submit(Job{Caller{uid}, std::move(request), std::make_shared<std::atomic<bool>>(false), sink});
   v1::Response response = sink->Wait();
   if (response.has_error()) {
     std::fprintf(stderr, "nielsd-chat-bench: %s\n", response.error().message().c_str());
@@ -88,7 +91,9 @@ struct TurnFigures {
 enum class Path { kCached, kUncached, kReprefill };
 
 // The original CLI's turn: the session's whole history plus the new user turn, prefilled into a
-// fresh cache (a new session without system prompt, raw Generate), then reply_tokens generated.
+// fresh cache (a new session without system prompt, raw Generate), then reply_tokens generated. The
+// fresh session belongs to a uid used for nothing else: a session of the chat's own uid would find
+// the history's blocks in the prefix index and prefill only the new turn, like the cached path.
 v1::GenerateResponse ReprefillTurn(Service& engine, const std::string& session, const std::string& text,
                                    int reply_tokens) {
   v1::Request info_request;
@@ -101,9 +106,11 @@ v1::GenerateResponse ReprefillTurn(Service& engine, const std::string& session, 
   tokenize.mutable_tokenize()->set_text(text);
   const v1::TokenizeResponse user = Call(engine, tokenize).tokenize();
 
+  static uint32_t next_uid = kChatUid + 1;
+  const uint32_t uid = next_uid++;
   v1::Request create;
   create.mutable_create_session();
-  const std::string fresh = Call(engine, create).create_session().session_id();
+  const std::string fresh = Call(engine, create, uid).create_session().session_id();
   v1::Request request;
   v1::GenerateRequest* generate = request.mutable_generate();
   generate->set_session_id(fresh);
@@ -114,10 +121,10 @@ v1::GenerateResponse ReprefillTurn(Service& engine, const std::string& session, 
   generate->add_input_ids(info.asst_id());
   generate->set_max_new_tokens(reply_tokens);
   generate->mutable_sampling()->set_temperature(0.0f);
-  const v1::GenerateResponse response = Call(engine, request).generate();
+  const v1::GenerateResponse response = Call(engine, request, uid).generate();
   v1::Request remove;
   remove.mutable_delete_session()->set_session_id(fresh);
-  Call(engine, remove);
+  Call(engine, remove, uid);
   return response;
 }
 
