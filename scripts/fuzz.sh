@@ -8,7 +8,14 @@
 #
 # Usage: scripts/fuzz.sh [SECONDS] [TARGET...]     (targets: frame_decoder config tokenizer
 #        text_stream safetensors model_dir request; default all)
-#        scripts/fuzz.sh --totals                 executions per target over every run so far
+#        scripts/fuzz.sh --totals                 executions per target over every run so far:
+#                                                 the committed ledger tests/fuzz/executions.tsv
+#                                                 plus this machine's build-fuzz/fuzz-executions.tsv
+#        scripts/fuzz.sh --record                 moves this machine's ledger lines into the
+#                                                 committed ledger (commit it with the corpora)
+#        scripts/fuzz.sh --merge TARGET...        minimizes what this machine's campaigns grew into
+#                                                 tests/fuzz/<target>/grown/ (commit it: later
+#                                                 campaigns and the replay ctests start from it)
 # Environment: FUZZ_NICE (default 10), FUZZ_JOBS (build parallelism, default 2),
 #              FUZZ_ARGS (extra libFuzzer flags, e.g. "-runs=1000000").
 #
@@ -23,14 +30,55 @@ cd "$(dirname "$0")/.."
 
 BUILD=build-fuzz
 LEDGER="$BUILD/fuzz-executions.tsv"
+COMMITTED_LEDGER=tests/fuzz/executions.tsv   # campaigns of earlier machines (same columns)
 ALL_TARGETS=(frame_decoder config tokenizer text_stream safetensors model_dir request)
+# Every campaign and merge: a single allocation above 64 MiB is a finding (nothing may be sized
+# from a client-supplied length before it is checked).
+LIMITS=(-malloc_limit_mb=64 -rss_limit_mb=2048 -timeout=30 -max_len=65536)
+export ASAN_OPTIONS=detect_leaks=1:abort_on_error=1 UBSAN_OPTIONS=halt_on_error=1:print_stacktrace=1 OMP_NUM_THREADS=1
 
 if [ "${1:-}" = "--totals" ]; then
-  [ -f "$LEDGER" ] || { echo "no runs recorded in $LEDGER"; exit 0; }
-  awk -F'\t' '{ execs[$2] += $4; secs[$2] += $3; runs[$2]++; if ($6 == "crash") bad[$2]++ }
-    END { printf "%-14s %6s %9s %14s %9s %s\n", "target", "runs", "seconds", "executions", "exec/s", "crashes";
-          for (t in execs) printf "%-14s %6d %9d %14d %9.0f %d\n", t, runs[t], secs[t], execs[t],
-                                  secs[t] ? execs[t] / secs[t] : 0, bad[t] }' "$LEDGER" | sort
+  ledgers=()
+  for l in "$COMMITTED_LEDGER" "$LEDGER"; do [ -f "$l" ] && ledgers+=("$l"); done
+  [ ${#ledgers[@]} -gt 0 ] || { echo "no runs recorded"; exit 0; }
+  printf "%-14s %6s %9s %14s %9s %s\n" target runs seconds executions exec/s crashes
+  grep -hv '^#' "${ledgers[@]}" |
+  awk -F'\t' '{ execs[$2] += $4; secs[$2] += $3; runs[$2]++; if ($6 == "crash") bad[$2]++
+                if ($3 > 0) timed[$2] += $4 }   # lines carried over as totals have no seconds
+    END { for (t in execs) printf "%-14s %6d %9d %14d %9.0f %d\n", t, runs[t], secs[t], execs[t],
+                                  secs[t] ? timed[t] / secs[t] : 0, bad[t] }' | sort
+  exit 0
+fi
+
+if [ "${1:-}" = "--record" ]; then
+  [ -s "$LEDGER" ] || { echo "nothing to record: $LEDGER is empty"; exit 0; }
+  cat "$LEDGER" >>"$COMMITTED_LEDGER"
+  echo "recorded $(wc -l <"$LEDGER") campaign(s) in $COMMITTED_LEDGER"
+  rm "$LEDGER"
+  exit 0
+fi
+
+if [ "${1:-}" = "--merge" ]; then
+  shift
+  [ $# -gt 0 ] || { echo "usage: scripts/fuzz.sh --merge TARGET..."; exit 2; }
+  for t in "$@"; do
+    [ -x "$BUILD/tests/fuzz/fuzz_$t" ] || { echo "fuzz.sh: build fuzz_$t first (scripts/fuzz.sh 1 $t)"; exit 2; }
+    # libFuzzer's merge copies into the first directory only the inputs that add coverage to what it
+    # holds. It starts with copies of the seeds, which are removed afterwards: grown/ keeps exactly
+    # what the committed seeds do not cover, of the old grown/ and this machine's corpus.
+    work=$(mktemp -d)
+    cp tests/fuzz/"$t"/corpus/* "$work"/
+    sources=()
+    for d in tests/fuzz/"$t"/grown "$BUILD/fuzz-corpus/$t"; do [ -d "$d" ] && sources+=("$d"); done
+    "$BUILD/tests/fuzz/fuzz_$t" -merge=1 "${LIMITS[@]}" "$work" "${sources[@]}" >"$BUILD/merge-$t.log" 2>&1 ||
+      { echo "fuzz.sh: merging $t failed; log $BUILD/merge-$t.log"; tail -20 "$BUILD/merge-$t.log"; exit 1; }
+    for f in tests/fuzz/"$t"/corpus/*; do rm -f "$work/$(basename "$f")"; done
+    rm -rf tests/fuzz/"$t"/grown
+    mkdir -p tests/fuzz/"$t"/grown
+    find "$work" -type f -exec mv {} tests/fuzz/"$t"/grown/ \;
+    rm -rf "$work"
+    echo "fuzz_$t: $(ls tests/fuzz/"$t"/grown | wc -l) inputs in tests/fuzz/$t/grown ($(du -sh tests/fuzz/"$t"/grown | cut -f1))"
+  done
   exit 0
 fi
 
@@ -54,15 +102,13 @@ for t in "${TARGETS[@]}"; do
   artifacts="$BUILD/fuzz-artifacts/$t/"
   mkdir -p "$corpus" "$artifacts"
   seeds=(tests/fuzz/"$t"/corpus)
-  [ -d tests/fuzz/"$t"/regressions ] && seeds+=(tests/fuzz/"$t"/regressions)
+  for d in grown regressions; do [ -d tests/fuzz/"$t"/$d ] && seeds+=(tests/fuzz/"$t"/$d); done
   echo "== fuzz_$t for ${SECONDS_PER_TARGET}s"
   log="$BUILD/fuzz-$t.log"
   started=$(date +%s)
   status=0
-  ASAN_OPTIONS=detect_leaks=1:abort_on_error=1 UBSAN_OPTIONS=halt_on_error=1:print_stacktrace=1 \
-    OMP_NUM_THREADS=1 nice -n "${FUZZ_NICE:-10}" \
-    "$BUILD/tests/fuzz/fuzz_$t" -max_total_time="$SECONDS_PER_TARGET" -malloc_limit_mb=64 \
-      -rss_limit_mb=2048 -timeout=30 -max_len=65536 -print_final_stats=1 \
+  nice -n "${FUZZ_NICE:-10}" \
+    "$BUILD/tests/fuzz/fuzz_$t" -max_total_time="$SECONDS_PER_TARGET" "${LIMITS[@]}" -print_final_stats=1 \
       -artifact_prefix="$artifacts" ${FUZZ_ARGS:-} "$corpus" "${seeds[@]}" >"$log" 2>&1 || status=$?
   # Stopped by SIGINT or SIGTERM: libFuzzer still prints its counts; not a finding.
   result=ok
