@@ -379,17 +379,23 @@ TEST_F(DurableSessionsTest, SessionLimitUnloadsInsteadOfRefusing) {
   EXPECT_EQ(listed->sessions_size(), 3);
 }
 
+// The turn must need a new database page whatever room the B-tree's pages have left: a session
+// row that outgrows one page keeps the rest in overflow pages, which are always whole new pages.
+// (A turn only a few times larger than a filler session could fit in the free half of a page left
+// by a split, depending on where the random session ids fall, and so succeed now and then.)
 TEST_F(DurableSessionsTest, FullDatabaseFailsTheTurnAndKeepsTheSession) {
+  daemon::model::ModelConfig config = IntegrationConfig();
+  config.context = 4096;  // room for a turn of about 2300 tokens: 9 KB of token ids, over two 4 KB pages
+  testing::WriteModelDir(model_dir(), config, kModelSeed);
   Start({"--max-state-db-mb", "1", "--max-sessions-per-uid", "1024"});
   auto client = Connect();
   const std::string id = NewSession(*client);
   Reply(*client, id, "hi");
   const v1::GetSessionResponse before = MustGet(*client, id);
-  // Fill the database with sessions carrying system prompts until it refuses one; the turn below
-  // then needs about three times the room one of them did.
+  // Fill the database with sessions carrying system prompts until it refuses one.
   std::string filler_prompt, long_text;
   for (int i = 0; i < 50; ++i) filler_prompt += fmt::format("word{} ", i);
-  for (int i = 0; i < 150; ++i) long_text += fmt::format("word{} ", i);
+  for (int i = 0; i < 400; ++i) long_text += fmt::format("word{} ", i);
   std::vector<std::string> fillers;
   common::Status status;
   for (int i = 0; i < 2000 && status.ok(); ++i) {
@@ -402,8 +408,9 @@ TEST_F(DurableSessionsTest, FullDatabaseFailsTheTurnAndKeepsTheSession) {
   EXPECT_EQ(turn.status().code(), common::StatusCode::kResourceExhausted) << turn.status().ToString();
   EXPECT_EQ(Tokens(MustGet(*client, id)), Tokens(before));
   for (size_t i = 0; i < fillers.size() / 2; ++i) ASSERT_TRUE(client->DeleteSession(fillers[i]).ok());
-  EXPECT_FALSE(Reply(*client, id, "a question that fits again").empty());
+  EXPECT_FALSE(Reply(*client, id, long_text).empty());  // the same turn fits again
   EXPECT_EQ(MustGet(*client, id).session().turns(), 2);
+  EXPECT_GT(MustGet(*client, id).token_ids_size(), 1024);  // 4 KB of token ids: more than one page
 }
 
 TEST_F(DurableSessionsTest, UnusedSessionsExpireAfterTheTtl) {
