@@ -103,6 +103,13 @@ for t in "${TARGETS[@]}"; do
   mkdir -p "$corpus" "$artifacts"
   seeds=(tests/fuzz/"$t"/corpus)
   for d in grown regressions; do [ -d tests/fuzz/"$t"/$d ] && seeds+=(tests/fuzz/"$t"/$d); done
+  # One campaign per target at a time: two would share the log (and so the ledger line) and race on
+  # the corpus directory. The fuzzer inherits the lock and holds it until it exits.
+  exec {lock}>"$BUILD/fuzz-$t.lock"
+  flock -n "$lock" || {
+    echo "fuzz.sh: a campaign of $t is already running on this machine (it holds $BUILD/fuzz-$t.lock)"
+    exit 2
+  }
   echo "== fuzz_$t for ${SECONDS_PER_TARGET}s"
   log="$BUILD/fuzz-$t.log"
   started=$(date +%s)
@@ -116,6 +123,7 @@ for t in "${TARGETS[@]}"; do
     if grep -q "libFuzzer: run interrupted" "$log"; then result=interrupted; else result=crash; fi
   fi
   elapsed=$(( $(date +%s) - started ))
+  exec {lock}>&-
   execs=$(grep -Eo "stat::number_of_executed_units: *[0-9]+" "$log" | grep -Eo "[0-9]+$" | tail -1 || true)
   rate=$(grep -Eo "stat::average_exec_per_sec: *[0-9]+" "$log" | grep -Eo "[0-9]+$" | tail -1 || true)
   printf '%s\t%s\t%s\t%s\t%s\t%s\n' "$(date -u +%FT%TZ)" "$t" "$elapsed" "${execs:-0}" "${rate:-0}" "$result" \
