@@ -111,9 +111,9 @@ extern "C" int LLVMFuzzerInitialize(int*, char***) {
   niels::common::SetLogLevel(niels::common::LogLevel::kError);
   niels::common::RouteProtobufLogs();
   static niels::testing::TempDir dir("niels_request_fuzz_");
-  // A 32-token context: every limit (a turn that does not fit, a full context, old turns
-  // dropped to make room) is reached in a few tokens, and an uncached request, which runs the whole sequence
-  // again per sampled token, costs a quarter of what it would at 64, so more inputs per second.
+  // A 32-token context: every limit (a turn that does not fit, a full context, old turns dropped
+  // to make room) is reached in a few tokens, and an uncached request, which runs the whole
+  // sequence again per sampled token, costs a quarter of what it would at 64.
   niels::daemon::model::ModelConfig config = niels::testing::TinyConfig();
   config.context = 32;
   niels::testing::WriteModelDir(dir.path(), config, 7);
