@@ -42,7 +42,7 @@ std::string g_valid[3];
 bool g_dirty[3] = {false, false, false};
 fs::path g_work;
 
-// A fresh directory on tmpfs if there is one (never removed: the fuzzer is killed, not stopped).
+// A fresh directory on tmpfs if there is one. RemoveWorkDirAtExit removes it.
 fs::path MakeWorkDir() {
   std::error_code ec;
   if (fs::is_directory("/dev/shm", ec)) {
@@ -64,10 +64,20 @@ std::string LengthPrefixed(const std::string& bytes) {
   return std::string(prefix, 4) + bytes;
 }
 
+// Removes g_work when the process exits normally (a timed campaign, the replay ctest). A campaign
+// stopped by a signal ends without destructors and leaves its directory behind.
+struct RemoveWorkDirAtExit {
+  ~RemoveWorkDirAtExit() {
+    std::error_code ec;
+    fs::remove_all(g_work, ec);
+  }
+};
+
 }  // namespace
 
 extern "C" int LLVMFuzzerInitialize(int*, char***) {
   g_work = MakeWorkDir();
+  static RemoveWorkDirAtExit remove_work_dir_at_exit;
   niels::testing::TinyTokenizerOptions options;
   options.normalization = "identity";
   niels::testing::TrainTinyTokenizer(g_work / kNames[2], options);

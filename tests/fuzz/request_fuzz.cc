@@ -110,7 +110,10 @@ extern "C" int LLVMFuzzerInitialize(int*, char***) {
   // line per string field.
   niels::common::SetLogLevel(niels::common::LogLevel::kError);
   niels::common::RouteProtobufLogs();
-  static niels::testing::TempDir dir("niels_request_fuzz_");
+  // The model directory is removed when this function returns (the weights stay mapped, the rest is
+  // loaded): a campaign stopped by a signal, which libFuzzer ends without destructors, leaves no
+  // directory behind.
+  const niels::testing::TempDir dir("niels_request_fuzz_");
   // A 32-token context: every limit (a turn that does not fit, a full context, old turns dropped
   // to make room) is reached in a few tokens, and an uncached request, which runs the whole
   // sequence again per sampled token, costs a quarter of what it would at 64.
