@@ -2,8 +2,8 @@
 # The test command: installs what is missing, builds, and runs every test with ctest; then, built
 # with AddressSanitizer + UndefinedBehaviorSanitizer and without libtorch, the suites common, state,
 # kernels, server and client, every fuzz replay, and nielsd itself under the integration, fault and
-# short soak tests; the concurrency suites (kernels, server, client) built with ThreadSanitizer; and
-# every fuzz target for a short bounded time (scripts/fuzz.sh).
+# short soak tests; the concurrency suites (kernels, state, server, client) built with
+# ThreadSanitizer; and every fuzz target for a short bounded time (scripts/fuzz.sh).
 #
 # The model, engine and handlers suites compare against libtorch, so they need a libtorch build,
 # which would cost about as much CPU under ASan as the normal build again; they run under ASan by
@@ -25,10 +25,11 @@ JOBS=$(nproc)
 # fault tests, the short soak and all seven fuzz replays, but not the script-driven tests (Python
 # converter and client, quickstart: they run uninstrumented interpreters) nor soak_short_nofile
 # (soak_short covers the same code). NIELSD_ASAN_TORCH=1 adds the libtorch-checked suites.
-# TSan: the concurrency suites (kernels' worker pool, server, client).
+# TSan: the concurrency suites (kernels' worker pool, state's store and its maintenance thread,
+# server, client).
 ASAN_TESTS='^(common_test|state_test|kernels_test|server_test|client_test|integration_test|fault_test|soak_short|fuzz_replay_.*)$'
 ASAN_TORCH_TESTS='^(common_test|state_test|kernels_test|server_test|client_test|model_test|engine_test|handlers_test|integration_test|fault_test|soak_short|fuzz_replay_.*)$'
-TSAN_TESTS='^(kernels_test|server_test|client_test)$'
+TSAN_TESTS='^(kernels_test|state_test|server_test|client_test)$'
 # Two integration tests measure what ASan changes, so they do not run under it: the never-reading
 # flood bounds nielsd's RSS growth (ASan's quarantine keeps freed memory resident), and the
 # out-of-descriptors test exhausts nielsd's descriptors on purpose (UBSan's vptr check then cannot
