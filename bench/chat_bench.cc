@@ -28,8 +28,8 @@
 #include "common/defaults.h"
 #include "daemon/engine/engine.h"
 #include "daemon/handlers/service.h"
-#include "daemon/model/threading.h"
-#include "daemon/model/tokenizer.h"
+#include "daemon/kernels/heap_tuning.h"
+#include "daemon/text/tokenizer.h"
 #include "daemon/model/transformer.h"
 #include "daemon/model/weights.h"
 
@@ -195,9 +195,9 @@ int main(int argc, char** argv) {
   } else {
     config.vocab_size = 16000, config.context = 1024, config.width = 512, config.layers = 8, config.heads = 8, config.d_ff = 1536;
   }
-  niels::daemon::model::ConfigureThreads();
+  niels::daemon::kernels::TuneHeapForActivations();
   auto pool = std::make_shared<niels::daemon::kernels::WorkerPool>(threads);
-  auto tokenizer = niels::daemon::model::Tokenizer::Load(tokenizer_path);
+  auto tokenizer = niels::daemon::text::Tokenizer::Load(tokenizer_path);
   if (!tokenizer.ok()) {
     std::fprintf(stderr, "nielsd-chat-bench: %s\n", tokenizer.status().ToString().c_str());
     return 1;
@@ -208,7 +208,7 @@ int main(int argc, char** argv) {
       config, niels::daemon::model::RandomWeights(config, /*seed=*/7), pool);
   model->tokenizer = std::move(tokenizer).value();
   EngineOptions options;  // threads already configured above
-  Service engine(std::make_unique<Engine>(std::move(model), options), {});
+  Service engine(std::make_unique<Engine>(std::move(model), options));
 
   // User turns of a realistic length (a few dozen tokens each).
   const std::vector<std::string> user = {
@@ -229,7 +229,7 @@ int main(int argc, char** argv) {
   if (!json) {
     std::printf("nielsd-chat-bench: preset %s (T %ld), %d turns x %d reply tokens, medians of %d chats, %s\n",
                 preset.c_str(), static_cast<long>(config.context), n_turns, reply_tokens, repeats,
-                niels::daemon::model::DescribeThreads(*pool).c_str());
+                niels::daemon::kernels::DescribeThreads(*pool).c_str());
     std::printf("%4s %8s | %12s %9s %7s | %12s %9s | %7s | %12s %9s\n", "turn", "length", "cached TTFT",
                 "prefilled", "reused", "uncached TTFT", "prefilled", "ratio", "reprefill TTFT", "prefilled");
   }

@@ -47,8 +47,8 @@
 #include "client/daemon_client.h"
 #include "daemon/kernels/dtype.h"
 #include "daemon/model/model_dir.h"
-#include "daemon/model/threading.h"
-#include "daemon/model/tokenizer.h"
+#include "daemon/kernels/heap_tuning.h"
+#include "daemon/text/tokenizer.h"
 #include "daemon/model/transformer.h"
 #include "daemon/model/weights.h"
 
@@ -291,7 +291,7 @@ void RunModel(const Options& o, const Transformer& model, ReadBandwidthProbe& ba
 // Writes config.json (V from the tokenizer), model.safetensors (RandomWeights(seed 1) in `dtype`)
 // and tokenizer.model into `dir`.
 common::Status WriteRandomModelDir(const Options& o, const std::filesystem::path& dir, Dtype dtype, ModelConfig* out) {
-  auto tokenizer = daemon::model::Tokenizer::Load(o.tokenizer);
+  auto tokenizer = daemon::text::Tokenizer::Load(o.tokenizer);
   if (!tokenizer.ok()) return tokenizer.status();
   ModelConfig c = o.config;
   c.vocab_size = (*tokenizer)->vocab_size();
@@ -457,7 +457,7 @@ void Print(const Options& o, const Transformer& model, const Results& r, const d
               o.model_dir.empty() ? o.preset.c_str() : o.model_dir.c_str(), (long long)c.vocab_size,
               (long long)c.context, (long long)c.width, (long long)c.layers, (long long)c.heads, (long long)c.d_ff,
               dtype.c_str(), r.weight_bytes / 1e6, kv_dtype.c_str());
-  std::printf("threads: %d (%s)\n", pool.threads(), daemon::model::DescribeThreads(pool).c_str());
+  std::printf("threads: %d (%s)\n", pool.threads(), daemon::kernels::DescribeThreads(pool).c_str());
   std::printf("medians over %d runs\n", o.repeats);
   std::printf("prefill          %9.1f tokens/s  (%lld-token prompt, last position's logits)\n", r.prefill_tok_s,
               (long long)r.prefill_len);
@@ -582,7 +582,7 @@ int Main(int argc, char** argv) {
     return 0;
   }
   const int threads = o.threads > 0 ? o.threads : static_cast<int>(std::thread::hardware_concurrency());
-  daemon::model::ConfigureThreads();
+  daemon::kernels::TuneHeapForActivations();
   auto pool = std::make_shared<daemon::kernels::WorkerPool>(threads);
   const Dtype kv_dtype = *daemon::kernels::ParseDtype(o.kv_dtype);
   std::unique_ptr<Transformer> model;

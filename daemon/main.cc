@@ -1,5 +1,7 @@
 // nielsd: flags, wiring, run. Everything else lives in daemon/server (the socket side) and
-// daemon/engine (the model side). See docs/ARCHITECTURE.md "The daemon process".
+// daemon/handlers with the engine below it (the model side). See docs/ARCHITECTURE.md "The daemon
+// process". Each group of flags becomes its options struct in one function (DaemonOptionsFrom,
+// OpenDurableState, EngineOptionsFrom); main() wires them in order.
 #include <sys/resource.h>
 #include <unistd.h>
 
@@ -16,6 +18,7 @@
 #include <vector>
 
 #include <CLI/CLI.hpp>
+#include <fmt/format.h>
 
 #include "common/log.h"
 #include "common/protobuf_log.h"
@@ -34,6 +37,7 @@ namespace {
 namespace engine = niels::daemon::engine;
 namespace handlers = niels::daemon::handlers;
 namespace server = niels::daemon::server;
+namespace state = niels::daemon::state;
 using niels::common::LogError;
 using niels::common::LogInfo;
 
@@ -44,8 +48,8 @@ struct Flags {
   int threads = static_cast<int>(std::max(1u, std::thread::hardware_concurrency()));
   int io_threads = 2;
   uint64_t max_frame_bytes = niels::common::kDefaultMaxFrameBytes;
-  uint32_t max_sessions = engine::EngineOptions{}.max_sessions;
-  uint32_t max_sessions_per_uid = engine::EngineOptions{}.max_sessions_per_uid;
+  uint32_t max_sessions = niels::daemon::sessions::SessionLimits{}.max_sessions;
+  uint32_t max_sessions_per_uid = niels::daemon::sessions::SessionLimits{}.max_sessions_per_uid;
   size_t max_queued_per_uid = engine::EngineOptions{}.max_queued_per_uid;
   double idle_session_timeout_s =
       std::chrono::duration<double>(engine::EngineOptions{}.idle_session_timeout).count();
@@ -60,9 +64,9 @@ struct Flags {
   // Durable sessions (docs/ARCHITECTURE.md, "Durable sessions").
   std::string state_dir;
   bool ephemeral = false;
-  double session_ttl_s = niels::daemon::state::DurableStoreOptions{}.session_ttl_s;
-  uint64_t kv_disk_budget_mb = niels::daemon::state::DurableStoreOptions{}.kv_disk_budget_bytes >> 20;
-  uint32_t max_stored_sessions_per_uid = niels::daemon::state::DurableStoreOptions{}.max_stored_sessions_per_uid;
+  double session_ttl_s = state::DurableStoreOptions{}.session_ttl_s;
+  uint64_t kv_disk_budget_mb = state::DurableStoreOptions{}.kv_disk_budget_bytes >> 20;
+  uint32_t max_stored_sessions_per_uid = state::DurableStoreOptions{}.max_stored_sessions_per_uid;
   bool sync_commits = false;
   uint64_t max_state_db_mb = 0;
   std::string dtype = "file";
@@ -99,9 +103,10 @@ void AddFlags(CLI::App& app, Flags& flags) {
       ->check(CLI::Range(1u, 1u << 20))->capture_default_str();
   app.add_option("--max-sessions-per-uid", flags.max_sessions_per_uid, "sessions one user may hold in memory")
       ->check(CLI::Range(1u, 1u << 20))->capture_default_str();
+  const size_t max_queue = engine::EngineOptions{}.max_queue;
   app.add_option("--max-queued-per-uid", flags.max_queued_per_uid,
-                 "requests one user may have waiting for the engine (the queue holds 256 in all)")
-      ->check(CLI::Range(size_t{1}, size_t{256}))->capture_default_str();
+                 fmt::format("requests one user may have waiting for the engine (the queue holds {} in all)", max_queue))
+      ->check(CLI::Range(size_t{1}, max_queue))->capture_default_str();
   app.add_option("--idle-session-timeout", flags.idle_session_timeout_s,
                  "seconds after which an unused session leaves memory (kept on disk; deleted with --ephemeral); 0 = never")
       ->check(CLI::Range(0.0, 1e9))->capture_default_str();
@@ -189,19 +194,122 @@ std::string DefaultModelDir() {
   return "";
 }
 
-}  // namespace
+// The server side of the flags: the socket, its connections and their limits. Lowers
+// --max-connections to what the open-files limit allows unless it was given.
+server::DaemonOptions DaemonOptionsFrom(const Flags& flags, const std::string& socket_path, bool max_connections_given) {
+  server::DaemonOptions options;
+  options.listener.socket_path = socket_path;
+  if (!flags.socket_group.empty()) options.listener.socket_group = flags.socket_group;
+  options.connection.max_frame_bytes = flags.max_frame_bytes;
+  options.io_threads = flags.io_threads;
+  options.max_connections_per_uid = flags.max_connections_per_uid;
+  options.max_connections = flags.max_connections;
+  const size_t fit = ConnectionsThatFit();
+  if (fit < flags.max_connections) {
+    if (!max_connections_given) {
+      options.max_connections = fit;
+    } else {
+      niels::common::LogWarn("--max-connections {} is more than the open-files limit allows (about {}); "
+                             "connections past it are refused when descriptors run out",
+                             flags.max_connections, fit);
+    }
+  }
+  options.overflow_uid = server::ReadOverflowUid();
+  return options;
+}
 
-int main(int argc, char** argv) {
-  // libtorch's OpenMP threads must not busy-wait against the engine's other threads
-  // (docs/ARCHITECTURE.md "Threads and ownership").
-  ::setenv("OMP_WAIT_POLICY", "PASSIVE", /*overwrite=*/0);
+// Durable sessions: the state directory (locked: one daemon per directory), the session database
+// and the KV spill files, bound to this model's fingerprint. Sessions are loaded lazily, so opening
+// costs the same with a thousand stored sessions as with none.
+struct DurableState {
+  std::optional<state::StateDirLock> lock;
+  std::unique_ptr<state::DurableStore> store;
+};
+
+niels::common::StatusOr<DurableState> OpenDurableState(const Flags& flags) {
+  niels::common::StatusOr<std::filesystem::path> dir = state::ResolveStateDir(flags.state_dir);
+  NIELS_RETURN_IF_ERROR(dir.ok() ? state::PrepareStateDir(*dir) : dir.status());
+  auto lock = state::StateDirLock::Acquire(*dir);
+  if (!lock.ok()) return lock.status();
+  DurableState durable;
+  durable.lock.emplace(std::move(lock).value());
+  const std::filesystem::path model_dir(flags.model);
+  auto fingerprint = state::ModelFingerprint(
+      {model_dir / "config.json", model_dir / "model.safetensors", model_dir / "tokenizer.model"});
+  if (!fingerprint.ok()) return fingerprint.status();
+  auto model_config = niels::daemon::model::LoadModelConfig(model_dir / "config.json");
+  if (!model_config.ok()) return model_config.status();
+  state::DurableStoreOptions options;
+  options.dir = *dir;
+  options.model_fingerprint = *fingerprint;
+  options.model_name = model_config->name.empty() ? model_dir.filename().string() : model_config->name;
+  options.sync_commits = flags.sync_commits;
+  options.max_db_bytes = flags.max_state_db_mb << 20;
+  options.kv_disk_budget_bytes = flags.kv_disk_budget_mb << 20;
+  options.session_ttl_s = flags.session_ttl_s;
+  options.max_stored_sessions_per_uid = flags.max_stored_sessions_per_uid;
+  auto opened = state::DurableStore::Open(options);
+  if (!opened.ok()) return opened.status();
+  durable.store = std::move(opened).value();
+  return durable;
+}
+
+// The engine side of the flags. `durable` may be null (--ephemeral).
+engine::EngineOptions EngineOptionsFrom(const Flags& flags, state::DurableStore* durable) {
+  engine::EngineOptions options;
+  options.durable = durable;
+  options.session_limits = {.max_sessions = flags.max_sessions,
+                            .max_sessions_per_uid = flags.max_sessions_per_uid,
+                            .allow_root = flags.allow_root};
+  options.max_queued_per_uid = flags.max_queued_per_uid;
+  options.idle_session_timeout =
+      std::chrono::milliseconds(static_cast<int64_t>(flags.idle_session_timeout_s * 1000.0));
+  options.kv_budget_bytes = flags.kv_budget_mb << 20;
+  options.threads = flags.threads;
+  options.max_batch = flags.max_batch;
+  options.prefill_chunk = flags.prefill_chunk;
+  options.context_keep = flags.context_keep;
+  if (flags.dtype != "file") options.model_options.dtype = niels::daemon::kernels::ParseDtype(flags.dtype);
+  options.model_options.kv_dtype = *niels::daemon::kernels::ParseDtype(flags.kv_dtype);
+  return options;
+}
+
+// Two lines saying what was loaded and how nielsd runs it.
+void LogStartup(const Flags& flags, const handlers::Service& service, const server::Daemon& daemon,
+                const server::DaemonOptions& options) {
+  const auto& model = service.model();
+  const auto& config = model.config;
+  const auto& weights = model.transformer->weights();
+  const auto& file = *model.weights_file;
+  LogInfo("model {} ({}): V={} T={} C={} L={} H={} d_ff={}; weights {}, {:.1f} MB ({:.1f} MB used straight from "
+          "the file's mapping)",
+          config.name.empty() ? "unnamed" : config.name, flags.model, config.vocab_size, config.context,
+          config.width, config.layers, config.heads, config.d_ff, niels::daemon::kernels::DtypeName(weights.dtype()),
+          static_cast<double>(weights.bytes()) / 1e6,
+          static_cast<double>(niels::daemon::model::BytesWithin(weights, file.mapping_data(), file.mapping_size())) / 1e6);
+  // docs/ARCHITECTURE.md "Threads and ownership".
+  LogInfo("socket {}, compute threads {} ({} kernels), "
+          "{} IO threads, max frame {} bytes, max sessions {} ({} per uid), KV budget {} MiB of {} blocks, "
+          "max connections {} ({} per uid)",
+          daemon.socket_path(), flags.threads, niels::daemon::kernels::simd::Name(), flags.io_threads,
+          flags.max_frame_bytes, flags.max_sessions, flags.max_sessions_per_uid, flags.kv_budget_mb, flags.kv_dtype,
+          options.max_connections, options.max_connections_per_uid);
+}
+
+// Signals for the whole process: SIGBUS says what happened; SIGPIPE is ignored (a write to a socket
+// or pipe whose reader is gone -- stderr piped into a program that exited, a client that disconnected
+// -- fails with EPIPE instead of killing nielsd; sockets are written with MSG_NOSIGNAL anyway).
+void InstallSignalHandlers() {
   struct sigaction on_sigbus {};
   on_sigbus.sa_handler = OnSigbus;
   ::sigaction(SIGBUS, &on_sigbus, nullptr);
-  // A write to a socket or pipe whose reader is gone (stderr piped into a program that exited, a
-  // client that disconnected) must fail with EPIPE, never kill nielsd. (Sockets are written with
-  // MSG_NOSIGNAL anyway; this covers stderr and anything else.)
   ::signal(SIGPIPE, SIG_IGN);
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  InstallSignalHandlers();
   // libprotobuf's own messages about hostile requests go through nielsd's rate-limited logger.
   niels::common::RouteProtobufLogs();
 
@@ -230,24 +338,7 @@ int main(int argc, char** argv) {
     return 1;
   }
 
-  server::DaemonOptions options;
-  options.listener.socket_path = *socket_path;
-  if (!flags.socket_group.empty()) options.listener.socket_group = flags.socket_group;
-  options.connection.max_frame_bytes = flags.max_frame_bytes;
-  options.io_threads = flags.io_threads;
-  options.max_connections_per_uid = flags.max_connections_per_uid;
-  options.max_connections = flags.max_connections;
-  const size_t fit = ConnectionsThatFit();
-  if (fit < flags.max_connections) {
-    if (app.count("--max-connections") == 0) {
-      options.max_connections = fit;
-    } else {
-      niels::common::LogWarn("--max-connections {} is more than the open-files limit allows (about {}); "
-                             "connections past it are refused when descriptors run out",
-                             flags.max_connections, fit);
-    }
-  }
-  options.overflow_uid = server::ReadOverflowUid();
+  const server::DaemonOptions options = DaemonOptionsFrom(flags, *socket_path, app.count("--max-connections") > 0);
   server::Daemon daemon(options);
   // Bind first: a second nielsd on a live socket refuses before spending time on the model.
   niels::common::Status listening = daemon.Listen();
@@ -256,92 +347,28 @@ int main(int argc, char** argv) {
     return 1;
   }
 
-  // Durable sessions: the state directory (locked: one daemon per directory), the session database
-  // and the KV spill files, bound to this model's fingerprint. Sessions are loaded lazily, so this
-  // costs the same with a thousand stored sessions as with none.
-  std::optional<niels::daemon::state::StateDirLock> state_lock;
-  std::unique_ptr<niels::daemon::state::DurableStore> durable;
+  DurableState durable;
   if (!flags.ephemeral) {
-    namespace state = niels::daemon::state;
-    niels::common::StatusOr<std::filesystem::path> dir = state::ResolveStateDir(flags.state_dir);
-    niels::common::Status prepared = dir.ok() ? state::PrepareStateDir(*dir) : dir.status();
-    if (!prepared.ok()) {
-      LogError("nielsd: {}", prepared.message());
-      return 1;
-    }
-    auto lock = state::StateDirLock::Acquire(*dir);
-    if (!lock.ok()) {
-      LogError("nielsd: {}", lock.status().message());
-      return 1;
-    }
-    state_lock.emplace(std::move(lock).value());
-    const std::filesystem::path model_dir(flags.model);
-    auto fingerprint = state::ModelFingerprint(
-        {model_dir / "config.json", model_dir / "model.safetensors", model_dir / "tokenizer.model"});
-    auto model_config = niels::daemon::model::LoadModelConfig(model_dir / "config.json");
-    if (!fingerprint.ok() || !model_config.ok()) {
-      LogError("nielsd: {}", (fingerprint.ok() ? model_config.status() : fingerprint.status()).message());
-      return 1;
-    }
-    state::DurableStoreOptions state_options;
-    state_options.dir = *dir;
-    state_options.model_fingerprint = *fingerprint;
-    state_options.model_name = model_config->name.empty() ? model_dir.filename().string() : model_config->name;
-    state_options.sync_commits = flags.sync_commits;
-    state_options.max_db_bytes = flags.max_state_db_mb << 20;
-    state_options.kv_disk_budget_bytes = flags.kv_disk_budget_mb << 20;
-    state_options.session_ttl_s = flags.session_ttl_s;
-    state_options.max_stored_sessions_per_uid = flags.max_stored_sessions_per_uid;
-    auto opened = state::DurableStore::Open(state_options);
+    niels::common::StatusOr<DurableState> opened = OpenDurableState(flags);
     if (!opened.ok()) {
       LogError("nielsd: {}", opened.status().message());
       return 1;
     }
     durable = std::move(opened).value();
-    LogInfo("sessions are kept in {}", durable->db_path().string());
+    LogInfo("sessions are kept in {}", durable.store->db_path().string());
   } else {
     LogInfo("--ephemeral: sessions are kept in memory only");
   }
 
-  engine::EngineOptions engine_options;
-  engine_options.durable = durable.get();
-  engine_options.max_sessions = flags.max_sessions;
-  engine_options.max_sessions_per_uid = flags.max_sessions_per_uid;
-  engine_options.max_queued_per_uid = flags.max_queued_per_uid;
-  engine_options.idle_session_timeout = std::chrono::milliseconds(
-      static_cast<int64_t>(flags.idle_session_timeout_s * 1000.0));
-  engine_options.kv_budget_bytes = flags.kv_budget_mb << 20;
-  engine_options.allow_root = flags.allow_root;
-  engine_options.threads = flags.threads;
-  engine_options.max_batch = flags.max_batch;
-  engine_options.prefill_chunk = flags.prefill_chunk;
-  engine_options.context_keep = flags.context_keep;
-  if (flags.dtype != "file") engine_options.model_options.dtype = niels::daemon::kernels::ParseDtype(flags.dtype);
-  engine_options.model_options.kv_dtype = *niels::daemon::kernels::ParseDtype(flags.kv_dtype);
   LogInfo("nielsd {}: loading model {}", NIELSD_VERSION, flags.model);
   niels::common::StatusOr<std::unique_ptr<handlers::Service>> loaded =
-      handlers::MakeService(flags.model, engine_options, {.max_frame_bytes = flags.max_frame_bytes});
+      handlers::MakeService(flags.model, EngineOptionsFrom(flags, durable.store.get()));
   if (!loaded.ok()) {
     LogError("nielsd: {}", loaded.status().message());
     return 1;
   }
   std::unique_ptr<handlers::Service> inference = std::move(loaded).value();
-  const auto& config = inference->model().config;
-  const auto& weights = inference->model().transformer->weights();
-  const auto& file = *inference->model().weights_file;
-  LogInfo("model {} ({}): V={} T={} C={} L={} H={} d_ff={}; weights {}, {:.1f} MB ({:.1f} MB used straight from "
-          "the file's mapping)",
-          config.name.empty() ? "unnamed" : config.name, flags.model, config.vocab_size, config.context,
-          config.width, config.layers, config.heads, config.d_ff, niels::daemon::kernels::DtypeName(weights.dtype()),
-          static_cast<double>(weights.bytes()) / 1e6,
-          static_cast<double>(niels::daemon::model::BytesWithin(weights, file.mapping_data(), file.mapping_size())) / 1e6);
-  // docs/ARCHITECTURE.md "Threads and ownership".
-  LogInfo("socket {}, compute threads {} ({} kernels), "
-          "{} IO threads, max frame {} bytes, max sessions {} ({} per uid), KV budget {} MiB of {} blocks, "
-          "max connections {} ({} per uid)",
-          daemon.socket_path(), flags.threads, niels::daemon::kernels::simd::Name(), flags.io_threads, flags.max_frame_bytes,
-          flags.max_sessions, flags.max_sessions_per_uid, flags.kv_budget_mb, flags.kv_dtype, options.max_connections,
-          options.max_connections_per_uid);
+  LogStartup(flags, *inference, daemon, options);
   int code = daemon.Serve(*inference);
   inference.reset();
   return code;

@@ -6,7 +6,7 @@
 
 #include <fmt/format.h>
 
-#include "daemon/engine/chat_template.h"
+#include "daemon/text/chat_template.h"
 
 namespace niels::daemon::engine {
 
@@ -21,7 +21,7 @@ int64_t ReplyRoom(int32_t max_new_tokens, int64_t context) {
 }
 
 // A last turn that ended without eot (max_new_tokens at the context limit) gets it now.
-void CloseLastTurn(Session& session, int32_t eot) {
+void CloseLastTurn(sessions::Session& session, int32_t eot) {
   const auto& turns = session.turns();
   if (!turns.empty() && turns.back().end == session.length() && session.tokens().back() != eot) {
     session.AppendToLastTurn(eot);
@@ -32,7 +32,7 @@ void CloseLastTurn(Session& session, int32_t eot) {
 // it takes (at most all) for history + turn + room to fit T and history + turn to be at most the
 // low-water mark `keep` x T. INVALID_ARGUMENT when even without any turn there is no room for one
 // reply token.
-StatusOr<size_t> TurnsToDrop(const Session& session, int64_t turn_length, int64_t room, int64_t context,
+StatusOr<size_t> TurnsToDrop(const sessions::Session& session, int64_t turn_length, int64_t room, int64_t context,
                              double keep) {
   const auto fits = [&](size_t drop) { return session.LengthWithoutOldestTurns(drop) + turn_length + room <= context; };
   if (!(keep >= 0.0)) keep = 0.0;  // NaN too
@@ -56,21 +56,21 @@ StatusOr<size_t> TurnsToDrop(const Session& session, int64_t turn_length, int64_
 
 }  // namespace
 
-TurnResult StartChatTurn(EngineState& state, const WorkInfo& info, const ChatTurnArgs& args,
+TurnResult StartChatTurn(EngineState& state, const Work& work, const ChatTurnArgs& args,
                          TurnCallbacks callbacks) {
-  StatusOr<Session*> found = state.sessions.Find(args.session_id, info.uid);
+  StatusOr<sessions::Session*> found = state.sessions.Find(args.session_id, work.uid);
   if (!found.ok()) return found.status();
-  Session& session = **found;
-  const model::Tokenizer& tokenizer = state.tokenizer();
+  sessions::Session& session = **found;
+  const text::Tokenizer& tokenizer = state.tokenizer();
   const int32_t eot = tokenizer.special().eot;
   const int64_t context = state.config().context;
 
-  std::vector<int32_t> turn = EncodeMessage(tokenizer, Role::kUser, args.user_text);
-  const std::vector<int32_t> prompt = GenerationPrompt(tokenizer);
+  std::vector<int32_t> turn = text::EncodeMessage(tokenizer, text::Role::kUser, args.user_text);
+  const std::vector<int32_t> prompt = text::GenerationPrompt(tokenizer);
   turn.insert(turn.end(), prompt.begin(), prompt.end());
   const int64_t turn_length = static_cast<int64_t>(turn.size());
 
-  Session::Snapshot snapshot = session.TakeSnapshot();
+  sessions::Session::Snapshot snapshot = session.TakeSnapshot();
   CloseLastTurn(session, eot);
   StatusOr<size_t> dropped = TurnsToDrop(session, turn_length, ReplyRoom(args.max_new_tokens, context), context,
                                          state.options.context_keep);
@@ -94,11 +94,11 @@ TurnResult StartChatTurn(EngineState& state, const WorkInfo& info, const ChatTur
   options.stop_ids = {eot};
   // The turn's span is recorded when it commits; a reply cut by max_new_tokens gets its eot.
   const int64_t turn_begin = session.length();
-  Turn::SessionCommit commit = [turn_begin, eot, context](Session& s, const GenerateResult& result) {
+  Turn::SessionCommit commit = [turn_begin, eot, context](sessions::Session& s, const GenerateResult& result) {
     s.AddTurn({turn_begin, s.length()});
     if (result.stop_reason != StopReason::kStopToken && s.length() < context) s.AppendToLastTurn(eot);
   };
-  return TurnStart{std::make_unique<Turn>(state, info, session, std::move(snapshot), std::move(turn),
+  return TurnStart{std::make_unique<Turn>(state, work, session, std::move(snapshot), std::move(turn),
                                           std::move(options), std::move(callbacks), std::move(commit),
                                           static_cast<int32_t>(*dropped))};
 }

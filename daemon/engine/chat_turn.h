@@ -17,7 +17,7 @@
 #include <string>
 
 #include "daemon/engine/turn.h"
-#include "daemon/model/sampler.h"
+#include "daemon/sampling/sampler.h"
 
 namespace niels::daemon::engine {
 
@@ -26,14 +26,14 @@ struct ChatTurnArgs {
   std::string user_text;            // REQUIRES: not empty
   int32_t max_new_tokens = 0;       // REQUIRES: >= 1
   bool use_kv_cache = true;
-  model::SamplingParams sampling;   // REQUIRES: valid for the model's vocabulary
+  sampling::SamplingParams sampling;   // REQUIRES: valid for the model's vocabulary
 };
 
 // Appends [usr] user_text [eot] [asst] to the session and returns the Turn that generates the reply
-// (stopping at eot). Errors: NOT_FOUND / PERMISSION_DENIED for the session (SessionStore::Find),
+// (stopping at eot). Errors: NOT_FOUND / PERMISSION_DENIED for the session (SessionRegistry::Find),
 // INVALID_ARGUMENT when the turn cannot fit (above), RESOURCE_EXHAUSTED when its KV need alone
 // exceeds the budget; wait_for_memory when running turns hold that memory.
-TurnResult StartChatTurn(EngineState& state, const WorkInfo& info, const ChatTurnArgs& args,
+TurnResult StartChatTurn(EngineState& state, const Work& work, const ChatTurnArgs& args,
                          TurnCallbacks callbacks);
 
 }  // namespace niels::daemon::engine

@@ -17,9 +17,10 @@
 //     Turn when fewer than max_batch turns run and the KV budget can hold what it may grow to
 //     (SessionStore::Admit); otherwise it waits (or fails with RESOURCE_EXHAUSTED when it alone
 //     exceeds the budget).
-//  3. Model work, one piece per kind: the next prefill chunk (prefill_chunk tokens) of one
-//     prefilling turn, one step of one uncached turn (round robin among each), and ONE batched
-//     decode step for every decoding cached turn, each sampled with its own sampler.
+//  3. Model work, as the StepPlanner plans it (step_planner.h): ONE batched forward step with the
+//     next prefill chunks of the prefilling turns and a decode row for every decoding turn, each
+//     sampled with its own sampler; beside it one step of one uncached turn, and the turns that
+//     trace attention.
 //  4. Finished turns (stop rule, cancel, disconnect) are committed or restored and answered.
 // A cancelled running turn therefore stops within one iteration. Equal requests started together
 // decode in the same steps and finish together; nothing starves (round robin over prefills and
@@ -30,9 +31,9 @@
 //     admission.
 //
 // Limits: at most `max_queue` queued requests in all and `max_queued_per_uid` per uid (RESOURCE_EXHAUSTED
-// beyond either); sessions per uid and in all (SessionStore); sessions unused for
-// `idle_session_timeout` are deleted (checked about once a second and between iterations; a session
-// with a running turn never expires).
+// beyond either); sessions per uid and in all (SessionRegistry); sessions unused for
+// `idle_session_timeout` leave memory (checked about once a second and between iterations; a
+// session with a running turn never does).
 //
 // Request semantics (proto/PROTOCOL.md describes them on the wire):
 // - Work whose cancel flag is set before it starts is answered CANCELLED without running.
@@ -61,19 +62,14 @@
 
 #include "common/status.h"
 #include "daemon/engine/engine_options.h"
+#include "daemon/engine/step_planner.h"
 #include "daemon/engine/work.h"
 #include "daemon/model/model_dir.h"
 
 namespace niels::daemon::engine {
 
 struct EngineState;  // engine_state.h: what the code run for a request works on
-struct RunningTurn;  // engine.cc: an admitted Turn with its work
-
-// Work waiting for the engine thread.
-struct QueuedWork {
-  Work work;
-  std::chrono::steady_clock::time_point enqueued;
-};
+class Turn;          // turn.h: an admitted generation, owning its Work
 
 class Engine {
  public:
@@ -106,10 +102,16 @@ class Engine {
   void RunModelWork();
   void RetireFinished();
   // Runs quick work now; it answers itself (or is answered with its error).
-  void ExecuteQuick(QueuedWork& queued);
+  void ExecuteQuick(Work& work);
   // Tries to admit generating work: true when it was answered or admitted (it leaves the waiting
   // list), false when it must wait.
-  bool TryAdmit(QueuedWork& queued);
+  bool TryAdmit(Work& work);
+  // Executes the parts of a plan; a turn whose part throws is added to `failed` with the reason.
+  void RunTracedPrefill(Turn& turn, std::vector<std::pair<Turn*, common::Status>>& failed);
+  void RunUncached(Turn& turn, std::vector<std::pair<Turn*, common::Status>>& failed);
+  void RunBatchedStep(const StepPlan& plan, std::vector<std::pair<Turn*, common::Status>>& failed);
+  void RunTracedDecodes(int64_t layer, const std::vector<Turn*>& group,
+                        std::vector<std::pair<Turn*, common::Status>>& failed);
   void UpdateFigures();
   // Answers work the engine thread held with an error / forgets its cancel flag.
   void FinishWithError(const Work& work, const common::Status& status);
@@ -117,7 +119,7 @@ class Engine {
   // Deletes idle sessions when a check is due. Engine thread only.
   void ExpireIdleSessions();
   // Removes work from waiting_ (and from the per-uid counts).
-  void Unwait(std::list<QueuedWork>::iterator it);
+  void Unwait(std::list<Work>::iterator it);
   // Work of `uid` submitted and not yet started. REQUIRES: mutex_ held.
   size_t QueuedFor(uint32_t uid) const;
 
@@ -126,16 +128,15 @@ class Engine {
 
   std::mutex mutex_;
   std::condition_variable wake_;
-  std::deque<QueuedWork> queue_;  // guarded by mutex_: submitted, not yet seen by the engine thread
+  std::deque<Work> queue_;  // guarded by mutex_: submitted, not yet seen by the engine thread
   bool stopping_ = false;        // guarded by mutex_
   // Guarded by mutex_: the cancel flags of the work the engine thread holds (waiting or running),
   // so that Shutdown can flag them even while the engine thread is busy.
   std::set<std::shared_ptr<std::atomic<bool>>> held_cancels_;
   // Engine thread only:
-  std::list<QueuedWork> waiting_;                      // seen, not yet admitted or answered
-  std::vector<std::unique_ptr<RunningTurn>> running_;  // admitted turns, in admission order
-  size_t next_prefill_ = 0;   // round-robin positions among prefilling / uncached turns
-  size_t next_uncached_ = 0;
+  std::list<Work> waiting_;                     // seen, not yet admitted or answered
+  std::vector<std::unique_ptr<Turn>> running_;  // admitted turns, in admission order
+  StepPlanner planner_;
   std::optional<uint32_t> last_admitted_uid_;  // where the uid round robin resumes
   // Guarded by mutex_: work in waiting_ (for Submit's queue limits), in all and per uid.
   size_t waiting_count_ = 0;

@@ -1,11 +1,13 @@
 #pragma once
-// EngineOptions: the engine's limits and scheduling knobs (nielsd's flags; README.md lists them).
+// EngineOptions: the engine's limits and scheduling knobs, each with its default (nielsd's flags;
+// README.md lists them).
 
 #include <chrono>
 #include <cstddef>
 #include <cstdint>
 
 #include "daemon/model/model_dir.h"
+#include "daemon/sessions/session_registry.h"
 
 namespace niels::daemon::state {
 class DurableStore;
@@ -14,16 +16,17 @@ class DurableStore;
 namespace niels::daemon::engine {
 
 struct EngineOptions {
-  uint32_t max_sessions = 1024;           // CreateSession/ForkSession beyond it: RESOURCE_EXHAUSTED
-  uint32_t max_sessions_per_uid = 64;     // the same, for the sessions of one uid
-  // Sessions unused this long are deleted; zero keeps them until deleted or the daemon stops.
+  // Sessions in memory, in all and per uid, and whether root may use everyone's (SessionLimits has
+  // the defaults: 1024, 64, no).
+  sessions::SessionLimits session_limits;
+  // Sessions unused this long leave memory (durable: unloaded, they stay stored; ephemeral:
+  // deleted); zero keeps them until deleted or the daemon stops.
   std::chrono::milliseconds idle_session_timeout = std::chrono::hours(24);
   uint64_t kv_budget_bytes = 1ull << 30;  // all sessions' KV caches; LRU idle caches dropped first
   size_t max_queue = 256;                 // queued requests beyond it: RESOURCE_EXHAUSTED
   size_t max_queued_per_uid = 64;         // queued requests of one uid beyond it: RESOURCE_EXHAUSTED
-  bool allow_root = false;                // uid 0 may use every session
   int threads = 0;                        // the model kernels' WorkerPool (MakeEngine); > 0 also
-                                          // model::ConfigureThreads() on the engine thread
+                                          // tunes the heap for activations on the engine thread
   // How the model and the KV caches are kept in memory (nielsd --dtype, --kv-dtype; MakeEngine).
   model::ModelDirOptions model_options;
   uint32_t max_batch = 16;                // running turns (rows of a batched decode step) at most

@@ -1,15 +1,17 @@
 #pragma once
 // EngineState: what the engine thread owns and what the code it runs for a request works on -- the
-// model, the sessions and the figures Stats reports. Everything here is touched only on the engine
-// thread (the request handlers of daemon/handlers run there too).
+// model, the sessions with their KV budget, and the figures Stats reports. Everything here is
+// touched only on the engine thread (the request handlers of daemon/handlers run there too).
 
 #include <chrono>
 #include <cstdint>
 #include <memory>
 
 #include "daemon/engine/engine_options.h"
-#include "daemon/engine/session_store.h"
 #include "daemon/model/model_dir.h"
+#include "daemon/sessions/kv_budget.h"
+#include "daemon/sessions/kv_spill.h"
+#include "daemon/sessions/session_registry.h"
 
 namespace niels::daemon::engine {
 
@@ -17,17 +19,19 @@ struct EngineState {
   EngineState(std::unique_ptr<model::Model> model, const EngineOptions& options);
 
   const model::LanguageModel& language_model() const { return *model->transformer; }
-  const model::Tokenizer& tokenizer() const { return *model->tokenizer; }
+  const text::Tokenizer& tokenizer() const { return *model->tokenizer; }
   const model::ModelConfig& config() const { return model->config; }
 
   std::unique_ptr<model::Model> model;
   EngineOptions options;
-  SessionStore sessions;
+  sessions::KvSpiller spiller;       // KV caches to and from disk (durable sessions)
+  sessions::SessionRegistry sessions;
+  sessions::KvBudget kv;             // the KV pool: admission and eviction
   std::chrono::steady_clock::time_point started;
   uint64_t requests_total = 0;
   uint64_t tokens_generated_total = 0;
   uint64_t tokens_prefilled_total = 0;
-  uint64_t sessions_expired_total = 0;  // deleted for --idle-session-timeout
+  uint64_t sessions_expired_total = 0;  // left memory for --idle-session-timeout
   // Scheduler figures for Stats (updated by the engine every iteration).
   uint32_t queued_requests = 0;    // requests waiting (not yet running)
   uint32_t running_sequences = 0;  // turns admitted and not finished

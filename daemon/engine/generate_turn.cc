@@ -13,7 +13,7 @@ using common::StatusOr;
 namespace {
 
 // INVALID_ARGUMENT when the input cannot be appended to the session.
-Status CheckFits(const Session& session, const GenerateTurnArgs& args, int64_t context) {
+Status CheckFits(const sessions::Session& session, const GenerateTurnArgs& args, int64_t context) {
   const int64_t length = session.length() + static_cast<int64_t>(args.input.size());
   if (length > context) {
     return Status::InvalidArgument(fmt::format(
@@ -28,14 +28,14 @@ Status CheckFits(const Session& session, const GenerateTurnArgs& args, int64_t c
 
 }  // namespace
 
-TurnResult StartGenerateTurn(EngineState& state, const WorkInfo& info, GenerateTurnArgs args,
+TurnResult StartGenerateTurn(EngineState& state, const Work& work, GenerateTurnArgs args,
                              TurnCallbacks callbacks) {
-  StatusOr<Session*> found = state.sessions.Find(args.session_id, info.uid);
+  StatusOr<sessions::Session*> found = state.sessions.Find(args.session_id, work.uid);
   if (!found.ok()) return found.status();
-  Session& session = **found;
+  sessions::Session& session = **found;
   NIELS_RETURN_IF_ERROR(CheckFits(session, args, state.config().context));
 
-  Session::Snapshot snapshot = session.TakeSnapshot();
+  sessions::Session::Snapshot snapshot = session.TakeSnapshot();
   const GenerateOptions& options = args.options;
   // Continuing a fully cached session recomputes its last position (generator.h): keep a copy so a
   // cancel restores the cache length exactly.
@@ -51,7 +51,7 @@ TurnResult StartGenerateTurn(EngineState& state, const WorkInfo& info, GenerateT
     if (!ready.ok()) return ready;
     return TurnStart{nullptr, /*wait_for_memory=*/true};
   }
-  return TurnStart{std::make_unique<Turn>(state, info, session, std::move(snapshot), std::move(args.input),
+  return TurnStart{std::make_unique<Turn>(state, work, session, std::move(snapshot), std::move(args.input),
                                           std::move(args.options), std::move(callbacks))};
 }
 

@@ -23,7 +23,7 @@ struct GenerateTurnArgs {
 // Errors: NOT_FOUND / PERMISSION_DENIED for the session, INVALID_ARGUMENT when the input does not
 // fit the context (or there is nothing to continue from), RESOURCE_EXHAUSTED when its KV need alone
 // exceeds the budget; wait_for_memory when running turns hold that memory.
-TurnResult StartGenerateTurn(EngineState& state, const WorkInfo& info, GenerateTurnArgs args,
+TurnResult StartGenerateTurn(EngineState& state, const Work& work, GenerateTurnArgs args,
                              TurnCallbacks callbacks);
 
 }  // namespace niels::daemon::engine

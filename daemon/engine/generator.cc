@@ -58,7 +58,7 @@ void CheckRequires(const model::ModelConfig& config, const Sequence& sequence,
   if (sequence.cache.length() > static_cast<int64_t>(sequence.tokens.size())) {
     throw std::invalid_argument("Generate: cache covers more positions than the sequence has tokens");
   }
-  const common::Status valid = model::ValidateSamplingParams(options.sampling, config.vocab_size);
+  const common::Status valid = sampling::ValidateSamplingParams(options.sampling, config.vocab_size);
   if (!valid.ok()) throw std::invalid_argument("Generate: " + valid.ToString());
 }
 

@@ -20,20 +20,13 @@
 
 #include "common/defaults.h"
 #include "daemon/model/kv_cache.h"
-#include "daemon/model/sampler.h"
+#include "daemon/model/sequence.h"
+#include "daemon/sampling/sampler.h"
 #include "daemon/model/language_model.h"
 
 namespace niels::daemon::engine {
 
-// A token sequence plus the KV cache of a prefix of it (blocks of `pool`).
-struct Sequence {
-  std::vector<int32_t> tokens;
-  model::KvCache cache;
-  // On a shared pool, reusing and registering prefix blocks in the scope `prefix_root`.
-  Sequence(std::shared_ptr<model::KvPool> pool, uint64_t prefix_root) : cache(std::move(pool), prefix_root) {}
-  // With a pool of its own for one context of `config` (tools and tests).
-  explicit Sequence(const model::ModelConfig& config) : cache(config) {}
-};
+using model::Sequence;
 
 enum class StopReason { kStopToken, kMaxTokens, kContextFull, kCancelled };
 
@@ -62,7 +55,7 @@ struct StepEvent {
 };
 
 struct GenerateOptions {
-  model::SamplingParams sampling;
+  sampling::SamplingParams sampling;
   int32_t max_new_tokens = common::kDefaultMaxNewTokens;  // 0 = only process input
   // The sequence never grows past T: at length T generation stops with kContextFull.
   bool use_kv_cache = true;                 // false: full forward over the last T tokens per step
@@ -188,7 +181,7 @@ class GenerationTask {
   const model::LanguageModel& model_;
   Sequence& sequence_;
   GenerateOptions options_;
-  model::Sampler sampler_;
+  sampling::Sampler sampler_;
   GenerateResult result_;
   bool done_ = false;
   bool prefilling_ = false;

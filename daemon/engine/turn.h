@@ -8,7 +8,8 @@
 // outcome through on_commit, or restores the session snapshot on cancel or failure.
 //
 // Threading and ownership: engine thread only. The Turn refers to the session (kept alive: a turn's
-// session is busy in the SessionStore, and requests that would delete it wait behind the turn).
+// session is busy, and requests that would delete it wait behind the turn). Once admitted, the
+// Turn owns the Work it answers (Adopt), so the two live and die together.
 
 #include <cstdint>
 #include <functional>
@@ -18,15 +19,15 @@
 #include "common/status.h"
 #include "daemon/engine/engine_state.h"
 #include "daemon/engine/generator.h"
-#include "daemon/engine/session.h"
 #include "daemon/engine/work.h"
+#include "daemon/sessions/session.h"
 
 namespace niels::daemon::engine {
 
 // What a committed turn reports.
 struct TurnOutcome {
   const GenerateResult& generation;  // the new ids, why generation stopped, the counters
-  const Session& session;            // already holding the turn's tokens
+  const sessions::Session& session;  // already holding the turn's tokens
   int32_t truncated_turns = 0;       // chat: oldest turns dropped to fit the context
   double queue_ms = 0;               // from Submit to the start
 };
@@ -41,25 +42,31 @@ struct TurnCallbacks {
   std::function<void(const TurnOutcome& outcome)> on_commit;
 };
 
-// Gets the session's cache ready for a request that may grow the history to `final_length` tokens.
-// Cached path: asks the store for that much KV memory (SessionStore::Admit): RESOURCE_EXHAUSTED
-// when it alone exceeds the budget; *must_wait set (nothing changed) when running turns hold the
-// memory it needs. Uncached path: moves the cache into `snapshot` (the request drops it; Restore
-// brings it back).
-common::Status PrepareCache(EngineState& state, Session& session, Session::Snapshot& snapshot,
+// Gets the session's cache ready for a request that may grow the history to `final_length` tokens,
+// and marks the session busy. Cached path: asks for that much KV memory (KvBudget::Admit):
+// RESOURCE_EXHAUSTED when it alone exceeds the budget; *must_wait set (nothing changed) when running
+// turns hold the memory it needs; then reads a spilled cache back (KvSpiller). Uncached path: moves
+// the cache into `snapshot` (the request drops it; Restore brings it back).
+common::Status PrepareCache(EngineState& state, sessions::Session& session, sessions::Session::Snapshot& snapshot,
                             bool use_kv_cache, int64_t final_length, bool* must_wait);
 
 class Turn {
  public:
   // The session's own commit step (e.g. a chat turn records its span); runs before on_commit.
-  using SessionCommit = std::function<void(Session& session, const GenerateResult& result)>;
+  using SessionCommit = std::function<void(sessions::Session& session, const GenerateResult& result)>;
 
-  // options.cancel is set to the request's flag and options.on_token to callbacks.on_token. The
-  // session must already be prepared (PrepareCache) and `snapshot` taken before any change.
-  Turn(EngineState& state, const WorkInfo& info, Session& session, Session::Snapshot snapshot,
+  // For `work` (its cancel flag and queue time; the engine hands the Work itself over with Adopt
+  // once the turn is admitted). options.cancel is set to the request's flag and options.on_token to
+  // callbacks.on_token. The session must already be prepared (PrepareCache) and `snapshot` taken
+  // before any change.
+  Turn(EngineState& state, const Work& work, sessions::Session& session, sessions::Session::Snapshot snapshot,
        std::vector<int32_t> input, GenerateOptions options, TurnCallbacks callbacks,
        SessionCommit commit = {}, int32_t truncated_turns = 0);
   ~Turn();  // releases the session's busy mark
+
+  // Takes over the Work this turn answers (the engine, at admission).
+  void Adopt(Work work) { work_ = std::move(work); }
+  Work& work() { return work_; }
   Turn(const Turn&) = delete;
   Turn& operator=(const Turn&) = delete;
 
@@ -70,19 +77,23 @@ class Turn {
   bool done() const { return task_->done(); }
   bool prefilling() const { return task_->prefilling(); }
   bool cached() const { return task_->use_kv_cache(); }
-  const Session& session() const { return session_; }
+  const sessions::Session& session() const { return session_; }
 
   // Commits and calls on_commit (OK), or restores the session when the turn was cancelled
   // (CANCELLED). REQUIRES: done(). Call once.
   common::Status Complete();
   // Restores the session after a failure (an exception from a step); call instead of Complete().
   void Abort();
+  // Complete() or Abort() ran.
+  bool finished() const { return finished_; }
 
  private:
   EngineState& state_;
-  WorkInfo info_;
-  Session& session_;
-  Session::Snapshot snapshot_;
+  const std::atomic<bool>* cancel_;  // the request's flag (the Work keeps it alive)
+  double queue_ms_;
+  Work work_;
+  sessions::Session& session_;
+  sessions::Session::Snapshot snapshot_;
   std::vector<int32_t> input_;
   TurnCallbacks callbacks_;
   SessionCommit commit_;

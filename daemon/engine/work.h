@@ -4,13 +4,15 @@
 // from the method table (docs/ARCHITECTURE.md, "Engine: scheduling and batching").
 //
 // A Work is either quick (answered at once, between iterations, never waiting for a generation) or
-// generating (it starts a Turn that the scheduler runs over many iterations). Every Work is answered
-// exactly once: by `quick` itself, by the Turn's on_commit callback, or through `fail`.
+// generating (it starts a Turn that the scheduler runs over many iterations; the Turn then owns the
+// Work). Every Work is answered exactly once: by `quick` itself, by the Turn's on_commit callback,
+// or through `fail`.
 //
 // Threading: built on any thread and handed to Engine::Submit; every callback runs on the engine
 // thread, except `fail` for a refusal by Submit itself (on the submitting thread).
 
 #include <atomic>
+#include <chrono>
 #include <cstdint>
 #include <functional>
 #include <memory>
@@ -24,15 +26,8 @@ struct EngineState;
 struct TurnStart;
 using TurnResult = common::StatusOr<TurnStart>;
 
-// What the engine tells the code it runs about the request.
-struct WorkInfo {
-  uint32_t uid = 0;                           // the sender (the session owner check uses it)
-  double queue_ms = 0;                        // from Submit to the start on the engine thread
-  const std::atomic<bool>* cancel = nullptr;  // the request's cancel flag (never null while it runs)
-};
-
 struct Work {
-  uint32_t uid = 0;
+  uint32_t uid = 0;  // the sender (the session owner check uses it)
   // The session the request names ("" for none). Requests naming a session run in submission order
   // with every other request on that session (a turn is atomic).
   std::string session_id;
@@ -41,13 +36,18 @@ struct Work {
   // Exactly one of `quick` and `start` is set.
   // Quick: runs between iterations; returns OK after it answered the request, or a non-OK status
   // without answering (the engine then calls `fail` with it).
-  std::function<common::Status(EngineState& state, const WorkInfo& info)> quick;
+  std::function<common::Status(EngineState& state, const Work& work)> quick;
   // Generating: validates, prepares the session and returns the Turn to run, or wait_for_memory
   // (the session unchanged; the engine retries later), or an error (the engine calls `fail`).
-  std::function<TurnResult(EngineState& state, const WorkInfo& info)> start;
+  std::function<TurnResult(EngineState& state, const Work& work)> start;
   // Answers the request with an error: refused by Submit, cancelled before it ran, failed, or a
   // turn that was cancelled or failed (its session restored).
   std::function<void(const common::Status& status)> fail;
+
+  // Set by the engine: when Submit took the work, and how long it then waited for the engine
+  // thread to start it (milliseconds; set before quick or start runs).
+  std::chrono::steady_clock::time_point enqueued;
+  double queue_ms = 0;
 };
 
 }  // namespace niels::daemon::engine

@@ -7,9 +7,9 @@
 #include <fmt/format.h>
 
 #include "common/defaults.h"
-#include "daemon/engine/chat_template.h"
+#include "daemon/text/chat_template.h"
 #include "daemon/engine/chat_turn.h"
-#include "daemon/engine/text_stream.h"
+#include "daemon/text/text_stream.h"
 #include "daemon/handlers/handlers.h"
 #include "daemon/handlers/proto_convert.h"
 
@@ -32,14 +32,14 @@ StatusOr<engine::ChatTurnArgs> ChatArgs(const engine::EngineState& state, const 
         fmt::format("max_new_tokens = {} must be in [1, {}]", args.max_new_tokens, kMaxNewTokensLimit));
   }
   args.use_kv_cache = !request.has_use_kv_cache() || request.use_kv_cache();
-  const std::vector<int32_t> banned = engine::DefaultBannedIds(state.tokenizer());
-  StatusOr<model::SamplingParams> sampling = SamplingFromProto(request.sampling(), state.config().vocab_size, banned);
+  const std::vector<int32_t> banned = text::DefaultBannedIds(state.tokenizer());
+  StatusOr<sampling::SamplingParams> sampling = SamplingFromProto(request.sampling(), state.config().vocab_size, banned);
   if (!sampling.ok()) return sampling.status();
   args.sampling = std::move(sampling).value();
   return args;
 }
 
-v1::Response ChatResult(const model::Tokenizer& tokenizer, const engine::TurnOutcome& outcome) {
+v1::Response ChatResult(const text::Tokenizer& tokenizer, const engine::TurnOutcome& outcome) {
   const engine::GenerateResult& result = outcome.generation;
   std::vector<int32_t> reply = result.new_tokens;
   if (result.stop_reason == engine::StopReason::kStopToken && !reply.empty()) reply.pop_back();  // the eot
@@ -56,26 +56,26 @@ v1::Response ChatResult(const model::Tokenizer& tokenizer, const engine::TurnOut
 
 }  // namespace
 
-engine::TurnResult StartChat(engine::EngineState& state, const engine::WorkInfo& info, HandlerContext& context,
+engine::TurnResult StartChat(engine::EngineState& state, const engine::Work& work, server::Job& job,
                              const v1::ChatRequest& request) {
   StatusOr<engine::ChatTurnArgs> args = ChatArgs(state, request);
   if (!args.ok()) return args.status();
-  const model::Tokenizer& tokenizer = state.tokenizer();
+  const text::Tokenizer& tokenizer = state.tokenizer();
   engine::TurnCallbacks callbacks;
   if (request.stream()) {
-    callbacks.on_token = [&context, text = std::make_shared<engine::TextStream>(tokenizer)](
+    callbacks.on_token = [&job, text = std::make_shared<text::TextStream>(tokenizer)](
                              const engine::StepEvent& event) {
       v1::TokenEvent token;
       token.set_id(event.id);
       token.set_index(event.index);
       token.set_text(text->Add(event.id, event.last));  // eot decodes to nothing: it only flushes
-      context.SendEvent(std::move(token));
+      job.SendEvent(std::move(token));
     };
   }
-  callbacks.on_commit = [&context, &tokenizer](const engine::TurnOutcome& outcome) {
-    context.Finish(ChatResult(tokenizer, outcome));
+  callbacks.on_commit = [&job, &tokenizer](const engine::TurnOutcome& outcome) {
+    job.Finish(ChatResult(tokenizer, outcome));
   };
-  return engine::StartChatTurn(state, info, *args, std::move(callbacks));
+  return engine::StartChatTurn(state, work, *args, std::move(callbacks));
 }
 
 }  // namespace niels::daemon::handlers

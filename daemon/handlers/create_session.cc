@@ -2,22 +2,24 @@
 #include <optional>
 #include <string>
 
-#include "daemon/engine/session_ops.h"
+#include "daemon/sessions/session_ops.h"
 #include "daemon/handlers/handlers.h"
 
 namespace niels::daemon::handlers {
 
 namespace v1 = niels::v1;
 
-HandlerResult HandleCreateSession(engine::EngineState& state, HandlerContext& context,
+HandlerResult HandleCreateSession(engine::EngineState& state, server::Job& job,
                                   const v1::CreateSessionRequest& request) {
   std::optional<std::string> system_prompt;
   if (request.has_system_prompt()) system_prompt = request.system_prompt();
-  common::StatusOr<engine::Session*> created = engine::CreateSession(state, context.uid(), system_prompt);
+  common::StatusOr<sessions::CreatedSession> created =
+      sessions::CreateSession(state.sessions, state.language_model(), state.tokenizer(), job.uid(), system_prompt);
   if (!created.ok()) return created.status();
+  state.tokens_prefilled_total += static_cast<uint64_t>(created->prefilled_tokens);
   v1::Response response;
-  response.mutable_create_session()->set_session_id((*created)->id());
-  response.mutable_create_session()->set_length((*created)->length());
+  response.mutable_create_session()->set_session_id(created->session->id());
+  response.mutable_create_session()->set_length(created->session->length());
   return response;
 }
 

@@ -5,9 +5,9 @@ namespace niels::daemon::handlers {
 
 namespace v1 = niels::v1;
 
-HandlerResult HandleDeleteSession(engine::EngineState& state, HandlerContext& context,
+HandlerResult HandleDeleteSession(engine::EngineState& state, server::Job& job,
                                   const v1::DeleteSessionRequest& request) {
-  NIELS_RETURN_IF_ERROR(state.sessions.Delete(request.session_id(), context.uid()));
+  NIELS_RETURN_IF_ERROR(state.sessions.Delete(request.session_id(), job.uid()));
   v1::Response response;
   response.mutable_delete_session();
   return response;

@@ -8,7 +8,7 @@ namespace niels::daemon::handlers {
 
 namespace v1 = niels::v1;
 
-HandlerResult HandleDetokenize(engine::EngineState& state, HandlerContext&, const v1::DetokenizeRequest& request) {
+HandlerResult HandleDetokenize(engine::EngineState& state, server::Job&, const v1::DetokenizeRequest& request) {
   const std::vector<int32_t> ids(request.ids().begin(), request.ids().end());
   NIELS_RETURN_IF_ERROR(CheckIds(ids, state.config().vocab_size, "ids"));
   v1::Response response;

@@ -6,9 +6,9 @@ namespace niels::daemon::handlers {
 
 namespace v1 = niels::v1;
 
-HandlerResult HandleForkSession(engine::EngineState& state, HandlerContext& context,
+HandlerResult HandleForkSession(engine::EngineState& state, server::Job& job,
                                 const v1::ForkSessionRequest& request) {
-  common::StatusOr<engine::Session*> fork = state.sessions.Fork(request.session_id(), context.uid());
+  common::StatusOr<sessions::Session*> fork = state.sessions.Fork(request.session_id(), job.uid());
   if (!fork.ok()) return fork.status();
   v1::Response response;
   response.mutable_fork_session()->set_session_id((*fork)->id());

@@ -9,7 +9,7 @@
 
 #include "common/defaults.h"
 #include "daemon/engine/generate_turn.h"
-#include "daemon/engine/text_stream.h"
+#include "daemon/text/text_stream.h"
 #include "daemon/handlers/handlers.h"
 #include "daemon/handlers/proto_convert.h"
 
@@ -48,7 +48,7 @@ StatusOr<engine::GenerateTurnArgs> GenerateArgs(const engine::EngineState& state
         fmt::format("max_new_tokens = {} must be in [0, {}]", options.max_new_tokens, kMaxNewTokensLimit));
   }
   options.use_kv_cache = !request.has_use_kv_cache() || request.use_kv_cache();
-  StatusOr<model::SamplingParams> sampling = SamplingFromProto(request.sampling(), config.vocab_size, {});
+  StatusOr<sampling::SamplingParams> sampling = SamplingFromProto(request.sampling(), config.vocab_size, {});
   if (!sampling.ok()) return sampling.status();
   options.sampling = std::move(sampling).value();
   options.stop_ids.assign(request.stop_ids().begin(), request.stop_ids().end());
@@ -74,11 +74,11 @@ StatusOr<engine::GenerateTurnArgs> GenerateArgs(const engine::EngineState& state
 
 }  // namespace
 
-engine::TurnResult StartGenerate(engine::EngineState& state, const engine::WorkInfo& info,
-                                 HandlerContext& context, const v1::GenerateRequest& request) {
+engine::TurnResult StartGenerate(engine::EngineState& state, const engine::Work& work,
+                                 server::Job& job, const v1::GenerateRequest& request) {
   StatusOr<engine::GenerateTurnArgs> args = GenerateArgs(state, request);
   if (!args.ok()) return args.status();
-  const model::Tokenizer& tokenizer = state.tokenizer();
+  const text::Tokenizer& tokenizer = state.tokenizer();
   const engine::GenerateOptions& options = args->options;
   const bool want_steps = options.want_logprobs || options.top_logprobs > 0 || options.trace_layer >= 0;
   const bool stream = request.stream();
@@ -86,8 +86,8 @@ engine::TurnResult StartGenerate(engine::EngineState& state, const engine::WorkI
   auto steps = std::make_shared<std::vector<v1::StepInfo>>();
   engine::TurnCallbacks callbacks;
   if (stream || want_steps) {
-    callbacks.on_token = [&context, &tokenizer, steps, stream, want_steps,
-                          text = std::make_shared<engine::TextStream>(tokenizer)](const engine::StepEvent& event) {
+    callbacks.on_token = [&job, &tokenizer, steps, stream, want_steps,
+                          text = std::make_shared<text::TextStream>(tokenizer)](const engine::StepEvent& event) {
       if (want_steps) steps->push_back(StepToProto(event, tokenizer));
       if (!stream) return;
       v1::TokenEvent token;
@@ -95,10 +95,10 @@ engine::TurnResult StartGenerate(engine::EngineState& state, const engine::WorkI
       token.set_index(event.index);
       if (want_steps) *token.mutable_step() = steps->back();
       token.set_text(text->Add(event.id, event.last));
-      context.SendEvent(std::move(token));
+      job.SendEvent(std::move(token));
     };
   }
-  callbacks.on_commit = [&context, steps](const engine::TurnOutcome& outcome) {
+  callbacks.on_commit = [&job, steps](const engine::TurnOutcome& outcome) {
     const engine::GenerateResult& result = outcome.generation;
     v1::Response response;
     v1::GenerateResponse& generate = *response.mutable_generate();
@@ -107,9 +107,9 @@ engine::TurnResult StartGenerate(engine::EngineState& state, const engine::WorkI
     generate.set_session_length(outcome.session.length());
     for (v1::StepInfo& step : *steps) *generate.add_steps() = std::move(step);
     *generate.mutable_stats() = StatsToProto(result, outcome.queue_ms);
-    context.Finish(std::move(response));
+    job.Finish(std::move(response));
   };
-  return engine::StartGenerateTurn(state, info, std::move(args).value(), std::move(callbacks));
+  return engine::StartGenerateTurn(state, work, std::move(args).value(), std::move(callbacks));
 }
 
 }  // namespace niels::daemon::handlers

@@ -6,14 +6,14 @@ namespace niels::daemon::handlers {
 
 namespace v1 = niels::v1;
 
-HandlerResult HandleGetSession(engine::EngineState& state, HandlerContext& context,
+HandlerResult HandleGetSession(engine::EngineState& state, server::Job& job,
                                const v1::GetSessionRequest& request) {
-  common::StatusOr<engine::Session*> found = state.sessions.Find(request.session_id(), context.uid());
+  common::StatusOr<sessions::Session*> found = state.sessions.Find(request.session_id(), job.uid());
   if (!found.ok()) return found.status();
-  const engine::Session& session = **found;
+  const sessions::Session& session = **found;
   v1::Response response;
   v1::GetSessionResponse& result = *response.mutable_get_session();
-  FillSessionInfo(engine::ViewOf(session), *result.mutable_session());
+  FillSessionInfo(sessions::ViewOf(session), *result.mutable_session());
   result.mutable_token_ids()->Add(session.tokens().begin(), session.tokens().end());
   return response;
 }

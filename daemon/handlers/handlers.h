@@ -4,16 +4,17 @@
 // protocol-free engine (daemon/engine); then it turns the engine's answer into the wire response.
 // The method table (method_table.h) says which handler serves which kind.
 //
-// Quick handlers return the final Response (request_id is set by the caller) or a non-OK Status
-// that is sent as Error. Generating handlers return the engine Turn to run; its callbacks stream
-// the events and send the final response through the HandlerContext, which outlives the Turn.
-// Everything here runs on the engine thread.
+// Quick handlers return the final Response (request_id is set by the Job) or a non-OK Status that
+// is sent as Error. Generating handlers return the engine Turn to run; its callbacks stream the
+// events and send the final response through the request's server::Job, which outlives the Turn
+// (the Service's Work owns it, and the Turn owns the Work). Everything here runs on the engine
+// thread.
 
 #include "common/status.h"
 #include "daemon/engine/engine_state.h"
 #include "daemon/engine/turn.h"
 #include "daemon/engine/work.h"
-#include "daemon/handlers/handler_context.h"
+#include "daemon/server/job.h"
 #include "niels/v1/nielsd.pb.h"
 
 namespace niels::daemon::handlers {
@@ -21,29 +22,29 @@ namespace niels::daemon::handlers {
 using HandlerResult = common::StatusOr<niels::v1::Response>;
 
 // Quick.
-HandlerResult HandleInfo(engine::EngineState& state, HandlerContext& context, const niels::v1::InfoRequest& request);
-HandlerResult HandleStats(engine::EngineState& state, HandlerContext& context, const niels::v1::StatsRequest& request);
-HandlerResult HandleTokenize(engine::EngineState& state, HandlerContext& context,
+HandlerResult HandleInfo(engine::EngineState& state, server::Job& job, const niels::v1::InfoRequest& request);
+HandlerResult HandleStats(engine::EngineState& state, server::Job& job, const niels::v1::StatsRequest& request);
+HandlerResult HandleTokenize(engine::EngineState& state, server::Job& job,
                              const niels::v1::TokenizeRequest& request);
-HandlerResult HandleDetokenize(engine::EngineState& state, HandlerContext& context,
+HandlerResult HandleDetokenize(engine::EngineState& state, server::Job& job,
                                const niels::v1::DetokenizeRequest& request);
-HandlerResult HandleCreateSession(engine::EngineState& state, HandlerContext& context,
+HandlerResult HandleCreateSession(engine::EngineState& state, server::Job& job,
                                   const niels::v1::CreateSessionRequest& request);
-HandlerResult HandleGetSession(engine::EngineState& state, HandlerContext& context,
+HandlerResult HandleGetSession(engine::EngineState& state, server::Job& job,
                                const niels::v1::GetSessionRequest& request);
-HandlerResult HandleListSessions(engine::EngineState& state, HandlerContext& context,
+HandlerResult HandleListSessions(engine::EngineState& state, server::Job& job,
                                  const niels::v1::ListSessionsRequest& request);
-HandlerResult HandleForkSession(engine::EngineState& state, HandlerContext& context,
+HandlerResult HandleForkSession(engine::EngineState& state, server::Job& job,
                                 const niels::v1::ForkSessionRequest& request);
-HandlerResult HandleResetSession(engine::EngineState& state, HandlerContext& context,
+HandlerResult HandleResetSession(engine::EngineState& state, server::Job& job,
                                  const niels::v1::ResetSessionRequest& request);
-HandlerResult HandleDeleteSession(engine::EngineState& state, HandlerContext& context,
+HandlerResult HandleDeleteSession(engine::EngineState& state, server::Job& job,
                                   const niels::v1::DeleteSessionRequest& request);
 
 // Generating.
-engine::TurnResult StartChat(engine::EngineState& state, const engine::WorkInfo& info, HandlerContext& context,
+engine::TurnResult StartChat(engine::EngineState& state, const engine::Work& work, server::Job& job,
                              const niels::v1::ChatRequest& request);
-engine::TurnResult StartGenerate(engine::EngineState& state, const engine::WorkInfo& info,
-                                 HandlerContext& context, const niels::v1::GenerateRequest& request);
+engine::TurnResult StartGenerate(engine::EngineState& state, const engine::Work& work,
+                                 server::Job& job, const niels::v1::GenerateRequest& request);
 
 }  // namespace niels::daemon::handlers

@@ -7,9 +7,9 @@ namespace niels::daemon::handlers {
 
 namespace v1 = niels::v1;
 
-HandlerResult HandleInfo(engine::EngineState& state, HandlerContext& context, const v1::InfoRequest&) {
+HandlerResult HandleInfo(engine::EngineState& state, server::Job& job, const v1::InfoRequest&) {
   const model::ModelConfig& config = state.config();
-  const model::SpecialTokens& special = state.tokenizer().special();
+  const text::SpecialTokens& special = state.tokenizer().special();
   v1::Response response;
   v1::InfoResponse& info = *response.mutable_info();
   info.set_model_name(config.name.empty() ? state.model->dir.filename().string() : config.name);
@@ -27,10 +27,9 @@ HandlerResult HandleInfo(engine::EngineState& state, HandlerContext& context, co
   info.set_eot_id(special.eot);
   info.set_daemon_version(NIELSD_VERSION);
   info.set_protocol_version(1);
-  info.set_max_frame_bytes(context.options().max_frame_bytes);
-  info.set_max_sessions(state.sessions.max_sessions());
-  info.set_kv_budget_bytes(state.sessions.kv_budget_bytes());
-  info.set_kv_dtype(std::string(kernels::DtypeName(state.sessions.pool().dtype())));
+  info.set_max_sessions(state.sessions.limits().max_sessions);
+  info.set_kv_budget_bytes(state.kv.budget_bytes());
+  info.set_kv_dtype(std::string(kernels::DtypeName(state.kv.pool().dtype())));
   info.set_default_system_prompt(std::string(common::kDefaultSystemPrompt));
   if (const state::DurableStore* durable = state.sessions.durable_store()) {
     info.set_durable_sessions(true);

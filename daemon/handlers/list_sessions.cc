@@ -6,13 +6,13 @@ namespace niels::daemon::handlers {
 
 namespace v1 = niels::v1;
 
-HandlerResult HandleListSessions(engine::EngineState& state, HandlerContext& context,
+HandlerResult HandleListSessions(engine::EngineState& state, server::Job& job,
                                  const v1::ListSessionsRequest&) {
   v1::Response response;
   v1::ListSessionsResponse& result = *response.mutable_list_sessions();
-  common::StatusOr<std::vector<engine::SessionView>> sessions = state.sessions.List(context.uid());
+  common::StatusOr<std::vector<sessions::SessionView>> sessions = state.sessions.List(job.uid());
   if (!sessions.ok()) return sessions.status();
-  for (const engine::SessionView& view : *sessions) FillSessionInfo(view, *result.add_sessions());
+  for (const sessions::SessionView& view : *sessions) FillSessionInfo(view, *result.add_sessions());
   return response;
 }
 

@@ -12,13 +12,13 @@ const std::string& NoSession(const v1::Request&) {
 }
 
 // Adapters from the typed handlers to the table's uniform signatures.
-#define NIELS_QUICK(Handler, field)                                                                      \
-  [](engine::EngineState& state, HandlerContext& context, const v1::Request& request) -> HandlerResult { \
-    return Handler(state, context, request.field());                                                    \
+#define NIELS_QUICK(Handler, field)                                                              \
+  [](engine::EngineState& state, server::Job& job, const v1::Request& request) -> HandlerResult { \
+    return Handler(state, job, request.field());                                                \
   }
-#define NIELS_GENERATING(Handler, field)                                                        \
-  [](engine::EngineState& state, const engine::WorkInfo& info, HandlerContext& context,         \
-     const v1::Request& request) -> engine::TurnResult { return Handler(state, info, context, request.field()); }
+#define NIELS_GENERATING(Handler, field)                                                         \
+  [](engine::EngineState& state, const engine::Work& work, server::Job& job,                     \
+     const v1::Request& request) -> engine::TurnResult { return Handler(state, work, job, request.field()); }
 #define NIELS_SESSION(field) \
   [](const v1::Request& request) -> const std::string& { return request.field().session_id(); }
 

@@ -16,9 +16,9 @@ struct Method {
   // The session the request names ("" for none): the engine keeps requests on one session in order.
   const std::string& (*session)(const niels::v1::Request& request);
   // Exactly one of these is set.
-  HandlerResult (*quick)(engine::EngineState& state, HandlerContext& context, const niels::v1::Request& request);
-  engine::TurnResult (*generating)(engine::EngineState& state, const engine::WorkInfo& info,
-                                   HandlerContext& context, const niels::v1::Request& request);
+  HandlerResult (*quick)(engine::EngineState& state, server::Job& job, const niels::v1::Request& request);
+  engine::TurnResult (*generating)(engine::EngineState& state, const engine::Work& work, server::Job& job,
+                                   const niels::v1::Request& request);
 };
 
 // The entry for the request's kind; nullptr for an unset kind and for Cancel (handled by the

@@ -10,9 +10,9 @@ using engine::StepEvent;
 using engine::StopReason;
 using engine::TokenAlternative;
 
-common::StatusOr<model::SamplingParams> SamplingFromProto(const v1::Sampling& sampling, int64_t vocab_size,
+common::StatusOr<sampling::SamplingParams> SamplingFromProto(const v1::Sampling& sampling, int64_t vocab_size,
                                                           std::span<const int32_t> default_banned) {
-  model::SamplingParams params;  // common/defaults.h
+  sampling::SamplingParams params;  // common/defaults.h
   if (sampling.has_temperature()) params.temperature = sampling.temperature();
   if (sampling.has_top_k()) params.top_k = sampling.top_k();
   if (sampling.has_top_p()) params.top_p = sampling.top_p();
@@ -22,7 +22,7 @@ common::StatusOr<model::SamplingParams> SamplingFromProto(const v1::Sampling& sa
   if (!sampling.allow_special_tokens()) {
     params.banned_ids.insert(params.banned_ids.end(), default_banned.begin(), default_banned.end());
   }
-  NIELS_RETURN_IF_ERROR(model::ValidateSamplingParams(params, vocab_size));
+  NIELS_RETURN_IF_ERROR(sampling::ValidateSamplingParams(params, vocab_size));
   return params;
 }
 
@@ -59,7 +59,7 @@ v1::GenerationStats StatsToProto(const engine::GenerateResult& result, double qu
   return stats;
 }
 
-void FillSessionInfo(const engine::SessionView& view, v1::SessionInfo& info) {
+void FillSessionInfo(const sessions::SessionView& view, v1::SessionInfo& info) {
   info.set_session_id(view.id);
   info.set_length(view.length);
   info.set_cached_tokens(view.cached_tokens);
@@ -75,7 +75,7 @@ void FillSessionInfo(const engine::SessionView& view, v1::SessionInfo& info) {
   info.set_model_name(view.model_name);
 }
 
-v1::StepInfo StepToProto(const StepEvent& event, const model::Tokenizer& tokenizer) {
+v1::StepInfo StepToProto(const StepEvent& event, const text::Tokenizer& tokenizer) {
   v1::StepInfo step;
   step.set_id(event.id);
   if (event.logprob) step.set_logprob(*event.logprob);

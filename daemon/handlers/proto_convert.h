@@ -8,10 +8,10 @@
 
 #include "common/status.h"
 #include "daemon/engine/generator.h"
-#include "daemon/engine/session.h"
-#include "daemon/engine/session_store.h"
-#include "daemon/model/sampler.h"
-#include "daemon/model/tokenizer.h"
+#include "daemon/sessions/session.h"
+#include "daemon/sessions/session_registry.h"
+#include "daemon/sampling/sampler.h"
+#include "daemon/text/tokenizer.h"
 #include "niels/v1/nielsd.pb.h"
 
 namespace niels::daemon::handlers {
@@ -23,7 +23,7 @@ inline constexpr int32_t kMaxTopLogprobs = 20;
 // Sampling with the defaults of common/defaults.h for unset fields, banned = sampling.banned_ids +
 // `default_banned` unless allow_special_tokens. INVALID_ARGUMENT (naming the field) when out of
 // range for `vocab_size`.
-common::StatusOr<model::SamplingParams> SamplingFromProto(const niels::v1::Sampling& sampling,
+common::StatusOr<sampling::SamplingParams> SamplingFromProto(const niels::v1::Sampling& sampling,
                                                           int64_t vocab_size,
                                                           std::span<const int32_t> default_banned);
 
@@ -35,10 +35,10 @@ niels::v1::StopReason StopReasonToProto(engine::StopReason reason);
 niels::v1::GenerationStats StatsToProto(const engine::GenerateResult& result, double queue_ms);
 
 // Fills `info` with the session's public description.
-void FillSessionInfo(const engine::SessionView& view, niels::v1::SessionInfo& info);
+void FillSessionInfo(const sessions::SessionView& view, niels::v1::SessionInfo& info);
 
 // A StepInfo from a generator step event: id, logprob, top alternatives with their pieces, and the
 // attention row [H, length] flattened row-major.
-niels::v1::StepInfo StepToProto(const engine::StepEvent& event, const model::Tokenizer& tokenizer);
+niels::v1::StepInfo StepToProto(const engine::StepEvent& event, const text::Tokenizer& tokenizer);
 
 }  // namespace niels::daemon::handlers

@@ -5,9 +5,9 @@ namespace niels::daemon::handlers {
 
 namespace v1 = niels::v1;
 
-HandlerResult HandleResetSession(engine::EngineState& state, HandlerContext& context,
+HandlerResult HandleResetSession(engine::EngineState& state, server::Job& job,
                                  const v1::ResetSessionRequest& request) {
-  common::StatusOr<engine::Session*> found = state.sessions.Find(request.session_id(), context.uid());
+  common::StatusOr<sessions::Session*> found = state.sessions.Find(request.session_id(), job.uid());
   if (!found.ok()) return found.status();
   NIELS_RETURN_IF_ERROR(state.sessions.Reset(**found));  // durable: stored before the reply
   v1::Response response;

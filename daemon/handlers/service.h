@@ -2,7 +2,7 @@
 // Service: nielsd's RequestService (daemon/server/request_service.h). It owns the Engine and turns
 // every wire request into a Work for it (daemon/engine/work.h): the method table names the
 // handler, the session the request names and whether it is quick or generating; the handler runs
-// on the engine thread and answers through the request's HandlerContext.
+// on the engine thread and answers through the request's server::Job, which the Work owns.
 //
 // Threading: Submit() and Shutdown() are thread-safe (they only call the Engine's).
 
@@ -11,14 +11,13 @@
 
 #include "common/status.h"
 #include "daemon/engine/engine.h"
-#include "daemon/handlers/handler_context.h"
 #include "daemon/server/request_service.h"
 
 namespace niels::daemon::handlers {
 
 class Service final : public server::RequestService {
  public:
-  Service(std::unique_ptr<engine::Engine> engine, ServiceOptions options);
+  explicit Service(std::unique_ptr<engine::Engine> engine);
   ~Service() override;  // Shutdown()
 
   // Cancel or an unset/unknown kind are answered at once (INVALID_ARGUMENT / UNIMPLEMENTED);
@@ -30,14 +29,12 @@ class Service final : public server::RequestService {
   const model::Model& model() const { return engine_->model(); }
 
  private:
-  ServiceOptions options_;
   std::unique_ptr<engine::Engine> engine_;
 };
 
 // Loads the model directory and starts an engine with the service on top. Errors are LoadModelDir's
 // (they name the file and the key or tensor), so nielsd's main can print them as they are.
 common::StatusOr<std::unique_ptr<Service>> MakeService(const std::filesystem::path& model_dir,
-                                                       engine::EngineOptions engine_options,
-                                                       ServiceOptions service_options = {});
+                                                       engine::EngineOptions engine_options);
 
 }  // namespace niels::daemon::handlers

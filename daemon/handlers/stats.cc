@@ -11,7 +11,7 @@ namespace {
 
 // The block pool's figures and how many prompt tokens its prefix index served.
 void FillKvPoolStats(const engine::EngineState& state, v1::StatsResponse& stats) {
-  const model::KvPool& pool = state.sessions.pool();
+  const model::KvPool& pool = state.kv.pool();
   stats.set_kv_blocks_total(static_cast<uint32_t>(pool.capacity()));
   stats.set_kv_blocks_used(static_cast<uint32_t>(pool.used()));
   stats.set_kv_blocks_shared(static_cast<uint32_t>(pool.shared()));
@@ -22,18 +22,18 @@ void FillKvPoolStats(const engine::EngineState& state, v1::StatsResponse& stats)
   const uint64_t served = pool.hit_tokens() + state.tokens_prefilled_total;
   if (served > 0) stats.set_prefix_hit_rate(static_cast<double>(pool.hit_tokens()) / static_cast<double>(served));
   stats.set_kv_blocks_evicted(pool.evictions());
-  stats.set_kv_caches_dropped(state.sessions.evictions());
+  stats.set_kv_caches_dropped(state.kv.evictions());
 }
 
 }  // namespace
 
 // `connections` and `connections_refused_total` are left 0: only the server knows them (the
 // dispatcher fills them in on the way out).
-HandlerResult HandleStats(engine::EngineState& state, HandlerContext&, const v1::StatsRequest&) {
+HandlerResult HandleStats(engine::EngineState& state, server::Job&, const v1::StatsRequest&) {
   v1::Response response;
   v1::StatsResponse& stats = *response.mutable_stats();
   stats.set_sessions(static_cast<uint32_t>(state.sessions.size()));
-  stats.set_kv_bytes(state.sessions.kv_bytes());
+  stats.set_kv_bytes(state.kv.used_bytes());
   stats.set_requests_total(state.requests_total);
   stats.set_tokens_generated_total(state.tokens_generated_total);
   stats.set_tokens_prefilled_total(state.tokens_prefilled_total);
@@ -50,8 +50,8 @@ HandlerResult HandleStats(engine::EngineState& state, HandlerContext&, const v1:
     auto stored = durable->Count();
     if (stored.ok()) stats.set_stored_sessions(static_cast<uint32_t>(*stored));
     stats.set_kv_spill_bytes(durable->spill().used_bytes());
-    stats.set_kv_spill_reads(state.sessions.durable_counters().spill_reads);
-    stats.set_kv_spill_writes(state.sessions.durable_counters().spill_writes);
+    stats.set_kv_spill_reads(state.spiller.counters().spill_reads);
+    stats.set_kv_spill_writes(state.spiller.counters().spill_writes);
     stats.set_commits_total(durable->commits());
   }
   return response;

@@ -5,8 +5,8 @@ namespace niels::daemon::handlers {
 
 namespace v1 = niels::v1;
 
-HandlerResult HandleTokenize(engine::EngineState& state, HandlerContext&, const v1::TokenizeRequest& request) {
-  const model::Tokenizer& tokenizer = state.tokenizer();
+HandlerResult HandleTokenize(engine::EngineState& state, server::Job&, const v1::TokenizeRequest& request) {
+  const text::Tokenizer& tokenizer = state.tokenizer();
   v1::Response response;
   v1::TokenizeResponse& result = *response.mutable_tokenize();
   for (int32_t id : tokenizer.Encode(request.text())) {

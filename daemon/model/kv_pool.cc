@@ -60,6 +60,8 @@ KvPool::KvPool(const ModelConfig& config, uint64_t budget_bytes, kernels::Dtype 
       heads_(config.heads),
       head_dim_(config.head_dim()),
       block_elements_(BlockElements(config)),
+      context_(config.context),
+      budget_bytes_(budget_bytes),
       dtype_(CheckedDtype(dtype)) {
   const size_t stride_bytes = StrideBytes(block_elements_, dtype_);
   stride_bytes_ = stride_bytes;

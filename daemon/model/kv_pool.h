@@ -65,6 +65,10 @@ class KvPool {
   KvPool& operator=(const KvPool&) = delete;
 
   int64_t layers() const { return layers_; }
+  // T: the longest sequence a cache of this pool holds.
+  int64_t context() const { return context_; }
+  // The budget the pool was sized for (its capacity is budget_bytes / block stride blocks).
+  uint64_t budget_bytes() const { return budget_bytes_; }
   int64_t heads() const { return heads_; }
   int64_t head_dim() const { return head_dim_; }
   // The element type of every block (f32 or f16).
@@ -122,7 +126,7 @@ class KvPool {
   uint64_t Register(BlockId id, uint64_t parent_key, std::span<const int32_t> tokens);
 
   // Called by Allocate when no block is free or cached: drop some references (returns false when
-  // it could drop none). Set by the owner of the caches (the engine's SessionStore).
+  // it could drop none). Set by the owner of the caches (sessions::KvBudget in nielsd).
   void SetReclaimer(std::function<bool()> reclaim) { reclaim_ = std::move(reclaim); }
 
  private:
@@ -146,7 +150,8 @@ class KvPool {
   void Evict(BlockId id);
   void Release(BlockId id);  // gives the block's pages back and puts it on the free list
 
-  int64_t layers_, heads_, head_dim_, block_elements_;
+  int64_t layers_, heads_, head_dim_, block_elements_, context_;
+  uint64_t budget_bytes_;
   kernels::Dtype dtype_;
   size_t stride_bytes_ = 0;  // block stride, a whole number of pages
   int32_t capacity_ = 0;

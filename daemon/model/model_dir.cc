@@ -25,7 +25,7 @@ StatusOr<std::unique_ptr<Model>> LoadModelDir(const std::filesystem::path& dir,
 
   auto config = LoadModelConfig(config_path);
   if (!config.ok()) return config.status();
-  auto tokenizer = Tokenizer::Load(tokenizer_path);
+  auto tokenizer = text::Tokenizer::Load(tokenizer_path);
   if (!tokenizer.ok()) return tokenizer.status();
   if ((*tokenizer)->vocab_size() != config->vocab_size) {
     return Status::InvalidArgument(config_path.string() + ": key \"V\" = " + std::to_string(config->vocab_size) +

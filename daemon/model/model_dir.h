@@ -10,7 +10,7 @@
 #include "daemon/kernels/worker_pool.h"
 #include "daemon/model/config.h"
 #include "daemon/model/safetensors.h"
-#include "daemon/model/tokenizer.h"
+#include "daemon/text/tokenizer.h"
 #include "daemon/model/transformer.h"
 
 namespace niels::daemon::model {
@@ -19,7 +19,7 @@ struct Model {
   std::filesystem::path dir;
   ModelConfig config;
   std::unique_ptr<Transformer> transformer;
-  std::unique_ptr<Tokenizer> tokenizer;
+  std::unique_ptr<text::Tokenizer> tokenizer;
   // model.safetensors as mapped (the transformer may read its weights straight from the mapping):
   // the engine asks it CheckUnchanged() before every generation. Null for models built in memory.
   std::shared_ptr<const SafetensorsFile> weights_file;

@@ -98,7 +98,7 @@ struct SafetensorsEntry {
 // Writes `tensors` as a safetensors file, in the given order, with the header padded to 8-byte
 // alignment (so every tensor of the usual dtypes is aligned in a mapping). Writes a temporary file
 // beside `path` and renames it over `path`, so a process that maps the old file (a running nielsd)
-// keeps seeing it whole. INTERNAL on a write error. (daemon/model/torch/torch_weights.h writes torch
+// keeps seeing it whole. INTERNAL on a write error. (tools/torch/torch_weights.h writes torch
 // tensors through this.)
 common::Status WriteSafetensors(const std::filesystem::path& path, const std::vector<SafetensorsEntry>& tensors);
 

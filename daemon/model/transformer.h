@@ -1,7 +1,7 @@
 #pragma once
 // Transformer: the niels_gpt forward pass (docs/ARCHITECTURE.md, "Model math") for inference, with
 // and without a KV cache, on nielsd's own kernels (daemon/kernels/forward_step.h). No libtorch
-// (training's differentiable forward is daemon/model/torch/transformer_stages.h; tests hold both to
+// (training's differentiable forward is tools/torch/transformer_stages.h; tests hold both to
 // a scalar reference).
 //
 // A prefill chunk, a decode step and a mixed Step of several sequences are all rows of one

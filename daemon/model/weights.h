@@ -1,6 +1,6 @@
 #pragma once
 // Weights: the named tensors of a niels_gpt model (state_dict names of docs/ARCHITECTURE.md "Model
-// math"). No libtorch (daemon/model/torch/torch_weights.h converts to and from torch tensors for
+// math"). No libtorch (tools/torch/torch_weights.h converts to and from torch tensors for
 // training and tests).
 //
 // The matrices (tok_emb, qkv, proj, fc_a/fc_g/fc_out weights) are kept in the model's dtype -- f32,

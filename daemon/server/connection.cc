@@ -147,12 +147,14 @@ void Connection::DoStop() {
   registry_.Remove(this);
 }
 
-std::shared_ptr<std::atomic<bool>> Connection::TrackRequest(uint64_t request_id) {
+std::optional<RequestChannel::Tracked> Connection::Track(uint64_t request_id) {
   auto [it, inserted] = requests_.try_emplace(request_id);
-  if (!inserted) return nullptr;
+  if (!inserted) return std::nullopt;
   it->second.cancel = std::make_shared<std::atomic<bool>>(false);
   it->second.answered = std::make_shared<std::atomic<bool>>(false);
-  return it->second.cancel;
+  auto sink = std::make_shared<ConnectionSink>(weak_from_this(), request_id, it->second.cancel, it->second.answered,
+                                               options_.max_response_bytes);
+  return Tracked{it->second.cancel, std::move(sink)};
 }
 
 bool Connection::InFlight(uint64_t request_id) const { return requests_.count(request_id) != 0; }
@@ -162,15 +164,6 @@ bool Connection::CancelRequest(uint64_t request_id) {
   if (it == requests_.end() || it->second.answered->load()) return false;
   it->second.cancel->store(true);
   return true;
-}
-
-std::shared_ptr<ResponseSink> Connection::MakeSink(
-    uint64_t request_id, std::shared_ptr<std::atomic<bool>> cancel) {
-  auto it = requests_.find(request_id);
-  std::shared_ptr<std::atomic<bool>> answered =
-      it != requests_.end() ? it->second.answered : std::make_shared<std::atomic<bool>>(false);
-  return std::make_shared<ConnectionSink>(weak_from_this(), request_id, std::move(cancel), std::move(answered),
-                                          options_.max_response_bytes);
 }
 
 void Connection::SendNow(const niels::v1::Response& response) {

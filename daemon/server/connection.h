@@ -22,7 +22,7 @@
 //
 // Threading: the socket's executor is a strand. reader(), writer(), the request map and the queue
 // live on it. Stop(), Drain() and the sinks' Send() may be called from any thread; they post to the
-// strand. The methods marked REQUIRES: strand are for the Dispatcher, which runs on the strand.
+// strand. The RequestChannel methods are for the Dispatcher, which runs on the strand.
 
 #include <atomic>
 #include <chrono>
@@ -40,13 +40,13 @@
 #include <boost/asio/steady_timer.hpp>
 
 #include "common/frame.h"
-#include "daemon/server/request_service.h"
+#include "daemon/server/dispatcher.h"
+#include "daemon/server/request_channel.h"
 #include "niels/v1/nielsd.pb.h"
 
 namespace niels::daemon::server {
 
 class ConnectionRegistry;
-class Dispatcher;
 
 struct ConnectionOptions {
   /// Largest accepted request frame; bigger ones close the connection. Default 4 MiB.
@@ -63,7 +63,7 @@ struct ConnectionOptions {
   std::chrono::milliseconds frame_timeout = std::chrono::seconds(30);
 };
 
-class Connection : public std::enable_shared_from_this<Connection> {
+class Connection final : public RequestChannel, public std::enable_shared_from_this<Connection> {
  public:
   using Socket = boost::asio::local::stream_protocol::socket;
 
@@ -81,23 +81,16 @@ class Connection : public std::enable_shared_from_this<Connection> {
   /// Stops reading, writes what is queued, then Stop()s. Any thread.
   void Drain();
 
-  /// The peer's uid (SO_PEERCRED at accept time).
-  uint32_t peer_uid() const { return peer_uid_; }
+  /// The peer's uid (SO_PEERCRED at accept time). Any thread.
+  uint32_t peer_uid() const override { return peer_uid_; }
 
-  /// REQUIRES: strand. Starts tracking `request_id`; returns its fresh cancel flag, or null when a
-  /// request with that id is already in flight on this connection.
-  std::shared_ptr<std::atomic<bool>> TrackRequest(uint64_t request_id);
-  /// REQUIRES: strand. Whether a request with this id is in flight (tracked and not yet answered).
-  bool InFlight(uint64_t request_id) const;
-  /// REQUIRES: strand. Sets the cancel flag of an in-flight request; false when there is none or
-  /// its final response has already been queued.
-  bool CancelRequest(uint64_t request_id);
-  /// REQUIRES: strand. The sink for a tracked request: it echoes `request_id`, enforces the output
-  /// bound, and stops tracking the request when the final response is queued.
-  std::shared_ptr<ResponseSink> MakeSink(uint64_t request_id,
-                                                 std::shared_ptr<std::atomic<bool>> cancel);
-  /// Any thread. Queues a response that answers an untracked request (always accepted while open).
-  void SendNow(const niels::v1::Response& response);
+  // RequestChannel (request_channel.h). REQUIRES: strand (SendNow: any thread). A tracked
+  // request's sink echoes its id, enforces the output bound, and stops tracking the request when
+  // the final response is queued.
+  bool InFlight(uint64_t request_id) const override;
+  std::optional<Tracked> Track(uint64_t request_id) override;
+  bool CancelRequest(uint64_t request_id) override;
+  void SendNow(const niels::v1::Response& response) override;
 
   /// Any thread. Queues one encoded frame. Non-final frames are refused (false) over the bound;
   /// everything is refused once the connection is stopped. `finishes` names a tracked request
@@ -108,8 +101,8 @@ class Connection : public std::enable_shared_from_this<Connection> {
   size_t in_flight() const { return requests_.size(); }
 
  private:
-  // A tracked request: its cancel flag, and whether its final response has been queued.
-  struct Tracked {
+  // A request in flight: its cancel flag, and whether its final response has been queued.
+  struct InFlightRequest {
     std::shared_ptr<std::atomic<bool>> cancel;
     std::shared_ptr<std::atomic<bool>> answered;
   };
@@ -139,7 +132,7 @@ class Connection : public std::enable_shared_from_this<Connection> {
   std::atomic<size_t> queued_frames_{0};
 
   // Strand-only state.
-  std::unordered_map<uint64_t, Tracked> requests_;
+  std::unordered_map<uint64_t, InFlightRequest> requests_;
   std::deque<std::string> outgoing_;
   bool stopped_ = false;
   bool draining_ = false;

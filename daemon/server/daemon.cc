@@ -163,7 +163,9 @@ void Daemon::StartSignalHandling() {
 }
 
 int Daemon::Serve(RequestService& service) {
-  dispatcher_ = std::make_unique<Dispatcher>(service, registry_, options_.overflow_uid);
+  dispatcher_ = std::make_unique<Dispatcher>(
+      service, registry_,
+      DispatcherOptions{.overflow_uid = options_.overflow_uid, .max_frame_bytes = options_.connection.max_frame_bytes});
   auto work = asio::make_work_guard(io_context_);
   asio::co_spawn(accept_strand_, AcceptLoop(), asio::detached);
   for (int i = 0; i < std::max(1, options_.io_threads); ++i) {

@@ -9,7 +9,6 @@
 
 #include "common/status.h"
 #include "common/wire_status.h"
-#include "daemon/server/connection.h"
 #include "daemon/server/connection_registry.h"
 
 namespace niels::daemon::server {
@@ -22,23 +21,26 @@ niels::v1::Response ErrorResponse(uint64_t request_id, const common::Status& sta
   return response;
 }
 
-// Wraps a Stats request's sink: adds the connection counts, which only the server knows.
-class StatsSink : public ResponseSink {
+// Wraps the sink of a Stats or Info request: adds what only the server knows (the connection
+// counts; the largest accepted frame).
+class ServerFieldsSink : public ResponseSink {
  public:
-  StatsSink(std::shared_ptr<ResponseSink> inner, const ConnectionRegistry& registry)
-      : inner_(std::move(inner)), registry_(registry) {}
+  ServerFieldsSink(std::shared_ptr<ResponseSink> inner, const ConnectionRegistry& registry, uint64_t max_frame_bytes)
+      : inner_(std::move(inner)), registry_(registry), max_frame_bytes_(max_frame_bytes) {}
 
   bool Send(niels::v1::Response response, bool final) override {
     if (response.has_stats()) {
       response.mutable_stats()->set_connections(static_cast<uint32_t>(registry_.size()));
       response.mutable_stats()->set_connections_refused_total(registry_.refused_total());
     }
+    if (response.has_info()) response.mutable_info()->set_max_frame_bytes(max_frame_bytes_);
     return inner_->Send(std::move(response), final);
   }
 
  private:
   std::shared_ptr<ResponseSink> inner_;
   const ConnectionRegistry& registry_;
+  const uint64_t max_frame_bytes_;
 };
 
 // Requests that make the caller the owner of a new session.
@@ -49,9 +51,8 @@ bool CreatesSession(const niels::v1::Request& request) {
 
 }  // namespace
 
-Dispatcher::Dispatcher(RequestService& service, const ConnectionRegistry& registry,
-                       std::optional<uint32_t> overflow_uid)
-    : service_(service), registry_(registry), overflow_uid_(overflow_uid) {}
+Dispatcher::Dispatcher(RequestService& service, const ConnectionRegistry& registry, DispatcherOptions options)
+    : service_(service), registry_(registry), options_(options) {}
 
 std::optional<uint32_t> ReadOverflowUid(const std::string& path) {
   std::ifstream file(path);
@@ -60,7 +61,7 @@ std::optional<uint32_t> ReadOverflowUid(const std::string& path) {
   return std::nullopt;
 }
 
-void Dispatcher::Dispatch(Connection& connection, niels::v1::Request request) {
+void Dispatcher::Dispatch(RequestChannel& connection, niels::v1::Request request) {
   const uint64_t id = request.request_id();
   switch (request.kind_case()) {
     case niels::v1::Request::KIND_NOT_SET:
@@ -87,27 +88,23 @@ void Dispatcher::Dispatch(Connection& connection, niels::v1::Request request) {
                                             " is already in flight on this connection")));
     return;
   }
-  if (overflow_uid_ && connection.peer_uid() == *overflow_uid_ && CreatesSession(request)) {
+  if (options_.overflow_uid && connection.peer_uid() == *options_.overflow_uid && CreatesSession(request)) {
     connection.SendNow(ErrorResponse(
         id, common::Status::PermissionDenied(fmt::format(
                 "nielsd sees your uid as {}, the kernel's overflow uid (/proc/sys/kernel/overflowuid): "
                 "your real uid is not mapped into nielsd's user namespace, so nielsd cannot tell you "
                 "from other users and gives you no sessions (does nielsd run with PrivateUsers= or in "
                 "a container?)",
-                *overflow_uid_))));
+                *options_.overflow_uid))));
     return;
   }
-  std::shared_ptr<std::atomic<bool>> cancel = connection.TrackRequest(id);
-  std::shared_ptr<ResponseSink> sink = connection.MakeSink(id, cancel);
-  if (request.kind_case() == niels::v1::Request::kStats) {
-    sink = std::make_shared<StatsSink>(std::move(sink), registry_);
+  std::optional<RequestChannel::Tracked> tracked = connection.Track(id);
+  if (!tracked) return;  // in flight already: refused above
+  std::shared_ptr<ResponseSink> sink = std::move(tracked->sink);
+  if (request.kind_case() == niels::v1::Request::kStats || request.kind_case() == niels::v1::Request::kInfo) {
+    sink = std::make_shared<ServerFieldsSink>(std::move(sink), registry_, options_.max_frame_bytes);
   }
-  Job job;
-  job.caller.uid = connection.peer_uid();
-  job.request = std::move(request);
-  job.cancel = std::move(cancel);
-  job.sink = std::move(sink);
-  service_.Submit(std::move(job));
+  service_.Submit(Job(Caller{connection.peer_uid()}, std::move(request), std::move(tracked->cancel), std::move(sink)));
 }
 
 }  // namespace niels::daemon::server

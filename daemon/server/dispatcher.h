@@ -9,40 +9,50 @@
 //     Such a peer's real uid is not mapped into nielsd's user namespace, so all such peers look
 //     alike and must not own sessions (they could read each other's).
 //   - Everything else becomes a Job (caller uid, request, cancel flag, sink) for the RequestService; it
-//     answers it. Stats responses get the live connection count filled in here.
+//     answers it. What only the server knows is filled in on the way out: Stats gets the live
+//     connection counts, Info the largest accepted frame.
 // Status -> wire conversion happens here (common::ToProto) for the errors the server itself answers.
 //
 // Threading: Dispatch() runs on the calling connection's strand; the dispatcher itself holds no
-// mutable state, so one instance serves every connection.
+// mutable state, so one instance serves every connection. It sees a connection only as a
+// RequestChannel (request_channel.h).
 
 #include <cstdint>
+
+#include "common/defaults.h"
 #include <optional>
 #include <string>
 
+#include "daemon/server/request_channel.h"
 #include "daemon/server/request_service.h"
 #include "niels/v1/nielsd.pb.h"
 
 namespace niels::daemon::server {
 
-class Connection;
 class ConnectionRegistry;
+
+struct DispatcherOptions {
+  /// The uid the kernel reports for unmapped peers (ReadOverflowUid()); unset: no peer is refused
+  /// for its uid.
+  std::optional<uint32_t> overflow_uid;
+  /// The largest request frame the connections accept (reported in Info).
+  uint64_t max_frame_bytes = common::kDefaultMaxFrameBytes;
+};
 
 class Dispatcher {
  public:
-  /// `service` and `registry` must outlive the dispatcher. `overflow_uid`: the uid the kernel reports
-  /// for unmapped peers (ReadOverflowUid()); unset: no peer is refused for its uid.
-  Dispatcher(RequestService& service, const ConnectionRegistry& registry,
-             std::optional<uint32_t> overflow_uid);
+  /// `service` and `registry` must outlive the dispatcher.
+  Dispatcher(RequestService& service, const ConnectionRegistry& registry, DispatcherOptions options);
   Dispatcher(const Dispatcher&) = delete;
   Dispatcher& operator=(const Dispatcher&) = delete;
 
   /// Handles one request of `connection`. REQUIRES: on `connection`'s strand.
-  void Dispatch(Connection& connection, niels::v1::Request request);
+  void Dispatch(RequestChannel& connection, niels::v1::Request request);
 
  private:
   RequestService& service_;
   const ConnectionRegistry& registry_;
-  const std::optional<uint32_t> overflow_uid_;
+  const DispatcherOptions options_;
 };
 
 /// The kernel's overflow uid (normally 65534), read from `path`; unset when it cannot be read.

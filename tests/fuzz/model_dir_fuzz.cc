@@ -25,13 +25,14 @@
 
 #include "daemon/model/config.h"
 #include "daemon/model/model_dir.h"
-#include "daemon/model/tokenizer.h"
+#include "daemon/text/tokenizer.h"
 #include "daemon/model/weights.h"
 #include "tests/fuzz/fuzz_util.h"
 #include "tests/support/test_model.h"
 
 namespace fs = std::filesystem;
 namespace model = niels::daemon::model;
+namespace text = niels::daemon::text;
 
 namespace {
 
@@ -81,7 +82,7 @@ extern "C" int LLVMFuzzerInitialize(int*, char***) {
   niels::testing::TinyTokenizerOptions options;
   options.normalization = "identity";
   niels::testing::TrainTinyTokenizer(g_work / kNames[2], options);
-  auto tokenizer = model::Tokenizer::Load(g_work / kNames[2]);
+  auto tokenizer = text::Tokenizer::Load(g_work / kNames[2]);
   FUZZ_CHECK(tokenizer.ok());
   // The smallest shapes the loader accepts with this tokenizer, so that a whole valid directory
   // (about 23 KB) fits in one fuzz input (-max_len 65536) and a forward pass is cheap.
@@ -135,7 +136,7 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
   }
   const model::Model& m = **loaded;
   FUZZ_CHECK(m.tokenizer->vocab_size() == m.config.vocab_size);
-  const model::SpecialTokens& s = m.tokenizer->special();
+  const text::SpecialTokens& s = m.tokenizer->special();
   FUZZ_CHECK(s.sys >= 0 && s.usr >= 0 && s.asst >= 0 && s.eot >= 0);
   FUZZ_CHECK(s.sys != s.usr && s.sys != s.asst && s.sys != s.eot && s.usr != s.asst && s.usr != s.eot &&
              s.asst != s.eot);

@@ -64,13 +64,8 @@ class CollectingSink : public server::ResponseSink {
 
 std::vector<Response> Run(Request request, uint32_t uid, bool cancel_at_once) {
   auto sink = std::make_shared<CollectingSink>();
-  server::Job job;
-  job.caller.uid = uid;
-  job.request = request;
-  job.cancel = std::make_shared<std::atomic<bool>>(false);
-  job.sink = sink;
-  auto cancel = job.cancel;
-  g_engine->Submit(std::move(job));
+  auto cancel = std::make_shared<std::atomic<bool>>(false);
+  g_engine->Submit(server::Job(server::Caller{uid}, std::move(request), cancel, sink));
   if (cancel_at_once) cancel->store(true);
   return sink->Wait();
 }
@@ -122,7 +117,7 @@ extern "C" int LLVMFuzzerInitialize(int*, char***) {
   niels::testing::WriteModelDir(dir.path(), config, 7);
   engine::EngineOptions options;
   options.threads = 1;
-  options.max_sessions = 16;
+  options.session_limits.max_sessions = 16;
   options.max_queue = 64;
   auto made = handlers::MakeService(dir.path(), options);
   if (!made.ok()) {

@@ -1,4 +1,4 @@
-// Fuzz target: the UTF-8 stream assembly of streamed replies (daemon/engine/text_stream.h) with the
+// Fuzz target: the UTF-8 stream assembly of streamed replies (daemon/text/text_stream.h) with the
 // shipped demo model's tokenizer, and CompleteUtf8Prefix on raw bytes.
 //
 // Input: 1 mode byte. Even: the rest is a list of (16-bit id, flags) triples fed to a TextStream
@@ -14,17 +14,17 @@
 #include <string>
 #include <vector>
 
-#include "daemon/engine/text_stream.h"
-#include "daemon/model/tokenizer.h"
+#include "daemon/text/text_stream.h"
+#include "daemon/text/tokenizer.h"
 #include "tests/fuzz/fuzz_util.h"
 
-namespace model = niels::daemon::model;
-using niels::daemon::engine::CompleteUtf8Prefix;
-using niels::daemon::engine::TextStream;
+namespace text = niels::daemon::text;
+using niels::daemon::text::CompleteUtf8Prefix;
+using niels::daemon::text::TextStream;
 
 namespace {
 
-const model::Tokenizer* g_tokenizer = nullptr;
+const text::Tokenizer* g_tokenizer = nullptr;
 
 bool ValidUtf8(std::string_view s) {
   size_t i = 0;
@@ -43,7 +43,7 @@ bool ValidUtf8(std::string_view s) {
 }  // namespace
 
 extern "C" int LLVMFuzzerInitialize(int*, char***) {
-  auto loaded = model::Tokenizer::Load(NIELS_SOURCE_DIR "/models/niels-demo/tokenizer.model");
+  auto loaded = text::Tokenizer::Load(NIELS_SOURCE_DIR "/models/niels-demo/tokenizer.model");
   if (!loaded.ok()) {
     std::fprintf(stderr, "text_stream_fuzz: %s\n", loaded.status().ToString().c_str());
     std::abort();

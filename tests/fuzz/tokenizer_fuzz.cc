@@ -1,4 +1,4 @@
-// Fuzz target: tokenizer input text (daemon/model/tokenizer.h) with the shipped demo model's
+// Fuzz target: tokenizer input text (daemon/text/tokenizer.h) with the shipped demo model's
 // tokenizer.model, the text every Chat, Generate and Tokenize request hands it.
 //
 // Input: the first byte picks the mode: even = the rest is text to Encode; odd = the rest is a list
@@ -10,14 +10,14 @@
 #include <string>
 #include <vector>
 
-#include "daemon/model/tokenizer.h"
+#include "daemon/text/tokenizer.h"
 #include "tests/fuzz/fuzz_util.h"
 
-namespace model = niels::daemon::model;
+namespace text = niels::daemon::text;
 
 namespace {
 
-const model::Tokenizer* g_tokenizer = nullptr;
+const text::Tokenizer* g_tokenizer = nullptr;
 
 bool ValidUtf8(std::string_view s) {
   size_t i = 0;
@@ -34,14 +34,14 @@ bool ValidUtf8(std::string_view s) {
 }
 
 bool IsSpecial(int32_t id) {
-  const model::SpecialTokens& s = g_tokenizer->special();
+  const text::SpecialTokens& s = g_tokenizer->special();
   return id == s.sys || id == s.usr || id == s.asst || id == s.eot;
 }
 
 }  // namespace
 
 extern "C" int LLVMFuzzerInitialize(int*, char***) {
-  auto loaded = model::Tokenizer::Load(NIELS_SOURCE_DIR "/models/niels-demo/tokenizer.model");
+  auto loaded = text::Tokenizer::Load(NIELS_SOURCE_DIR "/models/niels-demo/tokenizer.model");
   if (!loaded.ok()) {
     std::fprintf(stderr, "tokenizer_fuzz: %s\n", loaded.status().ToString().c_str());
     std::abort();
@@ -69,7 +69,7 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
     while (in.remaining() >= 2) ids.push_back(static_cast<int16_t>(in.U16()));
     const std::string decoded = g_tokenizer->Decode(ids);
     FUZZ_CHECK(ValidUtf8(decoded));
-    for (std::string_view literal : {model::kSysToken, model::kUsrToken, model::kAsstToken, model::kEotToken}) {
+    for (std::string_view literal : {text::kSysToken, text::kUsrToken, text::kAsstToken, text::kEotToken}) {
       FUZZ_CHECK(decoded.find(literal) == std::string::npos);
     }
     for (int32_t id : ids) (void)g_tokenizer->Piece(id);

@@ -13,8 +13,8 @@
 #include <sentencepiece_processor.h>
 #include <sentencepiece_trainer.h>
 
-#include "daemon/model/sentencepiece_runtime.h"
-#include "daemon/model/tokenizer.h"
+#include "daemon/text/sentencepiece_runtime.h"
+#include "daemon/text/tokenizer.h"
 #include "daemon/model/weights.h"
 
 namespace niels::testing {
@@ -63,7 +63,7 @@ std::string Train(const TinyTokenizerOptions& options) {
       {"normalization_rule_name", options.normalization},
   };
   if (!symbols.empty()) args["user_defined_symbols"] = JoinComma(symbols);
-  if (auto s = daemon::model::LoadSentencePieceRuntime(); !s.ok()) throw std::runtime_error(s.ToString());
+  if (auto s = daemon::text::LoadSentencePieceRuntime(); !s.ok()) throw std::runtime_error(s.ToString());
   CorpusIterator it(TinyCorpus());
   std::string proto;
   auto status = sentencepiece::SentencePieceTrainer::Train(args, &it, &proto);
@@ -89,7 +89,7 @@ const std::string& CachedModel(const TinyTokenizerOptions& options) {
 }  // namespace
 
 std::vector<std::string> AllSpecialLiterals() {
-  using namespace daemon::model;
+  using namespace daemon::text;
   return {std::string(kSysToken), std::string(kUsrToken), std::string(kAsstToken), std::string(kEotToken)};
 }
 

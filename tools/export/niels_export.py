@@ -422,7 +422,7 @@ def gguf_metadata(cfg, tok, dtype):
     types = []
     for i, t in enumerate(tok["types"]):
         if i in tok["special"].values():
-            t = SPM_CONTROL  # never matched in plain text, as in nielsd (daemon/model/tokenizer.cc)
+            t = SPM_CONTROL  # never matched in plain text, as in nielsd (daemon/text/tokenizer.cc)
         types.append(GGUF_TOKEN_TYPE.get(t, 1))
     s = tok["special"]
     kv = [

@@ -5,16 +5,16 @@
 
 #include <nlohmann/json.hpp>
 
-#include "daemon/engine/chat_template.h"
+#include "daemon/text/chat_template.h"
 
 namespace niels::tools::train {
 namespace {
 
-namespace engine = ::niels::daemon::engine;
+namespace text = ::niels::daemon::text;
 using common::Status;
 using common::StatusOr;
-using engine::EncodeMessage;
-using engine::Role;
+using text::EncodeMessage;
+using text::Role;
 
 namespace fs = std::filesystem;
 
@@ -92,7 +92,7 @@ std::vector<std::string> CorpusSentences(const std::vector<Conversation>& corpus
   return out;
 }
 
-Example EncodeConversation(const model::Tokenizer& tokenizer, const Conversation& conversation, int64_t max_tokens) {
+Example EncodeConversation(const text::Tokenizer& tokenizer, const Conversation& conversation, int64_t max_tokens) {
   Example example;
   if (!conversation.system.empty()) Append(example, EncodeMessage(tokenizer, Role::kSystem, conversation.system), false);
   for (const Turn& turn : conversation.turns) {

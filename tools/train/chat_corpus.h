@@ -9,11 +9,11 @@
 #include <vector>
 
 #include "common/status.h"
-#include "daemon/model/tokenizer.h"
+#include "daemon/text/tokenizer.h"
 
 namespace niels::tools::train {
 
-namespace model = ::niels::daemon::model;
+namespace text = ::niels::daemon::text;
 
 struct Turn {
   std::string user;
@@ -42,8 +42,8 @@ struct Example {
 };
 
 // Encodes [sys]+system+[eot] (if any), then per turn [usr]+user+[eot] [asst]+reply+[eot], with
-// engine::EncodeMessage. Turns that would push the example past `max_tokens` are dropped (the
+// text::EncodeMessage. Turns that would push the example past `max_tokens` are dropped (the
 // example keeps the turns that fit; an example whose first turn does not fit is empty).
-Example EncodeConversation(const model::Tokenizer& tokenizer, const Conversation& conversation, int64_t max_tokens);
+Example EncodeConversation(const text::Tokenizer& tokenizer, const Conversation& conversation, int64_t max_tokens);
 
 }  // namespace niels::tools::train

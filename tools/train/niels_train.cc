@@ -19,9 +19,9 @@
 #include <c10/core/InferenceMode.h>
 
 #include "common/defaults.h"
-#include "daemon/engine/chat_template.h"
+#include "daemon/text/chat_template.h"
 #include "daemon/model/model_dir.h"
-#include "daemon/model/torch/torch_weights.h"
+#include "tools/torch/torch_weights.h"
 #include "daemon/model/weights.h"
 #include "tools/train/chat_corpus.h"
 #include "tools/train/spm_trainer.h"
@@ -31,7 +31,8 @@ namespace {
 
 namespace fs = std::filesystem;
 namespace model = niels::daemon::model;
-namespace engine = niels::daemon::engine;
+namespace text = niels::daemon::text;
+namespace torch_model = niels::torch_model;
 namespace train = niels::tools::train;
 
 struct Flags {
@@ -71,11 +72,11 @@ bool WriteFile(const fs::path& path, const std::string& bytes) {
 
 // Greedy reply of the written model to one user message after the default system prompt.
 std::string GreedyReply(const model::Model& m, const std::string& question) {
-  std::vector<int32_t> ids = engine::EncodeMessage(*m.tokenizer, engine::Role::kSystem, std::string(niels::common::kDefaultSystemPrompt));
-  for (int32_t id : engine::EncodeMessage(*m.tokenizer, engine::Role::kUser, question)) ids.push_back(id);
-  ids.push_back(engine::GenerationPrompt(*m.tokenizer).front());
+  std::vector<int32_t> ids = text::EncodeMessage(*m.tokenizer, text::Role::kSystem, std::string(niels::common::kDefaultSystemPrompt));
+  for (int32_t id : text::EncodeMessage(*m.tokenizer, text::Role::kUser, question)) ids.push_back(id);
+  ids.push_back(text::GenerationPrompt(*m.tokenizer).front());
   std::vector<int32_t> reply;
-  const std::vector<int32_t> banned = engine::DefaultBannedIds(*m.tokenizer);
+  const std::vector<int32_t> banned = text::DefaultBannedIds(*m.tokenizer);
   while (static_cast<int64_t>(ids.size()) < m.config.context && reply.size() < 64) {
     std::vector<float> logits = m.transformer->Forward(ids, /*last_only=*/true);  // [V]
     for (int32_t b : banned) logits[b] = -INFINITY;
@@ -100,7 +101,7 @@ int Run(const Flags& flags) {
   std::error_code ec;
   fs::create_directories(out, ec);
   if (!WriteFile(out / "tokenizer.model", *spm)) return Fail("cannot write " + (out / "tokenizer.model").string());
-  auto tokenizer = model::Tokenizer::Load(out / "tokenizer.model");
+  auto tokenizer = text::Tokenizer::Load(out / "tokenizer.model");
   if (!tokenizer.ok()) return Fail(tokenizer.status().ToString());
 
   // (2) examples
@@ -123,7 +124,7 @@ int Run(const Flags& flags) {
 
   // (3) model
   at::manual_seed(flags.seed);
-  model::TorchWeights weights = model::RandomTorchWeights(config, flags.seed);
+  torch_model::TorchWeights weights = torch_model::RandomTorchWeights(config, flags.seed);
   int64_t parameters = 0;
   for (torch::Tensor* t : weights.All()) parameters += t->numel();
   std::fprintf(stderr, "model: V=%lld T=%lld C=%lld L=%lld H=%lld d_ff=%lld, %lld parameters (%.2f MB f32)\n",
@@ -138,7 +139,7 @@ int Run(const Flags& flags) {
                static_cast<long long>(result.tokens));
 
   // (4) write, reload with the daemon's loader, probe
-  if (auto s = model::SaveWeights(model::FromTorch(weights), out / "model.safetensors",
+  if (auto s = model::SaveWeights(torch_model::FromTorch(weights), out / "model.safetensors",
                                   niels::daemon::kernels::ParseDtype(flags.dtype)); !s.ok()) {
     return Fail(s.ToString());
   }

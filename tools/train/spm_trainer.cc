@@ -5,7 +5,7 @@
 
 #include <sentencepiece_trainer.h>
 
-#include "daemon/model/tokenizer.h"
+#include "daemon/text/tokenizer.h"
 
 namespace niels::tools::train {
 namespace {
@@ -27,7 +27,7 @@ class VectorIterator final : public sentencepiece::SentenceIterator {
 }  // namespace
 
 common::StatusOr<std::string> TrainSentencePiece(const std::vector<std::string>& sentences, const SpmOptions& options) {
-  using daemon::model::kAsstToken, daemon::model::kEotToken, daemon::model::kSysToken, daemon::model::kUsrToken;
+  using daemon::text::kAsstToken, daemon::text::kEotToken, daemon::text::kSysToken, daemon::text::kUsrToken;
   const std::string specials = std::string(kSysToken) + "," + std::string(kUsrToken) + "," +
                                std::string(kAsstToken) + "," + std::string(kEotToken);
   const std::unordered_map<std::string, std::string> args = {

@@ -15,7 +15,7 @@ namespace niels::tools::train {
 namespace {
 
 using model::ModelConfig;
-using model::TorchWeights;
+using torch_model::TorchWeights;
 
 constexpr int64_t kIgnore = -100;   // cross-entropy target of untrained positions
 constexpr size_t kBucketSpan = 512;  // examples sorted by length together before batching
@@ -80,7 +80,7 @@ void CollectParameters(TorchWeights& weights, std::vector<torch::Tensor>& decay,
                        std::vector<torch::Tensor>& no_decay) {
   decay.push_back(weights.tok_emb);
   no_decay.push_back(weights.ln_f);
-  for (model::TorchBlockWeights& b : weights.blocks) {
+  for (torch_model::TorchBlockWeights& b : weights.blocks) {
     for (torch::Tensor* t : {&b.qkv, &b.proj, &b.fc_a_w, &b.fc_g_w, &b.fc_out_w}) decay.push_back(*t);
     for (torch::Tensor* t : {&b.ln1, &b.ln2, &b.fc_a_b, &b.fc_g_b, &b.fc_out_b}) no_decay.push_back(*t);
   }
@@ -146,7 +146,7 @@ TrainResult TrainModel(const ModelConfig& config, TorchWeights& weights, const s
     const double lr = LearningRate(options, step);
     SetLearningRate(optimizer, lr);
 
-    torch::Tensor logits = model::ForwardTrain(config, weights, batch.inputs);  // [B, n-1, V]
+    torch::Tensor logits = torch_model::ForwardTrain(config, weights, batch.inputs);  // [B, n-1, V]
     torch::Tensor loss = at::cross_entropy_loss(logits.reshape({-1, config.vocab_size}), batch.targets.reshape({-1}),
                                                 /*weight=*/{}, at::Reduction::Mean, kIgnore);
     optimizer.zero_grad();

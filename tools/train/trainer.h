@@ -8,12 +8,13 @@
 #include <vector>
 
 #include "daemon/model/config.h"
-#include "daemon/model/torch/torch_weights.h"
+#include "tools/torch/torch_weights.h"
 #include "tools/train/chat_corpus.h"
 
 namespace niels::tools::train {
 
 namespace model = ::niels::daemon::model;
+namespace torch_model = ::niels::torch_model;
 
 struct TrainOptions {
   int64_t steps = 2000;          // optimizer steps
@@ -35,7 +36,7 @@ struct TrainResult {
 
 // Trains `weights` in place (they leave with requires_grad off and no grad). REQUIRES: examples
 // non-empty, each with 2..T tokens.
-TrainResult TrainModel(const model::ModelConfig& config, model::TorchWeights& weights,
+TrainResult TrainModel(const model::ModelConfig& config, torch_model::TorchWeights& weights,
                        const std::vector<Example>& examples, const TrainOptions& options);
 
 // The learning rate at 0-based `step`: linear warmup to lr, then cosine down to lr * min_lr_ratio.

@@ -18,7 +18,7 @@
 
 #include "daemon/engine/engine_state.h"
 #include "daemon/engine/generate_turn.h"
-#include "daemon/engine/session_ops.h"
+#include "daemon/sessions/session_ops.h"
 #include "daemon/model/model_dir.h"
 #include "tests/support/test_model.h"
 
@@ -62,7 +62,7 @@ Work QuickWork(std::shared_ptr<Answer> answer, std::string session, std::vector<
   work.uid = kUid;
   work.session_id = std::move(session);
   work.cancel = NewFlag();
-  work.quick = [answer, log, name](EngineState&, const WorkInfo&) {
+  work.quick = [answer, log, name](EngineState&, const Work&) {
     log->push_back(name);
     answer->Set(Status::Ok());
     return Status::Ok();
@@ -81,7 +81,7 @@ Work GenerateWork(std::shared_ptr<Answer> answer, const std::string& session, st
   work.uid = kUid;
   work.session_id = session;
   work.cancel = NewFlag();
-  work.start = [=](EngineState& state, const WorkInfo& info) {
+  work.start = [=](EngineState& state, const Work& work) {
     GenerateTurnArgs args;
     args.session_id = session;
     args.input = input;
@@ -105,7 +105,7 @@ Work GenerateWork(std::shared_ptr<Answer> answer, const std::string& session, st
       }
       answer->Set(Status::Ok());
     };
-    return StartGenerateTurn(state, info, std::move(args), std::move(callbacks));
+    return StartGenerateTurn(state, work, std::move(args), std::move(callbacks));
   };
   work.fail = [answer](const Status& status) { answer->Set(status); };
   return work;
@@ -131,10 +131,11 @@ class EngineWorkTest : public ::testing::Test {
     Work work;
     work.uid = kUid;
     work.cancel = NewFlag();
-    work.quick = [answer, id](EngineState& state, const WorkInfo& info) {
-      common::StatusOr<Session*> created = CreateSession(state, info.uid, std::nullopt);
+    work.quick = [answer, id](EngineState& state, const Work& work) {
+      common::StatusOr<sessions::CreatedSession> created =
+          sessions::CreateSession(state.sessions, state.language_model(), state.tokenizer(), work.uid, std::nullopt);
       if (!created.ok()) return created.status();
-      *id = (*created)->id();
+      *id = created->session->id();
       answer->Set(Status::Ok());
       return Status::Ok();
     };
@@ -154,7 +155,7 @@ TEST_F(EngineWorkTest, RefusesWorkWithNothingOrTwoThingsToRun) {
     std::vector<std::string> log;
     Work work = QuickWork(answer, "", &log, "q");
     if (both == 0) work.quick = nullptr;
-    if (both == 1) work.start = [](EngineState&, const WorkInfo&) -> TurnResult { return TurnStart{}; };
+    if (both == 1) work.start = [](EngineState&, const Work&) -> TurnResult { return TurnStart{}; };
     engine_->Submit(std::move(work));
     EXPECT_EQ(answer->Wait().code(), common::StatusCode::kInvalidArgument);
     EXPECT_TRUE(log.empty());

@@ -12,8 +12,8 @@
 
 #include <gtest/gtest.h>
 
-#include "daemon/engine/chat_template.h"
-#include "daemon/model/tokenizer.h"
+#include "daemon/text/chat_template.h"
+#include "daemon/text/tokenizer.h"
 #include "daemon/model/transformer.h"
 #include "daemon/model/weights.h"
 #include "tests/support/test_model.h"
@@ -145,7 +145,7 @@ class TokenizerFixture : public ::testing::Test {
   static void SetUpTestSuite() {
     dir_ = new niels::testing::TempDir("generator_test_");
     niels::testing::TrainTinyTokenizer(*dir_ / "tokenizer.model");
-    auto loaded = model::Tokenizer::Load(*dir_ / "tokenizer.model");
+    auto loaded = text::Tokenizer::Load(*dir_ / "tokenizer.model");
     ASSERT_TRUE(loaded.ok()) << loaded.status().ToString();
     tokenizer_ = std::move(loaded).value().release();
   }
@@ -154,15 +154,15 @@ class TokenizerFixture : public ::testing::Test {
     delete dir_;
   }
   static niels::testing::TempDir* dir_;
-  static model::Tokenizer* tokenizer_;
+  static text::Tokenizer* tokenizer_;
 };
 niels::testing::TempDir* TokenizerFixture::dir_ = nullptr;
-model::Tokenizer* TokenizerFixture::tokenizer_ = nullptr;
+text::Tokenizer* TokenizerFixture::tokenizer_ = nullptr;
 
 using GeneratorStopTest = TokenizerFixture;
 
 // The byte-fallback id of one byte ("<0x0A>" for '\n').
-int32_t ByteId(const model::Tokenizer& tok, unsigned char byte) {
+int32_t ByteId(const text::Tokenizer& tok, unsigned char byte) {
   char piece[8];
   std::snprintf(piece, sizeof piece, "<0x%02X>", byte);
   for (int32_t id = 0; id < tok.vocab_size(); ++id) {
@@ -172,7 +172,7 @@ int32_t ByteId(const model::Tokenizer& tok, unsigned char byte) {
 }
 
 TEST_F(GeneratorStopTest, DoesNotStopOnUserTextStopsOnEot) {
-  const model::Tokenizer& tok = *tokenizer_;
+  const text::Tokenizer& tok = *tokenizer_;
   const int32_t eot = tok.special().eot;
   // The reply spells the bytes of "\nuser: " (byte-fallback ids) in the middle, then ends with eot;
   // more text follows eot in the script.
@@ -185,7 +185,7 @@ TEST_F(GeneratorStopTest, DoesNotStopOnUserTextStopsOnEot) {
       Concat(Concat(tok.Encode("Sure."), user_bytes), tok.Encode("more text"));
   ASSERT_NE(tok.Decode(reply).find("\nuser: "), std::string::npos) << tok.Decode(reply);
   const std::vector<int32_t> prompt =
-      Concat(EncodeMessage(tok, Role::kUser, "hi"), GenerationPrompt(tok));
+      Concat(text::EncodeMessage(tok, text::Role::kUser, "hi"), text::GenerationPrompt(tok));
   const std::vector<int32_t> full = Concat(Concat(Concat(prompt, reply), {eot}), tok.Encode("never seen"));
 
   for (bool cached : {true, false}) {
@@ -193,7 +193,7 @@ TEST_F(GeneratorStopTest, DoesNotStopOnUserTextStopsOnEot) {
     Sequence seq(m.config());
     GenerateOptions o = Greedy(200, cached);
     o.stop_ids = {eot};
-    o.sampling.banned_ids = DefaultBannedIds(tok);
+    o.sampling.banned_ids = text::DefaultBannedIds(tok);
     const GenerateResult r = Generate(m, seq, prompt, o);
     EXPECT_EQ(r.stop_reason, StopReason::kStopToken) << cached;
     EXPECT_EQ(r.new_tokens, Concat(reply, {eot})) << cached;

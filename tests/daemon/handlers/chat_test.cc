@@ -57,7 +57,7 @@ class ChatTest : public ::testing::Test {
 
   std::unique_ptr<Service> engine_;
   std::unique_ptr<model::Model> model_;
-  model::SpecialTokens special_;
+  text::SpecialTokens special_;
 };
 
 const std::vector<std::string> kUserTexts = {"hello there", "what is the weather like today?", "tell me more",

@@ -133,7 +133,7 @@ class KvSharingTest : public ::testing::Test {
   std::unique_ptr<Service> engine_;
   std::unique_ptr<Service> reference_;
   std::unique_ptr<model::Model> model_;
-  model::SpecialTokens special_;
+  text::SpecialTokens special_;
 };
 
 TEST_F(KvSharingTest, SessionsWithTheSameSystemPromptStoreItOnce) {

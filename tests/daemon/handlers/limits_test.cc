@@ -157,7 +157,7 @@ TEST(EngineLimitsTest, QueueShareIsPerUid) {
 
 TEST(EngineLimitsTest, SessionLimitIsPerUid) {
   EngineOptions options;
-  options.max_sessions_per_uid = 3;
+  options.session_limits.max_sessions_per_uid = 3;
   auto engine = StartEngine(kContext, options);
   std::vector<std::string> own;
   for (int i = 0; i < 3; ++i) own.push_back(CreateSession(*engine));

@@ -13,7 +13,6 @@
 #include <thread>
 #include <vector>
 
-#include <ATen/ATen.h>
 
 #include <gtest/gtest.h>
 

@@ -21,7 +21,7 @@ std::string CreateSession(Service& engine, const std::string* system = nullptr, 
 
 TEST(EngineTest, InfoDescribesTheModel) {
   EngineOptions options;
-  options.max_sessions = 7;
+  options.session_limits.max_sessions = 7;
   options.kv_budget_bytes = 12345678;
   auto engine = StartEngine(kContext, options);
   auto model = LoadTinyModel(kContext);
@@ -37,7 +37,7 @@ TEST(EngineTest, InfoDescribesTheModel) {
   EXPECT_EQ(info.heads(), model->config.heads);
   EXPECT_EQ(info.d_ff(), model->config.d_ff);
   EXPECT_DOUBLE_EQ(info.rope_theta(), model->config.rope_theta);
-  const model::SpecialTokens& special = model->tokenizer->special();
+  const text::SpecialTokens& special = model->tokenizer->special();
   EXPECT_EQ(info.sys_id(), special.sys);
   EXPECT_EQ(info.usr_id(), special.usr);
   EXPECT_EQ(info.asst_id(), special.asst);
@@ -119,7 +119,7 @@ TEST(EngineTest, ResponsesEchoTheRequestId) {
 TEST(EngineTest, CreateSessionWithSystemPromptPrefillsIt) {
   auto engine = StartEngine(kContext);
   auto model = LoadTinyModel(kContext);
-  const model::SpecialTokens& special = model->tokenizer->special();
+  const text::SpecialTokens& special = model->tokenizer->special();
   const std::string system = "be brief";
   const std::string id = CreateSession(*engine, &system);
   EXPECT_EQ(id.size(), 32u);
@@ -192,7 +192,7 @@ TEST(EngineTest, OtherUsersSessionsAreDeniedAndNotListed) {
 
 TEST(EngineTest, RootIsAllowedWhenConfigured) {
   EngineOptions options;
-  options.allow_root = true;
+  options.session_limits.allow_root = true;
   auto engine = StartEngine(kContext, options);
   const std::string id = CreateSession(*engine);
   EXPECT_TRUE(Call(*engine, GetRequest(id), 0).has_get_session());
@@ -201,7 +201,7 @@ TEST(EngineTest, RootIsAllowedWhenConfigured) {
 
 TEST(EngineTest, MaxSessions) {
   EngineOptions options;
-  options.max_sessions = 2;
+  options.session_limits.max_sessions = 2;
   auto engine = StartEngine(kContext, options);
   const std::string first = CreateSession(*engine);
   CreateSession(*engine);

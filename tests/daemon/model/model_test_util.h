@@ -1,14 +1,14 @@
 #pragma once
 // Small helpers shared by the transformer tests.
 
+#include <algorithm>
+#include <cmath>
 #include <cstdint>
+#include <limits>
 #include <random>
 #include <vector>
 
-#include <ATen/ATen.h>
 #include <gtest/gtest.h>
-
-#include "daemon/model/torch/torch_weights.h"
 
 namespace niels::daemon::model {
 
@@ -21,20 +21,24 @@ inline std::vector<int32_t> RandomTokens(int64_t n, uint32_t seed, int64_t vocab
   return tokens;
 }
 
-// max |a - b| over all elements; a failed expectation if the shapes differ.
-inline float MaxAbsDiff(const torch::Tensor& a, const torch::Tensor& b) {
-  EXPECT_EQ(a.sizes(), b.sizes());
-  return (a - b).abs().max().item<float>();
+// max |a - b| over all elements; a failed expectation (and infinity) if the sizes differ.
+inline double MaxAbsDiff(const std::vector<float>& a, const std::vector<float>& b) {
+  EXPECT_EQ(a.size(), b.size());
+  if (a.size() != b.size()) return std::numeric_limits<double>::infinity();
+  double most = 0;
+  for (size_t i = 0; i < a.size(); ++i) most = std::max(most, std::abs(static_cast<double>(a[i]) - b[i]));
+  return most;
 }
 
-// Logits rows as returned by the model (row-major, `vocab` per row) as a tensor [rows, V].
-inline torch::Tensor Rows(const std::vector<float>& logits, int64_t vocab) {
-  return AsTensor(logits, {static_cast<int64_t>(logits.size()) / vocab, vocab});
-}
-
-// One row of logits [V].
-inline torch::Tensor Row(const std::vector<float>& logits) {
-  return AsTensor(logits, {static_cast<int64_t>(logits.size())});
+// The standard deviation of all elements (to check that reference logits are not flat).
+inline double StdDev(const std::vector<float>& values) {
+  double sum = 0, sum_sq = 0;
+  for (float v : values) {
+    sum += v;
+    sum_sq += static_cast<double>(v) * v;
+  }
+  const double n = static_cast<double>(values.size());
+  return std::sqrt(std::max(0.0, sum_sq / n - (sum / n) * (sum / n)));
 }
 
 // Rows [first, first + count) of row-major logits with `vocab` columns.

@@ -8,7 +8,7 @@
 #include <gtest/gtest.h>
 
 #include "daemon/kernels/dtype.h"
-#include "daemon/model/torch/torch_weights.h"
+#include "tests/daemon/model/host_tensors.h"
 #include "tests/support/test_model.h"
 
 namespace niels::daemon::model {
@@ -28,11 +28,6 @@ std::vector<float> Floats(const SafetensorsFile& file, const SafetensorsTensorIn
   std::vector<float> out(aligned.size() / kernels::DtypeSize(dtype));
   for (size_t i = 0; i < out.size(); ++i) out[i] = kernels::ElementToFloat(aligned.data(), dtype, i);
   return out;
-}
-
-std::vector<float> Floats(const torch::Tensor& t) {
-  const torch::Tensor f = t.to(torch::kFloat32).contiguous();
-  return std::vector<float>(f.data_ptr<float>(), f.data_ptr<float>() + f.numel());
 }
 
 // Little-endian bytes of floats, written by hand (independent of the writer under test).
@@ -59,9 +54,11 @@ class SafetensorsTest : public ::testing::Test {
 };
 
 TEST_F(SafetensorsTest, F32DataIsReadInPlace) {
-  torch::Tensor a = torch::arange(12, torch::kFloat32).reshape({3, 4}) * 0.5;
-  torch::Tensor b = torch::tensor({-1.5f, 2.25f});
-  ASSERT_TRUE(WriteTorchSafetensors(Path(), {{"a", a}, {"b", b}}).ok());
+  std::vector<float> a_values(12);
+  for (int i = 0; i < 12; ++i) a_values[i] = 0.5f * static_cast<float>(i);
+  const HostTensor a = HostTensor::F32({3, 4}, a_values);
+  const HostTensor b = HostTensor::F32({2}, {-1.5f, 2.25f});
+  ASSERT_TRUE(WriteHostSafetensors(Path(), {{"a", a}, {"b", b}}).ok());
   auto file = SafetensorsFile::Open(Path());
   ASSERT_TRUE(file.ok()) << file.status().ToString();
   ASSERT_EQ((*file)->tensors().size(), 2u);
@@ -72,8 +69,8 @@ TEST_F(SafetensorsTest, F32DataIsReadInPlace) {
   const std::byte* data = (*file)->Data(*info);
   EXPECT_TRUE(data >= (*file)->mapping_data() && data + 48 <= (*file)->mapping_data() + (*file)->mapping_size());
   EXPECT_EQ(reinterpret_cast<uintptr_t>(data) % 8, 0u) << "the writer aligns the data section";
-  EXPECT_EQ(Floats(**file, *info), Floats(a));
-  EXPECT_EQ(Floats(**file, *(*file)->Find("b")), Floats(b));
+  EXPECT_EQ(Floats(**file, *info), a_values);
+  EXPECT_EQ(Floats(**file, *(*file)->Find("b")), (std::vector<float>{-1.5f, 2.25f}));
   EXPECT_EQ((*file)->Find("c"), nullptr);
 }
 
@@ -91,9 +88,9 @@ TEST_F(SafetensorsTest, ReadsHandWrittenFileWithMetadata) {
 TEST_F(SafetensorsTest, F16AndBF16AreReadExactly) {
   // Values exactly representable in f16 and bf16, so the expected f32 values are known.
   const std::vector<float> values = {0.5f, -1.25f, 3.0f, 0.0f, -0.125f, 96.0f};
-  torch::Tensor expected = torch::tensor(values).reshape({2, 3});
-  ASSERT_TRUE(WriteTorchSafetensors(Path(), {{"h", expected.to(torch::kFloat16)},
-                                             {"b", expected.to(torch::kBFloat16)}}).ok());
+  const HostTensor expected = HostTensor::F32({2, 3}, values);
+  ASSERT_TRUE(WriteHostSafetensors(Path(), {{"h", expected.To(SafetensorsDtype::kF16)},
+                                            {"b", expected.To(SafetensorsDtype::kBF16)}}).ok());
   auto file = SafetensorsFile::Open(Path());
   ASSERT_TRUE(file.ok()) << file.status().ToString();
   EXPECT_EQ((*file)->Find("h")->dtype, SafetensorsDtype::kF16);
@@ -174,9 +171,10 @@ TEST_F(SafetensorsTest, MalformedEntries) {
 // Never crash on a damaged file: every truncation and many byte flips either fail cleanly or open
 // a file whose every tensor can be read.
 TEST_F(SafetensorsTest, DamagedFilesFailCleanly) {
-  ASSERT_TRUE(WriteTorchSafetensors(Path(), {{"a", torch::randn({3, 5})},
-                                             {"b", torch::randn({7}).to(torch::kFloat16)},
-                                             {"c", torch::randn({2, 2}).to(torch::kBFloat16)}}).ok());
+  std::mt19937 values(11);
+  ASSERT_TRUE(WriteHostSafetensors(Path(), {{"a", HostTensor::Randn({3, 5}, values)},
+                                            {"b", HostTensor::Randn({7}, values).To(SafetensorsDtype::kF16)},
+                                            {"c", HostTensor::Randn({2, 2}, values).To(SafetensorsDtype::kBF16)}}).ok());
   const std::string good = niels::testing::ReadFile(Path());
   auto read_all = [&]() {
     auto file = SafetensorsFile::Open(Path());
@@ -211,7 +209,7 @@ TEST_F(SafetensorsTest, DamagedFilesFailCleanly) {
 }
 
 TEST_F(SafetensorsTest, WriterPadsHeaderToEightBytes) {
-  ASSERT_TRUE(WriteTorchSafetensors(Path(), {{"x", torch::ones({3})}}).ok());
+  ASSERT_TRUE(WriteHostSafetensors(Path(), {{"x", HostTensor::Filled({3}, 1.0f)}}).ok());
   const std::string bytes = niels::testing::ReadFile(Path());
   uint64_t n = 0;
   for (int i = 7; i >= 0; --i) n = (n << 8) | static_cast<uint8_t>(bytes[i]);

@@ -1,15 +1,12 @@
 #pragma once
 // ScalarReference: an independent, deliberately naive niels_gpt forward (docs/ARCHITECTURE.md
-// "Model math") for tests. Plain loops over std::vector<float> (sums in double); libtorch is used only
-// to wrap the final logits for comparison. It reads the same weights as the model under test (16-bit
+// "Model math") for tests. Plain loops over std::vector<float> (sums in double), no libtorch. It reads the same weights as the model under test (16-bit
 // matrices widened exactly), and with kv_dtype f16 rounds each cached key and value to f16 as an f16
 // KV cache does.
 
 #include <cmath>
 #include <cstdint>
 #include <vector>
-
-#include <ATen/ATen.h>
 
 #include "daemon/kernels/dtype.h"
 #include "daemon/model/config.h"
@@ -34,14 +31,18 @@ class ScalarReference {
     }
   }
 
-  // Logits [n, V] for `tokens` at positions 0..n-1.
-  torch::Tensor Forward(const std::vector<int32_t>& tokens) const {
+  // Logits [n, V] (row-major) for `tokens` at positions 0..n-1. With `trace` set, the attention
+  // probabilities of the last position in layer `trace_layer` go there: [H, n], row-major.
+  std::vector<float> Forward(const std::vector<int32_t>& tokens, int64_t trace_layer = -1,
+                             std::vector<float>* trace = nullptr) const {
     const int64_t n = static_cast<int64_t>(tokens.size());
     const int64_t c = config_.width;
     std::vector<Vec> h(n);
     for (int64_t p = 0; p < n; ++p) h[p] = Vec(&tok_emb_[tokens[p] * c], &tok_emb_[(tokens[p] + 1) * c]);
-    for (const Block& block : blocks_) {
-      const std::vector<Vec> attn = Attention(block, h);
+    for (size_t layer = 0; layer < blocks_.size(); ++layer) {
+      const Block& block = blocks_[layer];
+      const bool traced = trace != nullptr && static_cast<int64_t>(layer) == trace_layer;
+      const std::vector<Vec> attn = Attention(block, h, traced ? trace : nullptr);
       for (int64_t p = 0; p < n; ++p) Add(h[p], attn[p]);
       for (int64_t p = 0; p < n; ++p) Add(h[p], Mlp(block, RmsNorm(h[p], block.ln2)));
     }
@@ -50,7 +51,7 @@ class ScalarReference {
       const Vec row = MatVec(tok_emb_, config_.vocab_size, RmsNorm(h[p], ln_f_));
       logits.insert(logits.end(), row.begin(), row.end());
     }
-    return at::tensor(logits).view({n, config_.vocab_size});
+    return logits;
   }
 
  private:
@@ -107,8 +108,9 @@ class ScalarReference {
     }
   }
 
-  // Causal multi-head self-attention output (after proj) at every position.
-  std::vector<Vec> Attention(const Block& block, const std::vector<Vec>& h) const {
+  // Causal multi-head self-attention output (after proj) at every position; the last position's
+  // probabilities [H, n] into `last_probs` when set.
+  std::vector<Vec> Attention(const Block& block, const std::vector<Vec>& h, Vec* last_probs = nullptr) const {
     const int64_t n = static_cast<int64_t>(h.size());
     const int64_t c = config_.width, d = config_.head_dim();
     std::vector<Vec> q(n), k(n), v(n);
@@ -125,6 +127,7 @@ class ScalarReference {
       StoreAsCached(v[p]);
     }
     std::vector<Vec> out(n);
+    if (last_probs != nullptr) last_probs->assign(config_.heads * n, 0.0f);
     for (int64_t i = 0; i < n; ++i) {
       Vec concat(c, 0.0f);
       for (int64_t head = 0; head < config_.heads; ++head) {
@@ -138,6 +141,9 @@ class ScalarReference {
         }
         double total = 0;
         for (double& s : scores) total += (s = std::exp(s - max_score));
+        if (last_probs != nullptr && i == n - 1) {
+          for (int64_t j = 0; j <= i; ++j) (*last_probs)[head * n + j] = static_cast<float>(scores[j] / total);
+        }
         for (int64_t j = 0; j <= i; ++j) {
           for (int64_t e = 0; e < d; ++e) concat[head * d + e] += static_cast<float>(scores[j] / total) * v[j][head * d + e];
         }

@@ -7,7 +7,7 @@
 
 #include "daemon/kernels/dtype.h"
 #include "daemon/model/safetensors.h"
-#include "daemon/model/torch/torch_weights.h"
+#include "tests/daemon/model/host_tensors.h"
 #include "tests/support/test_model.h"
 
 namespace niels::daemon::model {
@@ -17,13 +17,7 @@ using common::StatusCode;
 using ::testing::AllOf;
 using ::testing::HasSubstr;
 using kernels::Dtype;
-using TensorList = std::vector<std::pair<std::string, torch::Tensor>>;
-
-// A tensor's elements as floats.
-std::vector<float> Floats(const torch::Tensor& t) {
-  const torch::Tensor f = t.to(torch::kFloat32).contiguous();
-  return std::vector<float>(f.data_ptr<float>(), f.data_ptr<float>() + f.numel());
-}
+using TensorList = HostTensorList;
 
 // A small config independent of the tokenizer (LoadWeights does not look at it).
 ModelConfig SmallConfig() {
@@ -58,12 +52,12 @@ class WeightsTest : public ::testing::Test {
   // A valid state_dict for config_ (random values), as a name -> tensor list.
   TensorList ValidTensors() const {
     TensorList list;
-    torch::manual_seed(3);
-    for (const auto& [name, shape] : ExpectedShapes(config_)) list.emplace_back(name, torch::randn(shape));
+    std::mt19937 rng(3);
+    for (const auto& [name, shape] : ExpectedShapes(config_)) list.emplace_back(name, HostTensor::Randn(shape, rng));
     return list;
   }
 
-  static torch::Tensor& Get(TensorList& list, const std::string& name) {
+  static HostTensor& Get(TensorList& list, const std::string& name) {
     for (auto& [n, t] : list) {
       if (n == name) return t;
     }
@@ -72,7 +66,7 @@ class WeightsTest : public ::testing::Test {
 
   // Writes `tensors`, loads, expects INVALID_ARGUMENT naming the file and `needles`.
   void ExpectInvalid(const TensorList& tensors, const std::vector<std::string>& needles) {
-    ASSERT_TRUE(WriteTorchSafetensors(Path(), tensors).ok());
+    ASSERT_TRUE(WriteHostSafetensors(Path(), tensors).ok());
     auto w = LoadWeights(Path(), config_);
     ASSERT_FALSE(w.ok());
     EXPECT_EQ(w.status().code(), StatusCode::kInvalidArgument);
@@ -122,19 +116,20 @@ TEST_F(WeightsTest, SaveLoadRoundTripIsExactAndZeroCopy) {
 // f16 and bf16 files keep their matrices 16-bit, used straight from the mapping (half the bytes a
 // decode step reads); norms and biases are widened to f32 (exactly).
 TEST_F(WeightsTest, SixteenBitMatricesStaySixteenBitAndZeroCopy) {
-  for (auto [dtype, torch_dtype] : {std::pair{Dtype::kF16, torch::kFloat16}, {Dtype::kBF16, torch::kBFloat16}}) {
+  for (auto [dtype, stored_dtype] :
+       {std::pair{Dtype::kF16, SafetensorsDtype::kF16}, {Dtype::kBF16, SafetensorsDtype::kBF16}}) {
     SCOPED_TRACE(std::string(kernels::DtypeName(dtype)));
     TensorList stored = ValidTensors();
-    for (auto& [name, t] : stored) t = t.to(torch_dtype);
-    ASSERT_TRUE(WriteTorchSafetensors(Path(), stored).ok());
+    for (auto& [name, t] : stored) t = t.To(stored_dtype);
+    ASSERT_TRUE(WriteHostSafetensors(Path(), stored).ok());
     auto loaded = LoadWeights(Path(), config_);
     ASSERT_TRUE(loaded.ok()) << loaded.status().ToString();
     EXPECT_EQ(loaded->dtype(), dtype);
-    std::map<std::string, torch::Tensor> by_name(stored.begin(), stored.end());
+    std::map<std::string, HostTensor> by_name(stored.begin(), stored.end());
     int64_t matrix_bytes = 0;
     for (const auto& [name, t] : loaded->Named()) {
       EXPECT_EQ(t.dtype, Weights::IsMatrix(name) ? dtype : Dtype::kF32) << name;
-      EXPECT_EQ(t.ToFloats(), Floats(by_name[name])) << name;
+      EXPECT_EQ(t.ToFloats(), by_name[name].Floats()) << name;
       if (Weights::IsMatrix(name)) matrix_bytes += t.bytes();
     }
     auto file = std::static_pointer_cast<const SafetensorsFile>(loaded->backing.front());
@@ -175,8 +170,8 @@ TEST_F(WeightsTest, RequestedDtypeConvertsAtLoad) {
 
 TEST_F(WeightsTest, ValueBeyondF16RangeIsRefusedNamingTheTensor) {
   TensorList tensors = ValidTensors();
-  Get(tensors, "blocks.1.mlp.fc_out.weight")[2][3] = 70000.0f;
-  ASSERT_TRUE(WriteTorchSafetensors(Path(), tensors).ok());
+  Get(tensors, "blocks.1.mlp.fc_out.weight").Set(2 * config_.d_ff + 3, 70000.0f);  // [C, d_ff] at (2, 3)
+  ASSERT_TRUE(WriteHostSafetensors(Path(), tensors).ok());
   auto refused = LoadWeights(Path(), config_, LoadOptions{.dtype = Dtype::kF16});
   ASSERT_FALSE(refused.ok());
   EXPECT_EQ(refused.status().code(), StatusCode::kInvalidArgument);
@@ -204,18 +199,18 @@ TEST_F(WeightsTest, MisalignedDataIsCopiedNotMisused) {
 
 TEST_F(WeightsTest, LmHeadEqualToTokEmbIsAccepted) {
   TensorList tensors = ValidTensors();
-  tensors.emplace_back("lm_head.weight", Get(tensors, "tok_emb.weight").clone());
-  ASSERT_TRUE(WriteTorchSafetensors(Path(), tensors).ok());
+  tensors.emplace_back("lm_head.weight", Get(tensors, "tok_emb.weight"));
+  ASSERT_TRUE(WriteHostSafetensors(Path(), tensors).ok());
   auto loaded = LoadWeights(Path(), config_);
   ASSERT_TRUE(loaded.ok()) << loaded.status().ToString();
-  EXPECT_EQ(loaded->tok_emb.ToFloats(), Floats(Get(tensors, "tok_emb.weight")));
+  EXPECT_EQ(loaded->tok_emb.ToFloats(), Get(tensors, "tok_emb.weight").Floats());
 }
 
 // Malformed case: lm_head present but not equal to tok_emb.
 TEST_F(WeightsTest, LmHeadNotEqualToTokEmb) {
   TensorList tensors = ValidTensors();
-  torch::Tensor head = Get(tensors, "tok_emb.weight").clone();
-  head[3][5] += 1e-3;
+  HostTensor head = Get(tensors, "tok_emb.weight");
+  head.Set(3 * config_.width + 5, head.At(3 * config_.width + 5) + 1e-3f);
   tensors.emplace_back("lm_head.weight", head);
   ExpectInvalid(tensors, {"lm_head.weight", "not equal to tok_emb.weight"});
 }
@@ -230,30 +225,30 @@ TEST_F(WeightsTest, MissingTensor) {
 // Malformed case: extra tensor.
 TEST_F(WeightsTest, ExtraTensor) {
   TensorList tensors = ValidTensors();
-  tensors.emplace_back("blocks.2.ln1.weight", torch::ones({16}));
+  tensors.emplace_back("blocks.2.ln1.weight", HostTensor::Filled({16}, 1.0f));
   ExpectInvalid(tensors, {"unexpected tensor blocks.2.ln1.weight"});
 }
 
 // Malformed case: wrong shape.
 TEST_F(WeightsTest, WrongShape) {
   TensorList tensors = ValidTensors();
-  Get(tensors, "blocks.1.attn.qkv.weight") = torch::zeros({48, 8});
+  Get(tensors, "blocks.1.attn.qkv.weight") = HostTensor::Filled({48, 8}, 0.0f);
   ExpectInvalid(tensors, {"tensor blocks.1.attn.qkv.weight has shape [48, 8], expected [48, 16]"});
 }
 
 // Malformed case: tensors of different dtypes in one file.
 TEST_F(WeightsTest, MixedDtypesAreRefusedNamingTheTensor) {
   TensorList tensors = ValidTensors();
-  Get(tensors, "blocks.0.attn.proj.weight") = Get(tensors, "blocks.0.attn.proj.weight").to(torch::kFloat16);
+  Get(tensors, "blocks.0.attn.proj.weight") = Get(tensors, "blocks.0.attn.proj.weight").To(SafetensorsDtype::kF16);
   ExpectInvalid(tensors, {"tensor blocks.0.attn.proj.weight has dtype F16 but tok_emb.weight has F32", "one dtype"});
 }
 
 // Malformed case: wrong dtype.
 TEST_F(WeightsTest, WrongDtype) {
-  for (auto dtype : {torch::kFloat64, torch::kInt64, torch::kUInt8}) {
-    SCOPED_TRACE(c10::toString(dtype));
+  for (auto dtype : {SafetensorsDtype::kF64, SafetensorsDtype::kI64, SafetensorsDtype::kU8}) {
+    SCOPED_TRACE(std::string(SafetensorsDtypeName(dtype)));
     TensorList tensors = ValidTensors();
-    Get(tensors, "ln_f.weight") = Get(tensors, "ln_f.weight").to(dtype);
+    Get(tensors, "ln_f.weight") = Get(tensors, "ln_f.weight").To(dtype);
     ExpectInvalid(tensors, {"tensor ln_f.weight has dtype", "expected F32, F16 or BF16"});
   }
 }
@@ -281,7 +276,7 @@ TEST_F(WeightsTest, TruncatedFileHasOffsetsPastTheEnd) {
 }
 
 TEST_F(WeightsTest, ConfigWithOtherVocabNamesTokEmb) {
-  ASSERT_TRUE(WriteTorchSafetensors(Path(), ValidTensors()).ok());
+  ASSERT_TRUE(WriteHostSafetensors(Path(), ValidTensors()).ok());
   config_.vocab_size = 51;
   auto w = LoadWeights(Path(), config_);
   ASSERT_FALSE(w.ok());

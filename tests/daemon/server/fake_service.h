@@ -39,18 +39,16 @@ class FakeService : public RequestService {
   ~FakeService() override { Shutdown(); }
 
   void Submit(Job job) override {
-    if (throw_on_stats && job.request.has_stats()) throw std::runtime_error("fake engine failure");
+    if (throw_on_stats && job.request().has_stats()) throw std::runtime_error("fake engine failure");
     std::lock_guard lock(mutex_);
-    submitted_.push_back(job.request);
-    callers_.push_back(job.caller.uid);
+    submitted_.push_back(job.request());
+    callers_.push_back(job.uid());
     if (shut_down_) {
-      niels::v1::Response response;
-      response.mutable_error()->set_code(niels::v1::UNAVAILABLE);
-      job.sink->Send(response, true);
+      job.Fail(common::Status::Unavailable("shut down"));
       return;
     }
-    cancels_.push_back(job.cancel);
-    threads_.emplace_back([this, job = std::move(job)] { Run(job); });
+    cancels_.push_back(job.cancel());
+    threads_.emplace_back([this, job = std::move(job)]() mutable { Run(job); });
   }
 
   void Shutdown() override {
@@ -91,13 +89,13 @@ class FakeService : public RequestService {
     cv_.notify_all();
   }
 
-  void Run(const Job& job) {
-    const niels::v1::Request& request = job.request;
+  void Run(Job& job) {
+    const niels::v1::Request& request = job.request();
     niels::v1::Response response;
     response.set_request_id(request.request_id());
     if (request.has_info()) {
       response.mutable_info()->set_model_name("fake");
-      response.mutable_info()->set_daemon_version("uid=" + std::to_string(job.caller.uid));
+      response.mutable_info()->set_daemon_version("uid=" + std::to_string(job.uid()));
     } else if (request.has_stats()) {
       response.mutable_stats()->set_sessions(7);
     } else if (request.has_chat()) {
@@ -106,18 +104,18 @@ class FakeService : public RequestService {
     } else {
       response.mutable_error()->set_code(niels::v1::UNIMPLEMENTED);
     }
-    job.sink->Send(response, true);
+    job.Finish(response);
     Finish(request.request_id(), Outcome::kCompleted);
   }
 
-  void RunChat(const Job& job) {
-    const niels::v1::ChatRequest& chat = job.request.chat();
+  void RunChat(Job& job) {
+    const niels::v1::ChatRequest& chat = job.request().chat();
     const int tokens = chat.has_max_new_tokens() ? chat.max_new_tokens() : 3;
     niels::v1::Response final_response;
-    final_response.set_request_id(job.request.request_id());
+    final_response.set_request_id(job.request().request_id());
     Outcome outcome = Outcome::kCompleted;
     for (int i = 0; i < tokens; ++i) {
-      if (job.cancel->load()) {
+      if (job.cancel()->load()) {
         outcome = Outcome::kCancelled;
         break;
       }
@@ -126,12 +124,11 @@ class FakeService : public RequestService {
       final_response.mutable_chat()->mutable_reply()->append(text);
       final_response.mutable_chat()->add_reply_ids(i);
       if (chat.stream()) {
-        niels::v1::Response event;
-        event.set_request_id(job.request.request_id());
-        event.mutable_token()->set_id(i);
-        event.mutable_token()->set_index(i);
-        event.mutable_token()->set_text(text);
-        if (!job.sink->Send(event, false)) {
+        niels::v1::TokenEvent event;
+        event.set_id(i);
+        event.set_index(i);
+        event.set_text(text);
+        if (!job.SendEvent(event)) {
           outcome = Outcome::kRefused;
           break;
         }
@@ -142,8 +139,8 @@ class FakeService : public RequestService {
       final_response.mutable_error()->set_code(niels::v1::CANCELLED);
       final_response.mutable_error()->set_message("cancelled");
     }
-    job.sink->Send(final_response, true);
-    Finish(job.request.request_id(), outcome);
+    job.Finish(final_response);
+    Finish(job.request().request_id(), outcome);
   }
 
   std::mutex mutex_;

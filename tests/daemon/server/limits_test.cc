@@ -242,11 +242,13 @@ TEST(ConnectionTest, CancelAfterTheFinalResponseWasQueuedReportsNotFound) {
   boost::asio::local::connect_pair(ours, theirs);
   FakeService engine;
   ConnectionRegistry registry;
-  Dispatcher dispatcher(engine, registry, std::nullopt);
+  Dispatcher dispatcher(engine, registry, DispatcherOptions{});
   auto connection = std::make_shared<Connection>(std::move(ours), 0, dispatcher, registry, ConnectionOptions{});
-  auto cancel = connection->TrackRequest(7);
-  ASSERT_NE(cancel, nullptr);
-  auto sink = connection->MakeSink(7, cancel);
+  auto tracked = connection->Track(7);
+  ASSERT_TRUE(tracked.has_value());
+  EXPECT_FALSE(connection->Track(7).has_value()) << "an id in flight is not tracked twice";
+  auto cancel = tracked->cancel;
+  auto sink = tracked->sink;
   niels::v1::Response done;
   done.mutable_info();
   ASSERT_TRUE(sink->Send(done, /*final=*/true));

@@ -1,0 +1,171 @@
+#include "daemon/sampling/sampler.h"
+
+#include <algorithm>
+#include <cmath>
+#include <limits>
+#include <string>
+#include <utility>
+
+namespace niels::daemon::sampling {
+namespace {
+
+constexpr float kNegInf = -std::numeric_limits<float>::infinity();
+
+// A logit that can still be chosen: not banned (banned ones are -inf) and not NaN.
+bool Selectable(float x) { return !std::isnan(x) && x != kNegInf; }
+
+// Copy of the logits with banned ids set to -inf and the repetition penalty applied.
+std::vector<float> PenalisedLogits(std::span<const float> logits, std::span<const int32_t> history,
+                                   const SamplingParams& params) {
+  std::vector<float> out(logits.begin(), logits.end());
+  ApplyRepetitionPenalty(out, history, params.repetition_penalty);
+  const int64_t vocab = static_cast<int64_t>(out.size());
+  for (int32_t id : params.banned_ids) {
+    if (id >= 0 && id < vocab) out[id] = kNegInf;
+  }
+  return out;
+}
+
+// The first id not in banned_ids (the fallback when no logit is selectable).
+int32_t FirstAllowedId(const SamplingParams& params, int64_t vocab) {
+  for (int32_t id = 0; id < vocab; ++id) {
+    if (std::find(params.banned_ids.begin(), params.banned_ids.end(), id) == params.banned_ids.end()) {
+      return id;
+    }
+  }
+  return 0;
+}
+
+// Argmax over selectable logits; ties go to the lower id.
+int32_t Argmax(const std::vector<float>& logits, const SamplingParams& params) {
+  int32_t best = -1;
+  for (int32_t id = 0; id < static_cast<int32_t>(logits.size()); ++id) {
+    if (Selectable(logits[id]) && (best < 0 || logits[id] > logits[best])) best = id;
+  }
+  return best >= 0 ? best : FirstAllowedId(params, static_cast<int64_t>(logits.size()));
+}
+
+// Keeps the smallest prefix of `sorted` (best first, sums to 1) whose cumulative probability
+// reaches top_p, at least one candidate, and renormalises it.
+void ApplyTopP(std::vector<SamplingCandidate>& sorted, double top_p) {
+  double cumulative = 0.0;
+  size_t keep = sorted.size();
+  for (size_t i = 0; i < sorted.size(); ++i) {
+    cumulative += sorted[i].prob;
+    if (cumulative >= top_p) {
+      keep = i + 1;
+      break;
+    }
+  }
+  sorted.resize(keep);
+  double total = 0.0;
+  for (const auto& c : sorted) total += c.prob;
+  for (auto& c : sorted) c.prob /= total;
+}
+
+// A uniform double in [0, 1) from the top 53 bits of one RNG output.
+double UniformDouble(std::mt19937_64& rng) { return static_cast<double>(rng() >> 11) * 0x1.0p-53; }
+
+}  // namespace
+
+common::Status ValidateSamplingParams(const SamplingParams& params, int64_t vocab_size) {
+  using common::Status;
+  if (!std::isfinite(params.temperature) || params.temperature < 0.0f) {
+    return Status::InvalidArgument("temperature must be finite and >= 0, got " +
+                                   std::to_string(params.temperature));
+  }
+  if (params.top_k < 0) {
+    return Status::InvalidArgument("top_k must be >= 0 (0 = off), got " + std::to_string(params.top_k));
+  }
+  if (!(params.top_p >= 0.0f && params.top_p <= 1.0f)) {
+    return Status::InvalidArgument("top_p must be in [0, 1] (0 = off), got " + std::to_string(params.top_p));
+  }
+  if (!std::isfinite(params.repetition_penalty) || params.repetition_penalty <= 0.0f) {
+    return Status::InvalidArgument("repetition_penalty must be finite and > 0 (1 = off), got " +
+                                   std::to_string(params.repetition_penalty));
+  }
+  std::vector<bool> banned(static_cast<size_t>(std::max<int64_t>(vocab_size, 0)), false);
+  int64_t distinct = 0;
+  for (int32_t id : params.banned_ids) {
+    if (id < 0 || id >= vocab_size) {
+      return Status::InvalidArgument("banned_ids: id " + std::to_string(id) + " outside [0, " +
+                                     std::to_string(vocab_size) + ")");
+    }
+    if (!banned[id]) {
+      banned[id] = true;
+      ++distinct;
+    }
+  }
+  if (distinct >= vocab_size) {
+    return Status::InvalidArgument("banned_ids: every one of the " + std::to_string(vocab_size) +
+                                   " ids is banned");
+  }
+  return Status::Ok();
+}
+
+void ApplyRepetitionPenalty(std::span<float> logits, std::span<const int32_t> history, float penalty) {
+  if (penalty == 1.0f || history.empty()) return;
+  std::vector<bool> seen(logits.size(), false);
+  for (int32_t id : history) {
+    if (id < 0 || static_cast<size_t>(id) >= logits.size() || seen[id]) continue;
+    seen[id] = true;
+    float& x = logits[id];
+    x = x > 0.0f ? x / penalty : x * penalty;
+  }
+}
+
+std::vector<SamplingCandidate> SamplingDistribution(std::span<const float> logits,
+                                                    std::span<const int32_t> history,
+                                                    const SamplingParams& params) {
+  const std::vector<float> penalised = PenalisedLogits(logits, history, params);
+  if (params.temperature == 0.0f) return {{Argmax(penalised, params), 1.0}};
+
+  // Temperature: scaled logits in double (a tiny temperature cannot overflow them).
+  std::vector<SamplingCandidate> cands;  // .prob holds the scaled logit until the softmax
+  cands.reserve(penalised.size());
+  for (int32_t id = 0; id < static_cast<int32_t>(penalised.size()); ++id) {
+    if (!Selectable(penalised[id])) continue;
+    const double x = std::min<double>(penalised[id], std::numeric_limits<float>::max());
+    cands.push_back({id, x / params.temperature});
+  }
+  if (cands.empty()) return {{FirstAllowedId(params, static_cast<int64_t>(logits.size())), 1.0}};
+
+  auto better = [](const SamplingCandidate& a, const SamplingCandidate& b) {
+    return a.prob > b.prob || (a.prob == b.prob && a.id < b.id);
+  };
+  // Top-k: the k best scaled logits (the same k as the k most probable tokens).
+  if (params.top_k > 0 && static_cast<size_t>(params.top_k) < cands.size()) {
+    std::nth_element(cands.begin(), cands.begin() + params.top_k - 1, cands.end(), better);
+    cands.resize(params.top_k);
+  }
+  std::sort(cands.begin(), cands.end(), better);
+
+  // Softmax over the kept candidates (renormalised after top-k).
+  const double max_logit = cands.front().prob;
+  double total = 0.0;
+  for (auto& c : cands) {
+    c.prob = std::exp(c.prob - max_logit);
+    total += c.prob;
+  }
+  for (auto& c : cands) c.prob /= total;
+
+  if (params.top_p > 0.0f && params.top_p < 1.0f) ApplyTopP(cands, params.top_p);
+  return cands;
+}
+
+Sampler::Sampler(SamplingParams params) : params_(std::move(params)), rng_(params_.seed) {}
+
+int32_t Sampler::Sample(std::span<const float> logits, std::span<const int32_t> history) {
+  const std::vector<SamplingCandidate> dist = SamplingDistribution(logits, history, params_);
+  if (params_.temperature == 0.0f) return dist.front().id;  // greedy: no RNG draw
+  // Inverse CDF: the first candidate whose cumulative probability exceeds u.
+  const double u = UniformDouble(rng_);
+  double cumulative = 0.0;
+  for (const auto& c : dist) {
+    cumulative += c.prob;
+    if (u < cumulative) return c.id;
+  }
+  return dist.back().id;  // u beyond a sum rounded below 1
+}
+
+}  // namespace niels::daemon::sampling

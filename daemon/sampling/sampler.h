@@ -1,0 +1,72 @@
+#pragma once
+// Sampler: turns one position's logits into a token id (docs/ARCHITECTURE.md "Tokenizer, chat
+// template and sampling").
+//
+// Order per step: banned ids -> repetition penalty (CTRL: positive logits divided, negative
+// multiplied, over ids in `history`) -> temperature (0 = argmax) -> top-k -> top-p -> draw with the
+// sampler's own RNG (std::mt19937_64 seeded per request). Same seed and inputs => same ids.
+// The draw is an inverse-CDF draw with a uniform double built from one 64-bit RNG output, so results
+// depend on nothing but the seed and the inputs (not on torch's RNG, not on <random>'s distributions).
+// Greedy steps (temperature 0) draw nothing from the RNG.
+// Not thread-safe; one Sampler per request.
+
+#include <cstdint>
+#include <random>
+#include <span>
+#include <vector>
+
+#include "common/defaults.h"
+#include "common/status.h"
+
+namespace niels::daemon::sampling {
+
+struct SamplingParams {
+  // Defaults: the original CLI's (common/defaults.h).
+  float temperature = common::kDefaultTemperature;                // 0 = greedy (argmax); must be >= 0
+  int32_t top_k = common::kDefaultTopK;                           // 0 = off
+  float top_p = common::kDefaultTopP;                             // 0 = off; else in (0, 1]
+  float repetition_penalty = common::kDefaultRepetitionPenalty;  // 1 = off; must be > 0
+  uint64_t seed = common::kDefaultSeed;
+  std::vector<int32_t> banned_ids;   // never sampled
+};
+
+// INVALID_ARGUMENT naming the field when a parameter is out of range (vocab_size for ids):
+// temperature < 0 or not finite, top_k < 0, top_p outside [0, 1] (or NaN), repetition_penalty <= 0
+// or not finite, a banned id outside [0, vocab_size), or every id banned.
+common::Status ValidateSamplingParams(const SamplingParams& params, int64_t vocab_size);
+
+// CTRL repetition penalty, in place: every distinct id of `history` within [0, logits.size())
+// gets logit / penalty when the logit is > 0, logit * penalty otherwise. Each id is penalised once
+// however often it occurs. penalty == 1 leaves the logits unchanged. Out-of-range ids are ignored.
+void ApplyRepetitionPenalty(std::span<float> logits, std::span<const int32_t> history, float penalty);
+
+// One token the draw may pick and its probability.
+struct SamplingCandidate {
+  int32_t id;
+  double prob;
+};
+
+// The distribution a temperature > 0 step draws from, after banned ids, repetition penalty,
+// temperature, top-k and top-p: candidates sorted by probability, best first (ties: lower id first),
+// probabilities renormalised to sum to 1. Never empty for valid params: when no logit is finite it
+// holds the first non-banned id with probability 1. With temperature 0 it is the argmax alone.
+std::vector<SamplingCandidate> SamplingDistribution(std::span<const float> logits,
+                                                    std::span<const int32_t> history,
+                                                    const SamplingParams& params);
+
+class Sampler {
+ public:
+  // REQUIRES: ValidateSamplingParams(params, V).ok() for the V of the logits given to Sample.
+  explicit Sampler(SamplingParams params);
+
+  // logits: [V] (not modified). history: ids the repetition penalty applies to.
+  int32_t Sample(std::span<const float> logits, std::span<const int32_t> history);
+
+  const SamplingParams& params() const { return params_; }
+
+ private:
+  SamplingParams params_;
+  std::mt19937_64 rng_;
+};
+
+}  // namespace niels::daemon::sampling

@@ -1,0 +1,152 @@
+#include "daemon/sessions/session.h"
+
+#include <algorithm>
+#include <chrono>
+#include <cstdio>
+#include <random>
+#include <utility>
+
+namespace niels::daemon::sessions {
+
+std::string NewSessionId() {
+  std::random_device device;
+  std::string id;
+  id.reserve(32);
+  for (int word = 0; word < 4; ++word) {  // 4 x 32 bits = 128 bits
+    char hex[9];
+    std::snprintf(hex, sizeof(hex), "%08x", static_cast<unsigned>(device()));
+    id += hex;
+  }
+  return id;
+}
+
+double UnixNow() {
+  using namespace std::chrono;
+  return duration<double>(system_clock::now().time_since_epoch()).count();
+}
+
+Session::Session(std::string id, uint32_t owner, std::shared_ptr<model::KvPool> pool)
+    : id_(std::move(id)), owner_(owner), pool_(pool), sequence_(std::move(pool), model::KvPool::ScopeRoot(owner)) {
+  created_unix_s_ = UnixNow();
+  last_used_unix_s_ = created_unix_s_;
+}
+
+void Session::SetSystemPrompt(std::vector<int32_t> ids, std::string text) {
+  sequence_.tokens = std::move(ids);
+  system_prompt_text_ = std::move(text);
+  sequence_.cache.Clear();
+  has_system_prompt_ = true;
+  system_end_ = length();
+  turns_.clear();
+}
+
+void Session::AddTurn(TokenSpan span) { turns_.push_back(span); }
+
+void Session::AppendToLastTurn(int32_t id) {
+  sequence_.tokens.push_back(id);
+  turns_.back().end = length();
+}
+
+int64_t Session::LengthWithoutOldestTurns(size_t count) const {
+  if (count == 0) return length();
+  return length() - (turns_[count - 1].end - system_end_);
+}
+
+void Session::DropOldestTurns(size_t count, Snapshot& snapshot) {
+  if (count == 0) return;
+  const int64_t cut = turns_[count - 1].end;
+  const int64_t removed = cut - system_end_;
+  auto& tokens = sequence_.tokens;
+  tokens.erase(tokens.begin() + system_end_, tokens.begin() + cut);
+  turns_.erase(turns_.begin(), turns_.begin() + static_cast<std::ptrdiff_t>(count));
+  for (TokenSpan& turn : turns_) {
+    turn.begin -= removed;
+    turn.end -= removed;
+  }
+  // Positions after the system prompt moved: only the system prompt's keys/values stay valid. The
+  // old ones are given up, not kept for Restore(): the turn is about to prefill the kept history
+  // into new blocks, and holding both would make it need up to twice the memory. A restored
+  // session keeps the system prompt cached and prefills the rest of its history on its next
+  // request (whose own truncation would drop those positions again anyway).
+  snapshot.cache_length = std::min(snapshot.cache_length, system_end_);
+  sequence_.cache.Truncate(std::min(sequence_.cache.length(), system_end_));
+}
+
+void Session::Reset() {
+  sequence_.tokens.resize(static_cast<size_t>(system_end_));
+  sequence_.cache.Truncate(std::min(sequence_.cache.length(), system_end_));
+  turns_.clear();
+}
+
+void Session::DropCache() { sequence_.cache.Clear(); }
+
+Session::Snapshot Session::TakeSnapshot() const {
+  Snapshot snapshot;
+  snapshot.tokens = sequence_.tokens;
+  snapshot.turns = turns_;
+  snapshot.cache_length = sequence_.cache.length();
+  return snapshot;
+}
+
+void Session::StashCache(Snapshot& snapshot) {
+  if (snapshot.stashed_cache) {
+    sequence_.cache = EmptyCache();
+    return;
+  }
+  snapshot.stashed_cache.emplace(std::move(sequence_.cache));
+  sequence_.cache = EmptyCache();
+}
+
+void Session::StashCacheCopy(Snapshot& snapshot) {
+  if (!snapshot.stashed_cache) snapshot.stashed_cache.emplace(sequence_.cache.Share());
+}
+
+void Session::Restore(Snapshot snapshot) {
+  sequence_.tokens = std::move(snapshot.tokens);
+  turns_ = std::move(snapshot.turns);
+  if (snapshot.stashed_cache) sequence_.cache = std::move(*snapshot.stashed_cache);
+  // The history only grew since the snapshot (or the stashed cache is back): truncating suffices
+  // (and gives back any block a failed step had taken beyond the cached positions).
+  sequence_.cache.Truncate(std::min(sequence_.cache.length(), snapshot.cache_length));
+}
+
+std::unique_ptr<Session> Session::Fork(std::string new_id, uint32_t owner, bool with_cache) const {
+  auto fork = std::make_unique<Session>(std::move(new_id), owner, pool_);
+  fork->sequence_.tokens = sequence_.tokens;
+  if (with_cache) fork->sequence_.cache = sequence_.cache.Share();
+  fork->has_system_prompt_ = has_system_prompt_;
+  fork->system_prompt_text_ = system_prompt_text_;
+  fork->system_end_ = system_end_;
+  fork->turns_ = turns_;
+  return fork;
+}
+
+state::StoredHistory Session::History() const {
+  state::StoredHistory history;
+  history.system_end = system_end_;
+  history.tokens = sequence_.tokens;
+  history.turns.reserve(turns_.size());
+  for (const TokenSpan& turn : turns_) history.turns.push_back({turn.begin, turn.end});
+  return history;
+}
+
+std::unique_ptr<Session> Session::FromStored(const state::StoredSession& stored, std::shared_ptr<model::KvPool> pool) {
+  auto session = std::make_unique<Session>(stored.summary.id, stored.summary.owner, std::move(pool));
+  session->sequence_.tokens = stored.history.tokens;
+  session->has_system_prompt_ = stored.summary.system_prompt.has_value();
+  session->system_prompt_text_ = stored.summary.system_prompt.value_or("");
+  session->system_end_ = stored.history.system_end;
+  for (const state::TurnRange& turn : stored.history.turns) session->turns_.push_back({turn.begin, turn.end});
+  session->created_unix_s_ = stored.summary.created_unix_s;
+  session->last_used_unix_s_ = stored.summary.last_used_unix_s;
+  session->stored_last_used_unix_s_ = stored.summary.last_used_unix_s;
+  return session;
+}
+
+void Session::Touch(uint64_t tick) {
+  last_use_tick_ = tick;
+  last_used_unix_s_ = UnixNow();
+  last_used_ = std::chrono::steady_clock::now();
+}
+
+}  // namespace niels::daemon::sessions

@@ -1,0 +1,68 @@
+#include "daemon/sessions/session_ops.h"
+
+#include <span>
+#include <utility>
+#include <vector>
+
+#include <fmt/format.h>
+
+#include "daemon/text/chat_template.h"
+
+namespace niels::daemon::sessions {
+
+using common::Status;
+using common::StatusOr;
+
+namespace {
+
+// Gives the new session's cache its system prompt: the blocks of an equal prompt that the pool
+// holds already (prefix sharing), and a prefill of the rest when the KV pool has room (otherwise the
+// first request on the session does it). Returns the positions prefilled.
+int64_t PrefillSystemPrompt(const model::LanguageModel& model, Session& session) {
+  const int64_t length = session.length();
+  if (length == 0) return 0;
+  model::Sequence& sequence = session.sequence();
+  const int64_t reused = sequence.cache.AttachPrefix(sequence.tokens, length);
+  if (reused == length) return 0;
+  session.MarkBusy(0);  // not a victim of the blocks its own prefill takes
+  int64_t prefilled = 0;
+  try {
+    model.Prefill(std::span<const int32_t>(sequence.tokens).subspan(reused), sequence.cache);
+    prefilled = length - reused;
+  } catch (const model::KvExhausted&) {
+    // Every block is in use by running turns: the first request on the session prefills instead.
+  }
+  session.ClearBusy();
+  return prefilled;
+}
+
+}  // namespace
+
+StatusOr<CreatedSession> CreateSession(SessionRegistry& registry, const model::LanguageModel& model,
+                                       const text::Tokenizer& tokenizer, uint32_t uid,
+                                       const std::optional<std::string>& system_prompt) {
+  std::vector<int32_t> system_ids;
+  if (system_prompt) {
+    system_ids = text::EncodeMessage(tokenizer, text::Role::kSystem, *system_prompt);
+    const int64_t context = model.config().context;
+    if (static_cast<int64_t>(system_ids.size()) >= context) {
+      return Status::InvalidArgument(fmt::format(
+          "the system prompt is {} tokens; it must be shorter than the model's context of {} tokens",
+          system_ids.size(), context));
+    }
+  }
+  StatusOr<Session*> created = registry.Create(uid, system_prompt, std::move(system_ids));
+  if (!created.ok()) return created.status();
+  CreatedSession result{*created, 0};
+  if (system_prompt) {
+    try {
+      result.prefilled_tokens = PrefillSystemPrompt(model, *result.session);
+    } catch (...) {
+      (void)registry.Delete(result.session->id(), uid);
+      throw;
+    }
+  }
+  return result;
+}
+
+}  // namespace niels::daemon::sessions

@@ -1,0 +1,37 @@
+#include "daemon/text/chat_template.h"
+
+namespace niels::daemon::text {
+namespace {
+
+int32_t RoleId(const text::SpecialTokens& special, Role role) {
+  switch (role) {
+    case Role::kSystem:
+      return special.sys;
+    case Role::kUser:
+      return special.usr;
+    case Role::kAssistant:
+      return special.asst;
+  }
+  return special.usr;  // unreachable: every Role is handled above
+}
+
+}  // namespace
+
+std::vector<int32_t> EncodeMessage(const text::Tokenizer& tokenizer, Role role, std::string_view content) {
+  const text::SpecialTokens& special = tokenizer.special();
+  std::vector<int32_t> ids = tokenizer.Encode(content);  // special literals stay plain text
+  ids.insert(ids.begin(), RoleId(special, role));
+  ids.push_back(special.eot);
+  return ids;
+}
+
+std::vector<int32_t> GenerationPrompt(const text::Tokenizer& tokenizer) {
+  return {tokenizer.special().asst};
+}
+
+std::vector<int32_t> DefaultBannedIds(const text::Tokenizer& tokenizer) {
+  const text::SpecialTokens& special = tokenizer.special();
+  return {special.sys, special.usr, special.asst};
+}
+
+}  // namespace niels::daemon::text
