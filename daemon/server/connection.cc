@@ -19,7 +19,6 @@
 #include "common/log.h"
 #include "common/wire_status.h"
 #include "daemon/server/connection_registry.h"
-#include "daemon/server/dispatcher.h"
 
 namespace niels::daemon::server {
 namespace {
@@ -98,11 +97,11 @@ auto StopOnException(std::shared_ptr<Connection> connection, const char* what) {
 
 }  // namespace
 
-Connection::Connection(Socket socket, uint32_t peer_uid, Dispatcher& dispatcher,
+Connection::Connection(Socket socket, uint32_t peer_uid, RequestHandler handler,
                        ConnectionRegistry& registry, ConnectionOptions options)
     : socket_(std::move(socket)),
       peer_uid_(peer_uid),
-      dispatcher_(dispatcher),
+      handler_(std::move(handler)),
       registry_(registry),
       options_(options),
       decoder_(options.max_frame_bytes),
@@ -211,7 +210,7 @@ void Connection::HandleFrame(const std::string& payload) {
     SendNow(response);
     return;
   }
-  dispatcher_.Dispatch(*this, std::move(request));
+  handler_(*this, std::move(request));
 }
 
 asio::awaitable<void> Connection::Reader() {

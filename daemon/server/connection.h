@@ -1,6 +1,7 @@
 #pragma once
 // Connection: one accepted Unix-socket peer. It only moves frames: reader() decodes Request frames
-// and hands them to the Dispatcher; writer() drains an outgoing queue of encoded Response frames.
+// and hands them to its RequestHandler (the Dispatcher in nielsd); writer() drains an outgoing queue
+// of encoded Response frames.
 // (In nielsd "session" means a chat session with its KV cache; a socket peer is a connection.)
 //
 // Every request of this connection that is in flight has a cancel flag here (request_id -> flag).
@@ -22,7 +23,7 @@
 //
 // Threading: the socket's executor is a strand. reader(), writer(), the request map and the queue
 // live on it. Stop(), Drain() and the sinks' Send() may be called from any thread; they post to the
-// strand. The RequestChannel methods are for the Dispatcher, which runs on the strand.
+// strand. The RequestChannel methods are for the request handler, which runs on the strand.
 
 #include <atomic>
 #include <chrono>
@@ -40,7 +41,6 @@
 #include <boost/asio/steady_timer.hpp>
 
 #include "common/frame.h"
-#include "daemon/server/dispatcher.h"
 #include "daemon/server/request_channel.h"
 #include "niels/v1/nielsd.pb.h"
 
@@ -67,8 +67,9 @@ class Connection final : public RequestChannel, public std::enable_shared_from_t
  public:
   using Socket = boost::asio::local::stream_protocol::socket;
 
-  /// `socket`'s executor must be a strand. `dispatcher` and `registry` must outlive the connection.
-  Connection(Socket socket, uint32_t peer_uid, Dispatcher& dispatcher, ConnectionRegistry& registry,
+  /// `socket`'s executor must be a strand. `registry` must outlive the connection; `handler` gets
+  /// every decoded request, on the strand.
+  Connection(Socket socket, uint32_t peer_uid, RequestHandler handler, ConnectionRegistry& registry,
              ConnectionOptions options);
   Connection(const Connection&) = delete;
   Connection& operator=(const Connection&) = delete;
@@ -119,7 +120,7 @@ class Connection final : public RequestChannel, public std::enable_shared_from_t
 
   Socket socket_;
   const uint32_t peer_uid_;
-  Dispatcher& dispatcher_;
+  const RequestHandler handler_;
   ConnectionRegistry& registry_;
   const ConnectionOptions options_;
   common::FrameDecoder decoder_;

@@ -112,7 +112,7 @@ asio::awaitable<void> Daemon::AcceptLoop() {
                              *uid);
     }
     common::LogDebug("connection from uid {}", *uid);
-    std::make_shared<Connection>(std::move(socket), *uid, *dispatcher_, registry_, options_.connection)
+    std::make_shared<Connection>(std::move(socket), *uid, DispatchTo(*dispatcher_), registry_, options_.connection)
         ->Start();
   }
 }

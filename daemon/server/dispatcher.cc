@@ -54,6 +54,12 @@ bool CreatesSession(const niels::v1::Request& request) {
 Dispatcher::Dispatcher(RequestService& service, const ConnectionRegistry& registry, DispatcherOptions options)
     : service_(service), registry_(registry), options_(options) {}
 
+RequestHandler DispatchTo(Dispatcher& dispatcher) {
+  return [&dispatcher](RequestChannel& channel, niels::v1::Request request) {
+    dispatcher.Dispatch(channel, std::move(request));
+  };
+}
+
 std::optional<uint32_t> ReadOverflowUid(const std::string& path) {
   std::ifstream file(path);
   uint32_t uid = 0;

@@ -55,6 +55,9 @@ class Dispatcher {
   const DispatcherOptions options_;
 };
 
+/// A connection's RequestHandler that hands every request to `dispatcher` (which must outlive it).
+RequestHandler DispatchTo(Dispatcher& dispatcher);
+
 /// The kernel's overflow uid (normally 65534), read from `path`; unset when it cannot be read.
 std::optional<uint32_t> ReadOverflowUid(const std::string& path = "/proc/sys/kernel/overflowuid");
 

@@ -7,6 +7,7 @@
 
 #include <atomic>
 #include <cstdint>
+#include <functional>
 #include <memory>
 #include <optional>
 
@@ -37,5 +38,9 @@ class RequestChannel {
   // Queues a response that answers an untracked request (always accepted while open).
   virtual void SendNow(const niels::v1::Response& response) = 0;
 };
+
+// What a connection hands every decoded request to, on its strand (nielsd: Dispatcher::Dispatch,
+// wired by the Daemon), so that a connection knows nothing of what handles requests.
+using RequestHandler = std::function<void(RequestChannel& channel, niels::v1::Request request)>;
 
 }  // namespace niels::daemon::server

@@ -243,7 +243,8 @@ TEST(ConnectionTest, CancelAfterTheFinalResponseWasQueuedReportsNotFound) {
   FakeService engine;
   ConnectionRegistry registry;
   Dispatcher dispatcher(engine, registry, DispatcherOptions{});
-  auto connection = std::make_shared<Connection>(std::move(ours), 0, dispatcher, registry, ConnectionOptions{});
+  auto connection =
+      std::make_shared<Connection>(std::move(ours), 0, DispatchTo(dispatcher), registry, ConnectionOptions{});
   auto tracked = connection->Track(7);
   ASSERT_TRUE(tracked.has_value());
   EXPECT_FALSE(connection->Track(7).has_value()) << "an id in flight is not tracked twice";
