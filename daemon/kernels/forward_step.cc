@@ -168,7 +168,7 @@ int64_t ForwardStep::Run(const WeightViews& weights, std::span<const StepSequenc
   });
   auto norm = [&](const float* weight) {
     ForRows(R, [&](int64_t begin, int64_t end) {
-      RmsNorm(s.h.data() + begin * C, weight, end - begin, C, s.x.data() + begin * C);
+      RmsNorm(s.h.data() + begin * C, weight, end - begin, C, shape_.rms_norm_eps, s.x.data() + begin * C);
     });
   };
   auto add_x_into_h = [&] {
@@ -191,7 +191,7 @@ int64_t ForwardStep::Run(const WeightViews& weights, std::span<const StepSequenc
   }
   // logits = RMSNorm_f(h) @ tok_emb^T, only for the rows that want them.
   const int64_t n = static_cast<int64_t>(logit_rows_.size());
-  for (int64_t k = 0; k < n; ++k) RmsNorm(s.h.data() + logit_rows_[k] * C, weights.ln_f, 1, C, s.x.data() + k * C);
+  for (int64_t k = 0; k < n; ++k) RmsNorm(s.h.data() + logit_rows_[k] * C, weights.ln_f, 1, C, shape_.rms_norm_eps, s.x.data() + k * C);
   if (n > 0) MatVec(weights.tok_emb, shape_.vocab, C, nullptr, s.x.data(), n, logits, pool);  // [n, V]
   return n;
 }

@@ -19,6 +19,7 @@ struct ModelShape {
   int64_t d_ff;     // F
   int64_t vocab;    // V
   int64_t context;  // T
+  double rms_norm_eps;  // RMSNorm's epsilon (model::ModelConfig::rms_norm_eps)
   int64_t head_dim() const { return width / heads; }
 };
 

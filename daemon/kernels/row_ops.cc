@@ -6,12 +6,12 @@
 
 namespace niels::daemon::kernels {
 
-void RmsNorm(const float* x, const float* weight, int64_t rows, int64_t width, float* out) {
+void RmsNorm(const float* x, const float* weight, int64_t rows, int64_t width, double eps, float* out) {
   for (int64_t r = 0; r < rows; ++r) {
     const float* xr = x + r * width;
     double sum_sq = 0.0;
     for (int64_t i = 0; i < width; ++i) sum_sq += static_cast<double>(xr[i]) * xr[i];
-    const float inv_rms = static_cast<float>(1.0 / std::sqrt(sum_sq / static_cast<double>(width) + kRmsNormEps));
+    const float inv_rms = static_cast<float>(1.0 / std::sqrt(sum_sq / static_cast<double>(width) + eps));
     for (int64_t i = 0; i < width; ++i) out[r * width + i] = xr[i] * inv_rms * weight[i];
   }
 }

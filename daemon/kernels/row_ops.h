@@ -11,11 +11,9 @@
 
 namespace niels::daemon::kernels {
 
-inline constexpr double kRmsNormEps = 1e-5;  // kRmsNormEps of transformer_stages.h
-
 // out = x / sqrt(mean(x^2) + eps) * weight for each of `rows` rows of width C (the sum of squares in
 // float64, in order).
-void RmsNorm(const float* x, const float* weight, int64_t rows, int64_t width, float* out);
+void RmsNorm(const float* x, const float* weight, int64_t rows, int64_t width, double eps, float* out);
 
 // Rotates the adjacent pairs (x[2i], x[2i+1]) of each of H heads [H, D] by position p's angles:
 // x'[2i] = x[2i] cos - x[2i+1] sin, x'[2i+1] = x[2i] sin + x[2i+1] cos. rope: [D/2, 2] of position p.

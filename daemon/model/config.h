@@ -20,6 +20,7 @@ struct ModelConfig {
   int64_t heads = 0;        // H: attention heads; C % H == 0 and C/H even ("H")
   int64_t d_ff = 0;         // SwiGLU hidden width ("d_ff")
   double rope_theta = 10000.0;  // RoPE base ("rope_theta")
+  double rms_norm_eps = 1e-5;   // RMSNorm's epsilon (niels_gpt's; not in a niels config.json)
   std::string name;         // optional display name ("name"); empty when absent
 
   int64_t head_dim() const { return width / heads; }  // D

@@ -19,7 +19,7 @@ kernels::WeightViews ViewsOf(const Weights& w, const std::vector<float>& rope) {
 }
 
 kernels::ModelShape ShapeOf(const ModelConfig& c) {
-  return {c.layers, c.width, c.heads, c.d_ff, c.vocab_size, c.context};
+  return {c.layers, c.width, c.heads, c.d_ff, c.vocab_size, c.context, c.rms_norm_eps};
 }
 
 [[noreturn]] void Fail(const std::string& message) { throw std::invalid_argument(message); }

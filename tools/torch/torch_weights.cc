@@ -27,7 +27,7 @@ torch::Tensor Trunk(const ModelConfig& config, const TorchWeights& weights, cons
                     const torch::Tensor& tokens) {
   torch::Tensor h = Embed(weights, tokens);  // [B, n, C]
   for (const TorchBlockWeights& block : weights.blocks) {
-    h = Block(block, h, [&](const torch::Tensor& x) { return Attention(config, block, x, rope); });
+    h = Block(config, block, h, [&](const torch::Tensor& x) { return Attention(config, block, x, rope); });
   }
   return h;
 }
@@ -117,7 +117,7 @@ torch::Tensor ForwardTrain(const ModelConfig& config, const TorchWeights& weight
   TORCH_CHECK(tokens.dim() == 2 && tokens.size(1) >= 1 && tokens.size(1) <= config.context,
               "ForwardTrain: tokens must be [B, n] with 1 <= n <= T");
   torch::Tensor rope = RopeRotations(config).narrow(0, 0, tokens.size(1));  // [n, D/2]
-  return Logits(weights, Trunk(config, weights, rope, tokens));            // [B, n, V]
+  return Logits(config, weights, Trunk(config, weights, rope, tokens));            // [B, n, V]
 }
 
 common::Status WriteTorchSafetensors(const std::filesystem::path& path,

@@ -26,8 +26,8 @@ torch::Tensor Embed(const TorchWeights& weights, const torch::Tensor& tokens) {
   return at::embedding(weights.tok_emb, tokens);  // [..., n, C]
 }
 
-torch::Tensor RmsNorm(const torch::Tensor& x, const torch::Tensor& weight) {
-  torch::Tensor inv_rms = at::rsqrt(x.mul(x).mean(-1, /*keepdim=*/true) + kRmsNormEps);  // [..., 1]
+torch::Tensor RmsNorm(const torch::Tensor& x, const torch::Tensor& weight, double eps) {
+  torch::Tensor inv_rms = at::rsqrt(x.mul(x).mean(-1, /*keepdim=*/true) + eps);  // [..., 1]
   return x * inv_rms * weight;
 }
 
@@ -89,8 +89,8 @@ torch::Tensor FeedForward(const TorchBlockWeights& block, const torch::Tensor& x
   return Linear(gate * up, block.fc_out_w, block.fc_out_b);             // [..., C]
 }
 
-torch::Tensor Logits(const TorchWeights& weights, const torch::Tensor& h) {
-  return Linear(RmsNorm(h, weights.ln_f), weights.tok_emb);  // [..., V]
+torch::Tensor Logits(const ModelConfig& config, const TorchWeights& weights, const torch::Tensor& h) {
+  return Linear(RmsNorm(h, weights.ln_f, config.rms_norm_eps), weights.tok_emb);  // [..., V]
 }
 
 }  // namespace niels::torch_model

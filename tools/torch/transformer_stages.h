@@ -16,8 +16,6 @@
 
 namespace niels::torch_model {
 
-inline constexpr double kRmsNormEps = 1e-5;  // as daemon/kernels/row_ops.h
-
 // x @ weight^T (+ bias): [..., in] -> [..., out], through at::linear (BLAS gemm).
 torch::Tensor Linear(const torch::Tensor& x, const torch::Tensor& weight, const torch::Tensor& bias = {});
 
@@ -30,8 +28,8 @@ torch::Tensor RopeRotations(const ModelConfig& config);
 // tok_emb[tokens]: [..., n] int64 -> [..., n, C].
 torch::Tensor Embed(const TorchWeights& weights, const torch::Tensor& tokens);
 
-// x / sqrt(mean(x^2 over C) + 1e-5) * weight, no bias, no mean subtraction. [..., C] -> [..., C].
-torch::Tensor RmsNorm(const torch::Tensor& x, const torch::Tensor& weight);
+// x / sqrt(mean(x^2 over C) + eps) * weight, no bias, no mean subtraction. [..., C] -> [..., C].
+torch::Tensor RmsNorm(const torch::Tensor& x, const torch::Tensor& weight, double eps);
 
 // Rotates ADJACENT pairs (x[2i], x[2i+1]) of every head by the angle of its position:
 // x [..., n, H, D], rope [..., n, D/2] complex (the rows of RopeTable for these positions).
@@ -70,12 +68,13 @@ torch::Tensor FeedForward(const TorchBlockWeights& block, const torch::Tensor& x
 // One pre-norm block as two residual lines; `attention` maps RMSNorm1(h) [..., n, C] to [..., n, C]
 // (uncached, or reading and writing a KV cache).
 template <typename AttentionFn>
-torch::Tensor Block(const TorchBlockWeights& block, const torch::Tensor& h, AttentionFn&& attention) {
-  torch::Tensor x = h + attention(RmsNorm(h, block.ln1));
-  return x + FeedForward(block, RmsNorm(x, block.ln2));
+torch::Tensor Block(const ModelConfig& config, const TorchBlockWeights& block, const torch::Tensor& h,
+                    AttentionFn&& attention) {
+  torch::Tensor x = h + attention(RmsNorm(h, block.ln1, config.rms_norm_eps));
+  return x + FeedForward(block, RmsNorm(x, block.ln2, config.rms_norm_eps));
 }
 
 // RMSNorm_f(h) @ tok_emb^T (the tied lm_head): [..., C] -> [..., V].
-torch::Tensor Logits(const TorchWeights& weights, const torch::Tensor& h);
+torch::Tensor Logits(const ModelConfig& config, const TorchWeights& weights, const torch::Tensor& h);
 
 }  // namespace niels::torch_model

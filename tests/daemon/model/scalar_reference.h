@@ -84,10 +84,11 @@ class ScalarReference {
     return out;
   }
 
-  static Vec RmsNorm(const Vec& x, const Vec& weight) {
+  Vec RmsNorm(const Vec& x, const Vec& weight) const {
+    const double eps = config_.rms_norm_eps;
     double sum_sq = 0;
     for (float v : x) sum_sq += static_cast<double>(v) * v;
-    const double rms = std::sqrt(sum_sq / x.size() + 1e-5);
+    const double rms = std::sqrt(sum_sq / x.size() + eps);
     Vec out(x.size());
     for (size_t i = 0; i < x.size(); ++i) out[i] = static_cast<float>(x[i] / rms) * weight[i];
     return out;
