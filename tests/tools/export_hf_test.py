@@ -192,13 +192,13 @@ def _field_bytes(number, wire, value):
 def make_unigram(model_dir):
     """Rewrites tokenizer.model's trainer_spec.model_type (ModelProto field 2, its field 3) to
     UNIGRAM (1): the pieces stay, but the model now declares unigram segmentation."""
-    import niels_export  # noqa: E402
+    from niels_tools import spm_model  # noqa: E402 (on sys.path once niels_export is imported)
     path = os.path.join(model_dir, "tokenizer.model")
     data = open(path, "rb").read()
     out = b""
-    for field, wire, value in niels_export._fields(data):
+    for field, wire, value in spm_model._fields(data):
         if field == 2 and wire == 2:
-            spec = b"".join(_field_bytes(f, w, v) for f, w, v in niels_export._fields(value) if f != 3)
+            spec = b"".join(_field_bytes(f, w, v) for f, w, v in spm_model._fields(value) if f != 3)
             value = spec + _field_bytes(3, 0, 1)
         out += _field_bytes(field, wire, value)
     with open(path, "wb") as f:

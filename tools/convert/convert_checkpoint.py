@@ -33,10 +33,13 @@ import tempfile
 
 import torch
 
-PROG = "niels-convert"
+# The shared tools module: beside this file in the source tree, in dist-packages once installed.
+_SOURCE_TREE_MODULES = os.path.join(os.path.dirname(os.path.realpath(__file__)), "..", "python")
+if os.path.isdir(os.path.join(_SOURCE_TREE_MODULES, "niels_tools")):
+    sys.path.insert(0, _SOURCE_TREE_MODULES)
+from niels_tools import spm_model  # noqa: E402
 
-SPECIAL_SUFFIX = "84a5023f67d74cf29cc4001becde983c"
-SPECIAL_TOKENS = [f"<|ngpt_{role}_{SPECIAL_SUFFIX}|>" for role in ("sys", "usr", "asst", "eot")]
+PROG = "niels-convert"
 
 REQUIRED_KEYS = ("V", "T", "C", "L", "H", "d_ff", "rope_theta")
 # Other spellings accepted for a key only when the canonical key is absent.
@@ -214,75 +217,17 @@ def check_tied(lm_head, tok_emb):
 
 
 # ----------------------------------------------------------------------------------------------
-# Tokenizer (parsed from the protobuf wire format: no sentencepiece package needed)
-
-
-def _varint(buf, pos):
-    result, shift = 0, 0
-    while True:
-        if pos >= len(buf) or shift > 63:
-            raise ValueError("truncated varint")
-        b = buf[pos]
-        pos += 1
-        result |= (b & 0x7F) << shift
-        shift += 7
-        if not b & 0x80:
-            return result, pos
-
-
-def _fields(buf):
-    """Yields (field number, wire type, value) of one protobuf message; LEN values are bytes."""
-    pos = 0
-    while pos < len(buf):
-        key, pos = _varint(buf, pos)
-        field, wire = key >> 3, key & 7
-        if wire == 0:
-            value, pos = _varint(buf, pos)
-        elif wire == 1:
-            value, pos = buf[pos:pos + 8], pos + 8
-        elif wire == 2:
-            n, pos = _varint(buf, pos)
-            value, pos = buf[pos:pos + n], pos + n
-        elif wire == 5:
-            value, pos = buf[pos:pos + 4], pos + 4
-        else:
-            raise ValueError(f"unsupported wire type {wire}")
-        if pos > len(buf):
-            raise ValueError("truncated field")
-        yield field, wire, value
-
-
-def read_spm_pieces(path):
-    """The piece strings of a SentencePiece ModelProto (field 1: repeated SentencePiece{1: piece})."""
-    try:
-        with open(path, "rb") as f:
-            data = f.read()
-    except OSError as e:
-        raise ConvertError(f"tokenizer {path}: cannot be read: {e.strerror}") from e
-    pieces = []
-    try:
-        for field, wire, value in _fields(data):
-            if field == 1 and wire == 2:
-                piece = next((v for f, w, v in _fields(value) if f == 1 and w == 2), None)
-                if piece is None:
-                    raise ValueError("a piece without text")
-                pieces.append(piece.decode("utf-8"))
-    except (ValueError, UnicodeDecodeError) as e:
-        raise ConvertError(f"tokenizer {path}: not a SentencePiece model ({e})") from e
-    if not pieces:
-        raise ConvertError(f"tokenizer {path}: not a SentencePiece model (no pieces)")
-    return pieces
+# Tokenizer (read by the shared niels_tools.spm_model: no sentencepiece package needed)
 
 
 def check_tokenizer(path, vocab_size):
-    pieces = read_spm_pieces(path)
-    present = set(pieces)
-    for literal in SPECIAL_TOKENS:
-        if literal not in present:
-            raise ConvertError(f"tokenizer {path}: lacks the special token {literal} as a single "
-                               "piece (docs/ARCHITECTURE.md, 'Tokenizer, chat template and sampling')")
-    if len(pieces) != vocab_size:
-        raise ConvertError(f"tokenizer {path} has {len(pieces)} pieces but model_cfg V={vocab_size}"
+    try:
+        model = spm_model.read_spm_model(path)
+        model.special_ids()
+    except spm_model.SpmModelError as e:
+        raise ConvertError(str(e)) from e
+    if len(model.pieces) != vocab_size:
+        raise ConvertError(f"tokenizer {path} has {len(model.pieces)} pieces but model_cfg V={vocab_size}"
                            " (and tok_emb.weight has that many rows)")
 
 

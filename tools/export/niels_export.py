@@ -34,11 +34,16 @@ import tempfile
 
 import numpy as np
 
+# The shared tools module: beside this file in the source tree, in dist-packages once installed.
+_SOURCE_TREE_MODULES = os.path.join(os.path.dirname(os.path.realpath(__file__)), "..", "python")
+if os.path.isdir(os.path.join(_SOURCE_TREE_MODULES, "niels_tools")):
+    sys.path.insert(0, _SOURCE_TREE_MODULES)
+from niels_tools import spm_model  # noqa: E402
+
 PROG = "niels-export"
 
-SPECIAL_SUFFIX = "84a5023f67d74cf29cc4001becde983c"
-ROLES = ("sys", "usr", "asst", "eot")
-SPECIAL = {role: f"<|ngpt_{role}_{SPECIAL_SUFFIX}|>" for role in ROLES}
+ROLES = spm_model.ROLES
+SPECIAL = spm_model.SPECIAL_TOKENS
 RMS_EPS = 1e-5  # niels_gpt's RMSNorm epsilon (fixed by the architecture, not in config.json)
 # nielsd's sampling defaults (common/defaults.h; the export_hf test checks they agree).
 SAMPLING_DEFAULTS = {"temperature": 0.9, "top_k": 50, "top_p": 1.0, "repetition_penalty": 1.0,
@@ -158,98 +163,26 @@ def read_weights(model_dir, cfg):
     return tensors
 
 
-# SentencePiece ModelProto, parsed from the protobuf wire format (field numbers from
-# sentencepiece_model.proto): ModelProto.pieces = 1 {piece = 1, score = 2, type = 3},
-# trainer_spec = 2 {model_type = 3, byte_fallback = 35}, normalizer_spec = 3 {name = 1,
-# add_dummy_prefix = 3, remove_extra_whitespaces = 4}.
-SPM_NORMAL, SPM_UNKNOWN, SPM_CONTROL, SPM_USER_DEFINED, SPM_UNUSED, SPM_BYTE = 1, 2, 3, 4, 5, 6
-SPM_UNIGRAM, SPM_BPE = 1, 2
-
-
-def _varint(buf, pos):
-    result, shift = 0, 0
-    while True:
-        if pos >= len(buf) or shift > 63:
-            raise ValueError("truncated varint")
-        b = buf[pos]
-        pos += 1
-        result |= (b & 0x7F) << shift
-        shift += 7
-        if not b & 0x80:
-            return result, pos
-
-
-def _fields(buf):
-    pos = 0
-    while pos < len(buf):
-        key, pos = _varint(buf, pos)
-        field, wire = key >> 3, key & 7
-        if wire == 0:
-            value, pos = _varint(buf, pos)
-        elif wire == 1:
-            value, pos = bytes(buf[pos:pos + 8]), pos + 8
-        elif wire == 2:
-            n, pos = _varint(buf, pos)
-            value, pos = bytes(buf[pos:pos + n]), pos + n
-        elif wire == 5:
-            value, pos = bytes(buf[pos:pos + 4]), pos + 4
-        else:
-            raise ValueError(f"unsupported wire type {wire}")
-        if pos > len(buf):
-            raise ValueError("truncated field")
-        yield field, wire, value
+# The tokenizer: tokenizer.model read by the shared niels_tools.spm_model.
+SPM_NORMAL, SPM_UNKNOWN, SPM_CONTROL = spm_model.NORMAL, spm_model.UNKNOWN, spm_model.CONTROL
+SPM_USER_DEFINED, SPM_UNUSED, SPM_BYTE = spm_model.USER_DEFINED, spm_model.UNUSED, spm_model.BYTE
+SPM_UNIGRAM, SPM_BPE = spm_model.UNIGRAM, spm_model.BPE
 
 
 def read_tokenizer(model_dir, vocab_size):
     """The SentencePiece model: pieces, scores, types, special ids and the options engines need."""
     path = os.path.join(model_dir, "tokenizer.model")
     try:
-        with open(path, "rb") as f:
-            data = f.read()
-    except OSError as e:
-        raise ExportError(f"{path}: cannot read: {e.strerror}") from e
-    tok = {"path": path, "pieces": [], "scores": [], "types": [], "model_type": SPM_UNIGRAM,
-           "byte_fallback": False, "add_dummy_prefix": True, "normalizer": "nmt_nfkc"}
-    try:
-        for field, wire, value in _fields(data):
-            if field == 1 and wire == 2:
-                piece, score, ptype = None, 0.0, SPM_NORMAL
-                for f, w, v in _fields(value):
-                    if f == 1 and w == 2:
-                        piece = v.decode("utf-8")
-                    elif f == 2 and w == 5:
-                        score = struct.unpack("<f", v)[0]
-                    elif f == 3 and w == 0:
-                        ptype = v
-                if piece is None:
-                    raise ValueError("a piece without text")
-                tok["pieces"].append(piece)
-                tok["scores"].append(score)
-                tok["types"].append(ptype)
-            elif field == 2 and wire == 2:
-                for f, w, v in _fields(value):
-                    if f == 3 and w == 0:
-                        tok["model_type"] = v
-                    elif f == 35 and w == 0:
-                        tok["byte_fallback"] = bool(v)
-            elif field == 3 and wire == 2:
-                for f, w, v in _fields(value):
-                    if f == 1 and w == 2:
-                        tok["normalizer"] = v.decode("utf-8")
-                    elif f == 3 and w == 0:
-                        tok["add_dummy_prefix"] = bool(v)
-    except (ValueError, UnicodeDecodeError) as e:
-        raise ExportError(f"{path}: not a SentencePiece model ({e})") from e
-    if not tok["pieces"]:
-        raise ExportError(f"{path}: not a SentencePiece model (no pieces)")
-    if len(tok["pieces"]) != vocab_size:
-        raise ExportError(f"{path}: {len(tok['pieces'])} pieces but config.json V={vocab_size}")
-    ids = {}
-    for role, literal in SPECIAL.items():
-        if literal not in tok["pieces"]:
-            raise ExportError(f"{path}: lacks the special token {literal}")
-        ids[role] = tok["pieces"].index(literal)
-    tok["special"] = ids
+        model = spm_model.read_spm_model(path)
+        special = model.special_ids()
+    except spm_model.SpmModelError as e:
+        raise ExportError(str(e)) from e
+    if len(model.pieces) != vocab_size:
+        raise ExportError(f"{path}: {len(model.pieces)} pieces but config.json V={vocab_size}")
+    tok = {"path": path, "pieces": model.pieces, "scores": model.scores, "types": model.types,
+           "model_type": model.model_type, "byte_fallback": model.byte_fallback,
+           "add_dummy_prefix": model.add_dummy_prefix, "normalizer": model.normalizer,
+           "special": special}
     tok["unk"] = tok["types"].index(SPM_UNKNOWN) if SPM_UNKNOWN in tok["types"] else 0
     tok["bos"] = tok["pieces"].index("<s>") if "<s>" in tok["pieces"] else None
     return tok

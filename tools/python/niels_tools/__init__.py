@@ -1,0 +1,1 @@
+"""Python helpers shared by nielsd's tools (niels-convert, niels-export)."""
