@@ -89,7 +89,8 @@ TARGETS=("$@")
 
 scripts/setup.sh --packages-only
 [ -f "$BUILD/CMakeCache.txt" ] ||
-  CC=clang CXX=clang++ cmake -S . -B "$BUILD" -DCMAKE_BUILD_TYPE=RelWithDebInfo -DNIELSD_FUZZ=ON \
+  CC=clang CXX=clang++ cmake -S . -B "$BUILD" -G Ninja -DCMAKE_BUILD_TYPE=RelWithDebInfo \
+    -DCMAKE_CXX_FLAGS_RELWITHDEBINFO="-O2 -DNDEBUG" -DNIELSD_FUZZ=ON \
     -DNIELSD_WITH_TORCH=OFF -DNIELSD_BUILD_BENCH=OFF
 build_targets=()
 for t in "${TARGETS[@]}"; do build_targets+=(--target "fuzz_$t"); done

@@ -1,6 +1,8 @@
 #!/usr/bin/env bash
 # A newcomer's first command: install what is missing, build, start nielsd in the background with
-# the shipped model, and open niels-chat. nielsd is stopped when the chat ends, unless it was
+# the shipped model, and open niels-chat. It installs and builds only what it runs: the packages of
+# `scripts/setup.sh --quickstart` (no libtorch, no test tools) and the targets nielsd and niels-chat
+# (scripts/test.sh installs and builds the rest). nielsd is stopped when the chat ends, unless it was
 # already running before. Arguments are passed to niels-chat (e.g. --greedy, -p "question").
 # With stdin not a terminal, niels-chat answers one line per input line and exits at EOF.
 #
@@ -22,22 +24,30 @@ fail() {
 }
 
 say "[1/4] checking Debian packages (apt-get output: $LOG)"
-scripts/setup.sh --packages-only >>"$LOG" 2>&1 || fail "installing packages"
+scripts/setup.sh --quickstart >>"$LOG" 2>&1 || fail "installing packages"
 
-# Building: a percentage that updates in place on a terminal, one line when it is done.
+# Building: a percentage that updates in place on a terminal, one line when it is done. A new build
+# directory gets only what the quickstart runs (no libtorch, tests or benchmarks); one that
+# scripts/test.sh configured already is used as it is.
 say_build() { if [ -t 2 ]; then printf '\rquickstart: [2/4] building %s' "$1" >&2; fi; }
 say_build "(configuring)"
 if [ ! -f "$BUILD_DIR/CMakeCache.txt" ]; then
-  cmake -S . -B "$BUILD_DIR" -DCMAKE_BUILD_TYPE=Release >>"$LOG" 2>&1 || { [ -t 2 ] && echo >&2; fail "configuring"; }
+  cmake -S . -B "$BUILD_DIR" -G Ninja -DCMAKE_BUILD_TYPE=Release -DNIELSD_WITH_TORCH=OFF \
+        -DNIELSD_BUILD_TESTS=OFF -DNIELSD_BUILD_BENCH=OFF >>"$LOG" 2>&1 ||
+    { [ -t 2 ] && echo >&2; fail "configuring"; }
 fi
 set +e
-cmake --build "$BUILD_DIR" -j"$(nproc)" 2>&1 | tee -a "$LOG" | while IFS= read -r line; do
-  if [[ $line =~ ^\[\ *([0-9]+)%\] ]]; then say_build "${BASH_REMATCH[1]}%"; fi
+cmake --build "$BUILD_DIR" -j"$(nproc)" --target nielsd niels-chat 2>&1 | tee -a "$LOG" | while IFS= read -r line; do
+  if [[ $line =~ ^\[\ *([0-9]+)%\] ]]; then say_build "${BASH_REMATCH[1]}%"; fi   # make
+  if [[ $line =~ ^\[([0-9]+)/([0-9]+)\] ]]; then                                    # ninja
+    say_build "$(( BASH_REMATCH[1] * 100 / BASH_REMATCH[2] ))%"
+  fi
 done
 build_rc=${PIPESTATUS[0]}
 set -e
 [ -t 2 ] && printf '\r' >&2
 [ "$build_rc" -eq 0 ] || { [ -t 2 ] && echo >&2; fail "building"; }
+echo "quickstart: built nielsd and niels-chat" >>"$LOG"
 say "[2/4] building 100%: done"
 
 NIELSD="$BUILD_DIR/daemon/nielsd"

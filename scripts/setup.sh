@@ -1,38 +1,64 @@
 #!/usr/bin/env bash
-# Installs every Debian package nielsd needs (idempotent), then configures and builds into build/.
-# Usage: scripts/setup.sh            (BUILD_DIR=... to build elsewhere)
-#        scripts/setup.sh --packages-only   (install the packages, build nothing)
+# Installs the Debian packages nielsd needs (idempotent), then configures and builds into build/.
+#
+# Usage: scripts/setup.sh                   everything the test command needs (scripts/test.sh):
+#                                           libtorch, GoogleTest, clang, the Python references ...,
+#                                           then configures build/ with every target and builds it
+#        scripts/setup.sh --quickstart      only what nielsd and niels-chat need to build and run
+#                                           (what scripts/quickstart.sh installs); builds nothing
+#        scripts/setup.sh --packages-only   the test command's packages, built nothing
+# Environment: BUILD_DIR (default build).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
-PACKAGES=(
-  build-essential cmake pkg-config ccache git
-  libtorch-dev libopenblas0-pthread            # libtorch; OpenBLAS or matmuls run ~60x slower
-  libprotobuf-dev protobuf-compiler python3-protobuf
+# What building and running nielsd and niels-chat takes (the quickstart).
+RUN_PACKAGES=(
+  build-essential cmake ninja-build pkg-config ccache git
+  libprotobuf-dev protobuf-compiler
   libboost-dev libsentencepiece-dev nlohmann-json3-dev libfmt-dev libcli11-dev libedit-dev
   libsqlite3-dev libxxhash-dev                 # durable sessions (daemon/state)
-  libsystemd-dev systemd procps                # systemd-analyze, systemd-socket-activate, pgrep (tests)
+  libsystemd-dev
+  python3                                      # quickstart.sh's socket check
+)
+# What the test command adds.
+TEST_PACKAGES=(
+  libtorch-dev libopenblas0-pthread            # tools/torch: training and the torch reference suite
+  python3-protobuf                             # the Python client package and its tests
+  systemd procps                               # systemd-analyze, systemd-socket-activate, pgrep (tests)
   libgtest-dev libgmock-dev
-  python3 python3-torch python3-numpy          # checkpoint converter and its test
-  clang libclang-rt-14-dev                     # libFuzzer targets (scripts/fuzz.sh)
-  python3-matplotlib                           # scripts/plot_benchmarks.py (docs/*.png)
+  python3-torch python3-numpy                  # checkpoint converter and export tests
+  clang libclang-rt-14-dev                     # libFuzzer targets (scripts/fuzz.sh), LeakSanitizer
 )
 
-missing=()
-for p in "${PACKAGES[@]}"; do
-  dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || missing+=("$p")
-done
-if [ ${#missing[@]} -gt 0 ]; then
-  SUDO=""
-  [ "$(id -u)" -ne 0 ] && SUDO="sudo"
+install_packages() {
+  local missing=() p
+  for p in "$@"; do
+    dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || missing+=("$p")
+  done
+  [ ${#missing[@]} -gt 0 ] || return 0
+  local sudo=""
+  [ "$(id -u)" -ne 0 ] && sudo="sudo"
   echo "setup: installing ${missing[*]}"
-  $SUDO apt-get update -q
-  DEBIAN_FRONTEND=noninteractive $SUDO apt-get install -y -q "${missing[@]}"
-fi
+  $sudo apt-get update -q
+  DEBIAN_FRONTEND=noninteractive $sudo apt-get install -y -q --no-install-recommends "${missing[@]}"
+}
 
-[ "${1:-}" = "--packages-only" ] && exit 0
+case "${1:-}" in
+  --quickstart)
+    install_packages "${RUN_PACKAGES[@]}"
+    exit 0 ;;
+  --packages-only)
+    install_packages "${RUN_PACKAGES[@]}" "${TEST_PACKAGES[@]}"
+    exit 0 ;;
+  "") install_packages "${RUN_PACKAGES[@]}" "${TEST_PACKAGES[@]}" ;;
+  *) echo "usage: scripts/setup.sh [--quickstart | --packages-only]" >&2; exit 2 ;;
+esac
 
 BUILD_DIR=${BUILD_DIR:-build}
-# Configure once; later builds re-run cmake by themselves when a CMakeLists.txt changes.
-[ -f "$BUILD_DIR/CMakeCache.txt" ] || cmake -S . -B "$BUILD_DIR" -DCMAKE_BUILD_TYPE=Release
+# Every target: libtorch side, tests, benchmarks (a build directory the quickstart configured with
+# fewer is reconfigured; its objects are kept).
+generator=()
+[ -f "$BUILD_DIR/CMakeCache.txt" ] || generator=(-G Ninja)
+cmake -S . -B "$BUILD_DIR" "${generator[@]}" -DCMAKE_BUILD_TYPE=Release \
+  -DNIELSD_WITH_TORCH=ON -DNIELSD_BUILD_TESTS=ON -DNIELSD_BUILD_BENCH=ON >/dev/null
 cmake --build "$BUILD_DIR" -j"$(nproc)"

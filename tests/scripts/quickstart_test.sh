@@ -30,7 +30,9 @@ done
 if [ "$(grep -vc '^quickstart: ' "$tmp/err")" -ne 0 ]; then
   echo "FAIL: stderr has lines other than progress lines"; fail=1
 fi
-if ! grep -q "Built target nielsd" "$build/quickstart.log"; then echo "FAIL: the build log lacks the build"; fail=1; fi
+if ! grep -q "quickstart: built nielsd and niels-chat" "$build/quickstart.log"; then
+  echo "FAIL: the build log lacks the build"; fail=1
+fi
 
 # A failed step: a build directory whose cache is garbage makes the build step fail.
 mkdir -p "$tmp/broken"
