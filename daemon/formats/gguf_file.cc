@@ -87,7 +87,9 @@ Status GgufFile::Parser::ReadString(std::string_view* out, uint64_t max_length, 
   uint64_t length = 0;
   NIELS_RETURN_IF_ERROR(Read(&length, what));
   if (length > max_length) return Error(at, fmt::format("{} is {} bytes long, more than {}", what, length, max_length));
-  NIELS_RETURN_IF_ERROR(Need(length, what));
+  if (length > Remaining()) {
+    return Error(at, fmt::format("{} is {} bytes long but the file ends {} bytes later", what, length, Remaining()));
+  }
   *out = std::string_view(reinterpret_cast<const char*>(f_->mapping_ + pos_), length);
   pos_ += length;
   return Status::Ok();
@@ -207,6 +209,7 @@ Status GgufFile::Parser::ReadTensorInfo() {
   GgufTensorInfo t;
   t.info_offset = pos_;
   NIELS_RETURN_IF_ERROR(ReadString(&t.name, kGgufMaxTensorNameLength, "a tensor name"));
+  if (t.name.empty()) return Error(t.info_offset, "an empty tensor name");
   const std::string where = fmt::format("tensor \"{}\"", t.name);
   if (f_->tensor_index_.count(t.name) != 0) return Error(t.info_offset, where + " appears twice");
   uint32_t n_dims = 0;
@@ -257,6 +260,10 @@ Status GgufFile::Parser::ReadAlignment() {
 }
 
 Status GgufFile::Parser::CheckTensorData() {
+  if (!f_->tensors_.empty() && f_->data_offset_ > f_->size_) {
+    return Error(pos_, fmt::format("the data section would start at byte {}, past the end of the file ({} bytes)",
+                                   f_->data_offset_, f_->size_));
+  }
   const uint64_t data_size = f_->data_offset_ <= f_->size_ ? f_->size_ - f_->data_offset_ : 0;
   std::vector<const GgufTensorInfo*> by_offset;
   by_offset.reserve(f_->tensors_.size());
