@@ -252,8 +252,9 @@ Status GgufFile::Parser::ReadAlignment() {
     return Error(kv->offset, fmt::format("key \"general.alignment\" is a {}, not a UINT32", GgufValueTypeName(kv->value.type)));
   }
   const uint32_t alignment = Load<uint32_t>(kv->value.data);
-  if (alignment == 0 || (alignment & (alignment - 1)) != 0) {
-    return Error(kv->value.offset, fmt::format("key \"general.alignment\" is {}, not a power of two", alignment));
+  if (alignment == 0 || (alignment & (alignment - 1)) != 0 || alignment > kGgufMaxAlignment) {
+    return Error(kv->value.offset, fmt::format("key \"general.alignment\" is {}, not a power of two of at most {}",
+                                               alignment, kGgufMaxAlignment));
   }
   f_->alignment_ = alignment;
   return Status::Ok();

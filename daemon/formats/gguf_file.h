@@ -14,8 +14,9 @@
 // hostile count cannot make us allocate more than a small multiple of the file's size) and by the
 // limits below; keys and tensor names must be unique; value and ggml types must be known; a
 // tensor has 1 to 4 dims, none negative, whose product fits int64; its row length (dims[0]) must be
-// a whole number of its type's blocks; a BOOL is 0 or 1; general.alignment must be a u32 power of two; every tensor's data must be
-// aligned, inside the file and not overlap another's.
+// a whole number of its type's blocks; a BOOL is 0 or 1; general.alignment must be a u32 power of
+// two of at most 1 MiB; every tensor's data must be aligned, inside the file and not overlap
+// another's.
 //
 // Dims: GGUF lists a tensor's dims fastest-varying first (ggml's ne[0], ne[1], ...): a matrix of
 // `rows` rows of `cols` elements has dims {cols, rows}. GgufTensorInfo keeps that order in `dims`;
@@ -65,6 +66,7 @@ inline constexpr uint64_t kGgufMaxTensorNameLength = 63;  // ggml's GGML_MAX_NAM
 inline constexpr int kGgufMaxArrayDepth = 4;              // arrays of arrays of ... of values
 inline constexpr int kGgufMaxDims = 4;                    // ggml's GGML_MAX_DIMS
 inline constexpr uint32_t kGgufDefaultAlignment = 32;
+inline constexpr uint32_t kGgufMaxAlignment = uint32_t{1} << 20;  // real files use 32 (some 64)
 
 // One metadata value, a view into the mapping. For arrays, ArrayElements() lists the elements.
 struct GgufValue {

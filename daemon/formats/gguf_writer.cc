@@ -98,8 +98,9 @@ Status GgufWriter::AddMetadata(std::string_view key, const GgufWriteValue& value
   if (key == "general.alignment") {
     uint32_t alignment = 0;
     if (value.type() == GgufValueType::kUint32) std::memcpy(&alignment, value.encoded().data(), 4);
-    if (alignment == 0 || (alignment & (alignment - 1)) != 0) {
-      return Status::InvalidArgument("general.alignment must be a UINT32 power of two");
+    if (alignment == 0 || (alignment & (alignment - 1)) != 0 || alignment > kGgufMaxAlignment) {
+      return Status::InvalidArgument(fmt::format("general.alignment must be a UINT32 power of two of at most {}",
+                                                 kGgufMaxAlignment));
     }
     alignment_ = alignment;
   }

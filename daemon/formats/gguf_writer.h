@@ -6,7 +6,8 @@
 // arrays of any element type including strings and arrays). Tensor data is NOT copied: AddTensor
 // keeps the caller's pointer, which must stay valid until Write()/Serialize() returns.
 //
-// The alignment is `general.alignment` when the caller adds that key (a UINT32 power of two),
+// The alignment is `general.alignment` when the caller adds that key (a UINT32 power of two, at
+// most kGgufMaxAlignment),
 // else 32. Tensors are laid out in the order they were added; the data section and every tensor
 // start on a multiple of the alignment, with zero padding between (none after the last tensor).
 // Not thread-safe; use one writer per file.
@@ -65,7 +66,8 @@ class GgufWriter {
   GgufWriter& operator=(const GgufWriter&) = delete;
 
   // Adds a key/value (in order). INVALID_ARGUMENT for an empty key, a key longer than
-  // kGgufMaxKeyLength, a key added before, or a general.alignment that is not a UINT32 power of two.
+  // kGgufMaxKeyLength, a key added before, or a general.alignment that is not a UINT32 power of
+  // two of at most kGgufMaxAlignment.
   common::Status AddMetadata(std::string_view key, const GgufWriteValue& value);
 
   // Adds a tensor. `dims` in GGUF order (dims[0] varies fastest: a rows x cols matrix is

@@ -225,6 +225,7 @@ TEST(GgufWriterTest, RefusesWhatTheReaderWouldRefuse) {
   EXPECT_FALSE(w.AddMetadata("k", W::U8(1)).ok());
   EXPECT_FALSE(w.AddMetadata("", W::U8(1)).ok());
   EXPECT_FALSE(w.AddMetadata("general.alignment", W::U32(48)).ok());
+  EXPECT_FALSE(w.AddMetadata("general.alignment", W::U32(1u << 21)).ok());
   EXPECT_FALSE(w.AddMetadata("general.alignment", W::U64(64)).ok());
   EXPECT_TRUE(w.AddTensor("t", GgmlType::kF32, {4}, x).ok());
   EXPECT_FALSE(w.AddTensor("t", GgmlType::kF32, {4}, x).ok());

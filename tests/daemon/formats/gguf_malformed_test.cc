@@ -145,7 +145,7 @@ TEST_F(GgufMalformedTest, BadValues) {
 }
 
 TEST_F(GgufMalformedTest, BadAlignment) {
-  for (uint32_t a : {0u, 3u, 48u}) {
+  for (uint32_t a : {0u, 3u, 48u, 1u << 21, 1u << 31}) {
     ExpectRefused(RawGguf().Header(0, 1).KvU32("general.alignment", a).bytes(), {"general.alignment", "power of two"});
   }
   ExpectRefused(RawGguf().Header(0, 1).Str("general.alignment").U32(10).U64(32).bytes(), {"UINT64, not a UINT32"});
