@@ -75,8 +75,9 @@ struct GgufValue {
   uint64_t count = 0;               // arrays: number of elements; strings: bytes
   const std::byte* data = nullptr;  // scalars: the value's bytes; strings: the text; arrays: the
                                     // first element
-  uint64_t size = 0;                // bytes of the whole encoding after the type tag(s)
-  uint64_t offset = 0;              // byte offset in the file of the value (after its type tag)
+  uint64_t size = 0;                // bytes of its encoding after the type tag (a string's length
+                                    // field, an array's element type and count included)
+  uint64_t offset = 0;              // byte offset in the file of that encoding
 };
 
 struct GgufKeyValue {

@@ -66,6 +66,12 @@ GgufWriteValue GgufWriteValue::Array(GgufValueType element_type, const std::vect
   return GgufWriteValue(GgufValueType::kArray, std::move(encoded));
 }
 
+GgufWriteValue GgufWriteValue::Copy(const GgufFile& file, const GgufValue& value) {
+  // Every GgufValue's offset and size span exactly its encoding after the type tag.
+  const char* begin = reinterpret_cast<const char*>(file.mapping_data()) + value.offset;
+  return GgufWriteValue(value.type, std::string(begin, value.size));
+}
+
 GgufWriteValue GgufWriteValue::StringArray(const std::vector<std::string>& items) {
   std::string encoded;
   Append<uint32_t>(&encoded, static_cast<uint32_t>(GgufValueType::kString));

@@ -42,6 +42,9 @@ class GgufWriteValue {
   static GgufWriteValue F64(double v);
   // An array of `element_type` values. REQUIRES: every item has type `element_type`.
   static GgufWriteValue Array(GgufValueType element_type, const std::vector<GgufWriteValue>& items);
+  // The value `value` of `file` as it is encoded there (a key/value copied from a file read, e.g. by
+  // a quantizer). REQUIRES: `value` comes from `file` (metadata() or ArrayElements()).
+  static GgufWriteValue Copy(const GgufFile& file, const GgufValue& value);
   // Shorthands for the common arrays.
   static GgufWriteValue StringArray(const std::vector<std::string>& items);
   static GgufWriteValue I32Array(const std::vector<int32_t>& items);

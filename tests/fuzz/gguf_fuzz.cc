@@ -7,7 +7,8 @@
 // type table gives for its dims; every metadata value can be walked (nested arrays included) and
 // read through the typed accessors without a crash (ASan checks the reads stay inside the
 // mapping). Writing the accepted file again with GgufWriter (same metadata in order, same tensors)
-// and reading that back gives the same keys, values, tensor infos and tensor bytes.
+// and reading that back gives the same keys, values, tensor infos and tensor bytes; each value built
+// again by GgufWriteValue's factories encodes to the very bytes of the file (GgufWriteValue::Copy).
 #include <sys/mman.h>
 #include <unistd.h>
 
@@ -119,7 +120,9 @@ void CheckTensors(const formats::GgufFile& f) {
 void CheckRewrite(const formats::GgufFile& f) {
   formats::GgufWriter writer;
   for (const formats::GgufKeyValue& kv : f.metadata()) {
-    FUZZ_CHECK(writer.AddMetadata(kv.key, Rewrite(f, kv.value)).ok());
+    const GgufWriteValue value = Rewrite(f, kv.value);
+    FUZZ_CHECK(value.encoded() == GgufWriteValue::Copy(f, kv.value).encoded());  // factories == file bytes
+    FUZZ_CHECK(writer.AddMetadata(kv.key, value).ok());
   }
   for (const formats::GgufTensorInfo& t : f.tensors()) {
     FUZZ_CHECK(writer.AddTensor(t.name, t.type, std::vector<int64_t>(t.dims, t.dims + t.n_dims), f.TensorData(t)).ok());

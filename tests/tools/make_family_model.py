@@ -330,12 +330,28 @@ def gguf_merges(tok):
 
 
 def special_vocab(cfg, tok, tok_config):
-    """gguf-py SpecialVocab: ids from tokenizer_config's *_token (then config.json's *_token_id),
-    add_bos/add_eos from tokenizer_config or the post-processor's template."""
+    """gguf-py's SpecialVocab for these tokenizers: add_bos (and add_sep) from the post-processor's
+    TemplateProcessing, then tokenizer_config.json's add_*_token and *_token (looked up among the
+    added tokens), then config.json's *_token_id for types still unset. Insertion order as gguf-py."""
     ids, add = {}, {}
     by_content = {}
     for a in tok["added_tokens"]:
         by_content.setdefault(a["content"], a["id"])
+    post = tok.get("post_processor") or {}
+    for proc in post.get("processors", [post]):
+        if proc.get("type") != "TemplateProcessing":
+            continue
+        single, pair = proc.get("single", []), proc.get("pair", [])
+        first = single[0].get("SpecialToken", {}).get("id") if len(single) > 1 else None
+        if first:
+            add["bos"] = first == tok_config.get("bos_token")
+        if len(single) > 1 and single[-1].get("SpecialToken", {}).get("id"):
+            raise SystemExit("a trailing special token in TemplateProcessing: not modelled here")
+        middle = pair[1 if first and pair and pair[0].get("SpecialToken", {}).get("id") == first else 0:]
+        if middle and middle[0].get("Sequence", {}).get("id") == "A" and middle[-1].get("Sequence", {}).get("id") == "B":
+            entry = middle[1].get("SpecialToken", {}).get("id") if len(middle) > 2 else None
+            # A <sep or eos> B adds a separator; Llama 3's A <bos> B does not (gguf-py warns, writes false)
+            add["sep"] = entry is not None and entry in (tok_config.get("sep_token"), tok_config.get("eos_token"))
     for typ in ("bos", "eos", "unk", "sep", "pad", "cls", "mask"):
         if isinstance(tok_config.get(f"add_{typ}_token"), bool):
             add[typ] = tok_config[f"add_{typ}_token"]
@@ -343,21 +359,10 @@ def special_vocab(cfg, tok, tok_config):
         if isinstance(entry, dict):
             entry = entry.get("content")
         if isinstance(entry, str) and entry in by_content:
-            ids[typ] = by_content[entry]
-    post = tok.get("post_processor") or {}
-    for proc in post.get("processors", [post]):
-        if proc.get("type") == "TemplateProcessing":
-            single = proc.get("single", [])
-            first = single[0].get("SpecialToken", {}).get("id") if len(single) > 1 else None
-            last = single[-1].get("SpecialToken", {}).get("id") if len(single) > 1 else None
-            add.setdefault("bos", first is not None)
-            add.setdefault("eos", last is not None)
-            if first in by_content:
-                ids.setdefault("bos", by_content[first])
-    config_ids = {"bos": cfg["bos"], "eos": cfg["eos"]}
-    for typ, value in config_ids.items():
-        if isinstance(value, int) and typ not in ids:
-            ids[typ] = value
+            ids.setdefault(typ, by_content[entry])
+    for typ, value in (("bos", cfg["bos"]), ("eos", cfg["eos"])):  # config.json: ints only
+        if isinstance(value, int):
+            ids.setdefault(typ, value)
     return ids, add
 
 

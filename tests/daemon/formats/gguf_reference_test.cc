@@ -4,7 +4,10 @@
 //    gguf_export_expected.py dumps its metadata list and tensor bytes before encoding);
 //  - the committed fuzz seeds (written by tests/fuzz/make_seeds.py's own Python writer);
 //  - files written by GgufWriter, read by node-llama-cpp's GGUF parser (readGgufFileInfo, through
-//    tests/tools/gguf_dump.mjs) and compared key by key, tensor by tensor.
+//    tests/tools/gguf_dump.mjs) and compared key by key, tensor by tensor;
+//  - llama.cpp itself (its C++ GGUF loader, through node-llama-cpp): a Qwen3 model written by
+//    tests/tools/make_family_model.py, read by GgufFile and written again by GgufWriter, loads and
+//    computes the same logits and tokens as the original file.
 // Needs node and the pinned npm packages (scripts/install_references.sh); fails, with the command
 // to run, when they are missing.
 #include <gtest/gtest.h>
@@ -220,6 +223,68 @@ TEST_F(GgufReferenceTest, ReadsNielsExportFiles) {
     }
     EXPECT_EQ(f.FindTensor("blk.3.ffn_down.bias")->Shape(), std::vector<int64_t>({160}));
     EXPECT_EQ(*f.GetUint("llama.embedding_length"), 160u);
+  }
+}
+
+// Writes `original` again with GgufWriter: every key/value copied, every tensor from the mapping.
+void Rewrite(const GgufFile& original, const std::filesystem::path& out) {
+  GgufWriter w;
+  for (const GgufKeyValue& kv : original.metadata()) {
+    ASSERT_TRUE(w.AddMetadata(kv.key, GgufWriteValue::Copy(original, kv.value)).ok()) << kv.key;
+  }
+  for (const GgufTensorInfo& t : original.tensors()) {
+    ASSERT_TRUE(w.AddTensor(t.name, t.type, std::vector<int64_t>(t.dims, t.dims + t.n_dims), original.TensorData(t)).ok());
+  }
+  ASSERT_TRUE(w.Write(out).ok());
+}
+
+TEST_F(GgufReferenceTest, LlamaCppRunsWhatWeRewrite) {
+  ASSERT_TRUE(std::filesystem::exists(NodeModules() + "/node-llama-cpp/package.json"))
+      << NodeModules() << " lacks node-llama-cpp: run scripts/install_references.sh";
+  const std::string tools = std::string(NIELS_SOURCE_DIR) + "/tests/tools/";
+  const auto original = dir_ / "original.gguf";
+  auto made = testing::RunProcess({"/usr/bin/python3", tools + "make_family_model.py", "qwen3", (dir_ / "hf").string(),
+                                   "--hidden", "64", "--layers", "1", "--gguf", original.string()},
+                                  "", {}, std::chrono::milliseconds(300000));
+  ASSERT_EQ(made.exit_code, 0) << made.err;
+  auto file = GgufFile::Open(original);
+  ASSERT_TRUE(file.ok()) << file.status().ToString();
+  const auto rewritten = dir_ / "rewritten.gguf";
+  Rewrite(**file, rewritten);
+  EXPECT_EQ(testing::ReadFile(rewritten), testing::ReadFile(original));  // same layout as gguf-py's
+
+  // Alignment 64 gives another layout (offsets, padding) of the same model.
+  GgufWriter w;
+  ASSERT_TRUE(w.AddMetadata("general.alignment", W::U32(64)).ok());
+  for (const GgufKeyValue& kv : (*file)->metadata()) ASSERT_TRUE(w.AddMetadata(kv.key, GgufWriteValue::Copy(**file, kv.value)).ok());
+  for (auto it = (*file)->tensors().rbegin(); it != (*file)->tensors().rend(); ++it) {  // reversed order too
+    ASSERT_TRUE(w.AddTensor(it->name, it->type, std::vector<int64_t>(it->dims, it->dims + it->n_dims), (*file)->TensorData(*it)).ok());
+  }
+  const auto relaid = dir_ / "relaid.gguf";
+  ASSERT_TRUE(w.Write(relaid).ok());
+
+  std::vector<Json> results;
+  std::vector<std::string> logits;
+  for (const auto& gguf : {original, rewritten, relaid}) {
+    const Json request = {{"gguf", gguf.string()}, {"context_size", 64},
+                          {"logits", {{151644, 9707, 1879, 11, 1246, 525, 498, 30, 151645}}},
+                          {"logits_file", (dir_ / "logits.f32").string()},
+                          {"greedy", {{{"prompt", {151644, 9707}}, {"max_new", 6}}}},
+                          {"texts", {"Hello world, how are you?"}}};
+    testing::WriteFile(dir_ / "request.json", request.dump());
+    auto run = testing::RunProcess({"node", tools + "llamacpp_reference.mjs", NodeModules(), (dir_ / "request.json").string(),
+                                    (dir_ / "result.json").string()}, "", {}, std::chrono::milliseconds(300000));
+    ASSERT_EQ(run.exit_code, 0) << gguf << ": " << run.err;
+    results.push_back(Json::parse(testing::ReadFile(dir_ / "result.json")));
+    logits.push_back(testing::ReadFile(dir_ / "logits.f32"));
+  }
+  EXPECT_EQ(results[0]["texts"], Json::parse("[[9707, 1879, 11, 1246, 525, 498, 30]]"));
+  for (size_t i = 1; i < results.size(); ++i) {
+    EXPECT_EQ(results[i]["greedy"], results[0]["greedy"]) << i;
+    EXPECT_EQ(results[i]["texts"], results[0]["texts"]) << i;
+    EXPECT_EQ(results[i]["metadata"], results[0]["metadata"]) << i;
+    ASSERT_EQ(logits[i].size(), 9u * 151936u * 4u);
+    EXPECT_TRUE(logits[i] == logits[0]) << "llama.cpp's logits differ for " << i;
   }
 }
 
