@@ -22,29 +22,24 @@ inline int FixedSize(uint32_t type) {
   switch (static_cast<GgufValueType>(type)) {
     case GgufValueType::kUint8:
     case GgufValueType::kInt8:
-    case GgufValueType::kBool:
-      return 1;
+    case GgufValueType::kBool: return 1;
     case GgufValueType::kUint16:
-    case GgufValueType::kInt16:
-      return 2;
+    case GgufValueType::kInt16: return 2;
     case GgufValueType::kUint32:
     case GgufValueType::kInt32:
-    case GgufValueType::kFloat32:
-      return 4;
+    case GgufValueType::kFloat32: return 4;
     case GgufValueType::kUint64:
     case GgufValueType::kInt64:
-    case GgufValueType::kFloat64:
-      return 8;
+    case GgufValueType::kFloat64: return 8;
     case GgufValueType::kString:
-    case GgufValueType::kArray:
-      return 0;
+    case GgufValueType::kArray: return 0;
   }
   return -1;
 }
 
 inline bool IsInteger(GgufValueType t) {
-  return FixedSize(static_cast<uint32_t>(t)) > 0 && t != GgufValueType::kBool &&
-         t != GgufValueType::kFloat32 && t != GgufValueType::kFloat64;
+  return FixedSize(static_cast<uint32_t>(t)) > 0 && t != GgufValueType::kBool && t != GgufValueType::kFloat32 &&
+         t != GgufValueType::kFloat64;
 }
 
 // An integer value as int64 or uint64 (exactly one of them is meaningful per `negative`).
@@ -55,7 +50,8 @@ struct Integer {
 
 inline Integer ReadInteger(GgufValueType type, const std::byte* p) {
   auto signed_value = [](int64_t v) {
-    return v < 0 ? Integer{true, uint64_t{0} - static_cast<uint64_t>(v)} : Integer{false, static_cast<uint64_t>(v)};
+    return v < 0 ? Integer{true, uint64_t{0} - static_cast<uint64_t>(v)}
+                 : Integer{false, static_cast<uint64_t>(v)};
   };
   switch (type) {
     case GgufValueType::kUint8: return {false, Load<uint8_t>(p)};

@@ -1,6 +1,7 @@
 #include "daemon/formats/gguf_file.h"
 
 #include <fcntl.h>
+#include <fmt/format.h>
 #include <sys/mman.h>
 #include <sys/stat.h>
 #include <unistd.h>
@@ -9,8 +10,6 @@
 #include <cerrno>
 #include <cstring>
 #include <limits>
-
-#include <fmt/format.h>
 
 #include "daemon/formats/gguf_encoding.h"
 
@@ -28,9 +27,9 @@ constexpr uint64_t kHeaderBytes = 4 + 4 + 8 + 8;  // magic, version, tensor coun
 }  // namespace
 
 std::string_view GgufValueTypeName(GgufValueType type) {
-  static constexpr std::string_view kNames[] = {"UINT8",   "INT8", "UINT16", "INT16",  "UINT32",
-                                                "INT32",   "FLOAT32", "BOOL", "STRING", "ARRAY",
-                                                "UINT64",  "INT64", "FLOAT64"};
+  static constexpr std::string_view kNames[] = {"UINT8",  "INT8",    "UINT16", "INT16",  "UINT32",
+                                                "INT32",  "FLOAT32", "BOOL",   "STRING", "ARRAY",
+                                                "UINT64", "INT64",   "FLOAT64"};
   const auto i = static_cast<uint32_t>(type);
   return i < std::size(kNames) ? kNames[i] : "?";
 }
@@ -86,9 +85,11 @@ Status GgufFile::Parser::ReadString(std::string_view* out, uint64_t max_length, 
   const uint64_t at = pos_;
   uint64_t length = 0;
   NIELS_RETURN_IF_ERROR(Read(&length, what));
-  if (length > max_length) return Error(at, fmt::format("{} is {} bytes long, more than {}", what, length, max_length));
+  if (length > max_length)
+    return Error(at, fmt::format("{} is {} bytes long, more than {}", what, length, max_length));
   if (length > Remaining()) {
-    return Error(at, fmt::format("{} is {} bytes long but the file ends {} bytes later", what, length, Remaining()));
+    return Error(at,
+                 fmt::format("{} is {} bytes long but the file ends {} bytes later", what, length, Remaining()));
   }
   *out = std::string_view(reinterpret_cast<const char*>(f_->mapping_ + pos_), length);
   pos_ += length;
@@ -97,7 +98,8 @@ Status GgufFile::Parser::ReadString(std::string_view* out, uint64_t max_length, 
 
 Status GgufFile::Parser::ReadHeader(uint64_t* tensor_count, uint64_t* kv_count) {
   if (f_->size_ < kHeaderBytes) {
-    return Error(0, fmt::format("the file is {} bytes, shorter than a GGUF header ({} bytes)", f_->size_, kHeaderBytes));
+    return Error(
+        0, fmt::format("the file is {} bytes, shorter than a GGUF header ({} bytes)", f_->size_, kHeaderBytes));
   }
   if (std::memcmp(f_->mapping_, "GGUF", 4) != 0) return Error(0, "not a GGUF file (the magic is not \"GGUF\")");
   pos_ = 4;
@@ -140,13 +142,16 @@ Status GgufFile::Parser::ReadArrayBody(const std::string& where, int depth, Gguf
   // Each element takes at least one byte (fixed types), 8 (a string's length) or 12 (an array's
   // type and count), so a count beyond Remaining() / that is a lie; checked before any walking.
   const uint64_t min_element = element_size > 0 ? static_cast<uint64_t>(element_size)
-                               : element_type == static_cast<uint32_t>(GgufValueType::kString) ? 8 : 12;
+                               : element_type == static_cast<uint32_t>(GgufValueType::kString) ? 8
+                                                                                               : 12;
   if (count > Remaining() / min_element) {
-    return Error(at, fmt::format("{}: an array of {} {} elements needs at least {} bytes but the file ends {} bytes later",
-                                 where, count, GgufValueTypeName(value->element_type),
-                                 count > std::numeric_limits<uint64_t>::max() / min_element ? std::string("2^64")
-                                                                                             : std::to_string(count * min_element),
-                                 Remaining()));
+    return Error(
+        at, fmt::format("{}: an array of {} {} elements needs at least {} bytes but the file ends {} bytes later",
+                        where, count, GgufValueTypeName(value->element_type),
+                        count > std::numeric_limits<uint64_t>::max() / min_element
+                            ? std::string("2^64")
+                            : std::to_string(count * min_element),
+                        Remaining()));
   }
   if (element_size > 0) {
     if (element_type == static_cast<uint32_t>(GgufValueType::kBool)) {
@@ -249,7 +254,8 @@ Status GgufFile::Parser::ReadAlignment() {
   const GgufKeyValue* kv = f_->FindKey("general.alignment");
   if (kv == nullptr) return Status::Ok();
   if (kv->value.type != GgufValueType::kUint32) {
-    return Error(kv->offset, fmt::format("key \"general.alignment\" is a {}, not a UINT32", GgufValueTypeName(kv->value.type)));
+    return Error(kv->offset, fmt::format("key \"general.alignment\" is a {}, not a UINT32",
+                                         GgufValueTypeName(kv->value.type)));
   }
   const uint32_t alignment = Load<uint32_t>(kv->value.data);
   if (alignment == 0 || (alignment & (alignment - 1)) != 0 || alignment > kGgufMaxAlignment) {
@@ -275,9 +281,10 @@ Status GgufFile::Parser::CheckTensorData() {
                                               t.offset, f_->alignment_));
     }
     if (t.offset > data_size || t.size_bytes > data_size - t.offset) {
-      return Error(t.info_offset, fmt::format("{}: its {} bytes at data offset {} (file offset {}) run past the end "
-                                              "of the file ({} bytes)", where, t.size_bytes, t.offset,
-                                              f_->data_offset_ + t.offset, f_->size_));
+      return Error(t.info_offset,
+                   fmt::format("{}: its {} bytes at data offset {} (file offset {}) run past the end "
+                               "of the file ({} bytes)",
+                               where, t.size_bytes, t.offset, f_->data_offset_ + t.offset, f_->size_));
     }
     if (t.size_bytes > 0) by_offset.push_back(&t);
   }
@@ -286,8 +293,10 @@ Status GgufFile::Parser::CheckTensorData() {
     const GgufTensorInfo& a = *by_offset[i - 1];
     const GgufTensorInfo& b = *by_offset[i];
     if (a.offset + a.size_bytes > b.offset) {
-      return Error(b.info_offset, fmt::format("tensor \"{}\" (data offset {}) overlaps tensor \"{}\" (data offsets {} "
-                                              "to {})", b.name, b.offset, a.name, a.offset, a.offset + a.size_bytes));
+      return Error(b.info_offset,
+                   fmt::format("tensor \"{}\" (data offset {}) overlaps tensor \"{}\" (data offsets {} "
+                               "to {})",
+                               b.name, b.offset, a.name, a.offset, a.offset + a.size_bytes));
     }
   }
   return Status::Ok();

@@ -71,13 +71,16 @@ inline constexpr uint32_t kGgufMaxAlignment = uint32_t{1} << 20;  // real files 
 // One metadata value, a view into the mapping. For arrays, ArrayElements() lists the elements.
 struct GgufValue {
   GgufValueType type = GgufValueType::kUint8;
-  GgufValueType element_type = GgufValueType::kUint8;  // arrays only
-  uint64_t count = 0;               // arrays: number of elements; strings: bytes
-  const std::byte* data = nullptr;  // scalars: the value's bytes; strings: the text; arrays: the
-                                    // first element
-  uint64_t size = 0;                // bytes of its encoding after the type tag (a string's length
-                                    // field, an array's element type and count included)
-  uint64_t offset = 0;              // byte offset in the file of that encoding
+  // Arrays only: the type of the elements.
+  GgufValueType element_type = GgufValueType::kUint8;
+  // Arrays: number of elements; strings: bytes of text.
+  uint64_t count = 0;
+  // Scalars: the value's bytes; strings: the text; arrays: the first element.
+  const std::byte* data = nullptr;
+  // Bytes of the encoding after the type tag (a string's length field and an array's element type
+  // and count included), which starts at byte `offset` of the file.
+  uint64_t size = 0;
+  uint64_t offset = 0;
 };
 
 struct GgufKeyValue {
@@ -91,10 +94,10 @@ struct GgufTensorInfo {
   GgmlType type = GgmlType::kF32;
   int n_dims = 0;
   int64_t dims[kGgufMaxDims] = {1, 1, 1, 1};  // GGUF order: dims[0] varies fastest; 1 past n_dims
-  uint64_t offset = 0;        // relative to the data section's start; a multiple of the alignment
-  int64_t elements = 0;       // product of the dims
-  uint64_t size_bytes = 0;    // elements / block_size * type_size
-  uint64_t info_offset = 0;   // byte offset of the tensor info in the file (for messages)
+  uint64_t offset = 0;                        // relative to the data section's start; a multiple of the alignment
+  int64_t elements = 0;                       // product of the dims
+  uint64_t size_bytes = 0;                    // elements / block_size * type_size
+  uint64_t info_offset = 0;                   // byte offset of the tensor info in the file (for messages)
 
   // Row-major shape, outermost dimension first: {dims[n_dims-1], ..., dims[0]}.
   std::vector<int64_t> Shape() const;

@@ -1,11 +1,10 @@
 // GgufFile's metadata accessors (gguf_file.cc parses and validates the file).
-#include "daemon/formats/gguf_file.h"
+#include <fmt/format.h>
 
 #include <limits>
 
-#include <fmt/format.h>
-
 #include "daemon/formats/gguf_encoding.h"
+#include "daemon/formats/gguf_file.h"
 
 namespace niels::daemon::formats {
 
@@ -52,9 +51,10 @@ std::vector<GgufValue> GgufFile::ArrayElements(const GgufValue& value) const {
 
 Status GgufFile::TypeError(const GgufKeyValue& kv, std::string_view wanted) const {
   std::string type(GgufValueTypeName(kv.value.type));
-  if (kv.value.type == GgufValueType::kArray) type += fmt::format(" of {}", GgufValueTypeName(kv.value.element_type));
-  return Status::InvalidArgument(fmt::format("{}: key \"{}\" (at byte {}) is {}, expected {}", path_.string(), kv.key,
-                                             kv.offset, type, wanted));
+  if (kv.value.type == GgufValueType::kArray)
+    type += fmt::format(" of {}", GgufValueTypeName(kv.value.element_type));
+  return Status::InvalidArgument(fmt::format("{}: key \"{}\" (at byte {}) is {}, expected {}", path_.string(),
+                                             kv.key, kv.offset, type, wanted));
 }
 
 StatusOr<const GgufKeyValue*> GgufFile::Lookup(std::string_view key) const {
@@ -131,7 +131,8 @@ StatusOr<std::vector<int64_t>> GgufFile::GetIntArray(std::string_view key) const
   StatusOr<const GgufKeyValue*> kv = Lookup(key);
   if (!kv.ok()) return kv.status();
   const GgufValue& v = (*kv)->value;
-  if (v.type != GgufValueType::kArray || !IsInteger(v.element_type)) return TypeError(**kv, "an ARRAY of integers");
+  if (v.type != GgufValueType::kArray || !IsInteger(v.element_type))
+    return TypeError(**kv, "an ARRAY of integers");
   const int size = FixedSize(static_cast<uint32_t>(v.element_type));
   std::vector<int64_t> out;
   out.reserve(v.count);
@@ -141,7 +142,8 @@ StatusOr<std::vector<int64_t>> GgufFile::GetIntArray(std::string_view key) const
       return Status::InvalidArgument(fmt::format("{}: key \"{}\": element {} is {}, more than int64 holds",
                                                  path_.string(), key, i, x.magnitude));
     }
-    out.push_back(x.negative ? static_cast<int64_t>(uint64_t{0} - x.magnitude) : static_cast<int64_t>(x.magnitude));
+    out.push_back(x.negative ? static_cast<int64_t>(uint64_t{0} - x.magnitude)
+                             : static_cast<int64_t>(x.magnitude));
   }
   return out;
 }

@@ -1,12 +1,11 @@
 #include "daemon/formats/gguf_writer.h"
 
+#include <fmt/format.h>
 #include <unistd.h>
 
 #include <cstdlib>
 #include <cstring>
 #include <fstream>
-
-#include <fmt/format.h>
 
 namespace niels::daemon::formats {
 
@@ -98,15 +97,17 @@ GgufWriteValue GgufWriteValue::F32Array(const std::vector<float>& items) {
 
 Status GgufWriter::AddMetadata(std::string_view key, const GgufWriteValue& value) {
   if (key.empty() || key.size() > kGgufMaxKeyLength) {
-    return Status::InvalidArgument(fmt::format("metadata key of {} bytes (1 to {} allowed)", key.size(), kGgufMaxKeyLength));
+    return Status::InvalidArgument(
+        fmt::format("metadata key of {} bytes (1 to {} allowed)", key.size(), kGgufMaxKeyLength));
   }
-  if (keys_.count(std::string(key)) != 0) return Status::InvalidArgument(fmt::format("metadata key \"{}\" added twice", key));
+  if (keys_.count(std::string(key)) != 0)
+    return Status::InvalidArgument(fmt::format("metadata key \"{}\" added twice", key));
   if (key == "general.alignment") {
     uint32_t alignment = 0;
     if (value.type() == GgufValueType::kUint32) std::memcpy(&alignment, value.encoded().data(), 4);
     if (alignment == 0 || (alignment & (alignment - 1)) != 0 || alignment > kGgufMaxAlignment) {
-      return Status::InvalidArgument(fmt::format("general.alignment must be a UINT32 power of two of at most {}",
-                                                 kGgufMaxAlignment));
+      return Status::InvalidArgument(
+          fmt::format("general.alignment must be a UINT32 power of two of at most {}", kGgufMaxAlignment));
     }
     alignment_ = alignment;
   }
@@ -121,8 +122,8 @@ Status GgufWriter::AddMetadata(std::string_view key, const GgufWriteValue& value
 Status GgufWriter::AddTensor(std::string_view name, GgmlType type, const std::vector<int64_t>& dims,
                              const void* data) {
   if (name.empty() || name.size() > kGgufMaxTensorNameLength) {
-    return Status::InvalidArgument(fmt::format("tensor name of {} bytes (1 to {} allowed)", name.size(),
-                                               kGgufMaxTensorNameLength));
+    return Status::InvalidArgument(
+        fmt::format("tensor name of {} bytes (1 to {} allowed)", name.size(), kGgufMaxTensorNameLength));
   }
   const std::string where = fmt::format("tensor \"{}\"", name);
   if (tensor_names_.count(std::string(name)) != 0) return Status::InvalidArgument(where + " added twice");
@@ -137,8 +138,8 @@ Status GgufWriter::AddTensor(std::string_view name, GgmlType type, const std::ve
   }
   const std::optional<int64_t> bytes = GgmlTensorBytes(type, dims[0], elements);
   if (!bytes) {
-    return Status::InvalidArgument(fmt::format("{}: rows of {} elements are not whole {} blocks of {}", where, dims[0],
-                                               GgmlTypeName(type), GgmlTypeInfo(type).block_size));
+    return Status::InvalidArgument(fmt::format("{}: rows of {} elements are not whole {} blocks of {}", where,
+                                               dims[0], GgmlTypeName(type), GgmlTypeInfo(type).block_size));
   }
   tensor_names_.insert(std::string(name));
   tensors_.push_back(Tensor{std::string(name), type, dims, data, static_cast<uint64_t>(*bytes)});

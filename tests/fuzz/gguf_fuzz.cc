@@ -125,7 +125,8 @@ void CheckRewrite(const formats::GgufFile& f) {
     FUZZ_CHECK(writer.AddMetadata(kv.key, value).ok());
   }
   for (const formats::GgufTensorInfo& t : f.tensors()) {
-    FUZZ_CHECK(writer.AddTensor(t.name, t.type, std::vector<int64_t>(t.dims, t.dims + t.n_dims), f.TensorData(t)).ok());
+    FUZZ_CHECK(
+        writer.AddTensor(t.name, t.type, std::vector<int64_t>(t.dims, t.dims + t.n_dims), f.TensorData(t)).ok());
   }
   const std::string bytes = writer.Serialize();
   MemFile copy(bytes.data(), bytes.size());
@@ -136,9 +137,10 @@ void CheckRewrite(const formats::GgufFile& f) {
     const auto& a = f.metadata()[i];
     const auto& b = (*g)->metadata()[i];
     FUZZ_CHECK(a.key == b.key && a.value.type == b.value.type && a.value.size == b.value.size);
-    FUZZ_CHECK(std::memcmp(a.value.data, b.value.data, a.value.type == GgufValueType::kArray ? a.value.size - 12
-                                                       : a.value.type == GgufValueType::kString ? a.value.count
-                                                                                                 : a.value.size) == 0);
+    FUZZ_CHECK(std::memcmp(a.value.data, b.value.data,
+                           a.value.type == GgufValueType::kArray    ? a.value.size - 12
+                           : a.value.type == GgufValueType::kString ? a.value.count
+                                                                    : a.value.size) == 0);
   }
   FUZZ_CHECK((*g)->tensors().size() == f.tensors().size());
   for (size_t i = 0; i < f.tensors().size(); ++i) {

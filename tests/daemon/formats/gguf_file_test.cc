@@ -29,12 +29,12 @@ std::vector<uint8_t> RandomBytes(size_t n, uint32_t seed) {
 TEST(GgmlTypeTest, BlockLayoutsOfEveryType) {
   // {id, elements per block, bytes per block}: written out from ggml-common.h's block structs.
   const std::vector<std::tuple<uint32_t, int64_t, int64_t>> expected = {
-      {0, 1, 4},      {1, 1, 2},      {2, 32, 18},    {3, 32, 20},    {6, 32, 22},    {7, 32, 24},
-      {8, 32, 34},    {9, 32, 36},    {10, 256, 84},  {11, 256, 110}, {12, 256, 144}, {13, 256, 176},
-      {14, 256, 210}, {15, 256, 292}, {16, 256, 66},  {17, 256, 74},  {18, 256, 98},  {19, 256, 50},
-      {20, 32, 18},   {21, 256, 110}, {22, 256, 82},  {23, 256, 136}, {24, 1, 1},     {25, 1, 2},
-      {26, 1, 4},     {27, 1, 8},     {28, 1, 8},     {29, 256, 56},  {30, 1, 2},     {34, 256, 54},
-      {35, 256, 66},  {39, 32, 17},   {40, 64, 36},   {41, 128, 18}};
+      {0, 1, 4},      {1, 1, 2},      {2, 32, 18},   {3, 32, 20},    {6, 32, 22},    {7, 32, 24},
+      {8, 32, 34},    {9, 32, 36},    {10, 256, 84}, {11, 256, 110}, {12, 256, 144}, {13, 256, 176},
+      {14, 256, 210}, {15, 256, 292}, {16, 256, 66}, {17, 256, 74},  {18, 256, 98},  {19, 256, 50},
+      {20, 32, 18},   {21, 256, 110}, {22, 256, 82}, {23, 256, 136}, {24, 1, 1},     {25, 1, 2},
+      {26, 1, 4},     {27, 1, 8},     {28, 1, 8},    {29, 256, 56},  {30, 1, 2},     {34, 256, 54},
+      {35, 256, 66},  {39, 32, 17},   {40, 64, 36},  {41, 128, 18}};
   for (const auto& [id, block, size] : expected) {
     auto t = FindGgmlType(id);
     ASSERT_TRUE(t.has_value()) << id;
@@ -81,8 +81,8 @@ TEST_F(GgufRoundTripTest, EveryMetadataType) {
   ASSERT_TRUE(w.AddMetadata("scores", W::F32Array({0.5f, -1.25f})).ok());
   ASSERT_TRUE(w.AddMetadata("u64s", W::Array(GgufValueType::kUint64, {W::U64(1), W::U64(~0ull)})).ok());
   ASSERT_TRUE(w.AddMetadata("nested", W::Array(GgufValueType::kArray,
-                                                {W::StringArray({"x", "yz"}), W::I32Array({}),
-                                                 W::Array(GgufValueType::kArray, {W::F32Array({2.5f})})}))
+                                               {W::StringArray({"x", "yz"}), W::I32Array({}),
+                                                W::Array(GgufValueType::kArray, {W::F32Array({2.5f})})}))
                   .ok());
   auto f = WriteAndOpen(w);
   ASSERT_NE(f, nullptr);
@@ -179,7 +179,8 @@ TEST_F(GgufRoundTripTest, TensorsOfPlainAndBlockTypesAtEveryAlignment) {
         {"ids", GgmlType::kI64, {3}, 24},
     };
     std::vector<std::vector<uint8_t>> data;
-    for (size_t i = 0; i < specs.size(); ++i) data.push_back(RandomBytes(specs[i].bytes, static_cast<uint32_t>(i)));
+    for (size_t i = 0; i < specs.size(); ++i)
+      data.push_back(RandomBytes(specs[i].bytes, static_cast<uint32_t>(i)));
     for (size_t i = 0; i < specs.size(); ++i) {
       ASSERT_TRUE(w.AddTensor(specs[i].name, specs[i].type, specs[i].dims, data[i].data()).ok()) << specs[i].name;
     }

@@ -121,11 +121,14 @@ TEST_F(GgufMalformedTest, HugeCounts) {
   ExpectRefused(RawGguf().Header(~0ull, 0).bytes(), {"tensors"});
   ExpectRefused(RawGguf().Header(uint64_t{1} << 21, 0).Bytes(std::string(1 << 10, '\0')).bytes(), {"tensors"});
   // A string length and an array length beyond the file.
-  ExpectRefused(RawGguf().Header(0, 1).U64(~0ull).Bytes(std::string(16, 'k')).bytes(), {"a metadata key", "at byte 24"});
-  ExpectRefused(RawGguf().Header(0, 1).Str("k").U32(8).U64(uint64_t{1} << 62).bytes(), {"key \"k\"", "at byte 37"});
+  ExpectRefused(RawGguf().Header(0, 1).U64(~0ull).Bytes(std::string(16, 'k')).bytes(),
+                {"a metadata key", "at byte 24"});
+  ExpectRefused(RawGguf().Header(0, 1).Str("k").U32(8).U64(uint64_t{1} << 62).bytes(),
+                {"key \"k\"", "at byte 37"});
   ExpectRefused(RawGguf().Header(0, 1).Str("k").U32(9).U32(4).U64(uint64_t{1} << 62).bytes(),
                 {"key \"k\"", "array of 4611686018427387904 UINT32"});
-  ExpectRefused(RawGguf().Header(0, 1).Str("k").U32(9).U32(8).U64(~0ull).bytes(), {"key \"k\"", "STRING elements"});
+  ExpectRefused(RawGguf().Header(0, 1).Str("k").U32(9).U32(8).U64(~0ull).bytes(),
+                {"key \"k\"", "STRING elements"});
   ExpectRefused(RawGguf().Header(0, 1).Str("k").U32(9).U32(8).U64(2).Str("x").U64(1000).bytes(), {"key \"k\"[1]"});
 }
 
@@ -134,7 +137,8 @@ TEST_F(GgufMalformedTest, BadValues) {
   ExpectRefused(RawGguf().Header(0, 1).Str("k").U32(9).U32(99).U64(0).bytes(), {"unknown array element type 99"});
   ExpectRefused(RawGguf().Header(0, 1).Str("k").U32(7).U8(2).bytes(), {"BOOL of value 2"});
   ExpectRefused(RawGguf().Header(0, 1).Str("k").U32(9).U32(7).U64(2).U8(1).U8(5).bytes(), {"element 1", "BOOL"});
-  ExpectRefused(RawGguf().Header(0, 2).KvU32("k", 1).KvU32("k", 2).bytes(), {"key \"k\" appears twice", "at byte 41"});
+  ExpectRefused(RawGguf().Header(0, 2).KvU32("k", 1).KvU32("k", 2).bytes(),
+                {"key \"k\" appears twice", "at byte 41"});
   ExpectRefused(RawGguf().Header(0, 1).Str("").U32(4).U32(1).bytes(), {"empty metadata key"});
   // Arrays nested deeper than the limit.
   RawGguf deep;
@@ -146,14 +150,20 @@ TEST_F(GgufMalformedTest, BadValues) {
 
 TEST_F(GgufMalformedTest, BadAlignment) {
   for (uint32_t a : {0u, 3u, 48u, 1u << 21, 1u << 31}) {
-    ExpectRefused(RawGguf().Header(0, 1).KvU32("general.alignment", a).bytes(), {"general.alignment", "power of two"});
+    ExpectRefused(RawGguf().Header(0, 1).KvU32("general.alignment", a).bytes(),
+                  {"general.alignment", "power of two"});
   }
   ExpectRefused(RawGguf().Header(0, 1).Str("general.alignment").U32(10).U64(32).bytes(), {"UINT64, not a UINT32"});
 }
 
 TEST_F(GgufMalformedTest, BadTensorInfos) {
   auto file = [](std::vector<uint64_t> dims, uint32_t type, uint64_t offset, std::string name = "t") {
-    return RawGguf().Header(1, 0).TensorInfo(name, dims, type, offset).PadTo(32).Bytes(std::string(64, '\0')).bytes();
+    return RawGguf()
+        .Header(1, 0)
+        .TensorInfo(name, dims, type, offset)
+        .PadTo(32)
+        .Bytes(std::string(64, '\0'))
+        .bytes();
   };
   ExpectRefused(file({8}, 4, 0), {"tensor \"t\"", "unknown ggml type 4", "at byte"});
   ExpectRefused(file({8}, 42, 0), {"unknown ggml type 42"});
@@ -169,9 +179,15 @@ TEST_F(GgufMalformedTest, BadTensorInfos) {
   ExpectRefused(file({8}, 0, 0, std::string(64, 'x')), {"a tensor name is 64 bytes long"});
   ExpectRefused(file({8}, 0, 0, ""), {"an empty tensor name"});
   // Only an empty tensor, and the file ends before the (padded) data section would start.
-  ExpectRefused(RawGguf().Header(1, 0).TensorInfo("e", {0}, 0, 0).bytes(), {"data section would start at byte 64"});
-  ExpectRefused(RawGguf().Header(2, 0).TensorInfo("t", {8}, 0, 0).TensorInfo("t", {8}, 0, 32).PadTo(32)
-                    .Bytes(std::string(64, '\0')).bytes(),
+  ExpectRefused(RawGguf().Header(1, 0).TensorInfo("e", {0}, 0, 0).bytes(),
+                {"data section would start at byte 64"});
+  ExpectRefused(RawGguf()
+                    .Header(2, 0)
+                    .TensorInfo("t", {8}, 0, 0)
+                    .TensorInfo("t", {8}, 0, 32)
+                    .PadTo(32)
+                    .Bytes(std::string(64, '\0'))
+                    .bytes(),
                 {"tensor \"t\" appears twice"});
 }
 

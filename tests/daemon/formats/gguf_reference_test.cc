@@ -10,17 +10,16 @@
 //    computes the same logits and tokens as the original file.
 // Needs node and the pinned npm packages (scripts/install_references.sh); fails, with the command
 // to run, when they are missing.
+#include <fmt/format.h>
 #include <gtest/gtest.h>
 
 #include <cmath>
 #include <cstdlib>
 #include <cstring>
 #include <fstream>
+#include <nlohmann/json.hpp>
 #include <string>
 #include <vector>
-
-#include <fmt/format.h>
-#include <nlohmann/json.hpp>
 
 #include "daemon/formats/gguf_file.h"
 #include "daemon/formats/gguf_writer.h"
@@ -36,7 +35,8 @@ using W = GgufWriteValue;
 std::string NodeModules() {
   const char* dir = std::getenv("NIELS_REFERENCE_DIR");
   const char* home = std::getenv("HOME");
-  const std::string root = dir != nullptr ? dir : std::string(home != nullptr ? home : "/root") + "/.cache/nielsd-reference";
+  const std::string root =
+      dir != nullptr ? dir : std::string(home != nullptr ? home : "/root") + "/.cache/nielsd-reference";
   return root + "/npm-llamacpp/node_modules";
 }
 
@@ -107,13 +107,15 @@ TEST_F(GgufReferenceTest, NodeLlamaCppReadsWhatWeWrite) {
     ASSERT_TRUE(w.AddMetadata("test.u64", W::U64(12345678901234567890ull)).ok());
     ASSERT_TRUE(w.AddMetadata("test.i64", W::I64(-1234567890123ll)).ok());
     ASSERT_TRUE(w.AddMetadata("test.f64", W::F64(3.141592653589793)).ok());
-    ASSERT_TRUE(w.AddMetadata("test.nested", W::Array(GgufValueType::kArray,
-                                                      {W::StringArray({"a", "b"}), W::StringArray({})}))
+    ASSERT_TRUE(w.AddMetadata("test.nested",
+                              W::Array(GgufValueType::kArray, {W::StringArray({"a", "b"}), W::StringArray({})}))
                     .ok());
     ASSERT_TRUE(w.AddMetadata("tokenizer.ggml.tokens", W::StringArray(tokens)).ok());
     ASSERT_TRUE(w.AddMetadata("tokenizer.ggml.scores", W::F32Array(scores)).ok());
     ASSERT_TRUE(w.AddMetadata("tokenizer.ggml.token_type", W::I32Array(types)).ok());
-    ASSERT_TRUE(w.AddMetadata("tokenizer.chat_template", W::String("{% for m in messages %}{{ m.content }}{% endfor %}")).ok());
+    ASSERT_TRUE(
+        w.AddMetadata("tokenizer.chat_template", W::String("{% for m in messages %}{{ m.content }}{% endfor %}"))
+            .ok());
     std::vector<uint8_t> bytes(1 << 16);
     for (size_t i = 0; i < bytes.size(); ++i) bytes[i] = static_cast<uint8_t>(i * 31);
     ASSERT_TRUE(w.AddTensor("token_embd.weight", GgmlType::kF16, {64, 300}, bytes.data()).ok());
@@ -130,8 +132,8 @@ TEST_F(GgufReferenceTest, NodeLlamaCppReadsWhatWeWrite) {
     const GgufFile& f = **ours;
 
     const auto out = dir_ / "node.json";
-    auto run = testing::RunProcess({"node", std::string(NIELS_SOURCE_DIR) + "/tests/tools/gguf_dump.mjs", NodeModules(),
-                                    path.string(), out.string()});
+    auto run = testing::RunProcess({"node", std::string(NIELS_SOURCE_DIR) + "/tests/tools/gguf_dump.mjs",
+                                    NodeModules(), path.string(), out.string()});
     ASSERT_EQ(run.exit_code, 0) << run.err;
     const Json node = Json::parse(testing::ReadFile(out));
     EXPECT_EQ(node["version"], 3);
@@ -163,10 +165,11 @@ TEST_F(GgufReferenceTest, ReadsNielsExportFiles) {
     const auto gguf = dir_ / ("demo-" + dtype + ".gguf");
     const auto expected_path = dir_ / "expected.json";
     const auto tensors_path = dir_ / "tensors.bin";
-    auto run = testing::RunProcess({"/usr/bin/python3", std::string(NIELS_SOURCE_DIR) + "/tests/tools/gguf_export_expected.py",
-                                    std::string(NIELS_SOURCE_DIR) + "/models/niels-demo", dtype, gguf.string(),
-                                    expected_path.string(), tensors_path.string()},
-                                   "", {}, std::chrono::milliseconds(120000));
+    auto run = testing::RunProcess(
+        {"/usr/bin/python3", std::string(NIELS_SOURCE_DIR) + "/tests/tools/gguf_export_expected.py",
+         std::string(NIELS_SOURCE_DIR) + "/models/niels-demo", dtype, gguf.string(), expected_path.string(),
+         tensors_path.string()},
+        "", {}, std::chrono::milliseconds(120000));
     ASSERT_EQ(run.exit_code, 0) << run.err;
     auto opened = GgufFile::Open(gguf);
     ASSERT_TRUE(opened.ok()) << opened.status().ToString();
@@ -194,12 +197,14 @@ TEST_F(GgufReferenceTest, ReadsNielsExportFiles) {
             auto got = f.GetStringArray(key);
             ASSERT_TRUE(got.ok());
             ASSERT_EQ(got->size(), e[2][1].size());
-            for (size_t j = 0; j < got->size(); ++j) EXPECT_EQ((*got)[j], e[2][1][j].get<std::string>()) << key << j;
+            for (size_t j = 0; j < got->size(); ++j)
+              EXPECT_EQ((*got)[j], e[2][1][j].get<std::string>()) << key << j;
           } else if (etype == static_cast<uint32_t>(GgufValueType::kFloat32)) {
             auto got = f.GetFloatArray(key);
             ASSERT_TRUE(got.ok());
             ASSERT_EQ(got->size(), e[2][1].size());
-            for (size_t j = 0; j < got->size(); ++j) EXPECT_EQ((*got)[j], static_cast<double>(e[2][1][j].get<float>()));
+            for (size_t j = 0; j < got->size(); ++j)
+              EXPECT_EQ((*got)[j], static_cast<double>(e[2][1][j].get<float>()));
           } else {
             auto got = f.GetIntArray(key);
             ASSERT_TRUE(got.ok());
@@ -233,7 +238,8 @@ void Rewrite(const GgufFile& original, const std::filesystem::path& out) {
     ASSERT_TRUE(w.AddMetadata(kv.key, GgufWriteValue::Copy(original, kv.value)).ok()) << kv.key;
   }
   for (const GgufTensorInfo& t : original.tensors()) {
-    ASSERT_TRUE(w.AddTensor(t.name, t.type, std::vector<int64_t>(t.dims, t.dims + t.n_dims), original.TensorData(t)).ok());
+    ASSERT_TRUE(
+        w.AddTensor(t.name, t.type, std::vector<int64_t>(t.dims, t.dims + t.n_dims), original.TensorData(t)).ok());
   }
   ASSERT_TRUE(w.Write(out).ok());
 }
@@ -243,9 +249,10 @@ TEST_F(GgufReferenceTest, LlamaCppRunsWhatWeRewrite) {
       << NodeModules() << " lacks node-llama-cpp: run scripts/install_references.sh";
   const std::string tools = std::string(NIELS_SOURCE_DIR) + "/tests/tools/";
   const auto original = dir_ / "original.gguf";
-  auto made = testing::RunProcess({"/usr/bin/python3", tools + "make_family_model.py", "qwen3", (dir_ / "hf").string(),
-                                   "--hidden", "64", "--layers", "1", "--gguf", original.string()},
-                                  "", {}, std::chrono::milliseconds(300000));
+  auto made =
+      testing::RunProcess({"/usr/bin/python3", tools + "make_family_model.py", "qwen3", (dir_ / "hf").string(),
+                           "--hidden", "64", "--layers", "1", "--gguf", original.string()},
+                          "", {}, std::chrono::milliseconds(300000));
   ASSERT_EQ(made.exit_code, 0) << made.err;
   auto file = GgufFile::Open(original);
   ASSERT_TRUE(file.ok()) << file.status().ToString();
@@ -256,9 +263,12 @@ TEST_F(GgufReferenceTest, LlamaCppRunsWhatWeRewrite) {
   // Alignment 64 gives another layout (offsets, padding) of the same model.
   GgufWriter w;
   ASSERT_TRUE(w.AddMetadata("general.alignment", W::U32(64)).ok());
-  for (const GgufKeyValue& kv : (*file)->metadata()) ASSERT_TRUE(w.AddMetadata(kv.key, GgufWriteValue::Copy(**file, kv.value)).ok());
+  for (const GgufKeyValue& kv : (*file)->metadata())
+    ASSERT_TRUE(w.AddMetadata(kv.key, GgufWriteValue::Copy(**file, kv.value)).ok());
   for (auto it = (*file)->tensors().rbegin(); it != (*file)->tensors().rend(); ++it) {  // reversed order too
-    ASSERT_TRUE(w.AddTensor(it->name, it->type, std::vector<int64_t>(it->dims, it->dims + it->n_dims), (*file)->TensorData(*it)).ok());
+    ASSERT_TRUE(w.AddTensor(it->name, it->type, std::vector<int64_t>(it->dims, it->dims + it->n_dims),
+                            (*file)->TensorData(*it))
+                    .ok());
   }
   const auto relaid = dir_ / "relaid.gguf";
   ASSERT_TRUE(w.Write(relaid).ok());
@@ -266,14 +276,16 @@ TEST_F(GgufReferenceTest, LlamaCppRunsWhatWeRewrite) {
   std::vector<Json> results;
   std::vector<std::string> logits;
   for (const auto& gguf : {original, rewritten, relaid}) {
-    const Json request = {{"gguf", gguf.string()}, {"context_size", 64},
+    const Json request = {{"gguf", gguf.string()},
+                          {"context_size", 64},
                           {"logits", {{151644, 9707, 1879, 11, 1246, 525, 498, 30, 151645}}},
                           {"logits_file", (dir_ / "logits.f32").string()},
                           {"greedy", {{{"prompt", {151644, 9707}}, {"max_new", 6}}}},
                           {"texts", {"Hello world, how are you?"}}};
     testing::WriteFile(dir_ / "request.json", request.dump());
-    auto run = testing::RunProcess({"node", tools + "llamacpp_reference.mjs", NodeModules(), (dir_ / "request.json").string(),
-                                    (dir_ / "result.json").string()}, "", {}, std::chrono::milliseconds(300000));
+    auto run = testing::RunProcess({"node", tools + "llamacpp_reference.mjs", NodeModules(),
+                                    (dir_ / "request.json").string(), (dir_ / "result.json").string()},
+                                   "", {}, std::chrono::milliseconds(300000));
     ASSERT_EQ(run.exit_code, 0) << gguf << ": " << run.err;
     results.push_back(Json::parse(testing::ReadFile(dir_ / "result.json")));
     logits.push_back(testing::ReadFile(dir_ / "logits.f32"));
@@ -293,7 +305,9 @@ TEST_F(GgufReferenceTest, ReadsTheFuzzSeeds) {
   const std::string corpus = std::string(NIELS_SOURCE_DIR) + "/tests/fuzz/gguf/corpus/";
   auto llama = GgufFile::Open(corpus + "llama_like");
   ASSERT_TRUE(llama.ok()) << llama.status().ToString();
-  EXPECT_EQ(*(*llama)->GetStringArray("tokenizer.ggml.tokens"), (std::vector<std::string_view>{"<s>", "a", "\xc4\xa0" "b"}));
+  EXPECT_EQ(*(*llama)->GetStringArray("tokenizer.ggml.tokens"), (std::vector<std::string_view>{"<s>", "a",
+                                                                                               "\xc4\xa0"
+                                                                                               "b"}));
   EXPECT_EQ(*(*llama)->GetFloat("llama.rope.freq_base"), 500000.0);
   EXPECT_EQ(*(*llama)->GetInt("i64"), -5);
   EXPECT_EQ((*llama)->FindTensor("token_embd.weight")->Shape(), std::vector<int64_t>({2, 4}));
