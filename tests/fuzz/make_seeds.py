@@ -83,6 +83,57 @@ def weight_shapes(V, C, L, d_ff):
     return t
 
 
+def gguf(kvs, tensors, alignment=32, version=3):
+    """A GGUF file. kvs: (key, type id, payload bytes); tensors: (name, dims, ggml type, data)."""
+    def string(x):
+        x = x.encode() if isinstance(x, str) else x
+        return struct.pack("<Q", len(x)) + x
+    out = b"GGUF" + struct.pack("<IQQ", version, len(tensors), len(kvs))
+    for key, vtype, payload in kvs:
+        out += string(key) + struct.pack("<I", vtype) + payload
+    offset, infos = 0, b""
+    for name, dims, gtype, data in tensors:
+        offset += -offset % alignment
+        infos += string(name) + struct.pack("<I", len(dims)) + b"".join(struct.pack("<Q", d) for d in dims)
+        infos += struct.pack("<IQ", gtype, offset)
+        offset += len(data)
+    out += infos
+    out += b"\0" * (-len(out) % alignment)
+    start, offset = len(out), 0
+    for _, _, _, data in tensors:
+        out += b"\0" * ((start + offset + -offset % alignment) - len(out))
+        offset += -offset % alignment
+        out += data
+        offset += len(data)
+    return out
+
+
+def gguf_seeds():
+    """Seeds for tests/fuzz/gguf: a llama-like header with every value type, and block types."""
+    def s(x):
+        x = x.encode()
+        return struct.pack("<Q", len(x)) + x
+    def arr(etype, items):
+        return struct.pack("<IQ", etype, len(items)) + b"".join(items)
+    kvs = [("general.architecture", 8, s("llama")), ("llama.block_count", 4, struct.pack("<I", 2)),
+           ("llama.rope.freq_base", 6, struct.pack("<f", 500000.0)), ("b", 7, b"\x01"),
+           ("u8", 0, b"\x07"), ("i8", 1, b"\xf9"), ("u16", 2, struct.pack("<H", 9)), ("i16", 3, struct.pack("<h", -9)),
+           ("i32", 5, struct.pack("<i", -3)), ("u64", 10, struct.pack("<Q", 1 << 40)), ("i64", 11, struct.pack("<q", -5)),
+           ("f64", 12, struct.pack("<d", 0.25)),
+           ("tokenizer.ggml.tokens", 9, arr(8, [s("<s>"), s("a"), s("\u0120b")])),
+           ("tokenizer.ggml.token_type", 9, arr(5, [struct.pack("<i", t) for t in (3, 1, 1)])),
+           ("tokenizer.ggml.scores", 9, arr(6, [struct.pack("<f", -x) for x in (0.0, 1.0, 2.0)])),
+           ("nested", 9, arr(9, [arr(8, [s("x")]), arr(4, [])]))]
+    f32 = struct.pack("<8f", *range(8))
+    write("gguf", "llama_like", gguf(kvs, [("token_embd.weight", [4, 2], 0, f32), ("output_norm.weight", [4], 0, f32[:16])]))
+    write("gguf", "block_types", gguf([("general.alignment", 4, struct.pack("<I", 64))],
+                                      [("q8", [32, 2], 8, bytes(range(68))), ("q4k", [256], 12, bytes(144)),
+                                       ("f16", [3], 1, b"\x00\x3c" * 3), ("empty", [0, 3], 14, b"")], alignment=64))
+    write("gguf", "version2", gguf(kvs[:3], [("t", [2], 0, f32[:8])], version=2))
+    write("gguf", "no_tensors", gguf(kvs[:1], []))
+    write("gguf", "truncated", gguf(kvs[:2], [("t", [8], 0, f32)])[:-5])
+
+
 def main():
     pb = load_proto()
 
@@ -170,6 +221,8 @@ def main():
                                                     top_logprobs=99, trace_layer=-1, sampling=S(temperature=float("nan"), top_p=2.0))))
     bad += frame(req(41, chat=pb.ChatRequest(session_id="nope", user_text="x" * 300, max_new_tokens=0)))
     write("request", "invalid", bad)
+
+    gguf_seeds()
 
 
 if __name__ == "__main__":

