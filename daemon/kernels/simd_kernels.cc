@@ -1,5 +1,6 @@
 #include "daemon/kernels/simd_kernels.h"
 
+#include "daemon/kernels/quant_blocks.h"
 #include "daemon/kernels/simd_table.h"
 
 #if defined(__x86_64__)
@@ -66,9 +67,21 @@ void DotRows(Matrix w, int64_t in, const float* x, int64_t x_stride, int64_t row
 
 void Attend(const AttendArgs& args, Dtype kv_dtype) { active->attend[Index(kv_dtype)](args); }
 
-void ToFloat(const void* src, Dtype dtype, int64_t n, float* dst) { active->to_float[Index(dtype)](src, n, dst); }
+void ToFloat(const void* src, Dtype dtype, int64_t n, float* dst) {
+  if (IsQuantized(dtype)) {
+    DequantizeBlocks(dtype, src, n / DtypeBlockElements(dtype), dst);
+  } else {
+    active->to_float[Index(dtype)](src, n, dst);
+  }
+}
 
-void FromFloat(const float* src, int64_t n, Dtype dtype, void* dst) { active->from_float[Index(dtype)](src, n, dst); }
+void FromFloat(const float* src, int64_t n, Dtype dtype, void* dst) {
+  if (IsQuantized(dtype)) {
+    QuantizeBlocks(dtype, src, n, dst);
+  } else {
+    active->from_float[Index(dtype)](src, n, dst);
+  }
+}
 
 void Exp(const float* x, int64_t n, float* out) { active->exp(x, n, out); }
 

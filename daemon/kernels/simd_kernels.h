@@ -38,7 +38,8 @@ void DotRows(Matrix w, int64_t in, const float* x, int64_t x_stride, int64_t row
 void Attend(const AttendArgs& args, Dtype kv_dtype);
 
 // dst[i] = src[i] as float / narrowed to `dtype` (dtype.h's rounding; the same bits in every
-// implementation).
+// implementation). For a block type (n a multiple of its block): DequantizeBlocks / QuantizeBlocks
+// of quant_blocks.h (scalar: the same code in every implementation).
 void ToFloat(const void* src, Dtype dtype, int64_t n, float* dst);
 void FromFloat(const float* src, int64_t n, Dtype dtype, void* dst);
 
