@@ -47,12 +47,40 @@ struct KernelTable {
   SiluMulFn silu_mul;
 };
 
+// The arguments of DotRowsQuantized (simd_kernels.h): weight rows of a block type against rows of
+// activations quantized for it (quant_activations.h; the layout's offsets are passed as numbers,
+// since the per-ISA files include nothing that defines inline functions).
+struct QuantDotArgs {
+  const void* w;  // [*, in] of the entry's block type, w_row_bytes per row
+  int64_t in;
+  int64_t w_row_bytes;
+  const void* x;  // quantized activation rows, x_row_bytes apart
+  int64_t x_row_bytes;
+  int64_t x_d_offset, x_sums_offset, x_starts_offset;  // ActivationLayout's offsets
+  int64_t rows;
+  const float* bias;  // or nullptr
+  float* y;
+  int64_t y_stride;
+  int64_t prefetch_end;  // weight rows below this index may be prefetched (>= o_end)
+};
+using QuantDotFn = void (*)(const QuantDotArgs& args, int64_t o_begin, int64_t o_end);
+
+// One instruction set's kernels for the block types (quant weights x quantized activations),
+// indexed by dtype - kQ8_0: q8_0, q4_0, q4_k, q5_k, q6_k.
+struct QuantKernelTable {
+  const char* name;
+  QuantDotFn dot[5];
+};
+
 const KernelTable& PortableTable();
+const QuantKernelTable& PortableQuantTable();
 // f32 -> bf16, round to nearest even (scalar; every table uses it).
 void PortableF32ToBF16(const float* src, int64_t n, void* dst);
 #if defined(__x86_64__)
 const KernelTable& Avx2Table();    // REQUIRES (to call its functions): avx2, fma, f16c
 const KernelTable& Avx512Table();  // REQUIRES: avx512f, avx512bw, avx512vl, avx512dq, fma, f16c
+const QuantKernelTable& Avx2QuantTable();        // REQUIRES: avx2, fma, f16c
+const QuantKernelTable& Avx512VnniQuantTable();  // REQUIRES: Avx512Table's, avx512vnni
 #endif
 
 }  // namespace niels::daemon::kernels::simd
