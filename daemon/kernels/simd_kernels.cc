@@ -98,10 +98,9 @@ void DotRows(Matrix w, int64_t in, const float* x, int64_t x_stride, int64_t row
 }
 
 void QuantizeActivations(Dtype weight, const float* x, int64_t x_stride, int64_t rows, int64_t in, void* out) {
-  const ActivationLayout layout = ActivationLayoutFor(weight, in);
-  for (int64_t r = 0; r < rows; ++r) {
-    QuantizeActivationRow(layout, x + r * x_stride, static_cast<unsigned char*>(out) + r * layout.row_bytes);
-  }
+  const ActivationLayout l = ActivationLayoutFor(weight, in);
+  const QuantizeActsArgs args{l.in, l.block, l.padded, l.bias, l.d_offset, l.sums_offset, l.starts_offset, l.row_bytes};
+  active_quant->quantize(args, x, x_stride, rows, out);
 }
 
 void DotRowsQuantized(Matrix w, int64_t in, const void* xq, int64_t rows, const float* bias, float* y,

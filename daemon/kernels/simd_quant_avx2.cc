@@ -198,10 +198,69 @@ struct Block256Kernel : Common {
   static void TailUnit(const unsigned char* const (&)[RM], const XRow (&)[RN], int64_t, Acc (&)[RM][RN]) {}
 };
 
+// quant_activations.h's quantization of one row, 8 values at a time, with QuantizeActivationRow's
+// operations (so its bytes): an integer max of |x|'s bits, d and 1 / d in scalar, x * id rounded
+// to nearest even by VCVTPS2DQ.
+void QuantizeRow(const QuantizeActsArgs& l, const float* x, unsigned char* row) {
+  std::memset(row, 0, static_cast<size_t>(l.row_bytes));
+  auto* q = reinterpret_cast<int8_t*>(row);
+  auto* d = reinterpret_cast<float*>(row + l.d_offset);
+  auto* sums = reinterpret_cast<int16_t*>(row + l.sums_offset);
+  auto* starts = reinterpret_cast<int32_t*>(row + l.starts_offset);
+  const __m256i abs_mask = _mm256_set1_epi32(0x7fffffff);
+  for (int64_t b = 0; b < l.in / l.block; ++b) {
+    const float* xb = x + b * l.block;
+    __m256i max = _mm256_setzero_si256();
+    for (int64_t k = 0; k < l.block; k += 8) {
+      max = _mm256_max_epu32(max, _mm256_and_si256(_mm256_castps_si256(_mm256_loadu_ps(xb + k)), abs_mask));
+    }
+    __m128i m = _mm_max_epu32(_mm256_castsi256_si128(max), _mm256_extracti128_si256(max, 1));
+    m = _mm_max_epu32(m, _mm_shuffle_epi32(m, 0x4e));
+    m = _mm_max_epu32(m, _mm_shuffle_epi32(m, 0xb1));
+    const uint32_t amax_bits = static_cast<uint32_t>(_mm_cvtsi128_si32(m));
+    float scale = 0.0f;
+    if (amax_bits >= 0x7f800000) {
+      const uint32_t nan = 0x7fc00000;
+      std::memcpy(&scale, &nan, 4);
+    } else if (amax_bits >= 0x0d800000) {
+      float amax;
+      std::memcpy(&amax, &amax_bits, 4);
+      scale = amax / 127.0f;
+      const __m256 id = _mm256_set1_ps(1.0f / scale);
+      for (int64_t k = 0; k < l.block; k += 16) {
+        const __m256i a = _mm256_cvtps_epi32(_mm256_mul_ps(_mm256_loadu_ps(xb + k), id));
+        const __m256i c = _mm256_cvtps_epi32(_mm256_mul_ps(_mm256_loadu_ps(xb + k + 8), id));
+        // Saturating packs keep [-127, 127] (|x * id| <= 127.00x); the lanes interleave by 128 bits.
+        const __m256i words = _mm256_permute4x64_epi64(_mm256_packs_epi32(a, c), 0xd8);
+        const __m128i bytes = _mm_packs_epi16(_mm256_castsi256_si128(words), _mm256_extracti128_si256(words, 1));
+        _mm_storeu_si128(reinterpret_cast<__m128i*>(q + b * l.block + k), _mm_max_epi8(bytes, _mm_set1_epi8(-127)));
+      }
+    }
+    if (l.block == 32) {
+      _mm256_storeu_ps(d + 8 * b, _mm256_set1_ps(scale));
+    } else {
+      d[b] = scale;
+    }
+  }
+  const __m128i ones8 = _mm_set1_epi8(1), ones16 = _mm_set1_epi16(1);
+  for (int64_t g = 0; g < l.in / 16; ++g) {
+    const __m128i bytes = _mm_loadu_si128(reinterpret_cast<const __m128i*>(q + 16 * g));
+    const __m128i fours = _mm_madd_epi16(_mm_maddubs_epi16(ones8, bytes), ones16);
+    _mm_storeu_si128(reinterpret_cast<__m128i*>(starts + 4 * g), _mm_mullo_epi32(fours, _mm_set1_epi32(-l.bias)));
+    const __m128i pairs = _mm_hadd_epi32(fours, fours);
+    sums[g] = static_cast<int16_t>(_mm_cvtsi128_si32(_mm_hadd_epi32(pairs, pairs)));
+  }
+}
+
+void QuantizeRows(const QuantizeActsArgs& l, const float* x, int64_t x_stride, int64_t rows, void* out) {
+  for (int64_t r = 0; r < rows; ++r) QuantizeRow(l, x + r * x_stride, static_cast<unsigned char*>(out) + r * l.row_bytes);
+}
+
 constexpr QuantKernelTable kTable = {
     "avx2",
     {QuantDotImpl<Block32Kernel<false>>, QuantDotImpl<Block32Kernel<true>>, QuantDotImpl<Block256Kernel<0>>,
      QuantDotImpl<Block256Kernel<1>>, QuantDotImpl<Block256Kernel<2>>},
+    QuantizeRows,
 };
 
 }  // namespace

@@ -244,10 +244,63 @@ struct Block256Kernel : Common {
   static void TailUnit(const unsigned char* const (&)[RM], const XRow (&)[RN], int64_t, Acc (&)[RM][RN]) {}
 };
 
+// quant_activations.h's quantization of one row, 16 values at a time: the same operations as
+// QuantizeActivationRow (an integer max of |x|'s bits, d and 1 / d in scalar, x * id rounded to
+// nearest even by VCVTPS2DQ), so the same bytes.
+void QuantizeRow(const QuantizeActsArgs& l, const float* x, unsigned char* row) {
+  std::memset(row, 0, static_cast<size_t>(l.row_bytes));
+  auto* q = reinterpret_cast<int8_t*>(row);
+  auto* d = reinterpret_cast<float*>(row + l.d_offset);
+  auto* sums = reinterpret_cast<int16_t*>(row + l.sums_offset);
+  auto* starts = reinterpret_cast<int32_t*>(row + l.starts_offset);
+  const __m512i abs_mask = _mm512_set1_epi32(0x7fffffff);
+  for (int64_t b = 0; b < l.in / l.block; ++b) {
+    const float* xb = x + b * l.block;
+    __m512i max = _mm512_setzero_si512();
+    for (int64_t k = 0; k < l.block; k += 16) {
+      max = _mm512_max_epu32(max, _mm512_and_si512(_mm512_castps_si512(_mm512_loadu_ps(xb + k)), abs_mask));
+    }
+    const uint32_t amax_bits = _mm512_reduce_max_epu32(max);
+    float scale = 0.0f;
+    if (amax_bits >= 0x7f800000) {
+      const uint32_t nan = 0x7fc00000;
+      std::memcpy(&scale, &nan, 4);
+    } else if (amax_bits >= 0x0d800000) {
+      float amax;
+      std::memcpy(&amax, &amax_bits, 4);
+      scale = amax / 127.0f;
+      const __m512 id = _mm512_set1_ps(1.0f / scale);
+      for (int64_t k = 0; k < l.block; k += 16) {
+        __m512i levels = _mm512_cvtps_epi32(_mm512_mul_ps(_mm512_loadu_ps(xb + k), id));
+        levels = _mm512_min_epi32(_mm512_max_epi32(levels, _mm512_set1_epi32(-127)), _mm512_set1_epi32(127));
+        _mm_storeu_si128(reinterpret_cast<__m128i*>(q + b * l.block + k), _mm512_cvtepi32_epi8(levels));
+      }
+    }
+    if (l.block == 32) {
+      _mm256_storeu_ps(d + 8 * b, _mm256_set1_ps(scale));
+    } else {
+      d[b] = scale;
+    }
+  }
+  // Sums of 4 (VPDPBUSD with ones) and of 16.
+  const __m128i ones = _mm_set1_epi8(1);
+  for (int64_t g = 0; g < l.in / 16; ++g) {
+    const __m128i fours = _mm_dpbusd_epi32(_mm_setzero_si128(), ones, _mm_loadu_si128(reinterpret_cast<const __m128i*>(q + 16 * g)));
+    _mm_storeu_si128(reinterpret_cast<__m128i*>(starts + 4 * g), _mm_mullo_epi32(fours, _mm_set1_epi32(-l.bias)));
+    const __m128i pairs = _mm_hadd_epi32(fours, fours);
+    sums[g] = static_cast<int16_t>(_mm_cvtsi128_si32(_mm_hadd_epi32(pairs, pairs)));
+  }
+}
+
+void QuantizeRows(const QuantizeActsArgs& l, const float* x, int64_t x_stride, int64_t rows, void* out) {
+  for (int64_t r = 0; r < rows; ++r) QuantizeRow(l, x + r * x_stride, static_cast<unsigned char*>(out) + r * l.row_bytes);
+}
+
 constexpr QuantKernelTable kTable = {
     "avx512-vnni",
     {QuantDotImpl<Block32Kernel<false>>, QuantDotImpl<Block32Kernel<true>>, QuantDotImpl<Block256Kernel<0>>,
      QuantDotImpl<Block256Kernel<1>>, QuantDotImpl<Block256Kernel<2>>},
+    QuantizeRows,
 };
 
 }  // namespace

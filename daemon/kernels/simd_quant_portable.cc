@@ -11,6 +11,7 @@
 #include <cstring>
 
 #include "daemon/kernels/dtype.h"
+#include "daemon/kernels/quant_activations.h"
 #include "daemon/kernels/quant_blocks.h"
 #include "daemon/kernels/simd_table.h"
 
@@ -154,9 +155,25 @@ constexpr QuantKernelTable kTable = {
     "portable",
     {QuantDotImpl<Block32Kernel<false>>, QuantDotImpl<Block32Kernel<true>>, QuantDotImpl<Block256Kernel<Dtype::kQ4_K>>,
      QuantDotImpl<Block256Kernel<Dtype::kQ5_K>>, QuantDotImpl<Block256Kernel<Dtype::kQ6_K>>},
+    PortableQuantizeActs,
 };
 
 }  // namespace
+
+void PortableQuantizeActs(const QuantizeActsArgs& a, const float* x, int64_t x_stride, int64_t rows, void* out) {
+  ActivationLayout layout;
+  layout.in = a.in;
+  layout.block = a.block;
+  layout.padded = a.padded;
+  layout.bias = a.bias;
+  layout.d_offset = a.d_offset;
+  layout.sums_offset = a.sums_offset;
+  layout.starts_offset = a.starts_offset;
+  layout.row_bytes = a.row_bytes;
+  for (int64_t r = 0; r < rows; ++r) {
+    QuantizeActivationRow(layout, x + r * x_stride, static_cast<unsigned char*>(out) + r * a.row_bytes);
+  }
+}
 
 const QuantKernelTable& PortableQuantTable() { return kTable; }
 

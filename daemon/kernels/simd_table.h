@@ -65,12 +65,25 @@ struct QuantDotArgs {
 };
 using QuantDotFn = void (*)(const QuantDotArgs& args, int64_t o_begin, int64_t o_end);
 
+// The arguments of QuantizeActivations: an ActivationLayout (quant_activations.h) spelled out.
+struct QuantizeActsArgs {
+  int64_t in, block, padded;
+  int32_t bias;
+  int64_t d_offset, sums_offset, starts_offset, row_bytes;
+};
+// Rows of x (x_stride apart) into rows of row_bytes at `out`, QuantizeActivationRow's bytes.
+using QuantizeActsFn = void (*)(const QuantizeActsArgs& layout, const float* x, int64_t x_stride, int64_t rows,
+                                void* out);
+
 // One instruction set's kernels for the block types (quant weights x quantized activations),
-// indexed by dtype - kQ8_0: q8_0, q4_0, q4_k, q5_k, q6_k.
+// indexed by dtype - kQ8_0: q8_0, q4_0, q4_k, q5_k, q6_k; and its activation quantizer.
 struct QuantKernelTable {
   const char* name;
   QuantDotFn dot[5];
+  QuantizeActsFn quantize;
 };
+// The scalar activation quantizer (quant_activations.cc's definition), row by row.
+void PortableQuantizeActs(const QuantizeActsArgs& layout, const float* x, int64_t x_stride, int64_t rows, void* out);
 
 const KernelTable& PortableTable();
 const QuantKernelTable& PortableQuantTable();
