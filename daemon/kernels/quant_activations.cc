@@ -49,7 +49,7 @@ ActivationLayout ActivationLayoutFor(Dtype weight, int64_t in) {
   const int64_t d_bytes = l.block == 32 ? l.padded / 32 * 8 * 4 : in / 256 * 4;
   l.d_offset = l.padded;
   l.sums_offset = l.d_offset + (d_bytes + 63) / 64 * 64;
-  l.starts_offset = l.sums_offset + l.padded / 16 * 2;
+  l.starts_offset = l.sums_offset + (l.padded / 32 * 2 + 63) / 64 * 64;
   l.row_bytes = l.starts_offset + l.padded / 4 * 4;
   l.row_bytes = (l.row_bytes + 63) / 64 * 64;
   return l;
@@ -70,9 +70,9 @@ void QuantizeActivationRow(const ActivationLayout& layout, const float* x, void*
       d[b] = scale;
     }
   }
-  for (int64_t g = 0; g < layout.in / 16; ++g) {
+  for (int64_t g = 0; g < layout.in / 32; ++g) {
     int sum = 0;
-    for (int i = 0; i < 16; ++i) sum += q[16 * g + i];
+    for (int i = 0; i < 32; ++i) sum += q[32 * g + i];
     sums[g] = static_cast<int16_t>(sum);
   }
   for (int64_t g = 0; g < layout.in / 4; ++g) {

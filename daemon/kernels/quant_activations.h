@@ -18,7 +18,7 @@
 //   q       int8  [padded]
 //   d       float [padded / 32 * 8] for 32-blocks (each block's d repeated 8 times: the lanes of
 //                 its products), [in / 256] for 256-blocks
-//   sums    int16 [padded / 16]: the sum of q over each 16
+//   sums    int16 [padded / 32]: the sum of q over each 32
 //   starts  int32 [padded / 4]: -bias * (the sum of q over each 4), bias = 128 (q8_0), 8 (q4_0),
 //                 32 (q6_k), 0 (q4_k, q5_k): what a lane of VPDPBUSD over 4 values starts from so
 //                 that it ends at the true dot product with the weights' offset levels

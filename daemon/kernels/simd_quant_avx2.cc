@@ -12,8 +12,8 @@
 //     A_l = sum over the steps of (the exact dot of the lane's values) * (their sub-block's / group's
 //     scale)                                      exact: |A_l| < 2^24
 //     acc_l = fma(float(A_l), d * d_x, acc_l)
-//     q4_k, q5_k: acc_l = fnmadd(float(m_l * s_l), dmin * d_x, acc_l), m_l the min of sub-block l,
-//     s_l the sum of its activation levels
+//     q4_k, q5_k: acc_l = fnmadd(float(m_2l s_2l + m_2l+1 s_2l+1), dmin * d_x, acc_l) for l < 4,
+//     m_k the min of sub-block k, s_k the sum of its activation levels
 // and y = the lanes summed in a fixed tree + bias.
 
 #if defined(__x86_64__)
@@ -55,7 +55,7 @@ struct Common {
 template <bool kFourBits>
 struct Block32Kernel : Common {
   static constexpr int64_t kUnit = 32, kUnitBytes = kFourBits ? 18 : 34, kTailUnit = 0;
-  static constexpr int kTileRows = 2;  // 8 accumulators + levels, scale, constants, temporaries
+  static constexpr int kWeightRows = 4, kTileRows = 2;  // 8 accumulators + levels, scale, constants, temporaries
 
   template <int RM, int RN>
   static void Unit(const unsigned char* const (&w)[RM], const XRow (&x)[RN], int64_t u, Acc (&acc)[RM][RN]) {
@@ -102,11 +102,11 @@ struct Block256Kernel : Common {
   static constexpr bool kMins = kType != 2;
   static constexpr int64_t kUnit = 256, kTailUnit = 0;
   static constexpr int64_t kUnitBytes = kType == 0 ? 144 : kType == 1 ? 176 : 210;
-  static constexpr int kTileRows = 2;
+  static constexpr int kWeightRows = 4, kTileRows = 2;
 
   struct Row {
     int16_t scales[16];  // per sub-block (8) or group (16)
-    __m256i mins;        // int16: the min of sub-block g / 2 at g < 16
+    __m128i mins;        // int16: the 8 sub-block mins
     float d, dmin;
   };
 
@@ -115,8 +115,7 @@ struct Block256Kernel : Common {
       uint8_t scales[8], mins[8];
       ScalesAndMinsK4(p + 4, scales, mins);
       for (int s = 0; s < 8; ++s) row->scales[s] = scales[s];
-      const __m128i m16 = _mm_cvtepu8_epi16(_mm_loadl_epi64(reinterpret_cast<const __m128i*>(mins)));
-      row->mins = _mm256_set_m128i(_mm_unpackhi_epi16(m16, m16), _mm_unpacklo_epi16(m16, m16));
+      row->mins = _mm_cvtepu8_epi16(_mm_loadl_epi64(reinterpret_cast<const __m128i*>(mins)));
       row->d = HalfAt(p);
       row->dmin = HalfAt(p + 2);
     } else {
@@ -188,7 +187,8 @@ struct Block256Kernel : Common {
         const float dx = x[j].d[u];
         acc[i][j] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(sums[i][j]), _mm256_set1_ps(rows[i].d * dx), acc[i][j]);
         if constexpr (kMins) {
-          const __m256i min_sums = _mm256_madd_epi16(Load256(x[j].sums + 16 * u), rows[i].mins);
+          const __m128i block_sums = _mm_loadu_si128(reinterpret_cast<const __m128i*>(x[j].sums + 8 * u));
+          const __m256i min_sums = _mm256_zextsi128_si256(_mm_madd_epi16(block_sums, rows[i].mins));
           acc[i][j] = _mm256_fnmadd_ps(_mm256_cvtepi32_ps(min_sums), _mm256_set1_ps(rows[i].dmin * dx), acc[i][j]);
         }
       }
@@ -242,13 +242,13 @@ void QuantizeRow(const QuantizeActsArgs& l, const float* x, unsigned char* row) 
       d[b] = scale;
     }
   }
-  const __m128i ones8 = _mm_set1_epi8(1), ones16 = _mm_set1_epi16(1);
-  for (int64_t g = 0; g < l.in / 16; ++g) {
-    const __m128i bytes = _mm_loadu_si128(reinterpret_cast<const __m128i*>(q + 16 * g));
-    const __m128i fours = _mm_madd_epi16(_mm_maddubs_epi16(ones8, bytes), ones16);
-    _mm_storeu_si128(reinterpret_cast<__m128i*>(starts + 4 * g), _mm_mullo_epi32(fours, _mm_set1_epi32(-l.bias)));
-    const __m128i pairs = _mm_hadd_epi32(fours, fours);
-    sums[g] = static_cast<int16_t>(_mm_cvtsi128_si32(_mm_hadd_epi32(pairs, pairs)));
+  const __m256i ones8 = _mm256_set1_epi8(1), ones16 = _mm256_set1_epi16(1);
+  for (int64_t g = 0; g < l.in / 32; ++g) {
+    const __m256i fours = _mm256_madd_epi16(_mm256_maddubs_epi16(ones8, Load256(q + 32 * g)), ones16);
+    _mm256_storeu_si256(reinterpret_cast<__m256i*>(starts + 8 * g), _mm256_mullo_epi32(fours, _mm256_set1_epi32(-l.bias)));
+    __m128i total = _mm_add_epi32(_mm256_castsi256_si128(fours), _mm256_extracti128_si256(fours, 1));
+    total = _mm_hadd_epi32(total, total);
+    sums[g] = static_cast<int16_t>(_mm_cvtsi128_si32(_mm_hadd_epi32(total, total)));
   }
 }
 

@@ -15,8 +15,8 @@
 //     A_l = sum over the steps of VPDPWSSD(VPDPBUSD(starts or 0, w, q), scale of the lane's
 //           sub-block / group)                 exact: |A_l| < 2^24
 //     acc_l = fma(float(A_l), d * d_x, acc_l)
-//     q4_k, q5_k: acc_l = fnmadd(float(m_l * s_l), dmin * d_x, acc_l) for l < 8, with m_l the min
-//           of sub-block l and s_l the sum of its activation levels (exact)
+//     q4_k, q5_k: acc_l = fnmadd(float(m_2l s_2l + m_2l+1 s_2l+1), dmin * d_x, acc_l) for l < 4,
+//           with m_k the min of sub-block k and s_k the sum of its activation levels (exact)
 // and y = the lanes summed in a fixed tree (Reduce4) + bias. The products d_w * d_x etc. are one
 // float rounding each.
 
@@ -64,9 +64,10 @@ struct Common {
 // The f16 scales of two 32-blocks at p and p + stride widened into lanes 0-7 and 8-15 (the second
 // 0 when `one`).
 __m512 TwoScales(const unsigned char* p, int64_t stride, bool one) {
-  const __m128i first = _mm_set1_epi16(static_cast<int16_t>(LoadU16(p)));
-  const __m128i second = one ? _mm_setzero_si128() : _mm_set1_epi16(static_cast<int16_t>(LoadU16(p + stride)));
-  return _mm512_cvtph_ps(_mm256_set_m128i(second, first));
+  const uint32_t both = LoadU16(p) | (one ? 0u : static_cast<uint32_t>(LoadU16(p + stride)) << 16);
+  const __m128 widened = _mm_cvtph_ps(_mm_cvtsi32_si128(static_cast<int>(both)));
+  return _mm512_permutexvar_ps(_mm512_set_epi32(1, 1, 1, 1, 1, 1, 1, 1, 0, 0, 0, 0, 0, 0, 0, 0),
+                               _mm512_castps128_ps512(widened));
 }
 
 // q8_0 (kFourBits false) and q4_0: a unit is two 32-blocks (64 values), the last may be one.
@@ -74,7 +75,7 @@ template <bool kFourBits>
 struct Block32Kernel : Common {
   static constexpr int64_t kBlockBytes = kFourBits ? 18 : 34;
   static constexpr int64_t kUnit = 64, kUnitBytes = 2 * kBlockBytes, kTailUnit = 32;
-  static constexpr int kTileRows = 6;  // 24 accumulators + weights, scales, temporaries
+  static constexpr int kWeightRows = 4, kTileRows = 6;  // 24 accumulators + weights, scales, temporaries
 
   // The 64 weight levels as unsigned bytes in value order: q8_0's w + 128; q4_0's nibbles (w + 8).
   static __m512i Levels(const unsigned char* p, bool one) {
@@ -136,12 +137,12 @@ struct Block256Kernel : Common {
   static constexpr bool kMins = kType != 2;
   static constexpr int64_t kUnit = 256, kTailUnit = 0;
   static constexpr int64_t kUnitBytes = kType == 0 ? 144 : kType == 1 ? 176 : 210;
-  static constexpr int kTileRows = 3;  // 12 int + 12 float accumulators
+  static constexpr int kWeightRows = 2, kTileRows = 6;  // 12 int + 12 float accumulators
 
   // What one weight row's unit needs across its steps.
   struct Row {
     __m512i scales;  // int32 lanes: the 8 sub-block scales (q4_k, q5_k) or 16 group scales (q6_k), < 2^15
-    __m256i mins;    // int16: the min of sub-block g / 2 at g < 16 (q4_k, q5_k)
+    __m128i mins;    // int16: the 8 sub-block mins (q4_k, q5_k)
     __m512i high;    // q5_k's qh or q6_k's qh of the current half, in both 256-bit halves
     float d, dmin;
   };
@@ -151,10 +152,12 @@ struct Block256Kernel : Common {
       uint64_t scales, mins;
       ScalesAndMinsK4(p + 4, &scales, &mins);
       row->scales = _mm512_cvtepu8_epi32(_mm_cvtsi64_si128(static_cast<long long>(scales)));
-      const __m128i m16 = _mm_cvtepu8_epi16(_mm_cvtsi64_si128(static_cast<long long>(mins)));
-      row->mins = _mm256_set_m128i(_mm_unpackhi_epi16(m16, m16), _mm_unpacklo_epi16(m16, m16));
-      row->d = HalfAt(p);
-      row->dmin = HalfAt(p + 2);
+      row->mins = _mm_cvtepu8_epi16(_mm_cvtsi64_si128(static_cast<long long>(mins)));
+      uint32_t halves;
+      std::memcpy(&halves, p, 4);
+      const __m128 d_dmin = _mm_cvtph_ps(_mm_cvtsi32_si128(static_cast<int>(halves)));
+      row->d = _mm_cvtss_f32(d_dmin);
+      row->dmin = _mm_cvtss_f32(_mm_movehdup_ps(d_dmin));
       if constexpr (kType == 1) row->high = _mm512_broadcast_i64x4(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(p + 16)));
     } else {
       // Sign-extended int8 scales, the upper 16 bits of each lane cleared for VPDPWSSD.
@@ -233,8 +236,8 @@ struct Block256Kernel : Common {
         const float dx = x[j].d[u];
         acc[i][j] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(sums[i][j]), _mm512_set1_ps(rows[i].d * dx), acc[i][j]);
         if constexpr (kMins) {
-          const __m256i bsums = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(x[j].sums + 16 * u));
-          const __m512i min_sums = _mm512_zextsi256_si512(_mm256_madd_epi16(bsums, rows[i].mins));
+          const __m128i block_sums = _mm_loadu_si128(reinterpret_cast<const __m128i*>(x[j].sums + 8 * u));
+          const __m512i min_sums = _mm512_zextsi128_si512(_mm_madd_epi16(block_sums, rows[i].mins));
           acc[i][j] = _mm512_fnmadd_ps(_mm512_cvtepi32_ps(min_sums), _mm512_set1_ps(rows[i].dmin * dx), acc[i][j]);
         }
       }
@@ -282,13 +285,14 @@ void QuantizeRow(const QuantizeActsArgs& l, const float* x, unsigned char* row) 
       d[b] = scale;
     }
   }
-  // Sums of 4 (VPDPBUSD with ones) and of 16.
-  const __m128i ones = _mm_set1_epi8(1);
-  for (int64_t g = 0; g < l.in / 16; ++g) {
-    const __m128i fours = _mm_dpbusd_epi32(_mm_setzero_si128(), ones, _mm_loadu_si128(reinterpret_cast<const __m128i*>(q + 16 * g)));
-    _mm_storeu_si128(reinterpret_cast<__m128i*>(starts + 4 * g), _mm_mullo_epi32(fours, _mm_set1_epi32(-l.bias)));
-    const __m128i pairs = _mm_hadd_epi32(fours, fours);
-    sums[g] = static_cast<int16_t>(_mm_cvtsi128_si32(_mm_hadd_epi32(pairs, pairs)));
+  // Sums of 4 (VPDPBUSD with ones) and of 32.
+  const __m256i ones = _mm256_set1_epi8(1);
+  for (int64_t g = 0; g < l.in / 32; ++g) {
+    const __m256i fours = _mm256_dpbusd_epi32(_mm256_setzero_si256(), ones, _mm256_loadu_si256(reinterpret_cast<const __m256i*>(q + 32 * g)));
+    _mm256_storeu_si256(reinterpret_cast<__m256i*>(starts + 8 * g), _mm256_mullo_epi32(fours, _mm256_set1_epi32(-l.bias)));
+    __m128i total = _mm_add_epi32(_mm256_castsi256_si128(fours), _mm256_extracti128_si256(fours, 1));
+    total = _mm_hadd_epi32(total, total);
+    sums[g] = static_cast<int16_t>(_mm_cvtsi128_si32(_mm_hadd_epi32(total, total)));
   }
 }
 

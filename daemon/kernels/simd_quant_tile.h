@@ -6,7 +6,7 @@
 //   kUnit, kUnitBytes      weight values / bytes per unit: the span the kernel's integer sums
 //                          cover before it folds them into its float accumulators
 //   kTailUnit              0, or the values of a shorter last unit (in % kUnit == kTailUnit)
-//   kTileRows              rows of x per register tile (the tile is 4 weight rows x kTileRows)
+//   kWeightRows, kTileRows the register tile: kWeightRows (4 or 2) weight rows x kTileRows rows of x
 //   Acc, Zero()            a float accumulator per (weight row, x row) pair
 //   Unit<RM, RN>(w, x, u, acc)      unit u of RM weight rows (w[i]: the row's unit u) times RN
 //                                   activation rows x[j], into acc[i][j]
@@ -75,19 +75,19 @@ inline void QuantTile(const QuantDotArgs& a, int64_t o, int64_t r, bool prefetch
       K::template TailUnit<RM, RN>(wu, x, units, acc);
     }
   }
+  // Each accumulator reduced by Reduce4 (with zeros beside it when RM < 4: the same tree).
 #pragma GCC unroll 8
   for (int j = 0; j < RN; ++j) {
     float sums[4];
     float* y = a.y + (r + j) * a.y_stride + o;
     if constexpr (RM == 4) {
       K::Reduce4(acc[0][j], acc[1][j], acc[2][j], acc[3][j], sums);
-      for (int i = 0; i < 4; ++i) y[i] = a.bias != nullptr ? sums[i] + a.bias[o + i] : sums[i];
+    } else if constexpr (RM == 2) {
+      K::Reduce4(acc[0][j], acc[1][j], K::Zero(), K::Zero(), sums);
     } else {
-      for (int i = 0; i < RM; ++i) {
-        K::Reduce4(acc[i][j], K::Zero(), K::Zero(), K::Zero(), sums);
-        y[i] = a.bias != nullptr ? sums[0] + a.bias[o + i] : sums[0];
-      }
+      K::Reduce4(acc[0][j], K::Zero(), K::Zero(), K::Zero(), sums);
     }
+    for (int i = 0; i < RM; ++i) y[i] = a.bias != nullptr ? sums[i] + a.bias[o + i] : sums[i];
   }
 }
 
@@ -107,15 +107,16 @@ inline void QuantTileRows(const QuantDotArgs& a, int64_t o, int64_t r, int64_t r
 }
 
 // DotRowsQuantized over [o_begin, o_end): rows of x in chunks whose activations stay in L2 (about
-// 192 KiB) while each group of 4 weight rows meets all of them.
+// 192 KiB) while each group of kWeightRows weight rows meets all of them.
 template <class K>
 void QuantDotImpl(const QuantDotArgs& a, int64_t o_begin, int64_t o_end) {
   int64_t chunk = (192 * 1024) / (a.x_row_bytes + 1);
   chunk = chunk < K::kTileRows ? K::kTileRows : chunk / K::kTileRows * K::kTileRows;
   for (int64_t r = 0; r < a.rows; r += chunk) {
     const int64_t r_end = r + chunk < a.rows ? r + chunk : a.rows;
+    constexpr int kM = K::kWeightRows;
     int64_t o = o_begin;
-    for (; o + 4 <= o_end; o += 4) QuantTileRows<K, 4>(a, o, r, r_end, /*prefetch=*/o + 3 * 4 <= a.prefetch_end);
+    for (; o + kM <= o_end; o += kM) QuantTileRows<K, kM>(a, o, r, r_end, /*prefetch=*/o + 3 * kM <= a.prefetch_end);
     for (; o < o_end; ++o) QuantTileRows<K, 1>(a, o, r, r_end, /*prefetch=*/false);
   }
 }
