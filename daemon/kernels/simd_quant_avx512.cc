@@ -14,11 +14,12 @@
 //   q4_k, q5_k, q6_k (a unit = one 256-block in 4 steps of 64 values):
 //     A_l = sum over the steps of VPDPWSSD(VPDPBUSD(starts or 0, w, q), scale of the lane's
 //           sub-block / group)                 exact: |A_l| < 2^24
-//     acc_l = fma(float(A_l), d * d_x, acc_l)
-//     q4_k, q5_k: acc_l = fnmadd(float(m_2l s_2l + m_2l+1 s_2l+1), dmin * d_x, acc_l) for l < 4,
-//           with m_k the min of sub-block k and s_k the sum of its activation levels (exact)
-// and y = the lanes summed in a fixed tree (Reduce4) + bias. The products d_w * d_x etc. are one
-// float rounding each.
+//     b_l = float(A_l) * d
+//     q4_k, q5_k: b_l = fnmadd(float(M_l), dmin, b_l), M_l = m_2l s_2l + m_2l+1 s_2l+1 for l < 4
+//           (0 above), m_k the min of sub-block k, s_k the sum of its activation levels (exact)
+//     acc_l = fma(b_l, d_x, acc_l)
+// and y = the lanes summed in a fixed tree (Reduce4) + bias. Every float product and fma is one
+// rounding.
 
 #if defined(__x86_64__)
 
@@ -229,17 +230,20 @@ struct Block256Kernel : Common {
         }
       }
     }
+    // acc += (float(A) * d - float(mins) * dmin) * d_x, lane by lane.
 #pragma GCC unroll 8
     for (int i = 0; i < RM; ++i) {
+      const __m512 d = _mm512_set1_ps(rows[i].d);
+      const __m512 dmin = _mm512_set1_ps(rows[i].dmin);
 #pragma GCC unroll 8
       for (int j = 0; j < RN; ++j) {
-        const float dx = x[j].d[u];
-        acc[i][j] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(sums[i][j]), _mm512_set1_ps(rows[i].d * dx), acc[i][j]);
+        __m512 block = _mm512_mul_ps(_mm512_cvtepi32_ps(sums[i][j]), d);
         if constexpr (kMins) {
           const __m128i block_sums = _mm_loadu_si128(reinterpret_cast<const __m128i*>(x[j].sums + 8 * u));
           const __m512i min_sums = _mm512_zextsi128_si512(_mm_madd_epi16(block_sums, rows[i].mins));
-          acc[i][j] = _mm512_fnmadd_ps(_mm512_cvtepi32_ps(min_sums), _mm512_set1_ps(rows[i].dmin * dx), acc[i][j]);
+          block = _mm512_fnmadd_ps(_mm512_cvtepi32_ps(min_sums), dmin, block);
         }
+        acc[i][j] = _mm512_fmadd_ps(block, _mm512_set1_ps(x[j].d[u]), acc[i][j]);
       }
     }
   }
