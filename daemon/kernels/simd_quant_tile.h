@@ -91,19 +91,24 @@ inline void QuantTile(const QuantDotArgs& a, int64_t o, int64_t r, bool prefetch
   }
 }
 
+// A tile of n < N rows of x (n >= 1): the instantiation for exactly n.
+template <class K, int RM, int N>
+inline void QuantTileOf(const QuantDotArgs& a, int64_t o, int64_t r, int64_t n, bool prefetch) {
+  if constexpr (N > 1) {
+    if (n == N - 1) {
+      QuantTile<K, RM, N - 1>(a, o, r, prefetch);
+    } else {
+      QuantTileOf<K, RM, N - 1>(a, o, r, n, prefetch);
+    }
+  }
+}
+
 // Rows [r, r_end) of x against weight rows o..o+RM-1: tiles of kTileRows rows, then one smaller.
 template <class K, int RM>
 inline void QuantTileRows(const QuantDotArgs& a, int64_t o, int64_t r, int64_t r_end, bool prefetch) {
   constexpr int kRows = K::kTileRows;
   for (; r + kRows <= r_end; r += kRows) QuantTile<K, RM, kRows>(a, o, r, prefetch);
-  switch (r_end - r) {
-    case 0: break;
-    case 1: QuantTile<K, RM, 1>(a, o, r, prefetch); break;
-    case 2: QuantTile<K, RM, (kRows > 2 ? 2 : 1)>(a, o, r, prefetch); break;
-    case 3: QuantTile<K, RM, (kRows > 3 ? 3 : 1)>(a, o, r, prefetch); break;
-    case 4: QuantTile<K, RM, (kRows > 4 ? 4 : 1)>(a, o, r, prefetch); break;
-    default: QuantTile<K, RM, (kRows > 5 ? 5 : 1)>(a, o, r, prefetch); break;
-  }
+  if (r < r_end) QuantTileOf<K, RM, kRows>(a, o, r, r_end - r, prefetch);
 }
 
 // DotRowsQuantized over [o_begin, o_end): rows of x in chunks whose activations stay in L2 (about
