@@ -55,7 +55,7 @@ struct Common {
 template <bool kFourBits>
 struct Block32Kernel : Common {
   static constexpr int64_t kUnit = 32, kUnitBytes = kFourBits ? 18 : 34, kTailUnit = 0;
-  static constexpr int kWeightRows = 2, kTileRows = 4;  // 8 accumulators + levels, scales, constants, temporaries
+  static constexpr int kWeightRows = 2, kDecodeWeightRows = 2, kTileRows = 4;  // 8 accumulators + levels, scales, constants, temporaries
 
   template <int RM, int RN>
   static void Unit(const unsigned char* const (&w)[RM], const XRow (&x)[RN], int64_t u, Acc (&acc)[RM][RN]) {
@@ -102,7 +102,7 @@ struct Block256Kernel : Common {
   static constexpr bool kMins = kType != 2;
   static constexpr int64_t kUnit = 256, kTailUnit = 0;
   static constexpr int64_t kUnitBytes = kType == 0 ? 144 : kType == 1 ? 176 : 210;
-  static constexpr int kWeightRows = 2, kTileRows = 3;  // 6 int + 6 float accumulators
+  static constexpr int kWeightRows = 2, kDecodeWeightRows = 2, kTileRows = 3;  // 6 int + 6 float accumulators
 
   struct Row {
     int16_t scales[16];  // per sub-block (8) or group (16)

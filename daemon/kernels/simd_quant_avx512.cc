@@ -76,7 +76,7 @@ template <bool kFourBits>
 struct Block32Kernel : Common {
   static constexpr int64_t kBlockBytes = kFourBits ? 18 : 34;
   static constexpr int64_t kUnit = 64, kUnitBytes = 2 * kBlockBytes, kTailUnit = 32;
-  static constexpr int kWeightRows = 4, kTileRows = 6;  // 24 accumulators + weights, scales, temporaries
+  static constexpr int kWeightRows = 4, kDecodeWeightRows = 4, kTileRows = 6;  // 24 accumulators + weights, scales, temporaries
 
   // The 64 weight levels as unsigned bytes in value order: q8_0's w + 128; q4_0's nibbles (w + 8).
   static __m512i Levels(const unsigned char* p, bool one) {
@@ -141,7 +141,7 @@ struct Block256Kernel : Common {
   // 12 accumulators + 4 steps of levels and scales. 1 x 12 against 2 x 6, prefill per core side by
   // side (medians of 3 on a loaded host): q4_k 66 -> 69 GMAC/s, q5_k 58 -> 63; q6_k within noise
   // (+-10%), left at 2 x 6.
-  static constexpr int kWeightRows = kMins ? 1 : 2, kTileRows = kMins ? 12 : 6;
+  static constexpr int kWeightRows = kMins ? 1 : 2, kDecodeWeightRows = 2, kTileRows = kMins ? 12 : 6;
 
   // What one weight row's unit needs across its steps.
   struct Row {

@@ -81,7 +81,7 @@ int Dot(const int* w, const int8_t* q, int n) {
 template <bool kFourBits>
 struct Block32Kernel {
   static constexpr int64_t kUnit = 32, kUnitBytes = kFourBits ? 18 : 34, kTailUnit = 0;
-  static constexpr int kWeightRows = 4, kTileRows = 3;
+  static constexpr int kWeightRows = 4, kDecodeWeightRows = 4, kTileRows = 3;
   using Acc = float;
   static Acc Zero() { return 0.0f; }
   static void Reduce4(Acc a, Acc b, Acc c, Acc d, float* out) {
@@ -120,7 +120,7 @@ struct Block256Kernel {
   static constexpr bool kMins = kType != Dtype::kQ6_K;
   static constexpr int64_t kUnit = 256, kTailUnit = 0;
   static constexpr int64_t kUnitBytes = kType == Dtype::kQ4_K ? 144 : kType == Dtype::kQ5_K ? 176 : 210;
-  static constexpr int kWeightRows = 4, kTileRows = 3;
+  static constexpr int kWeightRows = 4, kDecodeWeightRows = 4, kTileRows = 3;
   using Acc = float;
   static Acc Zero() { return 0.0f; }
   static void Reduce4(Acc a, Acc b, Acc c, Acc d, float* out) { Block32Kernel<false>::Reduce4(a, b, c, d, out); }
