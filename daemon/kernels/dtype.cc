@@ -2,6 +2,8 @@
 
 #include <cstring>
 
+#include "daemon/kernels/quant_blocks.h"
+
 namespace niels::daemon::kernels {
 namespace {
 
@@ -24,18 +26,52 @@ std::string_view DtypeName(Dtype dtype) {
     case Dtype::kF32: return "f32";
     case Dtype::kF16: return "f16";
     case Dtype::kBF16: return "bf16";
+    case Dtype::kQ8_0: return "q8_0";
+    case Dtype::kQ4_0: return "q4_0";
+    case Dtype::kQ4_K: return "q4_k";
+    case Dtype::kQ5_K: return "q5_k";
+    case Dtype::kQ6_K: return "q6_k";
   }
   return "?";
 }
 
 std::optional<Dtype> ParseDtype(std::string_view name) {
-  for (Dtype dtype : {Dtype::kF32, Dtype::kF16, Dtype::kBF16}) {
+  for (int i = 0; i < kDtypeCount; ++i) {
+    const Dtype dtype = static_cast<Dtype>(i);
     if (name == DtypeName(dtype)) return dtype;
   }
   return std::nullopt;
 }
 
-int64_t DtypeSize(Dtype dtype) { return dtype == Dtype::kF32 ? 4 : 2; }
+int64_t DtypeBlockElements(Dtype dtype) {
+  switch (dtype) {
+    case Dtype::kF32:
+    case Dtype::kF16:
+    case Dtype::kBF16: return 1;
+    case Dtype::kQ8_0:
+    case Dtype::kQ4_0: return 32;
+    case Dtype::kQ4_K:
+    case Dtype::kQ5_K:
+    case Dtype::kQ6_K: return 256;
+  }
+  return 1;
+}
+
+int64_t DtypeBlockBytes(Dtype dtype) {
+  switch (dtype) {
+    case Dtype::kF32: return 4;
+    case Dtype::kF16:
+    case Dtype::kBF16: return 2;
+    case Dtype::kQ8_0: return sizeof(BlockQ8_0);
+    case Dtype::kQ4_0: return sizeof(BlockQ4_0);
+    case Dtype::kQ4_K: return sizeof(BlockQ4K);
+    case Dtype::kQ5_K: return sizeof(BlockQ5K);
+    case Dtype::kQ6_K: return sizeof(BlockQ6K);
+  }
+  return 4;
+}
+
+int64_t DtypeSize(Dtype dtype) { return IsQuantized(dtype) ? 0 : DtypeBlockBytes(dtype); }
 
 float HalfToFloat(uint16_t half) {
   const uint32_t sign = static_cast<uint32_t>(half & 0x8000) << 16;
@@ -91,8 +127,14 @@ float ElementToFloat(const void* data, Dtype dtype, int64_t index) {
     case Dtype::kF32: return static_cast<const float*>(data)[index];
     case Dtype::kF16: return HalfToFloat(static_cast<const uint16_t*>(data)[index]);
     case Dtype::kBF16: return BFloat16ToFloat(static_cast<const uint16_t*>(data)[index]);
+    default: {
+      const int64_t block = DtypeBlockElements(dtype);
+      float values[256];
+      DequantizeBlocks(dtype, static_cast<const unsigned char*>(data) + index / block * DtypeBlockBytes(dtype), 1,
+                       values);
+      return values[index % block];
+    }
   }
-  return 0.0f;
 }
 
 }  // namespace niels::daemon::kernels

@@ -8,8 +8,9 @@
 // positions 0..P of that sequence -- which include the rows of the same sequence earlier in this
 // step, written just before. So a prefill chunk of n tokens is n rows, a decode step one row.
 //
-// Weights are read in their stored dtype (f32, f16 or bf16) and widened in registers; every sum is
-// f32. A decode step reads every weight once, so its speed is memory bandwidth; a prefill of many
+// Weights are read in their stored dtype (f32, f16 or bf16, widened in registers; or a GGUF block
+// type, multiplied with 8-bit activations per block, matvec.h; a quantized token embedding row is
+// dequantized); every float sum is f32. A decode step reads every weight once, so its speed is memory bandwidth; a prefill of many
 // rows runs the same MatVec as a register-tiled GEMM.
 //
 // Invariance (the engine relies on it): a row's keys, values, logits and trace are bitwise the same

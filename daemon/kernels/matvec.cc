@@ -3,6 +3,9 @@
 #include <algorithm>
 #include <atomic>
 
+#include <vector>
+
+#include "daemon/kernels/quant_activations.h"
 #include "daemon/kernels/simd_kernels.h"
 
 namespace niels::daemon::kernels {
@@ -18,7 +21,47 @@ constexpr int64_t kMinParallelWork = 32 * 1024;
 // row of x (the block stays in L2 while the rows of x stream past).
 int64_t BlockRows(int64_t in, Dtype dtype, int64_t rows) {
   const int64_t target = rows <= 16 ? 32 * 1024 : 128 * 1024;
-  return std::max<int64_t>(4, target / (in * DtypeSize(dtype)) / 4 * 4);
+  return std::max<int64_t>(4, target / RowBytes(dtype, in) / 4 * 4);
+}
+
+// The calling thread's buffer for a product's quantized activations: 64-byte aligned, grown to the
+// largest size asked for and kept (so the products of a steady stream of steps allocate nothing).
+void* ActivationBuffer(int64_t bytes) {
+  thread_local std::vector<unsigned char> buffer;
+  if (static_cast<int64_t>(buffer.size()) < bytes + 64) buffer.resize(static_cast<size_t>(bytes + 64));
+  const auto address = reinterpret_cast<uintptr_t>(buffer.data());
+  return buffer.data() + (64 - address % 64) % 64;
+}
+
+// A block-type weight: the rows of x are quantized once (split among the threads when there are
+// many), then the output rows are split as for the other dtypes.
+void QuantizedMatVec(Matrix weight, int64_t out, int64_t in, const float* bias, const float* x, int64_t rows,
+                     float* y, WorkerPool& pool) {
+  const int64_t row_bytes = ActivationLayoutFor(weight.dtype, in).row_bytes;
+  auto* xq = static_cast<unsigned char*>(ActivationBuffer(rows * row_bytes));
+  const bool parallel = pool.threads() > 1 && out * in * rows >= kMinParallelWork;
+  if (!parallel) {
+    simd::QuantizeActivations(weight.dtype, x, in, rows, in, xq);
+    simd::DotRowsQuantized(weight, in, xq, rows, bias, y, out, 0, out, out);
+    return;
+  }
+  if (rows >= 8) {
+    pool.Run([&](int part, int parts) {
+      const int64_t begin = rows * part / parts, end = rows * (part + 1) / parts;
+      simd::QuantizeActivations(weight.dtype, x + begin * in, in, end - begin, in, xq + begin * row_bytes);
+    });
+  } else {
+    simd::QuantizeActivations(weight.dtype, x, in, rows, in, xq);
+  }
+  const int64_t block = BlockRows(in, weight.dtype, rows);
+  const int64_t blocks = (out + block - 1) / block;
+  std::atomic<int64_t> next{0};
+  pool.Run([&](int, int) {
+    for (int64_t b = next.fetch_add(1, std::memory_order_relaxed); b < blocks;
+         b = next.fetch_add(1, std::memory_order_relaxed)) {
+      simd::DotRowsQuantized(weight, in, xq, rows, bias, y, out, b * block, std::min(out, (b + 1) * block), out);
+    }
+  });
 }
 
 }  // namespace
@@ -26,6 +69,10 @@ int64_t BlockRows(int64_t in, Dtype dtype, int64_t rows) {
 void MatVec(Matrix weight, int64_t out, int64_t in, const float* bias, const float* x, int64_t rows, float* y,
             WorkerPool& pool) {
   if (out <= 0 || rows <= 0) return;
+  if (IsQuantized(weight.dtype)) {
+    QuantizedMatVec(weight, out, in, bias, x, rows, y, pool);
+    return;
+  }
   if (pool.threads() == 1 || out * in * rows < kMinParallelWork) {
     simd::DotRows(weight, in, x, in, rows, bias, y, out, 0, out, out);
     return;

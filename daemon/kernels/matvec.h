@@ -10,7 +10,10 @@
 // for all rows of x (1.2 ms for those 86 MB on 2 threads, 2.7 ms on 1).
 //
 // With 16-bit weights (f16, bf16) the kernel widens each weight as it loads it (simd_kernels.h),
-// so a decode step reads half the bytes; nothing is converted ahead. A prefill runs the same
+// so a decode step reads half the bytes; nothing is converted ahead. With GGUF block types (q8_0,
+// q4_0, q4_k, q5_k, q6_k: 8.5 to 4.5 bits a weight, quant_blocks.h) the rows of x are first
+// quantized to 8 bits per block, once per call (quant_activations.h: what is rounded where), and
+// the kernels sum exact integer products per block (simd_kernels.h, DotRowsQuantized). A prefill runs the same
 // kernel as a GEMM: register tiles of 4 weight rows x 6 (or 3) rows of x, rows of x in L2-sized
 // chunks.
 //
@@ -26,7 +29,8 @@ namespace niels::daemon::kernels {
 // y[r, o] = bias[o] + sum_i weight[o, i] * x[r, i]  for r < rows, o < out.
 // weight [out, in] of any dtype, x [rows, in], y [rows, out], bias [out] or nullptr (then no bias);
 // all row-major and contiguous; y must not overlap the inputs. Sums are float32 (16 or 8 partial
-// sums per dot product), so results differ from a serial sum by rounding only. The weight's output
+// sums per dot product), so results differ from a serial sum by rounding only -- and for a block
+// type by the 8-bit rounding of x (REQUIRES: in a multiple of its block, 32 or 256). The weight's output
 // rows are handed to the pool's threads in blocks from a shared counter (whoever is free takes the
 // next). Row r of y is bitwise independent of `rows`, of the other rows of x, of the pool's thread
 // count and of which thread computed it (batch invariance).

@@ -1,5 +1,10 @@
 #include "daemon/kernels/simd_kernels.h"
 
+#include <cstdint>
+#include <vector>
+
+#include "daemon/kernels/quant_activations.h"
+#include "daemon/kernels/quant_blocks.h"
 #include "daemon/kernels/simd_table.h"
 
 #if defined(__x86_64__)
@@ -50,25 +55,82 @@ Isa Detect() {
   return Isa::kPortable;
 }
 
+// The block-type kernels of an instruction set: AVX-512's need VNNI besides (VPDPBUSD); an AVX-512
+// CPU without it runs the AVX2 ones.
+const QuantKernelTable& QuantTableOf(Isa isa) {
+#if defined(__x86_64__)
+  __builtin_cpu_init();
+  if (isa == Isa::kAvx512 && __builtin_cpu_supports("avx512vnni")) return Avx512VnniQuantTable();
+  if (isa == Isa::kAvx512 || isa == Isa::kAvx2) return Avx2QuantTable();
+#endif
+  return PortableQuantTable();
+}
+
 const Isa kDetected = Detect();
 const KernelTable* active = &TableOf(kDetected);  // or another while a test forces it
+const QuantKernelTable* active_quant = &QuantTableOf(kDetected);
 
 int Index(Dtype dtype) { return static_cast<int>(dtype); }
+int QuantIndex(Dtype dtype) { return static_cast<int>(dtype) - static_cast<int>(Dtype::kQ8_0); }
+
+// A buffer of at least `bytes` bytes, 64-byte aligned, owned by the calling thread: grown when a
+// larger one is asked for, never shrunk (so a steady stream of products allocates nothing).
+void* ThreadBuffer(int64_t bytes) {
+  thread_local std::vector<unsigned char> buffer;
+  if (static_cast<int64_t>(buffer.size()) < bytes + 64) buffer.resize(static_cast<size_t>(bytes + 64));
+  const auto address = reinterpret_cast<uintptr_t>(buffer.data());
+  return buffer.data() + ((64 - address % 64) % 64);
+}
 
 }  // namespace
 
 void DotRows(Matrix w, int64_t in, const float* x, int64_t x_stride, int64_t rows, const float* bias, float* y,
              int64_t y_stride, int64_t o_begin, int64_t o_end, int64_t w_rows) {
   if (rows <= 0 || o_begin >= o_end) return;
+  if (IsQuantized(w.dtype)) {
+    void* xq = ThreadBuffer(rows * ActivationLayoutFor(w.dtype, in).row_bytes);
+    QuantizeActivations(w.dtype, x, x_stride, rows, in, xq);
+    DotRowsQuantized(w, in, xq, rows, bias, y, y_stride, o_begin, o_end, w_rows);
+    return;
+  }
   const int64_t prefetch_end = w_rows > o_end ? w_rows : o_end;
   active->dot_rows[Index(w.dtype)]({w.data, in, x, x_stride, rows, bias, y, y_stride, prefetch_end}, o_begin, o_end);
 }
 
+void QuantizeActivations(Dtype weight, const float* x, int64_t x_stride, int64_t rows, int64_t in, void* out) {
+  const ActivationLayout l = ActivationLayoutFor(weight, in);
+  const QuantizeActsArgs args{l.in, l.block, l.padded, l.bias, l.d_offset, l.sums_offset, l.starts_offset, l.row_bytes};
+  active_quant->quantize(args, x, x_stride, rows, out);
+}
+
+void DotRowsQuantized(Matrix w, int64_t in, const void* xq, int64_t rows, const float* bias, float* y,
+                      int64_t y_stride, int64_t o_begin, int64_t o_end, int64_t w_rows) {
+  if (rows <= 0 || o_begin >= o_end) return;
+  const ActivationLayout layout = ActivationLayoutFor(w.dtype, in);
+  const int64_t prefetch_end = w_rows > o_end ? w_rows : o_end;
+  const QuantDotArgs args{w.data,           in,           RowBytes(w.dtype, in), xq,   layout.row_bytes,
+                          layout.d_offset, layout.sums_offset, layout.starts_offset, rows, bias,
+                          y,                y_stride,     prefetch_end};
+  active_quant->dot[QuantIndex(w.dtype)](args, o_begin, o_end);
+}
+
 void Attend(const AttendArgs& args, Dtype kv_dtype) { active->attend[Index(kv_dtype)](args); }
 
-void ToFloat(const void* src, Dtype dtype, int64_t n, float* dst) { active->to_float[Index(dtype)](src, n, dst); }
+void ToFloat(const void* src, Dtype dtype, int64_t n, float* dst) {
+  if (IsQuantized(dtype)) {
+    DequantizeBlocks(dtype, src, n / DtypeBlockElements(dtype), dst);
+  } else {
+    active->to_float[Index(dtype)](src, n, dst);
+  }
+}
 
-void FromFloat(const float* src, int64_t n, Dtype dtype, void* dst) { active->from_float[Index(dtype)](src, n, dst); }
+void FromFloat(const float* src, int64_t n, Dtype dtype, void* dst) {
+  if (IsQuantized(dtype)) {
+    QuantizeBlocks(dtype, src, n, dst);
+  } else {
+    active->from_float[Index(dtype)](src, n, dst);
+  }
+}
 
 void Exp(const float* x, int64_t n, float* out) { active->exp(x, n, out); }
 
@@ -78,11 +140,14 @@ void SiluMul(const float* g, float* a, int64_t n) { active->silu_mul(g, a, n); }
 
 const char* Name() { return active->name; }
 
+const char* QuantName() { return active_quant->name; }
+
 Isa Detected() { return kDetected; }
 
 bool ForceIsaForTesting(Isa isa) {
   if (!CanRun(isa)) return false;
   active = &TableOf(isa);
+  active_quant = &QuantTableOf(isa);
   return true;
 }
 

@@ -26,6 +26,19 @@ namespace niels::daemon::kernels::simd {
 void DotRows(Matrix w, int64_t in, const float* x, int64_t x_stride, int64_t rows, const float* bias, float* y,
              int64_t y_stride, int64_t o_begin, int64_t o_end, int64_t w_rows = 0);
 
+// Weights of a block type (q8_0 ... q6_k, quant_blocks.h) multiply activations quantized to 8 bits
+// per block (quant_activations.h: what is rounded where): DotRows with such a w quantizes the rows
+// of x itself (once per call) and runs DotRowsQuantized, whose every y[r, o] is one fixed chain of
+// exact integer block sums folded into float accumulators (simd_quant_*.cc), so the batch
+// invariance above holds for them too. Results differ between instruction sets (lanes), each
+// within the tolerance matvec_quant_test states of the dequantized weights times x.
+// QuantizeActivations: rows of x (x_stride apart) into `out`, ActivationLayoutFor(weight,
+// in).row_bytes per row. REQUIRES: in a multiple of the weight's block.
+void QuantizeActivations(Dtype weight, const float* x, int64_t x_stride, int64_t rows, int64_t in, void* out);
+// DotRows for a block-type w over activations quantized for it (rows x row_bytes, contiguous).
+void DotRowsQuantized(Matrix w, int64_t in, const void* xq, int64_t rows, const float* bias, float* y,
+                      int64_t y_stride, int64_t o_begin, int64_t o_end, int64_t w_rows = 0);
+
 // Causal attention of one head for args.rows consecutive query rows of one sequence over its KV
 // blocks of `kv_dtype` elements (attend_args.h): per row the scores q . k_j (j up to its own
 // position) times args.scale, their softmax (left in args.scores: the attention trace) and the
@@ -38,7 +51,8 @@ void DotRows(Matrix w, int64_t in, const float* x, int64_t x_stride, int64_t row
 void Attend(const AttendArgs& args, Dtype kv_dtype);
 
 // dst[i] = src[i] as float / narrowed to `dtype` (dtype.h's rounding; the same bits in every
-// implementation).
+// implementation). For a block type (n a multiple of its block): DequantizeBlocks / QuantizeBlocks
+// of quant_blocks.h (scalar: the same code in every implementation).
 void ToFloat(const void* src, Dtype dtype, int64_t n, float* dst);
 void FromFloat(const float* src, int64_t n, Dtype dtype, void* dst);
 
@@ -57,6 +71,8 @@ enum class Isa { kPortable, kAvx2, kAvx512 };
 
 // The implementation in use: "avx512", "avx2+fma" or "portable".
 const char* Name();
+// The block types' implementation in use: "avx512-vnni", "avx2" or "portable".
+const char* QuantName();
 // The best implementation this CPU runs (the one in use unless a test forces another).
 Isa Detected();
 

@@ -47,12 +47,53 @@ struct KernelTable {
   SiluMulFn silu_mul;
 };
 
+// The arguments of DotRowsQuantized (simd_kernels.h): weight rows of a block type against rows of
+// activations quantized for it (quant_activations.h; the layout's offsets are passed as numbers,
+// since the per-ISA files include nothing that defines inline functions).
+struct QuantDotArgs {
+  const void* w;  // [*, in] of the entry's block type, w_row_bytes per row
+  int64_t in;
+  int64_t w_row_bytes;
+  const void* x;  // quantized activation rows, x_row_bytes apart
+  int64_t x_row_bytes;
+  int64_t x_d_offset, x_sums_offset, x_starts_offset;  // ActivationLayout's offsets
+  int64_t rows;
+  const float* bias;  // or nullptr
+  float* y;
+  int64_t y_stride;
+  int64_t prefetch_end;  // weight rows below this index may be prefetched (>= o_end)
+};
+using QuantDotFn = void (*)(const QuantDotArgs& args, int64_t o_begin, int64_t o_end);
+
+// The arguments of QuantizeActivations: an ActivationLayout (quant_activations.h) spelled out.
+struct QuantizeActsArgs {
+  int64_t in, block, padded;
+  int32_t bias;
+  int64_t d_offset, sums_offset, starts_offset, row_bytes;
+};
+// Rows of x (x_stride apart) into rows of row_bytes at `out`, QuantizeActivationRow's bytes.
+using QuantizeActsFn = void (*)(const QuantizeActsArgs& layout, const float* x, int64_t x_stride, int64_t rows,
+                                void* out);
+
+// One instruction set's kernels for the block types (quant weights x quantized activations),
+// indexed by dtype - kQ8_0: q8_0, q4_0, q4_k, q5_k, q6_k; and its activation quantizer.
+struct QuantKernelTable {
+  const char* name;
+  QuantDotFn dot[5];
+  QuantizeActsFn quantize;
+};
+// The scalar activation quantizer (quant_activations.cc's definition), row by row.
+void PortableQuantizeActs(const QuantizeActsArgs& layout, const float* x, int64_t x_stride, int64_t rows, void* out);
+
 const KernelTable& PortableTable();
+const QuantKernelTable& PortableQuantTable();
 // f32 -> bf16, round to nearest even (scalar; every table uses it).
 void PortableF32ToBF16(const float* src, int64_t n, void* dst);
 #if defined(__x86_64__)
 const KernelTable& Avx2Table();    // REQUIRES (to call its functions): avx2, fma, f16c
 const KernelTable& Avx512Table();  // REQUIRES: avx512f, avx512bw, avx512vl, avx512dq, fma, f16c
+const QuantKernelTable& Avx2QuantTable();        // REQUIRES: avx2, fma, f16c
+const QuantKernelTable& Avx512VnniQuantTable();  // REQUIRES: Avx512Table's, avx512vnni
 #endif
 
 }  // namespace niels::daemon::kernels::simd

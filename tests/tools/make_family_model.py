@@ -24,7 +24,7 @@ name, tokens, token types, merges, special ids and the chat template.
 
 Weights: seeded Gaussians scaled so that attention is not uniform and the logits are spread
 (embedding std 4/sqrt(hidden): the tied output head gives logits of std ~4). The tokenizer packages
-come from ${NIELS_REFERENCE_DIR:-~/.cache/nielsd-reference}/npm-llamacpp (scripts/
+come from ${NIELS_REFERENCE_DIR:-~/.cache/nielsd-reference}/npm (scripts/
 install_references.sh) unless --npm names another node_modules directory. Debian's python3 and
 numpy only. Prints one line: what was written.
 """
@@ -70,7 +70,7 @@ TORCH_DTYPE = {"f32": "float32", "f16": "float16", "bf16": "bfloat16"}
 
 def default_npm():
     root = os.environ.get("NIELS_REFERENCE_DIR") or os.path.join(os.path.expanduser("~"), ".cache", "nielsd-reference")
-    return os.path.join(root, "npm-llamacpp", "node_modules")
+    return os.path.join(root, "npm", "node_modules")
 
 
 # ------------------------------------------------------------------------------------------------

@@ -37,7 +37,7 @@ std::string NodeModules() {
   const char* home = std::getenv("HOME");
   const std::string root =
       dir != nullptr ? dir : std::string(home != nullptr ? home : "/root") + "/.cache/nielsd-reference";
-  return root + "/npm-llamacpp/node_modules";
+  return root + "/npm/node_modules";
 }
 
 template <typename T>

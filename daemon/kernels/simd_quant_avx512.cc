@@ -1,0 +1,315 @@
+// The AVX-512 VNNI kernels of the block types: VPDPBUSD multiplies 64 unsigned 8-bit weight levels
+// by 64 signed 8-bit activation levels (quant_activations.h) and adds each 4 products into one of
+// 16 int32 lanes. Compiled with the AVX-512 flags plus -mavx512vnni (daemon/CMakeLists.txt);
+// called only when the CPU has them (simd_kernels.cc). Includes nothing that defines inline
+// functions (simd_table.h).
+//
+// What each (weight row o, activation row r) computes, per lane l < 16 (every lane the same
+// operations whatever the tile):
+//   q8_0, q4_0 (a unit = 2 blocks, lanes 0-7 the first, 8-15 the second; a lone last block uses
+//   lanes 0-7 and adds zeros to 8-15):
+//     isum = VPDPBUSD(starts, w + offset, q)   the exact dot of 4 values (offset 128 or 8, undone
+//                                              by `starts`, quant_activations.h)
+//     acc_l = fma(float(isum), d_w * d_x, acc_l)
+//   q4_k, q5_k, q6_k (a unit = one 256-block in 4 steps of 64 values):
+//     A_l = sum over the steps of VPDPWSSD(VPDPBUSD(starts or 0, w, q), scale of the lane's
+//           sub-block / group)                 exact: |A_l| < 2^24
+//     b_l = float(A_l) * d
+//     q4_k, q5_k: b_l = fnmadd(float(M_l), dmin, b_l), M_l = m_2l s_2l + m_2l+1 s_2l+1 for l < 4
+//           (0 above), m_k the min of sub-block k, s_k the sum of its activation levels (exact)
+//     acc_l = fma(b_l, d_x, acc_l)
+// and y = the lanes summed in a fixed tree (Reduce4) + bias. Every float product and fma is one
+// rounding.
+
+#if defined(__x86_64__)
+
+#include <immintrin.h>
+
+#include <cstdint>
+#include <cstring>
+
+#if defined(__GNUC__) && !defined(__clang__)
+#pragma GCC diagnostic ignored "-Wuninitialized"
+#pragma GCC diagnostic ignored "-Wmaybe-uninitialized"
+#endif
+
+#include "daemon/kernels/simd_table.h"
+
+namespace niels::daemon::kernels::simd {
+namespace {
+
+#define NIELS_KERNELS_SIMD_QUANT_INCLUDED_BY_AN_ISA_FILE
+#include "daemon/kernels/simd_quant_tile.h"
+
+using Acc = __m512;
+
+uint16_t LoadU16(const unsigned char* p) {
+  uint16_t v;
+  std::memcpy(&v, p, 2);
+  return v;
+}
+float HalfAt(const unsigned char* p) { return _cvtsh_ss(LoadU16(p)); }
+
+// Lanes l and l+8 added, then for each vector ((l0+l1)+(l2+l3)) + ((l4+l5)+(l6+l7)) (as simd_avx512.cc).
+__m256 Half(__m512 v) { return _mm256_add_ps(_mm512_castps512_ps256(v), _mm512_extractf32x8_ps(v, 1)); }
+
+struct Common {
+  using Acc = __m512;
+  static Acc Zero() { return _mm512_setzero_ps(); }
+  static void Reduce4(Acc a, Acc b, Acc c, Acc d, float* out) {
+    const __m256 ab_cd = _mm256_hadd_ps(_mm256_hadd_ps(Half(a), Half(b)), _mm256_hadd_ps(Half(c), Half(d)));
+    _mm_storeu_ps(out, _mm_add_ps(_mm256_castps256_ps128(ab_cd), _mm256_extractf128_ps(ab_cd, 1)));
+  }
+};
+
+// The f16 scales of two 32-blocks at p and p + stride widened into lanes 0-7 and 8-15 (the second
+// 0 when `one`).
+__m512 TwoScales(const unsigned char* p, int64_t stride, bool one) {
+  const uint32_t both = LoadU16(p) | (one ? 0u : static_cast<uint32_t>(LoadU16(p + stride)) << 16);
+  const __m128 widened = _mm_cvtph_ps(_mm_cvtsi32_si128(static_cast<int>(both)));
+  return _mm512_permutexvar_ps(_mm512_set_epi32(1, 1, 1, 1, 1, 1, 1, 1, 0, 0, 0, 0, 0, 0, 0, 0),
+                               _mm512_castps128_ps512(widened));
+}
+
+// q8_0 (kFourBits false) and q4_0: a unit is two 32-blocks (64 values), the last may be one.
+template <bool kFourBits>
+struct Block32Kernel : Common {
+  static constexpr int64_t kBlockBytes = kFourBits ? 18 : 34;
+  static constexpr int64_t kUnit = 64, kUnitBytes = 2 * kBlockBytes, kTailUnit = 32;
+  static constexpr int kWeightRows = 4, kDecodeWeightRows = 4, kTileRows = 6;  // 24 accumulators + weights, scales, temporaries
+
+  // The 64 weight levels as unsigned bytes in value order: q8_0's w + 128; q4_0's nibbles (w + 8).
+  static __m512i Levels(const unsigned char* p, bool one) {
+    if constexpr (kFourBits) {
+      const __m128i first = _mm_loadu_si128(reinterpret_cast<const __m128i*>(p + 2));
+      const __m128i second = one ? _mm_setzero_si128() : _mm_loadu_si128(reinterpret_cast<const __m128i*>(p + 20));
+      const __m512i both = _mm512_castsi256_si512(_mm256_set_m128i(second, first));
+      // 128-bit lanes [first, first, second, second]; the odd ones shifted down a nibble.
+      const __m512i spread = _mm512_shuffle_i64x2(both, both, 0x50);
+      const __m512i shifted = _mm512_srlv_epi64(spread, _mm512_set_epi64(4, 4, 0, 0, 4, 4, 0, 0));
+      return _mm512_and_si512(shifted, _mm512_set1_epi8(0x0f));
+    } else {
+      const __m256i first = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(p + 2));
+      const __m256i second = one ? _mm256_setzero_si256() : _mm256_loadu_si256(reinterpret_cast<const __m256i*>(p + 36));
+      return _mm512_xor_si512(_mm512_inserti64x4(_mm512_castsi256_si512(first), second, 1), _mm512_set1_epi8(-128));
+    }
+  }
+
+  template <int RM, int RN>
+  static void Run(const unsigned char* const (&w)[RM], const XRow (&x)[RN], int64_t u, Acc (&acc)[RM][RN], bool one) {
+#pragma GCC unroll 8
+    for (int i = 0; i < RM; ++i) {
+      const __m512i levels = Levels(w[i], one);
+      const __m512 dw = TwoScales(w[i], kBlockBytes, one);
+#pragma GCC unroll 8
+      for (int j = 0; j < RN; ++j) {
+        const __m512i start = _mm512_loadu_si512(x[j].starts + 16 * u);
+        const __m512i q = _mm512_loadu_si512(x[j].q + 64 * u);
+        const __m512i isum = _mm512_dpbusd_epi32(start, levels, q);
+        const __m512 scale = _mm512_mul_ps(dw, _mm512_loadu_ps(x[j].d + 16 * u));
+        acc[i][j] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(isum), scale, acc[i][j]);
+      }
+    }
+  }
+  template <int RM, int RN>
+  static void Unit(const unsigned char* const (&w)[RM], const XRow (&x)[RN], int64_t u, Acc (&acc)[RM][RN]) {
+    Run<RM, RN>(w, x, u, acc, /*one=*/false);
+  }
+  template <int RM, int RN>
+  static void TailUnit(const unsigned char* const (&w)[RM], const XRow (&x)[RN], int64_t u, Acc (&acc)[RM][RN]) {
+    Run<RM, RN>(w, x, u, acc, /*one=*/true);
+  }
+};
+
+// The six-bit scales and mins of a q4_k / q5_k block (quant_blocks.h ScaleMinK4), as 8 bytes each.
+void ScalesAndMinsK4(const unsigned char* packed, uint64_t* scales, uint64_t* mins) {
+  uint32_t u[3];
+  std::memcpy(u, packed, 12);
+  const uint32_t scale_low = u[0] & 0x3f3f3f3f, min_low = u[1] & 0x3f3f3f3f;
+  const uint32_t scale_high = (u[2] & 0x0f0f0f0f) | ((u[0] >> 2) & 0x30303030);
+  const uint32_t min_high = ((u[2] >> 4) & 0x0f0f0f0f) | ((u[1] >> 2) & 0x30303030);
+  *scales = scale_low | static_cast<uint64_t>(scale_high) << 32;
+  *mins = min_low | static_cast<uint64_t>(min_high) << 32;
+}
+
+// q4_k, q5_k, q6_k: a unit is one 256-block, in 4 steps of 64 values (16 lanes of 4).
+template <int kType>  // 0 q4_k, 1 q5_k, 2 q6_k
+struct Block256Kernel : Common {
+  static constexpr bool kMins = kType != 2;
+  static constexpr int64_t kUnit = 256, kTailUnit = 0;
+  static constexpr int64_t kUnitBytes = kType == 0 ? 144 : kType == 1 ? 176 : 210;
+  // 12 accumulators + 4 steps of levels and scales. 1 x 12 against 2 x 6, prefill per core side by
+  // side (medians of 3 on a loaded host): q4_k 66 -> 69 GMAC/s, q5_k 58 -> 63; q6_k within noise
+  // (+-10%), left at 2 x 6.
+  static constexpr int kWeightRows = kMins ? 1 : 2, kDecodeWeightRows = 2, kTileRows = kMins ? 12 : 6;
+
+  // What one weight row's unit needs across its steps.
+  struct Row {
+    __m512i scales;  // int32 lanes: the 8 sub-block scales (q4_k, q5_k) or 16 group scales (q6_k), < 2^15
+    __m128i mins;    // int16: the 8 sub-block mins (q4_k, q5_k)
+    __m512i high;    // q5_k's qh or q6_k's qh of the current half, in both 256-bit halves
+    float d, dmin;
+  };
+
+  static void Prepare(const unsigned char* p, Row* row) {
+    if constexpr (kMins) {
+      uint64_t scales, mins;
+      ScalesAndMinsK4(p + 4, &scales, &mins);
+      row->scales = _mm512_cvtepu8_epi32(_mm_cvtsi64_si128(static_cast<long long>(scales)));
+      row->mins = _mm_cvtepu8_epi16(_mm_cvtsi64_si128(static_cast<long long>(mins)));
+      uint32_t halves;
+      std::memcpy(&halves, p, 4);
+      const __m128 d_dmin = _mm_cvtph_ps(_mm_cvtsi32_si128(static_cast<int>(halves)));
+      row->d = _mm_cvtss_f32(d_dmin);
+      row->dmin = _mm_cvtss_f32(_mm_movehdup_ps(d_dmin));
+      if constexpr (kType == 1) row->high = _mm512_broadcast_i64x4(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(p + 16)));
+    } else {
+      // Sign-extended int8 scales, the upper 16 bits of each lane cleared for VPDPWSSD.
+      const __m512i wide = _mm512_cvtepi8_epi32(_mm_loadu_si128(reinterpret_cast<const __m128i*>(p + 192)));
+      row->scales = _mm512_and_si512(wide, _mm512_set1_epi32(0xffff));
+      row->d = HalfAt(p + 208);
+    }
+  }
+
+  // Step s < 4: the 64 weight levels (unsigned bytes, value order) and each lane's scale.
+  static __m512i Levels(const unsigned char* p, Row* row, int s, __m512i* scale) {
+    if constexpr (kMins) {
+      const unsigned char* qs = p + (kType == 0 ? 16 : 48) + 32 * s;
+      const __m512i both = _mm512_broadcast_i64x4(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(qs)));
+      // Low nibbles (sub-block 2s) in the lower half, high nibbles (2s + 1) in the upper.
+      const __m512i nibble_shift = _mm512_inserti64x4(_mm512_setzero_si512(), _mm256_set1_epi16(4), 1);
+      __m512i levels = _mm512_and_si512(_mm512_srlv_epi16(both, nibble_shift), _mm512_set1_epi8(0x0f));
+      if constexpr (kType == 1) {  // + 16 * bit 2s (lower half) / 2s + 1 (upper half) of qh
+        const __m512i bit_shift = _mm512_inserti64x4(_mm512_set1_epi16(static_cast<short>(2 * s)),
+                                                     _mm256_set1_epi16(static_cast<short>(2 * s + 1)), 1);
+        const __m512i bits = _mm512_slli_epi16(_mm512_srlv_epi16(row->high, bit_shift), 4);
+        levels = _mm512_ternarylogic_epi32(levels, bits, _mm512_set1_epi8(0x10), 0xf8);  // levels | (bits & 0x10)
+      }
+      const __m512i index = _mm512_inserti64x4(_mm512_set1_epi32(2 * s), _mm256_set1_epi32(2 * s + 1), 1);
+      *scale = _mm512_permutexvar_epi32(index, row->scales);
+      return levels;
+    } else {
+      // Half h = s / 2: ql[64h .. 64h + 63] holds values 128h + (0..63) in its low nibbles (step
+      // 2h) and 128h + (64..127) in its high ones (step 2h + 1); qh[32h .. 32h + 31] their top bits.
+      const int h = s / 2, upper = s % 2;
+      if (upper == 0) row->high = _mm512_broadcast_i64x4(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(p + 128 + 32 * h)));
+      const __m512i ql = _mm512_loadu_si512(p + 64 * h);
+      const __m512i low = _mm512_and_si512(upper != 0 ? _mm512_srli_epi16(ql, 4) : ql, _mm512_set1_epi8(0x0f));
+      // Values 0..31 of the step take qh bits 4 * upper + (0, 1), values 32..63 bits 4 * upper + (2, 3).
+      const __m512i bit_shift = _mm512_inserti64x4(_mm512_set1_epi16(static_cast<short>(4 * upper)),
+                                                   _mm256_set1_epi16(static_cast<short>(4 * upper + 2)), 1);
+      const __m512i bits = _mm512_slli_epi16(_mm512_srlv_epi16(row->high, bit_shift), 4);
+      const __m512i levels = _mm512_ternarylogic_epi32(low, bits, _mm512_set1_epi8(0x30), 0xf8);
+      // Lane l covers values 4l .. 4l + 3 of the step: group 4s + l / 4.
+      const __m512i index = _mm512_add_epi32(_mm512_set1_epi32(4 * s),
+                                             _mm512_set_epi32(3, 3, 3, 3, 2, 2, 2, 2, 1, 1, 1, 1, 0, 0, 0, 0));
+      *scale = _mm512_permutexvar_epi32(index, row->scales);
+      return levels;
+    }
+  }
+
+  // One weight row's unit against RN activation rows: the row's 4 steps of levels and scales are
+  // unpacked once and stay in registers while each activation row runs all 4 steps and its fold
+  // (so one integer accumulator is live at a time, and the tile can be 1 x 12).
+  template <int RM, int RN>
+  static void Unit(const unsigned char* const (&w)[RM], const XRow (&x)[RN], int64_t u, Acc (&acc)[RM][RN]) {
+#pragma GCC unroll 2
+    for (int i = 0; i < RM; ++i) {
+      Row row;
+      Prepare(w[i], &row);
+      __m512i levels[4], scales[4];
+#pragma GCC unroll 4
+      for (int s = 0; s < 4; ++s) levels[s] = Levels(w[i], &row, s, &scales[s]);
+      const __m512 d = _mm512_set1_ps(row.d);
+      const __m512 dmin = _mm512_set1_ps(row.dmin);
+#pragma GCC unroll 16
+      for (int j = 0; j < RN; ++j) {
+        __m512i sum = _mm512_setzero_si512();
+#pragma GCC unroll 4
+        for (int s = 0; s < 4; ++s) {
+          const __m512i q = _mm512_loadu_si512(x[j].q + 256 * u + 64 * s);
+          const __m512i start = kMins ? _mm512_setzero_si512() : _mm512_loadu_si512(x[j].starts + 64 * u + 16 * s);
+          sum = _mm512_dpwssd_epi32(sum, _mm512_dpbusd_epi32(start, levels[s], q), scales[s]);
+        }
+        // acc += (float(A) * d - float(mins) * dmin) * d_x, lane by lane.
+        __m512 block = _mm512_mul_ps(_mm512_cvtepi32_ps(sum), d);
+        if constexpr (kMins) {
+          const __m128i block_sums = _mm_loadu_si128(reinterpret_cast<const __m128i*>(x[j].sums + 8 * u));
+          const __m512i min_sums = _mm512_zextsi128_si512(_mm_madd_epi16(block_sums, row.mins));
+          block = _mm512_fnmadd_ps(_mm512_cvtepi32_ps(min_sums), dmin, block);
+        }
+        acc[i][j] = _mm512_fmadd_ps(block, _mm512_set1_ps(x[j].d[u]), acc[i][j]);
+      }
+    }
+  }
+  template <int RM, int RN>
+  static void TailUnit(const unsigned char* const (&)[RM], const XRow (&)[RN], int64_t, Acc (&)[RM][RN]) {}
+};
+
+// quant_activations.h's quantization of one row, 16 values at a time: the same operations as
+// QuantizeActivationRow (an integer max of |x|'s bits, d and 1 / d in scalar, x * id rounded to
+// nearest even by VCVTPS2DQ), so the same bytes.
+void QuantizeRow(const QuantizeActsArgs& l, const float* x, unsigned char* row) {
+  std::memset(row, 0, static_cast<size_t>(l.row_bytes));
+  auto* q = reinterpret_cast<int8_t*>(row);
+  auto* d = reinterpret_cast<float*>(row + l.d_offset);
+  auto* sums = reinterpret_cast<int16_t*>(row + l.sums_offset);
+  auto* starts = reinterpret_cast<int32_t*>(row + l.starts_offset);
+  const __m512i abs_mask = _mm512_set1_epi32(0x7fffffff);
+  for (int64_t b = 0; b < l.in / l.block; ++b) {
+    const float* xb = x + b * l.block;
+    __m512i max = _mm512_setzero_si512();
+    for (int64_t k = 0; k < l.block; k += 16) {
+      max = _mm512_max_epu32(max, _mm512_and_si512(_mm512_castps_si512(_mm512_loadu_ps(xb + k)), abs_mask));
+    }
+    const uint32_t amax_bits = _mm512_reduce_max_epu32(max);
+    float scale = 0.0f;
+    if (amax_bits >= 0x7f800000) {
+      const uint32_t nan = 0x7fc00000;
+      std::memcpy(&scale, &nan, 4);
+    } else if (amax_bits >= 0x0d800000) {
+      float amax;
+      std::memcpy(&amax, &amax_bits, 4);
+      scale = amax / 127.0f;
+      const __m512 id = _mm512_set1_ps(1.0f / scale);
+      for (int64_t k = 0; k < l.block; k += 16) {
+        __m512i levels = _mm512_cvtps_epi32(_mm512_mul_ps(_mm512_loadu_ps(xb + k), id));
+        levels = _mm512_min_epi32(_mm512_max_epi32(levels, _mm512_set1_epi32(-127)), _mm512_set1_epi32(127));
+        _mm_storeu_si128(reinterpret_cast<__m128i*>(q + b * l.block + k), _mm512_cvtepi32_epi8(levels));
+      }
+    }
+    if (l.block == 32) {
+      _mm256_storeu_ps(d + 8 * b, _mm256_set1_ps(scale));
+    } else {
+      d[b] = scale;
+    }
+  }
+  // Sums of 4 (VPDPBUSD with ones) and of 32.
+  const __m256i ones = _mm256_set1_epi8(1);
+  for (int64_t g = 0; g < l.in / 32; ++g) {
+    const __m256i fours = _mm256_dpbusd_epi32(_mm256_setzero_si256(), ones, _mm256_loadu_si256(reinterpret_cast<const __m256i*>(q + 32 * g)));
+    _mm256_storeu_si256(reinterpret_cast<__m256i*>(starts + 8 * g), _mm256_mullo_epi32(fours, _mm256_set1_epi32(-l.bias)));
+    __m128i total = _mm_add_epi32(_mm256_castsi256_si128(fours), _mm256_extracti128_si256(fours, 1));
+    total = _mm_hadd_epi32(total, total);
+    sums[g] = static_cast<int16_t>(_mm_cvtsi128_si32(_mm_hadd_epi32(total, total)));
+  }
+}
+
+void QuantizeRows(const QuantizeActsArgs& l, const float* x, int64_t x_stride, int64_t rows, void* out) {
+  for (int64_t r = 0; r < rows; ++r) QuantizeRow(l, x + r * x_stride, static_cast<unsigned char*>(out) + r * l.row_bytes);
+}
+
+constexpr QuantKernelTable kTable = {
+    "avx512-vnni",
+    {QuantDotImpl<Block32Kernel<false>>, QuantDotImpl<Block32Kernel<true>>, QuantDotImpl<Block256Kernel<0>>,
+     QuantDotImpl<Block256Kernel<1>>, QuantDotImpl<Block256Kernel<2>>},
+    QuantizeRows,
+};
+
+}  // namespace
+
+const QuantKernelTable& Avx512VnniQuantTable() { return kTable; }
+
+}  // namespace niels::daemon::kernels::simd
+
+#endif  // __x86_64__
