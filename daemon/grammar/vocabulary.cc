@@ -1,0 +1,70 @@
+#include "daemon/grammar/vocabulary.h"
+
+#include <algorithm>
+#include <numeric>
+
+#include "fmt/format.h"
+
+namespace niels::daemon::grammar {
+
+common::StatusOr<std::shared_ptr<const Vocabulary>> Vocabulary::Create(std::vector<VocabularyToken> tokens) {
+  if (tokens.size() > static_cast<size_t>(INT32_MAX)) {
+    return common::Status::InvalidArgument(fmt::format("vocabulary too large: {} tokens", tokens.size()));
+  }
+  std::shared_ptr<Vocabulary> v(new Vocabulary());
+  v->tokens_ = std::move(tokens);
+  const int32_t n = v->size();
+  v->same_next_.assign(n, -1);
+  std::vector<int32_t> text_ids;
+  for (int32_t id = 0; id < n; ++id) {
+    const VocabularyToken& t = v->tokens_[id];
+    if (t.kind == TokenKind::kEndOfOutput) v->end_ids_.push_back(id);
+    if (t.kind != TokenKind::kText || t.bytes.empty()) continue;
+    if (t.bytes.size() > kMaxTokenBytes) {
+      return common::Status::InvalidArgument(fmt::format(
+          "vocabulary token {} has {} bytes (the limit is {})", id, t.bytes.size(), kMaxTokenBytes));
+    }
+    v->max_len_ = std::max(v->max_len_, t.bytes.size());
+    text_ids.push_back(id);
+  }
+  std::sort(text_ids.begin(), text_ids.end(), [&](int32_t a, int32_t b) {
+    const std::string& x = v->tokens_[a].bytes;
+    const std::string& y = v->tokens_[b].bytes;
+    return x != y ? x < y : a < b;  // std::string compares bytes as unsigned char
+  });
+  // Preorder construction from the sorted strings: each one adds nodes below its common prefix
+  // with the previous one; a node's subtree ends where the next node of its depth or less begins.
+  std::vector<uint32_t> open;  // open[d - 1] = index of the open node at depth d
+  const std::string* prev = nullptr;
+  int32_t prev_id = -1;
+  for (int32_t id : text_ids) {
+    const std::string& s = v->tokens_[id].bytes;
+    if (prev != nullptr && *prev == s) {
+      v->same_next_[prev_id] = id;  // chain duplicates behind the first
+      prev_id = id;
+      continue;
+    }
+    size_t lcp = 0;
+    if (prev != nullptr) {
+      while (lcp < s.size() && lcp < prev->size() && s[lcp] == (*prev)[lcp]) ++lcp;
+    }
+    while (open.size() > lcp) {
+      v->trie_[open.back()].subtree_end = static_cast<uint32_t>(v->trie_.size());
+      open.pop_back();
+    }
+    for (size_t d = lcp; d < s.size(); ++d) {
+      TrieNode node;
+      node.byte = static_cast<uint8_t>(s[d]);
+      node.depth = static_cast<uint16_t>(d + 1);
+      open.push_back(static_cast<uint32_t>(v->trie_.size()));
+      v->trie_.push_back(node);
+    }
+    v->trie_[open.back()].token = id;
+    prev = &s;
+    prev_id = id;
+  }
+  for (uint32_t i : open) v->trie_[i].subtree_end = static_cast<uint32_t>(v->trie_.size());
+  return std::shared_ptr<const Vocabulary>(std::move(v));
+}
+
+}  // namespace niels::daemon::grammar
