@@ -107,20 +107,7 @@ std::vector<uint32_t> FindLeftRecursion(const RuleSet& rs, const std::vector<uin
   return {};
 }
 
-Status CheckRules(const RuleSet& rs, std::string_view text, const std::vector<uint32_t>& min) {
-  const std::vector<bool> reachable = Reachable(rs);
-  // Report a named rule before the generated ones inside it.
-  for (int pass = 0; pass < 2; ++pass) {
-    for (size_t r = 0; r < rs.rules.size(); ++r) {
-      if (!reachable[r] || min[r] != CompiledGrammar::kInfinite) continue;
-      if (pass == 0 && rs.rules[r].origin != RuleDef::kNamed) continue;
-      return Status::InvalidArgument(fmt::format(
-          "grammar {}: {} can never match anything (every way through it recurses without end)",
-          LineColumn(text, rs.rules[r].offset), DescribeRule(rs, static_cast<uint32_t>(r), text)));
-    }
-  }
-  const std::vector<uint32_t> cycle = FindLeftRecursion(rs, min);
-  if (cycle.empty()) return Status::Ok();
+Status LeftRecursionError(const RuleSet& rs, std::string_view text, const std::vector<uint32_t>& cycle) {
   const RuleDef& first = rs.rules[cycle[0]];
   if (cycle.size() == 2 && first.origin == RuleDef::kRepetition) {
     return Status::InvalidArgument(fmt::format(
@@ -133,9 +120,25 @@ Status CheckRules(const RuleSet& rs, std::string_view text, const std::vector<ui
     const RuleDef& r = rs.rules[cycle[i]];
     path += r.origin == RuleDef::kNamed ? "'" + r.name + "'" : DescribeRule(rs, cycle[i], text);
   }
-  return Status::InvalidArgument(fmt::format("grammar {}: left recursion: {} (a rule may not begin "
-                                             "with itself)",
-                                             LineColumn(text, first.offset), path));
+  return Status::InvalidArgument(fmt::format(
+      "grammar {}: left recursion: {} (a rule may not begin with itself)", LineColumn(text, first.offset), path));
+}
+
+Status CheckRules(const RuleSet& rs, std::string_view text, const std::vector<uint32_t>& min) {
+  const std::vector<uint32_t> cycle = FindLeftRecursion(rs, min);
+  if (!cycle.empty()) return LeftRecursionError(rs, text, cycle);
+  const std::vector<bool> reachable = Reachable(rs);
+  // Report a named rule before the generated ones inside it.
+  for (int pass = 0; pass < 2; ++pass) {
+    for (size_t r = 0; r < rs.rules.size(); ++r) {
+      if (!reachable[r] || min[r] != CompiledGrammar::kInfinite) continue;
+      if (pass == 0 && rs.rules[r].origin != RuleDef::kNamed) continue;
+      return Status::InvalidArgument(fmt::format(
+          "grammar {}: {} can never match anything (every way through it recurses without end)",
+          LineColumn(text, rs.rules[r].offset), DescribeRule(rs, static_cast<uint32_t>(r), text)));
+    }
+  }
+  return Status::Ok();
 }
 
 }  // namespace
