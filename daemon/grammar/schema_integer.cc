@@ -18,6 +18,9 @@ std::string DigitClass(char lo, char hi) {
 // Numbers of exactly lo.size() == hi.size() digits between lo and hi (strings, lo <= hi).
 std::string SameLength(const std::string& lo, const std::string& hi) {
   if (lo.empty()) return "\"\"";
+  if (lo.find_first_not_of('0') == std::string::npos && hi.find_first_not_of('9') == std::string::npos) {
+    return fmt::format("[0-9]{{{}}}", lo.size());  // every digit string: keeps the output linear
+  }
   if (lo[0] == hi[0]) {
     return DigitClass(lo[0], lo[0]) + " (" + SameLength(lo.substr(1), hi.substr(1)) + ")";
   }
