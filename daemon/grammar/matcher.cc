@@ -110,7 +110,12 @@ common::Status Matcher::AllowedTokens(const Vocabulary& vocab, TokenBitset* out)
       return common::Status::Ok();
     }
   }
-  WalkTrie(vocab, out);
+  const Vocabulary::LoopTable* loop = cacheable ? core_->LoopTableFor(now_.state, vocab) : nullptr;
+  if (loop != nullptr) {
+    MaskFromLoop(*loop, vocab, out);
+  } else {
+    WalkTrie(vocab, out);
+  }
   NIELS_RETURN_IF_ERROR(core_->status());
   if (IsComplete()) {
     for (int32_t id : vocab.end_of_output_ids()) out->Set(id);
@@ -137,6 +142,23 @@ void Matcher::WalkTrie(const Vocabulary& vocab, TokenBitset* out) {
     at[node.depth] = s;
     for (int32_t id = node.token; id >= 0; id = vocab.same_bytes_next(id)) out->Set(id);
     ++i;
+  }
+}
+
+void Matcher::MaskFromLoop(const Vocabulary::LoopTable& table, const Vocabulary& vocab, TokenBitset* out) {
+  // A token's bytes before its exit are whole characters of the loop: they leave the state as it
+  // is, so the token is allowed iff its rest is allowed from here.
+  *out = table.inside;
+  for (const auto& [id, offset] : table.exits) {
+    const std::string& bytes = vocab.token(id).bytes;
+    Snapshot s = now_;
+    bool ok = true;
+    for (size_t i = offset; i < bytes.size() && ok; ++i) ok = Advance(static_cast<uint8_t>(bytes[i]), &s);
+    if (ok) {
+      out->Set(id);
+    } else if (!core_->status().ok()) {
+      return;
+    }
   }
 }
 

@@ -163,6 +163,40 @@ uint32_t MatcherCore::MinBytesAfterCurrentChar(int32_t state) const {
   return best;
 }
 
+CodePointSet MatcherCore::SelfLoop(int32_t state) {
+  std::vector<CodePointRange> loop;
+  for (uint32_t c = 0; c < 128; ++c) {
+    if (Next(state, c) == state) loop.push_back({c, c});
+  }
+  const size_t intervals = states_[state].bounds.size();
+  for (size_t i = 0; i < intervals; ++i) {
+    const uint32_t lo = states_[state].bounds[i];
+    const uint32_t hi = i + 1 < intervals ? states_[state].bounds[i + 1] - 1 : kMaxCodePoint;
+    if (!IsScalarValue(lo)) continue;  // an interval of surrogates only
+    if (Next(state, lo) == state) loop.push_back({lo, hi});
+  }
+  return CodePointSet(std::move(loop));
+}
+
+const Vocabulary::LoopTable* MatcherCore::LoopTableFor(int32_t state, const Vocabulary& vocab) {
+  if (loop_vocab_ != &vocab) {  // another vocabulary: decide again
+    for (State& s : states_) s.loop_decided = false, s.loop = nullptr;
+    loop_vocab_ = &vocab;
+  }
+  if (!states_[state].loop_decided) {
+    states_[state].loop_decided = true;
+    int ascii_loops = 0;
+    for (uint32_t c = 0x20; c < 0x7F; ++c) ascii_loops += Next(state, c) == state;
+    if (ascii_loops >= 48 && status_.ok()) {
+      auto table = vocab.LoopTableFor(SelfLoop(state));
+      // Worth it when most tokens stay inside (each exit is advanced on its own, without the
+      // trie's shared prefixes).
+      if (table->exits.size() * 4 < static_cast<size_t>(vocab.size())) states_[state].loop = std::move(table);
+    }
+  }
+  return states_[state].loop.get();
+}
+
 const TokenBitset* MatcherCore::CachedMask(int32_t state, const void* vocab_key) const {
   if (vocab_key != mask_vocab_) return nullptr;
   auto it = masks_.find(state);

@@ -27,6 +27,7 @@
 #include "daemon/grammar/code_point_set.h"
 #include "daemon/grammar/compiled_grammar.h"
 #include "daemon/grammar/token_bitset.h"
+#include "daemon/grammar/vocabulary.h"
 
 namespace niels::daemon::grammar {
 
@@ -80,6 +81,12 @@ class MatcherCore {
   // Fewest bytes after the character now begun, for a state in the middle of one.
   uint32_t MinBytesAfterCurrentChar(int32_t state) const;
 
+  // The characters that lead from `state` back to itself (computes every transition of the state).
+  CodePointSet SelfLoop(int32_t state);
+  // The vocabulary's loop table for `state` when the state loops on most characters (the inside of
+  // a string), else null; decided once per state and vocabulary.
+  const Vocabulary::LoopTable* LoopTableFor(int32_t state, const Vocabulary& vocab);
+
   // The cached mask of a state for `vocab_key`, or null.
   const TokenBitset* CachedMask(int32_t state, const void* vocab_key) const;
   void CacheMask(int32_t state, const void* vocab_key, const TokenBitset& mask);
@@ -102,6 +109,8 @@ class MatcherCore {
     int32_t ascii[128];
     std::vector<uint32_t> bounds;  // non-ASCII intervals [bounds[i], bounds[i+1]) ...
     std::vector<int32_t> bound_next;
+    bool loop_decided = false;
+    std::shared_ptr<const Vocabulary::LoopTable> loop;  // for loop_vocab
   };
 
   int32_t NextSlow(int32_t state, uint32_t cp);
@@ -130,6 +139,7 @@ class MatcherCore {
 
   // Mask cache: state -> mask, for one vocabulary at a time.
   const void* mask_vocab_ = nullptr;
+  const void* loop_vocab_ = nullptr;
   std::unordered_map<int32_t, TokenBitset> masks_;
 };
 

@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <numeric>
 
+#include "daemon/grammar/utf8.h"
 #include "fmt/format.h"
 
 namespace niels::daemon::grammar {
@@ -65,6 +66,39 @@ common::StatusOr<std::shared_ptr<const Vocabulary>> Vocabulary::Create(std::vect
   }
   for (uint32_t i : open) v->trie_[i].subtree_end = static_cast<uint32_t>(v->trie_.size());
   return std::shared_ptr<const Vocabulary>(std::move(v));
+}
+
+std::shared_ptr<const Vocabulary::LoopTable> Vocabulary::LoopTableFor(const CodePointSet& loop) const {
+  std::vector<std::pair<uint32_t, uint32_t>> key;
+  for (const CodePointRange& r : loop.ranges()) key.emplace_back(r.lo, r.hi);
+  {
+    std::lock_guard<std::mutex> lock(loop_mutex_);
+    auto it = loop_tables_.find(key);
+    if (it != loop_tables_.end()) return it->second;
+  }
+  auto table = std::make_shared<LoopTable>();
+  table->inside.Reset(size());
+  for (int32_t id = 0; id < size(); ++id) {
+    const VocabularyToken& t = tokens_[id];
+    if (t.kind != TokenKind::kText || t.bytes.empty()) continue;
+    size_t pos = 0;
+    uint32_t cp = 0;
+    while (pos < t.bytes.size()) {
+      const size_t start = pos;
+      if (!DecodeUtf8(t.bytes, &pos, &cp) || !loop.Contains(cp)) {
+        pos = start;
+        break;
+      }
+    }
+    if (pos == t.bytes.size()) {
+      table->inside.Set(id);
+    } else {
+      table->exits.emplace_back(id, static_cast<uint32_t>(pos));
+    }
+  }
+  std::lock_guard<std::mutex> lock(loop_mutex_);
+  if (loop_tables_.size() < kMaxLoopTables) loop_tables_.emplace(std::move(key), table);
+  return table;
 }
 
 }  // namespace niels::daemon::grammar

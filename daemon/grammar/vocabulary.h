@@ -10,11 +10,15 @@
 // Immutable after Create; share it (shared_ptr) between every matcher of the model and threads.
 
 #include <cstdint>
+#include <map>
 #include <memory>
+#include <mutex>
 #include <string>
 #include <vector>
 
 #include "common/status.h"
+#include "daemon/grammar/code_point_set.h"
+#include "daemon/grammar/token_bitset.h"
 
 namespace niels::daemon::grammar {
 
@@ -47,8 +51,23 @@ class Vocabulary {
   const std::vector<int32_t>& end_of_output_ids() const { return end_ids_; }
   size_t max_token_bytes() const { return max_len_; }
 
+  // The text tokens split by a set of characters L (a matcher state's self-loop: every character
+  // of L leads back to the same state, like the inside of a JSON string): `inside` holds the
+  // tokens made only of whole characters of L; every other text token is in `exits` with the byte
+  // offset of its first character that is not a whole character of L (invalid or incomplete UTF-8
+  // included). Computed once per set and kept (at most kMaxLoopTables sets; thread-safe).
+  struct LoopTable {
+    TokenBitset inside;
+    std::vector<std::pair<int32_t, uint32_t>> exits;  // (token id, byte offset)
+  };
+  static constexpr size_t kMaxLoopTables = 64;
+  std::shared_ptr<const LoopTable> LoopTableFor(const CodePointSet& loop) const;
+
  private:
   Vocabulary() = default;
+
+  mutable std::mutex loop_mutex_;
+  mutable std::map<std::vector<std::pair<uint32_t, uint32_t>>, std::shared_ptr<const LoopTable>> loop_tables_;
 
   std::vector<VocabularyToken> tokens_;
   std::vector<TrieNode> trie_;
