@@ -110,10 +110,9 @@ common::Status Matcher::AllowedTokens(const Vocabulary& vocab, TokenBitset* out)
       return common::Status::Ok();
     }
   }
-  const Vocabulary::LoopTable* loop = cacheable ? core_->LoopTableFor(now_.state, vocab) : nullptr;
-  if (loop != nullptr) {
-    MaskFromLoop(*loop, vocab, out);
-  } else {
+  const Vocabulary::LoopTable* run = cacheable ? core_->RunTable(now_.state, vocab) : nullptr;
+  if (run == nullptr || !MaskFromRun(*run, vocab, out)) {
+    out->Reset(vocab.size());
     WalkTrie(vocab, out);
   }
   NIELS_RETURN_IF_ERROR(core_->status());
@@ -145,21 +144,45 @@ void Matcher::WalkTrie(const Vocabulary& vocab, TokenBitset* out) {
   }
 }
 
-void Matcher::MaskFromLoop(const Vocabulary::LoopTable& table, const Vocabulary& vocab, TokenBitset* out) {
-  // A token's bytes before its exit are whole characters of the loop: they leave the state as it
-  // is, so the token is allowed iff its rest is allowed from here.
-  *out = table.inside;
-  for (const auto& [id, offset] : table.exits) {
-    const std::string& bytes = vocab.token(id).bytes;
-    Snapshot s = now_;
-    bool ok = true;
-    for (size_t i = offset; i < bytes.size() && ok; ++i) ok = Advance(static_cast<uint8_t>(bytes[i]), &s);
-    if (ok) {
-      out->Set(id);
-    } else if (!core_->status().ok()) {
-      return;
+bool Matcher::MaskFromRun(const Vocabulary::LoopTable& table, const Vocabulary& vocab, TokenBitset* out) {
+  // alive: the run's states after 0..alive characters all exist (the dead state absorbs).
+  uint32_t alive = 0;
+  while (alive < table.max_chars) {
+    const int32_t next = core_->RunStateAfter(now_.state, alive + 1);
+    if (next == MatcherCore::kUnknown || next == MatcherCore::kError) return false;
+    if (next == MatcherCore::kDead) break;
+    ++alive;
+  }
+  // Inside tokens of at most `alive` characters: set those or clear the longer ones, whichever
+  // touches fewer ids.
+  const auto& by_chars = table.inside_by_chars;
+  size_t short_ones = 0, long_ones = 0;
+  for (size_t n = 0; n < by_chars.size(); ++n) (n <= alive ? short_ones : long_ones) += by_chars[n].size();
+  if (long_ones <= short_ones) {
+    *out = table.inside;
+    for (size_t n = alive + 1; n < by_chars.size(); ++n) {
+      for (int32_t id : by_chars[n]) out->Clear(id);
+    }
+  } else {
+    for (size_t n = 1; n <= alive && n < by_chars.size(); ++n) {
+      for (int32_t id : by_chars[n]) out->Set(id);
     }
   }
+  // Exits: the characters before the exit lead along the run; the rest is advanced from there.
+  for (const Vocabulary::LoopExit& e : table.exits) {
+    if (e.chars > alive) continue;
+    Snapshot s;
+    s.state = e.chars == 0 ? now_.state : core_->RunStateAfter(now_.state, e.chars);
+    const std::string& bytes = vocab.token(e.id).bytes;
+    bool ok = true;
+    for (size_t i = e.offset; i < bytes.size() && ok; ++i) ok = Advance(static_cast<uint8_t>(bytes[i]), &s);
+    if (ok) {
+      out->Set(e.id);
+    } else if (!core_->status().ok()) {
+      return true;  // the caller reports the error
+    }
+  }
+  return true;
 }
 
 }  // namespace niels::daemon::grammar

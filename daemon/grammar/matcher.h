@@ -95,9 +95,10 @@ class Matcher {
   // One byte from `at`; false when not allowed. May set a core error (then also false).
   bool Advance(uint8_t byte, Snapshot* at);
   void WalkTrie(const Vocabulary& vocab, TokenBitset* out);
-  // The mask of a state that loops on the characters of `table` (see Vocabulary::LoopTable):
-  // tokens inside the loop are allowed as they are; the others are advanced from their exit.
-  void MaskFromLoop(const Vocabulary::LoopTable& table, const Vocabulary& vocab, TokenBitset* out);
+  // The mask of a state on a run (matcher_core.h): tokens inside the run's characters by their
+  // character count, the others advanced from their exit. False when the run stops being uniform
+  // within the longest token (then the caller walks the trie).
+  bool MaskFromRun(const Vocabulary::LoopTable& table, const Vocabulary& vocab, TokenBitset* out);
 
   std::shared_ptr<MatcherCore> core_;
   Snapshot now_;

@@ -163,38 +163,107 @@ uint32_t MatcherCore::MinBytesAfterCurrentChar(int32_t state) const {
   return best;
 }
 
-CodePointSet MatcherCore::SelfLoop(int32_t state) {
-  std::vector<CodePointRange> loop;
-  for (uint32_t c = 0; c < 128; ++c) {
-    if (Next(state, c) == state) loop.push_back({c, c});
+// Every top class of the state either holds all of `chars` or none of them, so all of `chars` move
+// the state the same way.
+bool MatcherCore::Uniform(int32_t state, const CodePointSet& chars) const {
+  for (uint32_t f : states_[state].stacks) {
+    const CodePointSet& cls = grammar_->char_class(grammar_->elements()[frames_[f].pos].arg);
+    const CodePointSet outside = chars.Minus(cls);
+    if (!outside.empty() && outside.Size() != chars.Size()) return false;
   }
-  const size_t intervals = states_[state].bounds.size();
-  for (size_t i = 0; i < intervals; ++i) {
-    const uint32_t lo = states_[state].bounds[i];
-    const uint32_t hi = i + 1 < intervals ? states_[state].bounds[i + 1] - 1 : kMaxCodePoint;
-    if (!IsScalarValue(lo)) continue;  // an interval of surrogates only
-    if (Next(state, lo) == state) loop.push_back({lo, hi});
-  }
-  return CodePointSet(std::move(loop));
+  return true;
 }
 
-const Vocabulary::LoopTable* MatcherCore::LoopTableFor(int32_t state, const Vocabulary& vocab) {
+// A new run from `state`: L is the state's largest top class less every part another top class
+// splits off; worth it when L holds most printable ASCII and most tokens stay inside it.
+int32_t MatcherCore::StartRun(int32_t state, const Vocabulary& vocab) {
+  const std::vector<uint32_t>& stacks = states_[state].stacks;
+  if (stacks.empty()) return -1;
+  auto class_of = [&](uint32_t f) -> const CodePointSet& {
+    return grammar_->char_class(grammar_->elements()[frames_[f].pos].arg);
+  };
+  const CodePointSet* biggest = &class_of(stacks[0]);
+  for (uint32_t f : stacks) {
+    if (class_of(f).Size() > biggest->Size()) biggest = &class_of(f);
+  }
+  CodePointSet chars = *biggest;
+  for (uint32_t f : stacks) {
+    const CodePointSet& d = class_of(f);
+    const CodePointSet outside = chars.Minus(d);
+    if (!outside.empty() && outside.Size() != chars.Size()) chars = outside;
+  }
+  int printable = 0;
+  for (uint32_t c = 0x20; c < 0x7F; ++c) printable += chars.Contains(c);
+  if (printable < 48) return -1;
+  Run run;
+  run.table = vocab.LoopTableFor(chars);
+  if (run.table->exits.size() * 4 >= static_cast<size_t>(vocab.size())) return -1;
+  run.representative = chars.Min();
+  run.chars = std::move(chars);
+  run.states.push_back(state);
+  runs_.push_back(std::move(run));
+  return static_cast<int32_t>(runs_.size() - 1);
+}
+
+const Vocabulary::LoopTable* MatcherCore::RunTable(int32_t state, const Vocabulary& vocab) {
   if (loop_vocab_ != &vocab) {  // another vocabulary: decide again
-    for (State& s : states_) s.loop_decided = false, s.loop = nullptr;
+    for (State& s : states_) s.run_decided = false, s.run = -1;
+    runs_.clear();
     loop_vocab_ = &vocab;
   }
-  if (!states_[state].loop_decided) {
-    states_[state].loop_decided = true;
-    int ascii_loops = 0;
-    for (uint32_t c = 0x20; c < 0x7F; ++c) ascii_loops += Next(state, c) == state;
-    if (ascii_loops >= 48 && status_.ok()) {
-      auto table = vocab.LoopTableFor(SelfLoop(state));
-      // Worth it when most tokens stay inside (each exit is advanced on its own, without the
-      // trie's shared prefixes).
-      if (table->exits.size() * 4 < static_cast<size_t>(vocab.size())) states_[state].loop = std::move(table);
+  State& s = states_[state];
+  if (!s.run_decided) {
+    s.run_decided = true;
+    if (s.run < 0) {
+      const int32_t run = StartRun(state, vocab);
+      states_[state].run = run;
+      states_[state].run_index = 0;
     }
   }
-  return states_[state].loop.get();
+  const int32_t run = states_[state].run;
+  return run < 0 ? nullptr : runs_[run].table.get();
+}
+
+void MatcherCore::ExtendRun(int32_t id, size_t upto) {
+  while (runs_[id].states.size() <= upto && runs_[id].end == Run::kOpen && status_.ok()) {
+    const int32_t last = runs_[id].states.back();
+    if (!Uniform(last, runs_[id].chars)) {
+      runs_[id].end = Run::kBroken;
+      return;
+    }
+    const int32_t next = Next(last, runs_[id].representative);
+    if (next == kError) return;
+    Run& run = runs_[id];  // Next may have grown runs_? No: only states_; re-read anyway
+    if (next == kDead) {
+      run.end = Run::kDead;
+    } else if (states_[next].run == id) {
+      run.end = Run::kCycle;
+      run.cycle_start = states_[next].run_index;
+    } else if (states_[next].run >= 0) {
+      run.end = Run::kBroken;  // joins another run: not followed
+    } else {
+      states_[next].run = id;
+      states_[next].run_index = static_cast<uint32_t>(run.states.size());
+      run.states.push_back(next);
+    }
+  }
+}
+
+int32_t MatcherCore::RunStateAfter(int32_t state, uint32_t n) {
+  const int32_t id = states_[state].run;
+  const size_t k = states_[state].run_index + size_t{n};
+  ExtendRun(id, k);
+  if (!status_.ok()) return kError;
+  const Run& run = runs_[id];
+  if (k < run.states.size()) return run.states[k];
+  switch (run.end) {
+    case Run::kDead: return kDead;
+    case Run::kCycle: {
+      const size_t period = run.states.size() - run.cycle_start;
+      return run.states[run.cycle_start + (k - run.cycle_start) % period];
+    }
+    default: return kUnknown;
+  }
 }
 
 const TokenBitset* MatcherCore::CachedMask(int32_t state, const void* vocab_key) const {

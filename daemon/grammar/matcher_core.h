@@ -81,11 +81,18 @@ class MatcherCore {
   // Fewest bytes after the character now begun, for a state in the middle of one.
   uint32_t MinBytesAfterCurrentChar(int32_t state) const;
 
-  // The characters that lead from `state` back to itself (computes every transition of the state).
-  CodePointSet SelfLoop(int32_t state);
-  // The vocabulary's loop table for `state` when the state loops on most characters (the inside of
-  // a string), else null; decided once per state and vocabulary.
-  const Vocabulary::LoopTable* LoopTableFor(int32_t state, const Vocabulary& vocab);
+  // Runs: a run is a sequence of states S_0, S_1, ... that every character of one large set L
+  // moves along (S_i --c--> S_(i+1) for all c in L, the same S_(i+1)), such as the inside of a JSON
+  // string (a run of one state looping on itself) or of a string with maxLength (one state per
+  // character count). A token made only of characters of L then leads from S_i to S_(i+n), n its
+  // character count, whatever its characters are: its mask comes from Vocabulary::LoopTable
+  // instead of a trie walk.
+  // The loop table of `state`'s run when the state starts or continues a run worth it (most tokens
+  // inside L), else null; decided once per state and vocabulary.
+  const Vocabulary::LoopTable* RunTable(int32_t state, const Vocabulary& vocab);
+  // The state n characters of L after `state` along its run: a state, kDead, or kUnknown where
+  // the run stops being uniform (then the caller walks the trie). REQUIRES: RunTable(state) != null.
+  int32_t RunStateAfter(int32_t state, uint32_t n);
 
   // The cached mask of a state for `vocab_key`, or null.
   const TokenBitset* CachedMask(int32_t state, const void* vocab_key) const;
@@ -109,9 +116,22 @@ class MatcherCore {
     int32_t ascii[128];
     std::vector<uint32_t> bounds;  // non-ASCII intervals [bounds[i], bounds[i+1]) ...
     std::vector<int32_t> bound_next;
-    bool loop_decided = false;
-    std::shared_ptr<const Vocabulary::LoopTable> loop;  // for loop_vocab
+    bool run_decided = false;  // for loop_vocab_
+    int32_t run = -1;          // index into runs_, or -1
+    uint32_t run_index = 0;    // this state is runs_[run].states[run_index]
   };
+  struct Run {
+    CodePointSet chars;           // L
+    uint32_t representative = 0;  // a member of L
+    std::vector<int32_t> states;
+    enum End : uint8_t { kOpen, kDead, kCycle, kBroken } end = kOpen;
+    size_t cycle_start = 0;
+    std::shared_ptr<const Vocabulary::LoopTable> table;  // null: not worth it
+  };
+
+  bool Uniform(int32_t state, const CodePointSet& chars) const;
+  void ExtendRun(int32_t run, size_t upto);
+  int32_t StartRun(int32_t state, const Vocabulary& vocab);
 
   int32_t NextSlow(int32_t state, uint32_t cp);
   int32_t Step(int32_t state, uint32_t cp);
@@ -130,6 +150,7 @@ class MatcherCore {
   std::unordered_map<uint64_t, uint32_t> frame_ids_;
   std::vector<State> states_;
   std::unordered_map<std::string, int32_t> state_ids_;
+  std::vector<Run> runs_;
 
   // Expansion scratch.
   std::vector<uint32_t> scratch_;

@@ -18,6 +18,7 @@ class TokenBitset {
     words_.assign((static_cast<size_t>(size) + 63) / 64, 0);
   }
   void Set(int32_t id) { words_[id >> 6] |= uint64_t{1} << (id & 63); }
+  void Clear(int32_t id) { words_[id >> 6] &= ~(uint64_t{1} << (id & 63)); }
   bool Test(int32_t id) const { return (words_[id >> 6] >> (id & 63)) & 1; }
   int32_t size() const { return size_; }
   int32_t Count() const {

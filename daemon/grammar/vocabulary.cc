@@ -82,18 +82,22 @@ std::shared_ptr<const Vocabulary::LoopTable> Vocabulary::LoopTableFor(const Code
     const VocabularyToken& t = tokens_[id];
     if (t.kind != TokenKind::kText || t.bytes.empty()) continue;
     size_t pos = 0;
-    uint32_t cp = 0;
+    uint32_t cp = 0, chars = 0;
     while (pos < t.bytes.size()) {
       const size_t start = pos;
       if (!DecodeUtf8(t.bytes, &pos, &cp) || !loop.Contains(cp)) {
         pos = start;
         break;
       }
+      ++chars;
     }
+    table->max_chars = std::max(table->max_chars, chars);
     if (pos == t.bytes.size()) {
       table->inside.Set(id);
+      if (table->inside_by_chars.size() <= chars) table->inside_by_chars.resize(chars + 1);
+      table->inside_by_chars[chars].push_back(id);
     } else {
-      table->exits.emplace_back(id, static_cast<uint32_t>(pos));
+      table->exits.push_back({id, static_cast<uint32_t>(pos), chars});
     }
   }
   std::lock_guard<std::mutex> lock(loop_mutex_);

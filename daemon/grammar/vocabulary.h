@@ -51,14 +51,22 @@ class Vocabulary {
   const std::vector<int32_t>& end_of_output_ids() const { return end_ids_; }
   size_t max_token_bytes() const { return max_len_; }
 
-  // The text tokens split by a set of characters L (a matcher state's self-loop: every character
-  // of L leads back to the same state, like the inside of a JSON string): `inside` holds the
-  // tokens made only of whole characters of L; every other text token is in `exits` with the byte
-  // offset of its first character that is not a whole character of L (invalid or incomplete UTF-8
-  // included). Computed once per set and kept (at most kMaxLoopTables sets; thread-safe).
+  // The text tokens split by a set of characters L (a run of matcher states that all move the same
+  // way on every character of L, like the inside of a JSON string): `inside` holds the tokens made
+  // only of whole characters of L, also listed by their number of characters; every other text
+  // token is in `exits` with the byte offset of its first character that is not a whole character
+  // of L (invalid or incomplete UTF-8 included) and the number of characters before it. Computed
+  // once per set and kept (at most kMaxLoopTables sets; thread-safe).
+  struct LoopExit {
+    int32_t id;
+    uint32_t offset;  // bytes before the exit
+    uint32_t chars;   // characters of L before the exit
+  };
   struct LoopTable {
     TokenBitset inside;
-    std::vector<std::pair<int32_t, uint32_t>> exits;  // (token id, byte offset)
+    std::vector<std::vector<int32_t>> inside_by_chars;  // [n]: inside tokens of n characters
+    std::vector<LoopExit> exits;
+    uint32_t max_chars = 0;  // most characters of L before the end or exit of any token
   };
   static constexpr size_t kMaxLoopTables = 64;
   std::shared_ptr<const LoopTable> LoopTableFor(const CodePointSet& loop) const;
