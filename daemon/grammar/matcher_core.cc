@@ -91,7 +91,7 @@ int32_t MatcherCore::InternState() {
                             limits_.max_stacks_per_state));
   }
   std::string key(scratch_.size() * sizeof(uint32_t) + 1, '\0');
-  std::memcpy(key.data(), scratch_.data(), scratch_.size() * sizeof(uint32_t));
+  if (!scratch_.empty()) std::memcpy(key.data(), scratch_.data(), scratch_.size() * sizeof(uint32_t));
   key.back() = scratch_accepting_ ? 1 : 0;
   auto it = state_ids_.find(key);
   if (it != state_ids_.end()) return it->second;
@@ -233,7 +233,7 @@ void MatcherCore::ExtendRun(int32_t id, size_t upto) {
     }
     const int32_t next = Next(last, runs_[id].representative);
     if (next == kError) return;
-    Run& run = runs_[id];  // Next may have grown runs_? No: only states_; re-read anyway
+    Run& run = runs_[id];
     if (next == kDead) {
       run.end = Run::kDead;
     } else if (states_[next].run == id) {

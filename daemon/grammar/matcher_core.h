@@ -100,6 +100,7 @@ class MatcherCore {
 
   size_t state_count() const { return states_.size(); }
   size_t frame_count() const { return frames_.size(); }
+  size_t run_count() const { return runs_.size(); }
 
  private:
   struct Frame {

@@ -115,6 +115,11 @@ std::vector<std::pair<std::string, std::shared_ptr<const CompiledGrammar>>> Test
       "tags":{"type":"array","items":{"enum":["a","b","\u00fc"]},"maxItems":3}},"required":["name"]})");
   EXPECT_TRUE(schema.ok()) << schema.status().ToString();
   if (schema.ok()) out.emplace_back("schema", *schema);
+  auto bounded = CompileJsonSchema(R"({"type":"object","properties":{"s":{"type":"string","maxLength":6},
+      "t":{"type":"string","minLength":2,"maxLength":4},"u":{"type":"string"},"v":{"type":"string","pattern":"^[a-z]{0,3}x$"}},
+      "required":["s","t","u","v"]})");
+  EXPECT_TRUE(bounded.ok()) << bounded.status().ToString();
+  if (bounded.ok()) out.emplace_back("bounded strings", *bounded);
   return out;
 }
 
@@ -155,7 +160,7 @@ TEST(TokenMaskTest, QwenVocabularyMatchesBruteForce) {
     SCOPED_TRACE(name);
     const std::vector<std::string> sentences = Sentences(*g, 10, 3);
     Matcher m(g);
-    for (const std::string& prefix : RandomPrefixes(sentences, 3, 7)) {
+    for (const std::string& prefix : RandomPrefixes(sentences, name == "bounded strings" ? 12 : 3, 7)) {
       Matcher at = m.Clone();
       ASSERT_TRUE(at.AcceptBytes(prefix).ok());
       TokenBitset mask;
@@ -167,6 +172,54 @@ TEST(TokenMaskTest, QwenVocabularyMatchesBruteForce) {
     }
   }
   std::printf("[ grammar ] Qwen3 masks (151,936 ids) equal brute force at %d states\n", states);
+}
+
+// A vocabulary of mostly word tokens (letters, some non-ASCII, some long), so that string states
+// take their masks from runs (Vocabulary::LoopTable) rather than the trie; plus every byte and
+// pieces of sentences with quotes, escapes and split characters.
+std::shared_ptr<const Vocabulary> WordyVocabulary(const std::vector<std::string>& sentences, uint64_t seed) {
+  std::mt19937_64 rng(seed);
+  std::vector<VocabularyToken> tokens;
+  for (int b = 0; b < 256; ++b) tokens.push_back({std::string(1, static_cast<char>(b)), TokenKind::kText});
+  const std::vector<std::string> letters = {"a", "b", "e", "x", " ", "\xc3\xa9", "\xe6\x97\xa5", "Z", "1", "\xf0\x9f\x98\x80"};
+  for (int k = 0; k < 3000; ++k) {
+    std::string w;
+    const int len = std::uniform_int_distribution<int>(1, k % 50 == 0 ? 12 : 5)(rng);
+    for (int i = 0; i < len; ++i) w += letters[std::uniform_int_distribution<size_t>(0, letters.size() - 1)(rng)];
+    tokens.push_back({w, TokenKind::kText});
+  }
+  for (const std::string& s : sentences) {
+    for (int k = 0; k < 10 && !s.empty(); ++k) {
+      const size_t at = std::uniform_int_distribution<size_t>(0, s.size() - 1)(rng);
+      tokens.push_back({s.substr(at, std::uniform_int_distribution<size_t>(1, 6)(rng)), TokenKind::kText});
+    }
+  }
+  tokens.push_back({"", TokenKind::kEndOfOutput});
+  return *Vocabulary::Create(std::move(tokens));
+}
+
+TEST(TokenMaskTest, RunMasksMatchBruteForce) {
+  int states = 0;
+  size_t runs = 0;
+  for (const auto& [name, g] : TestGrammars()) {
+    SCOPED_TRACE(name);
+    const std::vector<std::string> sentences = Sentences(*g, 30, 23);
+    const auto vocab = WordyVocabulary(sentences, 11);
+    Matcher m(g);
+    for (const std::string& prefix : RandomPrefixes(sentences, 80, 5)) {
+      Matcher at = m.Clone();
+      ASSERT_TRUE(at.AcceptBytes(prefix).ok());
+      TokenBitset mask;
+      ASSERT_TRUE(at.AllowedTokens(*vocab, &mask).ok());
+      const TokenBitset want = BruteForce(g, prefix, *vocab);
+      ASSERT_TRUE(mask == want) << Diff(mask, want, *vocab) << "\nprefix "
+                                << nlohmann::json(prefix).dump(-1, ' ', false, nlohmann::json::error_handler_t::replace);
+      ++states;
+    }
+    runs += m.run_count();
+  }
+  EXPECT_GE(runs, 5u);  // the run path was exercised
+  std::printf("[ grammar ] run-path masks equal brute force at %d states (%zu runs)\n", states, runs);
 }
 
 TEST(TokenMaskTest, VocabularyTrieHoldsEveryTextTokenOnce) {
