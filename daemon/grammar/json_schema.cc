@@ -416,6 +416,9 @@ class SchemaCompiler {
         if (key == "type" && value == "object") {
           merged["type"] = "object";
         } else if (key == "properties" && value.is_object()) {
+          if (merged.contains("properties") && !merged["properties"].is_object()) {
+            return Fail(ptr + "/properties", "must be an object");
+          }
           for (const auto& [name, sub] : value.items()) {
             if (merged["properties"].contains(name) && merged["properties"][name] != sub) {
               return Fail(part_ptr + "/properties/" + PointerToken(name), "the property differs between allOf parts");
@@ -423,6 +426,9 @@ class SchemaCompiler {
             merged["properties"][name] = sub;
           }
         } else if (key == "required" && value.is_array()) {
+          if (merged.contains("required") && !merged["required"].is_array()) {
+            return Fail(ptr + "/required", "must be an array of strings");
+          }
           for (const Json& r : value) merged["required"].push_back(r);
         } else {
           return Fail(part_ptr + "/" + PointerToken(key),
@@ -644,7 +650,11 @@ std::string SchemaCompiler::Array(const Json& s, const std::string& ptr, const s
 }  // namespace
 
 common::StatusOr<std::string> JsonSchemaToGbnf(std::string_view schema_json, const GrammarLimits& limits) {
-  return SchemaCompiler(limits).Compile(schema_json);
+  try {
+    return SchemaCompiler(limits).Compile(schema_json);
+  } catch (const nlohmann::json::exception& e) {  // a shape the checks above missed: still an error value
+    return Status::InvalidArgument(std::string("json schema: ") + e.what());
+  }
 }
 
 common::StatusOr<std::shared_ptr<const CompiledGrammar>> CompileJsonSchema(std::string_view schema_json,

@@ -199,6 +199,8 @@ TEST(JsonSchemaTest, RefusedSchemasNameTheKeywordAndPointer) {
       {R"({"allOf":[{"type":"string"}]})", "at /allOf/0/type: keyword 'type' in an allOf part is not supported"},
       {R"({"enum":[1,2],"type":"string"})", "enum/const leaves no value"},
       {R"(false)", "the schema false matches nothing"},
+      {R"({"properties":5,"allOf":[{"properties":{"a":{}}}]})", "at /properties: must be an object"},
+      {R"({"required":"a","allOf":[{"required":["b"]}]})", "at /required: must be an array of strings"},
       {std::string(100, '[') + std::string(100, ']'), "nested deeper than 64 levels"},
   };
   for (const SchemaError& c : cases) {

@@ -95,7 +95,7 @@ std::vector<std::string> RandomPrefixes(const std::vector<std::string>& sentence
 
 std::vector<std::string> Sentences(const CompiledGrammar& g, int n, uint64_t seed) {
   std::vector<std::string> out;
-  for (uint64_t k = 0; static_cast<int>(out.size()) < n && k < 20 * n; ++k) {
+  for (uint64_t k = 0; static_cast<int>(out.size()) < n && k < uint64_t{20} * n; ++k) {
     testing::SentenceGenerator gen(g, seed + k, 80);
     std::string s;
     if (gen.Generate(&s)) out.push_back(s);
