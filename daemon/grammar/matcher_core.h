@@ -33,10 +33,12 @@ namespace niels::daemon::grammar {
 
 struct MatcherLimits {
   // Distinct stack frames (grammar position + what is below it), over everything the request
-  // explored, token masks included. Default 1,000,000 (24 MB).
-  size_t max_frames = 1'000'000;
-  // Distinct sets of stacks (states). Each costs ~600 bytes plus its stacks. Default 100,000.
-  size_t max_states = 100'000;
+  // explored, token masks included. ~56 bytes each with their index. Default 500,000 (~28 MB).
+  size_t max_frames = 500'000;
+  // Distinct sets of stacks (states). Each costs ~750 bytes with its transition tables and key,
+  // plus 8 bytes per stack. Default 20,000 (~15 MB; a JSON generation uses tens to hundreds, a
+  // string with maxLength one per character).
+  size_t max_states = 20'000;
   // Stacks in one state (alternatives alive at once). Default 10,000.
   size_t max_stacks_per_state = 10'000;
   // Deepest stack (nesting of rules, e.g. of JSON arrays in objects). Default 2,000.
