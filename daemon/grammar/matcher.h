@@ -3,7 +3,7 @@
 // may come next, whether the output is complete, and advances by the bytes of a sampled token.
 //
 // Use per request (the engine's loop, later):
-//   auto grammar = CompiledGrammar::FromGbnf(text);      // or FromJsonSchema / AnyJson, once
+//   auto grammar = CompiledGrammar::FromGbnf(text);  // or CompileJsonSchema(json), AnyJson(); once
 //   Matcher m(*grammar);
 //   each step:  m.AllowedTokens(*vocab, &mask);           // exact: see below
 //               sample among the ids set in `mask`;

@@ -7,7 +7,8 @@
 // ids have no bytes: kEndOfOutput ids (end of turn, end of text) are allowed exactly where the
 // output is complete; kNever ids (chat-template markers and the like) are never allowed. An
 // ordinary token with no bytes is never allowed either (it could be sampled forever).
-// Immutable after Create; share it (shared_ptr) between every matcher of the model and threads.
+// Immutable after Create (but for LoopTableFor's internal, mutex-guarded cache); share it
+// (shared_ptr) between every matcher of the model and any threads.
 
 #include <cstdint>
 #include <map>
