@@ -223,6 +223,43 @@ def main():
     write("request", "invalid", bad)
 
     gguf_seeds()
+    grammar_seeds()
+
+
+def grammar_seeds():
+    """grammar: byte 0 even = GBNF, odd = JSON Schema; u16 little-endian text length; text; output."""
+    def g(name, schema, text, output):
+        text = text.encode() if isinstance(text, str) else text
+        output = output.encode() if isinstance(output, str) else output
+        write("grammar", name, bytes([1 if schema else 0]) + struct.pack("<H", len(text)) + text + output)
+
+    json_gbnf = (
+        'root ::= value\n'
+        'value ::= object | array | string | number | ("true" | "false" | "null") ws\n'
+        'object ::= "{" ws (string ":" ws value ("," ws string ":" ws value)*)? "}" ws\n'
+        'array ::= "[" ws (value ("," ws value)*)? "]" ws\n'
+        'string ::= "\\"" ([^"\\\\\\x7F\\x00-\\x1F] | "\\\\" (["\\\\bfnrt] | "u" [0-9a-fA-F]{4}))* "\\"" ws\n'
+        'number ::= "-"? ([0-9] | [1-9] [0-9]{0,15}) ("." [0-9]+)? ([eE] [-+]? [0-9]+)? ws\n'
+        'ws ::= | " " | "\\n" [ \\t]{0,20}\n')
+    g("json_gbnf", False, json_gbnf, '{"a": [1, -2.5e3, "x\\u00e9\u00fc", true, null], "b": {}}')
+    g("arithmetic", False, 'root ::= (expr "=" ws term "\\n")+\nexpr ::= term ([-+*/] term)*\n'
+      'term ::= ident | num | "(" ws expr ")" ws\nident ::= [a-z] [a-z0-9_]* ws\nnum ::= [0-9]+ ws\nws ::= [ \\t\\n]*\n',
+      "(a+b)*c = x1\n")
+    g("unicode", False, 'root ::= [\u3041-\u309F]+ ("\\U0001F600" | [^a-z\\n]{2,3})? .\n', "\u3042\u3044\U0001F600x")
+    g("repeat", False, 'root ::= ("ab"{2,4} | x?){1,3} "!"\nx ::= [0-9] | "-"\n', "ababab9!")
+    g("errors", False, 'root ::= a\na ::= a "x" | (b\nb ::= [z-a]\n', "x")
+    g("schema_object", True, json.dumps({
+        "type": "object",
+        "properties": {"name": {"type": "string", "maxLength": 8}, "age": {"type": "integer", "minimum": 0, "maximum": 130},
+                       "tags": {"type": "array", "items": {"enum": ["a", "b"]}, "maxItems": 3},
+                       "when": {"type": "string", "format": "date"}},
+        "required": ["name"], "additionalProperties": {"type": "number"}}),
+      '{"name": "bob", "age": 42, "tags": ["a"], "when": "2024-02-28", "x": 1.5}')
+    g("schema_ref", True, json.dumps({
+        "$defs": {"n": {"type": "object", "properties": {"v": {"type": "integer"}, "kids": {"type": "array", "items": {"$ref": "#/$defs/n"}}}}},
+        "anyOf": [{"$ref": "#/$defs/n"}, {"type": "string", "pattern": "^(ab|c[d-f]+)\\d{2}$"}, {"type": ["null", "boolean"]}]}),
+      '{"v": 1, "kids": [{"kids": []}]}')
+    g("schema_bad", True, '{"type": "object", "not": {}, "properties": {"a": {"$ref": "#/nowhere"}}}', "{}")
 
 
 if __name__ == "__main__":
