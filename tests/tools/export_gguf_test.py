@@ -4,17 +4,22 @@
 For two models, (a) random weights with a large init scale (std 0.3, so greedy tokens vary and
 position handling matters) on the tests' tiny tokenizer and (b) the shipped models/niels-demo:
   1. export to GGUF (f32, and f16 for the demo model);
-  2. run llama.cpp (node-llama-cpp's prebuilt libllama, installed with npm into a cache directory)
-     through tests/tools/llamacpp_run.mjs: greedy continuations of raw token-id prompts, and of chat
-     prompts rendered from the GGUF's own tokenizer.chat_template and tokenized by llama.cpp;
+  2. run llama.cpp (node-llama-cpp 3.21.1's prebuilt libllama, the pinned npm packages of
+     scripts/install_references.sh) through tests/tools/llamacpp_run.mjs: greedy continuations of raw
+     token-id prompts, and of chat prompts rendered from the GGUF's own tokenizer.chat_template and
+     tokenized by llama.cpp;
   3. check: llama.cpp's greedy tokens equal a real nielsd's (generate / chat over its socket);
      the template renders and tokenizes to exactly the ids nielsd's template makes; plain text
      tokenizes the same; every generated step's logits agree with nielsd's model code
      (niels-inspect, full forward) within LOGIT_TOL (f32) and LOGIT_TOL_F16 (f16 export).
+     node-llama-cpp 3.21.1 gives probabilities, not logits, so both sides are compared as
+     logit - max(logit) (the shift no softmax sees).
 
-Skipped (exit 77, the ctest SKIP_RETURN_CODE) with a message when node/npm are missing or the npm
-registry cannot be reached. The install is cached in $XDG_CACHE_HOME/nielsd-test (or
-~/.cache/nielsd-test), so later runs need no network.
+Fails (exit 1) naming scripts/install_references.sh when the npm packages are missing; never skips.
+
+    export_gguf_test.py --nielsd NIELSD --inspect NIELS_INSPECT --make-tokenizer MAKE_TOKENIZER
+        --exporter niels_export.py --demo-model models/niels-demo --work-dir DIR [--npm NODE_MODULES]
+(the nielsd_client package on PYTHONPATH: the build's staged client/python)
 """
 
 import argparse
@@ -23,23 +28,25 @@ import os
 import shutil
 import subprocess
 import sys
-import tempfile
 
 import numpy as np
 
 import export_support as es
+from make_family_model import default_npm
 
-NODE_LLAMA_CPP_VERSION = "3.22.1"  # pinned: the llama.cpp build under test
-SKIP = 77
-# Tolerances on |logit_llama.cpp - logit_nielsd|, relative to the step's largest |logit| (at
-# least 1), worst over every generated step. f32 export, f32 attention: llama.cpp's CPU kernels
-# sum in another order and compute RoPE angles in f32 (nielsd: f64); measured 8e-6 (random model)
-# and 8e-7 (demo), so LOGIT_TOL has >10x headroom, while a wrong RoPE layout, a missing bias or a
-# wrong norm shows up as O(1). f16 export under llama.cpp's defaults: every weight and cached
-# key/value is rounded to 11 significant bits and the large-init random model amplifies that;
-# measured 1e-2 (random) and 1e-3 (demo).
+NODE_LLAMA_CPP_VERSION = "3.21.1"  # pinned by scripts/install_references.sh: the llama.cpp under test
+# Tolerances on |logit_llama.cpp - logit_nielsd| (both as logit - max(logit)), relative to the
+# step's largest |logit| (at least 1), worst over every generated step. f32 export, f32 attention:
+# llama.cpp's CPU kernels sum in another order and compute RoPE angles in f32 (nielsd: f64);
+# measured 5.6e-6 (random model) and 9.8e-7 (demo), so LOGIT_TOL has >10x headroom, while a wrong
+# RoPE layout, a missing bias or a wrong norm shows up as O(1) (gate and up swapped: 1.3). f16
+# export under llama.cpp's defaults: every weight and cached key/value is rounded to 11 significant
+# bits and the large-init random model amplifies that; measured 1.1e-2 (random) and 6e-4 (demo).
 LOGIT_TOL = 1e-4
 LOGIT_TOL_F16 = 5e-2
+# Below this logit - max(logit), float32 softmax probabilities are subnormal or 0 (exp(-87.3) is
+# float32's smallest normal), so llama.cpp's shifted logits lose precision there: not compared.
+UNDERFLOW = 80.0
 
 RANDOM_PROMPTS = [[10, 20, 30, 40], [7], [100, 101, 102, 103, 104, 105, 106, 107, 108], [55, 200, 55, 200, 55]]
 TEXTS = ["how do i start nielsd?", "The quick brown fox jumps over the lazy dog.",
@@ -49,41 +56,20 @@ CHATS = [("You are a helpful assistant.", "how do i start nielsd?"),
          ("You are nielsd's demo model.", "which socket does niels-chat use by default?")]
 
 
-def skip(message):
-    print(f"SKIPPED: {message}")
-    sys.exit(SKIP)
-
-
-def install_node_llama_cpp(cache_root):
-    """node_modules with node-llama-cpp and its linux-x64 CPU binaries; installed once, atomically."""
-    if shutil.which("node") is None or shutil.which("npm") is None:
-        skip("node and npm are needed to run llama.cpp through node-llama-cpp (not found on PATH)")
-    target = os.path.join(cache_root, f"node-llama-cpp-{NODE_LLAMA_CPP_VERSION}")
-    modules = os.path.join(target, "node_modules")
-    marker = os.path.join(modules, "@node-llama-cpp", "linux-x64", "package.json")
-    if os.path.exists(marker):
-        return modules
-    os.makedirs(cache_root, exist_ok=True)
-    staging = tempfile.mkdtemp(prefix=".install-", dir=cache_root)
-    try:
-        cmd = ["npm", "install", "--prefix", staging, "--no-audit", "--no-fund", "--ignore-scripts",
-               "--omit=optional", "--no-save", "--fetch-timeout=60000", "--fetch-retries=1",
-               f"node-llama-cpp@{NODE_LLAMA_CPP_VERSION}",
-               f"@node-llama-cpp/linux-x64@{NODE_LLAMA_CPP_VERSION}"]
-        print("installing llama.cpp binaries:", " ".join(cmd), flush=True)
-        try:
-            p = subprocess.run(cmd, capture_output=True, text=True, timeout=600)
-        except subprocess.TimeoutExpired:
-            skip("npm install node-llama-cpp timed out (is the npm registry reachable?)")
-        if p.returncode != 0:
-            tail = (p.stderr or p.stdout).strip().splitlines()[-3:]
-            skip("npm install node-llama-cpp failed (is the npm registry reachable?): " + " | ".join(tail))
-        if os.path.exists(target):
-            shutil.rmtree(target)
-        os.rename(staging, target)
-    finally:
-        shutil.rmtree(staging, ignore_errors=True)
-    return modules
+def node_modules(npm):
+    """The node_modules of scripts/install_references.sh; exits 1 naming the script when missing."""
+    for pkg in ("node-llama-cpp", os.path.join("@node-llama-cpp", "linux-x64"), os.path.join("@huggingface", "jinja")):
+        if not os.path.exists(os.path.join(npm, pkg, "package.json")):
+            print(f"FAIL: {npm} lacks {pkg}: run scripts/install_references.sh (installs the pinned "
+                  "node-llama-cpp 3.21.1 and its CPU binaries)")
+            sys.exit(1)
+    with open(os.path.join(npm, "node-llama-cpp", "package.json")) as f:
+        version = json.load(f)["version"]
+    if version != NODE_LLAMA_CPP_VERSION:
+        print(f"FAIL: {npm} holds node-llama-cpp {version}, not the pinned {NODE_LLAMA_CPP_VERSION}: "
+              "run scripts/install_references.sh")
+        sys.exit(1)
+    return npm
 
 
 def run_llamacpp(args, modules, request, work):
@@ -97,21 +83,28 @@ def run_llamacpp(args, modules, request, work):
         return json.load(f)
 
 
-def max_rel_diff(llama_logits, nielsd_logits, banned=()):
-    """(relative, absolute): the largest |difference| over a step's vocabulary, over max(1, largest
-    |logit|), worst step; and the largest absolute difference. `banned` ids are left out (llama.cpp's
-    "never" bias removes them from its logits)."""
-    worst, worst_abs = 0.0, 0.0
+def max_rel_diff(llama_shifted, nielsd_logits, banned=()):
+    """(relative, absolute, left out): the largest |difference| of logit - max(logit) over a step's
+    vocabulary, over max(1, largest |logit|), worst step; the largest absolute difference; how many
+    logits were not compared. `banned` ids are left out (llama.cpp's "never" bias gives them
+    probability 0), and so are tokens more than UNDERFLOW below the step's maximum; a probability of
+    0 above that is an error."""
+    worst, worst_abs, left_out = 0.0, 0.0, 0
     keep = np.ones(len(nielsd_logits[0]), dtype=bool)
     keep[list(banned)] = False
-    for got, want in zip(llama_logits, nielsd_logits):
+    for got, want in zip(llama_shifted, nielsd_logits):
         got = np.array([np.nan if g is None else g for g in got], dtype=np.float64)[keep]
-        want = want[keep]
-        if np.isnan(got).any():
-            raise AssertionError("llama.cpp returned logits for only part of the vocabulary")
-        worst = max(worst, float(np.abs(got - want).max() / max(1.0, np.abs(want).max())))
-        worst_abs = max(worst_abs, float(np.abs(got - want).max()))
-    return worst, worst_abs
+        want = want[keep].astype(np.float64)
+        shifted = want - want.max()
+        compared = shifted > -UNDERFLOW
+        if np.isnan(got[compared]).any():
+            raise AssertionError("llama.cpp gave probability 0 to a token within "
+                                 f"{UNDERFLOW:g} of the largest logit")
+        diff = float(np.abs(got[compared] - shifted[compared]).max())
+        worst = max(worst, diff / max(1.0, float(np.abs(want).max())))
+        worst_abs = max(worst_abs, diff)
+        left_out += int((~compared).sum())
+    return worst, worst_abs, left_out
 
 
 class Failures:
@@ -202,7 +195,8 @@ def check_model(args, modules, label, model_dir, prompts, failures, dtypes):
         worst = max(d[0] for d in diffs)
         print(f"[{label}/{dtype}] {same}/{len(diffs)} greedy continuations equal nielsd's; "
               f"max |logit diff| / max(1, max|logit|): {worst:.3g} (tolerance {tol:g}), "
-              f"max |logit diff|: {max(d[1] for d in diffs):.3g}")
+              f"max |logit diff|: {max(d[1] for d in diffs):.3g}; "
+              f"{sum(d[2] for d in diffs)} logits more than {UNDERFLOW:g} below the maximum not compared")
         failures.check(worst <= tol, f"[{label}/{dtype}] logits differ by {worst:.3g} > {tol:g}")
 
 
@@ -214,9 +208,9 @@ def main():
     p.add_argument("--exporter", required=True)
     p.add_argument("--demo-model", required=True)
     p.add_argument("--work-dir", required=True)
+    p.add_argument("--npm", default=default_npm(), help="node_modules of scripts/install_references.sh")
     args = p.parse_args()
-    cache = os.environ.get("XDG_CACHE_HOME") or os.path.join(os.path.expanduser("~"), ".cache")
-    modules = install_node_llama_cpp(os.path.join(cache, "nielsd-test"))
+    modules = node_modules(args.npm)
 
     shutil.rmtree(args.work_dir, ignore_errors=True)
     os.makedirs(args.work_dir)

@@ -1,5 +1,6 @@
 """Shared by the niels-export tests: random model directories, a real nielsd process, nielsd's own
-logits through niels-inspect. Standard library and numpy only (plus the repository's Python client).
+logits through niels-inspect. Standard library and numpy only, plus the repository's Python client
+for Nielsd: the package CMake stages in the build tree (NIELS_PYTHON_PACKAGE_DIR, on PYTHONPATH).
 """
 
 import json
@@ -14,7 +15,6 @@ import numpy as np
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 REPO = os.path.normpath(os.path.join(HERE, "..", ".."))
-sys.path.insert(0, os.path.join(REPO, "client", "python"))
 sys.path.insert(0, os.path.join(REPO, "tools", "export"))
 
 
