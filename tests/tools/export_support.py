@@ -84,14 +84,17 @@ def run_export(exporter, *args):
 
 
 class Nielsd:
-    """A real nielsd serving `model_dir` on a socket in `work_dir`; a connected Client in .client."""
+    """A real nielsd serving `model_dir` on a socket in `work_dir` (its sessions in work_dir/state);
+    a connected Client in .client."""
 
     def __init__(self, nielsd, model_dir, work_dir):
         self.socket_path = os.path.join(work_dir, "nielsd.sock")
         if os.path.exists(self.socket_path):
             os.unlink(self.socket_path)
         self.log = open(os.path.join(work_dir, "nielsd.log"), "w")
+        # Its own state directory: the default one is locked by any other nielsd of this user.
         self.proc = subprocess.Popen([nielsd, "--model", model_dir, "--socket", self.socket_path,
+                                      "--state-dir", os.path.join(work_dir, "state"),
                                       "--threads", "1", "--log-level", "warn"],
                                      stdout=self.log, stderr=subprocess.STDOUT)
         deadline = time.monotonic() + 120
