@@ -202,7 +202,7 @@ int main(int argc, char** argv) {
     std::fprintf(stderr, "nielsd-chat-bench: %s\n", tokenizer.status().ToString().c_str());
     return 1;
   }
-  auto model = std::make_unique<niels::daemon::model::Model>();
+  auto model = std::make_unique<niels::daemon::loaders::Model>();
   model->config = config;
   model->transformer = std::make_unique<niels::daemon::model::Transformer>(
       config, niels::daemon::model::RandomWeights(config, /*seed=*/7), pool);

@@ -15,6 +15,7 @@
 
 #include "daemon/text/sentencepiece_runtime.h"
 #include "daemon/text/tokenizer.h"
+#include "daemon/loaders/niels_dir.h"
 #include "daemon/model/weights.h"
 
 namespace niels::testing {
@@ -174,7 +175,7 @@ void WriteModelDir(const fs::path& dir, const ModelConfig& config, uint64_t seed
   c.vocab_size = TinyTokenizerVocabSize();
   WriteFile(dir / "config.json", daemon::model::ModelConfigToJson(c));
   WriteFile(dir / "tokenizer.model", TinyTokenizerProto());
-  auto status = daemon::model::SaveWeights(daemon::model::RandomWeights(c, seed), dir / "model.safetensors");
+  auto status = daemon::loaders::SaveNielsWeights(daemon::model::RandomWeights(c, seed), dir / "model.safetensors");
   if (!status.ok()) throw std::runtime_error("WriteModelDir: " + status.ToString());
 }
 

@@ -5,7 +5,7 @@
 // temp_files.h (niels_test_base), included here for convenience.
 //
 // No libtorch in this header (suites that only need a model directory stay cheap to compile); to
-// write tensors directly use daemon/model/safetensors.h (WriteSafetensors).
+// write tensors directly use daemon/formats/safetensors.h (WriteSafetensors).
 //
 // Failures inside these helpers throw std::runtime_error, which GoogleTest reports as a test
 // failure. Thread-safe: the trained tokenizer cache is guarded by a mutex.

@@ -20,7 +20,8 @@
 
 #include "common/defaults.h"
 #include "daemon/text/chat_template.h"
-#include "daemon/model/model_dir.h"
+#include "daemon/loaders/model_loader.h"
+#include "daemon/loaders/niels_dir.h"
 #include "tools/torch/torch_weights.h"
 #include "daemon/model/weights.h"
 #include "tools/train/chat_corpus.h"
@@ -32,6 +33,7 @@ namespace {
 namespace fs = std::filesystem;
 namespace model = niels::daemon::model;
 namespace text = niels::daemon::text;
+namespace loaders = niels::daemon::loaders;
 namespace torch_model = niels::torch_model;
 namespace train = niels::tools::train;
 
@@ -71,7 +73,7 @@ bool WriteFile(const fs::path& path, const std::string& bytes) {
 }
 
 // Greedy reply of the written model to one user message after the default system prompt.
-std::string GreedyReply(const model::Model& m, const std::string& question) {
+std::string GreedyReply(const loaders::Model& m, const std::string& question) {
   std::vector<int32_t> ids = text::EncodeMessage(*m.tokenizer, text::Role::kSystem, std::string(niels::common::kDefaultSystemPrompt));
   for (int32_t id : text::EncodeMessage(*m.tokenizer, text::Role::kUser, question)) ids.push_back(id);
   ids.push_back(text::GenerationPrompt(*m.tokenizer).front());
@@ -139,12 +141,12 @@ int Run(const Flags& flags) {
                static_cast<long long>(result.tokens));
 
   // (4) write, reload with the daemon's loader, probe
-  if (auto s = model::SaveWeights(torch_model::FromTorch(weights), out / "model.safetensors",
+  if (auto s = loaders::SaveNielsWeights(torch_model::FromTorch(weights), out / "model.safetensors",
                                   niels::daemon::kernels::ParseDtype(flags.dtype)); !s.ok()) {
     return Fail(s.ToString());
   }
   if (!WriteFile(out / "config.json", model::ModelConfigToJson(config) + "\n")) return Fail("cannot write config.json");
-  auto loaded = model::LoadModelDir(out);
+  auto loaded = loaders::LoadModel(out);
   if (!loaded.ok()) return Fail("the written model does not load: " + loaded.status().ToString());
   for (const std::string& q : flags.probes) std::printf("> %s\n%s\n", q.c_str(), GreedyReply(**loaded, q).c_str());
   std::fprintf(stderr, "wrote %s\n", out.string().c_str());

@@ -19,7 +19,7 @@
 #include "daemon/engine/engine_state.h"
 #include "daemon/engine/generate_turn.h"
 #include "daemon/sessions/session_ops.h"
-#include "daemon/model/model_dir.h"
+#include "daemon/loaders/model_loader.h"
 #include "tests/support/test_model.h"
 
 namespace niels::daemon::engine {
@@ -189,7 +189,7 @@ TEST_F(EngineWorkTest, GreedyGenerationEqualsTheFullForwardAndMarksItsLastEvent)
     EXPECT_EQ(answer->events[i].last, i + 1 == answer->events.size()) << i;
   }
   // Independent reference: the full forward over the growing sequence, argmax at the last position.
-  auto loaded = model::LoadModelDir(dir_.path());
+  auto loaded = loaders::LoadModel(dir_.path());
   ASSERT_TRUE(loaded.ok());
   std::vector<int32_t> tokens = prompt;
   for (int32_t id : answer->ids) {

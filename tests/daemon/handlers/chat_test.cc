@@ -56,7 +56,7 @@ class ChatTest : public ::testing::Test {
   }
 
   std::unique_ptr<Service> engine_;
-  std::unique_ptr<model::Model> model_;
+  std::unique_ptr<loaders::Model> model_;
   text::SpecialTokens special_;
 };
 

@@ -63,7 +63,7 @@ class GenerateTest : public ::testing::Test {
   }
 
   std::unique_ptr<Service> engine_;
-  std::unique_ptr<model::Model> model_;
+  std::unique_ptr<loaders::Model> model_;
   int32_t eot_ = -1;
   std::string session_;
 };

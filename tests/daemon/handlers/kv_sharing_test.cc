@@ -132,7 +132,7 @@ class KvSharingTest : public ::testing::Test {
   int64_t context_ = 0;
   std::unique_ptr<Service> engine_;
   std::unique_ptr<Service> reference_;
-  std::unique_ptr<model::Model> model_;
+  std::unique_ptr<loaders::Model> model_;
   text::SpecialTokens special_;
 };
 

@@ -13,9 +13,12 @@
 #include <vector>
 
 #include "daemon/kernels/dtype.h"
-#include "daemon/model/safetensors.h"
+#include "daemon/formats/safetensors.h"
 
-namespace niels::daemon::model {
+namespace niels::testing {
+
+using daemon::formats::SafetensorsDtype;
+using daemon::formats::SafetensorsDtypeSize;
 
 struct HostTensor {
   SafetensorsDtype dtype = SafetensorsDtype::kF32;
@@ -57,8 +60,8 @@ struct HostTensor {
     for (int64_t i = 0; i < numel(); ++i) {
       switch (dtype) {
         case SafetensorsDtype::kF32: std::memcpy(&out[i], &bytes[4 * i], 4); break;
-        case SafetensorsDtype::kF16: out[i] = kernels::HalfToFloat(U16(i)); break;
-        case SafetensorsDtype::kBF16: out[i] = kernels::BFloat16ToFloat(U16(i)); break;
+        case SafetensorsDtype::kF16: out[i] = daemon::kernels::HalfToFloat(U16(i)); break;
+        case SafetensorsDtype::kBF16: out[i] = daemon::kernels::BFloat16ToFloat(U16(i)); break;
         case SafetensorsDtype::kF64: {
           double d;
           std::memcpy(&d, &bytes[8 * i], 8);
@@ -86,8 +89,8 @@ struct HostTensor {
       unsigned char* at = &t.bytes[i * SafetensorsDtypeSize(to)];
       switch (to) {
         case SafetensorsDtype::kF32: std::memcpy(at, &values[i], 4); break;
-        case SafetensorsDtype::kF16: Put16(at, kernels::FloatToHalf(values[i])); break;
-        case SafetensorsDtype::kBF16: Put16(at, kernels::FloatToBFloat16(values[i])); break;
+        case SafetensorsDtype::kF16: Put16(at, daemon::kernels::FloatToHalf(values[i])); break;
+        case SafetensorsDtype::kBF16: Put16(at, daemon::kernels::FloatToBFloat16(values[i])); break;
         case SafetensorsDtype::kF64: {
           const double d = values[i];
           std::memcpy(at, &d, 8);
@@ -118,9 +121,9 @@ using HostTensorList = std::vector<std::pair<std::string, HostTensor>>;
 
 // Writes the tensors (in order) with WriteSafetensors.
 inline common::Status WriteHostSafetensors(const std::filesystem::path& path, const HostTensorList& tensors) {
-  std::vector<SafetensorsEntry> entries;
+  std::vector<daemon::formats::SafetensorsEntry> entries;
   for (const auto& [name, t] : tensors) entries.push_back({name, t.dtype, t.shape, t.bytes.data()});
-  return WriteSafetensors(path, entries);
+  return daemon::formats::WriteSafetensors(path, entries);
 }
 
-}  // namespace niels::daemon::model
+}  // namespace niels::testing

@@ -1,4 +1,4 @@
-#include "daemon/model/safetensors.h"
+#include "daemon/formats/safetensors.h"
 
 #include <fcntl.h>
 #include <sys/mman.h>
@@ -14,7 +14,7 @@
 
 #include <nlohmann/json.hpp>
 
-namespace niels::daemon::model {
+namespace niels::daemon::formats {
 namespace {
 
 using common::Status;
@@ -263,4 +263,4 @@ Status WriteSafetensors(const std::filesystem::path& path, const std::vector<Saf
   return Status::Ok();
 }
 
-}  // namespace niels::daemon::model
+}  // namespace niels::daemon::formats

@@ -1,4 +1,4 @@
-#include "daemon/model/safetensors.h"
+#include "daemon/formats/safetensors.h"
 
 #include <algorithm>
 #include <cstring>
@@ -8,13 +8,15 @@
 #include <gtest/gtest.h>
 
 #include "daemon/kernels/dtype.h"
-#include "tests/daemon/model/host_tensors.h"
+#include "tests/support/host_tensors.h"
 #include "tests/support/test_model.h"
 
-namespace niels::daemon::model {
+namespace niels::daemon::formats {
 namespace {
 
 using common::StatusCode;
+using niels::testing::HostTensor;
+using niels::testing::WriteHostSafetensors;
 using ::testing::AllOf;
 using ::testing::HasSubstr;
 
@@ -219,4 +221,4 @@ TEST_F(SafetensorsTest, WriterPadsHeaderToEightBytes) {
 }
 
 }  // namespace
-}  // namespace niels::daemon::model
+}  // namespace niels::daemon::formats

@@ -1,3 +1,5 @@
+#include "daemon/loaders/niels_dir.h"
+
 #include "daemon/model/weights.h"
 
 #include <map>
@@ -6,12 +8,39 @@
 #include <gtest/gtest.h>
 
 #include "daemon/kernels/dtype.h"
-#include "daemon/model/safetensors.h"
-#include "tests/daemon/model/host_tensors.h"
+#include "daemon/formats/safetensors.h"
+#include "tests/support/host_tensors.h"
 #include "tests/support/test_model.h"
 
-namespace niels::daemon::model {
+namespace niels::daemon::loaders {
 namespace {
+
+using formats::SafetensorsDtype;
+using formats::SafetensorsEntry;
+using formats::SafetensorsFile;
+using formats::WriteSafetensors;
+using kernels::Dtype;
+using model::ModelConfig;
+using model::ModelConfigToJson;
+using model::OwnedTensor;
+using model::RandomWeights;
+using model::Weights;
+using model::BytesWithin;
+using model::ConvertWeights;
+using testing::HostTensor;
+using testing::HostTensorList;
+using testing::WriteHostSafetensors;
+
+// The tensors of niels_gpt weights under niels_gpt's state_dict names, in its order.
+inline std::vector<std::pair<std::string, model::Tensor>> NielsNamed(const model::Weights& w) {
+  std::map<std::string, model::Tensor> ours;
+  w.ForEach([&](const std::string& name, const model::Tensor& t) { ours[name] = t; });
+  std::vector<std::pair<std::string, model::Tensor>> named;
+  for (const auto& [our_name, niels_name] : NielsTensorNames(static_cast<int64_t>(w.blocks.size()))) {
+    named.emplace_back(niels_name, ours.at(our_name));
+  }
+  return named;
+}
 
 using common::StatusCode;
 using ::testing::AllOf;
@@ -67,7 +96,7 @@ class WeightsTest : public ::testing::Test {
   // Writes `tensors`, loads, expects INVALID_ARGUMENT naming the file and `needles`.
   void ExpectInvalid(const TensorList& tensors, const std::vector<std::string>& needles) {
     ASSERT_TRUE(WriteHostSafetensors(Path(), tensors).ok());
-    auto w = LoadWeights(Path(), config_);
+    auto w = LoadNielsWeights(Path(), config_);
     ASSERT_FALSE(w.ok());
     EXPECT_EQ(w.status().code(), StatusCode::kInvalidArgument);
     EXPECT_THAT(w.status().message(), HasSubstr(Path().string()));
@@ -80,7 +109,7 @@ class WeightsTest : public ::testing::Test {
 
 TEST_F(WeightsTest, NamedListsEveryTensorOnceAndBytesSumsThem) {
   Weights w = RandomWeights(config_, 1);
-  auto named = w.Named();
+  auto named = NielsNamed(w);
   auto expected = ExpectedShapes(config_);
   ASSERT_EQ(named.size(), expected.size());
   int64_t elements = 0;
@@ -96,13 +125,13 @@ TEST_F(WeightsTest, NamedListsEveryTensorOnceAndBytesSumsThem) {
 
 TEST_F(WeightsTest, SaveLoadRoundTripIsExactAndZeroCopy) {
   Weights original = RandomWeights(config_, 7);
-  ASSERT_TRUE(SaveWeights(original, Path()).ok());
-  auto loaded = LoadWeights(Path(), config_);
+  ASSERT_TRUE(SaveNielsWeights(original, Path()).ok());
+  auto loaded = LoadNielsWeights(Path(), config_);
   ASSERT_TRUE(loaded.ok()) << loaded.status().ToString();
   ASSERT_EQ(loaded->backing.size(), 1u) << "nothing but the mapping backs an f32 file's weights";
   auto file = std::static_pointer_cast<const SafetensorsFile>(loaded->backing.front());
-  auto a = original.Named();
-  auto b = loaded->Named();
+  auto a = NielsNamed(original);
+  auto b = NielsNamed(*loaded);
   ASSERT_EQ(a.size(), b.size());
   for (size_t i = 0; i < a.size(); ++i) {
     EXPECT_EQ(a[i].first, b[i].first);
@@ -122,15 +151,15 @@ TEST_F(WeightsTest, SixteenBitMatricesStaySixteenBitAndZeroCopy) {
     TensorList stored = ValidTensors();
     for (auto& [name, t] : stored) t = t.To(stored_dtype);
     ASSERT_TRUE(WriteHostSafetensors(Path(), stored).ok());
-    auto loaded = LoadWeights(Path(), config_);
+    auto loaded = LoadNielsWeights(Path(), config_);
     ASSERT_TRUE(loaded.ok()) << loaded.status().ToString();
     EXPECT_EQ(loaded->dtype(), dtype);
     std::map<std::string, HostTensor> by_name(stored.begin(), stored.end());
     int64_t matrix_bytes = 0;
-    for (const auto& [name, t] : loaded->Named()) {
-      EXPECT_EQ(t.dtype, Weights::IsMatrix(name) ? dtype : Dtype::kF32) << name;
+    for (const auto& [name, t] : NielsNamed(*loaded)) {
+      EXPECT_EQ(t.dtype, (t.shape.size() == 2) ? dtype : Dtype::kF32) << name;
       EXPECT_EQ(t.ToFloats(), by_name[name].Floats()) << name;
-      if (Weights::IsMatrix(name)) matrix_bytes += t.bytes();
+      if (t.shape.size() == 2) matrix_bytes += t.bytes();
     }
     auto file = std::static_pointer_cast<const SafetensorsFile>(loaded->backing.front());
     EXPECT_EQ(BytesWithin(*loaded, file->mapping_data(), file->mapping_size()), matrix_bytes);
@@ -142,26 +171,26 @@ TEST_F(WeightsTest, SixteenBitMatricesStaySixteenBitAndZeroCopy) {
 // nielsd --dtype: a file of another dtype is converted at load (rounded to nearest even).
 TEST_F(WeightsTest, RequestedDtypeConvertsAtLoad) {
   const Weights original = RandomWeights(config_, 5);
-  ASSERT_TRUE(SaveWeights(original, Path()).ok());  // f32
+  ASSERT_TRUE(SaveNielsWeights(original, Path()).ok());  // f32
   for (Dtype dtype : {Dtype::kF16, Dtype::kBF16}) {
     SCOPED_TRACE(std::string(kernels::DtypeName(dtype)));
-    auto loaded = LoadWeights(Path(), config_, LoadOptions{.dtype = dtype});
+    auto loaded = LoadNielsWeights(Path(), config_, dtype);
     ASSERT_TRUE(loaded.ok()) << loaded.status().ToString();
     auto expected = ConvertWeights(original, dtype);
     ASSERT_TRUE(expected.ok());
     EXPECT_EQ(loaded->dtype(), dtype);
     EXPECT_EQ(loaded->bytes(), expected->bytes());
-    const auto got = loaded->Named(), want = expected->Named(), before = original.Named();
+    const auto got = NielsNamed(*loaded), want = NielsNamed(*expected), before = NielsNamed(original);
     for (size_t i = 0; i < got.size(); ++i) {
       const auto& [name, t] = got[i];
       EXPECT_EQ(t.ToFloats(), want[i].second.ToFloats()) << name;
-      if (Weights::IsMatrix(name)) {
+      if (t.shape.size() == 2) {
         EXPECT_NE(t.ToFloats(), before[i].second.ToFloats()) << name;
       }
     }
     // And back: the 16-bit file read as f32 holds the same values, widened.
-    ASSERT_TRUE(SaveWeights(*expected, dir_ / "narrow.safetensors").ok());
-    auto widened = LoadWeights(dir_ / "narrow.safetensors", config_, LoadOptions{.dtype = Dtype::kF32});
+    ASSERT_TRUE(SaveNielsWeights(*expected, dir_ / "narrow.safetensors").ok());
+    auto widened = LoadNielsWeights(dir_ / "narrow.safetensors", config_, Dtype::kF32);
     ASSERT_TRUE(widened.ok()) << widened.status().ToString();
     EXPECT_EQ(widened->dtype(), Dtype::kF32);
     EXPECT_EQ(widened->tok_emb.ToFloats(), expected->tok_emb.ToFloats());
@@ -172,28 +201,28 @@ TEST_F(WeightsTest, ValueBeyondF16RangeIsRefusedNamingTheTensor) {
   TensorList tensors = ValidTensors();
   Get(tensors, "blocks.1.mlp.fc_out.weight").Set(2 * config_.d_ff + 3, 70000.0f);  // [C, d_ff] at (2, 3)
   ASSERT_TRUE(WriteHostSafetensors(Path(), tensors).ok());
-  auto refused = LoadWeights(Path(), config_, LoadOptions{.dtype = Dtype::kF16});
+  auto refused = LoadNielsWeights(Path(), config_, Dtype::kF16);
   ASSERT_FALSE(refused.ok());
   EXPECT_EQ(refused.status().code(), StatusCode::kInvalidArgument);
   EXPECT_THAT(refused.status().message(),
               AllOf(HasSubstr(Path().string()), HasSubstr("tensor blocks.1.mlp.fc_out.weight"), HasSubstr("f16")));
-  EXPECT_TRUE(LoadWeights(Path(), config_, LoadOptions{.dtype = Dtype::kBF16}).ok()) << "bf16 has f32's range";
+  EXPECT_TRUE(LoadNielsWeights(Path(), config_, Dtype::kBF16).ok()) << "bf16 has f32's range";
 }
 
 // A data section that does not start aligned (the header padded to an odd length): the tensors are
 // copied into aligned buffers instead of being used in place, with the same values.
 TEST_F(WeightsTest, MisalignedDataIsCopiedNotMisused) {
   const Weights original = RandomWeights(config_, 9);
-  ASSERT_TRUE(SaveWeights(original, Path()).ok());
+  ASSERT_TRUE(SaveNielsWeights(original, Path()).ok());
   const std::string bytes = niels::testing::ReadFile(Path());
   uint64_t header_length = 0;
   for (int i = 7; i >= 0; --i) header_length = (header_length << 8) | static_cast<unsigned char>(bytes[i]);
   niels::testing::WriteRawSafetensors(Path(), bytes.substr(8, header_length) + " ", bytes.substr(8 + header_length));
-  auto loaded = LoadWeights(Path(), config_);
+  auto loaded = LoadNielsWeights(Path(), config_);
   ASSERT_TRUE(loaded.ok()) << loaded.status().ToString();
   auto file = std::static_pointer_cast<const SafetensorsFile>(loaded->backing.front());
   EXPECT_EQ(BytesWithin(*loaded, file->mapping_data(), file->mapping_size()), 0);
-  const auto got = loaded->Named(), want = original.Named();
+  const auto got = NielsNamed(*loaded), want = NielsNamed(original);
   for (size_t i = 0; i < got.size(); ++i) EXPECT_EQ(got[i].second.ToFloats(), want[i].second.ToFloats()) << got[i].first;
 }
 
@@ -201,7 +230,7 @@ TEST_F(WeightsTest, LmHeadEqualToTokEmbIsAccepted) {
   TensorList tensors = ValidTensors();
   tensors.emplace_back("lm_head.weight", Get(tensors, "tok_emb.weight"));
   ASSERT_TRUE(WriteHostSafetensors(Path(), tensors).ok());
-  auto loaded = LoadWeights(Path(), config_);
+  auto loaded = LoadNielsWeights(Path(), config_);
   ASSERT_TRUE(loaded.ok()) << loaded.status().ToString();
   EXPECT_EQ(loaded->tok_emb.ToFloats(), Get(tensors, "tok_emb.weight").Floats());
 }
@@ -256,7 +285,7 @@ TEST_F(WeightsTest, WrongDtype) {
 // Malformed case: safetensors header longer than the file (through LoadWeights).
 TEST_F(WeightsTest, HeaderLongerThanFile) {
   niels::testing::WriteRawSafetensors(Path(), R"({"tok_emb.weight":{}})", "", /*header_length=*/1 << 20);
-  auto w = LoadWeights(Path(), config_);
+  auto w = LoadNielsWeights(Path(), config_);
   ASSERT_FALSE(w.ok());
   EXPECT_EQ(w.status().code(), StatusCode::kInvalidArgument);
   EXPECT_THAT(w.status().message(), AllOf(HasSubstr(Path().string()), HasSubstr("longer than the file")));
@@ -264,10 +293,10 @@ TEST_F(WeightsTest, HeaderLongerThanFile) {
 
 // Malformed case: data offsets past the end (a truncated file).
 TEST_F(WeightsTest, TruncatedFileHasOffsetsPastTheEnd) {
-  ASSERT_TRUE(SaveWeights(RandomWeights(config_, 2), Path()).ok());
+  ASSERT_TRUE(SaveNielsWeights(RandomWeights(config_, 2), Path()).ok());
   const std::string bytes = niels::testing::ReadFile(Path());
   niels::testing::WriteFile(Path(), bytes.substr(0, bytes.size() - 10));
-  auto w = LoadWeights(Path(), config_);
+  auto w = LoadNielsWeights(Path(), config_);
   ASSERT_FALSE(w.ok());
   EXPECT_EQ(w.status().code(), StatusCode::kInvalidArgument);
   // SaveWeights writes ln_f.weight last, so its range is the one cut off.
@@ -278,14 +307,14 @@ TEST_F(WeightsTest, TruncatedFileHasOffsetsPastTheEnd) {
 TEST_F(WeightsTest, ConfigWithOtherVocabNamesTokEmb) {
   ASSERT_TRUE(WriteHostSafetensors(Path(), ValidTensors()).ok());
   config_.vocab_size = 51;
-  auto w = LoadWeights(Path(), config_);
+  auto w = LoadNielsWeights(Path(), config_);
   ASSERT_FALSE(w.ok());
   EXPECT_THAT(w.status().message(),
               AllOf(HasSubstr("tok_emb.weight has shape [50, 16], expected [51, 16]"), HasSubstr("V = 51")));
 }
 
 TEST_F(WeightsTest, MissingFileIsNotFound) {
-  auto w = LoadWeights(Path(), config_);
+  auto w = LoadNielsWeights(Path(), config_);
   ASSERT_FALSE(w.ok());
   EXPECT_EQ(w.status().code(), StatusCode::kNotFound);
   EXPECT_THAT(w.status().message(), HasSubstr(Path().string()));
@@ -294,12 +323,12 @@ TEST_F(WeightsTest, MissingFileIsNotFound) {
 // A config.json with a huge L (or d_ff) is refused by comparing it with what the file can hold,
 // before anything is built per layer (it used to build 10 * L expected tensor names first).
 TEST_F(WeightsTest, ConfigFarLargerThanTheFileIsRefusedBeforeAllocating) {
-  ASSERT_TRUE(SaveWeights(RandomWeights(config_, 1), Path()).ok());
+  ASSERT_TRUE(SaveNielsWeights(RandomWeights(config_, 1), Path()).ok());
   for (auto [layers, d_ff] : {std::pair<int64_t, int64_t>{int64_t{1} << 24, 24}, {2, int64_t{1} << 24}}) {
     ModelConfig huge = config_;
     huge.layers = layers;
     huge.d_ff = d_ff;
-    auto w = LoadWeights(Path(), huge);
+    auto w = LoadNielsWeights(Path(), huge);
     ASSERT_FALSE(w.ok());
     EXPECT_EQ(w.status().code(), StatusCode::kInvalidArgument);
     EXPECT_THAT(w.status().message(), AllOf(HasSubstr(Path().string()), HasSubstr("L = " + std::to_string(layers)),
@@ -310,12 +339,12 @@ TEST_F(WeightsTest, ConfigFarLargerThanTheFileIsRefusedBeforeAllocating) {
 // A model file rewritten in place while mapped is detected; one replaced by rename is not (the
 // mapping keeps the old file, which is what every writer of ours does).
 TEST_F(WeightsTest, InPlaceRewriteIsDetectedAndRenameIsNot) {
-  ASSERT_TRUE(SaveWeights(RandomWeights(config_, 1), Path()).ok());
+  ASSERT_TRUE(SaveNielsWeights(RandomWeights(config_, 1), Path()).ok());
   auto file = SafetensorsFile::Open(Path());
   ASSERT_TRUE(file.ok());
   EXPECT_TRUE((*file)->CheckUnchanged().ok());
   // Replaced by rename (SaveWeights writes a temporary file and renames it): still fine.
-  ASSERT_TRUE(SaveWeights(RandomWeights(config_, 2), Path()).ok());
+  ASSERT_TRUE(SaveNielsWeights(RandomWeights(config_, 2), Path()).ok());
   EXPECT_TRUE((*file)->CheckUnchanged().ok());
   auto second = SafetensorsFile::Open(Path());
   ASSERT_TRUE(second.ok());
@@ -327,8 +356,8 @@ TEST_F(WeightsTest, InPlaceRewriteIsDetectedAndRenameIsNot) {
 }
 
 TEST_F(WeightsTest, WritingLeavesNoTemporaryFiles) {
-  ASSERT_TRUE(SaveWeights(RandomWeights(config_, 1), Path()).ok());
-  ASSERT_TRUE(SaveWeights(RandomWeights(config_, 2), Path()).ok());
+  ASSERT_TRUE(SaveNielsWeights(RandomWeights(config_, 1), Path()).ok());
+  ASSERT_TRUE(SaveNielsWeights(RandomWeights(config_, 2), Path()).ok());
   int files = 0;
   for (const auto& entry : std::filesystem::directory_iterator(dir_.path())) {
     (void)entry;
@@ -338,4 +367,4 @@ TEST_F(WeightsTest, WritingLeavesNoTemporaryFiles) {
 }
 
 }  // namespace
-}  // namespace niels::daemon::model
+}  // namespace niels::daemon::loaders

@@ -22,7 +22,7 @@
 
 #include "common/status.h"
 
-namespace niels::daemon::model {
+namespace niels::daemon::formats {
 
 // Every dtype of the safetensors format (so sizes can be validated); only F32/F16/BF16 are model
 // weights.
@@ -102,4 +102,4 @@ struct SafetensorsEntry {
 // tensors through this.)
 common::Status WriteSafetensors(const std::filesystem::path& path, const std::vector<SafetensorsEntry>& tensors);
 
-}  // namespace niels::daemon::model
+}  // namespace niels::daemon::formats

@@ -1,15 +1,40 @@
-#include "daemon/model/model_dir.h"
+#include "daemon/loaders/model_loader.h"
+#include "daemon/loaders/niels_dir.h"
+
+#include <map>
 
 #include <fmt/format.h>
 #include <gmock/gmock.h>
 #include <gtest/gtest.h>
 
-#include "daemon/model/safetensors.h"
+#include "daemon/formats/safetensors.h"
 #include "daemon/model/weights.h"
 #include "tests/support/test_model.h"
 
-namespace niels::daemon::model {
+namespace niels::daemon::loaders {
 namespace {
+
+using formats::SafetensorsDtype;
+using formats::SafetensorsEntry;
+using formats::SafetensorsFile;
+using formats::WriteSafetensors;
+using kernels::Dtype;
+using model::ModelConfig;
+using model::ModelConfigToJson;
+using model::OwnedTensor;
+using model::RandomWeights;
+using model::Weights;
+
+// The tensors of niels_gpt weights under niels_gpt's state_dict names, in its order.
+inline std::vector<std::pair<std::string, model::Tensor>> NielsNamed(const model::Weights& w) {
+  std::map<std::string, model::Tensor> ours;
+  w.ForEach([&](const std::string& name, const model::Tensor& t) { ours[name] = t; });
+  std::vector<std::pair<std::string, model::Tensor>> named;
+  for (const auto& [our_name, niels_name] : NielsTensorNames(static_cast<int64_t>(w.blocks.size()))) {
+    named.emplace_back(niels_name, ours.at(our_name));
+  }
+  return named;
+}
 
 using common::StatusCode;
 using ::testing::AllOf;
@@ -21,7 +46,7 @@ class ModelDirTest : public ::testing::Test {
 
   // Loads dir_ and expects `code` with a message containing `needles`.
   void ExpectError(StatusCode code, const std::vector<std::string>& needles) {
-    auto model = LoadModelDir(dir_.path());
+    auto model = LoadModel(dir_.path());
     ASSERT_FALSE(model.ok());
     EXPECT_EQ(model.status().code(), code) << model.status().ToString();
     for (const auto& n : needles) EXPECT_THAT(model.status().message(), HasSubstr(n));
@@ -33,7 +58,7 @@ class ModelDirTest : public ::testing::Test {
 };
 
 TEST_F(ModelDirTest, LoadsAValidDirectory) {
-  auto model = LoadModelDir(dir_.path());
+  auto model = LoadModel(dir_.path());
   ASSERT_TRUE(model.ok()) << model.status().ToString();
   const Model& m = **model;
   EXPECT_EQ(m.dir, dir_.path());
@@ -47,8 +72,9 @@ TEST_F(ModelDirTest, LoadsAValidDirectory) {
   EXPECT_EQ(m.transformer->config().vocab_size, m.config.vocab_size);
   // The weights are the ones written (RandomWeights is deterministic for a seed).
   const Weights written = RandomWeights(m.config, kSeed);
-  auto expected = written.Named();  // views into `written`
-  auto loaded = m.transformer->weights().Named();
+  std::vector<std::pair<std::string, model::Tensor>> expected, loaded;  // views into the weights
+  written.ForEach([&](const std::string& name, const model::Tensor& t) { expected.emplace_back(name, t); });
+  m.transformer->weights().ForEach([&](const std::string& name, const model::Tensor& t) { loaded.emplace_back(name, t); });
   ASSERT_EQ(expected.size(), loaded.size());
   for (size_t i = 0; i < expected.size(); ++i) {
     EXPECT_EQ(expected[i].second.ToFloats(), loaded[i].second.ToFloats()) << expected[i].first;
@@ -56,7 +82,7 @@ TEST_F(ModelDirTest, LoadsAValidDirectory) {
 }
 
 TEST_F(ModelDirTest, MissingDirectoryIsNotFound) {
-  auto model = LoadModelDir(dir_.path() / "nope");
+  auto model = LoadModel(dir_.path() / "nope");
   ASSERT_FALSE(model.ok());
   EXPECT_EQ(model.status().code(), StatusCode::kNotFound);
   EXPECT_THAT(model.status().message(), HasSubstr("nope"));
@@ -70,7 +96,7 @@ TEST_F(ModelDirTest, EachMissingFileIsNamed) {
     ExpectError(StatusCode::kNotFound, {(dir_ / name).string()});
     niels::testing::WriteFile(dir_ / name, saved);
   }
-  EXPECT_TRUE(LoadModelDir(dir_.path()).ok());
+  EXPECT_TRUE(LoadModel(dir_.path()).ok());
 }
 
 TEST_F(ModelDirTest, InvalidConfigJsonNamesTheFile) {
@@ -93,7 +119,7 @@ TEST_F(ModelDirTest, ConfigVocabDisagreesWithTokenizer) {
 TEST_F(ModelDirTest, EmbeddingRowsDisagreeWithConfig) {
   ModelConfig bigger = config_;
   bigger.vocab_size = niels::testing::TinyTokenizerVocabSize() + 8;
-  ASSERT_TRUE(SaveWeights(RandomWeights(bigger, kSeed), dir_ / "model.safetensors").ok());
+  ASSERT_TRUE(SaveNielsWeights(RandomWeights(bigger, kSeed), dir_ / "model.safetensors").ok());
   ExpectError(StatusCode::kInvalidArgument,
               {(dir_ / "model.safetensors").string(), "tok_emb.weight",
                fmt::format("[{}, 32]", bigger.vocab_size),
@@ -110,9 +136,9 @@ TEST_F(ModelDirTest, TokenizerWithoutSpecialTokenIsRejected) {
 
 TEST_F(ModelDirTest, WrongTensorShapeNamesFileAndTensor) {
   Weights w = RandomWeights(config_, kSeed);
-  w.blocks[1].proj = OwnedTensor(std::vector<float>(config_.width * config_.width / 2), {config_.width, config_.width / 2},
+  w.blocks[1].wo = OwnedTensor(std::vector<float>(config_.width * config_.width / 2), {config_.width, config_.width / 2},
                                  w.backing);
-  ASSERT_TRUE(SaveWeights(w, dir_ / "model.safetensors").ok());
+  ASSERT_TRUE(SaveNielsWeights(w, dir_ / "model.safetensors").ok());
   ExpectError(StatusCode::kInvalidArgument, {(dir_ / "model.safetensors").string(), "blocks.1.attn.proj.weight",
                                              "[32, 16]", "expected [32, 32]"});
 }
@@ -123,7 +149,7 @@ TEST_F(ModelDirTest, MixedDtypesAreRefusedNamingTheTensor) {
   Weights w = RandomWeights(config_, kSeed);
   std::vector<SafetensorsEntry> entries;
   std::vector<std::vector<uint16_t>> halves;
-  for (const auto& [name, t] : w.Named()) {
+  for (const auto& [name, t] : NielsNamed(w)) {
     if (name == "blocks.1.mlp.fc_g.weight") {  // this one tensor in f16
       const std::vector<float> values = t.ToFloats();
       halves.emplace_back(values.size());
@@ -142,7 +168,7 @@ TEST_F(ModelDirTest, UnsupportedDtypeIsRefusedNamingTheTensor) {
   Weights w = RandomWeights(config_, kSeed);
   std::vector<SafetensorsEntry> entries;
   std::vector<double> doubles;
-  for (const auto& [name, t] : w.Named()) {
+  for (const auto& [name, t] : NielsNamed(w)) {
     if (name == "ln_f.weight") {
       for (float v : t.ToFloats()) doubles.push_back(v);
       entries.push_back({name, SafetensorsDtype::kF64, t.shape, doubles.data()});
@@ -157,7 +183,7 @@ TEST_F(ModelDirTest, UnsupportedDtypeIsRefusedNamingTheTensor) {
 
 TEST_F(ModelDirTest, TruncatedSixteenBitFileIsRefusedNamingTheTensor) {
   for (Dtype dtype : {Dtype::kF16, Dtype::kBF16}) {
-    ASSERT_TRUE(SaveWeights(RandomWeights(config_, kSeed), dir_ / "model.safetensors", dtype).ok());
+    ASSERT_TRUE(SaveNielsWeights(RandomWeights(config_, kSeed), dir_ / "model.safetensors", dtype).ok());
     const std::string bytes = niels::testing::ReadFile(dir_ / "model.safetensors");
     niels::testing::WriteFile(dir_ / "model.safetensors", bytes.substr(0, bytes.size() - 3));
     // SaveWeights writes ln_f.weight last: its byte range is the one cut off.
@@ -167,4 +193,4 @@ TEST_F(ModelDirTest, TruncatedSixteenBitFileIsRefusedNamingTheTensor) {
 }
 
 }  // namespace
-}  // namespace niels::daemon::model
+}  // namespace niels::daemon::loaders
