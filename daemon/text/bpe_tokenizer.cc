@@ -78,6 +78,7 @@ common::Status BpeTokenizer::BuildAddedTokens(const std::vector<std::pair<int32_
     if (token.flags.normalized && pre_tokenizer_->normalization() == Normalization::kNfc) {
       token.content.clear();
       AppendNfc(content, &token.content);
+      if (token.content != content) normalized_text_.emplace(id, token.content);
     }
     (token.flags.normalized ? normalized : raw).push_back(std::move(token));
   }
@@ -95,10 +96,11 @@ common::Status BpeTokenizer::BuildTokenBytes() {
   for (size_t id = 0; id < pieces_.size(); ++id) {
     bytes_offsets_[id] = static_cast<uint32_t>(token_bytes_.size());
     // As Hugging Face's ByteLevel decoder: a piece spelled in the byte-level alphabet stands for
-    // the bytes it spells; any other (an added token with a space, say) for its own UTF-8.
-    if (types_[id] != TokenType::kUnused && !AppendDecodedByteLevel(pieces_[id], &token_bytes_)) {
-      token_bytes_.append(pieces_[id]);
-    }
+    // the bytes it spells; any other (an added token with a space, say) for its own UTF-8. A
+    // normalized added token is decoded from its normalized text, as Hugging Face does.
+    const auto normalized = normalized_text_.find(static_cast<int32_t>(id));
+    const std::string& text = normalized != normalized_text_.end() ? normalized->second : pieces_[id];
+    if (types_[id] != TokenType::kUnused && !AppendDecodedByteLevel(text, &token_bytes_)) token_bytes_.append(text);
   }
   bytes_offsets_[pieces_.size()] = static_cast<uint32_t>(token_bytes_.size());
   return common::Status::Ok();

@@ -13,7 +13,8 @@
 //     merged by BPE (daemon/text/bpe_model.h). No BOS or EOS is ever added.
 //
 // Decoding: every id stands for a fixed byte string, TokenBytes(id) -- the bytes its byte-level
-// piece spells, or an added token's text -- and Decode(ids) is the concatenation of the kept ids'
+// piece spells, or an added token's text (as Hugging Face's ByteLevel decoder treats it: text
+// spelled wholly in the byte-level alphabet stands for the bytes it spells) -- and Decode(ids) is the concatenation of the kept ids'
 // bytes with each maximal invalid UTF-8 subpart replaced by U+FFFD. So a streaming detokenizer
 // can append TokenBytes of each new id and hand out the longest complete UTF-8 prefix, in O(n).
 // Decode(Encode(x)) == x for valid UTF-8 x, except where the normalizer changes x (Qwen: text not
@@ -104,6 +105,7 @@ class BpeTokenizer {
   std::unique_ptr<AddedTokenMatcher> raw_tokens_;         // matched in the text as given
   std::unique_ptr<AddedTokenMatcher> normalized_tokens_;  // matched after normalization
   std::unordered_map<std::string_view, int32_t> added_ids_;  // added token text -> id
+  std::unordered_map<int32_t, std::string> normalized_text_;  // normalized added tokens NFC changes
   SpecialTokenIds special_;
   std::string chat_template_;
 };

@@ -14,7 +14,7 @@ namespace {
 // Backtracking bound of one pcre2_match call: far above what the known patterns need on any text
 // (they are linear), low enough that a pattern that backtracks exponentially fails in well under
 // a second instead of hanging the engine thread.
-constexpr uint32_t kMatchLimit = 50'000'000;
+constexpr uint32_t kMatchLimit = 10'000'000;
 
 }  // namespace
 

@@ -19,7 +19,7 @@ using simdjson::dom::element_type;
 using simdjson::dom::object;
 
 // How many ids a vocabulary may leave without a token.
-constexpr size_t kMaxUnusedIds = 65536;
+constexpr size_t kMaxUnusedIds = 1024;
 
 // Hugging Face ByteLevel's own split (use_regex: true), GPT-2's.
 constexpr std::string_view kGpt2SplitPattern =

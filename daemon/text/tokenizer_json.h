@@ -24,7 +24,7 @@ namespace niels::daemon::text {
 
 // Parses the text of a tokenizer.json; `source` names it in messages. INVALID_ARGUMENT for
 // malformed JSON or a missing or mistyped key, a vocabulary id that is negative, repeated for two
-// pieces or beyond BpeTokenizer::kMaxVocabSize (or leaves more than 65536 ids unused), a merge
+// pieces or beyond BpeTokenizer::kMaxVocabSize (or leaves more than 1024 ids unused), a merge
 // that is not two pieces; UNIMPLEMENTED for what the list above leaves out.
 common::StatusOr<BpeSpec> BpeSpecFromTokenizerJson(std::string_view json, std::string_view source);
 

@@ -62,7 +62,11 @@ std::string Escape(std::string_view bytes) {
     if (b == '\n') out += "\\n";
     else if (b == '\r') out += "\\r";
     else if (b == '\t') out += "\\t";
-    else if (b < 0x20 || b == 0x7F) out += "\\x" + std::string(1, "0123456789abcdef"[b >> 4]) + "0123456789abcdef"[b & 15];
+    else if (b < 0x20 || b == 0x7F) {
+      char hex[8];
+      std::snprintf(hex, sizeof(hex), "\\x%02x", b);
+      out += hex;
+    }
     else out.push_back(c);
   }
   if (bytes.size() > 160) out += "...(" + std::to_string(bytes.size()) + " bytes)";
@@ -71,7 +75,10 @@ std::string Escape(std::string_view bytes) {
 
 std::string Ids(const std::vector<int32_t>& ids) {
   std::string out;
-  for (size_t i = 0; i < ids.size() && i < 40; ++i) out += (i ? " " : "") + std::to_string(ids[i]);
+  for (size_t i = 0; i < ids.size() && i < 40; ++i) {
+    if (i > 0) out += ' ';
+    out += std::to_string(ids[i]);
+  }
   if (ids.size() > 40) out += " ...(" + std::to_string(ids.size()) + " ids)";
   return out;
 }
