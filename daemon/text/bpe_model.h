@@ -5,10 +5,11 @@
 // pair has a merge, exactly as Hugging Face tokenizers' BPE model does. A heap of candidate pairs
 // over a linked list of symbols makes one pre-token O(n log n) in its length n.
 //
-// Internal to BpeTokenizer, which owns the piece strings this refers to. Immutable after Build;
+// Internal to BpeTokenizer. Immutable after Build;
 // Encode is safe from any number of threads at once (each passes its own Scratch).
 
 #include <array>
+#include <memory>
 #include <cstdint>
 #include <optional>
 #include <string>
@@ -41,16 +42,15 @@ class BpeModel {
   };
 
   BpeModel() = default;
-  BpeModel(BpeModel&&) = default;
-  BpeModel& operator=(BpeModel&&) = default;
+  BpeModel(BpeModel&&) = delete;  // the index points into arena_ and offsets_
+  BpeModel& operator=(BpeModel&&) = delete;
 
   // Builds the piece index (every id but kUnused ones) and the merge table from `pieces`, `types`
   // and spec.merges, spec.ignore_merges, spec.unk and spec.fuse_unk (spec.pieces and spec.types are
-  // not read). `pieces` must stay alive and unchanged while the model is used.
-  // INVALID_ARGUMENT naming the merge (its rank and pieces) if a merge's piece or result is not in
-  // the vocabulary, or if unk is out of range.
-  static common::StatusOr<BpeModel> Build(const std::vector<std::string>& pieces,
-                                          const std::vector<TokenType>& types, const BpeSpec& spec);
+  // not read). INVALID_ARGUMENT naming the merge (its rank and pieces) if a merge's piece or result
+  // is not in the vocabulary, or if unk is out of range.
+  static common::StatusOr<std::unique_ptr<BpeModel>> Build(const std::vector<std::string>& pieces,
+                                                           const std::vector<TokenType>& types, const BpeSpec& spec);
 
   // Appends the ids of the pre-token with raw bytes `bytes` to *ids.
   void Encode(std::string_view bytes, Scratch* scratch, std::vector<int32_t>* ids) const;
@@ -59,9 +59,13 @@ class BpeModel {
   std::optional<int32_t> PieceId(std::string_view piece) const { return index_.Find(piece); }
 
  private:
+  common::Status BuildMerges(const std::vector<std::string>& pieces, const BpeSpec& spec);
   void MergeSymbols(Scratch* scratch) const;
   void PushCandidate(Scratch* scratch, int32_t pos) const;
 
+  std::string arena_;              // every piece, back to back (the index's keys)
+  std::vector<uint32_t> offsets_;  // id -> start of its piece in arena_; one extra at the end
+  std::vector<bool> indexed_;      // ids the index returns for their piece (not unused, not a repeat)
   PieceIndex index_;
   MergeTable merges_;
   std::array<int32_t, 256> byte_ids_{};  // the piece spelling each single byte, -1 if none

@@ -110,7 +110,7 @@ common::Status BpeTokenizer::EncodeNormalized(std::string_view text, BpeModel::S
                                               std::vector<int32_t>* ids) const {
   std::vector<std::string_view> words;
   NIELS_RETURN_IF_ERROR(pre_tokenizer_->Split(text, &words));
-  for (std::string_view word : words) model_.Encode(word, scratch, ids);
+  for (std::string_view word : words) model_->Encode(word, scratch, ids);
   return common::Status::Ok();
 }
 
@@ -184,7 +184,7 @@ std::string_view BpeTokenizer::Piece(int32_t id) const {
 
 std::optional<int32_t> BpeTokenizer::TokenId(std::string_view piece) const {
   if (const auto it = added_ids_.find(piece); it != added_ids_.end()) return it->second;
-  return model_.PieceId(piece);
+  return model_->PieceId(piece);
 }
 
 TokenType BpeTokenizer::type(int32_t id) const {

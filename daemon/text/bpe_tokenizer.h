@@ -100,7 +100,7 @@ class BpeTokenizer {
   std::vector<TokenType> types_;
   std::string token_bytes_;              // TokenBytes of every id, back to back
   std::vector<uint32_t> bytes_offsets_;  // id -> start in token_bytes_; one extra at the end
-  BpeModel model_;
+  std::unique_ptr<BpeModel> model_;
   std::unique_ptr<PreTokenizer> pre_tokenizer_;
   std::unique_ptr<AddedTokenMatcher> raw_tokens_;         // matched in the text as given
   std::unique_ptr<AddedTokenMatcher> normalized_tokens_;  // matched after normalization

@@ -159,9 +159,12 @@ common::Status ReadVocab(const Errors& errors, object model, std::vector<Entry>*
   NIELS_ASSIGN_OR_RETURN(vocab, AsObject(errors, vocab_value, "model.vocab"));
   entries->reserve(vocab.size() + 512);
   for (const auto field : vocab) {
-    const auto id = AsId(errors, field.value, fmt::format("model.vocab[\"{}\"]", field.key));
-    if (!id.ok()) return id.status();
-    entries->push_back({*id, field.key, TokenType::kNormal, {}});
+    int64_t id = -1;
+    if (field.value.get(id) != simdjson::SUCCESS || id < 0 ||
+        static_cast<uint64_t>(id) >= BpeTokenizer::kMaxVocabSize) {  // the message is made only here
+      return AsId(errors, field.value, fmt::format("model.vocab[\"{}\"]", field.key)).status();
+    }
+    entries->push_back({static_cast<int32_t>(id), field.key, TokenType::kNormal, {}});
   }
   return common::Status::Ok();
 }
@@ -172,21 +175,23 @@ common::Status ReadMerges(const Errors& errors, object model, BpeSpec* spec) {
   spec->merges.reserve(merges.size());
   size_t rank = 0;
   for (const element merge : merges) {
-    const std::string path = fmt::format("model.merges[{}]", rank++);
-    std::string_view line;
+    // Paths are formatted only for a message: a file has up to some 300k merges.
+    const auto path = [rank] { return fmt::format("model.merges[{}]", rank); };
+    ++rank;
+    std::string_view line, left, right;
     array pair;
     if (merge.get(line) == simdjson::SUCCESS) {  // "a b", the format before tokenizers 0.20
       const size_t space = line.find(' ');
       if (space == std::string_view::npos || line.find(' ', space + 1) != std::string_view::npos) {
-        return errors.Invalid(path, fmt::format("\"{}\" is not two pieces separated by one space", line));
+        return errors.Invalid(path(), fmt::format("\"{}\" is not two pieces separated by one space", line));
       }
       spec->merges.emplace_back(line.substr(0, space), line.substr(space + 1));
     } else if (merge.get(pair) == simdjson::SUCCESS && pair.size() == 2) {  // ["a", "b"]
-      NIELS_ASSIGN_OR_RETURN(left, AsString(errors, pair.at(0).value_unsafe(), path + "[0]"));
-      NIELS_ASSIGN_OR_RETURN(right, AsString(errors, pair.at(1).value_unsafe(), path + "[1]"));
+      if (pair.at(0).get(left) != simdjson::SUCCESS) return AsString(errors, pair.at(0).value_unsafe(), path() + "[0]").status();
+      if (pair.at(1).get(right) != simdjson::SUCCESS) return AsString(errors, pair.at(1).value_unsafe(), path() + "[1]").status();
       spec->merges.emplace_back(left, right);
     } else {
-      return errors.Invalid(path, "expected \"a b\" or [\"a\", \"b\"], found " + Describe(merge));
+      return errors.Invalid(path(), "expected \"a b\" or [\"a\", \"b\"], found " + Describe(merge));
     }
   }
   return common::Status::Ok();

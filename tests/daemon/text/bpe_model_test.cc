@@ -26,7 +26,7 @@ std::vector<std::string> EncodeWord(const BpeSpec& spec, std::string_view word) 
   EXPECT_TRUE(model.ok()) << model.status().ToString();
   BpeModel::Scratch scratch;
   std::vector<int32_t> ids;
-  model->Encode(word, &scratch, &ids);
+  (*model)->Encode(word, &scratch, &ids);
   return Pieces(spec, ids);
 }
 
@@ -119,7 +119,7 @@ TEST(BpeModelTest, AgreesWithANaiveMergeOnRandomVocabularies) {
       const size_t length = rng() % 24;
       for (size_t i = 0; i < length; ++i) word.push_back(letters[rng() % letters.size()]);
       std::vector<int32_t> ids;
-      model->Encode(word, &scratch, &ids);
+      (*model)->Encode(word, &scratch, &ids);
       ASSERT_EQ(ids, naive.Encode(word)) << "round " << round << " word \"" << word << "\"";
     }
   }
