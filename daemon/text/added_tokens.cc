@@ -17,19 +17,16 @@ class CharClass {
     code_ = pcre2_compile(reinterpret_cast<PCRE2_SPTR>(pattern.data()), pattern.size(),
                           PCRE2_UTF | PCRE2_UCP | PCRE2_ANCHORED, &error, &offset, nullptr);
     if (code_ == nullptr) std::abort();  // a constant pattern: cannot fail
-    match_ = pcre2_match_data_create_from_pattern(code_, nullptr);
-    if (match_ == nullptr) std::abort();
   }
-  ~CharClass() {
-    pcre2_match_data_free(match_);
-    pcre2_code_free(code_);
-  }
+  ~CharClass() { pcre2_code_free(code_); }
   CharClass(const CharClass&) = delete;
   CharClass& operator=(const CharClass&) = delete;
 
-  // Whether the code point at text[pos] is in the class. REQUIRES: pos < text.size().
+  // Whether the code point at text[pos] is in the class. REQUIRES: pos < text.size(). Match data
+  // per call: the matcher is shared between threads (this runs only next to a flagged token).
   bool At(std::string_view text, size_t pos) const {
     pcre2_match_data* match = pcre2_match_data_create_from_pattern(code_, nullptr);
+    if (match == nullptr) std::abort();  // out of memory
     const int rc = pcre2_match(code_, reinterpret_cast<PCRE2_SPTR>(text.data()), text.size(), pos,
                                PCRE2_NO_UTF_CHECK, match, nullptr);
     pcre2_match_data_free(match);
@@ -38,7 +35,6 @@ class CharClass {
 
  private:
   pcre2_code* code_ = nullptr;
-  pcre2_match_data* match_ = nullptr;
 };
 
 // Start of the code point that ends at `end` (end > 0).

@@ -113,9 +113,10 @@ common::Status BpeModel::BuildMerges(const std::vector<std::string>& pieces, con
 void BpeModel::PushCandidate(Scratch* scratch, int32_t pos) const {
   const Scratch::Symbol& left = scratch->symbols[static_cast<size_t>(pos)];
   if (left.next < 0) return;
-  const MergeTable::Merge* merge = merges_.Find(left.id, scratch->symbols[static_cast<size_t>(left.next)].id);
+  const int32_t right_id = scratch->symbols[static_cast<size_t>(left.next)].id;
+  const MergeTable::Merge* merge = merges_.Find(left.id, right_id);
   if (merge == nullptr) return;
-  scratch->heap.push_back({merge->rank, pos, merge->merged});
+  scratch->heap.push_back({merge->rank, pos, left.next, left.id, right_id, merge->merged});
   std::push_heap(scratch->heap.begin(), scratch->heap.end(), Later);
 }
 
@@ -134,10 +135,9 @@ void BpeModel::MergeSymbols(Scratch* scratch) const {
     const Scratch::Candidate top = heap.back();
     heap.pop_back();
     Scratch::Symbol& left = symbols[static_cast<size_t>(top.pos)];
-    if (left.id < 0 || left.next < 0) continue;  // merged away, or nothing to its right any more
-    Scratch::Symbol& right = symbols[static_cast<size_t>(left.next)];
-    const MergeTable::Merge* merge = merges_.Find(left.id, right.id);
-    if (merge == nullptr || merge->merged != top.merged) continue;  // a stale candidate
+    if (left.id != top.left_id || left.next != top.right_pos) continue;  // a stale candidate
+    Scratch::Symbol& right = symbols[static_cast<size_t>(top.right_pos)];
+    if (right.id != top.right_id) continue;
     left.id = top.merged;
     left.next = right.next;
     if (right.next >= 0) symbols[static_cast<size_t>(right.next)].prev = top.pos;

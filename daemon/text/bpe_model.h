@@ -31,10 +31,15 @@ class BpeModel {
       int32_t prev;  // index of the previous live symbol, -1 at the start
       int32_t next;  // index of the next live symbol, -1 at the end
     };
+    // A merge of two adjacent symbols, as they were when it was pushed: it is stale once either
+    // symbol has changed (merged with another neighbour).
     struct Candidate {
       int32_t rank;
-      int32_t pos;     // index of the left symbol
-      int32_t merged;  // the id the merge makes (to tell a stale candidate)
+      int32_t pos;        // index of the left symbol
+      int32_t right_pos;  // index of the right symbol
+      int32_t left_id;
+      int32_t right_id;
+      int32_t merged;     // the id the merge makes
     };
     std::vector<Symbol> symbols;
     std::vector<Candidate> heap;
