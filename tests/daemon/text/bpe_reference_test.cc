@@ -90,34 +90,32 @@ struct ReferenceRun {
   std::string error;  // why the reference could not be run (every test then fails with it)
 };
 
-ReferenceRun& SharedReferenceRun() {
-  static ReferenceRun* run = [] {
-    auto* r = new ReferenceRun();
-    if (!std::filesystem::exists(testing::ReferenceTokenizerDir("qwen3") / "tokenizer.json")) {
-      r->error = testing::MissingReferenceMessage();
-      return r;
-    }
-    r->dir = std::make_unique<niels::testing::TempDir>("niels_bpe_ref_");
-    const std::string script_dir = std::string(NIELS_SOURCE_DIR) + "/tests/daemon/text/reference/";
-    const std::string corpus = (*r->dir / "corpus.b64").string();
-    const auto made = niels::testing::RunProcess({"python3", script_dir + "make_bpe_corpus.py", corpus});
-    if (made.exit_code != 0) {
-      r->error = "make_bpe_corpus.py failed: " + made.err;
-      return r;
-    }
-    std::vector<std::string> argv{"node", script_dir + "encode_reference.mjs", testing::ReferenceNpmDir().string(),
-                                  corpus, r->dir->path().string()};
-    for (const char* name : kReferenceTokenizers) argv.emplace_back(name);
-    const auto encoded = niels::testing::RunProcess(argv, "", {}, std::chrono::minutes(10));
-    if (encoded.exit_code != 0) {
-      r->error = "encode_reference.mjs failed (" + std::to_string(encoded.exit_code) + "): " + encoded.err.substr(0, 2000);
-      return r;
-    }
-    std::ifstream in(corpus);
-    for (std::string line; std::getline(in, line);) r->cases.push_back(DecodeBase64(line));
+// Generates the corpus and runs the reference; on failure, run->error says why.
+std::unique_ptr<ReferenceRun> MakeReferenceRun() {
+  auto r = std::make_unique<ReferenceRun>();
+  if (!std::filesystem::exists(testing::ReferenceTokenizerDir("qwen3") / "tokenizer.json")) {
+    r->error = testing::MissingReferenceMessage();
     return r;
-  }();
-  return *run;
+  }
+  r->dir = std::make_unique<niels::testing::TempDir>("niels_bpe_ref_");
+  const std::string script_dir = std::string(NIELS_SOURCE_DIR) + "/tests/daemon/text/reference/";
+  const std::string corpus = (*r->dir / "corpus.b64").string();
+  const auto made = niels::testing::RunProcess({"python3", script_dir + "make_bpe_corpus.py", corpus});
+  if (made.exit_code != 0) {
+    r->error = "make_bpe_corpus.py failed: " + made.err;
+    return r;
+  }
+  std::vector<std::string> argv{"node", script_dir + "encode_reference.mjs", testing::ReferenceNpmDir().string(),
+                                corpus, r->dir->path().string()};
+  for (const char* name : kReferenceTokenizers) argv.emplace_back(name);
+  const auto encoded = niels::testing::RunProcess(argv, "", {}, std::chrono::minutes(10));
+  if (encoded.exit_code != 0) {
+    r->error = "encode_reference.mjs failed (" + std::to_string(encoded.exit_code) + "): " + encoded.err.substr(0, 2000);
+    return r;
+  }
+  std::ifstream in(corpus);
+  for (std::string line; std::getline(in, line);) r->cases.push_back(DecodeBase64(line));
+  return r;
 }
 
 struct Tally {
@@ -127,13 +125,22 @@ struct Tally {
 
 class BpeReferenceTest : public ::testing::TestWithParam<std::string> {
  protected:
+  // The corpus and the reference's output are made once for all tokenizers (the reference takes
+  // some 35 s for all five) and removed after the last.
+  static void SetUpTestSuite() { run_ = MakeReferenceRun().release(); }
+  static void TearDownTestSuite() {
+    delete run_;
+    run_ = nullptr;
+  }
+  static inline ReferenceRun* run_ = nullptr;
+
   void Fail(Tally* tally, size_t index, const std::string& what) {
     if (++tally->failures <= 12) ADD_FAILURE() << GetParam() << " case " << index << ": " << what;
   }
 };
 
 TEST_P(BpeReferenceTest, EncodesAndDecodesLikeTheReference) {
-  const ReferenceRun& run = SharedReferenceRun();
+  const ReferenceRun& run = *run_;
   ASSERT_TRUE(run.error.empty()) << run.error;
   ASSERT_GE(run.cases.size(), 10000u);
   const auto tokenizer = testing::LoadReferenceTokenizer(GetParam());
