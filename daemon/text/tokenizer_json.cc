@@ -6,9 +6,10 @@
 #include <system_error>
 
 #include <fmt/format.h>
-#include <nlohmann/json.hpp>
 
 #include "daemon/text/bpe_tokenizer.h"
+#include "daemon/text/json_diagnostics.h"
+#include "daemon/text/tokenizer_config.h"
 
 namespace niels::daemon::text {
 namespace {
@@ -25,21 +26,6 @@ constexpr size_t kMaxUnusedIds = 1024;
 constexpr std::string_view kGpt2SplitPattern =
     R"('s|'t|'re|'ve|'m|'ll|'d| ?\p{L}+| ?\p{N}+| ?[^\s\p{L}\p{N}]+|\s+(?!\S)|\s+)";
 
-// Error messages of one file: "<source>: <path>: <what>".
-class Errors {
- public:
-  explicit Errors(std::string_view source) : source_(source) {}
-  common::Status Invalid(std::string_view path, std::string_view what) const {
-    return common::Status::InvalidArgument(fmt::format("{}: {}: {}", source_, path, what));
-  }
-  common::Status Unsupported(std::string_view path, std::string_view what) const {
-    return common::Status::Unimplemented(fmt::format("{}: {}: {} is not supported", source_, path, what));
-  }
-
- private:
-  std::string_view source_;
-};
-
 // A short, printable rendering of a value for messages.
 std::string Describe(element value) {
   std::string text = simdjson::minify(value);
@@ -47,73 +33,34 @@ std::string Describe(element value) {
   return text;
 }
 
-// Position of a JSON syntax error, found with nlohmann's SAX parser (no tree is built, so deep
-// nesting costs no recursion). simdjson reports only the kind of error.
-struct SyntaxErrorFinder : nlohmann::json_sax<nlohmann::json> {
-  size_t position = 0;
-  bool found = false;
-  bool null() override { return true; }
-  bool boolean(bool) override { return true; }
-  bool number_integer(number_integer_t) override { return true; }
-  bool number_unsigned(number_unsigned_t) override { return true; }
-  bool number_float(number_float_t, const string_t&) override { return true; }
-  bool string(string_t&) override { return true; }
-  bool binary(binary_t&) override { return true; }
-  bool start_object(std::size_t) override { return true; }
-  bool key(string_t&) override { return true; }
-  bool end_object() override { return true; }
-  bool start_array(std::size_t) override { return true; }
-  bool end_array() override { return true; }
-  bool parse_error(std::size_t pos, const std::string&, const nlohmann::detail::exception&) override {
-    position = pos;
-    found = true;
-    return false;
-  }
-};
-
-common::Status SyntaxError(std::string_view json, std::string_view source, std::string_view detail) {
-  SyntaxErrorFinder finder;
-  nlohmann::json::sax_parse(json, &finder);
-  if (!finder.found) {
-    return common::Status::InvalidArgument(fmt::format("{}: not usable JSON: {}", source, detail));
-  }
-  const size_t offset = finder.position > 0 ? finder.position - 1 : 0;  // nlohmann counts from 1
-  const std::string_view before = json.substr(0, std::min(offset, json.size()));
-  const size_t line = static_cast<size_t>(std::count(before.begin(), before.end(), '\n')) + 1;
-  const size_t line_start = before.rfind('\n');
-  const size_t column = offset - (line_start == std::string_view::npos ? 0 : line_start + 1) + 1;
-  return common::Status::InvalidArgument(fmt::format("{}: JSON syntax error at byte {} (line {}, column {}): {}",
-                                                     source, offset, line, column, detail));
-}
-
 // Typed field access. A missing key is "absent" (nullopt-like) only where the caller allows it.
-common::StatusOr<element> Field(const Errors& errors, object obj, std::string_view path, std::string_view key) {
+common::StatusOr<element> Field(const JsonErrors& errors, object obj, std::string_view path, std::string_view key) {
   element value;
   if (obj[key].get(value) != simdjson::SUCCESS) return errors.Invalid(path, fmt::format("missing key \"{}\"", key));
   return value;
 }
 
 
-common::StatusOr<object> AsObject(const Errors& errors, element value, std::string_view path) {
+common::StatusOr<object> AsObject(const JsonErrors& errors, element value, std::string_view path) {
   object obj;
   if (value.get(obj) != simdjson::SUCCESS) return errors.Invalid(path, "expected an object, found " + Describe(value));
   return obj;
 }
 
-common::StatusOr<array> AsArray(const Errors& errors, element value, std::string_view path) {
+common::StatusOr<array> AsArray(const JsonErrors& errors, element value, std::string_view path) {
   array arr;
   if (value.get(arr) != simdjson::SUCCESS) return errors.Invalid(path, "expected an array, found " + Describe(value));
   return arr;
 }
 
-common::StatusOr<std::string_view> AsString(const Errors& errors, element value, std::string_view path) {
+common::StatusOr<std::string_view> AsString(const JsonErrors& errors, element value, std::string_view path) {
   std::string_view text;
   if (value.get(text) != simdjson::SUCCESS) return errors.Invalid(path, "expected a string, found " + Describe(value));
   return text;
 }
 
 // An optional boolean: absent or null is `fallback`.
-common::StatusOr<bool> OptionalBool(const Errors& errors, object obj, std::string_view path, std::string_view key,
+common::StatusOr<bool> OptionalBool(const JsonErrors& errors, object obj, std::string_view path, std::string_view key,
                                     bool fallback) {
   element value;
   if (obj[key].get(value) != simdjson::SUCCESS || value.is_null()) return fallback;
@@ -125,14 +72,14 @@ common::StatusOr<bool> OptionalBool(const Errors& errors, object obj, std::strin
 }
 
 // An optional string: absent or null is "".
-common::StatusOr<std::string_view> OptionalString(const Errors& errors, object obj, std::string_view path,
+common::StatusOr<std::string_view> OptionalString(const JsonErrors& errors, object obj, std::string_view path,
                                                   std::string_view key) {
   element value;
   if (obj[key].get(value) != simdjson::SUCCESS || value.is_null()) return std::string_view();
   return AsString(errors, value, fmt::format("{}.{}", path, key));
 }
 
-common::StatusOr<int32_t> AsId(const Errors& errors, element value, std::string_view path) {
+common::StatusOr<int32_t> AsId(const JsonErrors& errors, element value, std::string_view path) {
   int64_t id = 0;
   if (value.get(id) != simdjson::SUCCESS) return errors.Invalid(path, "expected an integer id, found " + Describe(value));
   if (id < 0 || static_cast<uint64_t>(id) >= BpeTokenizer::kMaxVocabSize) {
@@ -154,7 +101,7 @@ struct Entry {
   AddedTokenFlags flags;
 };
 
-common::Status ReadVocab(const Errors& errors, object model, std::vector<Entry>* entries) {
+common::Status ReadVocab(const JsonErrors& errors, object model, std::vector<Entry>* entries) {
   NIELS_ASSIGN_OR_RETURN(vocab_value, Field(errors, model, "model", "vocab"));
   NIELS_ASSIGN_OR_RETURN(vocab, AsObject(errors, vocab_value, "model.vocab"));
   entries->reserve(vocab.size() + 512);
@@ -169,7 +116,7 @@ common::Status ReadVocab(const Errors& errors, object model, std::vector<Entry>*
   return common::Status::Ok();
 }
 
-common::Status ReadMerges(const Errors& errors, object model, BpeSpec* spec) {
+common::Status ReadMerges(const JsonErrors& errors, object model, BpeSpec* spec) {
   NIELS_ASSIGN_OR_RETURN(merges_value, Field(errors, model, "model", "merges"));
   NIELS_ASSIGN_OR_RETURN(merges, AsArray(errors, merges_value, "model.merges"));
   spec->merges.reserve(merges.size());
@@ -197,7 +144,7 @@ common::Status ReadMerges(const Errors& errors, object model, BpeSpec* spec) {
   return common::Status::Ok();
 }
 
-common::Status ReadModelOptions(const Errors& errors, object model, BpeSpec* spec, std::string_view* unk_token) {
+common::Status ReadModelOptions(const JsonErrors& errors, object model, BpeSpec* spec, std::string_view* unk_token) {
   NIELS_ASSIGN_OR_RETURN(type, OptionalString(errors, model, "model", "type"));
   if (!type.empty() && type != "BPE") return errors.Unsupported("model.type", fmt::format("\"{}\"", type));
   NIELS_ASSIGN_OR_RETURN(byte_fallback, OptionalBool(errors, model, "model", "byte_fallback", false));
@@ -220,7 +167,7 @@ common::Status ReadModelOptions(const Errors& errors, object model, BpeSpec* spe
   return common::Status::Ok();
 }
 
-common::Status ReadAddedTokens(const Errors& errors, object root, std::vector<Entry>* entries) {
+common::Status ReadAddedTokens(const JsonErrors& errors, object root, std::vector<Entry>* entries) {
   element value;
   if (root["added_tokens"].get(value) != simdjson::SUCCESS || value.is_null()) return common::Status::Ok();
   NIELS_ASSIGN_OR_RETURN(tokens, AsArray(errors, value, "added_tokens"));
@@ -245,7 +192,7 @@ common::Status ReadAddedTokens(const Errors& errors, object root, std::vector<En
 }
 
 // Lays the entries out by id. An added token may repeat a vocabulary entry (same id, same text).
-common::Status LayOut(const Errors& errors, const std::vector<Entry>& entries, BpeSpec* spec) {
+common::Status LayOut(const JsonErrors& errors, const std::vector<Entry>& entries, BpeSpec* spec) {
   int32_t max_id = -1;
   for (const Entry& e : entries) max_id = std::max(max_id, e.id);
   const auto size = static_cast<size_t>(max_id + 1);
@@ -274,7 +221,7 @@ common::Status LayOut(const Errors& errors, const std::vector<Entry>& entries, B
   return common::Status::Ok();
 }
 
-common::Status ReadNormalizer(const Errors& errors, object root, BpeSpec* spec) {
+common::Status ReadNormalizer(const JsonErrors& errors, object root, BpeSpec* spec) {
   element value;
   if (root["normalizer"].get(value) != simdjson::SUCCESS || value.is_null()) return common::Status::Ok();
   NIELS_ASSIGN_OR_RETURN(normalizer, AsObject(errors, value, "normalizer"));
@@ -299,7 +246,7 @@ common::Status ReadNormalizer(const Errors& errors, object root, BpeSpec* spec) 
   return errors.Unsupported("normalizer.type", fmt::format("\"{}\"", type));
 }
 
-common::Status ReadSplit(const Errors& errors, object split, const std::string& path, BpeSpec* spec) {
+common::Status ReadSplit(const JsonErrors& errors, object split, const std::string& path, BpeSpec* spec) {
   NIELS_ASSIGN_OR_RETURN(pattern_value, Field(errors, split, path, "pattern"));
   NIELS_ASSIGN_OR_RETURN(pattern, AsObject(errors, pattern_value, path + ".pattern"));
   element regex;
@@ -315,7 +262,7 @@ common::Status ReadSplit(const Errors& errors, object split, const std::string& 
   return common::Status::Ok();
 }
 
-common::Status ReadByteLevel(const Errors& errors, object step, const std::string& path, BpeSpec* spec) {
+common::Status ReadByteLevel(const JsonErrors& errors, object step, const std::string& path, BpeSpec* spec) {
   NIELS_ASSIGN_OR_RETURN(prefix, OptionalBool(errors, step, path, "add_prefix_space", false));
   if (prefix) return errors.Unsupported(path + ".add_prefix_space", "true");
   NIELS_ASSIGN_OR_RETURN(use_regex, OptionalBool(errors, step, path, "use_regex", true));
@@ -323,7 +270,7 @@ common::Status ReadByteLevel(const Errors& errors, object step, const std::strin
   return common::Status::Ok();
 }
 
-common::Status ReadPreTokenizer(const Errors& errors, object root, BpeSpec* spec) {
+common::Status ReadPreTokenizer(const JsonErrors& errors, object root, BpeSpec* spec) {
   NIELS_ASSIGN_OR_RETURN(value, Field(errors, root, "tokenizer", "pre_tokenizer"));
   if (value.is_null()) return errors.Unsupported("pre_tokenizer", "null (only byte-level BPE is)");
   NIELS_ASSIGN_OR_RETURN(pre, AsObject(errors, value, "pre_tokenizer"));
@@ -352,7 +299,7 @@ common::Status ReadPreTokenizer(const Errors& errors, object root, BpeSpec* spec
   return common::Status::Ok();
 }
 
-common::Status ReadDecoder(const Errors& errors, object root) {
+common::Status ReadDecoder(const JsonErrors& errors, object root) {
   NIELS_ASSIGN_OR_RETURN(value, Field(errors, root, "tokenizer", "decoder"));
   if (value.is_null()) return errors.Unsupported("decoder", "null (only ByteLevel is)");
   NIELS_ASSIGN_OR_RETURN(decoder, AsObject(errors, value, "decoder"));
@@ -392,14 +339,7 @@ std::optional<std::string_view> LeadingSpecialToken(element processor_value) {
   return LeadingTemplateToken(processor);
 }
 
-std::optional<int32_t> FindPiece(const BpeSpec& spec, std::string_view piece) {
-  for (size_t id = 0; id < spec.pieces.size(); ++id) {
-    if (spec.types[id] != TokenType::kUnused && spec.pieces[id] == piece) return static_cast<int32_t>(id);
-  }
-  return std::nullopt;
-}
-
-common::StatusOr<BpeSpec> FromRoot(const Errors& errors, element root_value) {
+common::StatusOr<BpeSpec> FromRoot(const JsonErrors& errors, element root_value) {
   NIELS_ASSIGN_OR_RETURN(root, AsObject(errors, root_value, "tokenizer"));
   NIELS_ASSIGN_OR_RETURN(model_value, Field(errors, root, "tokenizer", "model"));
   NIELS_ASSIGN_OR_RETURN(model, AsObject(errors, model_value, "model"));
@@ -416,13 +356,13 @@ common::StatusOr<BpeSpec> FromRoot(const Errors& errors, element root_value) {
   NIELS_RETURN_IF_ERROR(ReadPreTokenizer(errors, root, &spec));
   NIELS_RETURN_IF_ERROR(ReadDecoder(errors, root));
   if (!unk_token.empty()) {
-    spec.unk = FindPiece(spec, unk_token);
+    spec.unk = FindPieceId(spec, unk_token);
     if (!spec.unk) return errors.Invalid("model.unk_token", fmt::format("\"{}\" is not in the vocabulary", unk_token));
   }
   element processor;
   if (root["post_processor"].get(processor) == simdjson::SUCCESS) {
     if (const auto first = LeadingSpecialToken(processor)) {
-      spec.special.bos = FindPiece(spec, *first);
+      spec.special.bos = FindPieceId(spec, *first);
       spec.special.add_bos = spec.special.bos.has_value();
     }
   }
@@ -434,77 +374,14 @@ common::StatusOr<BpeSpec> ParseTokenizerJson(std::string_view json, std::string_
   simdjson::dom::parser parser;
   element root;
   const auto code = parser.parse(json.data(), json.size(), !padded).get(root);
-  if (code != simdjson::SUCCESS) return SyntaxError(json, source, simdjson::error_message(code));
-  return FromRoot(Errors(source), root);
+  if (code != simdjson::SUCCESS) return JsonSyntaxError(json, source, simdjson::error_message(code));
+  return FromRoot(JsonErrors(source), root);
 }
 
 }  // namespace
 
 common::StatusOr<BpeSpec> BpeSpecFromTokenizerJson(std::string_view json, std::string_view source) {
   return ParseTokenizerJson(json, source, /*padded=*/false);
-}
-
-namespace {
-
-// tokenizer_config.json is small (tens of KiB) and holds integers beyond 64 bits
-// ("model_max_length": 1000000000000000019884624838656) that simdjson refuses, so it is read with
-// nlohmann-json, which keeps them as doubles.
-using Json = nlohmann::json;
-
-// bos_token and the like: "text", {"content": "text", ...}, null or absent.
-common::Status ReadSpecialName(const Errors& errors, const Json& config, const char* key, const BpeSpec& spec,
-                               std::optional<int32_t>* id) {
-  const auto it = config.find(key);
-  if (it == config.end() || it->is_null()) return common::Status::Ok();
-  const Json* name = &*it;
-  if (it->is_object()) {
-    const auto content = it->find("content");
-    if (content == it->end()) return errors.Invalid(key, "missing key \"content\"");
-    name = &*content;
-  }
-  if (!name->is_string()) return errors.Invalid(key, "expected a string, found " + name->dump().substr(0, 60));
-  const auto& text = name->get_ref<const std::string&>();
-  *id = FindPiece(spec, text);
-  if (!*id) return errors.Invalid(key, fmt::format("\"{}\" is not in the vocabulary", text));
-  return common::Status::Ok();
-}
-
-common::Status ReadChatTemplate(const Errors& errors, const Json& config, BpeSpec* spec) {
-  const auto it = config.find("chat_template");
-  if (it == config.end() || it->is_null()) return common::Status::Ok();
-  if (it->is_string()) {
-    spec->chat_template = it->get<std::string>();
-    return common::Status::Ok();
-  }
-  if (!it->is_array()) return errors.Invalid("chat_template", "expected a string or a list of {name, template}");
-  for (size_t i = 0; i < it->size(); ++i) {
-    const Json& entry = (*it)[i];
-    const auto name = entry.is_object() ? entry.find("name") : entry.end();
-    const auto text = entry.is_object() ? entry.find("template") : entry.end();
-    if (!entry.is_object() || name == entry.end() || text == entry.end() || !name->is_string() || !text->is_string()) {
-      return errors.Invalid(fmt::format("chat_template[{}]", i), "expected {\"name\": string, \"template\": string}");
-    }
-    if (*name == "default") spec->chat_template = text->get<std::string>();
-  }
-  return common::Status::Ok();
-}
-
-}  // namespace
-
-common::Status ApplyTokenizerConfigJson(std::string_view json, std::string_view source, BpeSpec* spec) {
-  const Errors errors(source);
-  Json config = Json::parse(json, nullptr, /*allow_exceptions=*/false);
-  if (config.is_discarded()) return SyntaxError(json, source, "invalid JSON");
-  if (!config.is_object()) return errors.Invalid("tokenizer_config", "expected an object");
-  NIELS_RETURN_IF_ERROR(ReadSpecialName(errors, config, "bos_token", *spec, &spec->special.bos));
-  NIELS_RETURN_IF_ERROR(ReadSpecialName(errors, config, "eos_token", *spec, &spec->special.eos));
-  NIELS_RETURN_IF_ERROR(ReadSpecialName(errors, config, "pad_token", *spec, &spec->special.pad));
-  if (const auto add_bos = config.find("add_bos_token"); add_bos != config.end() && !add_bos->is_null()) {
-    if (!add_bos->is_boolean()) return errors.Invalid("add_bos_token", "expected true or false");
-    spec->special.add_bos = add_bos->get<bool>();
-  }
-  spec->special.add_bos = spec->special.add_bos && spec->special.bos.has_value();
-  return ReadChatTemplate(errors, config, spec);
 }
 
 common::StatusOr<BpeSpec> LoadBpeSpecFromDirectory(const std::filesystem::path& dir) {

@@ -28,15 +28,9 @@ namespace niels::daemon::text {
 // that is not two pieces; UNIMPLEMENTED for what the list above leaves out.
 common::StatusOr<BpeSpec> BpeSpecFromTokenizerJson(std::string_view json, std::string_view source);
 
-// Reads the text of a tokenizer_config.json into *spec: bos_token, eos_token and pad_token
-// (strings, or objects with "content"; null or absent leave the id unset) looked up among the
-// spec's pieces, add_bos_token (overrides what the post-processor implied) and chat_template (a
-// string, or a list of {name, template} of which "default" is taken). INVALID_ARGUMENT naming the
-// key if one has the wrong type or names a token the vocabulary lacks.
-common::Status ApplyTokenizerConfigJson(std::string_view json, std::string_view source, BpeSpec* spec);
-
-// Reads dir/tokenizer.json and, if it exists, dir/tokenizer_config.json. NOT_FOUND if
-// tokenizer.json is missing or unreadable; otherwise the errors above.
+// Reads dir/tokenizer.json and, if it exists, dir/tokenizer_config.json
+// (daemon/text/tokenizer_config.h). NOT_FOUND if a file is there but unreadable or tokenizer.json
+// is missing; otherwise the errors of either reader.
 common::StatusOr<BpeSpec> LoadBpeSpecFromDirectory(const std::filesystem::path& dir);
 
 }  // namespace niels::daemon::text

@@ -7,6 +7,7 @@
 #include <nlohmann/json.hpp>
 
 #include "daemon/text/bpe_tokenizer.h"
+#include "daemon/text/tokenizer_config.h"
 #include "tests/daemon/text/reference_tokenizers.h"
 #include "tests/daemon/text/test_specs.h"
 
