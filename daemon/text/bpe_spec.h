@@ -94,6 +94,14 @@ inline constexpr std::string_view kLlama3SplitPattern =
 inline constexpr std::string_view kQwen2SplitPattern =
     R"((?i:'s|'t|'re|'ve|'m|'ll|'d)|[^\r\n\p{L}\p{N}]?\p{L}+|\p{N}| ?[^\s\p{L}\p{N}]+[\r\n]*|\s*[\r\n]+|\s+(?!\S)|\s+)";
 
+// For a GGUF loader: the TokenType of a tokenizer.ggml.token_type value (1..6), nullopt for any other.
+std::optional<TokenType> TokenTypeFromGguf(int32_t value);
+
+// Splits a merge written "a b" (GGUF's tokenizer.ggml.merges, tokenizer.json before tokenizers
+// 0.20) at its one space. INVALID_ARGUMENT naming `index` and the line if there is not exactly one
+// space (byte-level pieces never hold a space: it is spelled 'Ġ').
+common::StatusOr<std::pair<std::string, std::string>> SplitMergeLine(std::string_view line, size_t index);
+
 // The pre-tokenizer a GGUF file names in tokenizer.ggml.pre: "llama-bpe" (also "llama3",
 // "llama-v3") -> Llama 3's split, no normalization; "qwen2" -> Qwen's split with NFC, as the
 // models' tokenizer.json has it (llama.cpp itself does not normalize). Any other name:

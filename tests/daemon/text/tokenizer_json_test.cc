@@ -210,9 +210,9 @@ TEST(TokenizerJsonTest, GgufStyleVectorsGiveTheSameTokenizer) {
     gguf.pieces = from_json->pieces;
     gguf.types = from_json->types;
     for (const auto& [a, b] : from_json->merges) {  // as GGUF stores them: "a b"
-      const std::string line = a + " " + b;
-      const size_t space = line.find(' ');
-      gguf.merges.emplace_back(line.substr(0, space), line.substr(space + 1));
+      auto merge = SplitMergeLine(a + " " + b, gguf.merges.size());
+      ASSERT_TRUE(merge.ok()) << merge.status().ToString();
+      gguf.merges.push_back(std::move(merge).value());
     }
     auto setup = PreTokenizerForGgufName(pre);
     ASSERT_TRUE(setup.ok());
@@ -233,6 +233,19 @@ TEST(TokenizerJsonTest, GgufStyleVectorsGiveTheSameTokenizer) {
   ASSERT_FALSE(unknown.ok());
   EXPECT_EQ(unknown.status().code(), common::StatusCode::kUnimplemented);
   EXPECT_NE(unknown.status().message().find("\"gpt-4o\""), std::string::npos);
+}
+
+TEST(TokenizerJsonTest, GgufHelpers) {
+  EXPECT_EQ(TokenTypeFromGguf(1), TokenType::kNormal);
+  EXPECT_EQ(TokenTypeFromGguf(3), TokenType::kControl);
+  EXPECT_EQ(TokenTypeFromGguf(6), TokenType::kByte);
+  EXPECT_FALSE(TokenTypeFromGguf(0));
+  EXPECT_FALSE(TokenTypeFromGguf(7));
+  EXPECT_EQ(SplitMergeLine("\xC4\xA0 t", 0).value(), std::make_pair(std::string("\xC4\xA0"), std::string("t")));
+  const auto bad = SplitMergeLine("a b c", 41);
+  ASSERT_FALSE(bad.ok());
+  EXPECT_NE(bad.status().message().find("merge 41: \"a b c\""), std::string::npos);
+  EXPECT_FALSE(SplitMergeLine("ab", 0).ok());
 }
 
 TEST(TokenizerJsonTest, MissingDirectoryIsNotFound) {
