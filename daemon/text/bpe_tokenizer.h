@@ -18,7 +18,8 @@
 // bytes with each maximal invalid UTF-8 subpart replaced by U+FFFD. So a streaming detokenizer
 // can append TokenBytes of each new id and hand out the longest complete UTF-8 prefix, in O(n).
 // Decode(Encode(x)) == x for valid UTF-8 x, except where the normalizer changes x (Qwen: text not
-// in NFC comes back in NFC) and where a special literal was parsed and then skipped.
+// in NFC comes back in NFC), where a special literal was parsed and then skipped, and where an
+// added token with lstrip/rstrip took whitespace (none of the Llama 3.x / Qwen tokens does).
 //
 // Immutable after Create(); every const method is safe from any number of threads at once.
 
