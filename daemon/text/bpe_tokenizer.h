@@ -12,11 +12,12 @@
 //     pre-tokenizer's regexes (daemon/text/pre_tokenizer.h), and each pre-token's UTF-8 bytes are
 //     merged by BPE (daemon/text/bpe_model.h). No BOS or EOS is ever added.
 //
-// Decoding: every id stands for a fixed byte string, TokenBytes(id) -- the bytes its byte-level
+// Decoding: every id stands for a fixed byte string, TokenBytes(id): the bytes its byte-level
 // piece spells, or an added token's text (as Hugging Face's ByteLevel decoder treats it: text
-// spelled wholly in the byte-level alphabet stands for the bytes it spells) -- and Decode(ids) is the concatenation of the kept ids'
-// bytes with each maximal invalid UTF-8 subpart replaced by U+FFFD. So a streaming detokenizer
-// can append TokenBytes of each new id and hand out the longest complete UTF-8 prefix, in O(n).
+// spelled wholly in the byte-level alphabet stands for the bytes it spells). Decode(ids) is the
+// concatenation of the kept ids' bytes with each maximal invalid UTF-8 subpart replaced by
+// U+FFFD. So a streaming detokenizer can append TokenBytes of each new id and hand out the
+// longest complete UTF-8 prefix, in O(n) over the whole stream.
 // Decode(Encode(x)) == x for valid UTF-8 x, except where the normalizer changes x (Qwen: text not
 // in NFC comes back in NFC), where a special literal was parsed and then skipped, and where an
 // added token with lstrip/rstrip took whitespace (none of the Llama 3.x / Qwen tokens does).
