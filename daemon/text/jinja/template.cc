@@ -3,6 +3,7 @@
 #include "daemon/text/jinja/ast.h"
 #include "daemon/text/jinja/builtins.h"
 #include "daemon/text/jinja/errors.h"
+#include "daemon/text/jinja/evaluator.h"
 #include "daemon/text/jinja/lexer.h"
 #include "daemon/text/jinja/parser.h"
 #include "daemon/text/jinja/py_format.h"

@@ -30,7 +30,7 @@
 #include <nlohmann/json.hpp>
 
 #include "common/status.h"
-#include "daemon/text/jinja/evaluator.h"
+#include "daemon/text/jinja/render_limits.h"
 
 namespace niels::daemon::text::jinja {
 
