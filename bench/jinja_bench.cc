@@ -8,10 +8,9 @@
 //
 //   build/bench/nielsd-jinja-bench [--runs 300] [--npm-dir DIR]
 #include <CLI/CLI.hpp>
-
 #include <chrono>
-#include <ctime>
 #include <cstdio>
+#include <ctime>
 #include <fstream>
 #include <optional>
 #include <sstream>
@@ -62,9 +61,9 @@ std::vector<Subject> LoadTemplates(const std::string& npm_dir) {
     if (config["eos_token"].is_string()) s.eos = config["eos_token"].get<std::string>();
     out.push_back(std::move(s));
   }
-  const std::string niels = CommandOutput(
-      "/usr/bin/python3 -c \"import sys; sys.path.insert(0, '" NIELS_SOURCE_DIR
-      "/tools/export'); import niels_export; sys.stdout.write(niels_export.chat_template())\"");
+  const std::string niels =
+      CommandOutput("/usr/bin/python3 -c \"import sys; sys.path.insert(0, '" NIELS_SOURCE_DIR
+                    "/tools/export'); import niels_export; sys.stdout.write(niels_export.chat_template())\"");
   if (niels.empty()) {
     std::fprintf(stderr, "cannot read niels_gpt's template from tools/export/niels_export.py\n");
     std::exit(1);
@@ -76,7 +75,8 @@ std::vector<Subject> LoadTemplates(const std::string& npm_dir) {
 jinja::ChatTemplateInputs Conversation(const Subject& s, bool with_tools) {
   const char* user[] = {"What is the capital of France?", "Explain KV caches in two sentences, please.",
                         "你好！请用中文回答。", "Write a haiku about Rust 🦀", "  and now with padding  "};
-  const char* assistant[] = {"Paris.", "A KV cache keeps the keys and values of earlier tokens so that each new "
+  const char* assistant[] = {"Paris.",
+                             "A KV cache keeps the keys and values of earlier tokens so that each new "
                              "token attends to them without recomputing them.",
                              "好的，我用中文回答。", "Borrow checker hums\nlifetimes fold like origami\nno data races",
                              "Done."};
@@ -91,14 +91,13 @@ jinja::ChatTemplateInputs Conversation(const Subject& s, bool with_tools) {
   in.bos_token = s.bos;
   in.eos_token = s.eos;
   if (with_tools) {
-    in.tools = ordered_json::array({{{"type", "function"},
-                                     {"function",
-                                      {{"name", "get_weather"},
-                                       {"description", "Get the weather"},
-                                       {"parameters",
-                                        {{"type", "object"},
-                                         {"properties", {{"city", {{"type", "string"}}}}},
-                                         {"required", {"city"}}}}}}}});
+    in.tools = ordered_json::array(
+        {{{"type", "function"},
+          {"function",
+           {{"name", "get_weather"},
+            {"description", "Get the weather"},
+            {"parameters",
+             {{"type", "object"}, {"properties", {{"city", {{"type", "string"}}}}}, {"required", {"city"}}}}}}}});
   }
   return in;
 }
@@ -136,7 +135,7 @@ int main(int argc, char** argv) {
   jinja::RenderOptions options;
   options.now = std::chrono::system_clock::now();
   struct Times {
-    std::vector<double> parse, render, render_tools;          // wall clock
+    std::vector<double> parse, render, render_tools;              // wall clock
     std::vector<double> parse_cpu, render_cpu, render_tools_cpu;  // thread CPU time
     size_t bytes = 0, bytes_tools = 0;
   };
@@ -182,7 +181,9 @@ int main(int argc, char** argv) {
     }
     std::printf("\n");
   }
-  std::printf("medians of %d runs (wall clock, and this thread's CPU time); render includes building the\n"
-              "context from JSON; 10-turn conversation\n", runs);
+  std::printf(
+      "medians of %d runs (wall clock, and this thread's CPU time); render includes building the\n"
+      "context from JSON; 10-turn conversation\n",
+      runs);
   return 0;
 }

@@ -18,8 +18,8 @@ class ArgReader {
   ArgReader(std::string_view function, CallArgs& args, std::initializer_list<std::string_view> params)
       : function_(function), params_(params), values_(params.size(), nullptr) {
     if (args.positional.size() > params_.size()) {
-      ThrowRender(std::string(function) + "() takes at most " + std::to_string(params_.size()) +
-                  " argument(s) (" + std::to_string(args.positional.size()) + " given)");
+      ThrowRender(std::string(function) + "() takes at most " + std::to_string(params_.size()) + " argument(s) (" +
+                  std::to_string(args.positional.size()) + " given)");
     }
     for (size_t i = 0; i < args.positional.size(); ++i) values_[i] = &args.positional[i];
     for (auto& [key, value] : args.keyword) {

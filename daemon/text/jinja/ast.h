@@ -18,26 +18,26 @@ using ExprPtr = std::unique_ptr<Expr>;
 
 struct Expr {
   enum class Kind {
-    kLiteral,    // literal
-    kName,       // name
-    kGetattr,    // a.name
-    kGetitem,    // a[b]
-    kSlice,      // a:b:c inside [] (each may be null)
-    kCall,       // a(args, kwargs)
-    kFilter,     // a | name(args, kwargs); a is null at the head of a filter block's chain
-    kTest,       // a is name(args, kwargs)
-    kNot,        // not a
-    kNeg,        // -a
-    kPos,        // +a
-    kBinary,     // a <name> b, name one of + - * / // % **
-    kAnd,        // a and b
-    kOr,         // a or b
-    kConcat,     // args[0] ~ args[1] ~ ...
-    kCompare,    // a ops[0] args[0] ops[1] args[1] ... (==, !=, <, <=, >, >=, in, notin)
-    kCondExpr,   // b if a else c (c may be null)
-    kList,       // [args...]
-    kTuple,      // (args...)
-    kDict,       // {args[0]: args[1], args[2]: args[3], ...}
+    kLiteral,   // literal
+    kName,      // name
+    kGetattr,   // a.name
+    kGetitem,   // a[b]
+    kSlice,     // a:b:c inside [] (each may be null)
+    kCall,      // a(args, kwargs)
+    kFilter,    // a | name(args, kwargs); a is null at the head of a filter block's chain
+    kTest,      // a is name(args, kwargs)
+    kNot,       // not a
+    kNeg,       // -a
+    kPos,       // +a
+    kBinary,    // a <name> b, name one of + - * / // % **
+    kAnd,       // a and b
+    kOr,        // a or b
+    kConcat,    // args[0] ~ args[1] ~ ...
+    kCompare,   // a ops[0] args[0] ops[1] args[1] ... (==, !=, <, <=, >, >=, in, notin)
+    kCondExpr,  // b if a else c (c may be null)
+    kList,      // [args...]
+    kTuple,     // (args...)
+    kDict,      // {args[0]: args[1], args[2]: args[3], ...}
   };
 
   Kind kind;
@@ -83,17 +83,17 @@ struct Stmt {
     kWith,         // with name = value, ...: body
     kBreak,
     kContinue,
-    kScope,        // a body rendered in place (transformers' {% generation %})
+    kScope,  // a body rendered in place (transformers' {% generation %})
   };
 
   Kind kind;
   SourcePos pos;
   std::string text;
-  ExprPtr expr;    // kOutput, kFor (iterable), kSet (value), kCallBlock (the call)
-  ExprPtr filter;  // kFor (loop filter), kSetBlock/kFilterBlock (filter chain)
-  Target target;   // kFor, kSet, kSetBlock
-  std::string name;  // kMacro
-  std::vector<MacroParam> params;  // kMacro, kCallBlock
+  ExprPtr expr;                                    // kOutput, kFor (iterable), kSet (value), kCallBlock (the call)
+  ExprPtr filter;                                  // kFor (loop filter), kSetBlock/kFilterBlock (filter chain)
+  Target target;                                   // kFor, kSet, kSetBlock
+  std::string name;                                // kMacro
+  std::vector<MacroParam> params;                  // kMacro, kCallBlock
   std::vector<std::pair<ExprPtr, Body>> branches;  // kIf
   Body body;
   Body else_body;

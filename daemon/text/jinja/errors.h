@@ -21,9 +21,9 @@ struct SourcePos {
 class JinjaError {
  public:
   enum class Kind {
-    kSyntax,     // the template does not parse
-    kRender,     // a type error, undefined value, raise_exception(...), unknown filter...
-    kLimit,      // a resource limit of the render (depth, iterations, output size...)
+    kSyntax,  // the template does not parse
+    kRender,  // a type error, undefined value, raise_exception(...), unknown filter...
+    kLimit,   // a resource limit of the render (depth, iterations, output size...)
   };
 
   JinjaError(Kind kind, std::string message, SourcePos pos = {})

@@ -107,7 +107,9 @@ Evaluator::Flow Evaluator::Exec(const Body& body, const std::shared_ptr<Frame>& 
 Evaluator::Flow Evaluator::ExecStmt(const Stmt& s, const std::shared_ptr<Frame>& frame, std::string& out) {
   Charge(1);
   switch (s.kind) {
-    case Stmt::Kind::kText: Append(out, s.text); return Flow::kNormal;
+    case Stmt::Kind::kText:
+      Append(out, s.text);
+      return Flow::kNormal;
     case Stmt::Kind::kOutput: {
       const Value v = Eval(*s.expr, frame);
       Append(out, WithPos(s.pos, [&] { return Str(v); }));
@@ -118,8 +120,11 @@ Evaluator::Flow Evaluator::ExecStmt(const Stmt& s, const std::shared_ptr<Frame>&
         if (Eval(*test, frame).Truthy()) return Exec(body, frame, out);
       }
       return Exec(s.else_body, frame, out);
-    case Stmt::Kind::kFor: return ExecFor(s, frame, out);
-    case Stmt::Kind::kSet: ExecSet(s, frame, Eval(*s.expr, frame)); return Flow::kNormal;
+    case Stmt::Kind::kFor:
+      return ExecFor(s, frame, out);
+    case Stmt::Kind::kSet:
+      ExecSet(s, frame, Eval(*s.expr, frame));
+      return Flow::kNormal;
     case Stmt::Kind::kSetBlock:
     case Stmt::Kind::kFilterBlock: {
       std::string captured;
@@ -133,7 +138,9 @@ Evaluator::Flow Evaluator::ExecStmt(const Stmt& s, const std::shared_ptr<Frame>&
       }
       return Flow::kNormal;
     }
-    case Stmt::Kind::kMacro: frame->Set(s.name, MakeMacro(s, frame)); return Flow::kNormal;
+    case Stmt::Kind::kMacro:
+      frame->Set(s.name, MakeMacro(s, frame));
+      return Flow::kNormal;
     case Stmt::Kind::kCallBlock: {
       CallArgs args = EvalArgs(*s.expr, frame);
       args.keyword.emplace_back("caller", MakeMacro(s, frame));
@@ -147,9 +154,12 @@ Evaluator::Flow Evaluator::ExecStmt(const Stmt& s, const std::shared_ptr<Frame>&
       for (const auto& [name, expr] : s.assignments) inner->Set(name, Eval(*expr, frame));
       return Exec(s.body, inner, out);
     }
-    case Stmt::Kind::kBreak: return Flow::kBreak;
-    case Stmt::Kind::kContinue: return Flow::kContinue;
-    case Stmt::Kind::kScope: return Exec(s.body, frame, out);
+    case Stmt::Kind::kBreak:
+      return Flow::kBreak;
+    case Stmt::Kind::kContinue:
+      return Flow::kContinue;
+    case Stmt::Kind::kScope:
+      return Exec(s.body, frame, out);
   }
   return Flow::kNormal;
 }
@@ -188,14 +198,16 @@ Evaluator::Flow Evaluator::ExecFor(const Stmt& s, const std::shared_ptr<Frame>& 
 void Evaluator::ExecSet(const Stmt& s, const std::shared_ptr<Frame>& frame, Value value) {
   const Target& t = s.target;
   switch (t.kind) {
-    case Target::Kind::kName: frame->Set(t.names[0], std::move(value)); return;
+    case Target::Kind::kName:
+      frame->Set(t.names[0], std::move(value));
+      return;
     case Target::Kind::kTuple: {
       std::vector<Value> parts = WithPos(s.pos, [&] { return Iterate(value); });
       if (parts.size() != t.names.size()) {
         ThrowRender(parts.size() > t.names.size()
                         ? "too many values to unpack (expected " + std::to_string(t.names.size()) + ")"
-                        : "not enough values to unpack (expected " + std::to_string(t.names.size()) +
-                              ", got " + std::to_string(parts.size()) + ")",
+                        : "not enough values to unpack (expected " + std::to_string(t.names.size()) + ", got " +
+                              std::to_string(parts.size()) + ")",
                     s.pos);
       }
       for (size_t i = 0; i < parts.size(); ++i) frame->Set(t.names[i], std::move(parts[i]));
@@ -344,12 +356,14 @@ Value Evaluator::EvalCompare(const Expr& e, const std::shared_ptr<Frame>& frame)
 
 Value Evaluator::EvalInner(const Expr& e, const std::shared_ptr<Frame>& frame) {
   switch (e.kind) {
-    case Expr::Kind::kLiteral: return e.literal;
+    case Expr::Kind::kLiteral:
+      return e.literal;
     case Expr::Kind::kName: {
       const Value* v = frame->Lookup(e.name);
       return v ? *v : Value::MakeUndefined("'" + e.name + "' is undefined");
     }
-    case Expr::Kind::kGetattr: return GetAttr(*this, Eval(*e.a, frame), e.name);
+    case Expr::Kind::kGetattr:
+      return GetAttr(*this, Eval(*e.a, frame), e.name);
     case Expr::Kind::kGetitem: {
       const Value obj = Eval(*e.a, frame);
       if (e.b->kind == Expr::Kind::kSlice) {
@@ -359,17 +373,22 @@ Value Evaluator::EvalInner(const Expr& e, const std::shared_ptr<Frame>& frame) {
       }
       return GetItem(*this, obj, Eval(*e.b, frame));
     }
-    case Expr::Kind::kSlice: ThrowRender("a slice outside of []");
-    case Expr::Kind::kCall: return EvalCall(e, frame);
-    case Expr::Kind::kFilter: return EvalFilter(e, frame, nullptr);
+    case Expr::Kind::kSlice:
+      ThrowRender("a slice outside of []");
+    case Expr::Kind::kCall:
+      return EvalCall(e, frame);
+    case Expr::Kind::kFilter:
+      return EvalFilter(e, frame, nullptr);
     case Expr::Kind::kTest: {
       const Value input = Eval(*e.a, frame);
       if (e.unknown) ThrowRender("No test named '" + e.name + "' found.");
       CallArgs args = EvalArgs(e, frame);
       return Value(ApplyTest(*this, e.name, input, args));
     }
-    case Expr::Kind::kNot: return Value(!Eval(*e.a, frame).Truthy());
-    case Expr::Kind::kNeg: return Negate(Eval(*e.a, frame));
+    case Expr::Kind::kNot:
+      return Value(!Eval(*e.a, frame).Truthy());
+    case Expr::Kind::kNeg:
+      return Negate(Eval(*e.a, frame));
     case Expr::Kind::kPos: {
       Value v = Eval(*e.a, frame);
       if (v.is_undefined()) ThrowRender(v.undefined_hint());
@@ -397,7 +416,8 @@ Value Evaluator::EvalInner(const Expr& e, const std::shared_ptr<Frame>& frame) {
       }
       return Value(std::move(s));
     }
-    case Expr::Kind::kCompare: return EvalCompare(e, frame);
+    case Expr::Kind::kCompare:
+      return EvalCompare(e, frame);
     case Expr::Kind::kCondExpr:
       if (Eval(*e.a, frame).Truthy()) return Eval(*e.b, frame);
       if (e.c) return Eval(*e.c, frame);

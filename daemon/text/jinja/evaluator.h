@@ -40,8 +40,7 @@ class Frame {
 
 class Evaluator {
  public:
-  Evaluator(const RenderLimits& limits, std::chrono::system_clock::time_point now)
-      : limits_(limits), now_(now) {}
+  Evaluator(const RenderLimits& limits, std::chrono::system_clock::time_point now) : limits_(limits), now_(now) {}
 
   // Renders `body` in `frame` into `out`. Throws JinjaError.
   void Render(const Body& body, const std::shared_ptr<Frame>& frame, std::string& out);

@@ -32,7 +32,8 @@ Value GetPath(Evaluator& ev, const Value& item, const Value& attribute) {
   while (true) {
     const size_t dot = path.find('.', start);
     const std::string part = path.substr(start, dot == std::string::npos ? std::string::npos : dot - start);
-    const bool numeric = !part.empty() && std::all_of(part.begin(), part.end(), [](char c) { return c >= '0' && c <= '9'; });
+    const bool numeric =
+        !part.empty() && std::all_of(part.begin(), part.end(), [](char c) { return c >= '0' && c <= '9'; });
     v = GetItem(ev, v, numeric ? Value(static_cast<int64_t>(std::strtoll(part.c_str(), nullptr, 10))) : Value(part));
     if (dot == std::string::npos) return v;
     start = dot + 1;
@@ -48,11 +49,16 @@ Value SortKey(Evaluator& ev, const Value& item, const Value* attribute, bool cas
 
 Value Length(Evaluator& ev, const Value& v) {
   switch (v.kind()) {
-    case Value::Kind::kUndefined: return Value(int64_t{0});
-    case Value::Kind::kString: return Value(static_cast<int64_t>(CodePointCount(v.as_string())));
-    case Value::Kind::kList: return Value(static_cast<int64_t>(v.as_list().items.size()));
-    case Value::Kind::kDict: return Value(static_cast<int64_t>(v.as_dict().size()));
-    default: ThrowRender("object of type '" + v.TypeName() + "' has no len()");
+    case Value::Kind::kUndefined:
+      return Value(int64_t{0});
+    case Value::Kind::kString:
+      return Value(static_cast<int64_t>(CodePointCount(v.as_string())));
+    case Value::Kind::kList:
+      return Value(static_cast<int64_t>(v.as_list().items.size()));
+    case Value::Kind::kDict:
+      return Value(static_cast<int64_t>(v.as_dict().size()));
+    default:
+      ThrowRender("object of type '" + v.TypeName() + "' has no len()");
   }
 }
 
@@ -162,7 +168,9 @@ Value Join(Evaluator& ev, const Value& input, CallArgs& args) {
 Value Title(const Value& input, Evaluator& ev) {
   // Jinja2 splits before runs of "-", whitespace, "(", "{", "[", "<" and capitalizes each piece.
   const std::u32string text = DecodeUtf8(ev.Str(input));
-  auto is_boundary = [](char32_t c) { return c == '-' || c == '(' || c == '{' || c == '[' || c == '<' || IsPySpace(c); };
+  auto is_boundary = [](char32_t c) {
+    return c == '-' || c == '(' || c == '{' || c == '[' || c == '<' || IsPySpace(c);
+  };
   std::string out;
   size_t i = 0;
   while (i < text.size()) {
@@ -180,12 +188,23 @@ Value Escape(Evaluator& ev, const Value& input) {
   std::string out;
   for (char c : ev.Str(input)) {
     switch (c) {
-      case '&': out += "&amp;"; break;
-      case '<': out += "&lt;"; break;
-      case '>': out += "&gt;"; break;
-      case '"': out += "&#34;"; break;
-      case '\'': out += "&#39;"; break;
-      default: out += c;
+      case '&':
+        out += "&amp;";
+        break;
+      case '<':
+        out += "&lt;";
+        break;
+      case '>':
+        out += "&gt;";
+        break;
+      case '"':
+        out += "&#34;";
+        break;
+      case '\'':
+        out += "&#39;";
+        break;
+      default:
+        out += c;
     }
   }
   ev.CheckString(out.size());
@@ -339,7 +358,8 @@ Value MinMax(Evaluator& ev, const Value& input, CallArgs& args, bool want_max) {
 Value Sum(Evaluator& ev, const Value& input, CallArgs& args) {
   ArgReader r("sum", args, {"attribute", "start"});
   Value total = r.Or(1, Value(int64_t{0}));
-  for (const Value& item : ToList(ev, input)) total = BinaryOp(ev, "+", total, r.Has(0) ? GetPath(ev, item, *r.Get(0)) : item);
+  for (const Value& item : ToList(ev, input))
+    total = BinaryOp(ev, "+", total, r.Has(0) ? GetPath(ev, item, *r.Get(0)) : item);
   return total;
 }
 
@@ -451,12 +471,11 @@ Value Abs(const Value& input) {
 
 const std::unordered_set<std::string_view>& FilterNames() {
   static const auto* names = new std::unordered_set<std::string_view>{
-      "abs",    "attr",  "batch",      "capitalize", "center", "count",   "d",         "default",
-      "dictsort", "e",   "escape",     "first",      "float",  "forceescape", "indent", "int",
-      "items",  "join",  "last",       "length",     "list",   "lower",   "map",       "max",
-      "min",    "reject", "rejectattr", "replace",   "reverse", "round",  "safe",      "select",
-      "selectattr", "sort", "string",  "sum",        "title",  "tojson",  "trim",      "unique",
-      "upper",  "wordcount"};
+      "abs",     "attr",    "batch", "capitalize", "center",      "count",      "d",    "default", "dictsort",
+      "e",       "escape",  "first", "float",      "forceescape", "indent",     "int",  "items",   "join",
+      "last",    "length",  "list",  "lower",      "map",         "max",        "min",  "reject",  "rejectattr",
+      "replace", "reverse", "round", "safe",       "select",      "selectattr", "sort", "string",  "sum",
+      "title",   "tojson",  "trim",  "unique",     "upper",       "wordcount"};
   return *names;
 }
 
@@ -492,7 +511,8 @@ Value ApplyFilter(Evaluator& ev, std::string_view name, const Value& input, Call
     ArgReader r(name, args, {});
     if (input.is_dict() && name == "last") ThrowRender("'dict' object is not reversible");
     const std::vector<Value> items = ToList(ev, input);
-    if (items.empty()) return Value::MakeUndefined(std::string("No ") + std::string(name) + " item, sequence was empty.");
+    if (items.empty())
+      return Value::MakeUndefined(std::string("No ") + std::string(name) + " item, sequence was empty.");
     return name == "first" ? items.front() : items.back();
   }
   if (name == "list") return ArgReader(name, args, {}), Value::MakeList(ToList(ev, input));

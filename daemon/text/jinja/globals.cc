@@ -53,7 +53,8 @@ Value MakeDict(Evaluator& ev, CallArgs& args, const char* name) {
     } else {
       for (const Value& pair : ev.Iterate(src)) {
         const std::vector<Value> kv = ev.Iterate(pair);
-        if (kv.size() != 2) ThrowRender("dictionary update sequence element has length " + std::to_string(kv.size()) + "; 2 is required");
+        if (kv.size() != 2)
+          ThrowRender("dictionary update sequence element has length " + std::to_string(kv.size()) + "; 2 is required");
         if (!Dict::IsHashableKey(kv[0])) ThrowRender("unhashable type: '" + kv[0].TypeName() + "'");
         d.mutable_dict().Set(kv[0], kv[1]);
       }

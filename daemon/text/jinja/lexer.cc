@@ -10,9 +10,8 @@ namespace niels::daemon::text::jinja {
 namespace {
 
 // Longest first, as Jinja2 matches them.
-constexpr std::string_view kOperators[] = {"**", "//", "==", "!=", ">=", "<=", "+", "-", "/", "*", "%",
-                                           "~",  "[",  "]",  "(",  ")",  "{",  "}", ">", "<", "=", ".",
-                                           ":",  "|",  ",",  ";"};
+constexpr std::string_view kOperators[] = {"**", "//", "==", "!=", ">=", "<=", "+", "-", "/", "*", "%", "~", "[",
+                                           "]",  "(",  ")",  "{",  "}",  ">",  "<", "=", ".", ":", "|", ",", ";"};
 
 bool IsDigit(char c) { return c >= '0' && c <= '9'; }
 int HexValue(char c) {
@@ -40,8 +39,7 @@ std::string NormalizeNewlines(std::string_view source) {
 
 class Lexer {
  public:
-  Lexer(std::string_view source, const LexerOptions& options)
-      : src_(NormalizeNewlines(source)), options_(options) {
+  Lexer(std::string_view source, const LexerOptions& options) : src_(NormalizeNewlines(source)), options_(options) {
     line_starts_.push_back(0);
     for (size_t i = 0; i < src_.size(); ++i) {
       if (src_[i] == '\n') line_starts_.push_back(i + 1);
@@ -60,7 +58,8 @@ class Lexer {
     // Tokens come in source order: continue from the previous position when it is on the same
     // line (counting from the line start for every token made long lines quadratic).
     if (offset >= cached_offset_ && (cached_line_ >= line_starts_.size() || offset < line_starts_[cached_line_])) {
-      cached_column_ += static_cast<int>(CodePointCount(std::string_view(src_).substr(cached_offset_, offset - cached_offset_)));
+      cached_column_ +=
+          static_cast<int>(CodePointCount(std::string_view(src_).substr(cached_offset_, offset - cached_offset_)));
       cached_offset_ = offset;
       return SourcePos{static_cast<int>(cached_line_), cached_column_ + 1};
     }
@@ -399,7 +398,10 @@ class Lexer {
         ascii.push_back(static_cast<char>(c));
       } else {
         char buf[16];
-        std::snprintf(buf, sizeof buf, c < 0x100 ? "\\x%02x" : c < 0x10000 ? "\\u%04x" : "\\U%08x",
+        std::snprintf(buf, sizeof buf,
+                      c < 0x100     ? "\\x%02x"
+                      : c < 0x10000 ? "\\u%04x"
+                                    : "\\U%08x",
                       static_cast<unsigned>(c));
         ascii += buf;
       }
@@ -426,18 +428,43 @@ class Lexer {
       const char e = s[i++];
       char32_t c = 0;
       switch (e) {
-        case '\n': continue;
-        case '\\': case '\'': case '"': c = static_cast<char32_t>(e); break;
-        case 'a': c = 7; break;
-        case 'b': c = 8; break;
-        case 'f': c = 12; break;
-        case 'n': c = 10; break;
-        case 'r': c = 13; break;
-        case 't': c = 9; break;
-        case 'v': c = 11; break;
-        case 'x': c = hex(i, 2, "\\xXX"); break;
-        case 'u': c = hex(i, 4, "\\uXXXX"); break;
-        case 'U': c = hex(i, 8, "\\UXXXXXXXX"); break;
+        case '\n':
+          continue;
+        case '\\':
+        case '\'':
+        case '"':
+          c = static_cast<char32_t>(e);
+          break;
+        case 'a':
+          c = 7;
+          break;
+        case 'b':
+          c = 8;
+          break;
+        case 'f':
+          c = 12;
+          break;
+        case 'n':
+          c = 10;
+          break;
+        case 'r':
+          c = 13;
+          break;
+        case 't':
+          c = 9;
+          break;
+        case 'v':
+          c = 11;
+          break;
+        case 'x':
+          c = hex(i, 2, "\\xXX");
+          break;
+        case 'u':
+          c = hex(i, 4, "\\uXXXX");
+          break;
+        case 'U':
+          c = hex(i, 8, "\\UXXXXXXXX");
+          break;
         case 'N': {
           const size_t close = s.find('}', i);
           if (i >= s.size() || s[i] != '{' || close == std::string::npos || close == i + 1) {

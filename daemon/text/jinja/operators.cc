@@ -184,8 +184,10 @@ bool Evaluator::Equal(const Value& a, const Value& b) {
   if (a.kind() != b.kind()) return false;
   switch (a.kind()) {
     case Value::Kind::kUndefined:
-    case Value::Kind::kNone: return true;
-    case Value::Kind::kString: return a.as_string() == b.as_string();
+    case Value::Kind::kNone:
+      return true;
+    case Value::Kind::kString:
+      return a.as_string() == b.as_string();
     case Value::Kind::kList: {
       const List& x = a.as_list();
       const List& y = b.as_list();
@@ -205,7 +207,8 @@ bool Evaluator::Equal(const Value& a, const Value& b) {
       }
       return true;
     }
-    default: return a.SameAs(b);
+    default:
+      return a.SameAs(b);
   }
 }
 
@@ -238,8 +241,11 @@ bool Evaluator::Compare(const std::string& op, const Value& a, const Value& b) {
 
 std::vector<Value> Evaluator::Iterate(const Value& v) {
   switch (v.kind()) {
-    case Value::Kind::kUndefined: return {};
-    case Value::Kind::kList: Charge(static_cast<int64_t>(v.as_list().items.size())); return v.as_list().items;
+    case Value::Kind::kUndefined:
+      return {};
+    case Value::Kind::kList:
+      Charge(static_cast<int64_t>(v.as_list().items.size()));
+      return v.as_list().items;
     case Value::Kind::kDict: {
       std::vector<Value> keys;
       keys.reserve(v.as_dict().size());
@@ -259,7 +265,8 @@ std::vector<Value> Evaluator::Iterate(const Value& v) {
       Charge(static_cast<int64_t>(chars.size()));
       return chars;
     }
-    default: ThrowRender("'" + v.TypeName() + "' object is not iterable");
+    default:
+      ThrowRender("'" + v.TypeName() + "' object is not iterable");
   }
 }
 

@@ -16,8 +16,7 @@ class Writer {
   explicit Writer(size_t max_bytes) : max_bytes_(max_bytes) {}
   void Put(std::string_view s) {
     if (out_.size() + s.size() > max_bytes_) {
-      ThrowLimit("a value's text is longer than the output limit (" + std::to_string(max_bytes_) +
-                 " bytes)");
+      ThrowLimit("a value's text is longer than the output limit (" + std::to_string(max_bytes_) + " bytes)");
     }
     out_.append(s);
   }
@@ -33,8 +32,11 @@ void WriteRepr(Writer& w, const Value& v);
 
 void WriteStr(Writer& w, const Value& v) {
   switch (v.kind()) {
-    case Value::Kind::kUndefined: return;
-    case Value::Kind::kString: w.Put(v.as_string()); return;
+    case Value::Kind::kUndefined:
+      return;
+    case Value::Kind::kString:
+      w.Put(v.as_string());
+      return;
     case Value::Kind::kObject: {
       const Object& o = v.as_object();
       if (o.loop_items) {
@@ -53,18 +55,32 @@ void WriteStr(Writer& w, const Value& v) {
       w.Put("}>");
       return;
     }
-    default: WriteRepr(w, v); return;
+    default:
+      WriteRepr(w, v);
+      return;
   }
 }
 
 void WriteRepr(Writer& w, const Value& v) {
   switch (v.kind()) {
-    case Value::Kind::kUndefined: w.Put("Undefined"); return;
-    case Value::Kind::kNone: w.Put("None"); return;
-    case Value::Kind::kBool: w.Put(v.as_bool() ? "True" : "False"); return;
-    case Value::Kind::kInt: w.Put(std::to_string(v.as_int())); return;
-    case Value::Kind::kFloat: w.Put(PyReprFloat(v.as_float())); return;
-    case Value::Kind::kString: w.Put(PyReprString(v.as_string())); return;
+    case Value::Kind::kUndefined:
+      w.Put("Undefined");
+      return;
+    case Value::Kind::kNone:
+      w.Put("None");
+      return;
+    case Value::Kind::kBool:
+      w.Put(v.as_bool() ? "True" : "False");
+      return;
+    case Value::Kind::kInt:
+      w.Put(std::to_string(v.as_int()));
+      return;
+    case Value::Kind::kFloat:
+      w.Put(PyReprFloat(v.as_float()));
+      return;
+    case Value::Kind::kString:
+      w.Put(PyReprString(v.as_string()));
+      return;
     case Value::Kind::kList: {
       const List& list = v.as_list();
       w.Put(list.is_tuple ? '(' : '[');
@@ -89,8 +105,12 @@ void WriteRepr(Writer& w, const Value& v) {
       w.Put('}');
       return;
     }
-    case Value::Kind::kCallable: w.Put("<function " + v.as_callable()->name + ">"); return;
-    case Value::Kind::kObject: WriteStr(w, v); return;
+    case Value::Kind::kCallable:
+      w.Put("<function " + v.as_callable()->name + ">");
+      return;
+    case Value::Kind::kObject:
+      WriteStr(w, v);
+      return;
   }
 }
 
@@ -106,13 +126,27 @@ void WriteJsonString(Writer& w, std::string_view s, bool ensure_ascii) {
     w.Put(s.substr(run, i - run));
     char buf[16];
     switch (c) {
-      case '"': w.Put("\\\""); break;
-      case '\\': w.Put("\\\\"); break;
-      case '\n': w.Put("\\n"); break;
-      case '\r': w.Put("\\r"); break;
-      case '\t': w.Put("\\t"); break;
-      case '\b': w.Put("\\b"); break;
-      case '\f': w.Put("\\f"); break;
+      case '"':
+        w.Put("\\\"");
+        break;
+      case '\\':
+        w.Put("\\\\");
+        break;
+      case '\n':
+        w.Put("\\n");
+        break;
+      case '\r':
+        w.Put("\\r");
+        break;
+      case '\t':
+        w.Put("\\t");
+        break;
+      case '\b':
+        w.Put("\\b");
+        break;
+      case '\f':
+        w.Put("\\f");
+        break;
       default:
         if (c < 0x80) {
           std::snprintf(buf, sizeof buf, "\\u%04x", c);
@@ -148,12 +182,18 @@ std::string JsonFloat(double d) {
 
 std::string JsonKey(const Value& key) {
   switch (key.kind()) {
-    case Value::Kind::kString: return key.as_string();
-    case Value::Kind::kFloat: return JsonFloat(key.as_float());
-    case Value::Kind::kBool: return key.as_bool() ? "true" : "false";
-    case Value::Kind::kInt: return std::to_string(key.as_int());
-    case Value::Kind::kNone: return "null";
-    default: ThrowRender("keys must be str, int, float, bool or None, not " + key.TypeName());
+    case Value::Kind::kString:
+      return key.as_string();
+    case Value::Kind::kFloat:
+      return JsonFloat(key.as_float());
+    case Value::Kind::kBool:
+      return key.as_bool() ? "true" : "false";
+    case Value::Kind::kInt:
+      return std::to_string(key.as_int());
+    case Value::Kind::kNone:
+      return "null";
+    default:
+      ThrowRender("keys must be str, int, float, bool or None, not " + key.TypeName());
   }
 }
 
@@ -170,11 +210,21 @@ void WriteJson(Writer& w, const Value& v, const JsonOptions& o, int level) {
     for (int i = 0; i < depth; ++i) w.Put(*o.indent);
   };
   switch (v.kind()) {
-    case Value::Kind::kNone: w.Put("null"); return;
-    case Value::Kind::kBool: w.Put(v.as_bool() ? "true" : "false"); return;
-    case Value::Kind::kInt: w.Put(std::to_string(v.as_int())); return;
-    case Value::Kind::kFloat: w.Put(JsonFloat(v.as_float())); return;
-    case Value::Kind::kString: WriteJsonString(w, v.as_string(), o.ensure_ascii); return;
+    case Value::Kind::kNone:
+      w.Put("null");
+      return;
+    case Value::Kind::kBool:
+      w.Put(v.as_bool() ? "true" : "false");
+      return;
+    case Value::Kind::kInt:
+      w.Put(std::to_string(v.as_int()));
+      return;
+    case Value::Kind::kFloat:
+      w.Put(JsonFloat(v.as_float()));
+      return;
+    case Value::Kind::kString:
+      WriteJsonString(w, v.as_string(), o.ensure_ascii);
+      return;
     case Value::Kind::kList: {
       const auto& items = v.as_list().items;
       if (items.empty()) return w.Put("[]");
@@ -207,7 +257,8 @@ void WriteJson(Writer& w, const Value& v, const JsonOptions& o, int level) {
       w.Put('}');
       return;
     }
-    default: ThrowRender("Object of type " + v.TypeName() + " is not JSON serializable");
+    default:
+      ThrowRender("Object of type " + v.TypeName() + " is not JSON serializable");
   }
 }
 
@@ -238,15 +289,19 @@ std::string ToJson(const Value& value, const JsonOptions& options, size_t max_by
 Value FromJson(const nlohmann::ordered_json& json, int max_depth) {
   if (max_depth < 0) ThrowLimit("the context nests deeper than the depth limit");
   switch (json.type()) {
-    case nlohmann::ordered_json::value_t::null: return Value::MakeNone();
-    case nlohmann::ordered_json::value_t::boolean: return Value(json.get<bool>());
-    case nlohmann::ordered_json::value_t::number_integer: return Value(json.get<int64_t>());
+    case nlohmann::ordered_json::value_t::null:
+      return Value::MakeNone();
+    case nlohmann::ordered_json::value_t::boolean:
+      return Value(json.get<bool>());
+    case nlohmann::ordered_json::value_t::number_integer:
+      return Value(json.get<int64_t>());
     case nlohmann::ordered_json::value_t::number_unsigned: {
       const uint64_t u = json.get<uint64_t>();
       if (u > static_cast<uint64_t>(INT64_MAX)) ThrowRender("integer " + std::to_string(u) + " is out of range");
       return Value(static_cast<int64_t>(u));
     }
-    case nlohmann::ordered_json::value_t::number_float: return Value(json.get<double>());
+    case nlohmann::ordered_json::value_t::number_float:
+      return Value(json.get<double>());
     case nlohmann::ordered_json::value_t::string: {
       const std::string& s = json.get_ref<const std::string&>();
       if (!IsValidUtf8(s)) ThrowRender("a string in the context is not valid UTF-8");
@@ -263,7 +318,8 @@ Value FromJson(const nlohmann::ordered_json& json, int max_depth) {
       for (const auto& [key, item] : json.items()) dict.mutable_dict().Set(Value(key), FromJson(item, max_depth - 1));
       return dict;
     }
-    default: ThrowRender("unsupported JSON value in the context");
+    default:
+      ThrowRender("unsupported JSON value in the context");
   }
 }
 

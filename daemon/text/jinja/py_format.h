@@ -8,10 +8,9 @@
 // repeated a million times must not become a gigabyte string). Errors are JinjaError (errors.h).
 
 #include <cstddef>
+#include <nlohmann/json.hpp>
 #include <optional>
 #include <string>
-
-#include <nlohmann/json.hpp>
 
 #include "daemon/text/jinja/value.h"
 

@@ -1,8 +1,8 @@
 #include "daemon/text/jinja/py_text.h"
 
+#include <unicode/locid.h>
 #include <unicode/uchar.h>
 #include <unicode/unistr.h>
-#include <unicode/locid.h>
 
 #include <charconv>
 #include <cmath>
@@ -30,9 +30,15 @@ std::string MapOne(char32_t c, CaseKind kind) {
   icu::UnicodeString u(static_cast<UChar32>(c));
   const icu::Locale& root = icu::Locale::getRoot();
   switch (kind) {
-    case CaseKind::kUpper: u.toUpper(root); break;
-    case CaseKind::kLower: u.toLower(root); break;
-    case CaseKind::kTitle: u.toTitle(nullptr, root, U_TITLECASE_NO_BREAK_ADJUSTMENT | U_TITLECASE_NO_LOWERCASE); break;
+    case CaseKind::kUpper:
+      u.toUpper(root);
+      break;
+    case CaseKind::kLower:
+      u.toLower(root);
+      break;
+    case CaseKind::kTitle:
+      u.toTitle(nullptr, root, U_TITLECASE_NO_BREAK_ADJUSTMENT | U_TITLECASE_NO_LOWERCASE);
+      break;
   }
   return FromIcu(u);
 }
@@ -288,9 +294,8 @@ std::string PyReprString(std::string_view s) {
       // Python's isprintable: not Cc, Cf, Cs, Co, Cn, Zl, Zp, Zs.
       const int8_t type = u_charType(static_cast<UChar32>(c));
       const bool printable = type != U_CONTROL_CHAR && type != U_FORMAT_CHAR && type != U_SURROGATE &&
-                             type != U_PRIVATE_USE_CHAR && type != U_UNASSIGNED &&
-                             type != U_LINE_SEPARATOR && type != U_PARAGRAPH_SEPARATOR &&
-                             type != U_SPACE_SEPARATOR;
+                             type != U_PRIVATE_USE_CHAR && type != U_UNASSIGNED && type != U_LINE_SEPARATOR &&
+                             type != U_PARAGRAPH_SEPARATOR && type != U_SPACE_SEPARATOR;
       if (printable) {
         AppendUtf8(out, c);
       } else {

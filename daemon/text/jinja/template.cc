@@ -17,9 +17,12 @@ struct Template::Parsed {
 common::Status JinjaError::ToStatus() const {
   const std::string where = pos_.line > 0 ? " at " + std::to_string(pos_.line) + ":" + std::to_string(pos_.column) : "";
   switch (kind_) {
-    case Kind::kSyntax: return common::Status::InvalidArgument("chat template syntax error" + where + ": " + message_);
-    case Kind::kRender: return common::Status::InvalidArgument("chat template error" + where + ": " + message_);
-    case Kind::kLimit: return common::Status::ResourceExhausted("chat template limit" + where + ": " + message_);
+    case Kind::kSyntax:
+      return common::Status::InvalidArgument("chat template syntax error" + where + ": " + message_);
+    case Kind::kRender:
+      return common::Status::InvalidArgument("chat template error" + where + ": " + message_);
+    case Kind::kLimit:
+      return common::Status::ResourceExhausted("chat template limit" + where + ": " + message_);
   }
   return common::Status::Internal(message_);
 }

@@ -23,11 +23,10 @@
 
 #include <chrono>
 #include <memory>
+#include <nlohmann/json.hpp>
 #include <optional>
 #include <string>
 #include <string_view>
-
-#include <nlohmann/json.hpp>
 
 #include "common/status.h"
 #include "daemon/text/jinja/render_limits.h"
@@ -35,10 +34,10 @@
 namespace niels::daemon::text::jinja {
 
 struct ParseOptions {
-  bool trim_blocks = true;    // transformers' setting
-  bool lstrip_blocks = true;  // transformers' setting
+  bool trim_blocks = true;             // transformers' setting
+  bool lstrip_blocks = true;           // transformers' setting
   size_t max_source_bytes = 1u << 20;  // real chat templates are under 20 KB
-  int max_depth = 64;  // nesting of blocks and expressions (real templates: under 10)
+  int max_depth = 64;                  // nesting of blocks and expressions (real templates: under 10)
 };
 
 struct RenderOptions {
@@ -55,8 +54,7 @@ class Template {
 
   // Renders with the keys of `context` (a JSON object) as template variables. Errors: see above;
   // also INVALID_ARGUMENT when `context` is not an object or holds invalid UTF-8.
-  common::StatusOr<std::string> Render(const nlohmann::ordered_json& context,
-                                       const RenderOptions& options = {}) const;
+  common::StatusOr<std::string> Render(const nlohmann::ordered_json& context, const RenderOptions& options = {}) const;
 
  private:
   struct Parsed;

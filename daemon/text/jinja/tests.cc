@@ -17,7 +17,8 @@ namespace {
 // Python's `needle in container`.
 bool Contains(Evaluator& ev, const Value& container, const Value& needle) {
   switch (container.kind()) {
-    case Value::Kind::kUndefined: return false;
+    case Value::Kind::kUndefined:
+      return false;
     case Value::Kind::kString:
       if (!needle.is_string()) {
         ThrowRender("'in <string>' requires string as left operand, not " + needle.TypeName());
@@ -34,17 +35,18 @@ bool Contains(Evaluator& ev, const Value& container, const Value& needle) {
         ThrowRender("unhashable type: '" + needle.TypeName() + "'");
       }
       return container.as_dict().Find(needle) != nullptr;
-    default: ThrowRender("argument of type '" + container.TypeName() + "' is not iterable");
+    default:
+      ThrowRender("argument of type '" + container.TypeName() + "' is not iterable");
   }
 }
 
 const std::unordered_set<std::string_view>& TestNames() {
   static const auto* names = new std::unordered_set<std::string_view>{
-      "boolean", "callable", "defined", "divisibleby", "eq",     "equalto", "escaped", "even",
-      "false",   "filter",   "float",   "ge",          "greaterthan", "gt", "in",      "integer",
-      "iterable", "le",      "lessthan", "lower",      "lt",     "mapping", "ne",      "none",
-      "number",  "odd",      "sameas",  "sequence",    "string", "test",    "true",    "undefined",
-      "upper",   "==",       "!=",      "<",           "<=",     ">",       ">="};
+      "boolean",  "callable", "defined",  "divisibleby", "eq",          "equalto", "escaped", "even",
+      "false",    "filter",   "float",    "ge",          "greaterthan", "gt",      "in",      "integer",
+      "iterable", "le",       "lessthan", "lower",       "lt",          "mapping", "ne",      "none",
+      "number",   "odd",      "sameas",   "sequence",    "string",      "test",    "true",    "undefined",
+      "upper",    "==",       "!=",       "<",           "<=",          ">",       ">="};
   return *names;
 }
 

@@ -10,8 +10,10 @@ namespace {
 // One string per Python-equal key: 1, 1.0 and True share "i1".
 std::string CanonicalKey(const Value& key) {
   switch (key.kind()) {
-    case Value::Kind::kBool: return key.as_bool() ? "i1" : "i0";
-    case Value::Kind::kInt: return std::string("i").append(std::to_string(key.as_int()));
+    case Value::Kind::kBool:
+      return key.as_bool() ? "i1" : "i0";
+    case Value::Kind::kInt:
+      return std::string("i").append(std::to_string(key.as_int()));
     case Value::Kind::kFloat: {
       const double d = key.as_float();
       if (std::isfinite(d) && d == std::floor(d) && std::fabs(d) < 9.2e18) {
@@ -19,9 +21,12 @@ std::string CanonicalKey(const Value& key) {
       }
       return std::string("f").append(PyReprFloat(d));
     }
-    case Value::Kind::kString: return "s" + key.as_string();
-    case Value::Kind::kNone: return "n";
-    default: return std::string();
+    case Value::Kind::kString:
+      return "s" + key.as_string();
+    case Value::Kind::kNone:
+      return "n";
+    default:
+      return std::string();
   }
 }
 
@@ -45,15 +50,23 @@ double Value::ToDouble() const {
 bool Value::Truthy() const {
   switch (kind()) {
     case Kind::kUndefined:
-    case Kind::kNone: return false;
-    case Kind::kBool: return as_bool();
-    case Kind::kInt: return as_int() != 0;
-    case Kind::kFloat: return as_float() != 0.0;
-    case Kind::kString: return !as_string().empty();
-    case Kind::kList: return !as_list().items.empty();
-    case Kind::kDict: return !as_dict().empty();
+    case Kind::kNone:
+      return false;
+    case Kind::kBool:
+      return as_bool();
+    case Kind::kInt:
+      return as_int() != 0;
+    case Kind::kFloat:
+      return as_float() != 0.0;
+    case Kind::kString:
+      return !as_string().empty();
+    case Kind::kList:
+      return !as_list().items.empty();
+    case Kind::kDict:
+      return !as_dict().empty();
     case Kind::kCallable:
-    case Kind::kObject: return true;
+    case Kind::kObject:
+      return true;
   }
   return false;
 }
@@ -62,31 +75,50 @@ bool Value::SameAs(const Value& other) const {
   if (kind() != other.kind()) return false;
   switch (kind()) {
     case Kind::kUndefined:
-    case Kind::kNone: return true;
-    case Kind::kBool: return as_bool() == other.as_bool();
-    case Kind::kInt: return as_int() == other.as_int();
-    case Kind::kFloat: return as_float() == other.as_float();
-    case Kind::kString: return as_string() == other.as_string();
-    case Kind::kList: return &as_list() == &other.as_list();
-    case Kind::kDict: return &as_dict() == &other.as_dict();
-    case Kind::kCallable: return as_callable() == other.as_callable();
-    case Kind::kObject: return &as_object() == &other.as_object();
+    case Kind::kNone:
+      return true;
+    case Kind::kBool:
+      return as_bool() == other.as_bool();
+    case Kind::kInt:
+      return as_int() == other.as_int();
+    case Kind::kFloat:
+      return as_float() == other.as_float();
+    case Kind::kString:
+      return as_string() == other.as_string();
+    case Kind::kList:
+      return &as_list() == &other.as_list();
+    case Kind::kDict:
+      return &as_dict() == &other.as_dict();
+    case Kind::kCallable:
+      return as_callable() == other.as_callable();
+    case Kind::kObject:
+      return &as_object() == &other.as_object();
   }
   return false;
 }
 
 std::string Value::TypeName() const {
   switch (kind()) {
-    case Kind::kUndefined: return "Undefined";
-    case Kind::kNone: return "NoneType";
-    case Kind::kBool: return "bool";
-    case Kind::kInt: return "int";
-    case Kind::kFloat: return "float";
-    case Kind::kString: return "str";
-    case Kind::kList: return as_list().is_tuple ? "tuple" : "list";
-    case Kind::kDict: return "dict";
-    case Kind::kCallable: return "function";
-    case Kind::kObject: return as_object().type_name;
+    case Kind::kUndefined:
+      return "Undefined";
+    case Kind::kNone:
+      return "NoneType";
+    case Kind::kBool:
+      return "bool";
+    case Kind::kInt:
+      return "int";
+    case Kind::kFloat:
+      return "float";
+    case Kind::kString:
+      return "str";
+    case Kind::kList:
+      return as_list().is_tuple ? "tuple" : "list";
+    case Kind::kDict:
+      return "dict";
+    case Kind::kCallable:
+      return "function";
+    case Kind::kObject:
+      return as_object().type_name;
   }
   return "object";
 }
@@ -97,8 +129,10 @@ bool Dict::IsHashableKey(const Value& key) {
     case Value::Kind::kInt:
     case Value::Kind::kFloat:
     case Value::Kind::kString:
-    case Value::Kind::kNone: return true;
-    default: return false;
+    case Value::Kind::kNone:
+      return true;
+    default:
+      return false;
   }
 }
 

@@ -47,17 +47,17 @@ class Value {
   Value() : v_(Undefined{}) {}  // undefined
   static Value MakeUndefined(std::string hint) { return Value(Undefined{std::move(hint)}); }
   static Value MakeNone() { return Value(None{}); }
-  Value(bool b) : v_(b) {}                                // NOLINT: implicit by design
-  Value(int64_t i) : v_(i) {}                             // NOLINT
-  Value(int i) : v_(int64_t{i}) {}                        // NOLINT
-  Value(double d) : v_(d) {}                              // NOLINT
-  Value(std::string s) : v_(std::move(s)) {}              // NOLINT
-  Value(std::string_view s) : v_(std::string(s)) {}       // NOLINT
-  Value(const char* s) : v_(std::string(s)) {}            // NOLINT
-  Value(std::shared_ptr<List> l) : v_(std::move(l)) {}    // NOLINT
-  Value(std::shared_ptr<Dict> d) : v_(std::move(d)) {}    // NOLINT
+  Value(bool b) : v_(b) {}                                  // NOLINT: implicit by design
+  Value(int64_t i) : v_(i) {}                               // NOLINT
+  Value(int i) : v_(int64_t{i}) {}                          // NOLINT
+  Value(double d) : v_(d) {}                                // NOLINT
+  Value(std::string s) : v_(std::move(s)) {}                // NOLINT
+  Value(std::string_view s) : v_(std::string(s)) {}         // NOLINT
+  Value(const char* s) : v_(std::string(s)) {}              // NOLINT
+  Value(std::shared_ptr<List> l) : v_(std::move(l)) {}      // NOLINT
+  Value(std::shared_ptr<Dict> d) : v_(std::move(d)) {}      // NOLINT
   Value(std::shared_ptr<Callable> c) : v_(std::move(c)) {}  // NOLINT
-  Value(std::shared_ptr<Object> o) : v_(std::move(o)) {}  // NOLINT
+  Value(std::shared_ptr<Object> o) : v_(std::move(o)) {}    // NOLINT
 
   // A new list (or tuple) holding `items`.
   static Value MakeList(std::vector<Value> items, bool tuple = false);
@@ -105,8 +105,8 @@ class Value {
   explicit Value(Undefined u) : v_(std::move(u)) {}
   explicit Value(None n) : v_(n) {}
 
-  std::variant<Undefined, None, bool, int64_t, double, std::string, std::shared_ptr<List>,
-               std::shared_ptr<Dict>, std::shared_ptr<Callable>, std::shared_ptr<Object>>
+  std::variant<Undefined, None, bool, int64_t, double, std::string, std::shared_ptr<List>, std::shared_ptr<Dict>,
+               std::shared_ptr<Callable>, std::shared_ptr<Object>>
       v_;
 };
 

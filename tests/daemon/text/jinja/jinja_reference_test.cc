@@ -80,15 +80,15 @@ std::string DescribeDiff(const std::string& want, const std::string& got) {
 bool Agrees(const std::string& what, const ordered_json& reference, const common::StatusOr<std::string>& ours) {
   if (reference.contains("error")) {
     if (ours.ok()) {
-      ADD_FAILURE() << what << ": Jinja2 raised " << reference["error"].get<std::string>()
-                    << " but nielsd rendered " << ordered_json(*ours).dump();
+      ADD_FAILURE() << what << ": Jinja2 raised " << reference["error"].get<std::string>() << " but nielsd rendered "
+                    << ordered_json(*ours).dump();
       return false;
     }
     return true;
   }
   if (!ours.ok()) {
-    ADD_FAILURE() << what << ": Jinja2 rendered " << reference["output"].dump() << " but nielsd failed: "
-                  << ours.status().ToString();
+    ADD_FAILURE() << what << ": Jinja2 rendered " << reference["output"].dump()
+                  << " but nielsd failed: " << ours.status().ToString();
     return false;
   }
   const std::string want = reference["output"].get<std::string>();

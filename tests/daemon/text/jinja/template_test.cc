@@ -13,7 +13,8 @@ namespace {
 using common::StatusCode;
 using nlohmann::ordered_json;
 
-common::StatusOr<std::string> RenderText(const std::string& source, const ordered_json& context = ordered_json::object(),
+common::StatusOr<std::string> RenderText(const std::string& source,
+                                         const ordered_json& context = ordered_json::object(),
                                          const RenderOptions& options = {}) {
   auto t = Template::Parse(source);
   if (!t.ok()) return t.status();
@@ -117,8 +118,12 @@ TEST(TemplateTest, RenderLimitsStopHostileTemplates) {
   // The same shapes within the limits render.
   RenderOptions options;
   options.limits = small;
-  EXPECT_TRUE(RenderText("{% for i in range(90) %}{% for j in range(90) %}{% endfor %}{% endfor %}", ordered_json::object(), options).ok());
-  EXPECT_TRUE(RenderText("{% macro f(n) %}{% if n %}{{ f(n - 1) }}{% endif %}{% endmacro %}{{ f(7) }}", ordered_json::object(), options).ok());
+  EXPECT_TRUE(RenderText("{% for i in range(90) %}{% for j in range(90) %}{% endfor %}{% endfor %}",
+                         ordered_json::object(), options)
+                  .ok());
+  EXPECT_TRUE(RenderText("{% macro f(n) %}{% if n %}{{ f(n - 1) }}{% endif %}{% endmacro %}{{ f(7) }}",
+                         ordered_json::object(), options)
+                  .ok());
 }
 
 TEST(TemplateTest, ContextMustBeAnObjectOfValidText) {
@@ -165,7 +170,8 @@ TEST(TemplateTest, ConcurrentRendersAgree) {
       "{% endfor %}{{ ns.n }}");
   ASSERT_TRUE(t.ok());
   ordered_json context = {{"messages", ordered_json::array()}};
-  for (int i = 0; i < 50; ++i) context["messages"].push_back({{"role", "user"}, {"content", "msg " + std::to_string(i)}});
+  for (int i = 0; i < 50; ++i)
+    context["messages"].push_back({{"role", "user"}, {"content", "msg " + std::to_string(i)}});
   const std::string want = *t->Render(context);
   std::vector<std::thread> threads;
   std::vector<int> agreed(4, 0);
