@@ -242,6 +242,13 @@ CASES = [
     ("{{ messages[0].content.startswith('x') }}", {"messages": [{"role": "user", "content": None}]}),
     ("{{ '<|im_start|>' + m.role + '\\n' + m.content }}", {"m": {"role": "user", "content": None}}),
     ("{% if '</think>' in m.content %}x{% endif %}", {"m": {"role": "user", "content": None}}),
+    # --- scopes seen from macros ---
+    ("{% macro f() %}{{ x }}{% endmacro %}{% set x = 1 %}{{ f() }}", {}),
+    ("{% set x = 0 %}{% macro f() %}{{ x }}{% endmacro %}{% set x = 1 %}{{ f() }}", {}),
+    ("{% macro f() %}{{ x }}{% endmacro %}{% for x in [5] %}{{ f() }}{% endfor %}", {"x": 9}),
+    ("{% for i in [1] %}{% macro f() %}{{ i }}{% endmacro %}{% set i = 7 %}{{ f() }}{% endfor %}", {}),
+    ("{% set x = 1 %}{% macro f() %}{% set x = 2 %}{{ x }}{% endmacro %}{{ f() }}{{ x }}", {}),
+    ("{{ 'a' ~ [1] ~ {'b': none} }}", {}),
     # --- idioms of other well-known chat templates ---
     ("{% set sys = messages|selectattr('role', 'equalto', 'system')|list %}{{ sys|first|attr('items') is callable }}{{ (sys|first)['content'] }}", {"messages": MSGS}),
     ("{{ tools|map(attribute='function')|map(attribute='name')|join(', ') }}", {"tools": [{"function": {"name": "a"}}, {"function": {"name": "b"}}]}),
