@@ -12,6 +12,8 @@ namespace niels::daemon::text::jinja {
 
 struct Template::Parsed {
   Body body;
+  // The globals (range, namespace, ...): built once, only read by renders, shared by all of them.
+  std::shared_ptr<Frame> globals;
 };
 
 common::Status JinjaError::ToStatus() const {
@@ -42,6 +44,8 @@ common::StatusOr<Template> Template::Parse(std::string_view source, const ParseO
     parser_options.max_depth = options.max_depth;
     auto parsed = std::make_shared<Parsed>();
     parsed->body = jinja::Parse(tokens, parser_options);
+    parsed->globals = std::make_shared<Frame>(nullptr);
+    AddGlobals(*parsed->globals);
     return Template(std::move(parsed));
   } catch (const JinjaError& e) {
     return e.ToStatus();
@@ -53,9 +57,7 @@ common::StatusOr<std::string> Template::Render(const nlohmann::ordered_json& con
   if (!context.is_object()) return common::Status::InvalidArgument("chat template context must be a JSON object");
   try {
     Evaluator ev(options.limits, options.now.value_or(std::chrono::system_clock::now()));
-    auto globals = std::make_shared<Frame>(nullptr);
-    AddGlobals(*globals);
-    auto top = std::make_shared<Frame>(globals);
+    auto top = std::make_shared<Frame>(parsed_->globals);
     for (const auto& [key, value] : context.items()) top->Set(key, FromJson(value, 64));
     std::string out;
     ev.Render(parsed_->body, top, out);

@@ -136,13 +136,37 @@ bool Dict::IsHashableKey(const Value& key) {
   }
 }
 
+namespace {
+
+// Python's key equality for hashable scalars: numbers by value across int, float and bool; str
+// with str; None with None.
+bool KeysEqual(const Value& a, const Value& b) {
+  if (a.is_string() || b.is_string()) return a.is_string() && b.is_string() && a.as_string() == b.as_string();
+  if (a.is_none() || b.is_none()) return a.is_none() && b.is_none();
+  return a.ToDouble() == b.ToDouble() && CanonicalKey(a) == CanonicalKey(b);
+}
+
+}  // namespace
+
 const Value* Dict::Find(const Value& key) const {
   if (!IsHashableKey(key)) return nullptr;
+  if (index_.empty()) {
+    for (const auto& [k, v] : items_) {
+      if (KeysEqual(k, key)) return &v;
+    }
+    return nullptr;
+  }
   auto it = index_.find(CanonicalKey(key));
   return it == index_.end() ? nullptr : &items_[it->second].second;
 }
 
 const Value* Dict::Find(std::string_view key) const {
+  if (index_.empty()) {
+    for (const auto& [k, v] : items_) {
+      if (k.is_string() && k.as_string() == key) return &v;
+    }
+    return nullptr;
+  }
   std::string canonical;
   canonical.reserve(key.size() + 1);
   canonical.push_back('s');
@@ -152,6 +176,19 @@ const Value* Dict::Find(std::string_view key) const {
 }
 
 void Dict::Set(const Value& key, Value value) {
+  if (index_.empty()) {
+    for (auto& [k, v] : items_) {
+      if (KeysEqual(k, key)) {
+        v = std::move(value);
+        return;
+      }
+    }
+    items_.emplace_back(key, std::move(value));
+    if (items_.size() >= kIndexFrom) {
+      for (size_t i = 0; i < items_.size(); ++i) index_.emplace(CanonicalKey(items_[i].first), i);
+    }
+    return;
+  }
   std::string canonical = CanonicalKey(key);
   auto it = index_.find(canonical);
   if (it != index_.end()) {

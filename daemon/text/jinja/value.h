@@ -132,8 +132,12 @@ class Dict {
   static bool IsHashableKey(const Value& key);
 
  private:
+  // Dicts this small are searched in order; larger ones get an index (a message has 2-5 keys, a
+  // tool schema can have thousands).
+  static constexpr size_t kIndexFrom = 12;
+
   std::vector<std::pair<Value, Value>> items_;
-  std::unordered_map<std::string, size_t> index_;  // canonical key -> position in items_
+  std::unordered_map<std::string, size_t> index_;  // canonical key -> position; empty while small
 };
 
 // An attribute bag: `namespace(...)` (writable), or the `loop` variable of a for loop, whose

@@ -242,6 +242,10 @@ CASES = [
     ("{{ messages[0].content.startswith('x') }}", {"messages": [{"role": "user", "content": None}]}),
     ("{{ '<|im_start|>' + m.role + '\\n' + m.content }}", {"m": {"role": "user", "content": None}}),
     ("{% if '</think>' in m.content %}x{% endif %}", {"m": {"role": "user", "content": None}}),
+    # --- large dicts (indexed) and Python's key equality ---
+    ("{{ d.k15 }} {{ d['k3'] }} {{ d|length }} {{ dict(d, k3='x').k3 }} {{ d.get('k19') }} {{ 'k7' in d }} {{ d|list|last }}", {"d": {f"k{i}": i for i in range(20)}}),
+    ("{{ {0: 0, 1: 1, 2: 2, 3: 3, 4: 4, 5: 5, 6: 6, 7: 7, 8: 8, 9: 9, 10: 10, 11: 11, 12: 12, 1.0: 'f', true: 't', 2.5: 'h'} }}", {}),
+    ("{{ {1: 'a', 1.0: 'b', true: 'c', 'x': 1} }} {{ {1: 'a'}[true] }} {{ {1: 'a'}[1.0] }}", {}),
     # --- scopes seen from macros ---
     ("{% macro f() %}{{ x }}{% endmacro %}{% set x = 1 %}{{ f() }}", {}),
     ("{% set x = 0 %}{% macro f() %}{{ x }}{% endmacro %}{% set x = 1 %}{{ f() }}", {}),
