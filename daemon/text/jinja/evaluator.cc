@@ -20,6 +20,27 @@ auto WithPos(SourcePos pos, F&& f) -> decltype(f()) {
 
 }  // namespace
 
+void CheckNamespaceValue(const Value& value, SourcePos pos) {
+  if (value.HoldsObject()) {
+    ThrowRender("a namespace attribute cannot hold a namespace or loop object (nielsd keeps values acyclic)", pos);
+  }
+}
+
+// Counts the evaluator's recursion (RAII); past kMaxEvalDepth the render stops.
+class Evaluator::RecursionGuard {
+ public:
+  RecursionGuard(Evaluator& ev, SourcePos pos) : ev_(ev) {
+    if (++ev_.eval_depth_ > kMaxEvalDepth) {
+      --ev_.eval_depth_;
+      ThrowLimit("the render recurses deeper than " + std::to_string(kMaxEvalDepth) + " levels", pos);
+    }
+  }
+  ~RecursionGuard() { --ev_.eval_depth_; }
+
+ private:
+  Evaluator& ev_;
+};
+
 const Value* Frame::Lookup(std::string_view name) const {
   for (const Frame* f = this; f != nullptr; f = f->parent_.get()) {
     for (auto it = f->vars_.rbegin(); it != f->vars_.rend(); ++it) {
@@ -106,6 +127,7 @@ Evaluator::Flow Evaluator::Exec(const Body& body, const std::shared_ptr<Frame>& 
 
 Evaluator::Flow Evaluator::ExecStmt(const Stmt& s, const std::shared_ptr<Frame>& frame, std::string& out) {
   Charge(1);
+  RecursionGuard guard(*this, s.pos);
   switch (s.kind) {
     case Stmt::Kind::kText:
       Append(out, s.text);
@@ -218,6 +240,7 @@ void Evaluator::ExecSet(const Stmt& s, const std::shared_ptr<Frame>& frame, Valu
       if (ns == nullptr || !ns->is_object() || !ns->as_object().writable) {
         ThrowRender("cannot assign attribute on non-namespace object", s.pos);
       }
+      CheckNamespaceValue(value, s.pos);
       ns->as_object().attributes.Set(Value(t.attr), std::move(value));
       return;
     }
@@ -286,6 +309,7 @@ Value Evaluator::MakeMacro(const Stmt& s, const std::shared_ptr<Frame>& frame) {
 
 Value Evaluator::Eval(const Expr& e, const std::shared_ptr<Frame>& frame) {
   Charge(1);
+  RecursionGuard guard(*this, e.pos);
   return WithPos(e.pos, [&] { return EvalInner(e, frame); });
 }
 

@@ -40,6 +40,9 @@ class Frame {
 
 class Evaluator {
  public:
+  // Deepest recursion of Eval/Exec in one render (about 1 KB of stack per level; more under ASan).
+  static constexpr int kMaxEvalDepth = 1000;
+
   Evaluator(const RenderLimits& limits, std::chrono::system_clock::time_point now) : limits_(limits), now_(now) {}
 
   // Renders `body` in `frame` into `out`. Throws JinjaError.
@@ -73,6 +76,7 @@ class Evaluator {
 
  private:
   enum class Flow { kNormal, kBreak, kContinue };
+  class RecursionGuard;
 
   Flow Exec(const Body& body, const std::shared_ptr<Frame>& frame, std::string& out);
   Flow ExecStmt(const Stmt& s, const std::shared_ptr<Frame>& frame, std::string& out);
@@ -93,10 +97,18 @@ class Evaluator {
   int64_t work_ = 0;
   int64_t loop_iterations_ = 0;
   int call_depth_ = 0;
+  // Recursion of Eval and Exec (expressions and blocks, through macro calls): bounded so that a
+  // render never overflows the stack (the parser bounds one template's depth, max_call_depth the
+  // macro nesting; this bounds their product).
+  int eval_depth_ = 0;
   // The scopes macros were defined in. Macros hold them weakly (a scope holds its macros), and
   // this keeps them alive until the render ends.
   std::vector<std::shared_ptr<Frame>> macro_frames_;
 };
+
+// Namespaces are the only mutable values; keeping namespace and loop objects out of their
+// attributes keeps every value acyclic and its nesting bounded (see List). Throws otherwise.
+void CheckNamespaceValue(const Value& value, SourcePos pos = {});
 
 // Python's binary operators on values: + - * / // % ** (op is the operator text), and unary -.
 // TypeError, ZeroDivisionError and int64 overflow are render errors.

@@ -69,7 +69,10 @@ Value Namespace(Evaluator& ev, CallArgs& args) {
   auto ns = std::make_shared<Object>();
   ns->type_name = "Namespace";
   ns->writable = true;
-  for (const auto& [k, v] : d.as_dict().items()) ns->attributes.Set(k, v);
+  for (const auto& [k, v] : d.as_dict().items()) {
+    CheckNamespaceValue(v);
+    ns->attributes.Set(k, v);
+  }
   return Value(std::move(ns));
 }
 

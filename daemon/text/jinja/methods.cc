@@ -100,6 +100,7 @@ Value BindMethod(const Value& obj, const std::string& name) {
   auto callable = std::make_shared<Callable>();
   callable->name = obj.TypeName() + "." + name;
   callable->fn = [obj, name](Evaluator& ev, CallArgs& args) { return CallMethod(ev, obj, name, args); };
+  callable->bound_self = obj;
   return Value(std::move(callable));
 }
 

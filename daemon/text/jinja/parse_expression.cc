@@ -41,12 +41,14 @@ ExprPtr Parser::ParseTuple(bool with_condexpr, std::initializer_list<std::string
 ExprPtr Parser::ParseExpression(bool with_condexpr) { return with_condexpr ? ParseCondExpr() : ParseOr(); }
 
 ExprPtr Parser::ParseCondExpr() {
+  ChainDepth chain(this);
   DepthGuard guard(this);
   const SourcePos pos = Current().pos;
   // Jinja2 parses the whole conditional expression in a soft frame only once it sees `if`; the
   // first operand was already checked by then (as here: soft_ is set after it).
   ExprPtr expr = ParseOr();
   while (IsName("if")) {
+    chain.Link();
     SoftScope soft(this, true);
     Next();
     ExprPtr e = NewExpr(Expr::Kind::kCondExpr, pos);
@@ -59,8 +61,10 @@ ExprPtr Parser::ParseCondExpr() {
 }
 
 ExprPtr Parser::ParseBinaryChain(Expr::Kind kind, std::string_view keyword, ExprPtr (Parser::*next)()) {
+  ChainDepth chain(this);
   ExprPtr left = (this->*next)();
   while (IsName(keyword)) {
+    chain.Link();
     const SourcePos pos = Next().pos;
     ExprPtr e = NewExpr(kind, pos);
     e->a = std::move(left);
@@ -113,8 +117,10 @@ ExprPtr Parser::ParseCompare() {
 }
 
 ExprPtr Parser::ParseMath1() {
+  ChainDepth chain(this);
   ExprPtr left = ParseConcat();
   while (IsOp("+") || IsOp("-")) {
+    chain.Link();
     const Token& t = Next();
     ExprPtr e = NewExpr(Expr::Kind::kBinary, t.pos);
     e->name = t.text;
@@ -136,8 +142,10 @@ ExprPtr Parser::ParseConcat() {
 }
 
 ExprPtr Parser::ParseMath2() {
+  ChainDepth chain(this);
   ExprPtr left = ParsePow();
   while (IsOp("*") || IsOp("/") || IsOp("//") || IsOp("%")) {
+    chain.Link();
     const Token& t = Next();
     ExprPtr e = NewExpr(Expr::Kind::kBinary, t.pos);
     e->name = t.text;
@@ -149,8 +157,10 @@ ExprPtr Parser::ParseMath2() {
 }
 
 ExprPtr Parser::ParsePow() {
+  ChainDepth chain(this);
   ExprPtr left = ParseUnary(true);
   while (IsOp("**")) {
+    chain.Link();
     const Token& t = Next();
     ExprPtr e = NewExpr(Expr::Kind::kBinary, t.pos);
     e->name = "**";
@@ -249,29 +259,25 @@ ExprPtr Parser::ParseDict() {
 }
 
 ExprPtr Parser::ParsePostfix(ExprPtr node) {
-  while (true) {
-    if (IsOp(".") || IsOp("[")) {
-      node = ParseSubscript(std::move(node));
-    } else if (IsOp("(")) {
-      node = ParseCall(std::move(node));
-    } else {
-      return node;
-    }
+  ChainDepth chain(this);
+  while (IsOp(".") || IsOp("[") || IsOp("(")) {
+    chain.Link();
+    node = IsOp("(") ? ParseCall(std::move(node)) : ParseSubscript(std::move(node));
   }
+  return node;
 }
 
 ExprPtr Parser::ParseFilterExpr(ExprPtr node) {
-  while (true) {
+  ChainDepth chain(this);
+  while (IsOp("|") || IsName("is") || IsOp("(")) {
     if (IsOp("|")) {
-      node = ParseFilterChain(std::move(node), false);
-    } else if (IsName("is")) {
-      node = ParseTest(std::move(node));
-    } else if (IsOp("(")) {
-      node = ParseCall(std::move(node));
+      node = ParseFilterChain(std::move(node), false);  // counts its own links
     } else {
-      return node;
+      chain.Link();
+      node = IsOp("(") ? ParseCall(std::move(node)) : ParseTest(std::move(node));
     }
   }
+  return node;
 }
 
 ExprPtr Parser::ParseSubscript(ExprPtr node) {
@@ -358,7 +364,9 @@ ExprPtr Parser::ParseCall(ExprPtr node) {
 
 // `| name(args)` repeated; with start_inline the first filter has no leading `|`.
 ExprPtr Parser::ParseFilterChain(ExprPtr node, bool start_inline) {
+  ChainDepth chain(this);
   while (IsOp("|") || start_inline) {
+    chain.Link();
     if (!start_inline) Next();
     start_inline = false;
     const SourcePos pos = Current().pos;

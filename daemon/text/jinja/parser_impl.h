@@ -42,6 +42,26 @@ class Parser {
     Parser* p_;
   };
 
+  // Counts the links of a chain (`a + b + c`, `x.a.b`, `x|f|g`, `a if b else c if ...`): each makes
+  // the tree one level deeper without recursing here, but every walk of the tree (evaluation,
+  // destruction) recurses through it. Counted into the same depth as DepthGuard.
+  class ChainDepth {
+   public:
+    explicit ChainDepth(Parser* p) : p_(p) {}
+    ~ChainDepth() { p_->depth_ -= links_; }
+    void Link() {
+      ++links_;
+      if (++p_->depth_ > p_->options_.max_depth) {
+        ThrowLimit("the template nests deeper than " + std::to_string(p_->options_.max_depth) + " levels",
+                   p_->Current().pos);
+      }
+    }
+
+   private:
+    Parser* p_;
+    int links_ = 0;
+  };
+
   // Sets soft_ (inside if / conditional expression) for a scope.
   class SoftScope {
    public:

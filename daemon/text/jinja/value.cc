@@ -1,7 +1,9 @@
 #include "daemon/text/jinja/value.h"
 
+#include <algorithm>
 #include <cmath>
 
+#include "daemon/text/jinja/errors.h"
 #include "daemon/text/jinja/py_text.h"
 
 namespace niels::daemon::text::jinja {
@@ -32,11 +34,39 @@ std::string CanonicalKey(const Value& key) {
 
 }  // namespace
 
+namespace {
+
+void CheckDepth(uint32_t depth) {
+  if (depth > kMaxValueDepth) {
+    ThrowLimit("a value nests lists and dicts deeper than " + std::to_string(kMaxValueDepth) + " levels");
+  }
+}
+
+}  // namespace
+
 Value Value::MakeList(std::vector<Value> items, bool tuple) {
   auto list = std::make_shared<List>();
+  for (const Value& item : items) {
+    list->depth = std::max(list->depth, item.Depth() + 1);
+    list->holds_object = list->holds_object || item.HoldsObject();
+  }
+  CheckDepth(list->depth);
   list->items = std::move(items);
   list->is_tuple = tuple;
   return Value(std::move(list));
+}
+
+uint32_t Value::Depth() const {
+  if (is_list()) return as_list().depth;
+  if (is_dict()) return as_dict().depth();
+  return 0;
+}
+
+bool Value::HoldsObject() const {
+  if (is_list()) return as_list().holds_object;
+  if (is_dict()) return as_dict().holds_object();
+  if (is_callable()) return as_callable()->bound_self.HoldsObject();
+  return is_object();
 }
 
 Value Value::MakeDict() { return Value(std::make_shared<Dict>()); }
@@ -176,6 +206,9 @@ const Value* Dict::Find(std::string_view key) const {
 }
 
 void Dict::Set(const Value& key, Value value) {
+  depth_ = std::max(depth_, value.Depth() + 1);
+  CheckDepth(depth_);
+  holds_object_ = holds_object_ || value.HoldsObject();
   if (index_.empty()) {
     for (auto& [k, v] : items_) {
       if (KeysEqual(k, key)) {

@@ -101,6 +101,11 @@ class Value {
   // Jinja2's error messages use them.
   std::string TypeName() const;
 
+  // Nesting of lists and dicts (0 for anything else; see List), and whether a namespace or loop
+  // object is this value or inside it.
+  uint32_t Depth() const;
+  bool HoldsObject() const;
+
  private:
   explicit Value(Undefined u) : v_(std::move(u)) {}
   explicit Value(None n) : v_(n) {}
@@ -110,9 +115,18 @@ class Value {
       v_;
 };
 
+// Lists and dicts cannot change after they are made (the immutable sandbox), so their nesting is
+// known when they are made: `depth` (1 + the deepest child list or dict) and `holds_object`
+// (whether a namespace or loop object is inside, at any depth). Making a value nested deeper than
+// kMaxValueDepth is a limit error: every recursive walk of values (printing, JSON, comparisons,
+// destruction) stays shallow, whatever a template builds.
+inline constexpr uint32_t kMaxValueDepth = 200;
+
 struct List {
   std::vector<Value> items;
   bool is_tuple = false;
+  uint32_t depth = 1;
+  bool holds_object = false;
 };
 
 // An insertion-ordered dict. Keys are scalars compared as Python does (1, 1.0 and True are the
@@ -131,6 +145,10 @@ class Dict {
   // False for keys Python could not hash in a dict (lists, dicts, Undefined...).
   static bool IsHashableKey(const Value& key);
 
+  // See List. Set() keeps them up to date.
+  uint32_t depth() const { return depth_; }
+  bool holds_object() const { return holds_object_; }
+
  private:
   // Dicts this small are searched in order; larger ones get an index (a message has 2-5 keys, a
   // tool schema can have thousands).
@@ -138,6 +156,8 @@ class Dict {
 
   std::vector<std::pair<Value, Value>> items_;
   std::unordered_map<std::string, size_t> index_;  // canonical key -> position; empty while small
+  uint32_t depth_ = 1;
+  bool holds_object_ = false;
 };
 
 // An attribute bag: `namespace(...)` (writable), or the `loop` variable of a for loop, whose
@@ -163,6 +183,7 @@ class Evaluator;
 struct Callable {
   std::string name;
   std::function<Value(Evaluator&, CallArgs&)> fn;
+  Value bound_self;  // a bound method's object (`s.upper`), else undefined
 };
 
 }  // namespace niels::daemon::text::jinja

@@ -76,6 +76,21 @@ TEST(TemplateTest, NestingLimit) {
   EXPECT_EQ(Template::Parse(deep_blocks).status().code(), StatusCode::kResourceExhausted);
 
   EXPECT_TRUE(Template::Parse("{{ " + std::string(20, '(') + "1" + std::string(20, ')') + " }}").ok());
+
+  // Chains parse in loops but make the tree as deep as they are long: they count too.
+  auto repeat = [](const std::string& s, int n) {
+    std::string out;
+    for (int i = 0; i < n; ++i) out += s;
+    return out;
+  };
+  for (const std::string& chain : {"{{ x" + repeat("|trim", 10000) + " }}", "{{ 1" + repeat(" + 1", 10000) + " }}",
+                                   "{{ a" + repeat(".b", 10000) + " }}", "{{ a" + repeat("()", 10000) + " }}",
+                                   "{{ 1" + repeat(" or 1", 10000) + " }}", "{{ 2" + repeat(" ** 2", 10000) + " }}",
+                                   "{{ 1" + repeat(" if 1 else 2", 10000) + " }}",
+                                   "{{ 1" + repeat("|string is string", 10000) + " }}"}) {
+    EXPECT_EQ(Template::Parse(chain).status().code(), StatusCode::kResourceExhausted) << chain.substr(0, 20);
+  }
+  EXPECT_TRUE(Template::Parse("{{ x" + repeat("|trim", 40) + " }}{{ 1" + repeat(" + 1", 40) + " }}").ok());
   EXPECT_EQ(Template::Parse(std::string(10000, '-') + "x").status().code(), StatusCode::kOk);
   EXPECT_EQ(Template::Parse("{{ " + std::string(10000, '-') + "1 }}").status().code(), StatusCode::kResourceExhausted);
   EXPECT_EQ(Template::Parse("{{ " + std::string(10000, '[') + std::string(10000, ']') + " }}").status().code(),
@@ -115,6 +130,16 @@ TEST(TemplateTest, RenderLimitsStopHostileTemplates) {
     ASSERT_FALSE(r.ok()) << c.name;
     EXPECT_EQ(r.status().code(), StatusCode::kResourceExhausted) << c.name << ": " << r.status().ToString();
   }
+  // Deep expressions inside deep macro recursion: the evaluator's own recursion bound.
+  RenderOptions many_calls;
+  many_calls.limits.max_call_depth = 1000;
+  auto r = RenderText(
+      "{% macro f(n) %}{{ 'a' + ('a' + ('a' + ('a' + ('a' + f(n - 1))))) }}{% endmacro %}{{ f(100000) }}",
+      ordered_json::object(), many_calls);
+  ASSERT_FALSE(r.ok());
+  EXPECT_EQ(r.status().code(), StatusCode::kResourceExhausted);
+  EXPECT_NE(r.status().message().find("recurses deeper than 1000"), std::string::npos) << r.status().message();
+
   // The same shapes within the limits render.
   RenderOptions options;
   options.limits = small;
@@ -124,6 +149,32 @@ TEST(TemplateTest, RenderLimitsStopHostileTemplates) {
   EXPECT_TRUE(RenderText("{% macro f(n) %}{% if n %}{{ f(n - 1) }}{% endif %}{% endmacro %}{{ f(7) }}",
                          ordered_json::object(), options)
                   .ok());
+}
+
+// A value nested a hundred thousand levels deep would overflow the stack when printed, compared or
+// destroyed; a namespace holding itself would never be freed. Neither can be built.
+TEST(TemplateTest, ValuesStayShallowAndAcyclic) {
+  const std::string deep_list =
+      "{% set ns = namespace(l=[]) %}{% for i in range(100000) %}{% set ns.l = [ns.l] %}{% endfor %}{{ ns.l }}";
+  EXPECT_EQ(RenderText(deep_list).status().code(), StatusCode::kResourceExhausted);
+  const std::string deep_dict =
+      "{% set ns = namespace(d={}) %}{% for i in range(1000) %}{% set ns.d = {'x': ns.d} %}{% endfor %}";
+  EXPECT_EQ(RenderText(deep_dict).status().code(), StatusCode::kResourceExhausted);
+  const std::string nested_ok =
+      "{% set ns = namespace(l=[]) %}{% for i in range(150) %}{% set ns.l = [ns.l] %}{% endfor %}{{ ns.l|tojson|length }}";
+  EXPECT_EQ(*RenderText(nested_ok), "302");
+  for (const char* cyclic : {
+           "{% set ns = namespace() %}{% set ns.me = ns %}",
+           "{% set ns = namespace() %}{% set ns.l = [1, {'a': ns}] %}",
+           "{% set ns = namespace() %}{% set ns.f = [ns].count %}",
+           "{% set a = namespace() %}{% set b = namespace(x=a) %}",
+           "{% set ns = namespace() %}{% for x in [1] %}{% set ns.l = loop %}{% endfor %}",
+       }) {
+    auto r = RenderText(cyclic);
+    ASSERT_FALSE(r.ok()) << cyclic;
+    EXPECT_EQ(r.status().code(), StatusCode::kInvalidArgument) << cyclic;
+    EXPECT_NE(r.status().message().find("namespace attribute cannot hold"), std::string::npos) << cyclic;
+  }
 }
 
 TEST(TemplateTest, ContextMustBeAnObjectOfValidText) {
