@@ -256,6 +256,7 @@ std::vector<Value> Evaluator::Iterate(const Value& v) {
     case Value::Kind::kString: {
       std::vector<Value> chars;
       const std::string& s = v.as_string();
+      CheckList(CodePointCount(s));
       for (size_t i = 0; i < s.size();) {
         size_t n;
         CodePointAt(s, i, &n);
