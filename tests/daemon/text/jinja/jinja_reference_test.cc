@@ -101,10 +101,11 @@ bool Agrees(const std::string& what, const ordered_json& reference, const common
   return true;
 }
 
-TEST(JinjaReferenceTest, LanguageCasesMatchJinja2) {
+// Renders every case of `mode` (language or random) and compares with Jinja2's result.
+void ExpectCasesMatchJinja2(const std::string& mode, size_t min_cases) {
   testing::TempDir dir("niels_jinja_");
-  const ordered_json cases = RunReference("language", dir);
-  ASSERT_GE(cases.size(), 200u);
+  const ordered_json cases = RunReference(mode, dir);
+  ASSERT_GE(cases.size(), min_cases);
   RenderOptions options;
   options.now = FixedNow();
   int agreed = 0, errors = 0;
@@ -117,8 +118,14 @@ TEST(JinjaReferenceTest, LanguageCasesMatchJinja2) {
     errors += c.contains("error");
   }
   EXPECT_EQ(agreed, static_cast<int>(cases.size()));
-  std::printf("language cases: %d of %zu agree with Jinja2 (%d of them errors)\n", agreed, cases.size(), errors);
+  std::printf("%s cases: %d of %zu agree with Jinja2 (%d of them errors)\n", mode.c_str(), agreed, cases.size(),
+              errors);
 }
+
+TEST(JinjaReferenceTest, LanguageCasesMatchJinja2) { ExpectCasesMatchJinja2("language", 250); }
+
+// Random templates (random_templates.py): whitespace control around every kind of tag.
+TEST(JinjaReferenceTest, RandomTemplatesMatchJinja2) { ExpectCasesMatchJinja2("random", 1000); }
 
 TEST(JinjaReferenceTest, RealChatTemplatesMatchJinja2) {
   const std::string npm_dir = CommandOutput("'" + kSourceDir + "/scripts/install_jinja_references.sh' --print-dir");
