@@ -73,6 +73,7 @@ Value ToInt(const Value& input, CallArgs& args) {
   ArgReader r("int", args, {"default", "base"});
   const Value fallback = r.Or(0, Value(int64_t{0}));
   const int64_t base = r.Int(1, 10);
+  if (input.is_undefined()) ThrowRender(input.undefined_hint());  // int(Undefined) raises
   if (input.is_int()) return input;
   if (input.is_bool()) return Value(int64_t{input.as_bool()});
   if (input.is_float()) {
@@ -107,6 +108,7 @@ Value ToInt(const Value& input, CallArgs& args) {
 Value ToFloat(const Value& input, CallArgs& args) {
   ArgReader r("float", args, {"default"});
   const Value fallback = r.Or(0, Value(0.0));
+  if (input.is_undefined()) ThrowRender(input.undefined_hint());  // float(Undefined) raises
   if (input.is_number()) return Value(input.ToDouble());
   if (!input.is_string()) return fallback;
   std::string s(StripPySpace(input.as_string(), true, true));
@@ -134,8 +136,11 @@ Value Indent(Evaluator& ev, const Value& input, CallArgs& args) {
   }
   const bool first = r.Or(1, Value(false)).Truthy();
   const bool blank = r.Or(2, Value(false)).Truthy();
+  // Jinja2 appends "\n" to its input and splits it into lines: only a str survives that.
+  if (input.is_undefined()) ThrowRender(input.undefined_hint());
+  if (!input.is_string()) ThrowRender("the indent filter needs a str, not " + input.TypeName());
   CallArgs none;
-  const Value lines_value = CallMethod(ev, Value(ev.Str(input) + "\n"), "splitlines", none);
+  const Value lines_value = CallMethod(ev, Value(input.as_string() + "\n"), "splitlines", none);
   const auto& lines = lines_value.as_list().items;
   std::string out;
   for (size_t i = 0; i < lines.size(); ++i) {
@@ -241,6 +246,7 @@ Value ToJsonFilter(Evaluator& ev, const Value& input, CallArgs& args) {
 
 // select / reject / selectattr / rejectattr.
 Value SelectOrReject(Evaluator& ev, const Value& input, CallArgs& args, bool select, bool by_attribute) {
+  if (!input.Truthy()) return Value::MakeList({});  // Jinja2 iterates only a truthy input
   size_t next = 0;
   Value attribute;
   if (by_attribute) {
@@ -264,6 +270,7 @@ Value SelectOrReject(Evaluator& ev, const Value& input, CallArgs& args, bool sel
 }
 
 Value Map(Evaluator& ev, const Value& input, CallArgs& args) {
+  if (!input.Truthy()) return Value::MakeList({});  // Jinja2 iterates only a truthy input
   std::vector<Value> out;
   const std::vector<Value> items = ToList(ev, input);
   if (args.positional.empty()) {

@@ -7,6 +7,7 @@
 #include "daemon/text/jinja/errors.h"
 #include "daemon/text/jinja/evaluator.h"
 #include "daemon/text/jinja/py_text.h"
+#include "daemon/text/jinja/str_methods.h"
 
 namespace niels::daemon::text::jinja {
 namespace {
@@ -138,6 +139,7 @@ Value Arithmetic(const std::string& op, const Value& a, const Value& b) {
 }  // namespace
 
 Value BinaryOp(Evaluator& ev, const std::string& op, const Value& a, const Value& b) {
+  if (op == "%" && a.is_string()) return PercentFormat(ev, a.as_string(), b);  // printf-style
   FailIfUndefined(a, b);
   if (op == "+") {
     if (a.is_string() || b.is_string()) {
@@ -161,7 +163,6 @@ Value BinaryOp(Evaluator& ev, const std::string& op, const Value& a, const Value
     if ((a.is_string() || a.is_list()) && IsIntLike(b)) return Repeat(ev, a, IntOf(b));
     if ((b.is_string() || b.is_list()) && IsIntLike(a)) return Repeat(ev, b, IntOf(a));
   }
-  if (op == "%" && a.is_string()) ThrowRender("printf-style formatting with % is not supported");
   return Arithmetic(op, a, b);
 }
 

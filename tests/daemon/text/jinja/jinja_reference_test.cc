@@ -127,6 +127,9 @@ TEST(JinjaReferenceTest, LanguageCasesMatchJinja2) { ExpectCasesMatchJinja2("lan
 // Random templates (random_templates.py): whitespace control around every kind of tag.
 TEST(JinjaReferenceTest, RandomTemplatesMatchJinja2) { ExpectCasesMatchJinja2("random", 1000); }
 
+// Random expressions (random_expressions.py): operators, filters, tests and methods across types.
+TEST(JinjaReferenceTest, RandomExpressionsMatchJinja2) { ExpectCasesMatchJinja2("expressions", 2000); }
+
 TEST(JinjaReferenceTest, RealChatTemplatesMatchJinja2) {
   const std::string npm_dir = CommandOutput("'" + kSourceDir + "/scripts/install_jinja_references.sh' --print-dir");
   ASSERT_FALSE(npm_dir.empty());
