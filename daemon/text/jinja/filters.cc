@@ -78,7 +78,9 @@ Value ToInt(const Value& input, CallArgs& args) {
   if (input.is_bool()) return Value(int64_t{input.as_bool()});
   if (input.is_float()) {
     const double d = input.as_float();
-    if (!std::isfinite(d) || std::fabs(d) >= 9.2e18) return fallback;
+    if (std::isnan(d)) return fallback;  // int(nan) raises ValueError: Jinja2 returns the default
+    if (std::isinf(d)) ThrowRender("cannot convert float infinity to integer");  // OverflowError
+    if (std::fabs(d) >= 9.2e18) ThrowRender("integer overflow (nielsd's template integers are 64-bit)");
     return Value(static_cast<int64_t>(d));
   }
   if (!input.is_string()) return fallback;
@@ -516,7 +518,6 @@ Value ApplyFilter(Evaluator& ev, std::string_view name, const Value& input, Call
   if (name == "join") return Join(ev, input, args);
   if (name == "first" || name == "last") {
     ArgReader r(name, args, {});
-    if (input.is_dict() && name == "last") ThrowRender("'dict' object is not reversible");
     const std::vector<Value> items = ToList(ev, input);
     if (items.empty())
       return Value::MakeUndefined(std::string("No ") + std::string(name) + " item, sequence was empty.");

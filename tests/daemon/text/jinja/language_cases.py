@@ -242,6 +242,8 @@ CASES = [
     ("{{ messages[0].content.startswith('x') }}", {"messages": [{"role": "user", "content": None}]}),
     ("{{ '<|im_start|>' + m.role + '\\n' + m.content }}", {"m": {"role": "user", "content": None}}),
     ("{% if '</think>' in m.content %}x{% endif %}", {"m": {"role": "user", "content": None}}),
+    ("{{ {'k': 1, 'a': 2}|last }}|{{ {}|last }}|{{ 'nan'|float|int }}|{{ x|int }}", {"x": 1e18}),
+    ("{{ 'inf'|float|int }}", {}),
     # --- printf-style formatting ---
     ("{{ '%s-%d' % ('a', 3) }}|{{ '%5.2f|%-4s|%04d' % (3.14159, 'x', 42) }}|{{ '%x %X %o %#x %#o' % (255, 255, 8, 255, 8) }}", {}),
     ("{{ '%(a)s %(b)r' % {'a': 1, 'b': 'q'} }}|{{ '%s' % [1, 2] }}|{{ '%s' % {'a': 1} }}|{{ '%%d' % () }}|{{ 'x' % [1] }}", {}),
