@@ -304,8 +304,11 @@ Value Sort(Evaluator& ev, const Value& input, CallArgs& args) {
   std::vector<Value> items = ToList(ev, input);
   std::vector<std::pair<Value, size_t>> keyed;
   for (size_t i = 0; i < items.size(); ++i) keyed.emplace_back(SortKey(ev, items[i], r.Get(2), case_sensitive), i);
+  // Jinja2's sort keys are one-item lists, and Python compares lists item by item with == first:
+  // equal keys (Undefined == Undefined included) are never compared with <.
+  auto less = [&](const Value& a, const Value& b) { return !ev.Equal(a, b) && ev.Less(a, b); };
   std::stable_sort(keyed.begin(), keyed.end(), [&](const auto& a, const auto& b) {
-    return reverse ? ev.Less(b.first, a.first) : ev.Less(a.first, b.first);
+    return reverse ? less(b.first, a.first) : less(a.first, b.first);
   });
   std::vector<Value> out;
   for (const auto& k : keyed) out.push_back(items[k.second]);
@@ -428,7 +431,9 @@ Value Round(const Value& input, CallArgs& args) {
     return Value(std::nearbyint(x / scale) * scale);
   }
   const double scale = std::pow(10.0, static_cast<double>(precision));
-  return Value((method == "ceil" ? std::ceil(x * scale) : std::floor(x * scale)) / scale);
+  // Python's math.ceil/floor return an int: -0.0 becomes 0.
+  const double rounded = (method == "ceil" ? std::ceil(x * scale) : std::floor(x * scale)) + 0.0;
+  return Value(rounded / scale);
 }
 
 Value Reverse(Evaluator& ev, const Value& input) {

@@ -2,7 +2,7 @@
 // in str_methods.cc).
 //
 // dict: get items keys values copy
-// list, tuple: index count
+// list, tuple: index count copy
 // Mutating methods (list.append, dict.update, ...) are unsafe in Jinja2's immutable sandbox:
 // reading them gives an Undefined that fails when called.
 #include <algorithm>
@@ -29,7 +29,7 @@ const std::unordered_set<std::string_view>& DictMutators() {
   return *names;
 }
 const std::unordered_set<std::string_view>& ListMethods() {
-  static const auto* names = new std::unordered_set<std::string_view>{"index", "count"};
+  static const auto* names = new std::unordered_set<std::string_view>{"index", "count", "copy"};
   return *names;
 }
 const std::unordered_set<std::string_view>& ListMutators() {
@@ -84,6 +84,11 @@ Value DictMethod(Evaluator& ev, const Value& d, const std::string& name, CallArg
 }
 
 Value ListMethod(Evaluator& ev, const Value& l, const std::string& name, CallArgs& args) {
+  if (name == "copy") {
+    ArgReader r(name, args, {});
+    ev.CheckList(l.as_list().items.size());
+    return Value::MakeList(l.as_list().items, l.as_list().is_tuple);
+  }
   ArgReader r(name, args, {"value"});
   const auto& items = l.as_list().items;
   int64_t count = 0;
@@ -154,7 +159,7 @@ Value GetAttr(Evaluator& ev, const Value& obj, const std::string& name) {
       return v ? *v : NoAttribute(obj, name);
     }
     case Value::Kind::kList:
-      if (ListMethods().count(name)) return BindMethod(obj, name);
+      if (ListMethods().count(name) && !(name == "copy" && obj.as_list().is_tuple)) return BindMethod(obj, name);
       if (!obj.as_list().is_tuple && ListMutators().count(name)) return Unsafe(obj, name);
       return NoAttribute(obj, name);
     case Value::Kind::kObject: {
@@ -253,7 +258,9 @@ Value GetAttrOnly(Evaluator& ev, const Value& obj, const std::string& name) {
 Value CallMethod(Evaluator& ev, const Value& obj, const std::string& name, CallArgs& args) {
   if (obj.is_string() && IsStrMethod(name)) return StrMethod(ev, obj.as_string(), name, args);
   if (obj.is_dict() && DictMethods().count(name)) return DictMethod(ev, obj, name, args);
-  if (obj.is_list() && ListMethods().count(name)) return ListMethod(ev, obj, name, args);
+  if (obj.is_list() && ListMethods().count(name) && !(name == "copy" && obj.as_list().is_tuple)) {
+    return ListMethod(ev, obj, name, args);
+  }
   return ev.Call(GetAttr(ev, obj, name), args);
 }
 

@@ -1,7 +1,8 @@
 // The methods of Python's str that templates call: strip lstrip rstrip split rsplit splitlines
 // startswith endswith replace upper lower title capitalize find rfind index rindex count join
 // format (no format specs) isalpha isdigit isnumeric isdecimal isalnum isspace islower isupper
-// removeprefix removesuffix center ljust rjust partition rpartition. Indices count code points.
+// removeprefix removesuffix center ljust rjust partition rpartition zfill. Indices count code
+// points.
 #include "daemon/text/jinja/str_methods.h"
 
 #include <algorithm>
@@ -23,7 +24,7 @@ const std::unordered_set<std::string_view>& StrMethods() {
       "endswith",     "replace",      "upper",     "lower",   "title",   "capitalize", "find",
       "rfind",        "index",        "rindex",    "count",   "join",    "format",     "isalpha",
       "isdigit",      "isnumeric",    "isdecimal", "isalnum", "isspace", "islower",    "isupper",
-      "removeprefix", "removesuffix", "center",    "ljust",   "rjust",   "partition",  "rpartition"};
+      "removeprefix", "removesuffix", "center",    "ljust",   "rjust",   "partition",  "rpartition", "zfill"};
   return *names;
 }
 size_t CodePointIndex(const std::string& s, size_t byte_pos) {
@@ -317,6 +318,19 @@ Value Count(const std::string& s, CallArgs& args) {
   return Value(n);
 }
 
+// str.zfill(width): zeros after a leading sign up to `width` code points.
+Value ZFill(Evaluator& ev, const std::string& s, CallArgs& args) {
+  ArgReader r("zfill", args, {"width"});
+  const int64_t width = r.Int(0, 0);
+  const auto len = static_cast<int64_t>(CodePointCount(s));
+  if (width <= len) return Value(s);
+  ev.CheckString(static_cast<size_t>(width));
+  const size_t sign = !s.empty() && (s[0] == '+' || s[0] == '-') ? 1 : 0;
+  std::string out = s.substr(0, sign);
+  out.append(static_cast<size_t>(width - len), '0').append(s, sign, std::string::npos);
+  return Value(std::move(out));
+}
+
 Value NoArgs(CallArgs& args, const char* name, Value result) {
   ArgReader r(name, args, {});
   return result;
@@ -364,6 +378,7 @@ Value StrMethod(Evaluator& ev, const std::string& s, const std::string& name, Ca
   }
   if (name == "center" || name == "ljust" || name == "rjust") return Pad(ev, s, args, name.c_str());
   if (name == "partition" || name == "rpartition") return Partition(s, args, name == "rpartition");
+  if (name == "zfill") return ZFill(ev, s, args);
   ThrowRender("'str' object has no attribute '" + name + "'");
 }
 

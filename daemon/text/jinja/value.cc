@@ -27,6 +27,14 @@ std::string CanonicalKey(const Value& key) {
       return "s" + key.as_string();
     case Value::Kind::kNone:
       return "n";
+    case Value::Kind::kList: {  // a tuple of hashable values (IsHashableKey)
+      std::string out = "t";
+      for (const Value& item : key.as_list().items) {
+        const std::string part = CanonicalKey(item);
+        out.append(std::to_string(part.size())).append(":").append(part);
+      }
+      return out;
+    }
     default:
       return std::string();
   }
@@ -154,6 +162,13 @@ std::string Value::TypeName() const {
 }
 
 bool Dict::IsHashableKey(const Value& key) {
+  if (key.is_list()) {  // a tuple is hashable when its items are; a list never
+    if (!key.as_list().is_tuple) return false;
+    for (const Value& item : key.as_list().items) {
+      if (!IsHashableKey(item)) return false;
+    }
+    return true;
+  }
   switch (key.kind()) {
     case Value::Kind::kBool:
     case Value::Kind::kInt:
@@ -173,6 +188,7 @@ namespace {
 bool KeysEqual(const Value& a, const Value& b) {
   if (a.is_string() || b.is_string()) return a.is_string() && b.is_string() && a.as_string() == b.as_string();
   if (a.is_none() || b.is_none()) return a.is_none() && b.is_none();
+  if (a.is_list() || b.is_list()) return a.is_list() && b.is_list() && CanonicalKey(a) == CanonicalKey(b);
   return a.ToDouble() == b.ToDouble() && CanonicalKey(a) == CanonicalKey(b);
 }
 

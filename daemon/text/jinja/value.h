@@ -129,8 +129,8 @@ struct List {
   bool holds_object = false;
 };
 
-// An insertion-ordered dict. Keys are scalars compared as Python does (1, 1.0 and True are the
-// same key; "1" is another).
+// An insertion-ordered dict. Keys are scalars or tuples of them, compared as Python does (1, 1.0
+// and True are the same key; "1" is another).
 class Dict {
  public:
   // The value for `key`, or nullptr.

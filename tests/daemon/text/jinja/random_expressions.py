@@ -16,6 +16,8 @@ ATOMS = [
     "'abc'", "''", "' pad '", "'Hello World'", "'héllo'", "'你好😀'", "'a,b,,c'", "'\\n x \\t'", "'ß'",
     "'123'", "'4.5'", "'ǆ title-case x'", "[]", "[1, 2, 3]", "[3, 1, 2]", "['b', 'A', 'c']", "(1, 'x')",
     "{}", "{'k': 1, 'a': [2]}", "d", "l", "s", "n", "f", "missing", "d.k", "d['a']", "l[0]", "s[1:3]",
+    "(range(3)|list)", "dict(a=1, b='x')", "namespace(a=1).a", "[[1], [2, 3]]", "['a', 1, none]", "(1,)", "'it\\'s'",
+    "'\"q\"'", "1.5e15", "-0.0", "'%s|%d'", "'{}-{}'", "'\u3000x\u00a0'", "'Σ'", "[1.5, 2]", "{'b': 2, 'a': 1}",
 ]
 
 BINARY = ["+", "-", "*", "/", "//", "%", "~", "==", "!=", "<", "<=", ">", ">=", "in", "not in", "and", "or"]
@@ -27,7 +29,13 @@ FILTERS = ["length", "trim", "upper", "lower", "title", "capitalize", "first", "
            "unique|list", "reverse|list", "join", "join(', ')", "tojson", "tojson(indent=2)", "string", "int",
            "float", "abs", "round", "round(1)", "default('D')", "default('D', true)", "items|list", "dictsort",
            "sum", "min", "max", "replace('a', 'Z')", "center(9)", "indent(2)", "wordcount", "batch(2)|list",
-           "map('string')|list", "select|list", "reject('none')|list", "tojson(sort_keys=true)", "e"]
+           "map('string')|list", "select|list", "reject('none')|list", "tojson(sort_keys=true)",
+           "tojson(indent=1)", "dictsort(by='value')", "dictsort(reverse=true)", "sort(reverse=true)",
+           "join('-', attribute='0')", "selectattr('0')|list", "map(attribute='a')|list", "string|length",
+           "first|string", "list|length", "sum(start=10)", "round(2, 'floor')", "int('x', 16)", "float(1.5)"]
+
+# Not here: printing range() itself (Python shows "range(0, 3)"), `e` (Jinja2's Markup strings
+# print their methods' results as Markup('...')), ints beyond 64 bits (1e20|int).
 
 # Slices apply to variables only: Jinja2 folds constant expressions at compile time, and a folded
 # slice gets getitem's fallbacks (Undefined) where a run-time slice raises.
@@ -42,7 +50,9 @@ METHODS = ["strip()", "strip('a')", "lstrip()", "rstrip(' ')", "split()", "split
            "upper()", "lower()", "title()", "capitalize()", "count('a')", "splitlines()", "isdigit()",
            "isalpha()", "isspace()", "center(7, '*')", "partition(',')", "removeprefix('a')", "format(1)",
            "get('k')", "get('z', 0)", "keys()|list", "values()|list", "items()|list", "index(1)", "count(1)",
-           "join(['x', 'y'])"]
+           "join(['x', 'y'])", "format('a', 2)", "zfill(3)", "title()", "rstrip('\\n')", "lstrip('\\n')",
+           "startswith(('a', 'H'))", "split('l')", "rsplit()", "count('')", "index('x')", "find('')",
+           "get(1)", "copy()", "keys()|list|length"]
 
 
 def _expr(rng, depth):
