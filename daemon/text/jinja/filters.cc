@@ -386,6 +386,7 @@ Value Batch(Evaluator& ev, const Value& input, CallArgs& args) {
   }
   if (!current.empty()) {
     if (r.Has(1)) {
+      ev.CheckList(static_cast<size_t>(count));
       while (static_cast<int64_t>(current.size()) < count) current.push_back(*r.Get(1));
     }
     out.push_back(Value::MakeList(std::move(current)));

@@ -27,7 +27,8 @@ void FailIfUndefined(const Value& a, const Value& b) {
 }
 
 Value Repeat(Evaluator& ev, const Value& seq, int64_t n) {
-  if (n <= 0) return seq.is_string() ? Value(std::string()) : Value::MakeList({}, seq.as_list().is_tuple);
+  const bool empty = seq.is_string() ? seq.as_string().empty() : seq.as_list().items.empty();
+  if (n <= 0 || empty) return seq.is_string() ? Value(std::string()) : Value::MakeList({}, seq.as_list().is_tuple);
   if (seq.is_string()) {
     const std::string& s = seq.as_string();
     if (!s.empty() && static_cast<uint64_t>(n) > ev.limits().max_output_bytes / s.size()) {

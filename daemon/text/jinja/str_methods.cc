@@ -6,6 +6,7 @@
 #include "daemon/text/jinja/str_methods.h"
 
 #include <algorithm>
+#include <cstdlib>
 #include <unordered_set>
 
 #include "daemon/text/jinja/arg_reader.h"
@@ -226,7 +227,8 @@ Value Format(Evaluator& ev, const std::string& fmt, CallArgs& args) {
     const std::string head = field.substr(0, name_end);
     Value v;
     if (head.empty() || std::all_of(head.begin(), head.end(), [](char d) { return d >= '0' && d <= '9'; })) {
-      const size_t index = head.empty() ? auto_index++ : std::stoul(head);
+      if (head.size() > 9) ThrowRender("Replacement index " + head + " out of range");
+      const size_t index = head.empty() ? auto_index++ : std::strtoul(head.c_str(), nullptr, 10);
       if (index >= args.positional.size()) ThrowRender("Replacement index " + std::to_string(index) + " out of range");
       v = args.positional[index];
     } else {
@@ -246,7 +248,8 @@ Value Format(Evaluator& ev, const std::string& fmt, CallArgs& args) {
         const std::string key = field.substr(p + 1, end - p - 1);
         const bool numeric =
             !key.empty() && std::all_of(key.begin(), key.end(), [](char d) { return d >= '0' && d <= '9'; });
-        v = GetItem(ev, v, numeric ? Value(static_cast<int64_t>(std::stoll(key))) : Value(key));
+        if (numeric && key.size() > 18) ThrowRender("index " + key + " out of range");
+        v = GetItem(ev, v, numeric ? Value(static_cast<int64_t>(std::strtoll(key.c_str(), nullptr, 10))) : Value(key));
         p = end + 1;
       }
     }

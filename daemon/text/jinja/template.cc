@@ -1,5 +1,8 @@
 #include "daemon/text/jinja/template.h"
 
+#include <stdexcept>
+#include <variant>
+
 #include "daemon/text/jinja/ast.h"
 #include "daemon/text/jinja/builtins.h"
 #include "daemon/text/jinja/errors.h"
@@ -49,6 +52,8 @@ common::StatusOr<Template> Template::Parse(std::string_view source, const ParseO
     return Template(std::move(parsed));
   } catch (const JinjaError& e) {
     return e.ToStatus();
+  } catch (const std::logic_error& e) {  // a bug of ours (out_of_range, ...): an error, not a crash
+    return common::Status::Internal(std::string("chat template: internal error: ") + e.what());
   }
 }
 
@@ -64,6 +69,10 @@ common::StatusOr<std::string> Template::Render(const nlohmann::ordered_json& con
     return out;
   } catch (const JinjaError& e) {
     return e.ToStatus();
+  } catch (const std::logic_error& e) {  // a bug of ours (out_of_range, ...): an error, not a crash
+    return common::Status::Internal(std::string("chat template: internal error: ") + e.what());
+  } catch (const std::bad_variant_access& e) {
+    return common::Status::Internal(std::string("chat template: internal error: ") + e.what());
   }
 }
 

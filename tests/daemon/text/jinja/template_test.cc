@@ -114,6 +114,8 @@ TEST(TemplateTest, RenderLimitsStopHostileTemplates) {
       {"nested loops", "{% for i in range(1000) %}{% for j in range(1000) %}{% endfor %}{% endfor %}", small},
       {"output", "{% for i in range(9000) %}0123456789{% endfor %}", small},
       {"string repetition", "{{ 'x' * 100000000000 }}", small},
+      {"empty repetitions and a loop", "{{ '' * 1000000000000000000 }}{{ [] * 1000000000000000000 }}"
+       "{% for i in range(100000) %}{% endfor %}", small},
       {"list repetition", "{{ ([1, 2] * 1000000000)|length }}", small},
       {"range", "{{ range(20000)|length }}", small},
       {"recursion", "{% macro f() %}{{ f() }}{% endmacro %}{{ f() }}", small},
@@ -122,6 +124,7 @@ TEST(TemplateTest, RenderLimitsStopHostileTemplates) {
       {"repr", "{% set l = [range(5000)|list] * 5000 %}{{ l }}", small},
       {"replace", "{{ ('x' * 60000)|replace('x', 'yy') }}", small},
       {"indent", "{{ 'a'|indent(100000000000) }}", small},
+      {"batch fill", "{{ [1]|batch(1000000000000000, 0)|list }}", small},
   };
   for (const LimitCase& c : cases) {
     RenderOptions options;
@@ -188,6 +191,14 @@ TEST(TemplateTest, ContextMustBeAnObjectOfValidText) {
   EXPECT_EQ(t->Render(ordered_json{{"x", deep}}).status().code(), StatusCode::kResourceExhausted);
   ordered_json big = {{"x", uint64_t{1} << 63}};
   EXPECT_EQ(t->Render(big).status().code(), StatusCode::kInvalidArgument);
+}
+
+TEST(TemplateTest, FormatIndicesOutOfRangeAreErrors) {
+  for (const char* t : {"{{ '{99999999999999999999}'.format() }}", "{{ '{0[99999999999999999999999]}'.format([1]) }}"}) {
+    auto r = RenderText(t);
+    ASSERT_FALSE(r.ok()) << t;
+    EXPECT_EQ(r.status().code(), StatusCode::kInvalidArgument) << r.status().ToString();
+  }
 }
 
 TEST(TemplateTest, TemplateMustBeValidUtf8) {
