@@ -86,7 +86,7 @@ Value RaiseException(Evaluator& ev, CallArgs& args) {
 Value StrftimeNow(Evaluator& ev, CallArgs& args) {
   ArgReader r("strftime_now", args, {"format"});
   const std::string& format = r.String(0);
-  ev.CheckString(format.size() * 8);
+  ev.CheckString(format.size() * 32);
   const auto now = ev.now();
   const std::time_t seconds = std::chrono::system_clock::to_time_t(now);
   const auto micros = std::chrono::duration_cast<std::chrono::microseconds>(now.time_since_epoch()).count() % 1000000;
@@ -110,7 +110,7 @@ Value StrftimeNow(Evaluator& ev, CallArgs& args) {
   gmtime_r(&seconds, &tm);
   tm.tm_isdst = -1;
   locale_t c_locale = newlocale(LC_ALL_MASK, "C", static_cast<locale_t>(0));
-  std::string out(c_format.size() * 8 + 64, '\0');
+  std::string out(c_format.size() * 32 + 64, '\0');  // %c, the longest, writes 24 bytes
   const size_t n = strftime_l(out.data(), out.size(), c_format.c_str(), &tm, c_locale);
   freelocale(c_locale);
   out.resize(n);

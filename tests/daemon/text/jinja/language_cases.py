@@ -234,6 +234,8 @@ CASES = [
     ("{{ raise_exception('stop here') }}", {}),
     ("{% if true %}{{ raise_exception('in if: ' ~ 1) }}{% endif %}", {}),
     ("{{ strftime_now('%Y-%m-%d %H:%M:%S %d %b %Y %A %j %f|%z|%Z|%%') }}", {}),
+    ("{{ strftime_now('%c|%x|%X|%p|%U|%W|%G-%V-%u|%C|%y|%e|%D|%T|%R|%n|%t|%h|%B|%a|%I') }}", {}),
+    ("{{ strftime_now('%c' * 40)|length }}", {}),
     ("{{ range(3)|list }} {{ range(1, 7, 2)|list }} {{ range(5, 0, -2)|list }} {{ range(0)|list }}", {}),
     ("{{ range(200000)|length }}", {}),
     ("{{ dict(a=1, b=2) }} {{ dict([('x', 1)]) }} {{ namespace(a=1).a }}", {}),
