@@ -49,7 +49,7 @@
 #include "daemon/loaders/model_loader.h"
 #include "daemon/loaders/niels_dir.h"
 #include "daemon/kernels/heap_tuning.h"
-#include "daemon/text/tokenizer.h"
+#include "daemon/text/sentencepiece_tokenizer.h"
 #include "daemon/model/transformer.h"
 #include "daemon/model/weights.h"
 
@@ -292,7 +292,7 @@ void RunModel(const Options& o, const Transformer& model, ReadBandwidthProbe& ba
 // Writes config.json (V from the tokenizer), model.safetensors (RandomWeights(seed 1) in `dtype`)
 // and tokenizer.model into `dir`.
 common::Status WriteRandomModelDir(const Options& o, const std::filesystem::path& dir, Dtype dtype, ModelConfig* out) {
-  auto tokenizer = daemon::text::Tokenizer::Load(o.tokenizer);
+  auto tokenizer = daemon::text::SentencePieceTokenizer::Load(o.tokenizer);
   if (!tokenizer.ok()) return tokenizer.status();
   ModelConfig c = o.config;
   c.vocab_size = (*tokenizer)->vocab_size();

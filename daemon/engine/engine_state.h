@@ -20,6 +20,7 @@ struct EngineState {
 
   const model::LanguageModel& language_model() const { return *model->transformer; }
   const text::Tokenizer& tokenizer() const { return *model->tokenizer; }
+  const text::SpecialTokens& special() const { return model->special; }
   const model::ModelConfig& config() const { return model->config; }
 
   std::unique_ptr<loaders::Model> model;

@@ -17,6 +17,7 @@
 #include "daemon/kernels/worker_pool.h"
 #include "daemon/model/config.h"
 #include "daemon/model/transformer.h"
+#include "daemon/text/sentencepiece_tokenizer.h"
 #include "daemon/text/tokenizer.h"
 
 namespace niels::daemon::loaders {
@@ -27,6 +28,11 @@ struct Model {
   model::ModelConfig config;
   std::unique_ptr<model::Transformer> transformer;
   std::unique_ptr<text::Tokenizer> tokenizer;
+  // niels_gpt's four role markers (its token-native chat template, text/chat_template.h); all -1
+  // for a model without them.
+  text::SpecialTokens special;
+  // The ids that end a reply when a request names none (end of turn, end of text). Never empty.
+  std::vector<int32_t> stop_ids;
   // The weights file as mapped (the transformer may read its weights straight from the mapping):
   // the engine asks it CheckUnchanged() before every generation. Null for models built in memory.
   std::shared_ptr<const formats::SafetensorsFile> weights_file;

@@ -336,7 +336,7 @@ StatusOr<std::unique_ptr<Model>> LoadNielsDir(const std::filesystem::path& dir,
 
   auto config = model::LoadModelConfig(config_path);
   if (!config.ok()) return config.status();
-  auto tokenizer = text::Tokenizer::Load(tokenizer_path);
+  auto tokenizer = text::SentencePieceTokenizer::Load(tokenizer_path);
   if (!tokenizer.ok()) return tokenizer.status();
   if ((*tokenizer)->vocab_size() != config->vocab_size) {
     return Status::InvalidArgument(config_path.string() + ": key \"V\" = " + std::to_string(config->vocab_size) +
@@ -357,6 +357,8 @@ StatusOr<std::unique_ptr<Model>> LoadNielsDir(const std::filesystem::path& dir,
   } catch (const std::exception& e) {
     return Status::Internal(dir.string() + ": building the transformer failed: " + e.what());
   }
+  model->special = (*tokenizer)->special();
+  model->stop_ids = {model->special.eot};
   model->tokenizer = std::move(*tokenizer);
   return model;
 }

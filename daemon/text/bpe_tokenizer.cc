@@ -177,7 +177,7 @@ std::string_view BpeTokenizer::TokenBytes(int32_t id) const {
   return std::string_view(token_bytes_).substr(bytes_offsets_[i], bytes_offsets_[i + 1] - bytes_offsets_[i]);
 }
 
-std::string_view BpeTokenizer::Piece(int32_t id) const {
+std::string BpeTokenizer::Piece(int32_t id) const {
   if (id < 0 || id >= vocab_size()) return {};
   return pieces_[static_cast<size_t>(id)];
 }
@@ -193,5 +193,10 @@ TokenType BpeTokenizer::type(int32_t id) const {
 }
 
 bool BpeTokenizer::IsAdded(int32_t id) const { return IsAddedType(type(id)); }
+
+bool BpeTokenizer::IsTextPiece(int32_t id) const {
+  const TokenType t = type(id);
+  return t != TokenType::kUnused && t != TokenType::kControl;
+}
 
 }  // namespace niels::daemon::text

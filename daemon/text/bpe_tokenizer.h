@@ -38,16 +38,17 @@
 #include "daemon/text/bpe_model.h"
 #include "daemon/text/bpe_spec.h"
 #include "daemon/text/pre_tokenizer.h"
+#include "daemon/text/tokenizer.h"
 
 namespace niels::daemon::text {
 
-class BpeTokenizer {
+class BpeTokenizer final : public Tokenizer {
  public:
   // Largest vocabulary (ids 0 .. kMaxVocabSize-1) and largest text Encode accepts.
   static constexpr size_t kMaxVocabSize = size_t{1} << 22;
   static constexpr size_t kMaxTextBytes = size_t{1} << 30;
 
-  ~BpeTokenizer();
+  ~BpeTokenizer() override;
   BpeTokenizer(const BpeTokenizer&) = delete;
   BpeTokenizer& operator=(const BpeTokenizer&) = delete;
 
@@ -69,10 +70,19 @@ class BpeTokenizer {
   // not special), with invalid UTF-8 repaired. Out-of-range ids are skipped.
   std::string Decode(std::span<const int32_t> ids, bool skip_special) const;
 
+  // Tokenizer: Encode(text, false), Encode(text, true), Decode(ids, true).
+  common::StatusOr<std::vector<int32_t>> Encode(std::string_view text) const override { return Encode(text, false); }
+  common::StatusOr<std::vector<int32_t>> EncodeRendered(std::string_view text) const override {
+    return Encode(text, true);
+  }
+  std::string Decode(std::span<const int32_t> ids) const override { return Decode(ids, true); }
+  // Every id in range but an unused or special one: each decodes to its own fixed bytes.
+  bool IsTextPiece(int32_t id) const override;
+
   // The bytes id stands for ("" when out of range or unused). The view lives as long as *this.
   std::string_view TokenBytes(int32_t id) const;
   // The piece of id as the file spells it ("Ġthe", "<|im_start|>"); "" when out of range.
-  std::string_view Piece(int32_t id) const;
+  std::string Piece(int32_t id) const override;
   // The id of a piece (an added token's text, or a vocabulary piece in byte-level spelling).
   std::optional<int32_t> TokenId(std::string_view piece) const;
 
@@ -80,11 +90,11 @@ class BpeTokenizer {
   TokenType type(int32_t id) const;
   // A special added token (kControl): skipped by Decode(skip_special), matched by Encode only
   // with parse_special. These are the ids a sampler should treat as control tokens.
-  bool IsSpecial(int32_t id) const { return type(id) == TokenType::kControl; }
+  bool IsSpecial(int32_t id) const override { return type(id) == TokenType::kControl; }
   // Any added token (kControl or kUserDefined).
   bool IsAdded(int32_t id) const;
 
-  int32_t vocab_size() const { return static_cast<int32_t>(pieces_.size()); }
+  int32_t vocab_size() const override { return static_cast<int32_t>(pieces_.size()); }
   const SpecialTokenIds& special_ids() const { return special_; }
   const std::string& chat_template() const { return chat_template_; }
 

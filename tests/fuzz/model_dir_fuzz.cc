@@ -26,7 +26,7 @@
 #include "daemon/model/config.h"
 #include "daemon/loaders/niels_dir.h"
 #include "daemon/loaders/model_loader.h"
-#include "daemon/text/tokenizer.h"
+#include "daemon/text/sentencepiece_tokenizer.h"
 #include "daemon/model/weights.h"
 #include "tests/fuzz/fuzz_util.h"
 #include "tests/support/test_model.h"
@@ -84,7 +84,7 @@ extern "C" int LLVMFuzzerInitialize(int*, char***) {
   niels::testing::TinyTokenizerOptions options;
   options.normalization = "identity";
   niels::testing::TrainTinyTokenizer(g_work / kNames[2], options);
-  auto tokenizer = text::Tokenizer::Load(g_work / kNames[2]);
+  auto tokenizer = text::SentencePieceTokenizer::Load(g_work / kNames[2]);
   FUZZ_CHECK(tokenizer.ok());
   // The smallest shapes the loader accepts with this tokenizer, so that a whole valid directory
   // (about 23 KB) fits in one fuzz input (-max_len 65536) and a forward pass is cheap.
@@ -138,7 +138,7 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
   }
   const loaders::Model& m = **loaded;
   FUZZ_CHECK(m.tokenizer->vocab_size() == m.config.vocab_size);
-  const text::SpecialTokens& s = m.tokenizer->special();
+  const text::SpecialTokens& s = m.special;
   FUZZ_CHECK(s.sys >= 0 && s.usr >= 0 && s.asst >= 0 && s.eot >= 0);
   FUZZ_CHECK(s.sys != s.usr && s.sys != s.asst && s.sys != s.eot && s.usr != s.asst && s.usr != s.eot &&
              s.asst != s.eot);

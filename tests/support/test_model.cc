@@ -14,7 +14,7 @@
 #include <sentencepiece_trainer.h>
 
 #include "daemon/text/sentencepiece_runtime.h"
-#include "daemon/text/tokenizer.h"
+#include "daemon/text/sentencepiece_tokenizer.h"
 #include "daemon/loaders/niels_dir.h"
 #include "daemon/model/weights.h"
 
@@ -177,6 +177,12 @@ void WriteModelDir(const fs::path& dir, const ModelConfig& config, uint64_t seed
   WriteFile(dir / "tokenizer.model", TinyTokenizerProto());
   auto status = daemon::loaders::SaveNielsWeights(daemon::model::RandomWeights(c, seed), dir / "model.safetensors");
   if (!status.ok()) throw std::runtime_error("WriteModelDir: " + status.ToString());
+}
+
+std::vector<int32_t> EncodeText(const daemon::text::Tokenizer& tokenizer, std::string_view text) {
+  common::StatusOr<std::vector<int32_t>> ids = tokenizer.Encode(text);
+  if (!ids.ok()) throw std::runtime_error("EncodeText: " + ids.status().ToString());
+  return std::move(*ids);
 }
 
 }  // namespace niels::testing

@@ -73,7 +73,7 @@ void PrintSummary(const Model& model) {
   const auto& weights = model.transformer->weights();
   int64_t parameters = 0;
   weights.ForEach([&](const std::string&, const niels::daemon::model::Tensor& tensor) { parameters += tensor.numel(); });
-  const auto& special = model.tokenizer->special();
+  const auto& special = model.special;
   std::cout << "model:      " << model.dir.string() << "\n"
             << "name:       " << (c.name.empty() ? "(none)" : c.name) << "\n"
             << "config:     V=" << c.vocab_size << " T=" << c.context << " C=" << c.width

@@ -74,16 +74,20 @@ bool WriteFile(const fs::path& path, const std::string& bytes) {
 
 // Greedy reply of the written model to one user message after the default system prompt.
 std::string GreedyReply(const loaders::Model& m, const std::string& question) {
-  std::vector<int32_t> ids = text::EncodeMessage(*m.tokenizer, text::Role::kSystem, std::string(niels::common::kDefaultSystemPrompt));
-  for (int32_t id : text::EncodeMessage(*m.tokenizer, text::Role::kUser, question)) ids.push_back(id);
-  ids.push_back(text::GenerationPrompt(*m.tokenizer).front());
+  auto system = text::EncodeMessage(*m.tokenizer, m.special, text::Role::kSystem,
+                                    std::string(niels::common::kDefaultSystemPrompt));
+  auto user = text::EncodeMessage(*m.tokenizer, m.special, text::Role::kUser, question);
+  if (!system.ok() || !user.ok()) return "(" + (system.ok() ? user : system).status().ToString() + ")";
+  std::vector<int32_t> ids = std::move(*system);
+  ids.insert(ids.end(), user->begin(), user->end());
+  ids.push_back(text::GenerationPrompt(m.special).front());
   std::vector<int32_t> reply;
-  const std::vector<int32_t> banned = text::DefaultBannedIds(*m.tokenizer);
+  const std::vector<int32_t> banned = text::DefaultBannedIds(m.special);
   while (static_cast<int64_t>(ids.size()) < m.config.context && reply.size() < 64) {
     std::vector<float> logits = m.transformer->Forward(ids, /*last_only=*/true);  // [V]
     for (int32_t b : banned) logits[b] = -INFINITY;
     const int32_t next = static_cast<int32_t>(std::max_element(logits.begin(), logits.end()) - logits.begin());
-    if (next == m.tokenizer->special().eot) break;
+    if (next == m.special.eot) break;
     reply.push_back(next);
     ids.push_back(next);
   }
@@ -103,7 +107,7 @@ int Run(const Flags& flags) {
   std::error_code ec;
   fs::create_directories(out, ec);
   if (!WriteFile(out / "tokenizer.model", *spm)) return Fail("cannot write " + (out / "tokenizer.model").string());
-  auto tokenizer = text::Tokenizer::Load(out / "tokenizer.model");
+  auto tokenizer = text::SentencePieceTokenizer::Load(out / "tokenizer.model");
   if (!tokenizer.ok()) return Fail(tokenizer.status().ToString());
 
   // (2) examples

@@ -22,14 +22,14 @@ class GenerateTest : public ::testing::Test {
   void SetUp() override {
     engine_ = StartEngine(kContext);
     model_ = LoadTinyModel(kContext);
-    eot_ = model_->tokenizer->special().eot;
+    eot_ = model_->special.eot;
     session_ = Call(*engine_, CreateRequest()).create_session().session_id();
   }
   // Plain-text ids (never special) of length n.
   Ids Prompt(size_t n) const {
     Ids ids;
     while (ids.size() < n) {
-      for (int32_t id : model_->tokenizer->Encode(niels::testing::TinyCorpus().at(ids.size() % 3))) {
+      for (int32_t id : niels::testing::EncodeText(*model_->tokenizer, niels::testing::TinyCorpus().at(ids.size() % 3))) {
         if (ids.size() < n) ids.push_back(id);
       }
     }

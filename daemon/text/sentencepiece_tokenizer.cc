@@ -1,4 +1,4 @@
-#include "daemon/text/tokenizer.h"
+#include "daemon/text/sentencepiece_tokenizer.h"
 
 #include <algorithm>
 #include <array>
@@ -120,10 +120,10 @@ constexpr std::array<std::string_view, 4> kSpecialNames = {"sys", "usr", "asst",
 
 }  // namespace
 
-Tokenizer::Tokenizer() = default;
-Tokenizer::~Tokenizer() = default;
+SentencePieceTokenizer::SentencePieceTokenizer() = default;
+SentencePieceTokenizer::~SentencePieceTokenizer() = default;
 
-StatusOr<std::unique_ptr<Tokenizer>> Tokenizer::Load(const std::filesystem::path& path) {
+StatusOr<std::unique_ptr<SentencePieceTokenizer>> SentencePieceTokenizer::Load(const std::filesystem::path& path) {
   const std::string file = path.string();
   std::ifstream in(path, std::ios::binary);
   if (!in) return Status::NotFound(file + ": cannot read");
@@ -148,7 +148,7 @@ StatusOr<std::unique_ptr<Tokenizer>> Tokenizer::Load(const std::filesystem::path
   if (!RetypeSpecials(serialized, kSpecialLiterals, retyped)) {
     return Status::InvalidArgument(file + ": malformed SentencePiece model proto");
   }
-  std::unique_ptr<Tokenizer> tok(new Tokenizer());
+  std::unique_ptr<SentencePieceTokenizer> tok(new SentencePieceTokenizer());
   tok->sp_ = std::make_unique<sentencepiece::SentencePieceProcessor>();
   if (auto s = tok->sp_->LoadFromSerializedProto(retyped); !s.ok()) {
     return Status::Internal(file + ": reloading with control special tokens failed: " + s.ToString());
@@ -159,7 +159,9 @@ StatusOr<std::unique_ptr<Tokenizer>> Tokenizer::Load(const std::filesystem::path
     if (tok->sp_->PieceToId(kSpecialLiterals[i]) != ids[i] || !tok->sp_->IsControl(ids[i])) {
       return Status::Internal(file + ": special token " + std::string(kSpecialNames[i]) + " changed id on reload");
     }
-    for (int32_t id : tok->Encode(kSpecialLiterals[i])) {
+    StatusOr<std::vector<int32_t>> literal = tok->Encode(kSpecialLiterals[i]);
+    if (!literal.ok()) return Status::Internal(file + ": " + literal.status().message());
+    for (int32_t id : *literal) {
       if (id == ids[0] || id == ids[1] || id == ids[2] || id == ids[3]) {
         return Status::Internal(file + ": the literal of " + std::string(kSpecialNames[i]) + " encodes to a special id");
       }
@@ -168,13 +170,33 @@ StatusOr<std::unique_ptr<Tokenizer>> Tokenizer::Load(const std::filesystem::path
   return tok;
 }
 
-std::vector<int32_t> Tokenizer::Encode(std::string_view text) const {
+StatusOr<std::vector<int32_t>> SentencePieceTokenizer::Encode(std::string_view text) const {
   std::vector<int> ids;
-  if (!sp_->Encode(text, &ids).ok()) return {};
-  return {ids.begin(), ids.end()};
+  if (auto s = sp_->Encode(text, &ids); !s.ok()) return Status::Internal("SentencePiece: " + s.ToString());
+  return std::vector<int32_t>(ids.begin(), ids.end());
 }
 
-std::string Tokenizer::Decode(std::span<const int32_t> ids) const {
+StatusOr<std::vector<int32_t>> SentencePieceTokenizer::EncodeRendered(std::string_view text) const {
+  const std::array<int32_t, 4> ids = {special_.sys, special_.usr, special_.asst, special_.eot};
+  std::vector<int32_t> out;
+  while (!text.empty()) {
+    // The earliest special literal in what is left, and the text before it.
+    size_t at = std::string_view::npos, which = 0;
+    for (size_t i = 0; i < kSpecialLiterals.size(); ++i) {
+      const size_t found = text.find(kSpecialLiterals[i]);
+      if (found < at) at = found, which = i;
+    }
+    StatusOr<std::vector<int32_t>> plain = Encode(text.substr(0, at));
+    if (!plain.ok()) return plain.status();
+    out.insert(out.end(), plain->begin(), plain->end());
+    if (at == std::string_view::npos) break;
+    out.push_back(ids[which]);
+    text.remove_prefix(at + kSpecialLiterals[which].size());
+  }
+  return out;
+}
+
+std::string SentencePieceTokenizer::Decode(std::span<const int32_t> ids) const {
   std::vector<int> kept;
   kept.reserve(ids.size());
   const int32_t n = vocab_size();
@@ -188,16 +210,20 @@ std::string Tokenizer::Decode(std::span<const int32_t> ids) const {
   return text;
 }
 
-std::string Tokenizer::Piece(int32_t id) const {
+std::string SentencePieceTokenizer::Piece(int32_t id) const {
   if (id < 0 || id >= vocab_size()) return {};
   return sp_->IdToPiece(id);
 }
 
-bool Tokenizer::IsTextPiece(int32_t id) const {
+bool SentencePieceTokenizer::IsSpecial(int32_t id) const {
+  return id >= 0 && (id == special_.sys || id == special_.usr || id == special_.asst || id == special_.eot);
+}
+
+bool SentencePieceTokenizer::IsTextPiece(int32_t id) const {
   if (id < 0 || id >= vocab_size()) return false;
   return !sp_->IsControl(id) && !sp_->IsUnknown(id) && !sp_->IsUnused(id) && !sp_->IsByte(id);
 }
 
-int32_t Tokenizer::vocab_size() const { return sp_->GetPieceSize(); }
+int32_t SentencePieceTokenizer::vocab_size() const { return sp_->GetPieceSize(); }
 
 }  // namespace niels::daemon::text
