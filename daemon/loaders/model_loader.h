@@ -10,6 +10,8 @@
 #include <filesystem>
 #include <memory>
 #include <optional>
+#include <string>
+#include <vector>
 
 #include "common/status.h"
 #include "daemon/formats/safetensors.h"
@@ -31,8 +33,21 @@ struct Model {
   // niels_gpt's four role markers (its token-native chat template, text/chat_template.h); all -1
   // for a model without them.
   text::SpecialTokens special;
-  // The ids that end a reply when a request names none (end of turn, end of text). Never empty.
+  // The ids that end a reply when a request names none (end of turn, end of text: the eos ids of
+  // generation_config.json or config.json, tokenizer.ggml.eos_token_id and eot_token_id...). Never
+  // empty.
   std::vector<int32_t> stop_ids;
+  // The model's own Jinja chat template (tokenizer_config.json "chat_template", GGUF
+  // tokenizer.chat_template); empty when the model has none (niels_gpt: its token-native template,
+  // text/chat_template.h).
+  std::string chat_template;
+  // What the template's context calls bos_token and eos_token (their text; "" when none).
+  std::string bos_token;
+  std::string eos_token;
+  // The BOS id when the tokenizer prepends one to an encoded prompt (tokenizer.json's
+  // post-processor, tokenizer_config.json add_bos_token, GGUF tokenizer.ggml.add_bos_token); the
+  // engine adds it once to a rendered chat prompt that does not already start with it.
+  std::optional<int32_t> add_bos_id;
   // The weights file as mapped (the transformer may read its weights straight from the mapping):
   // the engine asks it CheckUnchanged() before every generation. Null for models built in memory.
   std::shared_ptr<const formats::SafetensorsFile> weights_file;
