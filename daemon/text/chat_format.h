@@ -68,7 +68,8 @@ class ChatFormat {
   // The ids every conversation of a session with `system_prompt` (nullopt: none) starts with, so
   // that CreateSession can prefill them once. kTokenNative: [sys] text [eot] (nothing without a
   // system prompt). kTemplate: the longest common prefix of two renderings that differ only in the
-  // user's text (the system prompt and whatever the template puts before the first user message).
+  // user's text (the system prompt and whatever the template puts before the first user message),
+  // cut back to its last special id (text before the user's message may merge with it).
   // Errors: INVALID_ARGUMENT when the template refuses the conversation (naming why) or the text
   // cannot be encoded; RESOURCE_EXHAUSTED past a renderer limit.
   virtual common::StatusOr<std::vector<int32_t>> SessionStart(const std::optional<std::string>& system_prompt) const = 0;

@@ -112,6 +112,10 @@ StatusOr<std::vector<int32_t>> JinjaChatFormat::SessionStart(const std::optional
   if (!other.ok()) return other.status();
   std::vector<int32_t> start = std::move(one->ids);
   start.resize(CommonPrefix(start, other->ids));
+  // The text right before the user's message may merge with its first characters ("\n" with a
+  // message that starts with newlines): keep only what ends in a special id, where no tokenizer
+  // merges.
+  while (!start.empty() && !tokenizer_.IsSpecial(start.back())) start.pop_back();
   return start;
 }
 
@@ -153,7 +157,11 @@ Status JinjaChatFormat::Probe(const ChatFormatSource& source) {
     }
   }
   banned_ids_.assign(banned.begin(), banned.end());
-  if (source.chat_template.find("</think>") != std::string::npos) reasoning_tags_ = ReasoningTags{};
+  const ReasoningTags tags;
+  if (source.chat_template.find(tags.open) != std::string::npos ||
+      source.chat_template.find(tags.close) != std::string::npos) {
+    reasoning_tags_ = tags;
+  }
   return Status::Ok();
 }
 
