@@ -25,10 +25,10 @@
 #include "daemon/engine/chat_turn.h"
 #include "daemon/engine/engine.h"
 #include "daemon/engine/engine_state.h"
-#include "daemon/model/weights.h"
 #include "daemon/sessions/session_ops.h"
 #include "daemon/text/jinja_chat_format.h"
 #include "tests/daemon/text/reference_chat.h"
+#include "tests/support/reference_chat_model.h"
 
 namespace niels::daemon::engine {
 namespace {
@@ -38,46 +38,6 @@ using std::chrono::seconds;
 
 constexpr uint32_t kUid = 1000;
 constexpr uint64_t kSeed = 26;
-
-// A small model of the family member `name` names, with the vocabulary of its real tokenizer.
-model::ModelConfig SmallConfig(const std::string& name, int64_t vocab_size) {
-  model::ModelConfig c;
-  c.vocab_size = vocab_size;
-  c.context = 512;
-  c.width = 32;
-  c.layers = 2;
-  c.heads = 4;
-  c.kv_heads = 2;
-  c.head_size = 16;
-  c.d_ff = 64;
-  c.rope_theta = 1000000.0;
-  c.rms_norm_eps = 1e-6;
-  c.mlp_bias = false;
-  c.qk_norm = name == "qwen3";
-  c.tied_embeddings = true;
-  c.name = name;
-  return c;
-}
-
-model::Weights Weights(const model::ModelConfig& config) {
-  return model::RandomWeights(config, kSeed, /*std=*/0.5, /*fused_qkv=*/false);
-}
-
-// loaders::Model as the HF loader will fill it: the real tokenizer and chat side, random weights.
-std::unique_ptr<loaders::Model> SmallModel(const std::string& name) {
-  text::testing::ReferenceChat chat = text::testing::LoadReferenceChat(name);
-  if (chat.tokenizer == nullptr) return nullptr;
-  auto model = std::make_unique<loaders::Model>();
-  model->config = SmallConfig(name, chat.tokenizer->vocab_size());
-  model->transformer = std::make_unique<model::Transformer>(model->config, Weights(model->config));
-  model->tokenizer = std::move(chat.tokenizer);
-  model->stop_ids = chat.source.stop_ids;
-  model->chat_template = chat.source.chat_template;
-  model->bos_token = chat.source.bos_token;
-  model->eos_token = chat.source.eos_token;
-  model->add_bos_id = chat.source.add_bos_id;
-  return model;
-}
 
 // What a committed chat turn reported, and the session right after it.
 struct TurnRecord {
@@ -106,13 +66,13 @@ struct TurnRecord {
 class TemplateChatTurnTest : public ::testing::Test {
  protected:
   void Start(const std::string& name) {
-    std::unique_ptr<loaders::Model> model = SmallModel(name);
+    std::unique_ptr<loaders::Model> model = niels::testing::ReferenceChatModel(name, kSeed);
     ASSERT_NE(model, nullptr);
     config_ = model->config;
     EngineOptions options;
     options.threads = 1;
     engine_ = std::make_unique<Engine>(std::move(model), options);
-    reference_ = std::make_unique<model::Transformer>(config_, Weights(config_));
+    reference_ = std::make_unique<model::Transformer>(config_, niels::testing::ReferenceChatWeights(config_, kSeed));
     text::testing::ReferenceChat chat = text::testing::LoadReferenceChat(name);
     ASSERT_NE(chat.tokenizer, nullptr);
     auto format = text::JinjaChatFormat::Create(chat.source);
