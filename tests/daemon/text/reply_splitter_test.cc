@@ -8,6 +8,8 @@
 #include <gtest/gtest.h>
 
 #include "daemon/text/reply_splitter.h"
+#include "daemon/text/text_stream.h"
+#include "tests/daemon/text/reference_tokenizers.h"
 
 namespace niels::daemon::text {
 namespace {
@@ -122,6 +124,40 @@ TEST(ReplySplitterTest, HandsOutReasoningEarly) {
   const ReplyDelta closed = splitter.Add("/think>\n\nAnswer");
   EXPECT_EQ(closed.reasoning, "");
   EXPECT_EQ(closed.answer, "Answer");
+}
+
+// A reply as the engine streams it: the ids of a real tokenizer, one at a time, through TextStream and
+// the splitter. Qwen3 has <think> and </think> as single ids; Llama 3 cuts them into several ids
+// ("</", "think", ">") and a multi-byte character across ids. The deltas add up to the whole split.
+TEST(ReplySplitterTest, TokenByTokenEqualsTheWholeReply) {
+  const std::string replies[] = {
+      "<think>\nThe user greets. 日本語で答える?\n</think>\n\nこんにちは! 😀",
+      "<think>\n\n</think>\n\nNo reasoning.",
+      "Just an answer with </think> inside.",
+      "<think>cut inside the reasoning </thi",
+  };
+  for (const char* name : {"qwen3", "llama3_2"}) {
+    std::unique_ptr<BpeTokenizer> tokenizer = testing::LoadReferenceTokenizer(name);
+    ASSERT_NE(tokenizer, nullptr);
+    for (const std::string& reply : replies) {
+      auto ids = tokenizer->Encode(reply);
+      ASSERT_TRUE(ids.ok()) << ids.status().ToString();
+      TextStream text(*tokenizer);
+      ReplySplitter splitter(ReasoningTags{}, false);
+      ReplyDelta got;
+      for (size_t i = 0; i < ids->size(); ++i) {
+        const ReplyDelta d = splitter.Add(text.Add((*ids)[i], i + 1 == ids->size()));
+        got.answer += d.answer;
+        got.reasoning += d.reasoning;
+      }
+      const ReplyDelta rest = splitter.Finish();
+      got.answer += rest.answer;
+      got.reasoning += rest.reasoning;
+      const ReplyDelta whole = ReplySplitter::Split(reply, ReasoningTags{}, false);
+      EXPECT_EQ(got.answer, whole.answer) << name << ": " << reply;
+      EXPECT_EQ(got.reasoning, whole.reasoning) << name << ": " << reply;
+    }
+  }
 }
 
 }  // namespace
