@@ -94,6 +94,7 @@ TurnResult StartChatTurn(EngineState& state, const Work& work, const ChatTurnArg
   options.max_new_tokens = args.max_new_tokens;
   options.use_kv_cache = args.use_kv_cache;
   options.stop_ids = {eot};
+  if (args.constraint != nullptr) options.constraint = {args.constraint, state.constraint_vocabulary, {}};
   // The turn's span is recorded when it commits; a reply cut by max_new_tokens gets its eot.
   const int64_t turn_begin = session.length();
   Turn::SessionCommit commit = [turn_begin, eot, context](sessions::Session& s, const GenerateResult& result) {

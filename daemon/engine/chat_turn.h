@@ -17,6 +17,7 @@
 #include <string>
 
 #include "daemon/engine/turn.h"
+#include "daemon/grammar/compiled_grammar.h"
 #include "daemon/sampling/sampler.h"
 
 namespace niels::daemon::engine {
@@ -27,6 +28,9 @@ struct ChatTurnArgs {
   int32_t max_new_tokens = 0;       // REQUIRES: >= 1
   bool use_kv_cache = true;
   sampling::SamplingParams sampling;   // REQUIRES: valid for the model's vocabulary
+  // Structured output: the reply follows this grammar (output_constraint.h); null = free text.
+  // REQUIRES with one: EngineState::constraint_vocabulary set, eot not banned.
+  std::shared_ptr<const grammar::CompiledGrammar> constraint;
 };
 
 // Appends [usr] user_text [eot] [asst] to the session and returns the Turn that generates the reply

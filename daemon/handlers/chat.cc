@@ -9,6 +9,7 @@
 #include "common/defaults.h"
 #include "daemon/text/chat_template.h"
 #include "daemon/engine/chat_turn.h"
+#include "daemon/handlers/constraint.h"
 #include "daemon/text/text_stream.h"
 #include "daemon/handlers/handlers.h"
 #include "daemon/handlers/proto_convert.h"
@@ -21,7 +22,8 @@ using common::StatusOr;
 
 namespace {
 
-StatusOr<engine::ChatTurnArgs> ChatArgs(const engine::EngineState& state, const v1::ChatRequest& request) {
+StatusOr<engine::ChatTurnArgs> ChatArgs(const engine::EngineState& state, const v1::ChatRequest& request,
+                                        const Prepared& prepared) {
   if (request.user_text().empty()) return Status::InvalidArgument("user_text is empty");
   engine::ChatTurnArgs args;
   args.session_id = request.session_id();
@@ -36,6 +38,11 @@ StatusOr<engine::ChatTurnArgs> ChatArgs(const engine::EngineState& state, const 
   StatusOr<sampling::SamplingParams> sampling = SamplingFromProto(request.sampling(), state.config().vocab_size, banned);
   if (!sampling.ok()) return sampling.status();
   args.sampling = std::move(sampling).value();
+  if (prepared.constraint != nullptr) {
+    const int32_t stop[] = {state.tokenizer().special().eot};
+    NIELS_RETURN_IF_ERROR(CheckConstraintUsable(state, args.sampling, stop));
+    args.constraint = prepared.constraint;
+  }
   return args;
 }
 
@@ -56,9 +63,16 @@ v1::Response ChatResult(const text::Tokenizer& tokenizer, const engine::TurnOutc
 
 }  // namespace
 
+StatusOr<Prepared> PrepareChat(const v1::ChatRequest& request) {
+  StatusOr<std::shared_ptr<const grammar::CompiledGrammar>> constraint =
+      CompileConstraint(request.has_constraint(), request.constraint());
+  if (!constraint.ok()) return constraint.status();
+  return Prepared{std::move(constraint).value()};
+}
+
 engine::TurnResult StartChat(engine::EngineState& state, const engine::Work& work, server::Job& job,
-                             const v1::ChatRequest& request) {
-  StatusOr<engine::ChatTurnArgs> args = ChatArgs(state, request);
+                             const v1::ChatRequest& request, const Prepared& prepared) {
+  StatusOr<engine::ChatTurnArgs> args = ChatArgs(state, request, prepared);
   if (!args.ok()) return args.status();
   const text::Tokenizer& tokenizer = state.tokenizer();
   engine::TurnCallbacks callbacks;

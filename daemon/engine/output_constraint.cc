@@ -1,0 +1,86 @@
+#include "daemon/engine/output_constraint.h"
+
+#include <algorithm>
+#include <utility>
+
+#include <fmt/format.h>
+
+namespace niels::daemon::engine {
+
+using common::Status;
+using grammar::TokenKind;
+using grammar::VocabularyToken;
+
+common::StatusOr<std::shared_ptr<const ConstraintVocabulary>> ConstraintVocabulary::Build(
+    const text::Tokenizer& tokenizer, int32_t eot) {
+  const int32_t size = tokenizer.vocab_size();
+  std::vector<VocabularyToken> start(size), after(size);
+  for (int32_t id = 0; id < size; ++id) {
+    if (id == eot) {
+      start[id] = after[id] = {"", TokenKind::kEndOfOutput};
+      continue;
+    }
+    text::TokenBytes bytes = tokenizer.Bytes(id);
+    if (!bytes.is_text) {
+      start[id] = after[id] = {"", TokenKind::kNever};
+      continue;
+    }
+    start[id] = {std::move(bytes.at_start), TokenKind::kText};  // an empty one is never allowed
+    after[id] = {std::move(bytes.bytes), TokenKind::kText};
+  }
+  auto vocab = std::make_shared<ConstraintVocabulary>();
+  auto built_start = grammar::Vocabulary::Create(std::move(start));
+  if (!built_start.ok()) return built_start.status();
+  auto built_after = grammar::Vocabulary::Create(std::move(after));
+  if (!built_after.ok()) return built_after.status();
+  vocab->at_start = std::move(built_start).value();
+  vocab->after = std::move(built_after).value();
+  vocab->end_of_output = eot;
+  return std::shared_ptr<const ConstraintVocabulary>(std::move(vocab));
+}
+
+OutputConstraint::OutputConstraint(const ConstraintSpec& spec, std::vector<int32_t> stop_ids)
+    : spec_(spec), stop_ids_(std::move(stop_ids)), matcher_(spec.grammar, spec.limits) {
+  eot_stops_ = IsStop(spec_.vocabulary->end_of_output);
+}
+
+bool OutputConstraint::IsStop(int32_t id) const {
+  return std::find(stop_ids_.begin(), stop_ids_.end(), id) != stop_ids_.end();
+}
+
+Status OutputConstraint::AllowedIds(grammar::TokenBitset* out) {
+  if (ended_) {
+    out->Reset(vocab().size());
+    return Status::Ok();
+  }
+  NIELS_RETURN_IF_ERROR(matcher_.AllowedTokens(vocab(), out));
+  // The matcher allows the vocabulary's end-of-output id (eot) where the text is complete; the
+  // turn's own stop ids take its place.
+  const int32_t eot = spec_.vocabulary->end_of_output;
+  if (!eot_stops_ && eot >= 0) out->Clear(eot);
+  if (matcher_.IsComplete()) {
+    for (int32_t id : stop_ids_) {
+      if (id >= 0 && id < out->size()) out->Set(id);
+    }
+  }
+  return Status::Ok();
+}
+
+Status OutputConstraint::Accept(int32_t id) {
+  if (ended_) return Status::InvalidArgument(fmt::format("id {} after the constrained output ended", id));
+  if (IsStop(id)) {
+    if (!matcher_.IsComplete()) {
+      return Status::InvalidArgument(fmt::format("stop id {} before the constrained output is complete", id));
+    }
+    ended_ = true;
+    return Status::Ok();
+  }
+  const grammar::Vocabulary& v = vocab();
+  NIELS_RETURN_IF_ERROR(matcher_.AcceptToken(id, v));
+  const std::string& bytes = v.token(id).bytes;
+  text_ += bytes;
+  if (!bytes.empty()) at_start_ = false;
+  return Status::Ok();
+}
+
+}  // namespace niels::daemon::engine
