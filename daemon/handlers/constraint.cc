@@ -12,7 +12,19 @@ namespace niels::daemon::handlers {
 namespace v1 = niels::v1;
 using common::Status;
 
-grammar::GrammarLimits ConstraintGrammarLimits() { return grammar::GrammarLimits{}; }
+grammar::GrammarLimits ConstraintGrammarLimits() {
+  grammar::GrammarLimits limits;
+  limits.max_text_bytes = kMaxGbnfBytes;
+  return limits;
+}
+
+namespace {
+
+Status TooLarge(const char* field, size_t bytes, size_t limit) {
+  return Status::InvalidArgument(fmt::format("{}: too large: {} bytes (the limit is {} bytes)", field, bytes, limit));
+}
+
+}  // namespace
 
 common::StatusOr<std::shared_ptr<const grammar::CompiledGrammar>> CompileConstraint(bool has_constraint,
                                                                                   const v1::Constraint& constraint) {
@@ -22,10 +34,14 @@ common::StatusOr<std::shared_ptr<const grammar::CompiledGrammar>> CompileConstra
   switch (constraint.kind_case()) {
     case v1::Constraint::kJsonSchema:
       field = "constraint.json_schema";
-      compiled = grammar::CompileJsonSchema(constraint.json_schema(), ConstraintGrammarLimits());
+      if (constraint.json_schema().size() > kMaxJsonSchemaBytes) {
+        return TooLarge("constraint.json_schema", constraint.json_schema().size(), kMaxJsonSchemaBytes);
+      }
+      compiled = grammar::CompileJsonSchema(constraint.json_schema());
       break;
     case v1::Constraint::kGbnf:
       field = "constraint.gbnf";
+      if (constraint.gbnf().size() > kMaxGbnfBytes) return TooLarge("constraint.gbnf", constraint.gbnf().size(), kMaxGbnfBytes);
       compiled = grammar::CompiledGrammar::FromGbnf(constraint.gbnf(), ConstraintGrammarLimits());
       break;
     case v1::Constraint::kAnyJson:

@@ -39,7 +39,8 @@ HandlerResult HandleInfo(engine::EngineState& state, server::Job& job, const v1:
   }
   if (state.constraint_vocabulary != nullptr) {
     for (const char* kind : kConstraintKinds) info.add_constraint_kinds(kind);
-    info.set_max_constraint_bytes(ConstraintGrammarLimits().max_text_bytes);
+    info.set_max_json_schema_bytes(kMaxJsonSchemaBytes);
+    info.set_max_gbnf_bytes(kMaxGbnfBytes);
   }
   info.set_default_max_new_tokens(common::kDefaultMaxNewTokens);
   v1::Sampling& sampling = *info.mutable_default_sampling();

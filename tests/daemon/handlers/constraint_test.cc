@@ -90,7 +90,7 @@ TEST(ConstraintTest, InvalidOrTooLargeConstraintsAreRefusedBeforeAnyToken) {
     v1::Constraint constraint;
     std::vector<std::string> in_message;
   };
-  const std::string huge(ConstraintGrammarLimits().max_text_bytes + 1, ' ');
+  const std::string huge(kMaxGbnfBytes + 1, ' ');
   std::vector<Case> cases = {
       {Schema(R"({"type": "object", "properties": {"a": )"), {"constraint.json_schema", "not valid JSON", "line 1, column"}},
       {Schema(R"({"type":"object","properties":{"a":{"not":{"type":"string"}}}})"),
@@ -100,9 +100,15 @@ TEST(ConstraintTest, InvalidOrTooLargeConstraintsAreRefusedBeforeAnyToken) {
       {Gbnf("root ::= root \"x\"\n"), {"constraint.gbnf", "left recursion"}},
       {Gbnf("rot ::= \"x\"\n"), {"constraint.gbnf", "root"}},
       {Gbnf("root ::= [z-a]\n"), {"constraint.gbnf", "line 1"}},
-      {Gbnf("root ::= \"x\"" + huge), {"constraint.gbnf", "too large"}},
-      {Schema("{\"type\":\"string\"}" + huge), {"constraint.json_schema", "too large"}},
-      {Gbnf("root ::= \"a\"{100001}\n"), {"constraint.gbnf", "line 1"}},
+      {Gbnf("root ::= \"x\"" + huge), {"constraint.gbnf", "too large", "262144"}},
+      {Schema("{\"type\":\"string\"}" + std::string(kMaxJsonSchemaBytes, ' ')), {"constraint.json_schema", "too large", "65536"}},
+      // Within the byte limit, beyond the symbol limit (a repetition copies its item).
+      {Gbnf([] {
+         std::string g = "root ::=";
+         for (int i = 0; i < 101; ++i) g += " [a-z]{10000}";
+         return g + "\n";
+       }()),
+       {"constraint.gbnf", "too large", "symbols"}},
       {v1::Constraint(), {"constraint", "json_schema, gbnf or any_json"}},
   };
   for (const Case& c : cases) {
@@ -145,7 +151,8 @@ TEST(ConstraintTest, InfoListsTheConstraintKinds) {
   EXPECT_EQ(info.constraint_kinds(0), "json_schema");
   EXPECT_EQ(info.constraint_kinds(1), "gbnf");
   EXPECT_EQ(info.constraint_kinds(2), "any_json");
-  EXPECT_EQ(info.max_constraint_bytes(), ConstraintGrammarLimits().max_text_bytes);
+  EXPECT_EQ(info.max_json_schema_bytes(), kMaxJsonSchemaBytes);
+  EXPECT_EQ(info.max_gbnf_bytes(), kMaxGbnfBytes);
 }
 
 // Request k of the batch: constrained (schema, grammar, any JSON; Chat and Generate; streamed; with
