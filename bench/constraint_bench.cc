@@ -234,7 +234,7 @@ void PrintCompileTimes() {
   std::printf("  %-44s %8.3f ms\n", "schema: tool call", MedianMs(20, [] { (void)grammar::CompileJsonSchema(kToolSchema); }));
   std::printf("  %-44s %8.3f ms\n", "GBNF: llama.cpp json.gbnf",
               MedianMs(20, [&] { (void)grammar::CompiledGrammar::FromGbnf(json_gbnf); }));
-  std::printf("  %-44s %8.3f ms\n", "any JSON (built in; compiled once per process)",
+  std::printf("  %-44s %8.3f ms\n", "any JSON (built in)",
               MedianMs(20, [] { (void)grammar::CompiledGrammar::FromGbnf(grammar::AnyJsonGbnf()); }));
   // Hostile inputs at the request limits (handlers/constraint.h: GBNF 256 KiB, JSON Schema 64 KiB;
   // GrammarLimits: 1M symbols, 100k rules).
