@@ -299,8 +299,8 @@ int Main(int argc, char** argv) {
   auto vocab_start = Clock::now();
   auto built = grammar::Vocabulary::Create(std::move(tokens));
   auto vocab = std::make_shared<ConstraintVocabulary>();
-  vocab->at_start = vocab->after = *built;  // byte-level BPE: every id is a fixed byte string
-  vocab->end_of_output = kEnd;
+  vocab->at_start = vocab->after = *built;  // byte-level BPE: every id is a fixed byte string; the end id
+                                           // is kEndOfOutput in it
   const double vocab_ms = Ms(Clock::now() - vocab_start);
 
   daemon::model::ModelConfig c;

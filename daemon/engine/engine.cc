@@ -46,7 +46,7 @@ EngineState::EngineState(std::unique_ptr<loaders::Model> loaded, const EngineOpt
       kv(sessions, spiller),
       started(Clock::now()) {
   // Structured output's view of the tokenizer, once per model (output_constraint.h).
-  auto vocabulary = ConstraintVocabulary::Build(*model->tokenizer, model->tokenizer->special().eot);
+  auto vocabulary = ConstraintVocabulary::Build(*model->tokenizer, model->stop_ids);
   if (vocabulary.ok()) {
     constraint_vocabulary = std::move(vocabulary).value();
   } else {

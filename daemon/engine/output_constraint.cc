@@ -12,15 +12,15 @@ using grammar::TokenKind;
 using grammar::VocabularyToken;
 
 common::StatusOr<std::shared_ptr<const ConstraintVocabulary>> ConstraintVocabulary::Build(
-    const text::Tokenizer& tokenizer, int32_t eot) {
+    const text::Tokenizer& tokenizer, std::span<const int32_t> end_ids) {
   const int32_t size = tokenizer.vocab_size();
   std::vector<VocabularyToken> start(size), after(size);
   for (int32_t id = 0; id < size; ++id) {
-    if (id == eot) {
+    if (std::find(end_ids.begin(), end_ids.end(), id) != end_ids.end()) {
       start[id] = after[id] = {"", TokenKind::kEndOfOutput};
       continue;
     }
-    text::TokenBytes bytes = tokenizer.Bytes(id);
+    text::TextBytes bytes = tokenizer.Bytes(id);
     if (!bytes.is_text) {
       start[id] = after[id] = {"", TokenKind::kNever};
       continue;
@@ -35,14 +35,11 @@ common::StatusOr<std::shared_ptr<const ConstraintVocabulary>> ConstraintVocabula
   if (!built_after.ok()) return built_after.status();
   vocab->at_start = std::move(built_start).value();
   vocab->after = std::move(built_after).value();
-  vocab->end_of_output = eot;
   return std::shared_ptr<const ConstraintVocabulary>(std::move(vocab));
 }
 
 OutputConstraint::OutputConstraint(const ConstraintSpec& spec, std::vector<int32_t> stop_ids)
-    : spec_(spec), stop_ids_(std::move(stop_ids)), matcher_(spec.grammar, spec.limits) {
-  eot_stops_ = IsStop(spec_.vocabulary->end_of_output);
-}
+    : spec_(spec), stop_ids_(std::move(stop_ids)), matcher_(spec.grammar, spec.limits) {}
 
 bool OutputConstraint::IsStop(int32_t id) const {
   return std::find(stop_ids_.begin(), stop_ids_.end(), id) != stop_ids_.end();
@@ -54,10 +51,11 @@ Status OutputConstraint::AllowedIds(grammar::TokenBitset* out) {
     return Status::Ok();
   }
   NIELS_RETURN_IF_ERROR(matcher_.AllowedTokens(vocab(), out));
-  // The matcher allows the vocabulary's end-of-output id (eot) where the text is complete; the
-  // turn's own stop ids take its place.
-  const int32_t eot = spec_.vocabulary->end_of_output;
-  if (!eot_stops_ && eot >= 0) out->Clear(eot);
+  // The matcher allows the vocabulary's end-of-output ids (the model's stop ids) where the text is
+  // complete; the turn's own stop ids take their place.
+  for (int32_t id : vocab().end_of_output_ids()) {
+    if (!IsStop(id)) out->Clear(id);
+  }
   if (matcher_.IsComplete()) {
     for (int32_t id : stop_ids_) {
       if (id >= 0 && id < out->size()) out->Set(id);

@@ -5,9 +5,10 @@
 // ConstraintVocabulary, per model (built once, immutable, shared by every turn): the grammar room's
 // Vocabulary of the model's tokenizer, twice -- the ids as they read while the generated text is
 // still empty (`at_start`) and after some text (`after`), because SentencePiece drops a piece's
-// leading space at the start of a decoding (text::TokenBytes). The end-of-turn id (eot) is the
-// end-of-output id; every other id that adds no fixed text (special, control, unknown, unused) is
-// never allowed, and so is a text id that adds no bytes (it could be sampled forever).
+// leading space at the start of a decoding (text::TextBytes). The model's stop ids (end of turn,
+// end of text) are the end-of-output ids; every other id that adds no fixed text (special, control,
+// unknown, unused) is never allowed, and so is a text id that adds no bytes (it could be sampled
+// forever).
 //
 // OutputConstraint, per turn: a Matcher over the bytes the turn's ids decode to -- exactly the text
 // a client receives (ChatResponse.reply; the concatenated TokenEvent texts of a stream; the
@@ -25,6 +26,8 @@
 
 #include <cstdint>
 #include <memory>
+#include <span>
+#include <string>
 #include <vector>
 
 #include "common/status.h"
@@ -39,12 +42,11 @@ namespace niels::daemon::engine {
 struct ConstraintVocabulary {
   std::shared_ptr<const grammar::Vocabulary> at_start;  // while the generated text is empty
   std::shared_ptr<const grammar::Vocabulary> after;     // after some text
-  int32_t end_of_output = -1;                           // the eot id
 
-  // From the tokenizer's Tokenizer::Bytes; `eot` is the end-of-output id. INVALID_ARGUMENT only for
-  // a vocabulary the grammar room refuses (an id longer than 64 KiB).
+  // From Tokenizer::Bytes; `end_ids` (the model's stop ids) are the end-of-output ids.
+  // INVALID_ARGUMENT only for a vocabulary the grammar room refuses (an id longer than 64 KiB).
   static common::StatusOr<std::shared_ptr<const ConstraintVocabulary>> Build(const text::Tokenizer& tokenizer,
-                                                                             int32_t eot);
+                                                                             std::span<const int32_t> end_ids);
 };
 
 // What a request asks for: the compiled grammar (compiled before the turn starts, off the engine
@@ -83,7 +85,6 @@ class OutputConstraint {
 
   ConstraintSpec spec_;
   std::vector<int32_t> stop_ids_;
-  bool eot_stops_ = false;  // the vocabulary's end-of-output id is one of stop_ids_
   grammar::Matcher matcher_;
   bool at_start_ = true;
   bool ended_ = false;

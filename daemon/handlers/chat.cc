@@ -39,7 +39,7 @@ StatusOr<engine::ChatTurnArgs> ChatArgs(const engine::EngineState& state, const 
   if (!sampling.ok()) return sampling.status();
   args.sampling = std::move(sampling).value();
   if (prepared.constraint != nullptr) {
-    const int32_t stop[] = {state.tokenizer().special().eot};
+    const int32_t stop[] = {state.special().eot};
     NIELS_RETURN_IF_ERROR(CheckConstraintUsable(state, args.sampling, stop));
     args.constraint = prepared.constraint;
   }

@@ -21,7 +21,7 @@
 #include "daemon/engine/generator.h"
 #include "daemon/engine/output_constraint.h"
 #include "daemon/grammar/json_schema.h"
-#include "daemon/model/model_dir.h"
+#include "daemon/loaders/model_loader.h"
 #include "tests/daemon/grammar/grammar_test_util.h"
 
 namespace niels::daemon::engine {
@@ -30,9 +30,9 @@ namespace {
 using grammar::CompiledGrammar;
 using grammar::TokenBitset;
 
-const model::Model& DemoModel() {
-  static const std::unique_ptr<model::Model> model = [] {
-    auto loaded = model::LoadModelDir(std::filesystem::path(NIELS_SOURCE_DIR) / "models/niels-demo");
+const loaders::Model& DemoModel() {
+  static const std::unique_ptr<loaders::Model> model = [] {
+    auto loaded = loaders::LoadModel(std::filesystem::path(NIELS_SOURCE_DIR) / "models/niels-demo");
     if (!loaded.ok()) throw std::runtime_error(loaded.status().ToString());
     return std::move(loaded).value();
   }();
@@ -41,7 +41,7 @@ const model::Model& DemoModel() {
 
 std::shared_ptr<const ConstraintVocabulary> DemoVocabulary() {
   static const std::shared_ptr<const ConstraintVocabulary> vocab = [] {
-    auto built = ConstraintVocabulary::Build(*DemoModel().tokenizer, DemoModel().tokenizer->special().eot);
+    auto built = ConstraintVocabulary::Build(*DemoModel().tokenizer, DemoModel().stop_ids);
     if (!built.ok()) throw std::runtime_error(built.status().ToString());
     return std::move(built).value();
   }();
@@ -84,7 +84,7 @@ TokenBitset BruteForce(const std::shared_ptr<const CompiledGrammar>& g, const st
       if (m.IsComplete()) out.Set(id);
       continue;
     }
-    const text::TokenBytes b = tok.Bytes(id);
+    const text::TextBytes b = tok.Bytes(id);
     const std::string& bytes = text.empty() ? b.at_start : b.bytes;
     if (!b.is_text || bytes.empty()) continue;
     m.Restore(at);
@@ -95,7 +95,7 @@ TokenBitset BruteForce(const std::shared_ptr<const CompiledGrammar>& g, const st
 
 TEST(OutputConstraintTest, MasksAreExactOverTheDemoVocabulary) {
   const text::Tokenizer& tok = *DemoModel().tokenizer;
-  const int32_t eot = tok.special().eot;
+  const int32_t eot = DemoModel().special.eot;
   std::mt19937_64 rng(28);
   int states = 0, split_chars = 0;
   for (const auto& [name, g] : TestGrammars()) {
@@ -115,7 +115,7 @@ TEST(OutputConstraintTest, MasksAreExactOverTheDemoVocabulary) {
         if (ids.empty()) ids.push_back(eot);
         const int32_t id = ids[rng() % ids.size()];
         ASSERT_TRUE(c.Accept(id).ok()) << name << " id " << id;
-        const text::TokenBytes b = tok.Bytes(id);
+        const text::TextBytes b = tok.Bytes(id);
         if (b.is_text && b.bytes.size() == 1 && static_cast<uint8_t>(b.bytes[0]) >= 0x80) ++split_chars;
       }
     }
@@ -126,8 +126,8 @@ TEST(OutputConstraintTest, MasksAreExactOverTheDemoVocabulary) {
 
 TEST(OutputConstraintTest, IdsSpanningSymbolsSpecialIdsAndTheStartRule) {
   const text::Tokenizer& tok = *DemoModel().tokenizer;
-  const text::SpecialTokens& s = tok.special();
-  const std::vector<int32_t> ids = tok.Encode("nielsd");  // one piece, "\u2581nielsd"
+  const text::SpecialTokens& s = DemoModel().special;
+  const std::vector<int32_t> ids = *tok.Encode("nielsd");  // one piece, "\u2581nielsd"
   ASSERT_EQ(ids.size(), 1u);
   OutputConstraint c({Gbnf("root ::= \"nielsd\" (\" is\" [a-z ]*)?\n"), DemoVocabulary(), {}}, {s.eot});
   TokenBitset mask;
@@ -139,7 +139,7 @@ TEST(OutputConstraintTest, IdsSpanningSymbolsSpecialIdsAndTheStartRule) {
   ASSERT_TRUE(c.AllowedIds(&mask).ok());
   EXPECT_TRUE(mask.Test(s.eot)) << "complete";
   EXPECT_FALSE(mask.Test(ids[0])) << "after text the same id adds \" nielsd\", which the grammar refuses";
-  const int32_t is = tok.Encode("nielsd is").back();  // "\u2581is": a space and a word
+  const int32_t is = tok.Encode("nielsd is")->back();  // "\u2581is": a space and a word
   EXPECT_TRUE(mask.Test(is));
   ASSERT_TRUE(c.Accept(is).ok());
   EXPECT_EQ(c.text(), "nielsd is");
@@ -153,7 +153,7 @@ TEST(OutputConstraintTest, IdsSpanningSymbolsSpecialIdsAndTheStartRule) {
 
 TEST(OutputConstraintTest, CharactersSplitOverByteFallbackIds) {
   const text::Tokenizer& tok = *DemoModel().tokenizer;
-  const int32_t eot = tok.special().eot;
+  const int32_t eot = DemoModel().special.eot;
   OutputConstraint c({Gbnf("root ::= \"\\u00e9\\u4e2d\\U0001F600\"\n"), DemoVocabulary(), {}}, {eot});
   std::vector<int32_t> out;
   for (int step = 0; step < 20 && !c.ended(); ++step) {
@@ -180,7 +180,7 @@ struct ConstrainedRun {
 
 ConstrainedRun Constrained(const std::shared_ptr<const CompiledGrammar>& g, int max_new_tokens, uint64_t seed,
                 bool cached = true) {
-  const model::Model& m = DemoModel();
+  const loaders::Model& m = DemoModel();
   model::Sequence seq(m.config);
   GenerateOptions options;
   options.sampling.temperature = 1.0f;
@@ -188,15 +188,15 @@ ConstrainedRun Constrained(const std::shared_ptr<const CompiledGrammar>& g, int 
   options.sampling.seed = seed;
   options.max_new_tokens = max_new_tokens;
   options.use_kv_cache = cached;
-  options.stop_ids = {m.tokenizer->special().eot};
+  options.stop_ids = {m.special.eot};
   options.constraint = {g, DemoVocabulary(), {}};
   options.want_logprobs = true;
   ConstrainedRun run;
   options.on_token = [&](const StepEvent& e) { run.events.push_back(e); };
-  const std::vector<int32_t> prompt = m.tokenizer->Encode("hello, what is nielsd?");
+  const std::vector<int32_t> prompt = *m.tokenizer->Encode("hello, what is nielsd?");
   run.result = Generate(*m.transformer, seq, prompt, options);
   std::vector<int32_t> ids = run.result.new_tokens;
-  if (!ids.empty() && ids.back() == m.tokenizer->special().eot) ids.pop_back();
+  if (!ids.empty() && ids.back() == m.special.eot) ids.pop_back();
   run.text = m.tokenizer->Decode(ids);
   return run;
 }
@@ -229,16 +229,16 @@ TEST(OutputConstraintTest, MaxNewTokensBeforeTheEndIsConstraintIncomplete) {
 }
 
 TEST(OutputConstraintTest, AMatcherLimitFailsTheCall) {
-  const model::Model& m = DemoModel();
+  const loaders::Model& m = DemoModel();
   model::Sequence seq(m.config);
   GenerateOptions options;
   options.sampling.seed = 5;
   options.max_new_tokens = 50;
-  options.stop_ids = {m.tokenizer->special().eot};
+  options.stop_ids = {m.special.eot};
   grammar::MatcherLimits tight;
   tight.max_states = 3;
   options.constraint = {CompiledGrammar::AnyJson(), DemoVocabulary(), tight};
-  const GenerateResult result = Generate(*m.transformer, seq, m.tokenizer->Encode("hi"), options);
+  const GenerateResult result = Generate(*m.transformer, seq, *m.tokenizer->Encode("hi"), options);
   EXPECT_EQ(result.stop_reason, StopReason::kFailed);
   EXPECT_EQ(result.error.code(), common::StatusCode::kResourceExhausted) << result.error.ToString();
 }

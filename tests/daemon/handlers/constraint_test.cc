@@ -124,7 +124,7 @@ TEST(ConstraintTest, InvalidOrTooLargeConstraintsAreRefusedBeforeAnyToken) {
   *text_stop.mutable_generate()->mutable_constraint() = AnyJson();
   text_stop.mutable_generate()->add_stop_ids(100);
   ExpectRefused(*engine, session, text_stop, v1::INVALID_ARGUMENT, {"stop_ids[0] = 100", "text id"});
-  const int32_t eot = LoadTinyModel(kContext)->tokenizer->special().eot;
+  const int32_t eot = LoadTinyModel(kContext)->special.eot;
   v1::Request banned_stop = GenerateRequest(session, {5}, 20);
   *banned_stop.mutable_generate()->mutable_constraint() = AnyJson();
   banned_stop.mutable_generate()->mutable_sampling()->add_banned_ids(eot);
