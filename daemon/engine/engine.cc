@@ -46,7 +46,8 @@ EngineState::EngineState(std::unique_ptr<loaders::Model> loaded, const EngineOpt
       kv(sessions, spiller),
       started(Clock::now()) {
   // Structured output's view of the tokenizer, once per model (output_constraint.h).
-  auto vocabulary = ConstraintVocabulary::Build(*model->tokenizer, model->stop_ids);
+  auto vocabulary = ConstraintVocabulary::Build(*model->tokenizer, static_cast<int32_t>(model->config.vocab_size),
+                                                  model->stop_ids);
   if (vocabulary.ok()) {
     constraint_vocabulary = std::move(vocabulary).value();
   } else {

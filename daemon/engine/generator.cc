@@ -64,6 +64,10 @@ void CheckRequires(const model::ModelConfig& config, const Sequence& sequence,
   if (!valid.ok()) throw std::invalid_argument("Generate: " + valid.ToString());
   if (options.constraint.grammar != nullptr) {
     if (options.constraint.vocabulary == nullptr) throw std::invalid_argument("Generate: a constraint without a vocabulary");
+    if (options.constraint.vocabulary->after->size() != config.vocab_size ||
+        options.constraint.vocabulary->at_start->size() != config.vocab_size) {
+      throw std::invalid_argument("Generate: the constraint's vocabulary does not cover the model's output rows");
+    }
     if (options.stop_ids.empty()) throw std::invalid_argument("Generate: a constraint needs a stop id");
     const auto& banned = options.sampling.banned_ids;
     if (std::all_of(options.stop_ids.begin(), options.stop_ids.end(),

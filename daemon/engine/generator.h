@@ -70,7 +70,8 @@ struct GenerateOptions {
   int32_t top_logprobs = 0;                 // n best alternatives per step
   int64_t trace_layer = -1;                 // record this layer's attention row per step
   // Structured output (output_constraint.h): the generated text follows spec.grammar; null = none.
-  // REQUIRES with a grammar: stop_ids not empty, none a text id, not all banned; max_new_tokens >= 1.
+  // REQUIRES with a grammar: stop_ids not empty, none a text id, not all banned; max_new_tokens >= 1;
+  // spec.vocabulary built for the model's vocab_size (one entry per output row).
   ConstraintSpec constraint;
   const std::atomic<bool>* cancel = nullptr;  // checked before every forward
   std::function<void(const StepEvent&)> on_token;  // may be empty

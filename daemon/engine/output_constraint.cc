@@ -12,8 +12,9 @@ using grammar::TokenKind;
 using grammar::VocabularyToken;
 
 common::StatusOr<std::shared_ptr<const ConstraintVocabulary>> ConstraintVocabulary::Build(
-    const text::Tokenizer& tokenizer, std::span<const int32_t> end_ids) {
-  const int32_t size = tokenizer.vocab_size();
+    const text::Tokenizer& tokenizer, int32_t output_rows, std::span<const int32_t> end_ids) {
+  if (output_rows <= 0) return Status::InvalidArgument(fmt::format("{} output rows", output_rows));
+  const int32_t size = output_rows;  // ids past the tokenizer's (Qwen: 151,669 of 151,936) are never text
   std::vector<VocabularyToken> start(size), after(size);
   for (int32_t id = 0; id < size; ++id) {
     if (std::find(end_ids.begin(), end_ids.end(), id) != end_ids.end()) {

@@ -43,9 +43,13 @@ struct ConstraintVocabulary {
   std::shared_ptr<const grammar::Vocabulary> at_start;  // while the generated text is empty
   std::shared_ptr<const grammar::Vocabulary> after;     // after some text
 
-  // From Tokenizer::Bytes; `end_ids` (the model's stop ids) are the end-of-output ids.
-  // INVALID_ARGUMENT only for a vocabulary the grammar room refuses (an id longer than 64 KiB).
+  // From Tokenizer::Bytes, one entry per row of the model's output (`output_rows`, its
+  // ModelConfig::vocab_size: the masks cover every logit). A row the tokenizer has no id for (Qwen's
+  // output has 151,936 rows, its tokenizer 151,669 ids) is never allowed. `end_ids` (the model's
+  // stop ids) are the end-of-output ids. INVALID_ARGUMENT for output_rows <= 0 or a vocabulary the
+  // grammar room refuses (an id longer than 64 KiB).
   static common::StatusOr<std::shared_ptr<const ConstraintVocabulary>> Build(const text::Tokenizer& tokenizer,
+                                                                             int32_t output_rows,
                                                                              std::span<const int32_t> end_ids);
 };
 

@@ -41,7 +41,8 @@ const loaders::Model& DemoModel() {
 
 std::shared_ptr<const ConstraintVocabulary> DemoVocabulary() {
   static const std::shared_ptr<const ConstraintVocabulary> vocab = [] {
-    auto built = ConstraintVocabulary::Build(*DemoModel().tokenizer, DemoModel().stop_ids);
+    auto built = ConstraintVocabulary::Build(*DemoModel().tokenizer, static_cast<int32_t>(DemoModel().config.vocab_size),
+                                             DemoModel().stop_ids);
     if (!built.ok()) throw std::runtime_error(built.status().ToString());
     return std::move(built).value();
   }();
