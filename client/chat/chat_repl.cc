@@ -195,6 +195,12 @@ common::Status ChatRepl::Turn(const std::string& text) {
   }
   printer.Finish(reply->reply(), reply->reasoning());
   ++turns_;
+  if (reply->stop_reason() == niels::v1::CONSTRAINT_INCOMPLETE) {
+    err_ << "niels-chat: the reply was cut by --max-new-tokens (or the context) before it was complete: "
+            "it does not follow the constraint"
+         << std::endl;
+    any_failed_ = true;
+  }
   if (options_.stats) {
     err_ << "niels-chat: stats: " << FormatStats(*reply, session_id_) << std::endl;
   } else if (reply->truncated_turns() > 0) {
@@ -245,7 +251,8 @@ int ChatRepl::RunOneShot(const std::string& prompt) {
     return kExitTurnFailed;
   }
   const common::Status status = Turn(prompt);
-  return status.ok() ? kExitOk : ExitCodeFor(status);
+  if (!status.ok()) return ExitCodeFor(status);
+  return any_failed_ ? kExitTurnFailed : kExitOk;
 }
 
 int ChatRepl::RunLines(std::istream& in) {

@@ -19,7 +19,8 @@
 // Only reply text goes to `out`; diagnostics and --stats lines go to `err`.
 //
 // Exit codes: 0 ok, 1 a turn failed (its error printed; lines mode continues with the next
-// line), 2 nielsd unreachable or the connection lost, 130 interrupted.
+// line) or a constrained reply was cut before it was complete (CONSTRAINT_INCOMPLETE: the reply is
+// printed, a note on `err`), 2 nielsd unreachable or the connection lost, 130 interrupted.
 //
 // Threading: single-threaded. InstallInterruptHandler() sets a process-wide SIGINT handler that
 // talks to this REPL's client through an atomic pointer; at most one REPL per process uses it.

@@ -87,6 +87,7 @@ TurnResult StartNativeChatTurn(EngineState& state, const Work& work, const ChatT
   options.max_new_tokens = args.max_new_tokens;
   options.use_kv_cache = args.use_kv_cache;
   options.stop_ids = format.stop_ids();
+  if (args.constraint != nullptr) options.constraint = {args.constraint, state.constraint_vocabulary, {}};
   // The turn's span is recorded when it commits; a reply cut by max_new_tokens gets its eot.
   const int64_t turn_begin = session.length();
   auto reply = std::make_shared<ChatReply>();

@@ -23,6 +23,7 @@
 #include <vector>
 
 #include "daemon/engine/turn.h"
+#include "daemon/grammar/compiled_grammar.h"
 #include "daemon/sampling/sampler.h"
 #include "daemon/text/chat_format.h"
 
@@ -35,6 +36,9 @@ struct ChatTurnArgs {
   bool use_kv_cache = true;
   sampling::SamplingParams sampling;   // REQUIRES: valid for the model's vocabulary
   text::ChatOptions options;        // enable_thinking (template formats)
+  // Structured output: the reply follows this grammar (output_constraint.h); null = free text.
+  // REQUIRES with one: EngineState::constraint_vocabulary set, the chat format's stop ids not banned.
+  std::shared_ptr<const grammar::CompiledGrammar> constraint;
 };
 
 // A committed reply: its ids (the stop id that ended it not included) and its text split into the

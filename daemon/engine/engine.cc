@@ -68,7 +68,16 @@ EngineState::EngineState(std::unique_ptr<loaders::Model> loaded, const EngineOpt
                                                engine_options.model_options.kv_dtype),
                engine_options.session_limits, spiller, engine_options.durable),
       kv(sessions, spiller),
-      started(Clock::now()) {}
+      started(Clock::now()) {
+  // Structured output's view of the tokenizer, once per model (output_constraint.h).
+  auto vocabulary = ConstraintVocabulary::Build(*model->tokenizer, static_cast<int32_t>(model->config.vocab_size),
+                                                  model->stop_ids);
+  if (vocabulary.ok()) {
+    constraint_vocabulary = std::move(vocabulary).value();
+  } else {
+    common::LogWarn("structured output is off for this model: {}", vocabulary.status().message());
+  }
+}
 
 Engine::Engine(std::unique_ptr<loaders::Model> model, EngineOptions options)
     : options_(std::move(options)),

@@ -8,6 +8,7 @@
 #include <memory>
 
 #include "daemon/engine/engine_options.h"
+#include "daemon/engine/output_constraint.h"
 #include "daemon/loaders/model_loader.h"
 #include "daemon/sessions/kv_budget.h"
 #include "daemon/sessions/kv_spill.h"
@@ -34,6 +35,9 @@ struct EngineState {
   sessions::KvSpiller spiller;       // KV caches to and from disk (durable sessions)
   sessions::SessionRegistry sessions;
   sessions::KvBudget kv;             // the KV pool: admission and eviction
+  // Structured output: the model's tokenizer as the grammar room's vocabulary (built once; null
+  // when it could not be built, then constrained requests are refused).
+  std::shared_ptr<const ConstraintVocabulary> constraint_vocabulary;
   std::chrono::steady_clock::time_point started;
   uint64_t requests_total = 0;
   uint64_t tokens_generated_total = 0;

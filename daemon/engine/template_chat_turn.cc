@@ -148,6 +148,9 @@ TurnResult StartTemplateChatTurn(EngineState& state, const Work& work, const Cha
   options.max_new_tokens = args.max_new_tokens;
   options.use_kv_cache = args.use_kv_cache;
   options.stop_ids = format.stop_ids();
+  // A constraint covers the whole reply, reasoning included: a reasoning model asked for structured
+  // output should be asked not to think (enable_thinking false).
+  if (args.constraint != nullptr) options.constraint = {args.constraint, state.constraint_vocabulary, {}};
   auto reply = std::make_shared<ChatReply>();
   const bool starts_in_reasoning = prompt.starts_in_reasoning;
   Turn::SessionCommit commit = [reply, &state, starts_in_reasoning, user_text = args.user_text](

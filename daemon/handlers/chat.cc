@@ -8,6 +8,7 @@
 
 #include "common/defaults.h"
 #include "daemon/engine/chat_turn.h"
+#include "daemon/handlers/constraint.h"
 #include "daemon/handlers/handlers.h"
 #include "daemon/handlers/proto_convert.h"
 
@@ -19,7 +20,8 @@ using common::StatusOr;
 
 namespace {
 
-StatusOr<engine::ChatTurnArgs> ChatArgs(const engine::EngineState& state, const v1::ChatRequest& request) {
+StatusOr<engine::ChatTurnArgs> ChatArgs(const engine::EngineState& state, const v1::ChatRequest& request,
+                                        const Prepared& prepared) {
   if (state.chat_format() == nullptr) return state.chat_format_status;
   if (request.user_text().empty()) return Status::InvalidArgument("user_text is empty");
   engine::ChatTurnArgs args;
@@ -36,6 +38,10 @@ StatusOr<engine::ChatTurnArgs> ChatArgs(const engine::EngineState& state, const 
       SamplingFromProto(request.sampling(), state.config().vocab_size, state.chat_format()->banned_ids());
   if (!sampling.ok()) return sampling.status();
   args.sampling = std::move(sampling).value();
+  if (prepared.constraint != nullptr) {
+    NIELS_RETURN_IF_ERROR(CheckConstraintUsable(state, args.sampling, state.chat_format()->stop_ids()));
+    args.constraint = prepared.constraint;
+  }
   return args;
 }
 
@@ -55,9 +61,16 @@ v1::Response ChatResult(const engine::TurnOutcome& outcome, const engine::ChatRe
 
 }  // namespace
 
+StatusOr<Prepared> PrepareChat(const v1::ChatRequest& request) {
+  StatusOr<std::shared_ptr<const grammar::CompiledGrammar>> constraint =
+      CompileConstraint(request.has_constraint(), request.constraint());
+  if (!constraint.ok()) return constraint.status();
+  return Prepared{std::move(constraint).value()};
+}
+
 engine::TurnResult StartChat(engine::EngineState& state, const engine::Work& work, server::Job& job,
-                             const v1::ChatRequest& request) {
-  StatusOr<engine::ChatTurnArgs> args = ChatArgs(state, request);
+                             const v1::ChatRequest& request, const Prepared& prepared) {
+  StatusOr<engine::ChatTurnArgs> args = ChatArgs(state, request, prepared);
   if (!args.ok()) return args.status();
   engine::ChatCallbacks callbacks;
   if (request.stream()) {

@@ -1,5 +1,6 @@
 // Info: the model nielsd serves and the limits a client must respect.
 #include "common/defaults.h"
+#include "daemon/handlers/constraint.h"
 #include "daemon/handlers/handlers.h"
 #include "daemon/kernels/dtype.h"
 
@@ -42,6 +43,11 @@ HandlerResult HandleInfo(engine::EngineState& state, server::Job& job, const v1:
     info.mutable_chat_stop_ids()->Add(format->stop_ids().begin(), format->stop_ids().end());
   } else {
     info.set_chat_format_error(state.chat_format_status.message());
+  }
+  if (state.constraint_vocabulary != nullptr) {
+    for (const char* kind : kConstraintKinds) info.add_constraint_kinds(kind);
+    info.set_max_json_schema_bytes(kMaxJsonSchemaBytes);
+    info.set_max_gbnf_bytes(kMaxGbnfBytes);
   }
   info.set_default_max_new_tokens(common::kDefaultMaxNewTokens);
   v1::Sampling& sampling = *info.mutable_default_sampling();

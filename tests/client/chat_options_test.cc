@@ -218,6 +218,51 @@ TEST(BuildChatRequestTest, CarriesOptions) {
   EXPECT_FLOAT_EQ(r.sampling().repetition_penalty(), 1.2f);
 }
 
+// --json-schema FILE, --grammar FILE, --json: at most one; the file's text goes into every turn's
+// request; unreadable or non-UTF-8 files are errors naming the flag and the file.
+TEST(ConstraintFlagsTest, ParsedResolvedAndSent) {
+  TempDir dir;
+  const std::string schema = dir.Write("s.json", R"({"type":"object","properties":{"a":{"type":"integer"}}})");
+  const std::string grammar = dir.Write("g.gbnf", "root ::= \"yes\" | \"no\"\n");
+  ChatOptions o = MustParse({"--json-schema", schema});
+  EXPECT_EQ(o.json_schema_file, schema);
+  auto c = ResolveConstraint(o);
+  ASSERT_TRUE(c.ok() && c->has_value()) << c.status().ToString();
+  EXPECT_EQ((*c)->json_schema(), R"({"type":"object","properties":{"a":{"type":"integer"}}})");
+  o.constraint = *c;
+  EXPECT_EQ(BuildChatRequest(o, "sid", "hi").constraint().json_schema(), (*c)->json_schema());
+
+  o = MustParse({"--grammar", grammar});
+  c = ResolveConstraint(o);
+  ASSERT_TRUE(c.ok() && c->has_value());
+  EXPECT_EQ((*c)->gbnf(), "root ::= \"yes\" | \"no\"\n");
+  o = MustParse({"--json"});
+  c = ResolveConstraint(o);
+  ASSERT_TRUE(c.ok() && c->has_value());
+  EXPECT_TRUE((*c)->has_any_json());
+  o = MustParse({});
+  c = ResolveConstraint(o);
+  ASSERT_TRUE(c.ok());
+  EXPECT_FALSE(c->has_value());
+  EXPECT_FALSE(BuildChatRequest(o, "sid", "hi").has_constraint());
+
+  for (const auto& words : std::vector<std::vector<std::string>>{
+           {"--json", "--grammar", grammar}, {"--json-schema", schema, "--grammar", grammar}, {"--json-schema", schema, "--json"}}) {
+    std::string err;
+    EXPECT_EQ(std::get<int>(Parse(words, nullptr, &err)), 2) << words[0];
+    EXPECT_NE(err.find("excludes"), std::string::npos) << err;
+  }
+  o = MustParse({"--json-schema", dir.path() + "/missing.json"});
+  c = ResolveConstraint(o);
+  ASSERT_FALSE(c.ok());
+  EXPECT_NE(c.status().message().find("--json-schema"), std::string::npos);
+  EXPECT_NE(c.status().message().find("missing.json"), std::string::npos);
+  o = MustParse({"--grammar", dir.Write("latin1.gbnf", "root ::= \"caf\xE9\"")});
+  c = ResolveConstraint(o);
+  ASSERT_FALSE(c.ok());
+  EXPECT_NE(c.status().message().find("UTF-8"), std::string::npos);
+}
+
 TEST(CkptTest, MatchesModelDirFileInsideOrName) {
   TempDir dir;
   fs::create_directories(dir.path() + "/model");

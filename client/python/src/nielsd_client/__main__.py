@@ -1,5 +1,7 @@
 """python3 -m nielsd_client chat: a small terminal chat with nielsd (streams replies).
 
+--json-schema FILE, --grammar FILE or --json: every reply follows that constraint (structured
+output; a reply cut by --max-new-tokens before it is complete is reported on stderr, exit code 1).
 In a terminal: prompt "> " (with the readline module's line editing when present), /exit or Ctrl-D
 to quit, Ctrl-C during a reply cancels it. With stdin not a terminal: one reply per input line.
 A reasoning model's reasoning is printed before the answer, dimmed when stdout is a terminal (and
@@ -12,7 +14,8 @@ import os
 import signal
 import sys
 
-from .client import Client, NielsdError
+from . import nielsd_pb2 as pb
+from .client import Client, NielsdError, any_json, gbnf, json_schema
 
 
 class _ReplyPrinter:
@@ -58,6 +61,20 @@ def _chat(args):
             import readline  # noqa: F401  (line editing for input())
         except ImportError:
             pass
+    constraint = None
+    try:
+        if args.json_schema:
+            with open(args.json_schema, encoding="utf-8") as f:
+                constraint = json_schema(f.read())
+        elif args.grammar:
+            with open(args.grammar, encoding="utf-8") as f:
+                constraint = gbnf(f.read())
+        elif args.json:
+            constraint = any_json()
+    except (OSError, UnicodeDecodeError) as e:
+        print("nielsd_client: cannot read %s: %s" % (args.json_schema or args.grammar, e), file=sys.stderr)
+        client.close()
+        return 1
     sampling = {"seed": args.seed, "temperature": 0.0 if args.greedy else args.temperature}
     sampling = {name: value for name, value in sampling.items() if value is not None}
     with client:
@@ -92,10 +109,15 @@ def _chat(args):
                 in_reply[0] = True
                 printer = _ReplyPrinter(_reasoning_display(args))
                 try:
-                    client.chat(session.session_id, line, max_new_tokens=args.max_new_tokens,
-                                enable_thinking=args.think, on_token=printer.on_token, **sampling)
+                    reply = client.chat(session.session_id, line, max_new_tokens=args.max_new_tokens,
+                                        enable_thinking=args.think, constraint=constraint,
+                                        on_token=printer.on_token, **sampling)
                     printer.close()
                     print(flush=True)
+                    if reply.stop_reason == pb.CONSTRAINT_INCOMPLETE:
+                        print("nielsd_client: the reply was cut by --max-new-tokens before it was "
+                              "complete: it does not follow the constraint", file=sys.stderr)
+                        failed = True
                 except NielsdError as e:
                     printer.close()
                     print(flush=True)
@@ -132,6 +154,12 @@ def main(argv=None):
                        help="ask the model to reason first (the chat template's enable_thinking)")
     think.add_argument("--no-think", dest="think", action="store_const", const=False,
                        help="ask the model to answer without reasoning")
+    constrained = chat.add_mutually_exclusive_group()
+    constrained.add_argument("--json-schema", metavar="FILE",
+                             help="every reply is JSON valid under the JSON Schema in FILE")
+    constrained.add_argument("--grammar", metavar="FILE",
+                             help="every reply follows the GBNF grammar in FILE (llama.cpp syntax)")
+    constrained.add_argument("--json", action="store_true", help="every reply is a JSON value")
     args = parser.parse_args(argv)
     return _chat(args)
 
