@@ -82,12 +82,7 @@ TurnResult StartNativeChatTurn(EngineState& state, const Work& work, const ChatT
     return TurnStart{nullptr, /*wait_for_memory=*/true};
   }
 
-  GenerateOptions options;
-  options.sampling = args.sampling;
-  options.max_new_tokens = args.max_new_tokens;
-  options.use_kv_cache = args.use_kv_cache;
-  options.stop_ids = format.stop_ids();
-  if (args.constraint != nullptr) options.constraint = {args.constraint, state.constraint_vocabulary, {}};
+  GenerateOptions options = ChatGenerateOptions(state, args, format);
   // The turn's span is recorded when it commits; a reply cut by max_new_tokens gets its eot.
   const int64_t turn_begin = session.length();
   auto reply = std::make_shared<ChatReply>();
@@ -104,6 +99,16 @@ TurnResult StartNativeChatTurn(EngineState& state, const Work& work, const ChatT
 }
 
 }  // namespace
+
+GenerateOptions ChatGenerateOptions(const EngineState& state, const ChatTurnArgs& args, const text::ChatFormat& format) {
+  GenerateOptions options;
+  options.sampling = args.sampling;
+  options.max_new_tokens = args.max_new_tokens;
+  options.use_kv_cache = args.use_kv_cache;
+  options.stop_ids = format.stop_ids();
+  if (args.constraint != nullptr) options.constraint = {args.constraint, state.constraint_vocabulary, {}};
+  return options;
+}
 
 int64_t ChatReplyRoom(int32_t max_new_tokens, int64_t context) {
   return std::max<int64_t>(1, std::min<int64_t>(max_new_tokens, context / 4));

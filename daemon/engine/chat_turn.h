@@ -69,6 +69,11 @@ TurnResult StartChatTurn(EngineState& state, const Work& work, const ChatTurnArg
 
 // --- shared by the two formats' turns (chat_turn.cc, template_chat_turn.cc) ---
 
+// The generation of a chat reply: the request's sampling, max_new_tokens and cache choice, the
+// format's stop ids, and the constraint, if any. A constraint covers the whole reply, a reasoning
+// model's reasoning included (ask it not to think: ChatOptions::enable_thinking false).
+GenerateOptions ChatGenerateOptions(const EngineState& state, const ChatTurnArgs& args, const text::ChatFormat& format);
+
 // Tokens kept free for the reply when fitting a chat turn into the context.
 int64_t ChatReplyRoom(int32_t max_new_tokens, int64_t context);
 

@@ -143,14 +143,7 @@ TurnResult StartTemplateChatTurn(EngineState& state, const Work& work, const Cha
   session.TruncateHistory(static_cast<int64_t>(common), snapshot);
   std::vector<int32_t> input(prompt.ids.begin() + static_cast<std::ptrdiff_t>(common), prompt.ids.end());
 
-  GenerateOptions options;
-  options.sampling = args.sampling;
-  options.max_new_tokens = args.max_new_tokens;
-  options.use_kv_cache = args.use_kv_cache;
-  options.stop_ids = format.stop_ids();
-  // A constraint covers the whole reply, reasoning included: a reasoning model asked for structured
-  // output should be asked not to think (enable_thinking false).
-  if (args.constraint != nullptr) options.constraint = {args.constraint, state.constraint_vocabulary, {}};
+  GenerateOptions options = ChatGenerateOptions(state, args, format);
   auto reply = std::make_shared<ChatReply>();
   const bool starts_in_reasoning = prompt.starts_in_reasoning;
   Turn::SessionCommit commit = [reply, &state, starts_in_reasoning, user_text = args.user_text](
