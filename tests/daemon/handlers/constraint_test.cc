@@ -245,32 +245,6 @@ Outcome OutcomeOf(const v1::Response& response, const std::vector<v1::Response>&
   return o;
 }
 
-// Holds the engine thread in its first stream event until Open(), so that requests submitted
-// meanwhile are admitted together and share every decode step.
-struct GateSink : RecordingSink {
-  std::mutex mutex;
-  std::condition_variable cv;
-  bool entered = false, open = false;
-  GateSink() {
-    on_event = [this](const v1::Response&) {
-      std::unique_lock lock(mutex);
-      entered = true;
-      cv.notify_all();
-      cv.wait(lock, [this] { return open; });
-      return true;
-    };
-  }
-  void WaitEntered() {
-    std::unique_lock lock(mutex);
-    cv.wait(lock, [this] { return entered; });
-  }
-  void Open() {
-    std::lock_guard lock(mutex);
-    open = true;
-    cv.notify_all();
-  }
-};
-
 TEST(ConstraintTest, ConstrainedRequestsAreBitwiseBatchInvariant) {
   EngineOptions options;
   options.prefill_chunk = 8;

@@ -196,32 +196,6 @@ struct RaceSink : RecordingSink {
   }
 };
 
-// Holds the engine thread inside its first stream event until Open() (so that requests submitted
-// meanwhile arrive together).
-struct GateSink : RecordingSink {
-  std::mutex mutex;
-  std::condition_variable cv;
-  bool entered = false, open = false;
-  GateSink() {
-    on_event = [this](const v1::Response&) {
-      std::unique_lock lock(mutex);
-      entered = true;
-      cv.notify_all();
-      cv.wait(lock, [this] { return open; });
-      return true;
-    };
-  }
-  void WaitEntered() {
-    std::unique_lock lock(mutex);
-    cv.wait(lock, [this] { return entered; });
-  }
-  void Open() {
-    std::lock_guard lock(mutex);
-    open = true;
-    cv.notify_all();
-  }
-};
-
 TEST(SchedulerTest, EqualRequestsStartedTogetherFinishTogether) {
   auto engine = StartEngine(kContext);
   const int64_t vocab = LoadTinyModel(kContext)->config.vocab_size;
