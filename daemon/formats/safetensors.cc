@@ -14,6 +14,8 @@
 
 #include <nlohmann/json.hpp>
 
+#include "daemon/formats/atomic_write.h"
+
 namespace niels::daemon::formats {
 namespace {
 
@@ -229,28 +231,15 @@ Status WriteSafetensors(const std::filesystem::path& path, const std::vector<Saf
   }
   std::string text = header.dump();
   text.append((8 - text.size() % 8) % 8, ' ');  // data section starts 8-byte aligned
-  std::filesystem::path temporary = path;
-  temporary += ".tmp." + std::to_string(::getpid());
-  std::ofstream out(temporary, std::ios::binary | std::ios::trunc);
-  std::array<char, 8> length{};
-  for (int i = 0; i < 8; ++i) length[i] = static_cast<char>((text.size() >> (8 * i)) & 0xff);
-  out.write(length.data(), 8);
-  out.write(text.data(), static_cast<std::streamsize>(text.size()));
-  for (size_t i = 0; i < tensors.size(); ++i) {
-    if (sizes[i] > 0) out.write(static_cast<const char*>(tensors[i].data), static_cast<std::streamsize>(sizes[i]));
-  }
-  out.close();
-  std::error_code ec;
-  if (!out) {
-    std::filesystem::remove(temporary, ec);
-    return Status::Internal(path.string() + ": write failed");
-  }
-  std::filesystem::rename(temporary, path, ec);
-  if (ec) {
-    std::filesystem::remove(temporary, ec);
-    return Status::Internal(path.string() + ": cannot rename the written file into place: " + ec.message());
-  }
-  return Status::Ok();
+  return WriteFileAtomically(path, [&](std::ostream& out) {
+    std::array<char, 8> length{};
+    for (int i = 0; i < 8; ++i) length[i] = static_cast<char>((text.size() >> (8 * i)) & 0xff);
+    out.write(length.data(), 8);
+    out.write(text.data(), static_cast<std::streamsize>(text.size()));
+    for (size_t i = 0; i < tensors.size(); ++i) {
+      if (sizes[i] > 0) out.write(static_cast<const char*>(tensors[i].data), static_cast<std::streamsize>(sizes[i]));
+    }
+  });
 }
 
 }  // namespace niels::daemon::formats

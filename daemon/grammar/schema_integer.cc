@@ -38,16 +38,27 @@ std::string SameLength(const std::string& lo, const std::string& hi) {
   return out;
 }
 
+// "(" + body + ")", built in place: GCC 12 reports a false -Wrestrict for "(" + std::string&&.
+std::string Parenthesized(const std::string& body) {
+  std::string out;
+  out.reserve(body.size() + 2);
+  out += '(';
+  out += body;
+  out += ')';
+  return out;
+}
+
 // Non-negative integers in [lo, hi], as alternatives grouped by digit count.
 std::string NonNegative(int64_t lo, int64_t hi) {
   std::vector<std::string> alternatives;
   std::string lo_s = std::to_string(lo);
   const std::string hi_s = std::to_string(hi);
   while (lo_s.size() < hi_s.size()) {
-    alternatives.push_back("(" + SameLength(lo_s, std::string(lo_s.size(), '9')) + ")");
-    lo_s = "1" + std::string(lo_s.size(), '0');
+    alternatives.push_back(Parenthesized(SameLength(lo_s, std::string(lo_s.size(), '9'))));
+    lo_s = std::string(lo_s.size() + 1, '0');  // the smallest number with one more digit
+    lo_s[0] = '1';
   }
-  alternatives.push_back("(" + SameLength(lo_s, hi_s) + ")");
+  alternatives.push_back(Parenthesized(SameLength(lo_s, hi_s)));
   std::string out;
   for (size_t i = 0; i < alternatives.size(); ++i) out += (i ? " | " : "") + alternatives[i];
   return out;

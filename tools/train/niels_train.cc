@@ -42,8 +42,16 @@ struct Flags {
   std::string out = "models/niels-demo";
   std::string name = "niels-demo";
   train::SpmOptions spm;
-  model::ModelConfig shape{.vocab_size = 0, .context = 256, .width = 256, .layers = 4, .heads = 4, .d_ff = 768,
-                           .rope_theta = 10000.0, .name = {}};
+  model::ModelConfig shape = [] {
+    model::ModelConfig c;  // niels_gpt's flags; V comes from the trained tokenizer
+    c.context = 256;
+    c.width = 256;
+    c.layers = 4;
+    c.heads = 4;
+    c.d_ff = 768;
+    c.rope_theta = 10000.0;
+    return c;
+  }();
   train::TrainOptions train;
   uint64_t seed = 1234;
   int threads = 2;

@@ -10,6 +10,7 @@
 #include "daemon/kernels/dtype.h"
 #include "daemon/formats/safetensors.h"
 #include "tests/support/host_tensors.h"
+#include "tests/daemon/loaders/niels_named.h"
 #include "tests/support/test_model.h"
 
 namespace niels::daemon::loaders {
@@ -30,17 +31,6 @@ using model::ConvertWeights;
 using testing::HostTensor;
 using testing::HostTensorList;
 using testing::WriteHostSafetensors;
-
-// The tensors of niels_gpt weights under niels_gpt's state_dict names, in its order.
-inline std::vector<std::pair<std::string, model::Tensor>> NielsNamed(const model::Weights& w) {
-  std::map<std::string, model::Tensor> ours;
-  w.ForEach([&](const std::string& name, const model::Tensor& t) { ours[name] = t; });
-  std::vector<std::pair<std::string, model::Tensor>> named;
-  for (const auto& [our_name, niels_name] : NielsTensorNames(static_cast<int64_t>(w.blocks.size()))) {
-    named.emplace_back(niels_name, ours.at(our_name));
-  }
-  return named;
-}
 
 using common::StatusCode;
 using ::testing::AllOf;
