@@ -286,13 +286,14 @@ void LogStartup(const Flags& flags, const handlers::Service& service, const serv
   const auto& model = service.model();
   const auto& config = model.config;
   const auto& weights = model.transformer->weights();
-  LogInfo("model {} ({}, {}): {} V={} T={}{} C={} L={} H={} KV={} D={} d_ff={}; weights {:.1f} MB ({:.1f} MB used "
-          "straight from the files' mappings), token embedding {}",
+  LogInfo("model {} ({}, {}): {} V={} T={}{} C={} L={} H={} KV={} D={} d_ff={}, {} KV bytes per token; weights "
+          "{:.1f} MB ({:.1f} MB used straight from the files' mappings), token embedding {}",
           config.name.empty() ? "unnamed" : config.name, flags.model,
           niels::daemon::loaders::ModelFormatName(model.format),
           niels::daemon::model::ArchitectureName(config.architecture), config.vocab_size, config.context,
           model.model_context > config.context ? fmt::format(" (of {}, --max-context)", model.model_context) : "",
           config.width, config.layers, config.heads, config.kv_head_count(), config.head_dim(), config.d_ff,
+          niels::daemon::loaders::KvBytesPerToken(config, *niels::daemon::kernels::ParseDtype(flags.kv_dtype)),
           static_cast<double>(weights.bytes()) / 1e6,
           static_cast<double>(niels::daemon::loaders::MappedWeightBytes(model)) / 1e6,
           niels::daemon::kernels::DtypeName(weights.dtype()));

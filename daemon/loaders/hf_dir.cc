@@ -327,6 +327,7 @@ StatusOr<std::unique_ptr<Model>> LoadHfDir(const std::filesystem::path& dir, std
   model->dir = dir;
   model->format = ModelFormat::kHfDir;
   model->config = hf->config;
+  if (model->config.name.empty()) model->config.name = dir.filename().string();
   model->stop_ids = std::move(stop_ids).value();
   const text::SpecialTokenIds special = spec->special;
   auto tokenizer = text::BpeTokenizer::Create(std::move(spec).value());

@@ -151,4 +151,8 @@ int64_t MappedWeightBytes(const Model& model) {
   return total;
 }
 
+int64_t KvBytesPerToken(const model::ModelConfig& config, kernels::Dtype kv_dtype) {
+  return 2 * config.layers * config.kv_head_count() * config.head_dim() * kernels::DtypeSize(kv_dtype);
+}
+
 }  // namespace niels::daemon::loaders

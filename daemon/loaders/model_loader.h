@@ -114,4 +114,8 @@ common::Status BuildTransformer(Model* model, model::Weights weights, std::share
 // Bytes of the model's weights used straight from its files' mappings (not copied or converted).
 int64_t MappedWeightBytes(const Model& model);
 
+// Bytes one position takes in a KV cache of `kv_dtype`: K and V of every layer, n_kv_heads x
+// head_dim each (2 x L x KV x D x the dtype's size).
+int64_t KvBytesPerToken(const model::ModelConfig& config, kernels::Dtype kv_dtype);
+
 }  // namespace niels::daemon::loaders
