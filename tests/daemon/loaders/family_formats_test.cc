@@ -159,5 +159,66 @@ TEST(FamilyFormatsTest, DtypeOptionConvertsAndMaxContextCaps) {
   EXPECT_TRUE(model->transformer->Forward(prompt) == Load(dir / "b.gguf")->transformer->Forward(prompt));
 }
 
+// `w` with every matrix whose rows are whole blocks of `dtype` quantized to it (ggml's reference
+// quantizer, family_model.h's TensorBytes), as a GGUF of that type holds them.
+Weights Quantized(const Weights& w, Dtype dtype) {
+  Weights out = w;
+  out.ForEachMutable([&](const std::string&, model::Tensor& t) {
+    if (t.shape.size() != 2 || t.shape[1] % kernels::DtypeBlockElements(dtype) != 0) return;
+    auto bytes = std::make_shared<std::string>(testing::TensorBytes(t, dtype));
+    out.backing.push_back(bytes);
+    t = model::Tensor{bytes->data(), dtype, t.shape};
+  });
+  if (out.tok_emb.data != w.tok_emb.data && w.lm_head.data == w.tok_emb.data) out.lm_head = out.tok_emb;
+  return out;
+}
+
+class QuantizedGgufTest : public ::testing::TestWithParam<Case> {};
+
+// A GGUF of block-type matrices (Q8_0, Q4_0, and the K types at a width of whole 256-blocks) keeps
+// them in their type, used from the mapping, and computes what the same quantized weights built in
+// memory compute.
+TEST_P(QuantizedGgufTest, KeepsTheBlockTypeAndEqualsTheModelInMemory) {
+  const auto [architecture, dtype] = GetParam();
+  ModelConfig config = testing::TinyFamilyConfig(architecture);
+  if (kernels::DtypeBlockElements(dtype) == 256) {  // every matrix's rows whole 256-blocks
+    config.width = 256;
+    config.head_size = 64;
+    config.d_ff = 256;
+  }
+  const Weights weights = testing::TinyFamilyWeights(config, 9);
+  niels::testing::TempDir dir("niels_family_quant_");
+  testing::MakeGgufModel(config, weights, dtype).Write(dir / "q.gguf");
+  const auto gguf = Load(dir / "q.gguf");
+  ASSERT_TRUE(gguf);
+  int quantized = 0;
+  gguf->transformer->weights().ForEach([&](const std::string& name, const model::Tensor& t) {
+    if (t.shape.size() == 2) {
+      EXPECT_EQ(t.dtype, dtype) << name;
+      ++quantized;
+    }
+  });
+  EXPECT_GE(quantized, 7 * config.layers);
+  EXPECT_GT(MappedWeightBytes(*gguf), gguf->transformer->weights().bytes() * 8 / 10);
+
+  const model::Transformer reference(config, Quantized(weights, dtype));
+  const std::vector<int32_t> prompt = Prompt(config, gguf->stop_ids.front());
+  const std::vector<float> expected = reference.Forward(prompt);
+  const std::vector<float> got = gguf->transformer->Forward(prompt);
+  ASSERT_EQ(got.size(), expected.size());
+  EXPECT_TRUE(got == expected) << "GGUF vs the quantized weights in memory";
+  // Not what the f32 weights give: the quantization is real.
+  EXPECT_FALSE(got == model::Transformer(config, weights).Forward(prompt));
+}
+
+INSTANTIATE_TEST_SUITE_P(Members, QuantizedGgufTest,
+                         ::testing::Values(Case{Architecture::kLlama, Dtype::kQ8_0}, Case{Architecture::kQwen2, Dtype::kQ4_0},
+                                           Case{Architecture::kQwen3, Dtype::kQ8_0}, Case{Architecture::kLlama, Dtype::kQ4_K},
+                                           Case{Architecture::kQwen2, Dtype::kQ6_K}, Case{Architecture::kQwen3, Dtype::kQ5_K}),
+                         [](const auto& info) {
+                           return std::string(model::ArchitectureName(info.param.architecture)) + "_" +
+                                  std::string(kernels::DtypeName(info.param.dtype));
+                         });
+
 }  // namespace
 }  // namespace niels::daemon::loaders
