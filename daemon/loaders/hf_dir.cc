@@ -287,13 +287,6 @@ StatusOr<std::vector<int32_t>> HfStopIds(const std::filesystem::path& dir, const
 
 }  // namespace
 
-bool IsHfDir(const std::filesystem::path& dir) {
-  std::ifstream in(dir / "config.json", std::ios::binary);
-  if (!in) return false;
-  const Json root = Json::parse(in, nullptr, /*allow_exceptions=*/false);
-  return root.is_object() && root.contains("architectures");
-}
-
 StatusOr<std::vector<std::filesystem::path>> HfWeightFiles(const std::filesystem::path& dir) {
   std::error_code ec;
   if (std::filesystem::exists(dir / kSingleFile, ec)) return std::vector<std::filesystem::path>{dir / kSingleFile};

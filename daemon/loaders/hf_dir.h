@@ -26,9 +26,6 @@
 
 namespace niels::daemon::loaders {
 
-// Whether `dir` holds a config.json with a key "architectures".
-bool IsHfDir(const std::filesystem::path& dir);
-
 // The safetensors file(s) of `dir`: model.safetensors when it exists, else the shards
 // model.safetensors.index.json names (each once, in the order first named). NOT_FOUND when
 // neither exists; INVALID_ARGUMENT naming the index for invalid JSON, a weight_map that is not an
