@@ -89,6 +89,21 @@ StatusOr<Weights> LoadGgufWeights(const std::shared_ptr<const GgufFile>& file, c
   return w;
 }
 
+// The llama3 scaling factor a rope_freqs tensor implies (its largest divisor; for display: the
+// forward uses the tensor). INVALID_ARGUMENT naming the element that is not a divisor in (0, 1e6).
+StatusOr<double> Llama3Factor(const model::Tensor& rope_freqs, const std::filesystem::path& path) {
+  const float* f = rope_freqs.f32();
+  double largest = 1.0;
+  for (int64_t i = 0; i < rope_freqs.numel(); ++i) {
+    if (!(f[i] > 0.0f && f[i] < 1e6f)) {
+      return Status::InvalidArgument(fmt::format(
+          "{}: tensor rope_freqs.weight[{}] = {} is not a frequency divisor in (0, 1e6)", path.string(), i, f[i]));
+    }
+    largest = std::max(largest, static_cast<double>(f[i]));
+  }
+  return largest;
+}
+
 }  // namespace
 
 bool IsGgufFile(const std::filesystem::path& path) {
@@ -115,17 +130,10 @@ StatusOr<std::unique_ptr<Model>> LoadGgufModel(const std::filesystem::path& path
   model->format = ModelFormat::kGguf;
   model->config = *config;
   if (model->config.name.empty()) model->config.name = path.stem().string();
-  if (weights->rope_freqs.defined()) {  // for display: the largest divisor is llama3's factor
-    const float* f = weights->rope_freqs.f32();
-    for (int64_t i = 0; i < weights->rope_freqs.numel(); ++i) {
-      if (!(f[i] > 0.0f) || !std::isfinite(f[i])) {
-        return Status::InvalidArgument(fmt::format("{}: tensor rope_freqs.weight[{}] = {} is not a positive frequency "
-                                                   "divisor",
-                                                   path.string(), i, f[i]));
-      }
-    }
-    model->config.rope_scaling.factor =
-        std::max(1.0, static_cast<double>(*std::max_element(f, f + weights->rope_freqs.numel())));
+  if (weights->rope_freqs.defined()) {
+    auto factor = Llama3Factor(weights->rope_freqs, path);
+    if (!factor.ok()) return factor.status();
+    model->config.rope_scaling.factor = *factor;
   }
   model->stop_ids = tokenizer_data->stop_ids;
   const text::SpecialTokenIds special = tokenizer_data->spec.special;
