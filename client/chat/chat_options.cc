@@ -66,6 +66,15 @@ std::variant<ChatOptions, int> ParseChatFlags(int argc, const char* const* argv,
   std::string prompt;
   CLI::Option* one_shot = app.add_option("-p,--prompt", prompt, "one-shot: answer TEXT and exit");
   app.add_flag("--stats,--verbose", o.stats, "print each reply's generation stats on stderr");
+  app.add_flag("--hide-reasoning", o.hide_reasoning,
+               "do not print a reasoning model's reasoning (shown dimmed by default), only its answer");
+  bool think = false;
+  bool no_think = false;
+  CLI::Option* think_flag =
+      app.add_flag("--think", think, "ask the model to reason first (the chat template's enable_thinking, Qwen3)");
+  CLI::Option* no_think_flag =
+      app.add_flag("--no-think", no_think, "ask the model to answer without reasoning (enable_thinking false)");
+  think_flag->excludes(no_think_flag);
   try {
     app.parse(argc, argv);
   } catch (const CLI::ParseError& e) {
@@ -75,6 +84,8 @@ std::variant<ChatOptions, int> ParseChatFlags(int argc, const char* const* argv,
   if (rep->count() > 0) o.repetition_penalty = repetition_penalty;
   if (sys->count() > 0) o.system_text = system_text;
   if (one_shot->count() > 0) o.prompt = prompt;
+  if (think_flag->count() > 0) o.enable_thinking = true;
+  if (no_think_flag->count() > 0) o.enable_thinking = false;
   o.use_kv_cache = !no_kv_cache;
   return o;
 }
@@ -114,6 +125,7 @@ niels::v1::ChatRequest BuildChatRequest(const ChatOptions& options, const std::s
   request.set_max_new_tokens(options.max_new_tokens);
   if (!options.use_kv_cache) request.set_use_kv_cache(false);
   request.set_stream(options.stream);
+  if (options.enable_thinking) request.set_enable_thinking(*options.enable_thinking);
   return request;
 }
 

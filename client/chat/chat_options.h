@@ -34,6 +34,8 @@ struct ChatOptions {
   bool stats = false;                       // --stats/--verbose: reply stats on stderr
   std::string session;                      // --session ID: continue that session
   bool resume = false;                      // --resume: continue the most recent one (same system prompt)
+  bool hide_reasoning = false;              // --hide-reasoning: print only the answer of a reasoning model
+  std::optional<bool> enable_thinking;      // --think / --no-think: the template's enable_thinking; unset = the model's default
 };
 
 // Parses argv. Returns the options, or an exit code when the program should stop right away:
@@ -46,7 +48,8 @@ std::variant<ChatOptions, int> ParseChatFlags(int argc, const char* const* argv,
 common::StatusOr<std::string> ResolveSystemPrompt(const ChatOptions& options);
 
 // The request for one turn: sampling from the options (greedy => temperature 0), max_new_tokens,
-// use_kv_cache (only sent when false, so the daemon default applies otherwise) and stream.
+// use_kv_cache (only sent when false, so the daemon default applies otherwise), stream and
+// enable_thinking (only when --think or --no-think was given).
 niels::v1::ChatRequest BuildChatRequest(const ChatOptions& options, const std::string& session_id,
                                         const std::string& user_text);
 

@@ -29,6 +29,7 @@
 #include <string>
 
 #include "client/chat/chat_options.h"
+#include "client/chat/render.h"
 #include "client/chat/slash_command.h"
 #include "client/daemon_client.h"
 #include "common/status.h"
@@ -63,6 +64,10 @@ class ChatRepl {
   // Whether the daemon keeps sessions across restarts (InfoResponse.durable_sessions); default
   // false (an older daemon): then the sessions this REPL created are deleted when left.
   void SetDurable(bool durable) { durable_ = durable; }
+
+  // How replies show a reasoning model's reasoning (render.h); default: hidden with
+  // --hide-reasoning, else between <think> tags (main() dims it on a terminal).
+  void SetReasoningDisplay(ReasoningDisplay display) { reasoning_display_ = display; }
 
   // Creates the daemon session with `system_prompt`. The daemon's error on failure.
   common::Status Start(const std::string& system_prompt);
@@ -99,6 +104,7 @@ class ChatRepl {
 
   DaemonClient* client_;
   ChatOptions options_;
+  ReasoningDisplay reasoning_display_;
   std::ostream& out_;
   std::ostream& err_;
   std::string session_id_;

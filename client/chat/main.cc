@@ -46,6 +46,8 @@ int Run(const ChatOptions& options) {
   }
   ChatRepl repl(client->get(), options, std::cout, std::cerr);
   repl.SetDurable(info->durable_sessions());
+  repl.SetReasoningDisplay(
+      ChooseReasoningDisplay(options.hide_reasoning, ::isatty(STDOUT_FILENO) != 0, std::getenv("NO_COLOR")));
   repl.InstallInterruptHandler();
   niels::common::Status started;
   if (!options.session.empty()) {

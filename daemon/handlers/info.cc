@@ -36,6 +36,13 @@ HandlerResult HandleInfo(engine::EngineState& state, server::Job& job, const v1:
     info.set_session_ttl_s(durable->options().session_ttl_s);
     info.set_max_stored_sessions_per_uid(durable->options().max_stored_sessions_per_uid);
   }
+  if (const text::ChatFormat* format = state.chat_format()) {
+    info.set_chat_format(std::string(format->name()));
+    info.set_reasoning(format->reasoning_tags().has_value());
+    info.mutable_chat_stop_ids()->Add(format->stop_ids().begin(), format->stop_ids().end());
+  } else {
+    info.set_chat_format_error(state.chat_format_status.message());
+  }
   info.set_default_max_new_tokens(common::kDefaultMaxNewTokens);
   v1::Sampling& sampling = *info.mutable_default_sampling();
   sampling.set_temperature(common::kDefaultTemperature);

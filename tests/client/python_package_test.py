@@ -61,6 +61,7 @@ class PackageTest(unittest.TestCase):
                                  max_new_tokens=16, temperature=0)
         self.assertTrue(events)
         self.assertEqual("".join(e.text for e in events), reply.reply)
+        self.assertEqual("".join(e.reasoning for e in events), reply.reasoning)
         # Greedy: the same turn on a fresh session without streaming gives the same reply.
         other = self.client.create_session("you are terse.").session_id
         self.assertEqual(self.client.chat(other, "how do i start nielsd?", max_new_tokens=16,

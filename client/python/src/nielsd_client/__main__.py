@@ -2,14 +2,48 @@
 
 In a terminal: prompt "> " (with the readline module's line editing when present), /exit or Ctrl-D
 to quit, Ctrl-C during a reply cancels it. With stdin not a terminal: one reply per input line.
+A reasoning model's reasoning is printed before the answer, dimmed when stdout is a terminal (and
+NO_COLOR is unset), else between <think> lines; --hide-reasoning leaves it out, as niels-chat does.
 Exit codes: 0 ok, 1 a daemon error, 2 nielsd unreachable.
 """
 
 import argparse
+import os
 import signal
 import sys
 
 from .client import Client, NielsdError
+
+
+class _ReplyPrinter:
+    """Streams one reply: its reasoning (dimmed, tagged or hidden), then its answer."""
+
+    def __init__(self, display):
+        self.display = display  # "dim", "tagged" or "hide"
+        self.in_reasoning = False
+
+    def on_token(self, event):
+        if event.reasoning and self.display != "hide":
+            if not self.in_reasoning:
+                print("\x1b[2m" if self.display == "dim" else "<think>\n", end="")
+                self.in_reasoning = True
+            print(event.reasoning, end="")
+        if event.text:
+            self.close(blank_line=True)
+            print(event.text, end="")
+        sys.stdout.flush()
+
+    def close(self, blank_line=False):
+        if self.in_reasoning:
+            end = "\x1b[22m" if self.display == "dim" else "\n</think>"
+            print(end + ("\n\n" if blank_line else ""), end="")
+            self.in_reasoning = False
+
+
+def _reasoning_display(args):
+    if args.hide_reasoning:
+        return "hide"
+    return "dim" if sys.stdout.isatty() and not os.environ.get("NO_COLOR") else "tagged"
 
 
 def _chat(args):
@@ -56,11 +90,14 @@ def _chat(args):
                 if line == "/exit":
                     break
                 in_reply[0] = True
+                printer = _ReplyPrinter(_reasoning_display(args))
                 try:
                     client.chat(session.session_id, line, max_new_tokens=args.max_new_tokens,
-                                on_token=lambda t: print(t.text, end="", flush=True), **sampling)
+                                enable_thinking=args.think, on_token=printer.on_token, **sampling)
+                    printer.close()
                     print(flush=True)
                 except NielsdError as e:
+                    printer.close()
                     print(flush=True)
                     print("nielsd_client: %s" % e, file=sys.stderr)
                     failed = failed or e.code != "CANCELLED" or not interactive
@@ -88,6 +125,13 @@ def main(argv=None):
     chat.add_argument("--temperature", type=float, default=None)
     chat.add_argument("--seed", type=int, default=None)
     chat.add_argument("--greedy", action="store_true", help="temperature 0")
+    chat.add_argument("--hide-reasoning", action="store_true",
+                      help="do not print a reasoning model's reasoning, only its answer")
+    think = chat.add_mutually_exclusive_group()
+    think.add_argument("--think", dest="think", action="store_const", const=True, default=None,
+                       help="ask the model to reason first (the chat template's enable_thinking)")
+    think.add_argument("--no-think", dest="think", action="store_const", const=False,
+                       help="ask the model to answer without reasoning")
     args = parser.parse_args(argv)
     return _chat(args)
 

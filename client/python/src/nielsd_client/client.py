@@ -202,8 +202,10 @@ class Client:
         return self.call("create_session", req)
 
     def chat(self, session_id, user_text, on_token=None, max_new_tokens=None, use_kv_cache=None,
-             **sampling):
-        """One chat turn. With on_token the reply streams (one TokenEvent per token).
+             enable_thinking=None, **sampling):
+        """One chat turn. With on_token the reply streams (one TokenEvent per token: .text adds to
+        the answer, .reasoning to a reasoning model's reasoning; the response has both).
+        enable_thinking: the chat template's switch (Qwen3); None leaves the model's default.
         sampling: temperature, top_k, top_p, repetition_penalty, seed (niels.v1.Sampling)."""
         req = pb.ChatRequest(session_id=session_id, user_text=user_text,
                              sampling=pb.Sampling(**sampling), stream=on_token is not None)
@@ -211,6 +213,8 @@ class Client:
             req.max_new_tokens = max_new_tokens
         if use_kv_cache is not None:
             req.use_kv_cache = use_kv_cache
+        if enable_thinking is not None:
+            req.enable_thinking = enable_thinking
         return self.call("chat", req, on_token)
 
     def generate(self, session_id, input_ids=(), on_token=None, max_new_tokens=None,
