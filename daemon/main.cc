@@ -24,6 +24,7 @@
 #include "common/protobuf_log.h"
 #include "common/socket_path.h"
 #include "daemon/handlers/service.h"
+#include "daemon/loaders/model_loader.h"
 #include "daemon/model/config.h"
 #include "daemon/kernels/dtype.h"
 #include "daemon/kernels/simd_kernels.h"
@@ -71,12 +72,18 @@ struct Flags {
   uint64_t max_state_db_mb = 0;
   std::string dtype = "file";
   std::string kv_dtype = "f32";
+  int64_t max_context = niels::daemon::loaders::kDefaultMaxContext;
 };
 
 void AddFlags(CLI::App& app, Flags& flags) {
   app.add_option("--model", flags.model,
-                 "model directory (config.json, model.safetensors, tokenizer.model); "
+                 "the model: a niels model directory (config.json, model.safetensors, tokenizer.model), a Hugging "
+                 "Face directory (config.json, *.safetensors, tokenizer.json) or a GGUF file; "
                  "default: the shipped demo model");
+  app.add_option("--max-context", flags.max_context,
+                 "the longest context nielsd runs the model with: the model's own, capped at this many tokens "
+                 "(0 = no cap)")
+      ->check(CLI::Range(int64_t{0}, int64_t{1} << 20))->capture_default_str();
   app.add_option("--socket", flags.socket,
                  "socket path; default $NIELSD_SOCKET, then $XDG_RUNTIME_DIR/nielsd/nielsd.sock, "
                  "then /run/nielsd/nielsd.sock");
@@ -86,8 +93,8 @@ void AddFlags(CLI::App& app, Flags& flags) {
                  "compute threads of the model (prefill, decode and uncached forward kernels; default: cores)")
       ->check(CLI::Range(1, 1024));
   app.add_option("--dtype", flags.dtype,
-                 "dtype of the weight matrices in memory: file (as stored in model.safetensors, used straight from "
-                 "its memory mapping), f32, f16 or bf16 (converted at load)")
+                 "dtype of the weight matrices in memory: file (as stored in the model's files, used straight from "
+                 "their memory mapping), f32, f16 or bf16 (converted at load)")
       ->check(CLI::IsMember({"file", "f32", "f16", "bf16"}))
       ->capture_default_str();
   app.add_option("--kv-dtype", flags.kv_dtype,
@@ -152,12 +159,12 @@ void AddFlags(CLI::App& app, Flags& flags) {
   app.set_version_flag("--version", std::string("nielsd ") + NIELSD_VERSION);
 }
 
-// SIGBUS almost always means a mapped file shrank under us: model.safetensors truncated or rewritten
+// SIGBUS almost always means a mapped file shrank under us: a model file truncated or rewritten
 // in place (the engine checks for that before each generation, but a truncation can land mid-way).
 // Say so instead of dying silently. Async-signal-safe: write() and _exit() only.
 void OnSigbus(int) {
   static const char kMessage[] =
-      "nielsd: SIGBUS: a mapped file was truncated under nielsd, most likely model.safetensors was "
+      "nielsd: SIGBUS: a mapped file was truncated under nielsd, most likely a model file was "
       "rewritten in place; restart nielsd (update models by renaming a new file over the old one)\n";
   (void)!::write(STDERR_FILENO, kMessage, sizeof(kMessage) - 1);
   ::_exit(70);
@@ -233,16 +240,14 @@ niels::common::StatusOr<DurableState> OpenDurableState(const Flags& flags) {
   if (!lock.ok()) return lock.status();
   DurableState durable;
   durable.lock.emplace(std::move(lock).value());
-  const std::filesystem::path model_dir(flags.model);
-  auto fingerprint = state::ModelFingerprint(
-      {model_dir / "config.json", model_dir / "model.safetensors", model_dir / "tokenizer.model"});
+  auto source = niels::daemon::loaders::FindModelSource(flags.model);
+  if (!source.ok()) return source.status();
+  auto fingerprint = state::ModelFingerprint(source->files);
   if (!fingerprint.ok()) return fingerprint.status();
-  auto model_config = niels::daemon::model::LoadModelConfig(model_dir / "config.json");
-  if (!model_config.ok()) return model_config.status();
   state::DurableStoreOptions options;
   options.dir = *dir;
   options.model_fingerprint = *fingerprint;
-  options.model_name = model_config->name.empty() ? model_dir.filename().string() : model_config->name;
+  options.model_name = source->name;
   options.sync_commits = flags.sync_commits;
   options.max_db_bytes = flags.max_state_db_mb << 20;
   options.kv_disk_budget_bytes = flags.kv_disk_budget_mb << 20;
@@ -271,6 +276,7 @@ engine::EngineOptions EngineOptionsFrom(const Flags& flags, state::DurableStore*
   options.context_keep = flags.context_keep;
   if (flags.dtype != "file") options.model_options.dtype = niels::daemon::kernels::ParseDtype(flags.dtype);
   options.model_options.kv_dtype = *niels::daemon::kernels::ParseDtype(flags.kv_dtype);
+  options.model_options.max_context = flags.max_context;
   return options;
 }
 
@@ -280,13 +286,17 @@ void LogStartup(const Flags& flags, const handlers::Service& service, const serv
   const auto& model = service.model();
   const auto& config = model.config;
   const auto& weights = model.transformer->weights();
-  const auto& file = *model.weights_file;
-  LogInfo("model {} ({}): V={} T={} C={} L={} H={} d_ff={}; weights {}, {:.1f} MB ({:.1f} MB used straight from "
-          "the file's mapping)",
-          config.name.empty() ? "unnamed" : config.name, flags.model, config.vocab_size, config.context,
-          config.width, config.layers, config.heads, config.d_ff, niels::daemon::kernels::DtypeName(weights.dtype()),
+  LogInfo("model {} ({}, {}): {} V={} T={}{} C={} L={} H={} KV={} D={} d_ff={}, {} KV bytes per token; weights "
+          "{:.1f} MB ({:.1f} MB used straight from the files' mappings), token embedding {}",
+          config.name.empty() ? "unnamed" : config.name, flags.model,
+          niels::daemon::loaders::ModelFormatName(model.format),
+          niels::daemon::model::ArchitectureName(config.architecture), config.vocab_size, config.context,
+          model.model_context > config.context ? fmt::format(" (of {}, --max-context)", model.model_context) : "",
+          config.width, config.layers, config.heads, config.kv_head_count(), config.head_dim(), config.d_ff,
+          niels::daemon::loaders::KvBytesPerToken(config, *niels::daemon::kernels::ParseDtype(flags.kv_dtype)),
           static_cast<double>(weights.bytes()) / 1e6,
-          static_cast<double>(niels::daemon::model::BytesWithin(weights, file.mapping_data(), file.mapping_size())) / 1e6);
+          static_cast<double>(niels::daemon::loaders::MappedWeightBytes(model)) / 1e6,
+          niels::daemon::kernels::DtypeName(weights.dtype()));
   // docs/ARCHITECTURE.md "Threads and ownership".
   LogInfo("socket {}, compute threads {} ({} kernels), "
           "{} IO threads, max frame {} bytes, max sessions {} ({} per uid), KV budget {} MiB of {} blocks, "
@@ -327,7 +337,7 @@ int main(int argc, char** argv) {
 
   if (flags.model.empty()) flags.model = DefaultModelDir();
   if (flags.model.empty()) {
-    LogError("nielsd: --model DIR is required (the shipped demo model was not found in {} or {})",
+    LogError("nielsd: --model PATH is required (the shipped demo model was not found in {} or {})",
              NIELSD_INSTALL_MODEL_DIR, NIELSD_SOURCE_MODEL_DIR);
     return 1;
   }

@@ -31,7 +31,7 @@ cd "$(dirname "$0")/.."
 BUILD=build-fuzz
 LEDGER="$BUILD/fuzz-executions.tsv"
 COMMITTED_LEDGER=tests/fuzz/executions.tsv   # campaigns of earlier machines (same columns)
-ALL_TARGETS=(frame_decoder config tokenizer text_stream safetensors model_dir request gguf grammar tokenizer_json jinja)
+ALL_TARGETS=(frame_decoder config tokenizer text_stream safetensors model_dir request gguf grammar tokenizer_json jinja family_model)
 # Every campaign and merge: a single allocation above 64 MiB is a finding (nothing may be sized
 # from a client-supplied length before it is checked).
 LIMITS=(-malloc_limit_mb=64 -rss_limit_mb=2048 -timeout=30 -max_len=65536)

@@ -322,7 +322,10 @@ Status GgufFile::Parser::Run() {
 
 GgufFile::~GgufFile() {
   if (mapping_ != nullptr) munmap(const_cast<std::byte*>(mapping_), size_);
+  if (fd_ >= 0) ::close(fd_);
 }
+
+Status GgufFile::CheckUnchanged() const { return CheckFileUnchanged(fd_, mtime_, size_, path_); }
 
 StatusOr<std::shared_ptr<const GgufFile>> GgufFile::Open(const std::filesystem::path& path) {
   const std::string file = path.string();
@@ -335,17 +338,14 @@ StatusOr<std::shared_ptr<const GgufFile>> GgufFile::Open(const std::filesystem::
   }
   std::shared_ptr<GgufFile> result(new GgufFile());
   result->path_ = path;
+  result->fd_ = fd;  // closed by the destructor
+  result->mtime_ = st.st_mtim;
   result->size_ = static_cast<uint64_t>(st.st_size);
   if (result->size_ > 0) {
     void* mapping = ::mmap(nullptr, result->size_, PROT_READ, MAP_PRIVATE, fd, 0);
-    if (mapping == MAP_FAILED) {
-      const int error = errno;
-      ::close(fd);
-      return Status::Internal(file + ": mmap failed: " + std::strerror(error));
-    }
+    if (mapping == MAP_FAILED) return Status::Internal(file + ": mmap failed: " + std::strerror(errno));
     result->mapping_ = static_cast<const std::byte*>(mapping);
   }
-  ::close(fd);  // the mapping keeps the file
   NIELS_RETURN_IF_ERROR(Parser(result.get()).Run());
   return std::shared_ptr<const GgufFile>(std::move(result));
 }

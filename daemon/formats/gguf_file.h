@@ -36,6 +36,7 @@
 
 #include "common/status.h"
 #include "daemon/formats/ggml_type.h"
+#include "daemon/formats/mapped_file.h"
 
 namespace niels::daemon::formats {
 
@@ -103,9 +104,9 @@ struct GgufTensorInfo {
   std::vector<int64_t> Shape() const;
 };
 
-class GgufFile {
+class GgufFile final : public MappedFile {
  public:
-  ~GgufFile();
+  ~GgufFile() override;
   GgufFile(const GgufFile&) = delete;
   GgufFile& operator=(const GgufFile&) = delete;
 
@@ -114,7 +115,7 @@ class GgufFile {
   // or tensor and the byte offset where the problem is; INTERNAL when mmap fails.
   static common::StatusOr<std::shared_ptr<const GgufFile>> Open(const std::filesystem::path& path);
 
-  const std::filesystem::path& path() const { return path_; }
+  const std::filesystem::path& path() const override { return path_; }
   uint32_t version() const { return version_; }
   uint32_t alignment() const { return alignment_; }
   uint64_t data_offset() const { return data_offset_; }  // file offset of the data section
@@ -153,8 +154,10 @@ class GgufFile {
   // on a page). REQUIRES: info is one of tensors().
   const std::byte* TensorData(const GgufTensorInfo& info) const;
 
-  // The mapped bytes of the whole file (for zero-copy checks in tests).
-  const std::byte* mapping_data() const { return mapping_; }
+  // MappedFile: the mapped bytes of the whole file; whether it is still as it was mapped.
+  const std::byte* mapping_data() const override { return mapping_; }
+  size_t mapping_size() const override { return static_cast<size_t>(size_); }
+  common::Status CheckUnchanged() const override;
 
  private:
   class Parser;
@@ -166,6 +169,8 @@ class GgufFile {
   std::filesystem::path path_;
   const std::byte* mapping_ = nullptr;
   uint64_t size_ = 0;
+  int fd_ = -1;               // kept open to fstat the mapped file (CheckUnchanged)
+  struct timespec mtime_ {};  // at Open()
   uint32_t version_ = 0;
   uint32_t alignment_ = kGgufDefaultAlignment;
   uint64_t data_offset_ = 0;

@@ -129,17 +129,7 @@ SafetensorsFile::~SafetensorsFile() {
   if (fd_ >= 0) ::close(fd_);
 }
 
-Status SafetensorsFile::CheckUnchanged() const {
-  struct stat st {};
-  if (fd_ < 0 || ::fstat(fd_, &st) != 0) return Status::Ok();
-  if (static_cast<size_t>(st.st_size) != mapping_size_ || st.st_mtim.tv_sec != mtime_.tv_sec ||
-      st.st_mtim.tv_nsec != mtime_.tv_nsec) {
-    return Status::Unavailable(path_.string() +
-                               " was modified in place while nielsd was using it; restart nielsd (to "
-                               "update a model, write a new file and rename it over the old one)");
-  }
-  return Status::Ok();
-}
+Status SafetensorsFile::CheckUnchanged() const { return CheckFileUnchanged(fd_, mtime_, mapping_size_, path_); }
 
 StatusOr<std::shared_ptr<const SafetensorsFile>> SafetensorsFile::Open(const std::filesystem::path& path) {
   const std::string file = path.string();

@@ -21,6 +21,7 @@
 #include <vector>
 
 #include "common/status.h"
+#include "daemon/formats/mapped_file.h"
 
 namespace niels::daemon::formats {
 
@@ -41,9 +42,9 @@ struct SafetensorsTensorInfo {
   uint64_t end = 0;
 };
 
-class SafetensorsFile : public std::enable_shared_from_this<SafetensorsFile> {
+class SafetensorsFile final : public MappedFile, public std::enable_shared_from_this<SafetensorsFile> {
  public:
-  ~SafetensorsFile();
+  ~SafetensorsFile() override;
   SafetensorsFile(const SafetensorsFile&) = delete;
   SafetensorsFile& operator=(const SafetensorsFile&) = delete;
 
@@ -54,7 +55,7 @@ class SafetensorsFile : public std::enable_shared_from_this<SafetensorsFile> {
   // overlapping byte ranges. "__metadata__" is ignored; of a name repeated in the JSON, the last wins.
   static common::StatusOr<std::shared_ptr<const SafetensorsFile>> Open(const std::filesystem::path& path);
 
-  const std::filesystem::path& path() const { return path_; }
+  const std::filesystem::path& path() const override { return path_; }
   // Tensors in the order of their data offsets.
   const std::vector<SafetensorsTensorInfo>& tensors() const { return tensors_; }
   // nullptr when absent.
@@ -68,11 +69,11 @@ class SafetensorsFile : public std::enable_shared_from_this<SafetensorsFile> {
   // modification time changed): the mapping may then show other weights, or fault (SIGBUS) where the
   // file was truncated. Replacing the file by renaming a new one over it is safe (the mapping keeps
   // the old file) and is not reported.
-  common::Status CheckUnchanged() const;
+  common::Status CheckUnchanged() const override;
 
   // The mapped bytes of the whole file (for zero-copy checks in tests).
-  const std::byte* mapping_data() const { return static_cast<const std::byte*>(mapping_); }
-  size_t mapping_size() const { return mapping_size_; }
+  const std::byte* mapping_data() const override { return static_cast<const std::byte*>(mapping_); }
+  size_t mapping_size() const override { return mapping_size_; }
 
  private:
   SafetensorsFile() = default;

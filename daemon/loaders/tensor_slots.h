@@ -1,0 +1,47 @@
+#pragma once
+// The tensors of a model of the Llama family under the names each file format gives them, mapped
+// onto the slots of model::Weights (docs/ARCHITECTURE.md, "Loading a model"):
+//
+//   Weights slot          Hugging Face (safetensors)                 GGUF (llama.cpp)
+//   tok_emb               model.embed_tokens.weight                  token_embd.weight
+//   blocks.i.attn_norm    model.layers.i.input_layernorm.weight      blk.i.attn_norm.weight
+//   blocks.i.wq/wk/wv     model.layers.i.self_attn.{q,k,v}_proj.weight  blk.i.attn_{q,k,v}.weight
+//   blocks.i.bq/bk/bv     model.layers.i.self_attn.{q,k,v}_proj.bias    blk.i.attn_{q,k,v}.bias
+//   blocks.i.q/k_norm     model.layers.i.self_attn.{q,k}_norm.weight    blk.i.attn_{q,k}_norm.weight
+//   blocks.i.wo           model.layers.i.self_attn.o_proj.weight     blk.i.attn_output.weight
+//   blocks.i.ffn_norm     model.layers.i.post_attention_layernorm.weight  blk.i.ffn_norm.weight
+//   blocks.i.w_gate/up/down (+ b_)  model.layers.i.mlp.{gate,up,down}_proj.{weight,bias}
+//                                                                    blk.i.ffn_{gate,up,down}.{weight,bias}
+//   final_norm            model.norm.weight                          output_norm.weight
+//   lm_head (untied)      lm_head.weight                             output.weight
+//   rope_freqs (llama3)   (computed from config.json)                rope_freqs.weight
+//
+// Pure naming; no file access. Safe from any thread.
+
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#include "daemon/model/config.h"
+#include "daemon/model/weights.h"
+
+namespace niels::daemon::loaders {
+
+enum class TensorNaming { kHuggingFace, kGguf };
+
+// One tensor a model of some config must have, and where it goes.
+struct TensorSlot {
+  std::string name;             // in the file format's naming
+  std::string ours;             // Weights::ForEach's name ("blocks.3.wq")
+  std::vector<int64_t> shape;   // expected, row-major (outermost first)
+  bool matrix = false;          // 2-D: kept in the file's dtype; 1-D tensors are widened to f32
+  model::Tensor* slot = nullptr;
+};
+
+// Every tensor a model of `config` stores in `naming` (model::ExpectedShapes with q, k and v
+// apart, less the rope_freqs a Hugging Face config implies), each pointing at its slot of
+// *weights, whose blocks are resized to config.layers. REQUIRES: ValidateModelConfig(config) is OK.
+std::vector<TensorSlot> FamilyTensorSlots(const model::ModelConfig& config, TensorNaming naming,
+                                          model::Weights* weights);
+
+}  // namespace niels::daemon::loaders
