@@ -31,6 +31,13 @@ HandlerResult HandleInfo(engine::EngineState& state, server::Job& job, const v1:
   info.set_max_sessions(state.sessions.limits().max_sessions);
   info.set_kv_budget_bytes(state.kv.budget_bytes());
   info.set_kv_dtype(std::string(kernels::DtypeName(state.kv.pool().dtype())));
+  info.set_architecture(std::string(model::ArchitectureName(config.architecture)));
+  info.set_model_format(std::string(loaders::ModelFormatName(state.model->format)));
+  info.set_model_context(state.model->model_context > 0 ? state.model->model_context : config.context);
+  info.set_kv_heads(config.kv_head_count());
+  info.set_head_size(config.head_dim());
+  info.set_kv_bytes_per_token(static_cast<uint64_t>(loaders::KvBytesPerToken(config, state.kv.pool().dtype())));
+  info.set_mapped_weight_bytes(static_cast<uint64_t>(loaders::MappedWeightBytes(*state.model)));
   info.set_default_system_prompt(std::string(common::kDefaultSystemPrompt));
   if (const state::DurableStore* durable = state.sessions.durable_store()) {
     info.set_durable_sessions(true);

@@ -32,6 +32,9 @@ inline daemon::model::ModelConfig ReferenceChatConfig(const std::string& name, i
   c.rms_norm_eps = 1e-6;
   c.mlp_bias = false;
   c.qk_norm = name == "qwen3";
+  c.architecture = name.starts_with("qwen3")   ? daemon::model::Architecture::kQwen3
+                   : name.starts_with("qwen2") ? daemon::model::Architecture::kQwen2
+                                               : daemon::model::Architecture::kLlama;
   c.tied_embeddings = true;
   c.name = name;
   return c;

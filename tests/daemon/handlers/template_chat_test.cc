@@ -51,6 +51,25 @@ TEST(TemplateChatTest, InfoNamesTheTemplateItsStopIdsAndReasoning) {
   EXPECT_NE(std::find(info.chat_stop_ids().begin(), info.chat_stop_ids().end(), im_end), info.chat_stop_ids().end());
 }
 
+// Info describes the model: its architecture and grouped-query shape, and what one position of KV
+// costs (K and V of every layer, kv_heads x head_size each, in the KV dtype).
+TEST(TemplateChatTest, InfoDescribesTheModel) {
+  std::unique_ptr<Service> service = StartTemplateService();
+  ASSERT_NE(service, nullptr);
+  const std::unique_ptr<loaders::Model> model = niels::testing::ReferenceChatModel("qwen3", kSeed, "");
+  ASSERT_NE(model, nullptr);
+  const model::ModelConfig& config = model->config;
+  const v1::InfoResponse info = Info(*service);
+  EXPECT_EQ(info.architecture(), "qwen3");
+  EXPECT_EQ(info.kv_heads(), config.kv_heads);
+  EXPECT_EQ(info.head_size(), config.head_size);
+  ASSERT_LT(config.kv_heads, config.heads);  // the shape is grouped-query, so kv_heads is not heads
+  EXPECT_EQ(info.kv_dtype(), "f32");
+  EXPECT_EQ(info.kv_bytes_per_token(), static_cast<uint64_t>(2 * config.layers * config.kv_heads * config.head_size * 4));
+  EXPECT_EQ(info.context(), config.context);
+  EXPECT_GE(info.model_context(), info.context());
+}
+
 // A template whose generation prompt opens the think block (as DeepSeek R1's does): the reply
 // reasons from its first token; the streamed deltas add up to the response's two parts, which are
 // the reply's text as the splitter cuts it.
