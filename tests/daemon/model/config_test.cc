@@ -47,8 +47,15 @@ TEST(ConfigTest, OptionalNameDropoutAndUnknownKeysAreAccepted) {
 }
 
 TEST(ConfigTest, JsonRoundTrip) {
-  ModelConfig c{.vocab_size = 123, .context = 77, .width = 48, .layers = 3, .heads = 6, .d_ff = 96,
-                .rope_theta = 2500.5, .name = "x y"};
+  ModelConfig c;
+  c.vocab_size = 123;
+  c.context = 77;
+  c.width = 48;
+  c.layers = 3;
+  c.heads = 6;
+  c.d_ff = 96;
+  c.rope_theta = 2500.5;
+  c.name = "x y";
   auto parsed = ParseModelConfig(ModelConfigToJson(c), "config.json");
   ASSERT_TRUE(parsed.ok()) << parsed.status().ToString();
   EXPECT_EQ(parsed->vocab_size, 123);

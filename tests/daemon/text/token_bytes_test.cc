@@ -152,7 +152,9 @@ TEST(BpeTokenBytesTest, RandomIdListsDecodeToTheConcatenation) {
   for (int32_t id = 0; id < tok->vocab_size(); ++id) {
     const TextBytes b = tok->Bytes(id);
     (b.is_text ? text_ids : special_ids).push_back(id);
-    if (b.is_text) ASSERT_EQ(b.at_start, b.bytes) << id;
+    if (b.is_text) {
+      ASSERT_EQ(b.at_start, b.bytes) << id;
+    }
   }
   ASSERT_GT(text_ids.size(), 150000u);
   ASSERT_FALSE(special_ids.empty());
