@@ -5,7 +5,7 @@
 //
 // Prints one line per tensor (unless --quiet) and a summary: sizes, time, throughput. Exit status:
 // 0 on success; 1 with one "niels-quantize: ..." line on stderr for a bad input or a failed write
-// (OUT is then left as it was); 2 for bad flags (CLI11).
+// (OUT is then left as it was); CLI11's non-zero code for missing or malformed flags.
 
 #include <chrono>
 #include <cstdio>

@@ -20,7 +20,7 @@
 #error "NIELS_LLAMA_LIB: the path of node-llama-cpp's libllama (tests/CMakeLists.txt)"
 #endif
 
-namespace niels::tools::quantize::testing {
+namespace niels::tools::quantize::reference {
 
 // llama-ext.h's llama_quant_model_desc.
 struct LlamaQuantModelDesc {
@@ -141,4 +141,4 @@ class LlamaQuantReference {
   size_t (*tensor_overhead_)() = nullptr;
 };
 
-}  // namespace niels::tools::quantize::testing
+}  // namespace niels::tools::quantize::reference

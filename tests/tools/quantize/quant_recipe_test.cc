@@ -22,9 +22,9 @@ namespace niels::tools::quantize {
 namespace {
 
 using formats::GgmlType;
-using testing::LlamaQuantModelDesc;
-using testing::LlamaQuantReference;
-using testing::ReferenceTensor;
+using reference::LlamaQuantModelDesc;
+using reference::LlamaQuantReference;
+using reference::ReferenceTensor;
 
 struct ModelSpec {
   std::string label;
