@@ -29,7 +29,7 @@
 #include "daemon/engine/engine.h"
 #include "daemon/handlers/service.h"
 #include "daemon/kernels/heap_tuning.h"
-#include "daemon/text/tokenizer.h"
+#include "daemon/text/sentencepiece_tokenizer.h"
 #include "daemon/model/transformer.h"
 #include "daemon/model/weights.h"
 
@@ -197,12 +197,12 @@ int main(int argc, char** argv) {
   }
   niels::daemon::kernels::TuneHeapForActivations();
   auto pool = std::make_shared<niels::daemon::kernels::WorkerPool>(threads);
-  auto tokenizer = niels::daemon::text::Tokenizer::Load(tokenizer_path);
+  auto tokenizer = niels::daemon::text::SentencePieceTokenizer::Load(tokenizer_path);
   if (!tokenizer.ok()) {
     std::fprintf(stderr, "nielsd-chat-bench: %s\n", tokenizer.status().ToString().c_str());
     return 1;
   }
-  auto model = std::make_unique<niels::daemon::model::Model>();
+  auto model = std::make_unique<niels::daemon::loaders::Model>();
   model->config = config;
   model->transformer = std::make_unique<niels::daemon::model::Transformer>(
       config, niels::daemon::model::RandomWeights(config, /*seed=*/7), pool);

@@ -46,9 +46,10 @@
 
 #include "client/daemon_client.h"
 #include "daemon/kernels/dtype.h"
-#include "daemon/model/model_dir.h"
+#include "daemon/loaders/model_loader.h"
+#include "daemon/loaders/niels_dir.h"
 #include "daemon/kernels/heap_tuning.h"
-#include "daemon/text/tokenizer.h"
+#include "daemon/text/sentencepiece_tokenizer.h"
 #include "daemon/model/transformer.h"
 #include "daemon/model/weights.h"
 
@@ -291,7 +292,7 @@ void RunModel(const Options& o, const Transformer& model, ReadBandwidthProbe& ba
 // Writes config.json (V from the tokenizer), model.safetensors (RandomWeights(seed 1) in `dtype`)
 // and tokenizer.model into `dir`.
 common::Status WriteRandomModelDir(const Options& o, const std::filesystem::path& dir, Dtype dtype, ModelConfig* out) {
-  auto tokenizer = daemon::text::Tokenizer::Load(o.tokenizer);
+  auto tokenizer = daemon::text::SentencePieceTokenizer::Load(o.tokenizer);
   if (!tokenizer.ok()) return tokenizer.status();
   ModelConfig c = o.config;
   c.vocab_size = (*tokenizer)->vocab_size();
@@ -306,7 +307,7 @@ common::Status WriteRandomModelDir(const Options& o, const std::filesystem::path
   if (ec || !config) {
     return common::Status::Internal("cannot write " + dir.string() + ": " + (ec ? ec.message() : "write error"));
   }
-  NIELS_RETURN_IF_ERROR(daemon::model::SaveWeights(daemon::model::RandomWeights(c, /*seed=*/1), dir / "model.safetensors", dtype));
+  NIELS_RETURN_IF_ERROR(daemon::loaders::SaveNielsWeights(daemon::model::RandomWeights(c, /*seed=*/1), dir / "model.safetensors", dtype));
   if (out != nullptr) *out = c;
   return common::Status::Ok();
 }
@@ -586,11 +587,11 @@ int Main(int argc, char** argv) {
   auto pool = std::make_shared<daemon::kernels::WorkerPool>(threads);
   const Dtype kv_dtype = *daemon::kernels::ParseDtype(o.kv_dtype);
   std::unique_ptr<Transformer> model;
-  std::unique_ptr<daemon::model::Model> loaded;  // keeps a --model directory's mapping alive
+  std::unique_ptr<daemon::loaders::Model> loaded;  // keeps a --model directory's mapping alive
   if (!o.model_dir.empty()) {
-    daemon::model::ModelDirOptions load;
+    daemon::loaders::LoadOptions load;
     if (o.dtype != "file") load.dtype = daemon::kernels::ParseDtype(o.dtype);
-    auto dir = daemon::model::LoadModelDir(o.model_dir, pool, load);
+    auto dir = daemon::loaders::LoadModel(o.model_dir, pool, load);
     if (!dir.ok()) {
       std::fprintf(stderr, "nielsd-bench: %s\n", dir.status().ToString().c_str());
       return 1;

@@ -7,7 +7,7 @@
 # fuzz_replay_<target> ctest then replays it forever).
 #
 # Usage: scripts/fuzz.sh [SECONDS] [TARGET...]     (targets: frame_decoder config tokenizer
-#        text_stream safetensors model_dir request gguf quantize; default all)
+#        text_stream safetensors model_dir request gguf grammar tokenizer_json jinja quantize; default all)
 #        scripts/fuzz.sh --totals                 executions per target over every run so far:
 #                                                 the committed ledger tests/fuzz/executions.tsv
 #                                                 plus this machine's build-fuzz/fuzz-executions.tsv
@@ -31,7 +31,7 @@ cd "$(dirname "$0")/.."
 BUILD=build-fuzz
 LEDGER="$BUILD/fuzz-executions.tsv"
 COMMITTED_LEDGER=tests/fuzz/executions.tsv   # campaigns of earlier machines (same columns)
-ALL_TARGETS=(frame_decoder config tokenizer text_stream safetensors model_dir request gguf quantize)
+ALL_TARGETS=(frame_decoder config tokenizer text_stream safetensors model_dir request gguf grammar tokenizer_json jinja quantize)
 # Every campaign and merge: a single allocation above 64 MiB is a finding (nothing may be sized
 # from a client-supplied length before it is checked).
 LIMITS=(-malloc_limit_mb=64 -rss_limit_mb=2048 -timeout=30 -max_len=65536)
@@ -111,13 +111,15 @@ for t in "${TARGETS[@]}"; do
     echo "fuzz.sh: a campaign of $t is already running on this machine (it holds $BUILD/fuzz-$t.lock)"
     exit 2
   }
+  dict_args=()  # a libFuzzer dictionary next to the corpus, when the target has one
+  [ -f tests/fuzz/"$t"/"$t".dict ] && dict_args=(-dict=tests/fuzz/"$t"/"$t".dict)
   echo "== fuzz_$t for ${SECONDS_PER_TARGET}s"
   log="$BUILD/fuzz-$t.log"
   started=$(date +%s)
   status=0
   nice -n "${FUZZ_NICE:-10}" \
     "$BUILD/tests/fuzz/fuzz_$t" -max_total_time="$SECONDS_PER_TARGET" "${LIMITS[@]}" -print_final_stats=1 \
-      -artifact_prefix="$artifacts" ${FUZZ_ARGS:-} "$corpus" "${seeds[@]}" >"$log" 2>&1 || status=$?
+      -artifact_prefix="$artifacts" "${dict_args[@]}" ${FUZZ_ARGS:-} "$corpus" "${seeds[@]}" >"$log" 2>&1 || status=$?
   # Stopped by SIGINT or SIGTERM: libFuzzer still prints its counts; not a finding.
   result=ok
   if [ $status -ne 0 ]; then

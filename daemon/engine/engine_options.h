@@ -6,7 +6,7 @@
 #include <cstddef>
 #include <cstdint>
 
-#include "daemon/model/model_dir.h"
+#include "daemon/loaders/model_loader.h"
 #include "daemon/sessions/session_registry.h"
 
 namespace niels::daemon::state {
@@ -28,7 +28,7 @@ struct EngineOptions {
   int threads = 0;                        // the model kernels' WorkerPool (MakeEngine); > 0 also
                                           // tunes the heap for activations on the engine thread
   // How the model and the KV caches are kept in memory (nielsd --dtype, --kv-dtype; MakeEngine).
-  model::ModelDirOptions model_options;
+  loaders::LoadOptions model_options;
   uint32_t max_batch = 16;                // running turns (rows of a batched decode step) at most
   int64_t prefill_chunk = 256;            // prompt tokens prefilled per iteration (all turns
                                           // together; 4x for a turn running alone)

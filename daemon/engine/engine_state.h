@@ -8,7 +8,7 @@
 #include <memory>
 
 #include "daemon/engine/engine_options.h"
-#include "daemon/model/model_dir.h"
+#include "daemon/loaders/model_loader.h"
 #include "daemon/sessions/kv_budget.h"
 #include "daemon/sessions/kv_spill.h"
 #include "daemon/sessions/session_registry.h"
@@ -16,13 +16,14 @@
 namespace niels::daemon::engine {
 
 struct EngineState {
-  EngineState(std::unique_ptr<model::Model> model, const EngineOptions& options);
+  EngineState(std::unique_ptr<loaders::Model> model, const EngineOptions& options);
 
   const model::LanguageModel& language_model() const { return *model->transformer; }
   const text::Tokenizer& tokenizer() const { return *model->tokenizer; }
+  const text::SpecialTokens& special() const { return model->special; }
   const model::ModelConfig& config() const { return model->config; }
 
-  std::unique_ptr<model::Model> model;
+  std::unique_ptr<loaders::Model> model;
   EngineOptions options;
   sessions::KvSpiller spiller;       // KV caches to and from disk (durable sessions)
   sessions::SessionRegistry sessions;

@@ -1,11 +1,11 @@
 #include "daemon/formats/gguf_writer.h"
 
-#include <fmt/format.h>
-#include <unistd.h>
-
 #include <cstdlib>
 #include <cstring>
-#include <fstream>
+
+#include <fmt/format.h>
+
+#include "daemon/formats/atomic_write.h"
 
 namespace niels::daemon::formats {
 
@@ -188,22 +188,9 @@ std::string GgufWriter::Serialize() const {
 }
 
 Status GgufWriter::Write(const std::filesystem::path& path) const {
-  std::filesystem::path temporary = path;
-  temporary += ".tmp." + std::to_string(::getpid());
-  std::ofstream out(temporary, std::ios::binary | std::ios::trunc);
-  Emit([&out](const char* p, uint64_t n) { out.write(p, static_cast<std::streamsize>(n)); });
-  out.close();
-  std::error_code ec;
-  if (!out) {
-    std::filesystem::remove(temporary, ec);
-    return Status::Internal(path.string() + ": write failed");
-  }
-  std::filesystem::rename(temporary, path, ec);
-  if (ec) {
-    std::filesystem::remove(temporary, ec);
-    return Status::Internal(path.string() + ": rename failed: " + ec.message());
-  }
-  return Status::Ok();
+  return WriteFileAtomically(path, [this](std::ostream& out) {
+    Emit([&out](const char* p, uint64_t n) { out.write(p, static_cast<std::streamsize>(n)); });
+  });
 }
 
 }  // namespace niels::daemon::formats

@@ -32,7 +32,7 @@ StatusOr<engine::ChatTurnArgs> ChatArgs(const engine::EngineState& state, const 
         fmt::format("max_new_tokens = {} must be in [1, {}]", args.max_new_tokens, kMaxNewTokensLimit));
   }
   args.use_kv_cache = !request.has_use_kv_cache() || request.use_kv_cache();
-  const std::vector<int32_t> banned = text::DefaultBannedIds(state.tokenizer());
+  const std::vector<int32_t> banned = text::DefaultBannedIds(state.special());
   StatusOr<sampling::SamplingParams> sampling = SamplingFromProto(request.sampling(), state.config().vocab_size, banned);
   if (!sampling.ok()) return sampling.status();
   args.sampling = std::move(sampling).value();

@@ -9,7 +9,7 @@ namespace v1 = niels::v1;
 
 HandlerResult HandleInfo(engine::EngineState& state, server::Job& job, const v1::InfoRequest&) {
   const model::ModelConfig& config = state.config();
-  const text::SpecialTokens& special = state.tokenizer().special();
+  const text::SpecialTokens& special = state.special();
   v1::Response response;
   v1::InfoResponse& info = *response.mutable_info();
   info.set_model_name(config.name.empty() ? state.model->dir.filename().string() : config.name);

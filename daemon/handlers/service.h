@@ -26,7 +26,7 @@ class Service final : public server::RequestService {
   void Shutdown() override;
 
   engine::Engine& engine() { return *engine_; }
-  const model::Model& model() const { return engine_->model(); }
+  const loaders::Model& model() const { return engine_->model(); }
 
  private:
   std::unique_ptr<engine::Engine> engine_;

@@ -9,7 +9,9 @@ HandlerResult HandleTokenize(engine::EngineState& state, server::Job&, const v1:
   const text::Tokenizer& tokenizer = state.tokenizer();
   v1::Response response;
   v1::TokenizeResponse& result = *response.mutable_tokenize();
-  for (int32_t id : tokenizer.Encode(request.text())) {
+  common::StatusOr<std::vector<int32_t>> ids = tokenizer.Encode(request.text());
+  if (!ids.ok()) return ids.status();
+  for (int32_t id : *ids) {
     result.add_ids(id);
     result.add_pieces(tokenizer.Piece(id));
   }

@@ -21,8 +21,8 @@ void* Element(void* block, int64_t offset, Dtype dtype) {
 
 void FeedForward(const BlockWeightViews& block, const ModelShape& shape, const float* x, int64_t rows, float* a,
                  float* g, float* out, WorkerPool& pool) {
-  MatVec(block.fc_a_w, shape.d_ff, shape.width, block.fc_a_b, x, rows, a, pool);  // [rows, F]
-  MatVec(block.fc_g_w, shape.d_ff, shape.width, block.fc_g_b, x, rows, g, pool);  // [rows, F]
+  MatVec(block.w_up, shape.d_ff, shape.width, block.b_up, x, rows, a, pool);      // [rows, F]
+  MatVec(block.w_gate, shape.d_ff, shape.width, block.b_gate, x, rows, g, pool);  // [rows, F]
   const int64_t total = rows * shape.d_ff;
   if (rows == 1 || pool.threads() == 1) {
     simd::SiluMul(g, a, total);
@@ -32,12 +32,12 @@ void FeedForward(const BlockWeightViews& block, const ModelShape& shape, const f
       simd::SiluMul(g + begin, a + begin, end - begin);
     });
   }
-  MatVec(block.fc_out_w, shape.width, shape.d_ff, block.fc_out_b, a, rows, out, pool);  // [rows, C]
+  MatVec(block.w_down, shape.width, shape.d_ff, block.b_down, a, rows, out, pool);  // [rows, C]
 }
 
 ForwardStep::ForwardStep(ModelShape shape, int64_t block_tokens, std::shared_ptr<WorkerPool> pool)
     : shape_(shape),
-      layout_{shape.heads, shape.head_dim(), block_tokens},
+      layout_{shape.kv_heads, shape.head_dim, block_tokens},
       pool_(pool != nullptr ? std::move(pool) : std::make_shared<WorkerPool>(1)) {
   s_.scores.resize(static_cast<size_t>(pool_->threads() * kQueryBlock * shape_.context));
 }
@@ -47,8 +47,8 @@ void ForwardStep::Reserve(int64_t rows) {
   const ModelShape& c = shape_;
   s_.h.resize(rows * c.width);
   s_.x.resize(rows * c.width);
-  s_.qkv.resize(rows * 3 * c.width);
-  s_.heads.resize(rows * c.width);
+  s_.qkv.resize(rows * c.qkv_width());
+  s_.heads.resize(rows * c.q_width());
   s_.a.resize(rows * c.d_ff);
   s_.g.resize(rows * c.d_ff);
   reserved_rows_ = rows;
@@ -73,22 +73,23 @@ void ForwardStep::ForRows(int64_t n, Fn&& fn) {
 void ForwardStep::AttendBlock(std::span<const StepSequence> sequences, const QueryBlock& block, int64_t head,
                               int64_t layer, int64_t trace_layer, float* scores) {
   const StepSequence& seq = sequences[block.sequence];
-  const int64_t C = shape_.width, D = shape_.head_dim(), T = shape_.context, size = DtypeSize(seq.kv_dtype);
+  const int64_t D = shape_.head_dim, T = shape_.context, size = DtypeSize(seq.kv_dtype);
+  const int64_t width = shape_.qkv_width(), kv_head = head / (shape_.heads / shape_.kv_heads);
   const simd::AttendArgs args{
-      .q = s_.qkv.data() + block.first_row * 3 * C + head * D,
-      .q_stride = 3 * C,
+      .q = s_.qkv.data() + block.first_row * width + head * D,
+      .q_stride = width,
       .rows = block.rows,
       .first_position = block.position,
       .blocks = seq.blocks,
       .block_tokens = layout_.block_tokens,
-      .key_offset = layout_.Offset(layer, 0, head, 0) * size,
-      .value_offset = layout_.Offset(layer, 1, head, 0) * size,
+      .key_offset = layout_.Offset(layer, 0, kv_head, 0) * size,
+      .value_offset = layout_.Offset(layer, 1, kv_head, 0) * size,
       .head_dim = D,
       .scale = static_cast<float>(1.0 / std::sqrt(static_cast<double>(D))),
       .scores = scores,
       .scores_stride = T,
-      .out = s_.heads.data() + block.first_row * C + head * D,
-      .out_stride = C,
+      .out = s_.heads.data() + block.first_row * shape_.q_width() + head * D,
+      .out_stride = shape_.q_width(),
   };
   simd::Attend(args, seq.kv_dtype);
   const int64_t last = seq.start + seq.count - 1;  // the traced row's position
@@ -98,27 +99,56 @@ void ForwardStep::AttendBlock(std::span<const StepSequence> sequences, const Que
   }
 }
 
-// Causal self-attention of `layer` for every row, from this layer's qkv rows: RoPE on q and k, k
-// and v written to the row's block at its position (so later rows of the same sequence see them),
-// then every (query block, head) pair, handed to whichever thread is free -- the last blocks (the
-// longest prefixes) first, so that no thread is left with a long one at the end. Fills heads.
+void ForwardStep::ProjectQkv(const BlockWeightViews& block) {
+  const int64_t R = static_cast<int64_t>(row_sequence_.size()), C = shape_.width, width = shape_.qkv_width();
+  if (block.wqkv.data != nullptr) {
+    MatVec(block.wqkv, width, C, nullptr, s_.x.data(), R, s_.qkv.data(), *pool_);  // [R, H D + 2 KV D]
+    return;
+  }
+  const int64_t HD = shape_.q_width(), KVD = shape_.kv_width();
+  MatVec(block.wq, HD, C, block.bq, s_.x.data(), R, s_.qkv.data(), *pool_, width);              // q [R, H D]
+  MatVec(block.wk, KVD, C, block.bk, s_.x.data(), R, s_.qkv.data() + HD, *pool_, width);        // k [R, KV D]
+  MatVec(block.wv, KVD, C, block.bv, s_.x.data(), R, s_.qkv.data() + HD + KVD, *pool_, width);  // v [R, KV D]
+}
+
+void ForwardStep::PrepareQueryKey(const BlockWeightViews& block, const float* rope, float* q, float* k) const {
+  const int64_t H = shape_.heads, KV = shape_.kv_heads, D = shape_.head_dim;
+  if (shape_.qk_rows_interleaved) {
+    UninterleaveHalves(q, H, D);
+    UninterleaveHalves(k, KV, D);
+  }
+  if (block.q_norm != nullptr) RmsNorm(q, block.q_norm, H, D, shape_.rms_norm_eps, q);
+  if (block.k_norm != nullptr) RmsNorm(k, block.k_norm, KV, D, shape_.rms_norm_eps, k);
+  if (shape_.rope_halves) {
+    ApplyRopeHalves(q, rope, H, D);
+    ApplyRopeHalves(k, rope, KV, D);
+  } else {
+    ApplyRope(q, rope, H, D);
+    ApplyRope(k, rope, KV, D);
+  }
+}
+
+// Causal self-attention of `layer` for every row, from this layer's q, k and v rows: q and k
+// prepared (PrepareQueryKey), k and v written to the row's block at its position (so later rows of
+// the same sequence see them), then every (query block, query head) pair, handed to whichever
+// thread is free -- the last blocks (the longest prefixes) first, so that no thread is left with a
+// long one at the end. Fills heads.
 void ForwardStep::Attention(const WeightViews& w, std::span<const StepSequence> sequences, int64_t layer,
                             int64_t trace_layer) {
-  const int64_t R = static_cast<int64_t>(row_sequence_.size()), C = shape_.width, H = shape_.heads;
-  const int64_t D = shape_.head_dim(), bt = layout_.block_tokens;
+  const int64_t R = static_cast<int64_t>(row_sequence_.size()), H = shape_.heads, KV = shape_.kv_heads;
+  const int64_t D = shape_.head_dim, bt = layout_.block_tokens, width = shape_.qkv_width();
+  const BlockWeightViews& weights = w.blocks[layer];
   ForRows(R, [&](int64_t begin, int64_t end) {
     for (int64_t r = begin; r < end; ++r) {
       const int64_t position = row_position_[r];
-      float* q = s_.qkv.data() + r * 3 * C;  // [H, D]
-      float* k = q + C;                      // [H, D]
-      const float* v = k + C;                // [H, D]
-      const float* rope = w.rope + position * D;  // [D/2, 2]
-      ApplyRope(q, rope, H, D);
-      ApplyRope(k, rope, H, D);
+      float* q = s_.qkv.data() + r * width;  // [H, D]
+      float* k = q + H * D;                  // [KV, D]
+      const float* v = k + KV * D;           // [KV, D]
+      PrepareQueryKey(weights, w.rope + position * D, q, k);  // rope row: [D/2, 2]
       const StepSequence& seq = sequences[row_sequence_[r]];
       void* block = seq.blocks[position / bt];
       const int64_t slot = position % bt;
-      for (int64_t h = 0; h < H; ++h) {  // narrowed to the KV dtype as stored
+      for (int64_t h = 0; h < KV; ++h) {  // narrowed to the KV dtype as stored
         simd::FromFloat(k + h * D, D, seq.kv_dtype, Element(block, layout_.Offset(layer, 0, h, slot), seq.kv_dtype));
         simd::FromFloat(v + h * D, D, seq.kv_dtype, Element(block, layout_.Offset(layer, 1, h, slot), seq.kv_dtype));
       }
@@ -178,21 +208,23 @@ int64_t ForwardStep::Run(const WeightViews& weights, std::span<const StepSequenc
   };
   for (int64_t layer = 0; layer < shape_.layers; ++layer) {
     const BlockWeightViews& block = weights.blocks[layer];
-    // h = h + proj(attention(RMSNorm1(h)))
-    norm(block.ln1);
-    MatVec(block.qkv, 3 * C, C, nullptr, s.x.data(), R, s.qkv.data(), pool);  // [R, 3C]
-    Attention(weights, sequences, layer, trace_layer);                         // [R, C]
-    MatVec(block.proj, C, C, nullptr, s.heads.data(), R, s.x.data(), pool);    // [R, C]
+    // h = h + wo(attention(RMSNorm_attn(h)))
+    norm(block.attn_norm);
+    ProjectQkv(block);                                                                    // [R, H D + 2 KV D]
+    Attention(weights, sequences, layer, trace_layer);                                    // [R, H D]
+    MatVec(block.wo, C, shape_.q_width(), nullptr, s.heads.data(), R, s.x.data(), pool);  // [R, C]
     add_x_into_h();
-    // h = h + mlp(RMSNorm2(h))
-    norm(block.ln2);
+    // h = h + mlp(RMSNorm_ffn(h))
+    norm(block.ffn_norm);
     FeedForward(block, shape_, s.x.data(), R, s.a.data(), s.g.data(), s.x.data(), pool);  // [R, C]
     add_x_into_h();
   }
-  // logits = RMSNorm_f(h) @ tok_emb^T, only for the rows that want them.
+  // logits = RMSNorm_final(h) @ lm_head^T, only for the rows that want them.
   const int64_t n = static_cast<int64_t>(logit_rows_.size());
-  for (int64_t k = 0; k < n; ++k) RmsNorm(s.h.data() + logit_rows_[k] * C, weights.ln_f, 1, C, shape_.rms_norm_eps, s.x.data() + k * C);
-  if (n > 0) MatVec(weights.tok_emb, shape_.vocab, C, nullptr, s.x.data(), n, logits, pool);  // [n, V]
+  for (int64_t k = 0; k < n; ++k) {
+    RmsNorm(s.h.data() + logit_rows_[k] * C, weights.final_norm, 1, C, shape_.rms_norm_eps, s.x.data() + k * C);
+  }
+  if (n > 0) MatVec(weights.lm_head, shape_.vocab, C, nullptr, s.x.data(), n, logits, pool);  // [n, V]
   return n;
 }
 

@@ -26,9 +26,14 @@
 // KV blocks hold f32 or f16 elements (StepSequence::kv_dtype): a key or value is narrowed once as
 // it is written (simd::FromFloat, dtype.h's rounding) and read widened; every sum stays f32.
 //
+// One forward pass serves the whole family (model_views.h): grouped-query attention (query head h
+// reads key/value head h / (H / KV)), q/k/v as one matrix or three, optional q/k/v biases, RMSNorm
+// over each head of q and k, RoPE over adjacent pairs or halves, biased or plain SwiGLU, a tied or
+// separate output projection.
+//
 // No libtorch: weights and the RoPE table come in as views (model_views.h), KV blocks as pointers
-// (daemon/model/kv_pool.h owns them). Shapes: C width, H heads, D = C/H, F = d_ff, V vocab,
-// T context, bt = block tokens.
+// (daemon/model/kv_pool.h owns them). Shapes: C width, H query heads, KV key/value heads, D head
+// size, F = d_ff, V vocab, T context, bt = block tokens.
 
 #include <cstdint>
 #include <memory>
@@ -41,9 +46,9 @@
 namespace niels::daemon::kernels {
 
 // Where a position's keys and values live in a KV block: a block holds positions [i*bt, (i+1)*bt)
-// of one sequence as [L][2][H][bt][D] elements (keys 0, values 1) of the sequence's KV dtype.
+// of one sequence as [L][2][KV][bt][D] elements (keys 0, values 1) of the sequence's KV dtype.
 struct KvBlockLayout {
-  int64_t heads;         // H
+  int64_t heads;         // KV: key/value heads
   int64_t head_dim;      // D
   int64_t block_tokens;  // bt
   // Element offset of (layer, keys 0 / values 1, head, slot) in a block.
@@ -68,8 +73,8 @@ struct StepSequence {
   float* trace = nullptr;
 };
 
-// fc_out(silu(fc_g(x)) * fc_a(x)) for `rows` rows of x [rows, C] into out [rows, C]; a and g are
-// scratch [rows, F].
+// down(silu(gate(x)) * up(x)) (with the biases the block has) for `rows` rows of x [rows, C] into
+// out [rows, C]; a and g are scratch [rows, F].
 void FeedForward(const BlockWeightViews& block, const ModelShape& shape, const float* x, int64_t rows, float* a,
                  float* g, float* out, WorkerPool& pool);
 
@@ -106,8 +111,8 @@ class ForwardStep {
   struct Scratch {
     std::vector<float> h;       // [R, C] the residual stream
     std::vector<float> x;       // [R, C] RMSNorm(h), then a block's output
-    std::vector<float> qkv;     // [R, 3C] q | k | v, head h at columns [hD, (h+1)D) of each third
-    std::vector<float> heads;   // [R, C] attention output, heads concatenated
+    std::vector<float> qkv;     // [R, H D + 2 KV D] q | k | v, head h at columns [hD, (h+1)D) of each
+    std::vector<float> heads;   // [R, H D] attention output, heads concatenated
     std::vector<float> a;       // [R, F] fc_a(x), then silu(g) * a
     std::vector<float> g;       // [R, F] fc_g(x)
     std::vector<float> scores;  // [threads, kQueryBlock, T] scores, then probabilities
@@ -116,6 +121,10 @@ class ForwardStep {
   // Calls fn(begin, end) over [0, n) split among the pool's threads (serially for a few rows).
   template <typename Fn>
   void ForRows(int64_t n, Fn&& fn);
+  // q, k and v of every row into s_.qkv (one product, or three with their biases).
+  void ProjectQkv(const BlockWeightViews& block);
+  // What attention needs of one row's fresh q and k: llama order undone, per-head norms, RoPE.
+  void PrepareQueryKey(const BlockWeightViews& block, const float* rope, float* q, float* k) const;
   void Attention(const WeightViews& w, std::span<const StepSequence> sequences, int64_t layer, int64_t trace_layer);
   void AttendBlock(std::span<const StepSequence> sequences, const QueryBlock& block, int64_t head, int64_t layer,
                    int64_t trace_layer, float* scores);

@@ -36,13 +36,13 @@ void* ActivationBuffer(int64_t bytes) {
 // A block-type weight: the rows of x are quantized once (split among the threads when there are
 // many), then the output rows are split as for the other dtypes.
 void QuantizedMatVec(Matrix weight, int64_t out, int64_t in, const float* bias, const float* x, int64_t rows,
-                     float* y, WorkerPool& pool) {
+                     float* y, int64_t y_stride, WorkerPool& pool) {
   const int64_t row_bytes = ActivationLayoutFor(weight.dtype, in).row_bytes;
   auto* xq = static_cast<unsigned char*>(ActivationBuffer(rows * row_bytes));
   const bool parallel = pool.threads() > 1 && out * in * rows >= kMinParallelWork;
   if (!parallel) {
     simd::QuantizeActivations(weight.dtype, x, in, rows, in, xq);
-    simd::DotRowsQuantized(weight, in, xq, rows, bias, y, out, 0, out, out);
+    simd::DotRowsQuantized(weight, in, xq, rows, bias, y, y_stride, 0, out, out);
     return;
   }
   if (rows >= 8) {
@@ -59,7 +59,7 @@ void QuantizedMatVec(Matrix weight, int64_t out, int64_t in, const float* bias, 
   pool.Run([&](int, int) {
     for (int64_t b = next.fetch_add(1, std::memory_order_relaxed); b < blocks;
          b = next.fetch_add(1, std::memory_order_relaxed)) {
-      simd::DotRowsQuantized(weight, in, xq, rows, bias, y, out, b * block, std::min(out, (b + 1) * block), out);
+      simd::DotRowsQuantized(weight, in, xq, rows, bias, y, y_stride, b * block, std::min(out, (b + 1) * block), out);
     }
   });
 }
@@ -67,14 +67,15 @@ void QuantizedMatVec(Matrix weight, int64_t out, int64_t in, const float* bias, 
 }  // namespace
 
 void MatVec(Matrix weight, int64_t out, int64_t in, const float* bias, const float* x, int64_t rows, float* y,
-            WorkerPool& pool) {
+            WorkerPool& pool, int64_t y_stride) {
   if (out <= 0 || rows <= 0) return;
+  if (y_stride == 0) y_stride = out;
   if (IsQuantized(weight.dtype)) {
-    QuantizedMatVec(weight, out, in, bias, x, rows, y, pool);
+    QuantizedMatVec(weight, out, in, bias, x, rows, y, y_stride, pool);
     return;
   }
   if (pool.threads() == 1 || out * in * rows < kMinParallelWork) {
-    simd::DotRows(weight, in, x, in, rows, bias, y, out, 0, out, out);
+    simd::DotRows(weight, in, x, in, rows, bias, y, y_stride, 0, out, out);
     return;
   }
   const int64_t block = BlockRows(in, weight.dtype, rows);
@@ -83,7 +84,7 @@ void MatVec(Matrix weight, int64_t out, int64_t in, const float* bias, const flo
   pool.Run([&](int, int) {
     for (int64_t b = next.fetch_add(1, std::memory_order_relaxed); b < blocks;
          b = next.fetch_add(1, std::memory_order_relaxed)) {
-      simd::DotRows(weight, in, x, in, rows, bias, y, out, b * block, std::min(out, (b + 1) * block), out);
+      simd::DotRows(weight, in, x, in, rows, bias, y, y_stride, b * block, std::min(out, (b + 1) * block), out);
     }
   });
 }

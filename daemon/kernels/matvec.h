@@ -33,9 +33,10 @@ namespace niels::daemon::kernels {
 // type by the 8-bit rounding of x (REQUIRES: in a multiple of its block, 32 or 256). The weight's output
 // rows are handed to the pool's threads in blocks from a shared counter (whoever is free takes the
 // next). Row r of y is bitwise independent of `rows`, of the other rows of x, of the pool's thread
-// count and of which thread computed it (batch invariance).
+// count and of which thread computed it (batch invariance). y_stride: floats from one row of y to
+// the next (0: out), so that a product can fill some columns of a wider matrix.
 void MatVec(Matrix weight, int64_t out, int64_t in, const float* bias, const float* x, int64_t rows, float* y,
-            WorkerPool& pool);
+            WorkerPool& pool, int64_t y_stride = 0);
 
 // The kernels picked for this CPU at run time: "avx512", "avx2+fma" or "portable".
 const char* MatVecKernelName();

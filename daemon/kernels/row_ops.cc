@@ -1,5 +1,6 @@
 #include "daemon/kernels/row_ops.h"
 
+#include <algorithm>
 #include <cmath>
 
 #include "daemon/kernels/simd_kernels.h"
@@ -25,6 +26,33 @@ void ApplyRope(float* x, const float* rope, int64_t heads, int64_t head_dim) {
       head[2 * i] = a * cos - b * sin;
       head[2 * i + 1] = a * sin + b * cos;
     }
+  }
+}
+
+void ApplyRopeHalves(float* x, const float* rope, int64_t heads, int64_t head_dim) {
+  const int64_t half = head_dim / 2;
+  for (int64_t h = 0; h < heads; ++h) {
+    float* head = x + h * head_dim;
+    for (int64_t i = 0; i < half; ++i) {
+      const float cos = rope[2 * i], sin = rope[2 * i + 1];
+      const float a = head[i], b = head[i + half];
+      head[i] = a * cos - b * sin;
+      head[i + half] = a * sin + b * cos;
+    }
+  }
+}
+
+void UninterleaveHalves(float* x, int64_t heads, int64_t head_dim) {
+  constexpr int64_t kMaxHeadDim = 4096;
+  float moved[kMaxHeadDim];
+  const int64_t half = head_dim / 2;
+  for (int64_t h = 0; h < heads; ++h) {
+    float* head = x + h * head_dim;
+    for (int64_t i = 0; i < half; ++i) {
+      moved[i] = head[2 * i];
+      moved[half + i] = head[2 * i + 1];
+    }
+    std::copy(moved, moved + head_dim, head);
   }
 }
 

@@ -4,6 +4,7 @@
 #include <fstream>
 #include <sstream>
 
+#include <fmt/format.h>
 #include <nlohmann/json.hpp>
 
 namespace niels::daemon::model {
@@ -33,6 +34,68 @@ Status ReadInt(const Json& root, const std::string& file, const char* key, int64
 }
 
 }  // namespace
+
+std::string_view ArchitectureName(Architecture architecture) {
+  switch (architecture) {
+    case Architecture::kNielsGpt: return "niels_gpt";
+    case Architecture::kLlama: return "llama";
+    case Architecture::kQwen2: return "qwen2";
+    case Architecture::kQwen3: return "qwen3";
+  }
+  return "unknown";
+}
+
+Status ValidateModelConfig(const ModelConfig& c, const std::string& where) {
+  const auto positive = [&](int64_t value, int64_t max, const char* what) -> Status {
+    if (value <= 0 || value > max) {
+      return Status::InvalidArgument(fmt::format("{}: {} = {} must be in [1, {}]", where, what, value, max));
+    }
+    return Status::Ok();
+  };
+  NIELS_RETURN_IF_ERROR(positive(c.vocab_size, kMaxDim, "the vocabulary size V"));
+  NIELS_RETURN_IF_ERROR(positive(c.context, kMaxContext, "the context T"));
+  NIELS_RETURN_IF_ERROR(positive(c.width, kMaxDim, "the width C"));
+  NIELS_RETURN_IF_ERROR(positive(c.layers, kMaxDim, "the number of layers L"));
+  NIELS_RETURN_IF_ERROR(positive(c.heads, kMaxDim, "the number of heads H"));
+  NIELS_RETURN_IF_ERROR(positive(c.d_ff, kMaxDim, "the feed-forward width F"));
+  if (c.kv_heads < 0 || c.head_size < 0) {
+    return Status::InvalidArgument(fmt::format("{}: negative key/value heads or head size", where));
+  }
+  if (c.head_size == 0 && c.width % c.heads != 0) {
+    return Status::InvalidArgument(fmt::format("{}: the width C = {} is not divisible by the heads H = {}", where,
+                                               c.width, c.heads));
+  }
+  NIELS_RETURN_IF_ERROR(positive(c.head_dim(), int64_t{1} << 12, "the head size D"));
+  if (c.head_dim() % 2 != 0) {
+    return Status::InvalidArgument(
+        fmt::format("{}: the head size D = {} is odd; RoPE needs an even head size", where, c.head_dim()));
+  }
+  if (c.heads % c.kv_head_count() != 0) {
+    return Status::InvalidArgument(fmt::format("{}: the {} query heads are not a multiple of the {} key/value heads",
+                                               where, c.heads, c.kv_head_count()));
+  }
+  if (c.q_width() > kMaxDim) {
+    return Status::InvalidArgument(fmt::format("{}: H x D = {} is too large", where, c.q_width()));
+  }
+  if (!(c.rope_theta > 0.0) || !std::isfinite(c.rope_theta)) {
+    return Status::InvalidArgument(fmt::format("{}: rope_theta = {} must be a positive number", where, c.rope_theta));
+  }
+  if (!(c.rms_norm_eps > 0.0) || !(c.rms_norm_eps < 1.0)) {
+    return Status::InvalidArgument(fmt::format("{}: rms_norm_eps = {} must be in (0, 1)", where, c.rms_norm_eps));
+  }
+  if (c.rope_scaling.type == RopeScaling::Type::kLlama3) {
+    const RopeScaling& r = c.rope_scaling;
+    if (!(r.factor >= 1.0 && r.factor < 1e6) || !(r.low_freq_factor > 0.0) ||
+        !(r.high_freq_factor > r.low_freq_factor) || !(r.high_freq_factor < 1e6) || r.original_context <= 0 ||
+        r.original_context > kMaxContext) {
+      return Status::InvalidArgument(fmt::format(
+          "{}: llama3 rope scaling needs factor >= 1, 0 < low_freq_factor < high_freq_factor and a positive "
+          "original context (factor {}, low {}, high {}, original context {})",
+          where, r.factor, r.low_freq_factor, r.high_freq_factor, r.original_context));
+    }
+  }
+  return Status::Ok();
+}
 
 StatusOr<ModelConfig> ParseModelConfig(std::string_view json_text, const std::string& file_name) {
   Json root;
@@ -72,6 +135,7 @@ StatusOr<ModelConfig> ParseModelConfig(std::string_view json_text, const std::st
                                    std::to_string(c.heads) + " = " + std::to_string(c.head_dim()) +
                                    " is odd (keys \"C\", \"H\"); RoPE needs an even head dim");
   }
+  NIELS_RETURN_IF_ERROR(ValidateModelConfig(c, file_name));
   return c;
 }
 

@@ -39,7 +39,9 @@ size_t StrideBytes(int64_t block_elements, kernels::Dtype dtype) {
   return (static_cast<size_t>(block_elements * kernels::DtypeSize(dtype)) + page - 1) / page * page;
 }
 
-int64_t BlockElements(const ModelConfig& c) { return c.layers * 2 * c.heads * KvPool::kBlockTokens * c.head_dim(); }
+int64_t BlockElements(const ModelConfig& c) {
+  return c.layers * 2 * c.kv_head_count() * KvPool::kBlockTokens * c.head_dim();
+}
 
 kernels::Dtype CheckedDtype(kernels::Dtype dtype) {
   if (dtype != kernels::Dtype::kF32 && dtype != kernels::Dtype::kF16) {
@@ -57,7 +59,7 @@ uint64_t KvPool::BytesForOneSequence(const ModelConfig& config, kernels::Dtype d
 
 KvPool::KvPool(const ModelConfig& config, uint64_t budget_bytes, kernels::Dtype dtype)
     : layers_(config.layers),
-      heads_(config.heads),
+      heads_(config.kv_head_count()),
       head_dim_(config.head_dim()),
       block_elements_(BlockElements(config)),
       context_(config.context),

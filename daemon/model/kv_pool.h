@@ -5,7 +5,7 @@
 //
 // A block holds the keys and values of kBlockTokens consecutive positions of one sequence for every
 // layer, as elements of the pool's dtype (f32, or f16 for nielsd --kv-dtype f16: half the bytes)
-// laid out [L][2 (keys, values)][H][kBlockTokens][D] (BlockOffset). Writers narrow with
+// laid out [L][2 (keys, values)][KV][kBlockTokens][D] (BlockOffset; KV key/value heads). Writers narrow with
 // kernels::simd::FromFloat, readers widen through a kernels::Matrix of dtype(). Each KvCache
 // (kv_cache.h) owns a table of block ids; blocks are reference counted, so a fork or a shared prefix
 // costs no copy.

@@ -8,29 +8,58 @@
 namespace niels::daemon::model {
 namespace {
 
+// An f32 tensor's data, or null when the model has none.
+const float* Floats(const Tensor& t) { return t.defined() ? t.f32() : nullptr; }
+
 kernels::WeightViews ViewsOf(const Weights& w, const std::vector<float>& rope) {
-  kernels::WeightViews views{w.tok_emb.matrix(), {}, w.ln_f.f32(), rope.data()};
+  kernels::WeightViews views{w.tok_emb.matrix(), {}, w.final_norm.f32(), w.lm_head.matrix(), rope.data()};
   for (const BlockWeights& b : w.blocks) {
-    views.blocks.push_back({b.ln1.f32(), b.qkv.matrix(), b.proj.matrix(), b.ln2.f32(), b.fc_a_w.matrix(),
-                            b.fc_a_b.f32(), b.fc_g_w.matrix(), b.fc_g_b.f32(), b.fc_out_w.matrix(),
-                            b.fc_out_b.f32()});
+    views.blocks.push_back({.attn_norm = b.attn_norm.f32(),
+                            .wqkv = b.wqkv.matrix(),
+                            .wq = b.wq.matrix(),
+                            .wk = b.wk.matrix(),
+                            .wv = b.wv.matrix(),
+                            .bq = Floats(b.bq),
+                            .bk = Floats(b.bk),
+                            .bv = Floats(b.bv),
+                            .q_norm = Floats(b.q_norm),
+                            .k_norm = Floats(b.k_norm),
+                            .wo = b.wo.matrix(),
+                            .ffn_norm = b.ffn_norm.f32(),
+                            .w_gate = b.w_gate.matrix(),
+                            .w_up = b.w_up.matrix(),
+                            .b_gate = Floats(b.b_gate),
+                            .b_up = Floats(b.b_up),
+                            .w_down = b.w_down.matrix(),
+                            .b_down = Floats(b.b_down)});
   }
   return views;
 }
 
 kernels::ModelShape ShapeOf(const ModelConfig& c) {
-  return {c.layers, c.width, c.heads, c.d_ff, c.vocab_size, c.context, c.rms_norm_eps};
+  return {.layers = c.layers,
+          .width = c.width,
+          .heads = c.heads,
+          .kv_heads = c.kv_head_count(),
+          .head_dim = c.head_dim(),
+          .d_ff = c.d_ff,
+          .vocab = c.vocab_size,
+          .context = c.context,
+          .rms_norm_eps = c.rms_norm_eps,
+          .rope_halves = c.rope_pairs == RopePairs::kHalves,
+          .qk_rows_interleaved = c.qk_rows_interleaved};
 }
 
 [[noreturn]] void Fail(const std::string& message) { throw std::invalid_argument(message); }
 
 }  // namespace
 
-std::vector<float> RopeTable(const ModelConfig& config) {
+std::vector<float> RopeTable(const ModelConfig& config, std::span<const float> freq_factors) {
   const int64_t half = config.head_dim() / 2;
   std::vector<float> table(static_cast<size_t>(config.context * half * 2));
   for (int64_t i = 0; i < half; ++i) {
-    const double inv_freq = std::pow(config.rope_theta, static_cast<double>(i) * (-2.0 / config.head_dim()));
+    double inv_freq = std::pow(config.rope_theta, static_cast<double>(i) * (-2.0 / config.head_dim()));
+    if (!freq_factors.empty()) inv_freq /= static_cast<double>(freq_factors[i]);
     for (int64_t p = 0; p < config.context; ++p) {
       const double angle = static_cast<double>(p) * inv_freq;
       table[(p * half + i) * 2] = static_cast<float>(std::cos(angle));
@@ -44,7 +73,9 @@ Transformer::Transformer(ModelConfig config, Weights weights, std::shared_ptr<ke
                          kernels::Dtype kv_dtype)
     : config_(std::move(config)),
       weights_(std::move(weights)),
-      rope_(RopeTable(config_)),
+      rope_(RopeTable(config_, weights_.rope_freqs.defined()
+                                   ? std::span<const float>(weights_.rope_freqs.f32(), config_.head_dim() / 2)
+                                   : std::span<const float>())),
       views_(ViewsOf(weights_, rope_)),
       step_(ShapeOf(config_), KvPool::kBlockTokens, std::move(pool)),
       scratch_pool_(std::make_shared<KvPool>(config_, KvPool::BytesForOneSequence(config_, kv_dtype), kv_dtype)) {}

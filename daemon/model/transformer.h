@@ -1,8 +1,8 @@
 #pragma once
-// Transformer: the niels_gpt forward pass (docs/ARCHITECTURE.md, "Model math") for inference, with
-// and without a KV cache, on nielsd's own kernels (daemon/kernels/forward_step.h). No libtorch
-// (training's differentiable forward is tools/torch/transformer_stages.h; tests hold both to
-// a scalar reference).
+// Transformer: the forward pass of the family (docs/ARCHITECTURE.md, "Model math") for inference,
+// with and without a KV cache, on nielsd's own kernels (daemon/kernels/forward_step.h). No libtorch
+// (training's differentiable forward of niels_gpt is tools/torch/transformer_stages.h; tests hold
+// both to a scalar reference).
 //
 // A prefill chunk, a decode step and a mixed Step of several sequences are all rows of one
 // ForwardStep, so every position's logits and cached keys/values are bitwise the same however its
@@ -31,15 +31,16 @@
 namespace niels::daemon::model {
 
 // RoPE angles for positions 0..T-1 as (cos, sin) pairs [T, D/2, 2]: entry (p, i) is the rotation
-// by p * inv_freq_i with inv_freq_i = rope_theta^(-2i/D), computed in float64 and stored as float.
-std::vector<float> RopeTable(const ModelConfig& config);
+// by p * inv_freq_i with inv_freq_i = rope_theta^(-2i/D) / freq_factors[i] (1 when no factors are
+// given), computed in float64 and stored as float.
+std::vector<float> RopeTable(const ModelConfig& config, std::span<const float> freq_factors = {});
 
 class Transformer final : public LanguageModel {
  public:
   // pool: the kernels' threads (shared with whoever else uses it); nullptr = a 1-thread pool.
   // kv_dtype: the KV blocks of Forward's private cache (f32 or f16); the caches given to Prefill,
   // Decode and Step may be of either dtype (their pool's).
-  // REQUIRES: the weights' shapes match `config` (LoadWeights checks a file).
+  // REQUIRES: the weights' shapes match `config` (model::CheckShapes; the loaders check every file).
   Transformer(ModelConfig config, Weights weights, std::shared_ptr<kernels::WorkerPool> pool = nullptr,
               kernels::Dtype kv_dtype = kernels::Dtype::kF32);
 

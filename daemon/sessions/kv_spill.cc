@@ -16,7 +16,7 @@ state::KvSpillHeader SpillHeader(const model::ModelConfig& config, kernels::Dtyp
   header.model_fingerprint = model_fingerprint;
   header.dtype = kv_dtype == kernels::Dtype::kF16 ? state::KvSpillDtype::kF16 : state::KvSpillDtype::kF32;
   header.layers = static_cast<uint32_t>(config.layers);
-  header.heads = static_cast<uint32_t>(config.heads);
+  header.heads = static_cast<uint32_t>(config.kv_head_count());
   header.head_dim = static_cast<uint32_t>(config.head_dim());
   header.positions = positions;
   header.tokens_hash = state::HashTokens(tokens.first(static_cast<size_t>(positions)));
@@ -68,7 +68,7 @@ common::Status ReadKvSpillInto(model::KvCache& cache, std::span<const int32_t> t
     }
     if (no_memory) return;
     const int kind = range.kind == state::KvKind::kKeys ? 0 : 1;
-    for (int64_t h = 0; h < config.heads; ++h) {
+    for (int64_t h = 0; h < config.kv_head_count(); ++h) {
       for (int64_t i = 0; i < range.count; ++i) {
         const int64_t p = range.begin + i;
         const model::BlockId block = cache.block_ids()[static_cast<size_t>(p / bt)];

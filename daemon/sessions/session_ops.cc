@@ -39,11 +39,13 @@ int64_t PrefillSystemPrompt(const model::LanguageModel& model, Session& session)
 }  // namespace
 
 StatusOr<CreatedSession> CreateSession(SessionRegistry& registry, const model::LanguageModel& model,
-                                       const text::Tokenizer& tokenizer, uint32_t uid,
+                                       const text::Tokenizer& tokenizer, const text::SpecialTokens& special, uint32_t uid,
                                        const std::optional<std::string>& system_prompt) {
   std::vector<int32_t> system_ids;
   if (system_prompt) {
-    system_ids = text::EncodeMessage(tokenizer, text::Role::kSystem, *system_prompt);
+    StatusOr<std::vector<int32_t>> encoded = text::EncodeMessage(tokenizer, special, text::Role::kSystem, *system_prompt);
+    if (!encoded.ok()) return encoded.status();
+    system_ids = std::move(*encoded);
     const int64_t context = model.config().context;
     if (static_cast<int64_t>(system_ids.size()) >= context) {
       return Status::InvalidArgument(fmt::format(

@@ -10,6 +10,7 @@
 #include "common/status.h"
 #include "daemon/model/language_model.h"
 #include "daemon/sessions/session_registry.h"
+#include "daemon/text/sentencepiece_tokenizer.h"
 #include "daemon/text/tokenizer.h"
 
 namespace niels::daemon::sessions {
@@ -26,7 +27,7 @@ struct CreatedSession {
 // on the session prefills it). INVALID_ARGUMENT when the system prompt does not leave room in the
 // model's context; RESOURCE_EXHAUSTED at a session limit (SessionRegistry::Create).
 common::StatusOr<CreatedSession> CreateSession(SessionRegistry& registry, const model::LanguageModel& model,
-                                               const text::Tokenizer& tokenizer, uint32_t uid,
+                                               const text::Tokenizer& tokenizer, const text::SpecialTokens& special, uint32_t uid,
                                                const std::optional<std::string>& system_prompt);
 
 }  // namespace niels::daemon::sessions

@@ -17,21 +17,17 @@ int32_t RoleId(const text::SpecialTokens& special, Role role) {
 
 }  // namespace
 
-std::vector<int32_t> EncodeMessage(const text::Tokenizer& tokenizer, Role role, std::string_view content) {
-  const text::SpecialTokens& special = tokenizer.special();
-  std::vector<int32_t> ids = tokenizer.Encode(content);  // special literals stay plain text
-  ids.insert(ids.begin(), RoleId(special, role));
-  ids.push_back(special.eot);
+common::StatusOr<std::vector<int32_t>> EncodeMessage(const Tokenizer& tokenizer, const SpecialTokens& special, Role role,
+                                                     std::string_view content) {
+  common::StatusOr<std::vector<int32_t>> ids = tokenizer.Encode(content);  // special literals stay plain text
+  if (!ids.ok()) return ids;
+  ids->insert(ids->begin(), RoleId(special, role));
+  ids->push_back(special.eot);
   return ids;
 }
 
-std::vector<int32_t> GenerationPrompt(const text::Tokenizer& tokenizer) {
-  return {tokenizer.special().asst};
-}
+std::vector<int32_t> GenerationPrompt(const SpecialTokens& special) { return {special.asst}; }
 
-std::vector<int32_t> DefaultBannedIds(const text::Tokenizer& tokenizer) {
-  const text::SpecialTokens& special = tokenizer.special();
-  return {special.sys, special.usr, special.asst};
-}
+std::vector<int32_t> DefaultBannedIds(const SpecialTokens& special) { return {special.sys, special.usr, special.asst}; }
 
 }  // namespace niels::daemon::text

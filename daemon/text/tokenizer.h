@@ -1,11 +1,17 @@
 #pragma once
-// Tokenizer: a SentencePiece model with the four niels_gpt special tokens (docs/ARCHITECTURE.md
-// "Tokenizer, chat template and sampling").
-// No libtorch. Immutable after Load(); const methods are safe from any thread.
+// Tokenizer: text <-> token ids, the one interface the engine, the handlers and the tools use
+// (docs/ARCHITECTURE.md, "Tokenizers, chat templates, text and sampling"). Two implementations:
+//   - SentencePieceTokenizer (sentencepiece_tokenizer.h): niels_gpt's tokenizer.model;
+//   - BpeTokenizer (bpe_tokenizer.h): byte-level BPE (Llama 3.x, Qwen2.5, Qwen3) from tokenizer.json
+//     or GGUF metadata.
+// Implementations are immutable once built; every method is safe from any thread.
+//
+// Special tokens: "control" ids (chat markers such as <|im_end|>, <|eot_id|>, niels_gpt's four
+// markers) are what IsSpecial() names. Encode() never produces one from text; EncodeRendered()
+// reads their literals as the ids (a rendered chat template); Decode() drops them. Ids that are
+// added but not special (Qwen3's <think>) are ordinary text for all three.
 
 #include <cstdint>
-#include <filesystem>
-#include <memory>
 #include <span>
 #include <string>
 #include <string_view>
@@ -13,53 +19,40 @@
 
 #include "common/status.h"
 
-namespace sentencepiece { class SentencePieceProcessor; }
-
 namespace niels::daemon::text {
-
-// The special-token literals. Each is exactly one piece of the tokenizer.
-inline constexpr std::string_view kSysToken = "<|ngpt_sys_84a5023f67d74cf29cc4001becde983c|>";
-inline constexpr std::string_view kUsrToken = "<|ngpt_usr_84a5023f67d74cf29cc4001becde983c|>";
-inline constexpr std::string_view kAsstToken = "<|ngpt_asst_84a5023f67d74cf29cc4001becde983c|>";
-inline constexpr std::string_view kEotToken = "<|ngpt_eot_84a5023f67d74cf29cc4001becde983c|>";
-
-struct SpecialTokens {
-  int32_t sys = -1;
-  int32_t usr = -1;
-  int32_t asst = -1;
-  int32_t eot = -1;
-};
 
 class Tokenizer {
  public:
-  ~Tokenizer();
-  Tokenizer(const Tokenizer&) = delete;
-  Tokenizer& operator=(const Tokenizer&) = delete;
+  virtual ~Tokenizer() = default;
 
-  // Loads tokenizer.model. NOT_FOUND if unreadable; INVALID_ARGUMENT (naming the file) if it is not a
-  // SentencePiece model or lacks one of the four special tokens as a single piece.
-  static common::StatusOr<std::unique_ptr<Tokenizer>> Load(const std::filesystem::path& path);
+  // The number of ids, 0 .. vocab_size() - 1.
+  virtual int32_t vocab_size() const = 0;
 
-  // Encodes plain text. A special-token literal inside `text` is encoded as ordinary text, never
-  // as its special id: the result never contains sys/usr/asst/eot.
-  std::vector<int32_t> Encode(std::string_view text) const;
-  // Decodes ids to text; special ids decode to nothing. Out-of-range ids are skipped.
-  std::string Decode(std::span<const int32_t> ids) const;
-  // The piece string of one id ("" when out of range).
-  std::string Piece(int32_t id) const;
-  // Whether `id` is an ordinary text piece: in range, and not a special, control, unknown, unused or
-  // byte-fallback piece. After such a piece SentencePiece's decoder holds no partial bytes, so the
-  // text of the ids that follow it does not depend on the ids before it once some text exists
-  // (TextStream relies on this).
-  bool IsTextPiece(int32_t id) const;
+  // Plain text (a user's text, a Tokenize request): special-token literals inside it are encoded as
+  // ordinary text, never as their ids. Errors only past an implementation's limits (INVALID_ARGUMENT
+  // or RESOURCE_EXHAUSTED, with the reason); the text is never silently truncated.
+  virtual common::StatusOr<std::vector<int32_t>> Encode(std::string_view text) const = 0;
 
-  const SpecialTokens& special() const { return special_; }
-  int32_t vocab_size() const;
+  // Text a chat template rendered: special-token literals become their ids, the rest is encoded as
+  // Encode() would (what transformers and llama.cpp do with a rendered prompt).
+  virtual common::StatusOr<std::vector<int32_t>> EncodeRendered(std::string_view text) const = 0;
 
- private:
-  Tokenizer();
-  std::unique_ptr<sentencepiece::SentencePieceProcessor> sp_;
-  SpecialTokens special_;
+  // The text of `ids`: special ids decode to nothing, out-of-range ids are skipped, and bytes that
+  // do not form valid UTF-8 come out as U+FFFD.
+  virtual std::string Decode(std::span<const int32_t> ids) const = 0;
+
+  // The vocabulary's own string for `id` (a SentencePiece piece, a byte-level BPE token in its
+  // byte-to-unicode alphabet); "" when out of range. For display (Tokenize, top logprobs).
+  virtual std::string Piece(int32_t id) const = 0;
+
+  // Whether `id` is a control token (see above). False when out of range.
+  virtual bool IsSpecial(int32_t id) const = 0;
+
+  // Whether `id` is an ordinary text id after which decoding restarts cleanly: in range, not
+  // special, and (SentencePiece) not an unknown, unused or byte-fallback piece. The text of the ids
+  // that follow such an id does not depend on the ids before it once some text exists (TextStream
+  // relies on this).
+  virtual bool IsTextPiece(int32_t id) const = 0;
 };
 
 }  // namespace niels::daemon::text

@@ -261,8 +261,87 @@ def main():
     bad += frame(req(41, chat=pb.ChatRequest(session_id="nope", user_text="x" * 300, max_new_tokens=0)))
     write("request", "invalid", bad)
 
+    # jinja: small templates of our own exercising the syntax (the real chat templates are
+    # third-party and stay out of the repository; jinja.dict beside the corpus has the tokens).
+    jinja = {
+        "text": "plain text\nsecond line\n",
+        "chatml": ("{%- for m in messages %}{{- '<|im_start|>' + m.role + '\\n' + (m.content or '') + '<|im_end|>\\n' }}"
+                   "{%- endfor %}{%- if add_generation_prompt %}{{ '<|im_start|>assistant\\n' }}{% endif %}"),
+        "header": ("{{ bos_token }}{% for message in messages %}{% set content = '<|start_header_id|>' + message['role'] "
+                   "+ '<|end_header_id|>\n\n' + message['content'] | trim + '<|eot_id|>' %}{{ content }}{% endfor %}"),
+        "namespace": ("{% set ns = namespace(last=-1, n=0) %}{% for m in messages[::-1] %}{% set i = (messages|length - 1)"
+                      " - loop.index0 %}{% if m.role == 'user' and ns.last < 0 %}{% set ns.last = i %}{% endif %}"
+                      "{% set ns.n = ns.n + 1 %}{% endfor %}{{ ns.last }}/{{ ns.n }}"),
+        "think": ("{% for m in messages %}{% if m.content is string and '</think>' in m.content %}"
+                  "{{ m.content.split('</think>')[-1].lstrip('\\n') }}|{{ m.content.split('</think>')[0]"
+                  ".rstrip('\\n').split('<think>')[-1] }}{% elif m.reasoning_content is defined %}{{ m.reasoning_content }}"
+                  "{% endif %}{% endfor %}"),
+        "tools": ("{% if tools %}{% for t in tools %}{{ t | tojson }}\n{{ t | tojson(indent=4) }}{% endfor %}{% endif %}"
+                  "{% for m in messages if m.tool_calls %}{% for c in m.tool_calls %}{{ c.function.name }}"
+                  "{{ c.function.arguments | tojson }}{% endfor %}{% endfor %}"),
+        "whitespace": "a\n  {% if true %}\n  b\n  {%- endif %}\n{#- c -#}\n  {{- ' d ' -}}  \n{%+ if 1 +%}\ne{% endif %}",
+        "loop": ("{% for x in [1, 2, 3] %}{{ loop.index }}{{ loop.first }}{{ loop.last }}{{ loop.previtem }}"
+                 "{{ loop.nextitem }}{% if x == 2 %}{% continue %}{% endif %}{% else %}none{% endfor %}"
+                 "{% for k, v in {'a': 1, 'b': 2}.items() %}{{ k }}={{ v }}{% if loop.last %}{% break %}{% endif %}{% endfor %}"),
+        "macro": ("{% macro render(m, prefix='>') %}{{ prefix }}{{ m.role|upper }}: {{ m.content|default('', true) }}"
+                  "{% endmacro %}{% for m in messages %}{{ render(m) }}{% endfor %}{% macro wrap() %}[{{ caller() }}]"
+                  "{% endmacro %}{% call wrap() %}x{% endcall %}"),
+        "expressions": ("{{ 1 + 2 * 3 - 4 / 2 // 1 % 5 ** 2 }} {{ 'a' ~ 1 ~ none }} {{ [1, 2][1:] }} {{ {'k': (1, 2)} }} "
+                        "{{ 1 < 2 < 3 }} {{ 'x' if n > 2 else 'y' }} {{ not s in 'xabcx' }} {{ -f }} {{ 1e3 }} {{ 0x10 }}"),
+        "filters": ("{{ messages|map(attribute='role')|unique|list|join(',') }} {{ messages|selectattr('role', 'eq', 'user')"
+                    "|list|length }} {{ s|upper|replace('B', '-')|center(9) }} {{ [3, 1, 2]|sort|reverse|first }} "
+                    "{{ {'b': 1, 'a': 2}|dictsort }} {{ '4.5'|float|round }} {{ 'x'|int(7) }} {{ s|list|batch(2)|list }}"),
+        "methods": ("{{ s.upper() }}{{ ' a b '.split() }}{{ 'a,b'.split(',') }}{{ 'abc'.startswith(('a', 'z')) }}"
+                    "{{ 'x{}y'.format(1) }}{{ messages[0].get('role') }}{{ messages[0].keys()|list }}"),
+        "strftime": "{{ strftime_now('%d %b %Y') }} {{ range(3)|list }} {{ dict(a=1) }} {{ raise_exception('stop') }}",
+        "blockset": "{% set x %}{{ s }}!{% endset %}{% set y | upper %}{{ x }}{% endset %}{{ y }}{% filter title %}hi there{% endfilter %}",
+        "raw": "{% raw %}{{ not a tag }}{% endraw %}{# comment #}{% with a = 1 %}{{ a }}{% endwith %}{% generation %}g{% endgeneration %}",
+        "unicode": "{{ messages[-1].content|trim|length }}{{ '\\u00e9\\N{BULLET}\\x41'|tojson }}{{ '😀'[0] }}{{ 'héllo'[::-1] }}",
+        "errors": "{{ messages[0].content + 1 }}{% for x in 5 %}{% endfor %}{{ undefined_thing.attr }}",
+        "syntax_error": "{% if messages %}{{ messages[0] ",
+    }
+    for name, text in jinja.items():
+        write("jinja", name, text)
+
     gguf_seeds()
     quantize_seeds()
+    grammar_seeds()
+
+
+def grammar_seeds():
+    """grammar: byte 0 even = GBNF, odd = JSON Schema; u16 little-endian text length; text; output."""
+    def g(name, schema, text, output):
+        text = text.encode() if isinstance(text, str) else text
+        output = output.encode() if isinstance(output, str) else output
+        write("grammar", name, bytes([1 if schema else 0]) + struct.pack("<H", len(text)) + text + output)
+
+    json_gbnf = (
+        'root ::= value\n'
+        'value ::= object | array | string | number | ("true" | "false" | "null") ws\n'
+        'object ::= "{" ws (string ":" ws value ("," ws string ":" ws value)*)? "}" ws\n'
+        'array ::= "[" ws (value ("," ws value)*)? "]" ws\n'
+        'string ::= "\\"" ([^"\\\\\\x7F\\x00-\\x1F] | "\\\\" (["\\\\bfnrt] | "u" [0-9a-fA-F]{4}))* "\\"" ws\n'
+        'number ::= "-"? ([0-9] | [1-9] [0-9]{0,15}) ("." [0-9]+)? ([eE] [-+]? [0-9]+)? ws\n'
+        'ws ::= | " " | "\\n" [ \\t]{0,20}\n')
+    g("json_gbnf", False, json_gbnf, '{"a": [1, -2.5e3, "x\\u00e9\u00fc", true, null], "b": {}}')
+    g("arithmetic", False, 'root ::= (expr "=" ws term "\\n")+\nexpr ::= term ([-+*/] term)*\n'
+      'term ::= ident | num | "(" ws expr ")" ws\nident ::= [a-z] [a-z0-9_]* ws\nnum ::= [0-9]+ ws\nws ::= [ \\t\\n]*\n',
+      "(a+b)*c = x1\n")
+    g("unicode", False, 'root ::= [\u3041-\u309F]+ ("\\U0001F600" | [^a-z\\n]{2,3})? .\n', "\u3042\u3044\U0001F600x")
+    g("repeat", False, 'root ::= ("ab"{2,4} | x?){1,3} "!"\nx ::= [0-9] | "-"\n', "ababab9!")
+    g("errors", False, 'root ::= a\na ::= a "x" | (b\nb ::= [z-a]\n', "x")
+    g("schema_object", True, json.dumps({
+        "type": "object",
+        "properties": {"name": {"type": "string", "maxLength": 8}, "age": {"type": "integer", "minimum": 0, "maximum": 130},
+                       "tags": {"type": "array", "items": {"enum": ["a", "b"]}, "maxItems": 3},
+                       "when": {"type": "string", "format": "date"}},
+        "required": ["name"], "additionalProperties": {"type": "number"}}),
+      '{"name": "bob", "age": 42, "tags": ["a"], "when": "2024-02-28", "x": 1.5}')
+    g("schema_ref", True, json.dumps({
+        "$defs": {"n": {"type": "object", "properties": {"v": {"type": "integer"}, "kids": {"type": "array", "items": {"$ref": "#/$defs/n"}}}}},
+        "anyOf": [{"$ref": "#/$defs/n"}, {"type": "string", "pattern": "^(ab|c[d-f]+)\\d{2}$"}, {"type": ["null", "boolean"]}]}),
+      '{"v": 1, "kids": [{"kids": []}]}')
+    g("schema_bad", True, '{"type": "object", "not": {}, "properties": {"a": {"$ref": "#/nowhere"}}}', "{}")
 
 
 if __name__ == "__main__":

@@ -1,4 +1,4 @@
-// Fuzz target: the whole model-directory loader (daemon/model/model_dir.h, LoadModelDir):
+// Fuzz target: the whole model-directory loader (daemon/loaders/model_loader.h, LoadModelDir):
 // config.json, model.safetensors and tokenizer.model together, including their cross-checks and
 // our own reading of the SentencePiece model proto (retyping the special pieces).
 //
@@ -24,8 +24,9 @@
 #include <vector>
 
 #include "daemon/model/config.h"
-#include "daemon/model/model_dir.h"
-#include "daemon/text/tokenizer.h"
+#include "daemon/loaders/niels_dir.h"
+#include "daemon/loaders/model_loader.h"
+#include "daemon/text/sentencepiece_tokenizer.h"
 #include "daemon/model/weights.h"
 #include "tests/fuzz/fuzz_util.h"
 #include "tests/support/test_model.h"
@@ -33,6 +34,7 @@
 namespace fs = std::filesystem;
 namespace model = niels::daemon::model;
 namespace text = niels::daemon::text;
+namespace loaders = niels::daemon::loaders;
 
 namespace {
 
@@ -82,7 +84,7 @@ extern "C" int LLVMFuzzerInitialize(int*, char***) {
   niels::testing::TinyTokenizerOptions options;
   options.normalization = "identity";
   niels::testing::TrainTinyTokenizer(g_work / kNames[2], options);
-  auto tokenizer = text::Tokenizer::Load(g_work / kNames[2]);
+  auto tokenizer = text::SentencePieceTokenizer::Load(g_work / kNames[2]);
   FUZZ_CHECK(tokenizer.ok());
   // The smallest shapes the loader accepts with this tokenizer, so that a whole valid directory
   // (about 23 KB) fits in one fuzz input (-max_len 65536) and a forward pass is cheap.
@@ -94,9 +96,9 @@ extern "C" int LLVMFuzzerInitialize(int*, char***) {
   config.heads = 2;
   config.d_ff = 16;
   niels::testing::WriteFile(g_work / kNames[0], model::ModelConfigToJson(config));
-  FUZZ_CHECK(model::SaveWeights(model::RandomWeights(config, 3), g_work / kNames[1]).ok());
+  FUZZ_CHECK(loaders::SaveNielsWeights(model::RandomWeights(config, 3), g_work / kNames[1]).ok());
   for (int i = 0; i < 3; ++i) g_valid[i] = niels::testing::ReadFile(g_work / kNames[i]);
-  FUZZ_CHECK(model::LoadModelDir(g_work).ok());
+  FUZZ_CHECK(loaders::LoadModel(g_work).ok());
   if (const char* seeds = std::getenv("NIELS_FUZZ_WRITE_SEEDS")) {
     WriteSeed(seeds, "valid_tokenizer", "\x02" + g_valid[2]);
     WriteSeed(seeds, "valid_all_three",
@@ -129,14 +131,14 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
     }
   }
 
-  auto loaded = model::LoadModelDir(g_work);
+  auto loaded = loaders::LoadModel(g_work);
   if (!loaded.ok()) {
     FUZZ_CHECK(loaded.status().message().find(g_work.string()) != std::string::npos);
     return 0;
   }
-  const model::Model& m = **loaded;
+  const loaders::Model& m = **loaded;
   FUZZ_CHECK(m.tokenizer->vocab_size() == m.config.vocab_size);
-  const text::SpecialTokens& s = m.tokenizer->special();
+  const text::SpecialTokens& s = m.special;
   FUZZ_CHECK(s.sys >= 0 && s.usr >= 0 && s.asst >= 0 && s.eot >= 0);
   FUZZ_CHECK(s.sys != s.usr && s.sys != s.asst && s.sys != s.eot && s.usr != s.asst && s.usr != s.eot &&
              s.asst != s.eot);

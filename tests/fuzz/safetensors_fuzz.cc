@@ -1,4 +1,4 @@
-// Fuzz target: the safetensors header and tensor table (daemon/model/safetensors.h), and the
+// Fuzz target: the safetensors header and tensor table (daemon/formats/safetensors.h), and the
 // weights check on top of it (daemon/model/weights.h, LoadWeights).
 //
 // Input: the bytes of a model.safetensors file. It is put in a memfd and opened through
@@ -15,11 +15,14 @@
 #include <vector>
 
 #include "daemon/kernels/dtype.h"
-#include "daemon/model/safetensors.h"
+#include "daemon/formats/safetensors.h"
+#include "daemon/loaders/niels_dir.h"
 #include "daemon/model/weights.h"
 #include "tests/fuzz/fuzz_util.h"
 
 namespace model = niels::daemon::model;
+namespace formats = niels::daemon::formats;
+namespace loaders = niels::daemon::loaders;
 
 namespace {
 
@@ -49,27 +52,27 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
   }
   const std::string path = "/proc/self/fd/" + std::to_string(fd);
 
-  auto file = model::SafetensorsFile::Open(path);
+  auto file = formats::SafetensorsFile::Open(path);
   if (file.ok()) {
-    const model::SafetensorsTensorInfo* previous = nullptr;
-    for (const model::SafetensorsTensorInfo& info : (*file)->tensors()) {
+    const formats::SafetensorsTensorInfo* previous = nullptr;
+    for (const formats::SafetensorsTensorInfo& info : (*file)->tensors()) {
       FUZZ_CHECK(info.begin <= info.end && info.end <= (*file)->mapping_size());
       int64_t elements = 1;
       for (int64_t dim : info.shape) {
         FUZZ_CHECK(dim >= 0);
         elements *= dim;
       }
-      FUZZ_CHECK(static_cast<uint64_t>(elements * model::SafetensorsDtypeSize(info.dtype)) ==
+      FUZZ_CHECK(static_cast<uint64_t>(elements * formats::SafetensorsDtypeSize(info.dtype)) ==
                  info.end - info.begin);
       if (previous != nullptr && previous->begin != previous->end && info.begin != info.end) {
         FUZZ_CHECK(previous->end <= info.begin);
       }
       if (info.begin != info.end) previous = &info;
-      if (info.dtype == model::SafetensorsDtype::kF32 || info.dtype == model::SafetensorsDtype::kF16 ||
-          info.dtype == model::SafetensorsDtype::kBF16) {
+      if (info.dtype == formats::SafetensorsDtype::kF32 || info.dtype == formats::SafetensorsDtype::kF16 ||
+          info.dtype == formats::SafetensorsDtype::kBF16) {
         const niels::daemon::kernels::Dtype dtype =
-            info.dtype == model::SafetensorsDtype::kF32   ? niels::daemon::kernels::Dtype::kF32
-            : info.dtype == model::SafetensorsDtype::kF16 ? niels::daemon::kernels::Dtype::kF16
+            info.dtype == formats::SafetensorsDtype::kF32   ? niels::daemon::kernels::Dtype::kF32
+            : info.dtype == formats::SafetensorsDtype::kF16 ? niels::daemon::kernels::Dtype::kF16
                                                           : niels::daemon::kernels::Dtype::kBF16;
         std::vector<unsigned char> aligned(info.end - info.begin);  // Data() may sit at any offset
         for (size_t i = 0; i < aligned.size(); ++i) aligned[i] = static_cast<unsigned char>((*file)->Data(info)[i]);
@@ -85,17 +88,17 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
   const model::ModelConfig config = SeedConfig();
   for (std::optional<niels::daemon::kernels::Dtype> dtype :
        {std::optional<niels::daemon::kernels::Dtype>(), std::optional(niels::daemon::kernels::Dtype::kF16)}) {
-    auto weights = model::LoadWeights(path, config, model::LoadOptions{.dtype = dtype});
+    auto weights = loaders::LoadNielsWeights(path, config, dtype);
     if (weights.ok()) {
       FUZZ_CHECK(weights->tok_emb.shape == std::vector<int64_t>({config.vocab_size, config.width}));
       FUZZ_CHECK(static_cast<int64_t>(weights->blocks.size()) == config.layers);
-      FUZZ_CHECK(weights->blocks[0].qkv.shape == std::vector<int64_t>({3 * config.width, config.width}));
-      FUZZ_CHECK(weights->blocks[0].qkv.dtype == weights->dtype());
-      FUZZ_CHECK(weights->ln_f.shape == std::vector<int64_t>({config.width}));
-      FUZZ_CHECK(weights->ln_f.dtype == niels::daemon::kernels::Dtype::kF32);
+      FUZZ_CHECK(weights->blocks[0].wqkv.shape == std::vector<int64_t>({3 * config.width, config.width}));
+      FUZZ_CHECK(weights->blocks[0].wqkv.dtype == weights->dtype());
+      FUZZ_CHECK(weights->final_norm.shape == std::vector<int64_t>({config.width}));
+      FUZZ_CHECK(weights->final_norm.dtype == niels::daemon::kernels::Dtype::kF32);
       FUZZ_CHECK(!dtype || weights->dtype() == *dtype);
       volatile float sum = 0.0f;  // reads every element of a matrix, wherever it lives
-      for (float v : weights->blocks[0].fc_out_w.ToFloats()) sum = sum + v;
+      for (float v : weights->blocks[0].w_down.ToFloats()) sum = sum + v;
       (void)sum;
     } else {
       FUZZ_CHECK(!weights.status().message().empty());

@@ -15,7 +15,7 @@
 #include <vector>
 
 #include "daemon/text/text_stream.h"
-#include "daemon/text/tokenizer.h"
+#include "daemon/text/sentencepiece_tokenizer.h"
 #include "tests/fuzz/fuzz_util.h"
 
 namespace text = niels::daemon::text;
@@ -24,7 +24,7 @@ using niels::daemon::text::TextStream;
 
 namespace {
 
-const text::Tokenizer* g_tokenizer = nullptr;
+const text::SentencePieceTokenizer* g_tokenizer = nullptr;
 
 bool ValidUtf8(std::string_view s) {
   size_t i = 0;
@@ -43,7 +43,7 @@ bool ValidUtf8(std::string_view s) {
 }  // namespace
 
 extern "C" int LLVMFuzzerInitialize(int*, char***) {
-  auto loaded = text::Tokenizer::Load(NIELS_SOURCE_DIR "/models/niels-demo/tokenizer.model");
+  auto loaded = text::SentencePieceTokenizer::Load(NIELS_SOURCE_DIR "/models/niels-demo/tokenizer.model");
   if (!loaded.ok()) {
     std::fprintf(stderr, "text_stream_fuzz: %s\n", loaded.status().ToString().c_str());
     std::abort();

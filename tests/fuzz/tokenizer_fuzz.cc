@@ -10,14 +10,14 @@
 #include <string>
 #include <vector>
 
-#include "daemon/text/tokenizer.h"
+#include "daemon/text/sentencepiece_tokenizer.h"
 #include "tests/fuzz/fuzz_util.h"
 
 namespace text = niels::daemon::text;
 
 namespace {
 
-const text::Tokenizer* g_tokenizer = nullptr;
+const text::SentencePieceTokenizer* g_tokenizer = nullptr;
 
 bool ValidUtf8(std::string_view s) {
   size_t i = 0;
@@ -41,7 +41,7 @@ bool IsSpecial(int32_t id) {
 }  // namespace
 
 extern "C" int LLVMFuzzerInitialize(int*, char***) {
-  auto loaded = text::Tokenizer::Load(NIELS_SOURCE_DIR "/models/niels-demo/tokenizer.model");
+  auto loaded = text::SentencePieceTokenizer::Load(NIELS_SOURCE_DIR "/models/niels-demo/tokenizer.model");
   if (!loaded.ok()) {
     std::fprintf(stderr, "tokenizer_fuzz: %s\n", loaded.status().ToString().c_str());
     std::abort();
@@ -55,14 +55,18 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
   const int32_t vocab = g_tokenizer->vocab_size();
   if (in.U8() % 2 == 0) {
     const std::string_view text = in.Rest();
-    const std::vector<int32_t> ids = g_tokenizer->Encode(text);
+    const auto encoded = g_tokenizer->Encode(text);
+    FUZZ_CHECK(encoded.ok());
+    const std::vector<int32_t>& ids = *encoded;
     for (int32_t id : ids) {
       FUZZ_CHECK(id >= 0 && id < vocab);
       FUZZ_CHECK(!IsSpecial(id));
     }
     const std::string decoded = g_tokenizer->Decode(ids);
     FUZZ_CHECK(ValidUtf8(decoded));
-    const std::string again = g_tokenizer->Decode(g_tokenizer->Encode(decoded));
+    const auto reencoded = g_tokenizer->Encode(decoded);
+    FUZZ_CHECK(reencoded.ok());
+    const std::string again = g_tokenizer->Decode(*reencoded);
     FUZZ_CHECK(ValidUtf8(again));
   } else {
     std::vector<int32_t> ids;

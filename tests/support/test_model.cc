@@ -14,7 +14,8 @@
 #include <sentencepiece_trainer.h>
 
 #include "daemon/text/sentencepiece_runtime.h"
-#include "daemon/text/tokenizer.h"
+#include "daemon/text/sentencepiece_tokenizer.h"
+#include "daemon/loaders/niels_dir.h"
 #include "daemon/model/weights.h"
 
 namespace niels::testing {
@@ -174,8 +175,14 @@ void WriteModelDir(const fs::path& dir, const ModelConfig& config, uint64_t seed
   c.vocab_size = TinyTokenizerVocabSize();
   WriteFile(dir / "config.json", daemon::model::ModelConfigToJson(c));
   WriteFile(dir / "tokenizer.model", TinyTokenizerProto());
-  auto status = daemon::model::SaveWeights(daemon::model::RandomWeights(c, seed), dir / "model.safetensors");
+  auto status = daemon::loaders::SaveNielsWeights(daemon::model::RandomWeights(c, seed), dir / "model.safetensors");
   if (!status.ok()) throw std::runtime_error("WriteModelDir: " + status.ToString());
+}
+
+std::vector<int32_t> EncodeText(const daemon::text::Tokenizer& tokenizer, std::string_view text) {
+  common::StatusOr<std::vector<int32_t>> ids = tokenizer.Encode(text);
+  if (!ids.ok()) throw std::runtime_error("EncodeText: " + ids.status().ToString());
+  return std::move(*ids);
 }
 
 }  // namespace niels::testing

@@ -5,7 +5,7 @@
 // temp_files.h (niels_test_base), included here for convenience.
 //
 // No libtorch in this header (suites that only need a model directory stay cheap to compile); to
-// write tensors directly use daemon/model/safetensors.h (WriteSafetensors).
+// write tensors directly use daemon/formats/safetensors.h (WriteSafetensors).
 //
 // Failures inside these helpers throw std::runtime_error, which GoogleTest reports as a test
 // failure. Thread-safe: the trained tokenizer cache is guarded by a mutex.
@@ -18,6 +18,7 @@
 #include <vector>
 
 #include "daemon/model/config.h"
+#include "daemon/text/tokenizer.h"
 #include "tests/support/temp_files.h"
 
 namespace niels::testing {
@@ -48,6 +49,9 @@ const std::vector<std::string>& TinyCorpus();
 
 // V = TinyTokenizerVocabSize(), T 64, C 32, L 2, H 4, d_ff 64, rope_theta 10000, name "tiny".
 daemon::model::ModelConfig TinyConfig();
+
+// tokenizer.Encode(text), the ids; throws when it fails (tests encode only text that must encode).
+std::vector<int32_t> EncodeText(const daemon::text::Tokenizer& tokenizer, std::string_view text);
 
 // Writes a complete, valid model directory (creating `dir` if needed): config.json (with V set to
 // the tiny tokenizer's vocab size), model.safetensors (RandomWeights(config, seed), f32) and

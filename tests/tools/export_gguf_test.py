@@ -1,20 +1,38 @@
 #!/usr/bin/env python3
 """export_gguf ctest: niels-export --format gguf, checked by real llama.cpp against a real nielsd.
 
-For two models, (a) random weights with a large init scale (std 0.3, so greedy tokens vary and
-position handling matters) on the tests' tiny tokenizer and (b) the shipped models/niels-demo:
-  1. export to GGUF (f32, and f16 for the demo model);
-  2. run llama.cpp (node-llama-cpp's prebuilt libllama, installed with npm into a cache directory)
-     through tests/tools/llamacpp_run.mjs: greedy continuations of raw token-id prompts, and of chat
-     prompts rendered from the GGUF's own tokenizer.chat_template and tokenized by llama.cpp;
+For three models, (a) random weights with a large init scale (std 0.3, so greedy tokens vary and
+position handling matters) on the tests' tiny BPE tokenizer, (b) the shipped models/niels-demo (BPE)
+and (c) random weights on a SentencePiece UNIGRAM tokenizer trained here (niels_make_test_tokenizer
+--unigram, niels-train's settings, on the chat corpus and the repository's docs; exported as
+llama.cpp's "t5" vocabulary):
+  1. export to GGUF (f32 and f16);
+  2. run llama.cpp (node-llama-cpp 3.21.1's prebuilt libllama, the pinned npm packages of
+     scripts/install_references.sh) through tests/tools/llamacpp_run.mjs: greedy continuations of raw
+     token-id prompts, and of chat prompts rendered from the GGUF's own tokenizer.chat_template and
+     tokenized by llama.cpp;
   3. check: llama.cpp's greedy tokens equal a real nielsd's (generate / chat over its socket);
      the template renders and tokenizes to exactly the ids nielsd's template makes; plain text
      tokenizes the same; every generated step's logits agree with nielsd's model code
      (niels-inspect, full forward) within LOGIT_TOL (f32) and LOGIT_TOL_F16 (f16 export).
+     node-llama-cpp 3.21.1 gives probabilities, not logits, so both sides are compared as
+     logit - max(logit) (the shift no softmax sees).
+Then, for the unigram tokenizer (tokenizer_corpus.py makes the lines):
+  4. 5000 lines (prose, and prose with whitespace runs, digits, punctuation, characters NFKC changes,
+     characters outside the vocabulary, controls, piece literals) tokenized by nielsd and by
+     llama.cpp: identical, except that llama.cpp has no byte fallback, so each run of byte pieces
+     in nielsd's ids is one <unk> in llama.cpp's; any other difference fails;
+  5. variants of the tokenizer, 1500 lines each: those niels-export accepts (no byte fallback, no
+     extra-whitespace removal with and without the dummy prefix) tokenize identically; those it
+     refuses (no dummy prefix, user-defined pieces, UNUSED pieces, whitespace as suffix, unescaped
+     whitespace), exported anyway, differ.
 
-Skipped (exit 77, the ctest SKIP_RETURN_CODE) with a message when node/npm are missing or the npm
-registry cannot be reached. The install is cached in $XDG_CACHE_HOME/nielsd-test (or
-~/.cache/nielsd-test), so later runs need no network.
+Fails (exit 1) naming scripts/install_references.sh when the npm packages are missing; never skips.
+
+    export_gguf_test.py --nielsd NIELSD --inspect NIELS_INSPECT --make-tokenizer MAKE_TOKENIZER
+        --exporter niels_export.py --demo-model models/niels-demo --work-dir DIR [--npm NODE_MODULES]
+        [--corpus data/corpus/niels_corpus.jsonl] [--prose README.md docs/ARCHITECTURE.md]
+(the nielsd_client package on PYTHONPATH: the build's staged client/python)
 """
 
 import argparse
@@ -23,23 +41,30 @@ import os
 import shutil
 import subprocess
 import sys
-import tempfile
 
 import numpy as np
 
 import export_support as es
+import tokenizer_corpus as tc
+from make_family_model import default_npm
 
-NODE_LLAMA_CPP_VERSION = "3.22.1"  # pinned: the llama.cpp build under test
-SKIP = 77
-# Tolerances on |logit_llama.cpp - logit_nielsd|, relative to the step's largest |logit| (at
-# least 1), worst over every generated step. f32 export, f32 attention: llama.cpp's CPU kernels
-# sum in another order and compute RoPE angles in f32 (nielsd: f64); measured 8e-6 (random model)
-# and 8e-7 (demo), so LOGIT_TOL has >10x headroom, while a wrong RoPE layout, a missing bias or a
-# wrong norm shows up as O(1). f16 export under llama.cpp's defaults: every weight and cached
-# key/value is rounded to 11 significant bits and the large-init random model amplifies that;
-# measured 1e-2 (random) and 1e-3 (demo).
+NODE_LLAMA_CPP_VERSION = "3.21.1"  # pinned by scripts/install_references.sh: the llama.cpp under test
+# Tolerances on |logit_llama.cpp - logit_nielsd| (both as logit - max(logit)), relative to the
+# step's largest |logit| (at least 1), worst over every generated step. f32 export, f32 attention:
+# llama.cpp's CPU kernels sum in another order and compute RoPE angles in f32 (nielsd: f64);
+# measured 5.6e-6 (random model) and 9.8e-7 (demo), so LOGIT_TOL has >10x headroom, while a wrong
+# RoPE layout, a missing bias or a wrong norm shows up as O(1) (gate and up swapped: 1.3). f16
+# export under llama.cpp's defaults: every weight and cached key/value is rounded to 11 significant
+# bits and the large-init random model amplifies that; measured 1.1e-2 (random) and 6e-4 (demo).
 LOGIT_TOL = 1e-4
 LOGIT_TOL_F16 = 5e-2
+# Below this logit - max(logit), float32 softmax probabilities are subnormal or 0 (exp(-87.3) is
+# float32's smallest normal), so llama.cpp's shifted logits lose precision there: not compared.
+UNDERFLOW = 80.0
+
+# Lines tokenized by both with the unigram tokenizer; with each variant of it.
+UNIGRAM_LINES = 5000
+VARIANT_LINES = 1500
 
 RANDOM_PROMPTS = [[10, 20, 30, 40], [7], [100, 101, 102, 103, 104, 105, 106, 107, 108], [55, 200, 55, 200, 55]]
 TEXTS = ["how do i start nielsd?", "The quick brown fox jumps over the lazy dog.",
@@ -49,41 +74,20 @@ CHATS = [("You are a helpful assistant.", "how do i start nielsd?"),
          ("You are nielsd's demo model.", "which socket does niels-chat use by default?")]
 
 
-def skip(message):
-    print(f"SKIPPED: {message}")
-    sys.exit(SKIP)
-
-
-def install_node_llama_cpp(cache_root):
-    """node_modules with node-llama-cpp and its linux-x64 CPU binaries; installed once, atomically."""
-    if shutil.which("node") is None or shutil.which("npm") is None:
-        skip("node and npm are needed to run llama.cpp through node-llama-cpp (not found on PATH)")
-    target = os.path.join(cache_root, f"node-llama-cpp-{NODE_LLAMA_CPP_VERSION}")
-    modules = os.path.join(target, "node_modules")
-    marker = os.path.join(modules, "@node-llama-cpp", "linux-x64", "package.json")
-    if os.path.exists(marker):
-        return modules
-    os.makedirs(cache_root, exist_ok=True)
-    staging = tempfile.mkdtemp(prefix=".install-", dir=cache_root)
-    try:
-        cmd = ["npm", "install", "--prefix", staging, "--no-audit", "--no-fund", "--ignore-scripts",
-               "--omit=optional", "--no-save", "--fetch-timeout=60000", "--fetch-retries=1",
-               f"node-llama-cpp@{NODE_LLAMA_CPP_VERSION}",
-               f"@node-llama-cpp/linux-x64@{NODE_LLAMA_CPP_VERSION}"]
-        print("installing llama.cpp binaries:", " ".join(cmd), flush=True)
-        try:
-            p = subprocess.run(cmd, capture_output=True, text=True, timeout=600)
-        except subprocess.TimeoutExpired:
-            skip("npm install node-llama-cpp timed out (is the npm registry reachable?)")
-        if p.returncode != 0:
-            tail = (p.stderr or p.stdout).strip().splitlines()[-3:]
-            skip("npm install node-llama-cpp failed (is the npm registry reachable?): " + " | ".join(tail))
-        if os.path.exists(target):
-            shutil.rmtree(target)
-        os.rename(staging, target)
-    finally:
-        shutil.rmtree(staging, ignore_errors=True)
-    return modules
+def node_modules(npm):
+    """The node_modules of scripts/install_references.sh; exits 1 naming the script when missing."""
+    for pkg in ("node-llama-cpp", os.path.join("@node-llama-cpp", "linux-x64"), os.path.join("@huggingface", "jinja")):
+        if not os.path.exists(os.path.join(npm, pkg, "package.json")):
+            print(f"FAIL: {npm} lacks {pkg}: run scripts/install_references.sh (installs the pinned "
+                  "node-llama-cpp 3.21.1 and its CPU binaries)")
+            sys.exit(1)
+    with open(os.path.join(npm, "node-llama-cpp", "package.json")) as f:
+        version = json.load(f)["version"]
+    if version != NODE_LLAMA_CPP_VERSION:
+        print(f"FAIL: {npm} holds node-llama-cpp {version}, not the pinned {NODE_LLAMA_CPP_VERSION}: "
+              "run scripts/install_references.sh")
+        sys.exit(1)
+    return npm
 
 
 def run_llamacpp(args, modules, request, work):
@@ -97,21 +101,28 @@ def run_llamacpp(args, modules, request, work):
         return json.load(f)
 
 
-def max_rel_diff(llama_logits, nielsd_logits, banned=()):
-    """(relative, absolute): the largest |difference| over a step's vocabulary, over max(1, largest
-    |logit|), worst step; and the largest absolute difference. `banned` ids are left out (llama.cpp's
-    "never" bias removes them from its logits)."""
-    worst, worst_abs = 0.0, 0.0
+def max_rel_diff(llama_shifted, nielsd_logits, banned=()):
+    """(relative, absolute, left out): the largest |difference| of logit - max(logit) over a step's
+    vocabulary, over max(1, largest |logit|), worst step; the largest absolute difference; how many
+    logits were not compared. `banned` ids are left out (llama.cpp's "never" bias gives them
+    probability 0), and so are tokens more than UNDERFLOW below the step's maximum; a probability of
+    0 above that is an error."""
+    worst, worst_abs, left_out = 0.0, 0.0, 0
     keep = np.ones(len(nielsd_logits[0]), dtype=bool)
     keep[list(banned)] = False
-    for got, want in zip(llama_logits, nielsd_logits):
+    for got, want in zip(llama_shifted, nielsd_logits):
         got = np.array([np.nan if g is None else g for g in got], dtype=np.float64)[keep]
-        want = want[keep]
-        if np.isnan(got).any():
-            raise AssertionError("llama.cpp returned logits for only part of the vocabulary")
-        worst = max(worst, float(np.abs(got - want).max() / max(1.0, np.abs(want).max())))
-        worst_abs = max(worst_abs, float(np.abs(got - want).max()))
-    return worst, worst_abs
+        want = want[keep].astype(np.float64)
+        shifted = want - want.max()
+        compared = shifted > -UNDERFLOW
+        if np.isnan(got[compared]).any():
+            raise AssertionError("llama.cpp gave probability 0 to a token within "
+                                 f"{UNDERFLOW:g} of the largest logit")
+        diff = float(np.abs(got[compared] - shifted[compared]).max())
+        worst = max(worst, diff / max(1.0, float(np.abs(want).max())))
+        worst_abs = max(worst_abs, diff)
+        left_out += int((~compared).sum())
+    return worst, worst_abs, left_out
 
 
 class Failures:
@@ -124,7 +135,7 @@ class Failures:
             print("FAIL:", message)
 
 
-def check_model(args, modules, label, model_dir, prompts, failures, dtypes):
+def check_model(args, modules, label, model_dir, prompts, failures, dtypes, vocabulary="llama"):
     work = os.path.join(args.work_dir, label)
     os.makedirs(work, exist_ok=True)
     import niels_export  # noqa: E402
@@ -170,7 +181,8 @@ def check_model(args, modules, label, model_dir, prompts, failures, dtypes):
         res = run_llamacpp(args, modules, request, work)
         meta = res["metadata"]
         sampling = meta["sampling"] or {}
-        failures.check(meta["architecture"] == "llama" and meta["context_length"] == cfg["T"]
+        failures.check(meta["architecture"] == "llama" and meta["tokenizer_model"] == vocabulary
+                       and meta["context_length"] == cfg["T"]
                        and meta["eos"] == sp["eot"] and meta["vocab_size"] == cfg["V"]
                        and abs(sampling.get("temp", 0) - 0.9) < 1e-6 and sampling.get("top_k") == 50,
                        f"[{label}] GGUF metadata as llama.cpp reads it: {meta}")
@@ -202,8 +214,132 @@ def check_model(args, modules, label, model_dir, prompts, failures, dtypes):
         worst = max(d[0] for d in diffs)
         print(f"[{label}/{dtype}] {same}/{len(diffs)} greedy continuations equal nielsd's; "
               f"max |logit diff| / max(1, max|logit|): {worst:.3g} (tolerance {tol:g}), "
-              f"max |logit diff|: {max(d[1] for d in diffs):.3g}")
+              f"max |logit diff|: {max(d[1] for d in diffs):.3g}; "
+              f"{sum(d[2] for d in diffs)} logits more than {UNDERFLOW:g} below the maximum not compared")
         failures.check(worst <= tol, f"[{label}/{dtype}] logits differ by {worst:.3g} > {tol:g}")
+
+
+# ----------------------------------------------------------------------------------------------
+# Unigram tokenizers: llama.cpp's "t5" (UGM) vocabulary against SentencePiece (nielsd's Tokenize)
+
+
+def bytes_to_unk(ids, byte_ids, unk):
+    """SentencePiece's ids with every run of byte-fallback pieces replaced by one <unk>: what
+    llama.cpp's unigram tokenizer, which has no byte fallback, gives for the same text."""
+    out, prev_byte = [], False
+    for i in ids:
+        is_byte = i in byte_ids
+        if not (is_byte and prev_byte):
+            out.append(unk if is_byte else i)
+        prev_byte = is_byte
+    return out
+
+
+def tokenize_both(args, modules, model_dir, gguf, lines, work):
+    """[(edit, text, nielsd ids, llama.cpp ids)] for (edit, text) lines."""
+    texts = [t for _, t in lines]
+    with es.Nielsd(args.nielsd, model_dir, work) as daemon:
+        ours = [list(daemon.client.tokenize(t).ids) for t in texts]
+    theirs = run_llamacpp(args, modules, {"gguf": gguf, "texts": texts}, work)["texts"]
+    return [(e, t, a, b) for (e, t), a, b in zip(lines, ours, theirs)]
+
+
+def agreement(model_dir, results):
+    """{edit: [identical, identical but for byte fallback, other]} and the first 'other' cases."""
+    import niels_export  # noqa: E402
+    tok = niels_export.read_tokenizer(model_dir, niels_export.read_config(model_dir)["V"])
+    byte_ids = {i for i, t in enumerate(tok["types"]) if t == niels_export.SPM_BYTE}
+    counts, other = {}, []
+    for edit, text, ours, theirs in results:
+        row = counts.setdefault(edit, [0, 0, 0])
+        if ours == theirs:
+            row[0] += 1
+        elif bytes_to_unk(ours, byte_ids, tok["unk"]) == theirs:
+            row[1] += 1
+        else:
+            row[2] += 1
+            other.append((text, [tok["pieces"][i] for i in ours], [tok["pieces"][i] for i in theirs]))
+    return counts, other
+
+
+def summary(counts):
+    total = [sum(c[k] for c in counts.values()) for k in range(3)]
+    per_edit = ", ".join(f"{e} {c[0]}/{c[1]}/{c[2]}" for e, c in sorted(counts.items()))
+    return total, f"{total[0]} identical, {total[1]} identical but for byte fallback, {total[2]} other " \
+                  f"(per edit: {per_edit})"
+
+
+def unigram_model(args, name, seed, *tokenizer_args):
+    model_dir = os.path.join(args.work_dir, name + "-model")
+    es.make_random_model(model_dir, args.make_tokenizer, seed=seed, std=0.3, tokenizer_args=[
+        "--unigram", os.path.join(args.work_dir, "unigram-train.txt"), "--vocab-size", "1024", *tokenizer_args])
+    return model_dir
+
+
+def forced_gguf(model_dir, gguf):
+    """The GGUF export of a model niels-export refuses, written with the refusal switched off."""
+    import niels_export  # noqa: E402
+    refusal = niels_export.unigram_refusal
+    niels_export.unigram_refusal = lambda tok: None
+    try:
+        cfg, tensors, tok = niels_export.load_model(model_dir)
+        niels_export.write_gguf(cfg, tensors, tok, gguf, "f32")
+    finally:
+        niels_export.unigram_refusal = refusal
+
+
+def check_unigram_tokenization(args, modules, model_dir, failures):
+    """The trained unigram tokenizer on UNIGRAM_LINES lines: llama.cpp's ids are SentencePiece's,
+    but for byte fallback (a run of byte pieces is one <unk> there), and for nothing else."""
+    lines = tc.test_lines(args.corpus, args.prose, UNIGRAM_LINES, seed=1)
+    work = os.path.join(args.work_dir, "unigram")
+    counts, other = agreement(model_dir, tokenize_both(args, modules, model_dir,
+                                                       os.path.join(work, "model-f32.gguf"), lines, work))
+    total, text = summary(counts)
+    print(f"[unigram] tokenization of {len(lines)} lines, llama.cpp vs nielsd: {text}")
+    for t, ours, theirs in other[:5]:
+        print(f"  {t!r}\n    nielsd    {ours}\n    llama.cpp {theirs}")
+    failures.check(total[2] == 0, f"[unigram] {total[2]} lines tokenize differently beyond byte fallback")
+    failures.check(total[0] >= len(lines) // 2 and total[1] > 0 and counts["none"][0] > 1000,
+                   f"[unigram] the lines exercise too little: {text}")
+
+
+def check_unigram_variants(args, modules, failures):
+    """Variants of the tokenizer: those niels-export accepts tokenize identically (no byte fallback:
+    no <unk> either), those it refuses differ in llama.cpp when exported anyway."""
+    lines = tc.test_lines(args.corpus, args.prose, VARIANT_LINES, seed=2)
+    no_fallback = unigram_model(args, "unigram-no-byte-fallback", 21, "--no-byte-fallback")
+
+    def copy(name, **edit):
+        d = os.path.join(args.work_dir, name + "-model")
+        shutil.copytree(no_fallback, d)
+        es.edit_tokenizer(d, **edit)
+        return d
+
+    variants = [  # (name, model directory, accepted by niels-export)
+        ("no-byte-fallback", no_fallback, True),
+        ("no-extra-whitespace-removal", copy("unigram-keep-whitespace", normalizer={4: 0}), True),
+        ("no-removal-no-dummy-prefix", copy("unigram-keep-all", normalizer={3: 0, 4: 0}), True),
+        ("no-dummy-prefix", unigram_model(args, "unigram-no-dummy", 22, "--no-dummy-prefix"), False),
+        ("user-defined", unigram_model(args, "unigram-user-defined", 23, "--user-defined", "nielsd,session"), False),
+        ("unused", copy("unigram-unused", piece_types={"\u2581the": 5, "s": 5}), False),
+        ("whitespace-suffix", copy("unigram-suffix", trainer={24: 1}), False),
+        ("unescaped", copy("unigram-unescaped", normalizer={5: 0}), False),
+    ]
+    for name, model_dir, accepted in variants:
+        work = os.path.join(args.work_dir, "unigram-" + name)
+        os.makedirs(work, exist_ok=True)
+        gguf = os.path.join(work, "model.gguf")
+        code, _, err = es.run_export(args.exporter, model_dir, "--format", "gguf", gguf)
+        failures.check(code == (0 if accepted else 1), f"[unigram {name}] niels-export exit {code} ({err.strip()})")
+        if not accepted:
+            forced_gguf(model_dir, gguf)
+        total, text = summary(agreement(model_dir, tokenize_both(args, modules, model_dir, gguf, lines, work))[0])
+        print(f"[unigram {name}] {'accepted' if accepted else 'refused'}; {len(lines)} lines: {text}")
+        if accepted:
+            failures.check(total[0] == len(lines), f"[unigram {name}] llama.cpp differs: {text}")
+        else:
+            failures.check(total[2] > 0, f"[unigram {name}] refused, yet llama.cpp agrees: {text}")
 
 
 def main():
@@ -214,9 +350,14 @@ def main():
     p.add_argument("--exporter", required=True)
     p.add_argument("--demo-model", required=True)
     p.add_argument("--work-dir", required=True)
+    p.add_argument("--npm", default=default_npm(), help="node_modules of scripts/install_references.sh")
+    p.add_argument("--corpus", default=os.path.join(es.REPO, "data", "corpus", "niels_corpus.jsonl"),
+                   help="chat corpus the unigram tokenizer is trained on")
+    p.add_argument("--prose", nargs="*", default=[os.path.join(es.REPO, "README.md"),
+                                                  os.path.join(es.REPO, "docs", "ARCHITECTURE.md")],
+                   help="text files it is also trained on (and whose lines are tokenized)")
     args = p.parse_args()
-    cache = os.environ.get("XDG_CACHE_HOME") or os.path.join(os.path.expanduser("~"), ".cache")
-    modules = install_node_llama_cpp(os.path.join(cache, "nielsd-test"))
+    modules = node_modules(args.npm)
 
     shutil.rmtree(args.work_dir, ignore_errors=True)
     os.makedirs(args.work_dir)
@@ -225,6 +366,12 @@ def main():
     es.make_random_model(random_dir, args.make_tokenizer, seed=7, std=0.3)
     check_model(args, modules, "random", random_dir, RANDOM_PROMPTS, failures, ["f32", "f16"])
     check_model(args, modules, "demo", args.demo_model, None, failures, ["f32", "f16"])
+    with open(os.path.join(args.work_dir, "unigram-train.txt"), "w", encoding="utf-8") as f:
+        f.write("\n".join(tc.training_sentences(args.corpus, args.prose)) + "\n")
+    unigram_dir = unigram_model(args, "unigram", 9)
+    check_model(args, modules, "unigram", unigram_dir, RANDOM_PROMPTS, failures, ["f32", "f16"], vocabulary="t5")
+    check_unigram_tokenization(args, modules, unigram_dir, failures)
+    check_unigram_variants(args, modules, failures)
     if failures.items:
         print(f"{len(failures.items)} check(s) failed")
         return 1

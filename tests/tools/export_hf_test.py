@@ -171,40 +171,6 @@ def check_hf_export(args, label, model_dir, ids_list, failures):
                    f"unpermuted q/k ({naive_diff:.3g})")
 
 
-def _varint_bytes(v):
-    out = bytearray()
-    while v >= 0x80:
-        out.append((v & 0x7F) | 0x80)
-        v >>= 7
-    out.append(v)
-    return bytes(out)
-
-
-def _field_bytes(number, wire, value):
-    tag = _varint_bytes(number << 3 | wire)
-    if wire == 0:
-        return tag + _varint_bytes(value)
-    if wire == 2:
-        return tag + _varint_bytes(len(value)) + value
-    return tag + value
-
-
-def make_unigram(model_dir):
-    """Rewrites tokenizer.model's trainer_spec.model_type (ModelProto field 2, its field 3) to
-    UNIGRAM (1): the pieces stay, but the model now declares unigram segmentation."""
-    from niels_tools import spm_model  # noqa: E402 (on sys.path once niels_export is imported)
-    path = os.path.join(model_dir, "tokenizer.model")
-    data = open(path, "rb").read()
-    out = b""
-    for field, wire, value in spm_model._fields(data):
-        if field == 2 and wire == 2:
-            spec = b"".join(_field_bytes(f, w, v) for f, w, v in spm_model._fields(value) if f != 3)
-            value = spec + _field_bytes(3, 0, 1)
-        out += _field_bytes(field, wire, value)
-    with open(path, "wb") as f:
-        f.write(out)
-
-
 def check_refusals(args, model_dir, failures):
     """Each bad input: exit 1, one 'niels-export: error:' line, and no file or temp file left."""
     work = os.path.join(args.work_dir, "refusals")
@@ -231,6 +197,8 @@ def check_refusals(args, model_dir, failures):
         ("untied-head", add_tensor("lm_head.weight", lambda t: t["tok_emb.weight"] + 1.0), "untied"),
         ("huge-for-f16", add_tensor("tok_emb.weight", lambda t: t["tok_emb.weight"] * 1e6), "overflows f16"),
         ("no-tokenizer", lambda d: os.unlink(os.path.join(d, "tokenizer.model")), "tokenizer.model"),
+        ("broken-charsmap", lambda d: es.edit_tokenizer(d, normalizer={2: b"\xff\xff\x00\x00abcd"}),
+         "precompiled_charsmap"),
     ]
     for name, edit, expect in cases:
         d = variant(name, edit)
@@ -241,15 +209,36 @@ def check_refusals(args, model_dir, failures):
             failures.check(code == 1 and len(lines) == 1 and lines[0].startswith("niels-export: error:")
                            and expect in lines[0], f"refusal {name} ({fmt}): exit {code}, stderr {err!r}")
             failures.check(not os.path.exists(out), f"refusal {name} ({fmt}) left {out}")
-    # A unigram tokenizer: llama.cpp cannot reproduce its segmentation (gguf refused), the
-    # Hugging Face export keeps the SentencePiece model itself (accepted).
-    d = variant("unigram", make_unigram)
-    gguf = os.path.join(work, "unigram.gguf")
-    code, _, err = es.run_export(args.exporter, d, "--format", "gguf", gguf)
-    failures.check(code == 1 and "unigram" in err and len(err.strip().splitlines()) == 1
-                   and not os.path.exists(gguf), f"unigram gguf: exit {code}, {err!r}")
-    code, _, err = es.run_export(args.exporter, d, "--format", "hf-llama", os.path.join(work, "unigram-hf"))
-    failures.check(code == 0, f"unigram hf-llama: exit {code}, {err!r}")
+    # A unigram tokenizer (the tiny BPE model retyped): exported to both formats (GGUF: llama.cpp's
+    # "t5" vocabulary). The unigram settings llama.cpp's tokenizer does not reproduce (export_gguf
+    # measures each) and word/char models: GGUF refused, the Hugging Face export keeps the
+    # SentencePiece model itself (accepted).
+    import niels_export  # noqa: E402
+    unigram = {3: 1}  # trainer_spec.model_type = UNIGRAM
+    code, _, err = es.run_export(args.exporter, variant("unigram", lambda d: es.edit_tokenizer(d, trainer=unigram)),
+                                 "--format", "gguf", os.path.join(work, "unigram.gguf"))
+    failures.check(code == 0, f"unigram gguf: exit {code}, {err!r}")
+    pieces = niels_export.read_tokenizer(model_dir, cfg["V"])["pieces"]
+    piece = next(p for p in pieces[::-1] if p.startswith("\u2581") and len(p) > 2)  # a normal piece
+    gguf_refusals = [
+        ("unigram-user-defined", {"piece_types": {piece: 4}}, "user-defined pieces"),
+        ("unigram-unused", {"piece_types": {piece: 5}}, "UNUSED pieces"),
+        ("unigram-no-dummy-prefix", {"normalizer": {3: 0}}, "add_dummy_prefix"),
+        ("unigram-whitespace-suffix", {"trainer": {3: 1, 24: 1}}, "treat_whitespace_as_suffix"),
+        ("unigram-unescaped", {"normalizer": {5: 0}}, "escape_whitespaces"),
+        ("word-model", {"trainer": {3: 3}}, "word or char"),
+    ]
+    for name, edit, expect in gguf_refusals:
+        edit.setdefault("trainer", unigram)
+        d = variant(name, lambda d, edit=edit: es.edit_tokenizer(d, **edit))
+        gguf = os.path.join(work, name + ".gguf")
+        code, _, err = es.run_export(args.exporter, d, "--format", "gguf", gguf)
+        lines = err.strip().splitlines()
+        failures.check(code == 1 and len(lines) == 1 and lines[0].startswith("niels-export: error:")
+                       and expect in lines[0] and "hf-llama" in lines[0] and not os.path.exists(gguf),
+                       f"refusal {name} (gguf): exit {code}, stderr {err!r}")
+        code, _, err = es.run_export(args.exporter, d, "--format", "hf-llama", os.path.join(work, name + "-hf"))
+        failures.check(code == 0, f"{name} hf-llama: exit {code}, {err!r}")
 
     leftovers = [f for f in os.listdir(work) if f.startswith(".")]
     failures.check(not leftovers, f"temporary files left behind: {leftovers}")

@@ -1,5 +1,6 @@
 """Shared by the niels-export tests: random model directories, a real nielsd process, nielsd's own
-logits through niels-inspect. Standard library and numpy only (plus the repository's Python client).
+logits through niels-inspect. Standard library and numpy only, plus the repository's Python client
+for Nielsd: the package CMake stages in the build tree (NIELS_PYTHON_PACKAGE_DIR, on PYTHONPATH).
 """
 
 import json
@@ -14,7 +15,6 @@ import numpy as np
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 REPO = os.path.normpath(os.path.join(HERE, "..", ".."))
-sys.path.insert(0, os.path.join(REPO, "client", "python"))
 sys.path.insert(0, os.path.join(REPO, "tools", "export"))
 
 
@@ -56,17 +56,67 @@ def random_tensors(cfg, seed, std):
     return t
 
 
-def make_random_model(model_dir, make_tokenizer, seed, std, C=64, L=2, H=4, d_ff=128, T=128):
-    """A complete model directory: the tests' tiny SentencePiece tokenizer and random weights."""
+def make_random_model(model_dir, make_tokenizer, seed, std, C=64, L=2, H=4, d_ff=128, T=128, tokenizer_args=()):
+    """A complete model directory: random weights and the tests' tiny SentencePiece tokenizer, or
+    the one niels_make_test_tokenizer trains with `tokenizer_args` (e.g. --unigram CORPUS)."""
     os.makedirs(model_dir, exist_ok=True)
     tokenizer = os.path.join(model_dir, "tokenizer.model")
-    out = subprocess.run([make_tokenizer, tokenizer], check=True, capture_output=True, text=True)
+    out = subprocess.run([make_tokenizer, tokenizer, *tokenizer_args], check=True, capture_output=True, text=True)
     cfg = {"V": int(out.stdout.strip()), "T": T, "C": C, "L": L, "H": H, "d_ff": d_ff,
            "rope_theta": 10000.0, "name": f"random-std{std}"}
     with open(os.path.join(model_dir, "config.json"), "w") as f:
         json.dump(cfg, f)
     write_safetensors(os.path.join(model_dir, "model.safetensors"), random_tensors(cfg, seed, std))
     return cfg
+
+
+def _varint_bytes(v):
+    out = bytearray()
+    while v >= 0x80:
+        out.append((v & 0x7F) | 0x80)
+        v >>= 7
+    out.append(v)
+    return bytes(out)
+
+
+def _field_bytes(number, wire, value):
+    tag = _varint_bytes(number << 3 | wire)
+    if wire == 0:
+        return tag + _varint_bytes(value)
+    if wire == 2:
+        return tag + _varint_bytes(len(value)) + value
+    return tag + value
+
+
+def _set_fields(message, values):
+    """A protobuf message with the fields {number: int (varint) or bytes} set (replaced or added)."""
+    from niels_tools import spm_model  # noqa: E402 (on sys.path with tools/export's niels_export)
+    kept = b"".join(_field_bytes(f, w, v) for f, w, v in spm_model._fields(message) if f not in values)
+    return kept + b"".join(_field_bytes(f, 2 if isinstance(v, bytes) else 0, v) for f, v in values.items())
+
+
+def edit_tokenizer(model_dir, trainer=None, normalizer=None, piece_types=None):
+    """Rewrites a model directory's tokenizer.model in place (sentencepiece_model.proto field numbers):
+    `trainer` / `normalizer` {field: int or bytes} set in ModelProto.trainer_spec (2) / normalizer_spec (3),
+    `piece_types` {piece text: type} retypes those pieces (SentencePiece.type = 3)."""
+    import niels_export  # noqa: E402,F401 (puts niels_tools on sys.path)
+    from niels_tools import spm_model  # noqa: E402
+    path = os.path.join(model_dir, "tokenizer.model")
+    with open(path, "rb") as f:
+        data = f.read()
+    out = b""
+    for field, wire, value in spm_model._fields(data):
+        if field == 1 and piece_types:
+            text = next(v for f, _, v in spm_model._fields(value) if f == 1).decode("utf-8")
+            if text in piece_types:
+                value = _set_fields(value, {3: piece_types[text]})
+        elif field == 2 and trainer:
+            value = _set_fields(value, trainer)
+        elif field == 3 and normalizer:
+            value = _set_fields(value, normalizer)
+        out += _field_bytes(field, wire, value)
+    with open(path, "wb") as f:
+        f.write(out)
 
 
 def inspect_logits(inspect, model_dir, ids, out_path):
@@ -84,14 +134,17 @@ def run_export(exporter, *args):
 
 
 class Nielsd:
-    """A real nielsd serving `model_dir` on a socket in `work_dir`; a connected Client in .client."""
+    """A real nielsd serving `model_dir` on a socket in `work_dir` (its sessions in work_dir/state);
+    a connected Client in .client."""
 
     def __init__(self, nielsd, model_dir, work_dir):
         self.socket_path = os.path.join(work_dir, "nielsd.sock")
         if os.path.exists(self.socket_path):
             os.unlink(self.socket_path)
         self.log = open(os.path.join(work_dir, "nielsd.log"), "w")
+        # Its own state directory: the default one is locked by any other nielsd of this user.
         self.proc = subprocess.Popen([nielsd, "--model", model_dir, "--socket", self.socket_path,
+                                      "--state-dir", os.path.join(work_dir, "state"),
                                       "--threads", "1", "--log-level", "warn"],
                                      stdout=self.log, stderr=subprocess.STDOUT)
         deadline = time.monotonic() + 120

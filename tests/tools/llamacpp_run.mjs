@@ -1,6 +1,7 @@
-// Runs an exported GGUF in real llama.cpp (node-llama-cpp's prebuilt libllama, CPU only) and prints
-// what export_gguf_test.py compares with nielsd: greedy continuations with the logits of every step,
-// tokenizations, and the chat template rendered from the GGUF's own metadata.
+// Runs an exported GGUF in real llama.cpp (node-llama-cpp 3.21.1's prebuilt libllama, CPU only, the
+// packages of scripts/install_references.sh) and prints what export_gguf_test.py compares with
+// nielsd: greedy continuations with the logits of every step, tokenizations, and the chat template
+// rendered from the GGUF's own metadata.
 //
 //   node llamacpp_run.mjs NODE_MODULES_DIR REQUEST.json RESULT.json
 //
@@ -9,10 +10,16 @@
 //           "chat": [{"messages": [{"role","content"}], "max_new": N,          render the GGUF's
 //                     "banned": [ids], "stop": id}],                           tokenizer.chat_template
 //           "texts": ["..."]}                                                  tokenize as plain text
-// RESULT: {"raw": [{"tokens": [ids], "logits": [[V floats] per generated token]}],
+// RESULT: {"raw": [{"tokens": [ids], "logits": [[V numbers or null] per generated token]}],
 //          "chat": [{"rendered": text, "prompt": [ids], "tokens": [ids], "logits": [[..]]}],
 //          "texts": [[ids]], "metadata": {...}}
 // Greedy = llama.cpp's own sampler at temperature 0; "banned" ids get llama.cpp's "never" bias.
+//
+// Logits: node-llama-cpp 3.21.1 hands out no raw logits, only its sampler's probabilities; with
+// temperature 0 (the greedy sampler alone) they are softmax(logits) over the whole vocabulary,
+// computed in float32. Each row holds log(p / p_max) = logit - max(logit): the logits up to the
+// per-row constant no softmax sees. A token whose p is 0 (a banned token, or a logit so far below
+// the maximum that float32 underflows) is null.
 // Exit status 0 on success, 1 with the error on stderr.
 
 import {readFileSync, writeFileSync} from "node:fs";
@@ -38,9 +45,14 @@ const context = await model.createContext({
 });
 const sequence = context.getSequence();
 
-function logitsArray(map) {
+// One row of log(p / p_max) by token id; null where p is 0 or missing.
+function shiftedLogits(probabilities) {
   const out = new Array(vocab).fill(null);
-  for (const [token, logit] of map) out[token] = logit;
+  let pmax = 0;
+  for (const p of probabilities.values()) pmax = Math.max(pmax, p);
+  for (const [token, p] of probabilities) {
+    if (p > 0) out[token] = Math.log(p / pmax);
+  }
   return out;
 }
 
@@ -49,7 +61,7 @@ async function greedy(prompt, maxNew, banned, stop) {
   await sequence.clearHistory();
   const bias = new TokenBias(model.tokenizer);
   for (const id of banned ?? []) bias.set(id, "never");
-  const next = {token: true, logits: true, options: {temperature: 0, tokenBias: bias}};
+  const next = {token: true, probabilities: true, options: {temperature: 0, tokenBias: bias}};
   const tokens = [], logits = [];
   let input = prompt;
   while (tokens.length < maxNew) {
@@ -57,7 +69,7 @@ async function greedy(prompt, maxNew, banned, stop) {
     const results = await sequence.controlledEvaluate(items);
     const out = results[input.length - 1].next;
     tokens.push(out.token);
-    logits.push(logitsArray(out.logits));
+    logits.push(shiftedLogits(out.probabilities));
     if (stop !== undefined && out.token === stop) break;
     input = [out.token];
   }
@@ -68,6 +80,7 @@ const result = {raw: [], chat: [], texts: [], metadata: {}};
 const meta = model.fileInfo.metadata;
 result.metadata = {
   architecture: meta.general.architecture,
+  tokenizer_model: meta.tokenizer.ggml.model,
   context_length: model.trainContextSize,
   vocab_size: vocab,
   eos: model.tokens.eos,

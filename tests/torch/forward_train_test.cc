@@ -77,9 +77,10 @@ TEST(ForwardTrainTest, EqualsForwardAndGradientsReachEveryWeight) {
 TEST(ForwardTrainTest, TorchRoundTripKeepsEveryValue) {
   const Weights original = TinyWeights();
   const Weights back = FromTorch(ToTorch(original));
-  const auto a = original.Named(), b = back.Named();
-  ASSERT_EQ(a.size(), b.size());
-  for (size_t i = 0; i < a.size(); ++i) EXPECT_EQ(a[i].second.ToFloats(), b[i].second.ToFloats()) << a[i].first;
+  std::vector<std::pair<std::string, std::vector<float>>> a, b;
+  original.ForEach([&](const std::string& name, const Tensor& t) { a.emplace_back(name, t.ToFloats()); });
+  back.ForEach([&](const std::string& name, const Tensor& t) { b.emplace_back(name, t.ToFloats()); });
+  EXPECT_EQ(a, b);
 }
 
 }  // namespace

@@ -14,6 +14,9 @@ gguf      a "llama"-architecture GGUF v3 file for llama.cpp (llama-server, llama
           falls back to token_embd). The SentencePiece vocabulary goes in with scores and token
           types (the four special tokens as CONTROL, so text never turns into them), eos = eot, no
           BOS added, and a Jinja tokenizer.chat_template rendering nielsd's token-native template.
+          A BPE tokenizer becomes llama.cpp's "llama" vocabulary, a unigram one its "t5" vocabulary
+          (with SentencePiece's precompiled normalization map); unigram settings llama.cpp cannot
+          reproduce are refused (see unigram_refusal).
 hf-llama  a Hugging Face directory for LlamaForCausalLM (transformers, vLLM, TGI): config.json,
           model.safetensors (q/k rows permuted for transformers' rotate-half RoPE),
           tokenizer.model, tokenizer_config.json (chat template, special tokens),
@@ -182,7 +185,10 @@ def read_tokenizer(model_dir, vocab_size):
     tok = {"path": path, "pieces": model.pieces, "scores": model.scores, "types": model.types,
            "model_type": model.model_type, "byte_fallback": model.byte_fallback,
            "add_dummy_prefix": model.add_dummy_prefix, "normalizer": model.normalizer,
-           "special": special}
+           "precompiled_charsmap": model.precompiled_charsmap,
+           "remove_extra_whitespaces": model.remove_extra_whitespaces,
+           "escape_whitespaces": model.escape_whitespaces,
+           "treat_whitespace_as_suffix": model.treat_whitespace_as_suffix, "special": special}
     tok["unk"] = tok["types"].index(SPM_UNKNOWN) if SPM_UNKNOWN in tok["types"] else 0
     tok["bos"] = tok["pieces"].index("<s>") if "<s>" in tok["pieces"] else None
     return tok
@@ -276,7 +282,7 @@ class AtomicFile:
 GGUF_MAGIC = b"GGUF"
 GGUF_VERSION = 3
 GGUF_ALIGNMENT = 32
-GGUF_U32, GGUF_I32, GGUF_F32, GGUF_BOOL, GGUF_STRING, GGUF_ARRAY = 4, 5, 6, 7, 8, 9
+GGUF_U8, GGUF_U32, GGUF_I32, GGUF_F32, GGUF_BOOL, GGUF_STRING, GGUF_ARRAY = 0, 4, 5, 6, 7, 8, 9
 GGML_F32, GGML_F16 = 0, 1
 LLAMA_FTYPE_ALL_F32, LLAMA_FTYPE_MOSTLY_F16 = 0, 1
 # llama.cpp's token types (llama_token_type): the same numbers as SentencePiece's piece types.
@@ -308,7 +314,9 @@ def _gguf_kv(key, vtype, value):
     if vtype == GGUF_ARRAY:
         etype, items = value
         out += struct.pack("<IIQ", GGUF_ARRAY, etype, len(items))
-        if etype == GGUF_F32:
+        if etype == GGUF_U8:
+            out += bytes(items)
+        elif etype == GGUF_F32:
             out += np.asarray(items, dtype="<f4").tobytes()
         elif etype == GGUF_I32:
             out += np.asarray(items, dtype="<i4").tobytes()
@@ -345,13 +353,50 @@ def gguf_tensors(cfg, tensors, dtype):
     return out
 
 
+def unigram_refusal(tok):
+    """Why llama.cpp's unigram tokenizer would not give SentencePiece's ids for this unigram model,
+    or None. Each reason was measured (tools/export/README.md, "Unigram tokenizers")."""
+    extra = [p for p, t in zip(tok["pieces"], tok["types"]) if t == SPM_USER_DEFINED and p not in SPECIAL.values()]
+    if extra:
+        return (f"user-defined pieces besides the special tokens ({extra[0]!r}, ...): llama.cpp scores them 0 "
+                "and moves the whitespace around them, SentencePiece scores them by length")
+    if SPM_UNUSED in tok["types"]:
+        return "UNUSED pieces: SentencePiece never produces them from text, llama.cpp does"
+    if not tok["add_dummy_prefix"] and tok["remove_extra_whitespaces"]:
+        return ("add_dummy_prefix is off: llama.cpp's unigram tokenizer still puts a space before the first "
+                "word when remove_extra_whitespaces is on")
+    if tok["treat_whitespace_as_suffix"]:
+        return "treat_whitespace_as_suffix: llama.cpp puts whitespace before words, never after"
+    if not tok["escape_whitespaces"]:
+        return "escape_whitespaces is off: llama.cpp always escapes spaces as U+2581"
+    return None
+
+
+def gguf_vocabulary(tok):
+    """tokenizer.ggml.model and the keys only that vocabulary type has."""
+    if tok["model_type"] == SPM_BPE:
+        # llama.cpp's "llama" (SPM) tokenizer merges pieces by score: SentencePiece BPE, without
+        # SentencePiece's normalizer.
+        return "llama", []
+    if tok["model_type"] == SPM_UNIGRAM:
+        # llama.cpp's "t5" (UGM) tokenizer: SentencePiece's unigram Viterbi segmentation after its
+        # normalizer (the precompiled character map and the whitespace options), but no byte
+        # fallback: a character without a piece becomes <unk> (a run of them one <unk>).
+        reason = unigram_refusal(tok)
+        if reason is not None:
+            raise ExportError(f"{tok['path']}: this SentencePiece unigram model cannot be exported to GGUF "
+                              f"faithfully ({reason}); use --format hf-llama")
+        keys = [("tokenizer.ggml.remove_extra_whitespaces", GGUF_BOOL, tok["remove_extra_whitespaces"])]
+        if tok["precompiled_charsmap"]:  # none for the "identity" rule (llama.cpp wants none then)
+            keys.append(("tokenizer.ggml.precompiled_charsmap", GGUF_ARRAY,
+                         (GGUF_U8, tok["precompiled_charsmap"])))
+        return "t5", keys
+    raise ExportError(f"{tok['path']}: a SentencePiece model of type {tok['model_type']} (word or char); "
+                      "only BPE and unigram models can be exported to GGUF (use --format hf-llama)")
+
+
 def gguf_metadata(cfg, tok, dtype):
-    if tok["model_type"] != SPM_BPE:
-        # llama.cpp's "llama" tokenizer merges pieces by score, which reproduces SentencePiece BPE
-        # but not unigram's Viterbi segmentation.
-        raise ExportError(f"{tok['path']}: a SentencePiece unigram model; llama.cpp's SPM tokenizer "
-                          "reproduces BPE models only, so --format gguf cannot export it faithfully "
-                          "(use --format hf-llama)")
+    vocabulary, vocabulary_keys = gguf_vocabulary(tok)
     types = []
     for i, t in enumerate(tok["types"]):
         if i in tok["special"].values():
@@ -377,7 +422,7 @@ def gguf_metadata(cfg, tok, dtype):
         ("llama.attention.layer_norm_rms_epsilon", GGUF_F32, RMS_EPS),
         ("llama.rope.dimension_count", GGUF_U32, cfg["C"] // cfg["H"]),
         ("llama.rope.freq_base", GGUF_F32, cfg["rope_theta"]),
-        ("tokenizer.ggml.model", GGUF_STRING, "llama"),
+        ("tokenizer.ggml.model", GGUF_STRING, vocabulary),
         ("tokenizer.ggml.tokens", GGUF_ARRAY, (GGUF_STRING, tok["pieces"])),
         ("tokenizer.ggml.scores", GGUF_ARRAY, (GGUF_F32, tok["scores"])),
         ("tokenizer.ggml.token_type", GGUF_ARRAY, (GGUF_I32, types)),
@@ -388,7 +433,7 @@ def gguf_metadata(cfg, tok, dtype):
         ("tokenizer.ggml.add_eos_token", GGUF_BOOL, False),
         ("tokenizer.ggml.add_space_prefix", GGUF_BOOL, tok["add_dummy_prefix"]),
         ("tokenizer.chat_template", GGUF_STRING, chat_template()),
-    ]
+    ] + vocabulary_keys
     if tok["bos"] is not None:
         kv.append(("tokenizer.ggml.bos_token_id", GGUF_U32, tok["bos"]))
     return kv

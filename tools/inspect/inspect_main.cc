@@ -30,14 +30,14 @@
 #include "common/status.h"
 #include "daemon/model/kv_cache.h"
 #include "daemon/kernels/worker_pool.h"
-#include "daemon/model/model_dir.h"
+#include "daemon/loaders/model_loader.h"
 
 namespace {
 
 using niels::common::Status;
 using niels::common::StatusOr;
 using niels::daemon::model::KvCache;
-using niels::daemon::model::Model;
+using niels::daemon::loaders::Model;
 
 // "5, 17,3" -> {5, 17, 3}; each id in [0, vocab_size); 1 <= n <= context.
 StatusOr<std::vector<int32_t>> ParseIds(const std::string& text, int64_t vocab_size, int64_t context) {
@@ -72,8 +72,8 @@ void PrintSummary(const Model& model) {
   const auto& c = model.config;
   const auto& weights = model.transformer->weights();
   int64_t parameters = 0;
-  for (const auto& [name, tensor] : weights.Named()) parameters += tensor.numel();
-  const auto& special = model.tokenizer->special();
+  weights.ForEach([&](const std::string&, const niels::daemon::model::Tensor& tensor) { parameters += tensor.numel(); });
+  const auto& special = model.special;
   std::cout << "model:      " << model.dir.string() << "\n"
             << "name:       " << (c.name.empty() ? "(none)" : c.name) << "\n"
             << "config:     V=" << c.vocab_size << " T=" << c.context << " C=" << c.width
@@ -121,9 +121,9 @@ struct Options {
 };
 
 Status Run(const Options& options) {
-  niels::daemon::model::ModelDirOptions load;
+  niels::daemon::loaders::LoadOptions load;
   if (options.dtype != "file") load.dtype = niels::daemon::kernels::ParseDtype(options.dtype);
-  StatusOr<std::unique_ptr<Model>> loaded = niels::daemon::model::LoadModelDir(
+  StatusOr<std::unique_ptr<Model>> loaded = niels::daemon::loaders::LoadModel(
       options.model_dir, std::make_shared<niels::daemon::kernels::WorkerPool>(options.threads), load);
   if (!loaded.ok()) return loaded.status();
   const Model& model = **loaded;

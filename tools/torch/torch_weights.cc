@@ -3,7 +3,7 @@
 #include <ATen/ATen.h>
 #include <ATen/CPUGeneratorImpl.h>
 
-#include "daemon/model/safetensors.h"
+#include "daemon/formats/safetensors.h"
 #include "tools/torch/transformer_stages.h"
 
 namespace niels::torch_model {
@@ -91,11 +91,11 @@ TorchWeights ToTorch(const Weights& w) {
   TorchWeights t;
   t.tok_emb = ToTensor(w.tok_emb);
   for (const BlockWeights& b : w.blocks) {
-    t.blocks.push_back({ToTensor(b.ln1), ToTensor(b.qkv), ToTensor(b.proj), ToTensor(b.ln2), ToTensor(b.fc_a_w),
-                        ToTensor(b.fc_a_b), ToTensor(b.fc_g_w), ToTensor(b.fc_g_b), ToTensor(b.fc_out_w),
-                        ToTensor(b.fc_out_b)});
+    t.blocks.push_back({ToTensor(b.attn_norm), ToTensor(b.wqkv), ToTensor(b.wo), ToTensor(b.ffn_norm),
+                        ToTensor(b.w_up), ToTensor(b.b_up), ToTensor(b.w_gate), ToTensor(b.b_gate),
+                        ToTensor(b.w_down), ToTensor(b.b_down)});
   }
-  t.ln_f = ToTensor(w.ln_f);
+  t.ln_f = ToTensor(w.final_norm);
   return t;
 }
 
@@ -103,13 +103,21 @@ Weights FromTorch(const TorchWeights& t) {
   Weights w;
   w.tok_emb = FromTensor(t.tok_emb, w.backing);
   for (const TorchBlockWeights& b : t.blocks) {
-    w.blocks.push_back({FromTensor(b.ln1, w.backing), FromTensor(b.qkv, w.backing), FromTensor(b.proj, w.backing),
-                        FromTensor(b.ln2, w.backing), FromTensor(b.fc_a_w, w.backing),
-                        FromTensor(b.fc_a_b, w.backing), FromTensor(b.fc_g_w, w.backing),
-                        FromTensor(b.fc_g_b, w.backing), FromTensor(b.fc_out_w, w.backing),
-                        FromTensor(b.fc_out_b, w.backing)});
+    BlockWeights block;
+    block.attn_norm = FromTensor(b.ln1, w.backing);
+    block.wqkv = FromTensor(b.qkv, w.backing);
+    block.wo = FromTensor(b.proj, w.backing);
+    block.ffn_norm = FromTensor(b.ln2, w.backing);
+    block.w_up = FromTensor(b.fc_a_w, w.backing);
+    block.b_up = FromTensor(b.fc_a_b, w.backing);
+    block.w_gate = FromTensor(b.fc_g_w, w.backing);
+    block.b_gate = FromTensor(b.fc_g_b, w.backing);
+    block.w_down = FromTensor(b.fc_out_w, w.backing);
+    block.b_down = FromTensor(b.fc_out_b, w.backing);
+    w.blocks.push_back(std::move(block));
   }
-  w.ln_f = FromTensor(t.ln_f, w.backing);
+  w.final_norm = FromTensor(t.ln_f, w.backing);
+  w.lm_head = w.tok_emb;  // niels_gpt ties them
   return w;
 }
 
@@ -122,7 +130,8 @@ torch::Tensor ForwardTrain(const ModelConfig& config, const TorchWeights& weight
 
 common::Status WriteTorchSafetensors(const std::filesystem::path& path,
                                      const std::vector<std::pair<std::string, torch::Tensor>>& tensors) {
-  std::vector<SafetensorsEntry> entries;
+  using daemon::formats::SafetensorsDtype;
+  std::vector<daemon::formats::SafetensorsEntry> entries;
   std::vector<torch::Tensor> contiguous;  // keeps the data alive until written
   for (const auto& [name, tensor] : tensors) {
     SafetensorsDtype dtype;
@@ -142,7 +151,7 @@ common::Status WriteTorchSafetensors(const std::filesystem::path& path,
     contiguous.push_back(tensor.detach().cpu().contiguous());
     entries.push_back({name, dtype, tensor.sizes().vec(), contiguous.back().data_ptr()});
   }
-  return WriteSafetensors(path, entries);
+  return daemon::formats::WriteSafetensors(path, entries);
 }
 
 torch::Tensor AsTensor(const std::vector<float>& values, std::vector<int64_t> shape) {

@@ -1,6 +1,7 @@
 #include "tools/train/chat_corpus.h"
 
 #include <algorithm>
+#include <stdexcept>
 #include <fstream>
 
 #include <nlohmann/json.hpp>
@@ -92,12 +93,19 @@ std::vector<std::string> CorpusSentences(const std::vector<Conversation>& corpus
   return out;
 }
 
-Example EncodeConversation(const text::Tokenizer& tokenizer, const Conversation& conversation, int64_t max_tokens) {
+Example EncodeConversation(const text::SentencePieceTokenizer& tokenizer, const Conversation& conversation,
+                           int64_t max_tokens) {
+  // niels_gpt's template; SentencePiece fails only on an internal error, which stops training.
+  const auto encode = [&](Role role, const std::string& content) {
+    common::StatusOr<std::vector<int32_t>> ids = EncodeMessage(tokenizer, tokenizer.special(), role, content);
+    if (!ids.ok()) throw std::runtime_error(ids.status().ToString());
+    return std::move(*ids);
+  };
   Example example;
-  if (!conversation.system.empty()) Append(example, EncodeMessage(tokenizer, Role::kSystem, conversation.system), false);
+  if (!conversation.system.empty()) Append(example, encode(Role::kSystem, conversation.system), false);
   for (const Turn& turn : conversation.turns) {
-    std::vector<int32_t> user = EncodeMessage(tokenizer, Role::kUser, turn.user);
-    std::vector<int32_t> reply = EncodeMessage(tokenizer, Role::kAssistant, turn.assistant);
+    std::vector<int32_t> user = encode(Role::kUser, turn.user);
+    std::vector<int32_t> reply = encode(Role::kAssistant, turn.assistant);
     if (static_cast<int64_t>(example.tokens.size() + user.size() + reply.size()) > max_tokens) break;
     Append(example, user, false);
     Append(example, reply, true);

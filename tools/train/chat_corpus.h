@@ -9,7 +9,7 @@
 #include <vector>
 
 #include "common/status.h"
-#include "daemon/text/tokenizer.h"
+#include "daemon/text/sentencepiece_tokenizer.h"
 
 namespace niels::tools::train {
 
@@ -44,6 +44,6 @@ struct Example {
 // Encodes [sys]+system+[eot] (if any), then per turn [usr]+user+[eot] [asst]+reply+[eot], with
 // text::EncodeMessage. Turns that would push the example past `max_tokens` are dropped (the
 // example keeps the turns that fit; an example whose first turn does not fit is empty).
-Example EncodeConversation(const text::Tokenizer& tokenizer, const Conversation& conversation, int64_t max_tokens);
+Example EncodeConversation(const text::SentencePieceTokenizer& tokenizer, const Conversation& conversation, int64_t max_tokens);
 
 }  // namespace niels::tools::train

@@ -20,7 +20,8 @@
 
 #include "common/defaults.h"
 #include "daemon/text/chat_template.h"
-#include "daemon/model/model_dir.h"
+#include "daemon/loaders/model_loader.h"
+#include "daemon/loaders/niels_dir.h"
 #include "tools/torch/torch_weights.h"
 #include "daemon/model/weights.h"
 #include "tools/train/chat_corpus.h"
@@ -32,6 +33,7 @@ namespace {
 namespace fs = std::filesystem;
 namespace model = niels::daemon::model;
 namespace text = niels::daemon::text;
+namespace loaders = niels::daemon::loaders;
 namespace torch_model = niels::torch_model;
 namespace train = niels::tools::train;
 
@@ -40,8 +42,16 @@ struct Flags {
   std::string out = "models/niels-demo";
   std::string name = "niels-demo";
   train::SpmOptions spm;
-  model::ModelConfig shape{.vocab_size = 0, .context = 256, .width = 256, .layers = 4, .heads = 4, .d_ff = 768,
-                           .rope_theta = 10000.0, .name = {}};
+  model::ModelConfig shape = [] {
+    model::ModelConfig c;  // niels_gpt's flags; V comes from the trained tokenizer
+    c.context = 256;
+    c.width = 256;
+    c.layers = 4;
+    c.heads = 4;
+    c.d_ff = 768;
+    c.rope_theta = 10000.0;
+    return c;
+  }();
   train::TrainOptions train;
   uint64_t seed = 1234;
   int threads = 2;
@@ -71,17 +81,21 @@ bool WriteFile(const fs::path& path, const std::string& bytes) {
 }
 
 // Greedy reply of the written model to one user message after the default system prompt.
-std::string GreedyReply(const model::Model& m, const std::string& question) {
-  std::vector<int32_t> ids = text::EncodeMessage(*m.tokenizer, text::Role::kSystem, std::string(niels::common::kDefaultSystemPrompt));
-  for (int32_t id : text::EncodeMessage(*m.tokenizer, text::Role::kUser, question)) ids.push_back(id);
-  ids.push_back(text::GenerationPrompt(*m.tokenizer).front());
+std::string GreedyReply(const loaders::Model& m, const std::string& question) {
+  auto system = text::EncodeMessage(*m.tokenizer, m.special, text::Role::kSystem,
+                                    std::string(niels::common::kDefaultSystemPrompt));
+  auto user = text::EncodeMessage(*m.tokenizer, m.special, text::Role::kUser, question);
+  if (!system.ok() || !user.ok()) return "(" + (system.ok() ? user : system).status().ToString() + ")";
+  std::vector<int32_t> ids = std::move(*system);
+  ids.insert(ids.end(), user->begin(), user->end());
+  ids.push_back(text::GenerationPrompt(m.special).front());
   std::vector<int32_t> reply;
-  const std::vector<int32_t> banned = text::DefaultBannedIds(*m.tokenizer);
+  const std::vector<int32_t> banned = text::DefaultBannedIds(m.special);
   while (static_cast<int64_t>(ids.size()) < m.config.context && reply.size() < 64) {
     std::vector<float> logits = m.transformer->Forward(ids, /*last_only=*/true);  // [V]
     for (int32_t b : banned) logits[b] = -INFINITY;
     const int32_t next = static_cast<int32_t>(std::max_element(logits.begin(), logits.end()) - logits.begin());
-    if (next == m.tokenizer->special().eot) break;
+    if (next == m.special.eot) break;
     reply.push_back(next);
     ids.push_back(next);
   }
@@ -101,7 +115,7 @@ int Run(const Flags& flags) {
   std::error_code ec;
   fs::create_directories(out, ec);
   if (!WriteFile(out / "tokenizer.model", *spm)) return Fail("cannot write " + (out / "tokenizer.model").string());
-  auto tokenizer = text::Tokenizer::Load(out / "tokenizer.model");
+  auto tokenizer = text::SentencePieceTokenizer::Load(out / "tokenizer.model");
   if (!tokenizer.ok()) return Fail(tokenizer.status().ToString());
 
   // (2) examples
@@ -139,12 +153,12 @@ int Run(const Flags& flags) {
                static_cast<long long>(result.tokens));
 
   // (4) write, reload with the daemon's loader, probe
-  if (auto s = model::SaveWeights(torch_model::FromTorch(weights), out / "model.safetensors",
+  if (auto s = loaders::SaveNielsWeights(torch_model::FromTorch(weights), out / "model.safetensors",
                                   niels::daemon::kernels::ParseDtype(flags.dtype)); !s.ok()) {
     return Fail(s.ToString());
   }
   if (!WriteFile(out / "config.json", model::ModelConfigToJson(config) + "\n")) return Fail("cannot write config.json");
-  auto loaded = model::LoadModelDir(out);
+  auto loaded = loaders::LoadModel(out);
   if (!loaded.ok()) return Fail("the written model does not load: " + loaded.status().ToString());
   for (const std::string& q : flags.probes) std::printf("> %s\n%s\n", q.c_str(), GreedyReply(**loaded, q).c_str());
   std::fprintf(stderr, "wrote %s\n", out.string().c_str());

@@ -5,7 +5,7 @@
 
 #include <sentencepiece_trainer.h>
 
-#include "daemon/text/tokenizer.h"
+#include "daemon/text/sentencepiece_tokenizer.h"
 
 namespace niels::tools::train {
 namespace {

@@ -15,8 +15,9 @@
 #include <gtest/gtest.h>
 
 #include "daemon/engine/generator.h"
-#include "daemon/model/model_dir.h"
-#include "daemon/model/safetensors.h"
+#include "daemon/loaders/model_loader.h"
+#include "daemon/loaders/niels_dir.h"
+#include "daemon/formats/safetensors.h"
 #include "daemon/model/weights.h"
 #include "tests/support/test_model.h"
 
@@ -24,8 +25,8 @@ namespace niels::daemon::engine {
 namespace {
 
 using kernels::Dtype;
-using model::Model;
-using model::ModelDirOptions;
+using loaders::Model;
+
 
 struct Trace {
   std::vector<int32_t> ids;
@@ -74,15 +75,15 @@ class DtypeGenerationTest : public ::testing::TestWithParam<Dtype> {
     // std 0.1: logits far from flat, so greedy choices are not decided by rounding noise.
     auto narrow = model::ConvertWeights(model::RandomWeights(config_, 21, 0.1), GetParam());
     ASSERT_TRUE(narrow.ok()) << narrow.status().ToString();
-    ASSERT_TRUE(model::SaveWeights(*narrow, dir_ / "narrow/model.safetensors").ok());  // every tensor 16-bit
+    ASSERT_TRUE(loaders::SaveNielsWeights(*narrow, dir_ / "narrow/model.safetensors").ok());  // every tensor 16-bit
     // The f32 model of the same weights: the 16-bit file read as f32 (every value widened exactly).
-    auto widened = model::LoadWeights(dir_ / "narrow/model.safetensors", config_, {.dtype = Dtype::kF32});
+    auto widened = loaders::LoadNielsWeights(dir_ / "narrow/model.safetensors", config_, Dtype::kF32);
     ASSERT_TRUE(widened.ok()) << widened.status().ToString();
-    ASSERT_TRUE(model::SaveWeights(*widened, dir_ / "wide/model.safetensors", Dtype::kF32).ok());
+    ASSERT_TRUE(loaders::SaveNielsWeights(*widened, dir_ / "wide/model.safetensors", Dtype::kF32).ok());
   }
 
-  std::unique_ptr<Model> Load(const std::string& name, ModelDirOptions options = {}) {
-    auto loaded = model::LoadModelDir(dir_ / name, nullptr, options);
+  std::unique_ptr<Model> Load(const std::string& name, loaders::LoadOptions options = {}) {
+    auto loaded = loaders::LoadModel(dir_ / name, nullptr, options);
     EXPECT_TRUE(loaded.ok()) << loaded.status().ToString();
     return loaded.ok() ? std::move(loaded).value() : nullptr;
   }
@@ -100,7 +101,7 @@ TEST_P(DtypeGenerationTest, SameTokensAndLogprobsAsTheF32ModelOfTheSameWeights) 
   ASSERT_EQ(wide->transformer->weights().dtype(), Dtype::kF32);
   // Kept 16-bit and used straight from the file: half the bytes, none copied but norms and biases.
   EXPECT_LT(2 * weights.bytes(), wide->transformer->weights().bytes() + 64 * 1024);
-  const model::SafetensorsFile& file = *narrow->weights_file;
+  const formats::SafetensorsFile& file = *narrow->weights_file;
   EXPECT_GT(model::BytesWithin(weights, file.mapping_data(), file.mapping_size()), weights.bytes() * 9 / 10);
 
   const Trace cached = Greedy(*narrow, /*use_kv_cache=*/true, 24);
@@ -113,10 +114,10 @@ TEST_P(DtypeGenerationTest, SameTokensAndLogprobsAsTheF32ModelOfTheSameWeights) 
 // nielsd --dtype: the f32 file converted at load equals the 16-bit file (its values are
 // 16-bit-representable), and the 16-bit file widened at load equals the f32 one.
 TEST_P(DtypeGenerationTest, ConvertingAtLoadGivesTheSameModel) {
-  ModelDirOptions to_narrow;
+  loaders::LoadOptions to_narrow;
   to_narrow.dtype = GetParam();
   const auto converted = Load("wide", to_narrow);
-  ModelDirOptions to_wide;
+  loaders::LoadOptions to_wide;
   to_wide.dtype = Dtype::kF32;
   const auto widened = Load("narrow", to_wide);
   const auto narrow = Load("narrow");

@@ -19,7 +19,7 @@
 #include "daemon/engine/engine_state.h"
 #include "daemon/engine/generate_turn.h"
 #include "daemon/sessions/session_ops.h"
-#include "daemon/model/model_dir.h"
+#include "daemon/loaders/model_loader.h"
 #include "tests/support/test_model.h"
 
 namespace niels::daemon::engine {
@@ -133,7 +133,7 @@ class EngineWorkTest : public ::testing::Test {
     work.cancel = NewFlag();
     work.quick = [answer, id](EngineState& state, const Work& work) {
       common::StatusOr<sessions::CreatedSession> created =
-          sessions::CreateSession(state.sessions, state.language_model(), state.tokenizer(), work.uid, std::nullopt);
+          sessions::CreateSession(state.sessions, state.language_model(), state.tokenizer(), state.special(), work.uid, std::nullopt);
       if (!created.ok()) return created.status();
       *id = created->session->id();
       answer->Set(Status::Ok());
@@ -189,7 +189,7 @@ TEST_F(EngineWorkTest, GreedyGenerationEqualsTheFullForwardAndMarksItsLastEvent)
     EXPECT_EQ(answer->events[i].last, i + 1 == answer->events.size()) << i;
   }
   // Independent reference: the full forward over the growing sequence, argmax at the last position.
-  auto loaded = model::LoadModelDir(dir_.path());
+  auto loaded = loaders::LoadModel(dir_.path());
   ASSERT_TRUE(loaded.ok());
   std::vector<int32_t> tokens = prompt;
   for (int32_t id : answer->ids) {

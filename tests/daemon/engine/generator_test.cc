@@ -13,7 +13,7 @@
 #include <gtest/gtest.h>
 
 #include "daemon/text/chat_template.h"
-#include "daemon/text/tokenizer.h"
+#include "daemon/text/sentencepiece_tokenizer.h"
 #include "daemon/model/transformer.h"
 #include "daemon/model/weights.h"
 #include "tests/support/test_model.h"
@@ -145,7 +145,7 @@ class TokenizerFixture : public ::testing::Test {
   static void SetUpTestSuite() {
     dir_ = new niels::testing::TempDir("generator_test_");
     niels::testing::TrainTinyTokenizer(*dir_ / "tokenizer.model");
-    auto loaded = text::Tokenizer::Load(*dir_ / "tokenizer.model");
+    auto loaded = text::SentencePieceTokenizer::Load(*dir_ / "tokenizer.model");
     ASSERT_TRUE(loaded.ok()) << loaded.status().ToString();
     tokenizer_ = std::move(loaded).value().release();
   }
@@ -154,10 +154,10 @@ class TokenizerFixture : public ::testing::Test {
     delete dir_;
   }
   static niels::testing::TempDir* dir_;
-  static text::Tokenizer* tokenizer_;
+  static text::SentencePieceTokenizer* tokenizer_;
 };
 niels::testing::TempDir* TokenizerFixture::dir_ = nullptr;
-text::Tokenizer* TokenizerFixture::tokenizer_ = nullptr;
+text::SentencePieceTokenizer* TokenizerFixture::tokenizer_ = nullptr;
 
 using GeneratorStopTest = TokenizerFixture;
 
@@ -172,7 +172,7 @@ int32_t ByteId(const text::Tokenizer& tok, unsigned char byte) {
 }
 
 TEST_F(GeneratorStopTest, DoesNotStopOnUserTextStopsOnEot) {
-  const text::Tokenizer& tok = *tokenizer_;
+  const text::SentencePieceTokenizer& tok = *tokenizer_;
   const int32_t eot = tok.special().eot;
   // The reply spells the bytes of "\nuser: " (byte-fallback ids) in the middle, then ends with eot;
   // more text follows eot in the script.
@@ -182,18 +182,18 @@ TEST_F(GeneratorStopTest, DoesNotStopOnUserTextStopsOnEot) {
     ASSERT_GE(user_bytes.back(), 0) << "no byte piece for " << int(c);
   }
   const std::vector<int32_t> reply =
-      Concat(Concat(tok.Encode("Sure."), user_bytes), tok.Encode("more text"));
+      Concat(Concat(niels::testing::EncodeText(tok, "Sure."), user_bytes), niels::testing::EncodeText(tok, "more text"));
   ASSERT_NE(tok.Decode(reply).find("\nuser: "), std::string::npos) << tok.Decode(reply);
   const std::vector<int32_t> prompt =
-      Concat(text::EncodeMessage(tok, text::Role::kUser, "hi"), text::GenerationPrompt(tok));
-  const std::vector<int32_t> full = Concat(Concat(Concat(prompt, reply), {eot}), tok.Encode("never seen"));
+      Concat(text::EncodeMessage(tok, tok.special(), text::Role::kUser, "hi").value(), text::GenerationPrompt(tok.special()));
+  const std::vector<int32_t> full = Concat(Concat(Concat(prompt, reply), {eot}), niels::testing::EncodeText(tok, "never seen"));
 
   for (bool cached : {true, false}) {
     ScriptedModel m(ScriptConfig(tok.vocab_size(), 256), ScriptOf(full));
     Sequence seq(m.config());
     GenerateOptions o = Greedy(200, cached);
     o.stop_ids = {eot};
-    o.sampling.banned_ids = text::DefaultBannedIds(tok);
+    o.sampling.banned_ids = text::DefaultBannedIds(tok.special());
     const GenerateResult r = Generate(m, seq, prompt, o);
     EXPECT_EQ(r.stop_reason, StopReason::kStopToken) << cached;
     EXPECT_EQ(r.new_tokens, Concat(reply, {eot})) << cached;

@@ -31,7 +31,7 @@ class ChatTest : public ::testing::Test {
   void Start(int64_t context, EngineOptions options = {}) {
     engine_ = StartEngine(context, std::move(options));
     model_ = LoadTinyModel(context);
-    special_ = model_->tokenizer->special();
+    special_ = model_->special;
   }
   std::string Create(const std::string& system) {
     v1::Response response = Call(*engine_, CreateRequest(&system));
@@ -41,7 +41,7 @@ class ChatTest : public ::testing::Test {
   // [role] + Encode(text) + [eot], written here from the template's definition.
   Ids Message(int32_t role, const std::string& text) const {
     Ids ids = {role};
-    for (int32_t id : model_->tokenizer->Encode(text)) ids.push_back(id);
+    for (int32_t id : niels::testing::EncodeText(*model_->tokenizer, text)) ids.push_back(id);
     ids.push_back(special_.eot);
     return ids;
   }
@@ -56,7 +56,7 @@ class ChatTest : public ::testing::Test {
   }
 
   std::unique_ptr<Service> engine_;
-  std::unique_ptr<model::Model> model_;
+  std::unique_ptr<loaders::Model> model_;
   text::SpecialTokens special_;
 };
 

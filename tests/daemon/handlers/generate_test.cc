@@ -22,14 +22,14 @@ class GenerateTest : public ::testing::Test {
   void SetUp() override {
     engine_ = StartEngine(kContext);
     model_ = LoadTinyModel(kContext);
-    eot_ = model_->tokenizer->special().eot;
+    eot_ = model_->special.eot;
     session_ = Call(*engine_, CreateRequest()).create_session().session_id();
   }
   // Plain-text ids (never special) of length n.
   Ids Prompt(size_t n) const {
     Ids ids;
     while (ids.size() < n) {
-      for (int32_t id : model_->tokenizer->Encode(niels::testing::TinyCorpus().at(ids.size() % 3))) {
+      for (int32_t id : niels::testing::EncodeText(*model_->tokenizer, niels::testing::TinyCorpus().at(ids.size() % 3))) {
         if (ids.size() < n) ids.push_back(id);
       }
     }
@@ -63,7 +63,7 @@ class GenerateTest : public ::testing::Test {
   }
 
   std::unique_ptr<Service> engine_;
-  std::unique_ptr<model::Model> model_;
+  std::unique_ptr<loaders::Model> model_;
   int32_t eot_ = -1;
   std::string session_;
 };

@@ -36,7 +36,7 @@ class KvSharingTest : public ::testing::Test {
     engine_ = StartEngine(context, std::move(options));
     reference_ = StartEngine(context);
     model_ = LoadTinyModel(context);
-    special_ = model_->tokenizer->special();
+    special_ = model_->special;
   }
 
   std::string Create(const std::string* system = nullptr) {
@@ -48,7 +48,7 @@ class KvSharingTest : public ::testing::Test {
   Ids Prompt(size_t n, size_t salt = 0) const {
     Ids ids;
     for (size_t line = salt; ids.size() < n; ++line) {
-      for (int32_t id : model_->tokenizer->Encode(niels::testing::TinyCorpus().at(line % 3))) {
+      for (int32_t id : niels::testing::EncodeText(*model_->tokenizer, niels::testing::TinyCorpus().at(line % 3))) {
         if (ids.size() < n) ids.push_back(id);
       }
     }
@@ -61,7 +61,7 @@ class KvSharingTest : public ::testing::Test {
   }
   Ids SystemIds(const std::string& text) const {
     Ids ids = {special_.sys};
-    for (int32_t id : model_->tokenizer->Encode(text)) ids.push_back(id);
+    for (int32_t id : niels::testing::EncodeText(*model_->tokenizer, text)) ids.push_back(id);
     ids.push_back(special_.eot);
     return ids;
   }
@@ -132,7 +132,7 @@ class KvSharingTest : public ::testing::Test {
   int64_t context_ = 0;
   std::unique_ptr<Service> engine_;
   std::unique_ptr<Service> reference_;
-  std::unique_ptr<model::Model> model_;
+  std::unique_ptr<loaders::Model> model_;
   text::SpecialTokens special_;
 };
 
@@ -402,7 +402,7 @@ void KvSharingTest::ChatPastTheContextLimit(EngineOptions options) {
   for (int i = 0; i < 24; ++i) {
     const std::string& text = texts[static_cast<size_t>(i) % texts.size()];
     Ids user = {special_.usr};
-    for (int32_t t : model_->tokenizer->Encode(text)) user.push_back(t);
+    for (int32_t t : niels::testing::EncodeText(*model_->tokenizer, text)) user.push_back(t);
     user.push_back(special_.eot);
     user.push_back(special_.asst);
     v1::Request request = ChatRequest(id, text, 8);

@@ -36,7 +36,7 @@ v1::Request SessionRequest(const std::string& id, int which) {
 }
 
 int32_t EotId() {
-  static const int32_t eot = LoadTinyModel(kContext)->tokenizer->special().eot;
+  static const int32_t eot = LoadTinyModel(kContext)->special.eot;
   return eot;
 }
 

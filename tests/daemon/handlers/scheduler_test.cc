@@ -239,7 +239,7 @@ TEST(SchedulerTest, EqualRequestsStartedTogetherFinishTogether) {
   for (int k = 0; k < kRequests; ++k) {
     v1::Request r = GenerateRequest(sessions[k], Ids(10, k, vocab), kTokens);
     r.mutable_generate()->set_stream(true);
-    r.mutable_generate()->mutable_sampling()->add_banned_ids(LoadTinyModel(kContext)->tokenizer->special().eot);
+    r.mutable_generate()->mutable_sampling()->add_banned_ids(LoadTinyModel(kContext)->special.eot);
     SubmitAsync(*engine, r, kUid, nullptr, sinks[k]);
   }
   gate->Open();
@@ -262,7 +262,7 @@ TEST(SchedulerTest, QueuedRequestIsCancelledBeforeTheRunningGenerationEnds) {
   v1::Request long_request = GenerateRequest(a, Ids(5, 1, vocab), 200);
   long_request.mutable_generate()->set_stream(true);
   long_request.mutable_generate()->mutable_sampling()->add_banned_ids(
-      LoadTinyModel(kContext)->tokenizer->special().eot);
+      LoadTinyModel(kContext)->special.eot);
   auto running = std::make_shared<RecordingSink>();
   std::atomic<int> events{0};
   running->on_event = [&](const v1::Response&) {
@@ -306,7 +306,7 @@ TEST(SchedulerTest, RequestWithoutKvMemoryWaitsOrFailsWhileOthersContinue) {
   };
   v1::Request first = GenerateRequest(a, Ids(10, 1, vocab), 100);
   first.mutable_generate()->set_stream(true);
-  first.mutable_generate()->mutable_sampling()->add_banned_ids(model->tokenizer->special().eot);
+  first.mutable_generate()->mutable_sampling()->add_banned_ids(model->special.eot);
   SubmitAsync(*engine, first, kUid, nullptr, slow);
   while (events.load() == 0) std::this_thread::yield();
   auto waiting = SubmitAsync(*engine, GenerateRequest(b, Ids(10, 2, vocab), 100));

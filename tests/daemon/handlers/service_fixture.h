@@ -18,7 +18,7 @@
 
 #include "common/defaults.h"
 #include "daemon/handlers/service.h"
-#include "daemon/model/model_dir.h"
+#include "daemon/loaders/model_loader.h"
 #include "niels/v1/nielsd.pb.h"
 #include "tests/support/test_model.h"
 
@@ -188,8 +188,8 @@ inline std::unique_ptr<Service> StartEngine(int64_t context, EngineOptions optio
 }
 
 // The model loaded independently of the engine (reference computations in tests).
-inline std::unique_ptr<model::Model> LoadTinyModel(int64_t context) {
-  auto model = model::LoadModelDir(TinyModelDir(context));
+inline std::unique_ptr<loaders::Model> LoadTinyModel(int64_t context) {
+  auto model = loaders::LoadModel(TinyModelDir(context));
   if (!model.ok()) throw std::runtime_error(model.status().ToString());
   return std::move(model).value();
 }

@@ -37,7 +37,7 @@ TEST(EngineTest, InfoDescribesTheModel) {
   EXPECT_EQ(info.heads(), model->config.heads);
   EXPECT_EQ(info.d_ff(), model->config.d_ff);
   EXPECT_DOUBLE_EQ(info.rope_theta(), model->config.rope_theta);
-  const text::SpecialTokens& special = model->tokenizer->special();
+  const text::SpecialTokens& special = model->special;
   EXPECT_EQ(info.sys_id(), special.sys);
   EXPECT_EQ(info.usr_id(), special.usr);
   EXPECT_EQ(info.asst_id(), special.asst);
@@ -80,7 +80,7 @@ TEST(EngineTest, TokenizeAndDetokenize) {
   tokenize.mutable_tokenize()->set_text(text);
   v1::Response tokens = Call(*engine, tokenize);
   ASSERT_TRUE(tokens.has_tokenize()) << tokens.DebugString();
-  const std::vector<int32_t> expected = model->tokenizer->Encode(text);
+  const std::vector<int32_t> expected = niels::testing::EncodeText(*model->tokenizer, text);
   EXPECT_EQ(std::vector<int32_t>(tokens.tokenize().ids().begin(), tokens.tokenize().ids().end()), expected);
   ASSERT_EQ(tokens.tokenize().pieces_size(), static_cast<int>(expected.size()));
   EXPECT_EQ(tokens.tokenize().pieces(0), model->tokenizer->Piece(expected[0]));
@@ -119,12 +119,12 @@ TEST(EngineTest, ResponsesEchoTheRequestId) {
 TEST(EngineTest, CreateSessionWithSystemPromptPrefillsIt) {
   auto engine = StartEngine(kContext);
   auto model = LoadTinyModel(kContext);
-  const text::SpecialTokens& special = model->tokenizer->special();
+  const text::SpecialTokens& special = model->special;
   const std::string system = "be brief";
   const std::string id = CreateSession(*engine, &system);
   EXPECT_EQ(id.size(), 32u);
   std::vector<int32_t> expected = {special.sys};
-  for (int32_t t : model->tokenizer->Encode(system)) expected.push_back(t);
+  for (int32_t t : niels::testing::EncodeText(*model->tokenizer, system)) expected.push_back(t);
   expected.push_back(special.eot);
 
   v1::Response got = Call(*engine, GetRequest(id));
@@ -309,7 +309,7 @@ TEST(EngineTest, QuickJobsAreServedBetweenDecodeSteps) {
     return true;
   };
   v1::Request chat = ChatRequest(busy, "hello there", 6, true, /*stream=*/true);
-  chat.mutable_chat()->mutable_sampling()->add_banned_ids(LoadTinyModel(kContext)->tokenizer->special().eot);
+  chat.mutable_chat()->mutable_sampling()->add_banned_ids(LoadTinyModel(kContext)->special.eot);
   ASSERT_TRUE(SubmitAsync(*engine, chat, kUid, nullptr, sink)->Wait().has_chat());
   EXPECT_EQ(events, 6);
   EXPECT_TRUE(others_done_by_second_event);

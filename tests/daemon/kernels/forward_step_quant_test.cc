@@ -24,7 +24,17 @@
 namespace niels::daemon::kernels {
 namespace {
 
-constexpr ModelShape kShape{/*layers=*/2, /*width=*/256, /*heads=*/4, /*d_ff=*/512, /*vocab=*/300, /*context=*/64};
+constexpr ModelShape kShape{.layers = 2,
+                             .width = 256,
+                             .heads = 4,
+                             .kv_heads = 4,
+                             .head_dim = 64,
+                             .d_ff = 512,
+                             .vocab = 300,
+                             .context = 64,
+                             .rms_norm_eps = 1e-5,
+                             .rope_halves = false,
+                             .qk_rows_interleaved = false};
 constexpr int64_t kBlockTokens = 16;
 
 // A random model whose matrices are stored in `dtype` (quantized from N(0, 0.06) floats), plus the
@@ -63,25 +73,25 @@ std::unique_ptr<Model> MakeModel(Dtype dtype) {
   m->vectors.reserve(32);
   const int64_t C = kShape.width, F = kShape.d_ff;
   const auto tok_emb = matrix(kShape.vocab, C);
-  m->quantized_views.tok_emb = tok_emb.first;
-  m->f32_views.tok_emb = tok_emb.second;
+  m->quantized_views.tok_emb = m->quantized_views.lm_head = tok_emb.first;
+  m->f32_views.tok_emb = m->f32_views.lm_head = tok_emb.second;
   for (int64_t layer = 0; layer < kShape.layers; ++layer) {
     BlockWeightViews q{}, f{};
-    q.ln1 = f.ln1 = vector(C, 1.0f);
-    std::tie(q.qkv, f.qkv) = matrix(3 * C, C);
-    std::tie(q.proj, f.proj) = matrix(C, C);
-    q.ln2 = f.ln2 = vector(C, 1.0f);
-    std::tie(q.fc_a_w, f.fc_a_w) = matrix(F, C);
-    q.fc_a_b = f.fc_a_b = vector(F, 0.0f);
-    std::tie(q.fc_g_w, f.fc_g_w) = matrix(F, C);
-    q.fc_g_b = f.fc_g_b = vector(F, 0.0f);
-    std::tie(q.fc_out_w, f.fc_out_w) = matrix(C, F);
-    q.fc_out_b = f.fc_out_b = vector(C, 0.0f);
+    q.attn_norm = f.attn_norm = vector(C, 1.0f);
+    std::tie(q.wqkv, f.wqkv) = matrix(3 * C, C);
+    std::tie(q.wo, f.wo) = matrix(C, C);
+    q.ffn_norm = f.ffn_norm = vector(C, 1.0f);
+    std::tie(q.w_up, f.w_up) = matrix(F, C);
+    q.b_up = f.b_up = vector(F, 0.0f);
+    std::tie(q.w_gate, f.w_gate) = matrix(F, C);
+    q.b_gate = f.b_gate = vector(F, 0.0f);
+    std::tie(q.w_down, f.w_down) = matrix(C, F);
+    q.b_down = f.b_down = vector(C, 0.0f);
     m->quantized_views.blocks.push_back(q);
     m->f32_views.blocks.push_back(f);
   }
-  m->quantized_views.ln_f = m->f32_views.ln_f = vector(C, 1.0f);
-  const int64_t D = kShape.head_dim();
+  m->quantized_views.final_norm = m->f32_views.final_norm = vector(C, 1.0f);
+  const int64_t D = kShape.head_dim;
   m->rope.resize(static_cast<size_t>(kShape.context * D));
   for (int64_t p = 0; p < kShape.context; ++p) {
     for (int64_t i = 0; i < D / 2; ++i) {

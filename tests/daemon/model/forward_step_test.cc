@@ -70,7 +70,7 @@ TEST_P(ForwardStepTest, DecodeAfterPrefillEqualsFullForwardAndScalarReference) {
   const auto tokens = RandomTokens(config_.context, 1, V());
   const std::span<const int32_t> all(tokens);
   const std::vector<float> full = model_.Forward(tokens);  // [T, V]
-  const ScalarReference reference(config_, model_.weights(), ScalarReference::RopePairs::kAdjacent, kv_);
+  const ScalarReference reference(config_, model_.weights(), kv_);
   const std::vector<float> naive = reference.Forward(tokens);  // [T, V]
   KvCache cache(config_, kv_);
   ASSERT_EQ(model_.Prefill(all.first(5), cache, /*all_logits=*/true), SliceRows(full, V(), 0, 5));
@@ -168,7 +168,7 @@ TEST_P(ForwardStepTest, TraceIsTheSoftmaxOfScaledQueryKeyProducts) {
   EXPECT_EQ(logits, model_.Forward(tokens, /*last_only=*/true));
   // Layer 0's attention of position 39 recomputed by the naive scalar reference (its own keys, in
   // double, rounded to f16 like an f16 cache).
-  const ScalarReference reference(config_, model_.weights(), ScalarReference::RopePairs::kAdjacent, kv_);
+  const ScalarReference reference(config_, model_.weights(), kv_);
   std::vector<float> probs;  // [H, 40]
   reference.Forward(tokens, /*trace_layer=*/0, &probs);
   EXPECT_LT(MaxAbsDiff(trace.rows[0], probs), 1e-5);

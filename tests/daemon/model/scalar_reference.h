@@ -1,8 +1,15 @@
 #pragma once
-// ScalarReference: an independent, deliberately naive niels_gpt forward (docs/ARCHITECTURE.md
-// "Model math") for tests. Plain loops over std::vector<float> (sums in double), no libtorch. It reads the same weights as the model under test (16-bit
-// matrices widened exactly), and with kv_dtype f16 rounds each cached key and value to f16 as an f16
-// KV cache does.
+// ScalarReference: an independent, deliberately naive forward pass of the family
+// (docs/ARCHITECTURE.md "Model math") for tests. Plain loops over std::vector<float>, every dot
+// product and norm summed in double, no libtorch, nothing shared with the kernels but the weights it
+// reads (16-bit and block-type matrices widened or dequantized exactly as stored). With kv_dtype f16
+// it rounds each cached key and value to f16 as an f16 KV cache does.
+//
+// Written from the Hugging Face modeling code's semantics: grouped-query attention (query head h
+// reads key/value head h / (H / KV)), q/k/v biases, RMSNorm over each head of q and k before RoPE,
+// RoPE over adjacent pairs or halves with per-pair frequency divisors, SwiGLU with or without
+// biases, a tied or separate output projection; q and k rows stored in llama.cpp's interleaved order
+// are put back first.
 
 #include <cmath>
 #include <cstdint>
@@ -16,18 +23,40 @@ namespace niels::daemon::model {
 
 class ScalarReference {
  public:
-  // Which elements RoPE rotates together: (x[2i], x[2i+1]) as specified, or (x[i], x[i+D/2]) (the
-  // GPT-NeoX / Llama-HF convention, which niels_gpt does not use).
-  enum class RopePairs { kAdjacent, kHalves };
-
-  ScalarReference(const ModelConfig& config, const Weights& weights, RopePairs pairs,
-                  kernels::Dtype kv_dtype = kernels::Dtype::kF32)
-      : config_(config), pairs_(pairs), kv_dtype_(kv_dtype) {
-    tok_emb_ = Read(weights.tok_emb);
-    ln_f_ = Read(weights.ln_f);
+  ScalarReference(const ModelConfig& config, const Weights& weights, kernels::Dtype kv_dtype = kernels::Dtype::kF32)
+      : config_(config), kv_dtype_(kv_dtype) {
+    tok_emb_ = weights.tok_emb.ToFloats();
+    lm_head_ = weights.lm_head.ToFloats();
+    final_norm_ = weights.final_norm.ToFloats();
+    if (weights.rope_freqs.defined()) rope_freqs_ = weights.rope_freqs.ToFloats();
+    const int64_t HD = config.q_width(), KVD = config.kv_width(), C = config.width;
     for (const BlockWeights& b : weights.blocks) {
-      blocks_.push_back({Read(b.ln1), Read(b.qkv), Read(b.proj), Read(b.ln2), Read(b.fc_a_w), Read(b.fc_a_b),
-                         Read(b.fc_g_w), Read(b.fc_g_b), Read(b.fc_out_w), Read(b.fc_out_b)});
+      Block block;
+      block.attn_norm = b.attn_norm.ToFloats();
+      if (b.wqkv.defined()) {  // rows [q | k | v]
+        const Vec all = b.wqkv.ToFloats();
+        block.wq.assign(all.begin(), all.begin() + HD * C);
+        block.wk.assign(all.begin() + HD * C, all.begin() + (HD + KVD) * C);
+        block.wv.assign(all.begin() + (HD + KVD) * C, all.end());
+      } else {
+        block.wq = b.wq.ToFloats();
+        block.wk = b.wk.ToFloats();
+        block.wv = b.wv.ToFloats();
+      }
+      block.bq = Optional(b.bq, HD);
+      block.bk = Optional(b.bk, KVD);
+      block.bv = Optional(b.bv, KVD);
+      block.q_norm = b.q_norm.defined() ? b.q_norm.ToFloats() : Vec();
+      block.k_norm = b.k_norm.defined() ? b.k_norm.ToFloats() : Vec();
+      block.wo = b.wo.ToFloats();
+      block.ffn_norm = b.ffn_norm.ToFloats();
+      block.w_gate = b.w_gate.ToFloats();
+      block.w_up = b.w_up.ToFloats();
+      block.w_down = b.w_down.ToFloats();
+      block.b_gate = Optional(b.b_gate, config.d_ff);
+      block.b_up = Optional(b.b_up, config.d_ff);
+      block.b_down = Optional(b.b_down, C);
+      blocks_.push_back(std::move(block));
     }
   }
 
@@ -44,11 +73,11 @@ class ScalarReference {
       const bool traced = trace != nullptr && static_cast<int64_t>(layer) == trace_layer;
       const std::vector<Vec> attn = Attention(block, h, traced ? trace : nullptr);
       for (int64_t p = 0; p < n; ++p) Add(h[p], attn[p]);
-      for (int64_t p = 0; p < n; ++p) Add(h[p], Mlp(block, RmsNorm(h[p], block.ln2)));
+      for (int64_t p = 0; p < n; ++p) Add(h[p], Mlp(block, RmsNorm(h[p], block.ffn_norm)));
     }
     std::vector<float> logits;
     for (int64_t p = 0; p < n; ++p) {
-      const Vec row = MatVec(tok_emb_, config_.vocab_size, RmsNorm(h[p], ln_f_));
+      const Vec row = MatVec(lm_head_, config_.vocab_size, RmsNorm(h[p], final_norm_));
       logits.insert(logits.end(), row.begin(), row.end());
     }
     return logits;
@@ -57,10 +86,11 @@ class ScalarReference {
  private:
   using Vec = std::vector<float>;
   struct Block {
-    Vec ln1, qkv, proj, ln2, fc_a_w, fc_a_b, fc_g_w, fc_g_b, fc_out_w, fc_out_b;
+    Vec attn_norm, wq, wk, wv, bq, bk, bv, q_norm, k_norm, wo, ffn_norm, w_gate, w_up, w_down, b_gate, b_up, b_down;
   };
 
-  static Vec Read(const Tensor& t) { return t.ToFloats(); }
+  // The tensor's values, or zeros of `n` when the model has none (a missing bias adds nothing).
+  static Vec Optional(const Tensor& t, int64_t n) { return t.defined() ? t.ToFloats() : Vec(n, 0.0f); }
 
   // An f16 KV cache stores each value rounded to f16.
   void StoreAsCached(Vec& row) const {
@@ -72,71 +102,105 @@ class ScalarReference {
     for (size_t i = 0; i < into.size(); ++i) into[i] += x[i];
   }
 
-  // w is [rows, x.size()] row-major; returns w @ x.
-  static Vec MatVec(const Vec& w, int64_t rows, const Vec& x) {
+  // w is [rows, x.size()] row-major; returns w @ x (+ bias when given).
+  static Vec MatVec(const Vec& w, int64_t rows, const Vec& x, const Vec* bias = nullptr) {
     Vec out(rows);
     const size_t cols = x.size();
     for (int64_t r = 0; r < rows; ++r) {
       double sum = 0;
       for (size_t i = 0; i < cols; ++i) sum += static_cast<double>(w[r * cols + i]) * x[i];
+      if (bias != nullptr) sum += (*bias)[r];
       out[r] = static_cast<float>(sum);
     }
     return out;
   }
 
-  Vec RmsNorm(const Vec& x, const Vec& weight) const {
-    const double eps = config_.rms_norm_eps;
+  // RMSNorm of x[offset, offset + width) with `weight` [width].
+  Vec RmsNorm(const Vec& x, const Vec& weight, size_t offset = 0, size_t width = 0) const {
+    if (width == 0) width = x.size();
     double sum_sq = 0;
-    for (float v : x) sum_sq += static_cast<double>(v) * v;
-    const double rms = std::sqrt(sum_sq / x.size() + eps);
-    Vec out(x.size());
-    for (size_t i = 0; i < x.size(); ++i) out[i] = static_cast<float>(x[i] / rms) * weight[i];
+    for (size_t i = 0; i < width; ++i) sum_sq += static_cast<double>(x[offset + i]) * x[offset + i];
+    const double rms = std::sqrt(sum_sq / static_cast<double>(width) + config_.rms_norm_eps);
+    Vec out(width);
+    for (size_t i = 0; i < width; ++i) out[i] = static_cast<float>(x[offset + i] / rms) * weight[i];
     return out;
+  }
+
+  // llama.cpp's interleaved head order back to Hugging Face's: stored 2i is i, 2i+1 is D/2 + i.
+  void Uninterleave(Vec& x, int64_t heads) const {
+    const int64_t d = config_.head_dim();
+    for (int64_t head = 0; head < heads; ++head) {
+      Vec moved(d);
+      for (int64_t i = 0; i < d / 2; ++i) {
+        moved[i] = x[head * d + 2 * i];
+        moved[d / 2 + i] = x[head * d + 2 * i + 1];
+      }
+      std::copy(moved.begin(), moved.end(), x.begin() + head * d);
+    }
   }
 
   // Rotates one head's vector (length D) for position `pos`, in place.
   void Rope(float* x, int64_t pos) const {
     const int64_t d = config_.head_dim();
+    const bool halves = config_.rope_pairs == RopePairs::kHalves;
     for (int64_t i = 0; i < d / 2; ++i) {
-      const double angle = static_cast<double>(pos) * std::pow(config_.rope_theta, -2.0 * i / d);
+      double inv_freq = std::pow(config_.rope_theta, -2.0 * i / d);
+      if (!rope_freqs_.empty()) inv_freq /= rope_freqs_[i];
+      const double angle = static_cast<double>(pos) * inv_freq;
       const float cos = static_cast<float>(std::cos(angle));
       const float sin = static_cast<float>(std::sin(angle));
-      float* a = pairs_ == RopePairs::kAdjacent ? &x[2 * i] : &x[i];
-      float* b = pairs_ == RopePairs::kAdjacent ? &x[2 * i + 1] : &x[i + d / 2];
+      float* a = halves ? &x[i] : &x[2 * i];
+      float* b = halves ? &x[i + d / 2] : &x[2 * i + 1];
       const float x0 = *a, x1 = *b;
       *a = x0 * cos - x1 * sin;
       *b = x0 * sin + x1 * cos;
     }
   }
 
-  // Causal multi-head self-attention output (after proj) at every position; the last position's
+  // The head-wise RMSNorm of q or k (Qwen3), in place.
+  void HeadNorm(Vec& x, int64_t heads, const Vec& weight) const {
+    if (weight.empty()) return;
+    const int64_t d = config_.head_dim();
+    for (int64_t head = 0; head < heads; ++head) {
+      const Vec normed = RmsNorm(x, weight, head * d, d);
+      std::copy(normed.begin(), normed.end(), x.begin() + head * d);
+    }
+  }
+
+  // Causal grouped-query self-attention output (after wo) at every position; the last position's
   // probabilities [H, n] into `last_probs` when set.
   std::vector<Vec> Attention(const Block& block, const std::vector<Vec>& h, Vec* last_probs = nullptr) const {
     const int64_t n = static_cast<int64_t>(h.size());
-    const int64_t c = config_.width, d = config_.head_dim();
+    const int64_t d = config_.head_dim(), heads = config_.heads, kv_heads = config_.kv_head_count();
+    const int64_t group = heads / kv_heads;
     std::vector<Vec> q(n), k(n), v(n);
     for (int64_t p = 0; p < n; ++p) {
-      const Vec qkv = MatVec(block.qkv, 3 * c, RmsNorm(h[p], block.ln1));
-      q[p] = Vec(qkv.begin(), qkv.begin() + c);
-      k[p] = Vec(qkv.begin() + c, qkv.begin() + 2 * c);
-      v[p] = Vec(qkv.begin() + 2 * c, qkv.end());
-      for (int64_t head = 0; head < config_.heads; ++head) {
-        Rope(&q[p][head * d], p);
-        Rope(&k[p][head * d], p);
+      const Vec x = RmsNorm(h[p], block.attn_norm);
+      q[p] = MatVec(block.wq, heads * d, x, &block.bq);
+      k[p] = MatVec(block.wk, kv_heads * d, x, &block.bk);
+      v[p] = MatVec(block.wv, kv_heads * d, x, &block.bv);
+      if (config_.qk_rows_interleaved) {
+        Uninterleave(q[p], heads);
+        Uninterleave(k[p], kv_heads);
       }
+      HeadNorm(q[p], heads, block.q_norm);
+      HeadNorm(k[p], kv_heads, block.k_norm);
+      for (int64_t head = 0; head < heads; ++head) Rope(&q[p][head * d], p);
+      for (int64_t head = 0; head < kv_heads; ++head) Rope(&k[p][head * d], p);
       StoreAsCached(k[p]);
       StoreAsCached(v[p]);
     }
     std::vector<Vec> out(n);
-    if (last_probs != nullptr) last_probs->assign(config_.heads * n, 0.0f);
+    if (last_probs != nullptr) last_probs->assign(heads * n, 0.0f);
     for (int64_t i = 0; i < n; ++i) {
-      Vec concat(c, 0.0f);
-      for (int64_t head = 0; head < config_.heads; ++head) {
+      Vec concat(heads * d, 0.0f);
+      for (int64_t head = 0; head < heads; ++head) {
+        const int64_t kv = head / group;
         std::vector<double> scores(i + 1);
         double max_score = -1e300;
         for (int64_t j = 0; j <= i; ++j) {
           double dot = 0;
-          for (int64_t e = 0; e < d; ++e) dot += static_cast<double>(q[i][head * d + e]) * k[j][head * d + e];
+          for (int64_t e = 0; e < d; ++e) dot += static_cast<double>(q[i][head * d + e]) * k[j][kv * d + e];
           scores[j] = dot / std::sqrt(static_cast<double>(d));
           max_score = std::max(max_score, scores[j]);
         }
@@ -146,32 +210,31 @@ class ScalarReference {
           for (int64_t j = 0; j <= i; ++j) (*last_probs)[head * n + j] = static_cast<float>(scores[j] / total);
         }
         for (int64_t j = 0; j <= i; ++j) {
-          for (int64_t e = 0; e < d; ++e) concat[head * d + e] += static_cast<float>(scores[j] / total) * v[j][head * d + e];
+          for (int64_t e = 0; e < d; ++e) {
+            concat[head * d + e] += static_cast<float>(scores[j] / total) * v[j][kv * d + e];
+          }
         }
       }
-      out[i] = MatVec(block.proj, c, concat);
+      out[i] = MatVec(block.wo, config_.width, concat);
     }
     return out;
   }
 
   Vec Mlp(const Block& block, const Vec& x) const {
     const int64_t f = config_.d_ff;
-    const Vec g = MatVec(block.fc_g_w, f, x);
-    const Vec a = MatVec(block.fc_a_w, f, x);
+    const Vec g = MatVec(block.w_gate, f, x, &block.b_gate);
+    const Vec a = MatVec(block.w_up, f, x, &block.b_up);
     Vec hidden(f);
     for (int64_t i = 0; i < f; ++i) {
-      const double gate = g[i] + block.fc_g_b[i];
-      hidden[i] = static_cast<float>(gate / (1.0 + std::exp(-gate)) * (a[i] + block.fc_a_b[i]));
+      const double gate = g[i];
+      hidden[i] = static_cast<float>(gate / (1.0 + std::exp(-gate)) * a[i]);
     }
-    Vec out = MatVec(block.fc_out_w, config_.width, hidden);
-    for (int64_t i = 0; i < config_.width; ++i) out[i] += block.fc_out_b[i];
-    return out;
+    return MatVec(block.w_down, config_.width, hidden, &block.b_down);
   }
 
   ModelConfig config_;
-  RopePairs pairs_;
   kernels::Dtype kv_dtype_;
-  Vec tok_emb_, ln_f_;
+  Vec tok_emb_, lm_head_, final_norm_, rope_freqs_;
   std::vector<Block> blocks_;
 };
 

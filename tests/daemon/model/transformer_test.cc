@@ -113,7 +113,7 @@ TEST_F(TransformerTest, BatchedDecodeEqualsEachSequenceAlone) {
 
 TEST_F(TransformerTest, AgreesWithNaiveScalarReference) {
   const auto tokens = RandomTokens(24, 4);
-  const ScalarReference reference(config_, model_.weights(), ScalarReference::RopePairs::kAdjacent);
+  const ScalarReference reference(config_, model_.weights());
   const std::vector<float> expected = reference.Forward(tokens);  // [24, V]
   EXPECT_LT(MaxAbsDiff(model_.Forward(tokens), expected), 1e-4);
   // The reference is not trivially close to anything: logits vary across positions and tokens.
@@ -136,7 +136,7 @@ TEST_F(TransformerTest, EveryIsaAndDtypeAgreesWithTheScalarReference) {
         ASSERT_TRUE(weights.ok());
         const Transformer model(config_, *weights, nullptr, kv);
         const std::vector<float> full = model.Forward(tokens);
-        const ScalarReference reference(config_, model.weights(), ScalarReference::RopePairs::kAdjacent, kv);
+        const ScalarReference reference(config_, model.weights(), kv);
         EXPECT_LT(MaxAbsDiff(full, reference.Forward(tokens)), kv == kernels::Dtype::kF32 ? 1e-4 : 2e-3);
         KvCache cache(config_, kv);
         const std::span<const int32_t> all(tokens);
@@ -151,8 +151,10 @@ TEST_F(TransformerTest, EveryIsaAndDtypeAgreesWithTheScalarReference) {
 TEST_F(TransformerTest, RopeRotatesAdjacentPairsNotHalves) {
   const auto tokens = RandomTokens(24, 5);
   const std::vector<float> logits = model_.Forward(tokens);
-  const ScalarReference adjacent(config_, model_.weights(), ScalarReference::RopePairs::kAdjacent);
-  const ScalarReference halves(config_, model_.weights(), ScalarReference::RopePairs::kHalves);
+  const ScalarReference adjacent(config_, model_.weights());
+  ModelConfig other = config_;
+  other.rope_pairs = RopePairs::kHalves;
+  const ScalarReference halves(other, model_.weights());
   EXPECT_LT(MaxAbsDiff(logits, adjacent.Forward(tokens)), 1e-4);
   EXPECT_GT(MaxAbsDiff(logits, halves.Forward(tokens)), 1e-2);
 }

@@ -11,14 +11,21 @@
 namespace niels::daemon::text {
 namespace {
 
-using text::Tokenizer;
+using Tokenizer = SentencePieceTokenizer;
+
+// EncodeMessage with the tokenizer's own markers; its failure fails the test.
+std::vector<int32_t> Message(const Tokenizer& tok, Role role, std::string_view content) {
+  auto ids = EncodeMessage(tok, tok.special(), role, content);
+  EXPECT_TRUE(ids.ok()) << ids.status().ToString();
+  return ids.ok() ? std::move(*ids) : std::vector<int32_t>{};
+}
 
 class ChatTemplateTest : public ::testing::Test {
  protected:
   static void SetUpTestSuite() {
     dir_ = new niels::testing::TempDir("chat_template_test_");
     niels::testing::TrainTinyTokenizer(*dir_ / "tokenizer.model");
-    auto loaded = Tokenizer::Load(*dir_ / "tokenizer.model");
+    auto loaded = SentencePieceTokenizer::Load(*dir_ / "tokenizer.model");
     ASSERT_TRUE(loaded.ok()) << loaded.status().ToString();
     tokenizer_ = std::move(loaded).value().release();
   }
@@ -39,7 +46,7 @@ TEST_F(ChatTemplateTest, MessageIsRoleThenContentThenEot) {
   const std::set<int32_t> distinct = {sp.sys, sp.usr, sp.asst, sp.eot};
   ASSERT_EQ(distinct.size(), 4u);
   const std::string content = "Hello there, how are you?";
-  const std::vector<int32_t> body = tok().Encode(content);
+  const std::vector<int32_t> body = niels::testing::EncodeText(tok(), content);
   ASSERT_FALSE(body.empty());
   const std::pair<Role, int32_t> roles[] = {
       {Role::kSystem, sp.sys}, {Role::kUser, sp.usr}, {Role::kAssistant, sp.asst}};
@@ -47,21 +54,21 @@ TEST_F(ChatTemplateTest, MessageIsRoleThenContentThenEot) {
     std::vector<int32_t> expected = {id};
     expected.insert(expected.end(), body.begin(), body.end());
     expected.push_back(sp.eot);
-    EXPECT_EQ(EncodeMessage(tok(), role, content), expected);
+    EXPECT_EQ(Message(tok(), role, content), expected);
   }
-  EXPECT_EQ(tok().Decode(EncodeMessage(tok(), Role::kUser, content)), content);
+  EXPECT_EQ(tok().Decode(Message(tok(), Role::kUser, content)), content);
 }
 
 TEST_F(ChatTemplateTest, EmptyContentIsRoleAndEot) {
   const text::SpecialTokens& sp = tok().special();
-  EXPECT_EQ(EncodeMessage(tok(), Role::kUser, ""), (std::vector<int32_t>{sp.usr, sp.eot}));
+  EXPECT_EQ(Message(tok(), Role::kUser, ""), (std::vector<int32_t>{sp.usr, sp.eot}));
 }
 
 TEST_F(ChatTemplateTest, SpecialLiteralInContentStaysPlainText) {
   const text::SpecialTokens& sp = tok().special();
   const std::string content = std::string("before ") + std::string(text::kEotToken) + " middle " +
                               std::string(text::kAsstToken) + " after";
-  const std::vector<int32_t> ids = EncodeMessage(tok(), Role::kUser, content);
+  const std::vector<int32_t> ids = Message(tok(), Role::kUser, content);
   ASSERT_GE(ids.size(), 3u);
   EXPECT_EQ(ids.front(), sp.usr);
   EXPECT_EQ(ids.back(), sp.eot);
@@ -76,8 +83,8 @@ TEST_F(ChatTemplateTest, SpecialLiteralInContentStaysPlainText) {
 
 TEST_F(ChatTemplateTest, GenerationPromptAndBannedIds) {
   const text::SpecialTokens& sp = tok().special();
-  EXPECT_EQ(GenerationPrompt(tok()), (std::vector<int32_t>{sp.asst}));
-  std::vector<int32_t> banned = DefaultBannedIds(tok());
+  EXPECT_EQ(GenerationPrompt(tok().special()), (std::vector<int32_t>{sp.asst}));
+  std::vector<int32_t> banned = DefaultBannedIds(tok().special());
   std::sort(banned.begin(), banned.end());
   std::vector<int32_t> expected = {sp.sys, sp.usr, sp.asst};
   std::sort(expected.begin(), expected.end());

@@ -5,6 +5,7 @@
 
 #include <random>
 
+#include "daemon/text/sentencepiece_tokenizer.h"
 #include "tests/support/test_model.h"
 
 namespace niels::daemon::text {
@@ -36,23 +37,23 @@ class TextStreamTest : public ::testing::Test {
   static void SetUpTestSuite() {
     dir_ = new niels::testing::TempDir("niels_text_stream_");
     niels::testing::TrainTinyTokenizer(*dir_ / "tokenizer.model");
-    tokenizer_ = text::Tokenizer::Load(*dir_ / "tokenizer.model").value().release();
+    tokenizer_ = text::SentencePieceTokenizer::Load(*dir_ / "tokenizer.model").value().release();
   }
   static void TearDownTestSuite() {
     delete tokenizer_;
     delete dir_;
   }
   static niels::testing::TempDir* dir_;
-  static text::Tokenizer* tokenizer_;
+  static text::SentencePieceTokenizer* tokenizer_;
 };
 niels::testing::TempDir* TextStreamTest::dir_ = nullptr;
-text::Tokenizer* TextStreamTest::tokenizer_ = nullptr;
+text::SentencePieceTokenizer* TextStreamTest::tokenizer_ = nullptr;
 
 TEST_F(TextStreamTest, PiecesConcatenateToTheDecodedText) {
   std::vector<std::string> texts = niels::testing::TinyCorpus();
   texts.push_back("na\xC3\xAFve caf\xC3\xA9 \xE2\x82\xAC 5 \xF0\x9F\x98\x80!");  // byte-fallback pieces
   for (const std::string& text : texts) {
-    const std::vector<int32_t> ids = tokenizer_->Encode(text);
+    const std::vector<int32_t> ids = niels::testing::EncodeText(*tokenizer_, text);
     TextStream stream(*tokenizer_);
     std::string joined;
     for (size_t i = 0; i < ids.size(); ++i) {
@@ -66,7 +67,7 @@ TEST_F(TextStreamTest, PiecesConcatenateToTheDecodedText) {
 }
 
 TEST_F(TextStreamTest, SpecialIdsAddNoTextButFlush) {
-  const std::vector<int32_t> ids = tokenizer_->Encode("hello world");
+  const std::vector<int32_t> ids = niels::testing::EncodeText(*tokenizer_, "hello world");
   TextStream stream(*tokenizer_);
   std::string joined;
   for (int32_t id : ids) joined += stream.Add(id, false);
@@ -79,7 +80,7 @@ TEST_F(TextStreamTest, SpecialIdsAddNoTextButFlush) {
 // that complete a character or do not, specials and out-of-range ids, with both the test
 // tokenizer and the shipped demo model's. After every Add the text handed out must be exactly the
 // plain definition's.
-void ExpectSameAsDecodingEverything(const text::Tokenizer& tokenizer, uint32_t seed) {
+void ExpectSameAsDecodingEverything(const text::SentencePieceTokenizer& tokenizer, uint32_t seed) {
   std::mt19937 rng(seed);
   const int32_t vocab = tokenizer.vocab_size();
   std::vector<int32_t> bytes;  // the byte-fallback pieces <0x00>..<0xFF>, when the model has them
@@ -116,7 +117,7 @@ TEST_F(TextStreamTest, IncrementalDecodingEqualsDecodingEverythingWithTheTestTok
 }
 
 TEST(TextStreamDemoTest, IncrementalDecodingEqualsDecodingEverythingWithTheShippedTokenizer) {
-  auto loaded = text::Tokenizer::Load(NIELS_SOURCE_DIR "/models/niels-demo/tokenizer.model");
+  auto loaded = text::SentencePieceTokenizer::Load(NIELS_SOURCE_DIR "/models/niels-demo/tokenizer.model");
   ASSERT_TRUE(loaded.ok()) << loaded.status().ToString();
   ExpectSameAsDecodingEverything(**loaded, 2);
 }

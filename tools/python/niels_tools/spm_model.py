@@ -3,8 +3,12 @@ special tokens. No sentencepiece or protobuf package is needed: the tools read t
 use by field number (sentencepiece_model.proto):
 
   ModelProto.pieces = 1 {piece = 1, score = 2, type = 3}
-  ModelProto.trainer_spec = 2 {model_type = 3, byte_fallback = 35}
-  ModelProto.normalizer_spec = 3 {name = 1, add_dummy_prefix = 3}
+  ModelProto.trainer_spec = 2 {model_type = 3, treat_whitespace_as_suffix = 24, byte_fallback = 35}
+  ModelProto.normalizer_spec = 3 {name = 1, precompiled_charsmap = 2, add_dummy_prefix = 3,
+                                  remove_extra_whitespaces = 4, escape_whitespaces = 5}
+
+Fields a file leaves out have the proto's defaults (model_type UNIGRAM, add_dummy_prefix,
+remove_extra_whitespaces and escape_whitespaces true, the others false or empty).
 """
 
 import struct
@@ -35,8 +39,14 @@ class SpmModel:
         self.types = []    # their types (NORMAL, CONTROL, ...)
         self.model_type = UNIGRAM
         self.byte_fallback = False
+        self.treat_whitespace_as_suffix = False
+        self.normalizer = "nmt_nfkc"  # the rule's name; the rule itself is precompiled_charsmap
+        # The compiled normalization rule: a uint32 trie size, the darts-clone double array, then
+        # the NUL-terminated replacement strings. Empty for "identity" (no character mapping).
+        self.precompiled_charsmap = b""
         self.add_dummy_prefix = True
-        self.normalizer = "nmt_nfkc"
+        self.remove_extra_whitespaces = True
+        self.escape_whitespaces = True
 
     def special_ids(self):
         """{role: id} of niels_gpt's special tokens; SpmModelError naming the first one missing."""
@@ -117,16 +127,29 @@ def read_spm_model(path):
                 for f, w, v in _fields(value):
                     if f == 3 and w == 0:
                         model.model_type = v
+                    elif f == 24 and w == 0:
+                        model.treat_whitespace_as_suffix = bool(v)
                     elif f == 35 and w == 0:
                         model.byte_fallback = bool(v)
             elif field == 3 and wire == 2:
                 for f, w, v in _fields(value):
                     if f == 1 and w == 2:
                         model.normalizer = v.decode("utf-8")
+                    elif f == 2 and w == 2:
+                        model.precompiled_charsmap = v
                     elif f == 3 and w == 0:
                         model.add_dummy_prefix = bool(v)
+                    elif f == 4 and w == 0:
+                        model.remove_extra_whitespaces = bool(v)
+                    elif f == 5 and w == 0:
+                        model.escape_whitespaces = bool(v)
     except (ValueError, UnicodeDecodeError) as e:
         raise SpmModelError(f"tokenizer {path}: not a SentencePiece model ({e})") from e
     if not model.pieces:
         raise SpmModelError(f"tokenizer {path}: not a SentencePiece model (no pieces)")
+    charsmap = model.precompiled_charsmap
+    if charsmap and (len(charsmap) <= 4 or int.from_bytes(charsmap[:4], "little") + 4 >= len(charsmap)):
+        # <trie size: uint32 LE><trie><replacement strings>, as SentencePiece's normalizer decodes it
+        raise SpmModelError(f"tokenizer {path}: normalizer_spec.precompiled_charsmap ({len(charsmap)} bytes) "
+                            "is not a compiled normalization rule (its trie size runs past its end)")
     return model

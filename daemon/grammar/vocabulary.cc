@@ -1,0 +1,108 @@
+#include "daemon/grammar/vocabulary.h"
+
+#include <algorithm>
+#include <numeric>
+
+#include "daemon/grammar/utf8.h"
+#include "fmt/format.h"
+
+namespace niels::daemon::grammar {
+
+common::StatusOr<std::shared_ptr<const Vocabulary>> Vocabulary::Create(std::vector<VocabularyToken> tokens) {
+  if (tokens.size() > static_cast<size_t>(INT32_MAX)) {
+    return common::Status::InvalidArgument(fmt::format("vocabulary too large: {} tokens", tokens.size()));
+  }
+  std::shared_ptr<Vocabulary> v(new Vocabulary());
+  v->tokens_ = std::move(tokens);
+  const int32_t n = v->size();
+  v->same_next_.assign(n, -1);
+  std::vector<int32_t> text_ids;
+  for (int32_t id = 0; id < n; ++id) {
+    const VocabularyToken& t = v->tokens_[id];
+    if (t.kind == TokenKind::kEndOfOutput) v->end_ids_.push_back(id);
+    if (t.kind != TokenKind::kText || t.bytes.empty()) continue;
+    if (t.bytes.size() > kMaxTokenBytes) {
+      return common::Status::InvalidArgument(fmt::format(
+          "vocabulary token {} has {} bytes (the limit is {})", id, t.bytes.size(), kMaxTokenBytes));
+    }
+    v->max_len_ = std::max(v->max_len_, t.bytes.size());
+    text_ids.push_back(id);
+  }
+  std::sort(text_ids.begin(), text_ids.end(), [&](int32_t a, int32_t b) {
+    const std::string& x = v->tokens_[a].bytes;
+    const std::string& y = v->tokens_[b].bytes;
+    return x != y ? x < y : a < b;  // std::string compares bytes as unsigned char
+  });
+  // Preorder construction from the sorted strings: each one adds nodes below its common prefix
+  // with the previous one; a node's subtree ends where the next node of its depth or less begins.
+  std::vector<uint32_t> open;  // open[d - 1] = index of the open node at depth d
+  const std::string* prev = nullptr;
+  int32_t prev_id = -1;
+  for (int32_t id : text_ids) {
+    const std::string& s = v->tokens_[id].bytes;
+    if (prev != nullptr && *prev == s) {
+      v->same_next_[prev_id] = id;  // chain duplicates behind the first
+      prev_id = id;
+      continue;
+    }
+    size_t lcp = 0;
+    if (prev != nullptr) {
+      while (lcp < s.size() && lcp < prev->size() && s[lcp] == (*prev)[lcp]) ++lcp;
+    }
+    while (open.size() > lcp) {
+      v->trie_[open.back()].subtree_end = static_cast<uint32_t>(v->trie_.size());
+      open.pop_back();
+    }
+    for (size_t d = lcp; d < s.size(); ++d) {
+      TrieNode node;
+      node.byte = static_cast<uint8_t>(s[d]);
+      node.depth = static_cast<uint16_t>(d + 1);
+      open.push_back(static_cast<uint32_t>(v->trie_.size()));
+      v->trie_.push_back(node);
+    }
+    v->trie_[open.back()].token = id;
+    prev = &s;
+    prev_id = id;
+  }
+  for (uint32_t i : open) v->trie_[i].subtree_end = static_cast<uint32_t>(v->trie_.size());
+  return std::shared_ptr<const Vocabulary>(std::move(v));
+}
+
+std::shared_ptr<const Vocabulary::LoopTable> Vocabulary::LoopTableFor(const CodePointSet& loop) const {
+  std::vector<std::pair<uint32_t, uint32_t>> key;
+  for (const CodePointRange& r : loop.ranges()) key.emplace_back(r.lo, r.hi);
+  {
+    std::lock_guard<std::mutex> lock(loop_mutex_);
+    auto it = loop_tables_.find(key);
+    if (it != loop_tables_.end()) return it->second;
+  }
+  auto table = std::make_shared<LoopTable>();
+  table->inside.Reset(size());
+  for (int32_t id = 0; id < size(); ++id) {
+    const VocabularyToken& t = tokens_[id];
+    if (t.kind != TokenKind::kText || t.bytes.empty()) continue;
+    size_t pos = 0;
+    uint32_t cp = 0, chars = 0;
+    while (pos < t.bytes.size()) {
+      const size_t start = pos;
+      if (!DecodeUtf8(t.bytes, &pos, &cp) || !loop.Contains(cp)) {
+        pos = start;
+        break;
+      }
+      ++chars;
+    }
+    table->max_chars = std::max(table->max_chars, chars);
+    if (pos == t.bytes.size()) {
+      table->inside.Set(id);
+      if (table->inside_by_chars.size() <= chars) table->inside_by_chars.resize(chars + 1);
+      table->inside_by_chars[chars].push_back(id);
+    } else {
+      table->exits.push_back({id, static_cast<uint32_t>(pos), chars});
+    }
+  }
+  std::lock_guard<std::mutex> lock(loop_mutex_);
+  if (loop_tables_.size() < kMaxLoopTables) loop_tables_.emplace(std::move(key), table);
+  return table;
+}
+
+}  // namespace niels::daemon::grammar

@@ -1,0 +1,229 @@
+#include "daemon/text/sentencepiece_tokenizer.h"
+
+#include <algorithm>
+#include <array>
+#include <fstream>
+#include <sstream>
+#include <utility>
+
+#include <sentencepiece_processor.h>
+
+#include "daemon/text/sentencepiece_runtime.h"
+
+namespace niels::daemon::text {
+namespace {
+
+using common::Status;
+using common::StatusOr;
+
+// How special literals are kept out of Encode: the model is loaded with the four special pieces
+// retyped from USER_DEFINED to CONTROL. SentencePiece matches user-defined pieces in the input text,
+// but never produces a control piece from text (control pieces are neither in the matcher nor in
+// the BPE/unigram vocabulary), so a literal in user text is segmented like any other text, with the
+// same whitespace handling as the rest of the string. Ids do not change, so PieceToId and Decode are
+// unaffected. The retyping edits the serialized ModelProto (field numbers from sentencepiece_model.proto:
+// ModelProto.pieces = 1; SentencePiece.piece = 1, .type = 3; Type CONTROL = 3).
+constexpr uint32_t kModelPiecesField = 1;
+constexpr uint32_t kPieceStringField = 1;
+constexpr uint32_t kPieceTypeField = 3;
+constexpr uint64_t kTypeControl = 3;
+
+bool ReadVarint(std::string_view s, size_t& pos, uint64_t& out) {
+  out = 0;
+  for (int shift = 0; shift < 64 && pos < s.size(); shift += 7) {
+    const auto byte = static_cast<uint8_t>(s[pos++]);
+    out |= uint64_t{byte & 0x7fu} << shift;
+    if ((byte & 0x80u) == 0) return true;
+  }
+  return false;
+}
+
+void WriteVarint(std::string& out, uint64_t v) {
+  while (v >= 0x80) {
+    out.push_back(static_cast<char>((v & 0x7f) | 0x80));
+    v >>= 7;
+  }
+  out.push_back(static_cast<char>(v));
+}
+
+struct Field {
+  uint32_t number = 0;
+  uint32_t wire_type = 0;
+  std::string_view raw;      // the whole field, tag included
+  std::string_view payload;  // length-delimited fields only
+};
+
+// Reads the field at `pos`; false on malformed input (groups are not used by ModelProto).
+bool ReadField(std::string_view s, size_t& pos, Field& f) {
+  const size_t start = pos;
+  uint64_t tag = 0, value = 0;
+  if (!ReadVarint(s, pos, tag)) return false;
+  f.number = static_cast<uint32_t>(tag >> 3);
+  f.wire_type = static_cast<uint32_t>(tag & 7);
+  f.payload = {};
+  switch (f.wire_type) {
+    case 0: if (!ReadVarint(s, pos, value)) return false; break;
+    case 1: if (s.size() - pos < 8) return false; pos += 8; break;
+    case 5: if (s.size() - pos < 4) return false; pos += 4; break;
+    case 2:
+      if (!ReadVarint(s, pos, value) || value > s.size() - pos) return false;
+      f.payload = s.substr(pos, value);
+      pos += value;
+      break;
+    default: return false;
+  }
+  f.raw = s.substr(start, pos - start);
+  return true;
+}
+
+// A SentencePiece message with its type field replaced by CONTROL when its piece is in `specials`.
+bool RetypePiece(std::string_view piece_msg, const std::array<std::string_view, 4>& specials, std::string& out) {
+  std::string_view piece;
+  std::string rest;
+  size_t pos = 0;
+  Field f;
+  while (pos < piece_msg.size()) {
+    if (!ReadField(piece_msg, pos, f)) return false;
+    if (f.number == kPieceStringField && f.wire_type == 2) piece = f.payload;
+    if (f.number != kPieceTypeField) rest.append(f.raw);
+  }
+  if (std::find(specials.begin(), specials.end(), piece) == specials.end()) {
+    out.assign(piece_msg);
+    return true;
+  }
+  out = std::move(rest);
+  WriteVarint(out, (kPieceTypeField << 3) | 0);
+  WriteVarint(out, kTypeControl);
+  return true;
+}
+
+bool RetypeSpecials(std::string_view model, const std::array<std::string_view, 4>& specials, std::string& out) {
+  size_t pos = 0;
+  Field f;
+  std::string piece;
+  while (pos < model.size()) {
+    if (!ReadField(model, pos, f)) return false;
+    if (f.number != kModelPiecesField || f.wire_type != 2) {
+      out.append(f.raw);
+      continue;
+    }
+    if (!RetypePiece(f.payload, specials, piece)) return false;
+    WriteVarint(out, (kModelPiecesField << 3) | 2);
+    WriteVarint(out, piece.size());
+    out.append(piece);
+  }
+  return true;
+}
+
+constexpr std::array<std::string_view, 4> kSpecialLiterals = {kSysToken, kUsrToken, kAsstToken, kEotToken};
+constexpr std::array<std::string_view, 4> kSpecialNames = {"sys", "usr", "asst", "eot"};
+
+}  // namespace
+
+SentencePieceTokenizer::SentencePieceTokenizer() = default;
+SentencePieceTokenizer::~SentencePieceTokenizer() = default;
+
+StatusOr<std::unique_ptr<SentencePieceTokenizer>> SentencePieceTokenizer::Load(const std::filesystem::path& path) {
+  const std::string file = path.string();
+  std::ifstream in(path, std::ios::binary);
+  if (!in) return Status::NotFound(file + ": cannot read");
+  if (Status s = LoadSentencePieceRuntime(); !s.ok()) return Status::Internal(file + ": " + s.message());
+  std::ostringstream buffer;
+  buffer << in.rdbuf();
+  const std::string serialized = buffer.str();
+
+  sentencepiece::SentencePieceProcessor original;
+  if (auto s = original.LoadFromSerializedProto(serialized); !s.ok()) {
+    return Status::InvalidArgument(file + ": not a SentencePiece model (" + s.ToString() + ")");
+  }
+  std::array<int32_t, 4> ids{};
+  for (size_t i = 0; i < kSpecialLiterals.size(); ++i) {
+    ids[i] = original.PieceToId(kSpecialLiterals[i]);
+    if (ids[i] < 0 || original.IsUnknown(ids[i]) || original.IdToPiece(ids[i]) != kSpecialLiterals[i]) {
+      return Status::InvalidArgument(file + ": missing special token " + std::string(kSpecialNames[i]) + " (" +
+                                     std::string(kSpecialLiterals[i]) + ") as a single piece");
+    }
+  }
+  std::string retyped;
+  if (!RetypeSpecials(serialized, kSpecialLiterals, retyped)) {
+    return Status::InvalidArgument(file + ": malformed SentencePiece model proto");
+  }
+  std::unique_ptr<SentencePieceTokenizer> tok(new SentencePieceTokenizer());
+  tok->sp_ = std::make_unique<sentencepiece::SentencePieceProcessor>();
+  if (auto s = tok->sp_->LoadFromSerializedProto(retyped); !s.ok()) {
+    return Status::Internal(file + ": reloading with control special tokens failed: " + s.ToString());
+  }
+  tok->special_ = {ids[0], ids[1], ids[2], ids[3]};
+  // The guarantee Encode documents, checked once per load.
+  for (size_t i = 0; i < kSpecialLiterals.size(); ++i) {
+    if (tok->sp_->PieceToId(kSpecialLiterals[i]) != ids[i] || !tok->sp_->IsControl(ids[i])) {
+      return Status::Internal(file + ": special token " + std::string(kSpecialNames[i]) + " changed id on reload");
+    }
+    StatusOr<std::vector<int32_t>> literal = tok->Encode(kSpecialLiterals[i]);
+    if (!literal.ok()) return Status::Internal(file + ": " + literal.status().message());
+    for (int32_t id : *literal) {
+      if (id == ids[0] || id == ids[1] || id == ids[2] || id == ids[3]) {
+        return Status::Internal(file + ": the literal of " + std::string(kSpecialNames[i]) + " encodes to a special id");
+      }
+    }
+  }
+  return tok;
+}
+
+StatusOr<std::vector<int32_t>> SentencePieceTokenizer::Encode(std::string_view text) const {
+  std::vector<int> ids;
+  if (auto s = sp_->Encode(text, &ids); !s.ok()) return Status::Internal("SentencePiece: " + s.ToString());
+  return std::vector<int32_t>(ids.begin(), ids.end());
+}
+
+StatusOr<std::vector<int32_t>> SentencePieceTokenizer::EncodeRendered(std::string_view text) const {
+  const std::array<int32_t, 4> ids = {special_.sys, special_.usr, special_.asst, special_.eot};
+  std::vector<int32_t> out;
+  while (!text.empty()) {
+    // The earliest special literal in what is left, and the text before it.
+    size_t at = std::string_view::npos, which = 0;
+    for (size_t i = 0; i < kSpecialLiterals.size(); ++i) {
+      const size_t found = text.find(kSpecialLiterals[i]);
+      if (found < at) at = found, which = i;
+    }
+    StatusOr<std::vector<int32_t>> plain = Encode(text.substr(0, at));
+    if (!plain.ok()) return plain.status();
+    out.insert(out.end(), plain->begin(), plain->end());
+    if (at == std::string_view::npos) break;
+    out.push_back(ids[which]);
+    text.remove_prefix(at + kSpecialLiterals[which].size());
+  }
+  return out;
+}
+
+std::string SentencePieceTokenizer::Decode(std::span<const int32_t> ids) const {
+  std::vector<int> kept;
+  kept.reserve(ids.size());
+  const int32_t n = vocab_size();
+  for (int32_t id : ids) {
+    if (id < 0 || id >= n) continue;
+    if (id == special_.sys || id == special_.usr || id == special_.asst || id == special_.eot) continue;
+    kept.push_back(id);
+  }
+  std::string text;
+  if (!sp_->Decode(kept, &text).ok()) return {};
+  return text;
+}
+
+std::string SentencePieceTokenizer::Piece(int32_t id) const {
+  if (id < 0 || id >= vocab_size()) return {};
+  return sp_->IdToPiece(id);
+}
+
+bool SentencePieceTokenizer::IsSpecial(int32_t id) const {
+  return id >= 0 && (id == special_.sys || id == special_.usr || id == special_.asst || id == special_.eot);
+}
+
+bool SentencePieceTokenizer::IsTextPiece(int32_t id) const {
+  if (id < 0 || id >= vocab_size()) return false;
+  return !sp_->IsControl(id) && !sp_->IsUnknown(id) && !sp_->IsUnused(id) && !sp_->IsByte(id);
+}
+
+int32_t SentencePieceTokenizer::vocab_size() const { return sp_->GetPieceSize(); }
+
+}  // namespace niels::daemon::text

@@ -1,0 +1,109 @@
+// Fuzz target: the grammar room (daemon/grammar) -- the GBNF parser, the JSON Schema compiler
+// (with its pattern subset) and the matcher.
+//
+// Input: byte 0 picks the front end (even: GBNF, odd: JSON Schema); bytes 1-2 (little endian) are
+// the length of the grammar/schema text that follows; the rest is output fed to the matcher.
+// Invariants: a refused grammar has an INVALID_ARGUMENT with a message; for an accepted one, at
+// every 8th step AllowedBytes() agrees with what AcceptBytes takes, a token mask over a small
+// vocabulary (every single byte, some multi-byte strings, an end token) equals advancing a copy by
+// each token, IsComplete() <=> MinBytesToComplete() == 0, and a limit ends in RESOURCE_EXHAUSTED
+// (small limits keep each run fast).
+#include <string>
+#include <string_view>
+
+#include "daemon/grammar/compiled_grammar.h"
+#include "daemon/grammar/json_schema.h"
+#include "daemon/grammar/matcher.h"
+#include "tests/fuzz/fuzz_util.h"
+
+namespace grammar = niels::daemon::grammar;
+using niels::common::StatusCode;
+
+namespace {
+
+const grammar::Vocabulary& SmallVocabulary() {
+  static const auto* vocab = [] {
+    std::vector<grammar::VocabularyToken> tokens;
+    for (int b = 0; b < 256; ++b) tokens.push_back({std::string(1, static_cast<char>(b)), grammar::TokenKind::kText});
+    for (const char* t : {"{\"", "\":", "\", \"", "true", "null", "ab", "\xc3\xa9", "\xe3\x81", "\x81\x82", "  ", "\n",
+                          "\xf0\x9f\x98\x80", "12", "-1", "[{", "}]"}) {
+      tokens.push_back({t, grammar::TokenKind::kText});
+    }
+    tokens.push_back({"", grammar::TokenKind::kEndOfOutput});
+    tokens.push_back({"", grammar::TokenKind::kNever});
+    return new std::shared_ptr<const grammar::Vocabulary>(*grammar::Vocabulary::Create(std::move(tokens)));
+  }();
+  return **vocab;
+}
+
+void CheckMask(grammar::Matcher& m) {
+  const grammar::Vocabulary& vocab = SmallVocabulary();
+  grammar::TokenBitset mask;
+  const auto status = m.AllowedTokens(vocab, &mask);
+  if (!status.ok()) {
+    FUZZ_CHECK(status.code() == StatusCode::kResourceExhausted);
+    return;
+  }
+  const grammar::Matcher::Snapshot start = m.snapshot();
+  for (int32_t id = 0; id < vocab.size(); ++id) {
+    const grammar::VocabularyToken& t = vocab.token(id);
+    bool ok = false;
+    if (t.kind == grammar::TokenKind::kEndOfOutput) {
+      ok = m.IsComplete();
+    } else if (t.kind == grammar::TokenKind::kText) {
+      ok = m.AcceptBytes(t.bytes).ok();
+      m.Restore(start);
+    }
+    if (!m.status().ok()) return;
+    FUZZ_CHECK(mask.Test(id) == ok);
+  }
+}
+
+}  // namespace
+
+extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
+  niels::fuzz::ByteReader in(data, size);
+  const bool schema = in.U8() & 1;
+  const std::string_view text = in.Bytes(in.U16());
+  const std::string_view output = in.Rest();
+
+  grammar::GrammarLimits limits;
+  limits.max_rules = 2000;
+  limits.max_symbols = 10000;
+  limits.max_repetition = 64;
+  auto g = schema ? grammar::CompileJsonSchema(text, limits) : grammar::CompiledGrammar::FromGbnf(text, limits);
+  if (!g.ok()) {
+    FUZZ_CHECK(g.status().code() == StatusCode::kInvalidArgument && !g.status().message().empty());
+    return 0;
+  }
+  grammar::MatcherLimits matcher_limits;
+  matcher_limits.max_frames = 20000;
+  matcher_limits.max_states = 1000;
+  matcher_limits.max_stacks_per_state = 500;
+  matcher_limits.max_stack_depth = 200;
+  grammar::Matcher m(*g, matcher_limits);
+  if (!m.status().ok()) {
+    FUZZ_CHECK(m.status().code() == StatusCode::kResourceExhausted);
+    return 0;
+  }
+  CheckMask(m);
+  // Every 8th position the whole AllowedBytes() set is checked (it builds up to 256 transitions);
+  // at the others the byte taken must be accepted iff the matcher said so one byte earlier.
+  for (size_t i = 0; i < output.size() && i < 128 && m.status().ok(); ++i) {
+    FUZZ_CHECK(m.IsComplete() == (m.MinBytesToComplete() == 0));
+    const auto b = static_cast<uint8_t>(output[i]);
+    bool expected = true;
+    if (i % 8 == 0) {
+      const std::bitset<256> allowed = m.AllowedBytes();
+      if (!m.status().ok()) break;
+      expected = allowed[b];
+    }
+    const auto status = m.AcceptBytes(std::string_view(&output[i], 1));
+    if (!m.status().ok()) break;
+    if (i % 8 == 0) FUZZ_CHECK(status.ok() == expected);
+    if (!status.ok()) break;
+    if (i % 32 == 31) CheckMask(m);
+  }
+  if (!m.status().ok()) FUZZ_CHECK(m.status().code() == StatusCode::kResourceExhausted);
+  return 0;
+}
