@@ -14,6 +14,25 @@
 #include "common/wire_status.h"
 
 namespace niels::client {
+
+v1::Constraint JsonSchemaConstraint(std::string schema_json) {
+  v1::Constraint constraint;
+  constraint.set_json_schema(std::move(schema_json));
+  return constraint;
+}
+
+v1::Constraint GbnfConstraint(std::string grammar) {
+  v1::Constraint constraint;
+  constraint.set_gbnf(std::move(grammar));
+  return constraint;
+}
+
+v1::Constraint AnyJsonConstraint() {
+  v1::Constraint constraint;
+  constraint.mutable_any_json();
+  return constraint;
+}
+
 namespace {
 
 using boost::asio::local::stream_protocol;

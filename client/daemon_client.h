@@ -35,6 +35,13 @@ namespace v1 = ::niels::v1;
 using common::Status;
 using common::StatusOr;
 
+// Structured output (proto/PROTOCOL.md, "Structured output"): constraints to set on
+// ChatRequest.constraint or GenerateRequest.constraint, e.g.
+//   *request.mutable_constraint() = JsonSchemaConstraint(schema_text);
+v1::Constraint JsonSchemaConstraint(std::string schema_json);
+v1::Constraint GbnfConstraint(std::string grammar);
+v1::Constraint AnyJsonConstraint();
+
 class DaemonClient {
  public:
   // Called for each stream event of the call in flight, on the calling thread.
@@ -55,7 +62,9 @@ class DaemonClient {
   StatusOr<v1::InfoResponse> Info();
   // `system_prompt` absent: no system message.
   StatusOr<v1::CreateSessionResponse> CreateSession(const std::optional<std::string>& system_prompt);
-  // With request.stream() set, each token is passed to `on_token` before the final response.
+  // With request.stream() set, each token is passed to `on_token` before the final response. With a
+  // constraint, stop_reason CONSTRAINT_INCOMPLETE means max_new_tokens (or the context) cut the reply
+  // before it was complete: it does not follow the constraint.
   StatusOr<v1::ChatResponse> Chat(const v1::ChatRequest& request, const TokenCallback& on_token = nullptr);
   StatusOr<v1::GenerateResponse> Generate(const v1::GenerateRequest& request,
                                           const TokenCallback& on_token = nullptr);

@@ -66,6 +66,22 @@ std::variant<ChatOptions, int> ParseChatFlags(int argc, const char* const* argv,
   std::string prompt;
   CLI::Option* one_shot = app.add_option("-p,--prompt", prompt, "one-shot: answer TEXT and exit");
   app.add_flag("--stats,--verbose", o.stats, "print each reply's generation stats on stderr");
+  app.add_flag("--hide-reasoning", o.hide_reasoning,
+               "do not print a reasoning model's reasoning (shown dimmed by default), only its answer");
+  bool think = false;
+  bool no_think = false;
+  CLI::Option* think_flag =
+      app.add_flag("--think", think, "ask the model to reason first (the chat template's enable_thinking, Qwen3)");
+  CLI::Option* no_think_flag =
+      app.add_flag("--no-think", no_think, "ask the model to answer without reasoning (enable_thinking false)");
+  think_flag->excludes(no_think_flag);
+  CLI::Option* schema = app.add_option("--json-schema", o.json_schema_file,
+                                       "every reply is JSON valid under the JSON Schema in FILE");
+  CLI::Option* grammar = app.add_option("--grammar", o.grammar_file,
+                                        "every reply follows the GBNF grammar in FILE (llama.cpp syntax, start rule root)");
+  CLI::Option* any_json = app.add_flag("--json", o.any_json, "every reply is a JSON value");
+  schema->excludes(grammar)->excludes(any_json);
+  grammar->excludes(any_json);
   try {
     app.parse(argc, argv);
   } catch (const CLI::ParseError& e) {
@@ -75,8 +91,44 @@ std::variant<ChatOptions, int> ParseChatFlags(int argc, const char* const* argv,
   if (rep->count() > 0) o.repetition_penalty = repetition_penalty;
   if (sys->count() > 0) o.system_text = system_text;
   if (one_shot->count() > 0) o.prompt = prompt;
+  if (think_flag->count() > 0) o.enable_thinking = true;
+  if (no_think_flag->count() > 0) o.enable_thinking = false;
   o.use_kv_cache = !no_kv_cache;
   return o;
+}
+
+namespace {
+
+// A UTF-8 text file's contents, as is.
+common::StatusOr<std::string> ReadTextFile(const std::string& path, const char* flag) {
+  std::ifstream in(path, std::ios::binary);
+  if (!in) return common::Status::InvalidArgument(fmt::format("cannot read {} {}", flag, path));
+  std::ostringstream contents;
+  contents << in.rdbuf();
+  if (!IsValidUtf8(contents.str())) {
+    return common::Status::InvalidArgument(fmt::format("{} {} is not valid UTF-8", flag, path));
+  }
+  return contents.str();
+}
+
+}  // namespace
+
+common::StatusOr<std::optional<niels::v1::Constraint>> ResolveConstraint(const ChatOptions& options) {
+  niels::v1::Constraint constraint;
+  if (!options.json_schema_file.empty()) {
+    auto text = ReadTextFile(options.json_schema_file, "--json-schema");
+    if (!text.ok()) return text.status();
+    constraint.set_json_schema(std::move(text).value());
+  } else if (!options.grammar_file.empty()) {
+    auto text = ReadTextFile(options.grammar_file, "--grammar");
+    if (!text.ok()) return text.status();
+    constraint.set_gbnf(std::move(text).value());
+  } else if (options.any_json) {
+    constraint.mutable_any_json();
+  } else {
+    return std::optional<niels::v1::Constraint>();
+  }
+  return std::optional<niels::v1::Constraint>(std::move(constraint));
 }
 
 common::StatusOr<std::string> ResolveSystemPrompt(const ChatOptions& options) {
@@ -114,6 +166,8 @@ niels::v1::ChatRequest BuildChatRequest(const ChatOptions& options, const std::s
   request.set_max_new_tokens(options.max_new_tokens);
   if (!options.use_kv_cache) request.set_use_kv_cache(false);
   request.set_stream(options.stream);
+  if (options.enable_thinking) request.set_enable_thinking(*options.enable_thinking);
+  if (options.constraint) *request.mutable_constraint() = *options.constraint;
   return request;
 }
 

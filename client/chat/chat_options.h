@@ -34,6 +34,14 @@ struct ChatOptions {
   bool stats = false;                       // --stats/--verbose: reply stats on stderr
   std::string session;                      // --session ID: continue that session
   bool resume = false;                      // --resume: continue the most recent one (same system prompt)
+  bool hide_reasoning = false;              // --hide-reasoning: print only the answer of a reasoning model
+  std::optional<bool> enable_thinking;      // --think / --no-think: the template's enable_thinking; unset = the model's default
+  // Structured output: every reply follows a constraint (at most one of these three flags).
+  std::string json_schema_file;             // --json-schema FILE: a JSON Schema
+  std::string grammar_file;                 // --grammar FILE: a GBNF grammar
+  bool any_json = false;                    // --json: any JSON value
+  // The constraint sent with every turn (ResolveConstraint fills it from the three above).
+  std::optional<niels::v1::Constraint> constraint;
 };
 
 // Parses argv. Returns the options, or an exit code when the program should stop right away:
@@ -45,8 +53,14 @@ std::variant<ChatOptions, int> ParseChatFlags(int argc, const char* const* argv,
 // INVALID_ARGUMENT naming the file when it cannot be read or is not valid UTF-8.
 common::StatusOr<std::string> ResolveSystemPrompt(const ChatOptions& options);
 
+// The constraint of --json-schema FILE (the file's text), --grammar FILE (the file's text) or --json;
+// nullopt without them. INVALID_ARGUMENT naming the file when it cannot be read or is not valid
+// UTF-8. (The daemon checks the schema or grammar itself, naming the line and column.)
+common::StatusOr<std::optional<niels::v1::Constraint>> ResolveConstraint(const ChatOptions& options);
+
 // The request for one turn: sampling from the options (greedy => temperature 0), max_new_tokens,
-// use_kv_cache (only sent when false, so the daemon default applies otherwise) and stream.
+// use_kv_cache (only sent when false, so the daemon default applies otherwise), stream,
+// enable_thinking (only when --think or --no-think was given) and the constraint.
 niels::v1::ChatRequest BuildChatRequest(const ChatOptions& options, const std::string& session_id,
                                         const std::string& user_text);
 

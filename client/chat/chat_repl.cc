@@ -54,7 +54,11 @@ std::string UnreachableMessage(const std::string& socket_path, const common::Sta
 }
 
 ChatRepl::ChatRepl(DaemonClient* client, ChatOptions options, std::ostream& out, std::ostream& err)
-    : client_(client), options_(std::move(options)), out_(out), err_(err) {}
+    : client_(client),
+      options_(std::move(options)),
+      reasoning_display_(ChooseReasoningDisplay(options_.hide_reasoning, /*stdout_is_terminal=*/false, nullptr)),
+      out_(out),
+      err_(err) {}
 
 ChatRepl::~ChatRepl() {
   LeaveSession();
@@ -179,7 +183,7 @@ int ChatRepl::RunCommand(const SlashCommand& command) {
 }
 
 common::Status ChatRepl::Turn(const std::string& text) {
-  ReplyPrinter printer(out_, options_.stream);
+  ReplyPrinter printer(out_, options_.stream, reasoning_display_);
   client_->ClearCancelRequest();
   g_in_reply = 1;
   auto reply = client_->Chat(BuildChatRequest(options_, session_id_, text),
@@ -189,8 +193,14 @@ common::Status ChatRepl::Turn(const std::string& text) {
     printer.Abort();
     return reply.status();
   }
-  printer.Finish(reply->reply());
+  printer.Finish(reply->reply(), reply->reasoning());
   ++turns_;
+  if (reply->stop_reason() == niels::v1::CONSTRAINT_INCOMPLETE) {
+    err_ << "niels-chat: the reply was cut by --max-new-tokens (or the context) before it was complete: "
+            "it does not follow the constraint"
+         << std::endl;
+    any_failed_ = true;
+  }
   if (options_.stats) {
     err_ << "niels-chat: stats: " << FormatStats(*reply, session_id_) << std::endl;
   } else if (reply->truncated_turns() > 0) {
@@ -241,7 +251,8 @@ int ChatRepl::RunOneShot(const std::string& prompt) {
     return kExitTurnFailed;
   }
   const common::Status status = Turn(prompt);
-  return status.ok() ? kExitOk : ExitCodeFor(status);
+  if (!status.ok()) return ExitCodeFor(status);
+  return any_failed_ ? kExitTurnFailed : kExitOk;
 }
 
 int ChatRepl::RunLines(std::istream& in) {

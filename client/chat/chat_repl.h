@@ -19,7 +19,8 @@
 // Only reply text goes to `out`; diagnostics and --stats lines go to `err`.
 //
 // Exit codes: 0 ok, 1 a turn failed (its error printed; lines mode continues with the next
-// line), 2 nielsd unreachable or the connection lost, 130 interrupted.
+// line) or a constrained reply was cut before it was complete (CONSTRAINT_INCOMPLETE: the reply is
+// printed, a note on `err`), 2 nielsd unreachable or the connection lost, 130 interrupted.
 //
 // Threading: single-threaded. InstallInterruptHandler() sets a process-wide SIGINT handler that
 // talks to this REPL's client through an atomic pointer; at most one REPL per process uses it.
@@ -29,6 +30,7 @@
 #include <string>
 
 #include "client/chat/chat_options.h"
+#include "client/chat/render.h"
 #include "client/chat/slash_command.h"
 #include "client/daemon_client.h"
 #include "common/status.h"
@@ -63,6 +65,10 @@ class ChatRepl {
   // Whether the daemon keeps sessions across restarts (InfoResponse.durable_sessions); default
   // false (an older daemon): then the sessions this REPL created are deleted when left.
   void SetDurable(bool durable) { durable_ = durable; }
+
+  // How replies show a reasoning model's reasoning (render.h); default: hidden with
+  // --hide-reasoning, else between <think> tags (main() dims it on a terminal).
+  void SetReasoningDisplay(ReasoningDisplay display) { reasoning_display_ = display; }
 
   // Creates the daemon session with `system_prompt`. The daemon's error on failure.
   common::Status Start(const std::string& system_prompt);
@@ -99,6 +105,7 @@ class ChatRepl {
 
   DaemonClient* client_;
   ChatOptions options_;
+  ReasoningDisplay reasoning_display_;
   std::ostream& out_;
   std::ostream& err_;
   std::string session_id_;

@@ -17,7 +17,7 @@ namespace {
 
 using namespace niels::client;
 
-int Run(const ChatOptions& options) {
+int Run(ChatOptions options) {
   auto path = niels::common::ResolveSocketPath(options.socket, niels::common::SocketEnv::FromProcess());
   if (!path.ok()) {
     std::cerr << "niels-chat: " << path.status().message() << std::endl;
@@ -28,6 +28,12 @@ int Run(const ChatOptions& options) {
     std::cerr << "niels-chat: " << system_prompt.status().message() << std::endl;
     return kExitTurnFailed;
   }
+  auto constraint = ResolveConstraint(options);
+  if (!constraint.ok()) {
+    std::cerr << "niels-chat: " << constraint.status().message() << std::endl;
+    return kExitTurnFailed;
+  }
+  options.constraint = std::move(constraint).value();
   auto client = DaemonClient::Connect(*path);
   if (!client.ok()) {
     std::cerr << UnreachableMessage(*path, client.status(), !options.socket.empty()) << std::endl;
@@ -46,6 +52,8 @@ int Run(const ChatOptions& options) {
   }
   ChatRepl repl(client->get(), options, std::cout, std::cerr);
   repl.SetDurable(info->durable_sessions());
+  repl.SetReasoningDisplay(
+      ChooseReasoningDisplay(options.hide_reasoning, ::isatty(STDOUT_FILENO) != 0, std::getenv("NO_COLOR")));
   repl.InstallInterruptHandler();
   niels::common::Status started;
   if (!options.session.empty()) {
@@ -74,5 +82,5 @@ int main(int argc, char** argv) {
   ::signal(SIGPIPE, SIG_IGN);  // a vanished daemon is reported as an error, not a signal
   auto parsed = ParseChatFlags(argc, argv, std::cout, std::cerr);
   if (const int* code = std::get_if<int>(&parsed)) return *code;
-  return Run(std::get<ChatOptions>(parsed));
+  return Run(std::move(std::get<ChatOptions>(parsed)));
 }

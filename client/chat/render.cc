@@ -33,25 +33,67 @@ bool IsValidUtf8(std::string_view text) {
   return true;
 }
 
-void ReplyPrinter::OnToken(const niels::v1::TokenEvent& event) {
-  if (!stream_) return;
-  out_ << event.text() << std::flush;
-  streamed_ += event.text();
+ReasoningDisplay ChooseReasoningDisplay(bool hide_reasoning, bool stdout_is_terminal, const char* no_color) {
+  if (hide_reasoning) return ReasoningDisplay::kHide;
+  const bool color = no_color == nullptr || *no_color == '\0';
+  return stdout_is_terminal && color ? ReasoningDisplay::kDim : ReasoningDisplay::kTagged;
 }
 
-void ReplyPrinter::Finish(const std::string& reply) {
-  if (stream_ && reply.starts_with(streamed_)) {
-    out_ << reply.substr(streamed_.size());
-  } else if (!stream_) {
-    out_ << reply;
+void ReplyPrinter::WriteReasoning(const std::string& text) {
+  if (text.empty() || display_ == ReasoningDisplay::kHide) return;
+  if (!in_reasoning_) {
+    out_ << (display_ == ReasoningDisplay::kDim ? "\x1b[2m" : "<think>\n");
+    in_reasoning_ = true;
+  }
+  out_ << text;
+}
+
+void ReplyPrinter::CloseReasoning() {
+  if (!in_reasoning_) return;
+  out_ << (display_ == ReasoningDisplay::kDim ? "\x1b[22m\n\n" : "\n</think>\n\n");
+  in_reasoning_ = false;
+}
+
+void ReplyPrinter::WriteAnswer(const std::string& text) {
+  if (text.empty()) return;
+  CloseReasoning();
+  out_ << text;
+}
+
+void ReplyPrinter::OnToken(const niels::v1::TokenEvent& event) {
+  if (!stream_) return;
+  WriteReasoning(event.reasoning());
+  streamed_reasoning_ += event.reasoning();
+  WriteAnswer(event.text());
+  streamed_ += event.text();
+  out_ << std::flush;
+}
+
+void ReplyPrinter::Finish(const std::string& reply, const std::string& reasoning) {
+  if (!stream_) {
+    WriteReasoning(reasoning);
+    WriteAnswer(reply);
+  } else {
+    if (reasoning.starts_with(streamed_reasoning_)) WriteReasoning(reasoning.substr(streamed_reasoning_.size()));
+    if (reply.starts_with(streamed_)) WriteAnswer(reply.substr(streamed_.size()));
+  }
+  if (in_reasoning_) {
+    // A reply cut inside its reasoning: end the faint style (or the tag) on its own line.
+    out_ << (display_ == ReasoningDisplay::kDim ? "\x1b[22m" : "\n</think>");
+    in_reasoning_ = false;
   }
   out_ << '\n' << std::flush;
   streamed_.clear();
+  streamed_reasoning_.clear();
 }
 
 void ReplyPrinter::Abort() {
-  if (stream_ && !streamed_.empty()) out_ << '\n' << std::flush;
+  const bool partial = stream_ && (!streamed_.empty() || in_reasoning_);
+  if (in_reasoning_ && display_ == ReasoningDisplay::kDim) out_ << "\x1b[22m";
+  in_reasoning_ = false;
+  if (partial) out_ << '\n' << std::flush;
   streamed_.clear();
+  streamed_reasoning_.clear();
 }
 
 }  // namespace niels::client

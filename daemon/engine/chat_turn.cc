@@ -6,7 +6,8 @@
 
 #include <fmt/format.h>
 
-#include "daemon/text/chat_template.h"
+#include "daemon/engine/template_chat_turn.h"
+#include "daemon/text/text_stream.h"
 
 namespace niels::daemon::engine {
 
@@ -14,11 +15,6 @@ using common::Status;
 using common::StatusOr;
 
 namespace {
-
-// Tokens kept free for the reply when fitting a turn into the context.
-int64_t ReplyRoom(int32_t max_new_tokens, int64_t context) {
-  return std::max<int64_t>(1, std::min<int64_t>(max_new_tokens, context / 4));
-}
 
 // A last turn that ended without eot (max_new_tokens at the context limit) gets it now.
 void CloseLastTurn(sessions::Session& session, int32_t eot) {
@@ -54,27 +50,24 @@ StatusOr<size_t> TurnsToDrop(const sessions::Session& session, int64_t turn_leng
   return drop;
 }
 
-}  // namespace
-
-TurnResult StartChatTurn(EngineState& state, const Work& work, const ChatTurnArgs& args,
-                         TurnCallbacks callbacks) {
+// niels_gpt's turn: appends [usr] text [eot] [asst] and the reply to the history.
+TurnResult StartNativeChatTurn(EngineState& state, const Work& work, const ChatTurnArgs& args,
+                               ChatCallbacks callbacks) {
   StatusOr<sessions::Session*> found = state.sessions.Find(args.session_id, work.uid);
   if (!found.ok()) return found.status();
   sessions::Session& session = **found;
-  const text::Tokenizer& tokenizer = state.tokenizer();
-  const int32_t eot = state.special().eot;
+  const text::ChatFormat& format = *state.chat_format();
+  const int32_t eot = format.stop_ids().front();
   const int64_t context = state.config().context;
 
-  StatusOr<std::vector<int32_t>> encoded = text::EncodeMessage(tokenizer, state.special(), text::Role::kUser, args.user_text);
+  StatusOr<text::ChatPrompt> encoded = format.EncodeTurn(std::nullopt, {}, args.user_text, args.options);
   if (!encoded.ok()) return encoded.status();
-  std::vector<int32_t> turn = std::move(*encoded);
-  const std::vector<int32_t> prompt = text::GenerationPrompt(state.special());
-  turn.insert(turn.end(), prompt.begin(), prompt.end());
+  std::vector<int32_t> turn = std::move(encoded->ids);
   const int64_t turn_length = static_cast<int64_t>(turn.size());
 
   sessions::Session::Snapshot snapshot = session.TakeSnapshot();
   CloseLastTurn(session, eot);
-  StatusOr<size_t> dropped = TurnsToDrop(session, turn_length, ReplyRoom(args.max_new_tokens, context), context,
+  StatusOr<size_t> dropped = TurnsToDrop(session, turn_length, ChatReplyRoom(args.max_new_tokens, context), context,
                                          state.options.context_keep);
   Status ready = dropped.status();
   bool must_wait = false;
@@ -93,16 +86,76 @@ TurnResult StartChatTurn(EngineState& state, const Work& work, const ChatTurnArg
   options.sampling = args.sampling;
   options.max_new_tokens = args.max_new_tokens;
   options.use_kv_cache = args.use_kv_cache;
-  options.stop_ids = {eot};
+  options.stop_ids = format.stop_ids();
+  if (args.constraint != nullptr) options.constraint = {args.constraint, state.constraint_vocabulary, {}};
   // The turn's span is recorded when it commits; a reply cut by max_new_tokens gets its eot.
   const int64_t turn_begin = session.length();
-  Turn::SessionCommit commit = [turn_begin, eot, context](sessions::Session& s, const GenerateResult& result) {
+  auto reply = std::make_shared<ChatReply>();
+  Turn::SessionCommit commit = [turn_begin, eot, context, reply, &state](sessions::Session& s,
+                                                                         const GenerateResult& result) {
+    *reply = MakeChatReply(state, result, /*starts_in_reasoning=*/false);
     s.AddTurn({turn_begin, s.length()});
     if (result.stop_reason != StopReason::kStopToken && s.length() < context) s.AppendToLastTurn(eot);
   };
+  TurnCallbacks turn_callbacks = MakeChatTurnCallbacks(state, std::move(callbacks), false, reply);
   return TurnStart{std::make_unique<Turn>(state, work, session, std::move(snapshot), std::move(turn),
-                                          std::move(options), std::move(callbacks), std::move(commit),
+                                          std::move(options), std::move(turn_callbacks), std::move(commit),
                                           static_cast<int32_t>(*dropped))};
+}
+
+}  // namespace
+
+int64_t ChatReplyRoom(int32_t max_new_tokens, int64_t context) {
+  return std::max<int64_t>(1, std::min<int64_t>(max_new_tokens, context / 4));
+}
+
+ChatReply MakeChatReply(const EngineState& state, const GenerateResult& result, bool starts_in_reasoning) {
+  ChatReply reply;
+  reply.ids = result.new_tokens;
+  if (result.stop_reason == StopReason::kStopToken && !reply.ids.empty()) reply.ids.pop_back();
+  const text::ReplyDelta split = text::ReplySplitter::Split(
+      state.tokenizer().Decode(reply.ids), state.chat_format()->reasoning_tags(), starts_in_reasoning);
+  reply.answer = split.answer;
+  reply.reasoning = split.reasoning;
+  return reply;
+}
+
+TurnCallbacks MakeChatTurnCallbacks(const EngineState& state, ChatCallbacks callbacks, bool starts_in_reasoning,
+                                    std::shared_ptr<const ChatReply> reply) {
+  TurnCallbacks turn_callbacks;
+  if (callbacks.on_token) {
+    struct Stream {
+      text::TextStream text;
+      text::ReplySplitter splitter;
+    };
+    auto stream = std::make_shared<Stream>(
+        Stream{text::TextStream(state.tokenizer()), text::ReplySplitter(state.chat_format()->reasoning_tags(),
+                                                                         starts_in_reasoning)});
+    turn_callbacks.on_token = [stream, on_token = std::move(callbacks.on_token)](const StepEvent& event) {
+      // A stop id decodes to nothing: it only flushes.
+      text::ReplyDelta delta = stream->splitter.Add(stream->text.Add(event.id, event.last));
+      if (event.last) {
+        const text::ReplyDelta rest = stream->splitter.Finish();
+        delta.answer += rest.answer;
+        delta.reasoning += rest.reasoning;
+      }
+      on_token(event, delta);
+    };
+  }
+  if (callbacks.on_commit) {
+    turn_callbacks.on_commit = [reply = std::move(reply), on_commit = std::move(callbacks.on_commit)](
+                                   const TurnOutcome& outcome) { on_commit(outcome, *reply); };
+  }
+  return turn_callbacks;
+}
+
+TurnResult StartChatTurn(EngineState& state, const Work& work, const ChatTurnArgs& args, ChatCallbacks callbacks) {
+  const text::ChatFormat* format = state.chat_format();
+  if (format == nullptr) return state.chat_format_status;
+  if (format->kind() == text::ChatFormat::Kind::kTemplate) {
+    return StartTemplateChatTurn(state, work, args, std::move(callbacks));
+  }
+  return StartNativeChatTurn(state, work, args, std::move(callbacks));
 }
 
 }  // namespace niels::daemon::engine

@@ -36,15 +36,48 @@ Clock::duration ExpiryCheckPeriod(std::chrono::milliseconds timeout) {
 
 }  // namespace
 
+namespace {
+
+// The model's chat format, or why it has none (logged once: Chat requests fail with it).
+std::unique_ptr<text::ChatFormat> MakeModelChatFormat(const loaders::Model& model, Status& status) {
+  text::ChatFormatSource source;
+  source.tokenizer = model.tokenizer.get();
+  source.special = model.special;
+  source.stop_ids = model.stop_ids;
+  source.chat_template = model.chat_template;
+  source.bos_token = model.bos_token;
+  source.eos_token = model.eos_token;
+  source.add_bos_id = model.add_bos_id;
+  common::StatusOr<std::unique_ptr<text::ChatFormat>> format = text::MakeChatFormat(source);
+  if (!format.ok()) {
+    status = format.status();
+    common::LogWarn("chat: {}; Chat requests will fail, Generate works", status.message());
+    return nullptr;
+  }
+  return std::move(format).value();
+}
+
+}  // namespace
+
 EngineState::EngineState(std::unique_ptr<loaders::Model> loaded, const EngineOptions& engine_options)
     : model(std::move(loaded)),
       options(engine_options),
+      chat_format_(MakeModelChatFormat(*model, chat_format_status)),
       spiller(model->config, engine_options.model_options.kv_dtype, engine_options.durable),
       sessions(std::make_shared<model::KvPool>(model->config, engine_options.kv_budget_bytes,
                                                engine_options.model_options.kv_dtype),
                engine_options.session_limits, spiller, engine_options.durable),
       kv(sessions, spiller),
-      started(Clock::now()) {}
+      started(Clock::now()) {
+  // Structured output's view of the tokenizer, once per model (output_constraint.h).
+  auto vocabulary = ConstraintVocabulary::Build(*model->tokenizer, static_cast<int32_t>(model->config.vocab_size),
+                                                  model->stop_ids);
+  if (vocabulary.ok()) {
+    constraint_vocabulary = std::move(vocabulary).value();
+  } else {
+    common::LogWarn("structured output is off for this model: {}", vocabulary.status().message());
+  }
+}
 
 Engine::Engine(std::unique_ptr<loaders::Model> model, EngineOptions options)
     : options_(std::move(options)),

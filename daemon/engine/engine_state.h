@@ -8,10 +8,12 @@
 #include <memory>
 
 #include "daemon/engine/engine_options.h"
+#include "daemon/engine/output_constraint.h"
 #include "daemon/loaders/model_loader.h"
 #include "daemon/sessions/kv_budget.h"
 #include "daemon/sessions/kv_spill.h"
 #include "daemon/sessions/session_registry.h"
+#include "daemon/text/chat_format.h"
 
 namespace niels::daemon::engine {
 
@@ -22,12 +24,20 @@ struct EngineState {
   const text::Tokenizer& tokenizer() const { return *model->tokenizer; }
   const text::SpecialTokens& special() const { return model->special; }
   const model::ModelConfig& config() const { return model->config; }
+  // The model's chat format (text/chat_format.h), made once at start; null when the model has none,
+  // and then chat_format_status says why (Chat and a system prompt fail with it).
+  const text::ChatFormat* chat_format() const { return chat_format_.get(); }
 
   std::unique_ptr<loaders::Model> model;
   EngineOptions options;
+  common::Status chat_format_status;               // declared before chat_format_, which sets it
+  std::unique_ptr<text::ChatFormat> chat_format_;  // refers to model's tokenizer
   sessions::KvSpiller spiller;       // KV caches to and from disk (durable sessions)
   sessions::SessionRegistry sessions;
   sessions::KvBudget kv;             // the KV pool: admission and eviction
+  // Structured output: the model's tokenizer as the grammar room's vocabulary (built once; null
+  // when it could not be built, then constrained requests are refused).
+  std::shared_ptr<const ConstraintVocabulary> constraint_vocabulary;
   std::chrono::steady_clock::time_point started;
   uint64_t requests_total = 0;
   uint64_t tokens_generated_total = 0;

@@ -6,6 +6,8 @@
 #include <string>
 #include <utility>
 
+#include <fmt/format.h>
+
 namespace niels::daemon::engine {
 namespace {
 
@@ -60,12 +62,29 @@ void CheckRequires(const model::ModelConfig& config, const Sequence& sequence,
   }
   const common::Status valid = sampling::ValidateSamplingParams(options.sampling, config.vocab_size);
   if (!valid.ok()) throw std::invalid_argument("Generate: " + valid.ToString());
+  if (options.constraint.grammar != nullptr) {
+    if (options.constraint.vocabulary == nullptr) throw std::invalid_argument("Generate: a constraint without a vocabulary");
+    if (options.constraint.vocabulary->after->size() != config.vocab_size ||
+        options.constraint.vocabulary->at_start->size() != config.vocab_size) {
+      throw std::invalid_argument("Generate: the constraint's vocabulary does not cover the model's output rows");
+    }
+    if (options.stop_ids.empty()) throw std::invalid_argument("Generate: a constraint needs a stop id");
+    const auto& banned = options.sampling.banned_ids;
+    if (std::all_of(options.stop_ids.begin(), options.stop_ids.end(),
+                    [&](int32_t id) { return std::find(banned.begin(), banned.end(), id) != banned.end(); })) {
+      throw std::invalid_argument("Generate: a constraint needs a stop id that is not banned");
+    }
+  }
 }
 
 }  // namespace
 
 GenerationTask::GenerationTask(const model::LanguageModel& model, Sequence& sequence, GenerateOptions options)
-    : model_(model), sequence_(sequence), options_(std::move(options)), sampler_(options_.sampling) {}
+    : model_(model), sequence_(sequence), options_(std::move(options)), sampler_(options_.sampling) {
+  if (options_.constraint.grammar != nullptr && options_.constraint.vocabulary != nullptr) {
+    constraint_ = std::make_unique<OutputConstraint>(options_.constraint, options_.stop_ids);
+  }
+}
 
 void GenerationTask::Start(std::span<const int32_t> input, int64_t prefill_chunk) {
   CheckRequires(model_.config(), sequence_, input, options_);
@@ -233,29 +252,57 @@ void GenerationTask::SampleAndEmit(std::span<const float> logits, std::vector<fl
   const int64_t vocab = model_.config().vocab_size;
   if (static_cast<int64_t>(logits.size()) < vocab) throw std::logic_error("GenerationTask: short logits row");
   const std::span<const float> row = logits.first(static_cast<size_t>(vocab));
+  if (constraint_ && !MaskStep()) return;
+  const sampling::AllowedMask allowed = constraint_ ? sampling::AllowedMask(mask_.words()) : sampling::AllowedMask();
+  const int32_t id = sampler_.Sample(row, sequence_.tokens, allowed);  // repetition history = the sequence so far
+  if (constraint_) {
+    if (common::Status accepted = constraint_->Accept(id); !accepted.ok()) {
+      Fail(common::Status::Internal("constraint: the sampled id was not allowed: " + accepted.message()));
+      return;
+    }
+  }
+  Append(id, row, std::move(attention));
+  // Forced end: the text is complete and nothing may follow it; the stop id needs no forward.
+  if (!done_ && constraint_ && constraint_->MustEnd()) {
+    const auto& banned = options_.sampling.banned_ids;
+    for (int32_t stop : options_.stop_ids) {
+      if (std::find(banned.begin(), banned.end(), stop) != banned.end()) continue;
+      (void)constraint_->Accept(stop);
+      Append(stop, {}, {});
+      break;
+    }
+  }
+}
+
+bool GenerationTask::MaskStep() {
+  if (common::Status masked = constraint_->AllowedIds(&mask_); !masked.ok()) {
+    Fail(masked);
+    return false;
+  }
+  for (int32_t id : options_.sampling.banned_ids) {
+    if (id >= 0 && id < mask_.size()) mask_.Clear(id);
+  }
+  if (mask_.Count() == 0) {
+    Fail(common::Status::InvalidArgument(fmt::format(
+        "the constraint allows only banned ids after {} bytes of output", constraint_->text().size())));
+    return false;
+  }
+  return true;
+}
+
+void GenerationTask::Append(int32_t id, std::span<const float> row, std::vector<float> attention) {
   std::vector<int32_t>& tokens = sequence_.tokens;
-  const int32_t id = sampler_.Sample(row, tokens);  // repetition history = the sequence so far
   tokens.push_back(id);
   result_.new_tokens.push_back(id);
   last_token_time_ = Clock::now();
   if (result_.new_tokens.size() == 1) first_token_time_ = last_token_time_;
-
-  std::optional<StopReason> stop;
-  const auto& stops = options_.stop_ids;
-  if (std::find(stops.begin(), stops.end(), id) != stops.end()) {
-    stop = StopReason::kStopToken;
-  } else if (static_cast<int64_t>(result_.new_tokens.size()) >= options_.max_new_tokens) {
-    stop = StopReason::kMaxTokens;
-  } else if (static_cast<int64_t>(tokens.size()) >= model_.config().context) {
-    stop = StopReason::kContextFull;
-  }
-
+  const std::optional<StopReason> stop = StopAfter(id);
   if (options_.on_token) {
     StepEvent event;
     event.id = id;
     event.index = static_cast<int32_t>(result_.new_tokens.size()) - 1;
     event.last = stop.has_value();
-    if (options_.want_logprobs || options_.top_logprobs > 0) {
+    if (!row.empty() && (options_.want_logprobs || options_.top_logprobs > 0)) {
       AddLogprobs(row, options_.top_logprobs, options_.want_logprobs, event);
     }
     if (!attention.empty()) {
@@ -266,6 +313,25 @@ void GenerationTask::SampleAndEmit(std::span<const float> logits, std::vector<fl
     options_.on_token(event);
   }
   if (stop) Finish(*stop);
+}
+
+std::optional<StopReason> GenerationTask::StopAfter(int32_t id) const {
+  const auto& stops = options_.stop_ids;
+  if (std::find(stops.begin(), stops.end(), id) != stops.end()) return StopReason::kStopToken;
+  const bool incomplete = constraint_ && !constraint_->IsComplete();
+  if (static_cast<int64_t>(result_.new_tokens.size()) >= options_.max_new_tokens) {
+    return incomplete ? StopReason::kConstraintIncomplete : StopReason::kMaxTokens;
+  }
+  if (static_cast<int64_t>(sequence_.tokens.size()) >= model_.config().context) {
+    return incomplete ? StopReason::kConstraintIncomplete : StopReason::kContextFull;
+  }
+  return std::nullopt;
+}
+
+void GenerationTask::Fail(common::Status error) {
+  result_.error = std::move(error);
+  prefilling_ = false;
+  Finish(StopReason::kFailed);
 }
 
 void GenerationTask::Finish(StopReason reason) {

@@ -19,6 +19,9 @@
 #include <vector>
 
 #include "common/defaults.h"
+#include "common/status.h"
+#include "daemon/engine/output_constraint.h"
+#include "daemon/grammar/token_bitset.h"
 #include "daemon/model/kv_cache.h"
 #include "daemon/model/sequence.h"
 #include "daemon/sampling/sampler.h"
@@ -28,7 +31,10 @@ namespace niels::daemon::engine {
 
 using model::Sequence;
 
-enum class StopReason { kStopToken, kMaxTokens, kContextFull, kCancelled };
+// kConstraintIncomplete: max_new_tokens or the context ended a constrained generation before its
+// text was a complete sentence of the grammar (in place of kMaxTokens / kContextFull).
+// kFailed: the constraint could not go on (GenerateResult::error says why); the turn fails.
+enum class StopReason { kStopToken, kMaxTokens, kContextFull, kCancelled, kConstraintIncomplete, kFailed };
 
 struct TokenAlternative {
   int32_t id;
@@ -48,7 +54,7 @@ struct StepEvent {
   int32_t index = 0;                        // 0-based among this call's new ids
   bool last = false;                        // a stop rule ends the call with this id (no id follows
                                             // unless a cancel ended it first)
-  std::optional<float> logprob;             // when want_logprobs
+  std::optional<float> logprob;             // when want_logprobs (none for a forced stop id)
   std::vector<TokenAlternative> top;        // top_logprobs best ids of the model's own distribution
                                             // (log_softmax of the raw logits), best first
   std::optional<AttentionRow> attention;    // when trace_layer >= 0 (cached path)
@@ -63,6 +69,10 @@ struct GenerateOptions {
   bool want_logprobs = false;
   int32_t top_logprobs = 0;                 // n best alternatives per step
   int64_t trace_layer = -1;                 // record this layer's attention row per step
+  // Structured output (output_constraint.h): the generated text follows spec.grammar; null = none.
+  // REQUIRES with a grammar: stop_ids not empty, none a text id, not all banned; max_new_tokens >= 1;
+  // spec.vocabulary built for the model's vocab_size (one entry per output row).
+  ConstraintSpec constraint;
   const std::atomic<bool>* cancel = nullptr;  // checked before every forward
   std::function<void(const StepEvent&)> on_token;  // may be empty
 };
@@ -76,6 +86,7 @@ struct GenerateResult {
   double time_to_first_token_s = 0; // from call start to the first sampled id
   double decode_tokens_per_s = 0;   // sampled ids after the first / time after the first
   bool used_kv_cache = false;       // the call ran the cached path (options.use_kv_cache)
+  common::Status error;             // why, with kFailed
 };
 
 // Runs the whole loop of one sequence (a GenerationTask driven to the end with Step()).
@@ -90,6 +101,13 @@ struct GenerateResult {
 // Stops, checked after each sampled id in this order: a stop id (kStopToken), max_new_tokens
 // (kMaxTokens), the sequence reaching T (kContextFull; it never exceeds T); the cancel flag is read
 // before every forward (kCancelled). max_new_tokens = 0 only processes the input (kMaxTokens).
+// With a constraint: every id is sampled from the logits masked by OutputConstraint::AllowedIds
+// (ids outside the mask at -inf, like banned ids; the sampling order is otherwise unchanged) and
+// the matcher then accepts it. When the text is complete and nothing may follow it
+// (OutputConstraint::MustEnd) while max_new_tokens and the context leave room, the first stop id
+// that is not banned is appended at once without a forward (its StepEvent has no logprob) and the
+// call stops with kStopToken; max_new_tokens or the context before the text is complete stop it
+// with kConstraintIncomplete; a matcher limit (or a mask left empty by banned ids) with kFailed.
 // A sequence already at T with max_new_tokens > 0 gets its input processed, then kContextFull.
 // REQUIRES (else std::invalid_argument / std::out_of_range, nothing changed): every id in input in
 // [0, V); tokens.size() + input.size() <= T; a non-empty sequence when max_new_tokens > 0;
@@ -175,6 +193,14 @@ class GenerationTask {
   void StartUncached();
   std::vector<float> ForwardWindow() const;
   void SampleAndEmit(std::span<const float> logits, std::vector<float> attention);
+  // Appends `id` and emits its event; ends the task when a stop rule applies. `row` empty: a forced
+  // id (no logprobs).
+  void Append(int32_t id, std::span<const float> row, std::vector<float> attention);
+  // The stop rule after `id` was appended, if any.
+  std::optional<StopReason> StopAfter(int32_t id) const;
+  // The mask of this step into mask_ (false: the task failed).
+  bool MaskStep();
+  void Fail(common::Status error);
   void Finish(StopReason reason);
   bool Cancelled() const;
 
@@ -182,6 +208,8 @@ class GenerationTask {
   Sequence& sequence_;
   GenerateOptions options_;
   sampling::Sampler sampler_;
+  std::unique_ptr<OutputConstraint> constraint_;  // null without a constraint
+  grammar::TokenBitset mask_;                     // this step's allowed ids (with a constraint)
   GenerateResult result_;
   bool done_ = false;
   bool prefilling_ = false;

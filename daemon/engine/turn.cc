@@ -49,6 +49,10 @@ Status Turn::Complete() {
     session_.Restore(std::move(snapshot_));
     return Status::Cancelled("the request was cancelled; the session is as it was before it");
   }
+  if (result.stop_reason == StopReason::kFailed) {
+    session_.Restore(std::move(snapshot_));
+    return result.error;
+  }
   state_.tokens_generated_total += result.new_tokens.size();
   state_.tokens_prefilled_total += static_cast<uint64_t>(result.prefilled_tokens);
   if (cached()) state_.spiller.RecordPrefill(result.prefilled_tokens, result.time_to_first_token_s);

@@ -80,7 +80,8 @@ class Turn {
   const sessions::Session& session() const { return session_; }
 
   // Commits and calls on_commit (OK), or restores the session when the turn was cancelled
-  // (CANCELLED). REQUIRES: done(). Call once.
+  // (CANCELLED) or its generation failed (kFailed: the generation's error, e.g. a constraint's
+  // matcher limit). REQUIRES: done(). Call once.
   common::Status Complete();
   // Restores the session after a failure (an exception from a step); call instead of Complete().
   void Abort();

@@ -103,8 +103,13 @@ common::StatusOr<std::string> SchemaCompiler::Compile(std::string_view text) {
   if (JsonNesting(text) > kMaxJsonNesting) {
     return Status::InvalidArgument(fmt::format("json schema nested deeper than {} levels", kMaxJsonNesting));
   }
-  root_ = Json::parse(text, nullptr, /*allow_exceptions=*/false);
-  if (root_.is_discarded()) return Status::InvalidArgument("json schema is not valid JSON");
+  try {
+    root_ = Json::parse(text);
+  } catch (const Json::parse_error& e) {
+    // e.byte: 1-based, one past the last byte read.
+    const size_t offset = std::min<size_t>(e.byte > 0 ? e.byte - 1 : 0, text.size());
+    return Status::InvalidArgument(fmt::format("json schema is not valid JSON: {}", LineColumn(text, offset)));
+  }
   const std::string expr = Visit(root_, "", "root");
   if (!status_.ok()) return status_;
   std::string out = "root ::= " + expr + "\n";

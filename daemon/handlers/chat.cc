@@ -1,5 +1,5 @@
 // Chat: one user/assistant turn on a session (the engine's StartChatTurn), its reply streamed as
-// text when asked, and the ChatResponse.
+// text (answer and reasoning) when asked, and the ChatResponse.
 #include <memory>
 #include <utility>
 #include <vector>
@@ -7,9 +7,8 @@
 #include <fmt/format.h>
 
 #include "common/defaults.h"
-#include "daemon/text/chat_template.h"
 #include "daemon/engine/chat_turn.h"
-#include "daemon/text/text_stream.h"
+#include "daemon/handlers/constraint.h"
 #include "daemon/handlers/handlers.h"
 #include "daemon/handlers/proto_convert.h"
 
@@ -21,7 +20,9 @@ using common::StatusOr;
 
 namespace {
 
-StatusOr<engine::ChatTurnArgs> ChatArgs(const engine::EngineState& state, const v1::ChatRequest& request) {
+StatusOr<engine::ChatTurnArgs> ChatArgs(const engine::EngineState& state, const v1::ChatRequest& request,
+                                        const Prepared& prepared) {
+  if (state.chat_format() == nullptr) return state.chat_format_status;
   if (request.user_text().empty()) return Status::InvalidArgument("user_text is empty");
   engine::ChatTurnArgs args;
   args.session_id = request.session_id();
@@ -32,21 +33,25 @@ StatusOr<engine::ChatTurnArgs> ChatArgs(const engine::EngineState& state, const 
         fmt::format("max_new_tokens = {} must be in [1, {}]", args.max_new_tokens, kMaxNewTokensLimit));
   }
   args.use_kv_cache = !request.has_use_kv_cache() || request.use_kv_cache();
-  const std::vector<int32_t> banned = text::DefaultBannedIds(state.special());
-  StatusOr<sampling::SamplingParams> sampling = SamplingFromProto(request.sampling(), state.config().vocab_size, banned);
+  if (request.has_enable_thinking()) args.options.enable_thinking = request.enable_thinking();
+  StatusOr<sampling::SamplingParams> sampling =
+      SamplingFromProto(request.sampling(), state.config().vocab_size, state.chat_format()->banned_ids());
   if (!sampling.ok()) return sampling.status();
   args.sampling = std::move(sampling).value();
+  if (prepared.constraint != nullptr) {
+    NIELS_RETURN_IF_ERROR(CheckConstraintUsable(state, args.sampling, state.chat_format()->stop_ids()));
+    args.constraint = prepared.constraint;
+  }
   return args;
 }
 
-v1::Response ChatResult(const text::Tokenizer& tokenizer, const engine::TurnOutcome& outcome) {
+v1::Response ChatResult(const engine::TurnOutcome& outcome, const engine::ChatReply& reply) {
   const engine::GenerateResult& result = outcome.generation;
-  std::vector<int32_t> reply = result.new_tokens;
-  if (result.stop_reason == engine::StopReason::kStopToken && !reply.empty()) reply.pop_back();  // the eot
   v1::Response response;
   v1::ChatResponse& chat = *response.mutable_chat();
-  chat.set_reply(tokenizer.Decode(reply));
-  chat.mutable_reply_ids()->Add(reply.begin(), reply.end());
+  chat.set_reply(reply.answer);
+  chat.set_reasoning(reply.reasoning);
+  chat.mutable_reply_ids()->Add(reply.ids.begin(), reply.ids.end());
   chat.set_stop_reason(StopReasonToProto(result.stop_reason));
   chat.set_truncated_turns(outcome.truncated_turns);
   chat.set_session_length(outcome.session.length());
@@ -56,24 +61,30 @@ v1::Response ChatResult(const text::Tokenizer& tokenizer, const engine::TurnOutc
 
 }  // namespace
 
+StatusOr<Prepared> PrepareChat(const v1::ChatRequest& request) {
+  StatusOr<std::shared_ptr<const grammar::CompiledGrammar>> constraint =
+      CompileConstraint(request.has_constraint(), request.constraint());
+  if (!constraint.ok()) return constraint.status();
+  return Prepared{std::move(constraint).value()};
+}
+
 engine::TurnResult StartChat(engine::EngineState& state, const engine::Work& work, server::Job& job,
-                             const v1::ChatRequest& request) {
-  StatusOr<engine::ChatTurnArgs> args = ChatArgs(state, request);
+                             const v1::ChatRequest& request, const Prepared& prepared) {
+  StatusOr<engine::ChatTurnArgs> args = ChatArgs(state, request, prepared);
   if (!args.ok()) return args.status();
-  const text::Tokenizer& tokenizer = state.tokenizer();
-  engine::TurnCallbacks callbacks;
+  engine::ChatCallbacks callbacks;
   if (request.stream()) {
-    callbacks.on_token = [&job, text = std::make_shared<text::TextStream>(tokenizer)](
-                             const engine::StepEvent& event) {
+    callbacks.on_token = [&job](const engine::StepEvent& event, const text::ReplyDelta& delta) {
       v1::TokenEvent token;
       token.set_id(event.id);
       token.set_index(event.index);
-      token.set_text(text->Add(event.id, event.last));  // eot decodes to nothing: it only flushes
+      token.set_text(delta.answer);
+      token.set_reasoning(delta.reasoning);
       job.SendEvent(std::move(token));
     };
   }
-  callbacks.on_commit = [&job, &tokenizer](const engine::TurnOutcome& outcome) {
-    job.Finish(ChatResult(tokenizer, outcome));
+  callbacks.on_commit = [&job](const engine::TurnOutcome& outcome, const engine::ChatReply& reply) {
+    job.Finish(ChatResult(outcome, reply));
   };
   return engine::StartChatTurn(state, work, *args, std::move(callbacks));
 }

@@ -13,8 +13,9 @@ HandlerResult HandleCreateSession(engine::EngineState& state, server::Job& job,
                                   const v1::CreateSessionRequest& request) {
   std::optional<std::string> system_prompt;
   if (request.has_system_prompt()) system_prompt = request.system_prompt();
+  if (system_prompt && state.chat_format() == nullptr) return state.chat_format_status;
   common::StatusOr<sessions::CreatedSession> created =
-      sessions::CreateSession(state.sessions, state.language_model(), state.tokenizer(), state.special(), job.uid(), system_prompt);
+      sessions::CreateSession(state.sessions, state.language_model(), state.chat_format(), job.uid(), system_prompt);
   if (!created.ok()) return created.status();
   state.tokens_prefilled_total += static_cast<uint64_t>(created->prefilled_tokens);
   v1::Response response;

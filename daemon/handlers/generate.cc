@@ -9,6 +9,7 @@
 
 #include "common/defaults.h"
 #include "daemon/engine/generate_turn.h"
+#include "daemon/handlers/constraint.h"
 #include "daemon/text/text_stream.h"
 #include "daemon/handlers/handlers.h"
 #include "daemon/handlers/proto_convert.h"
@@ -35,7 +36,8 @@ Status CheckTraceFits(const model::ModelConfig& config, int32_t max_new_tokens) 
       common::kMaxResponseBytes / 2 / (uint64_t{4} * config.heads * config.context)));
 }
 
-StatusOr<engine::GenerateTurnArgs> GenerateArgs(const engine::EngineState& state, const v1::GenerateRequest& request) {
+StatusOr<engine::GenerateTurnArgs> GenerateArgs(const engine::EngineState& state, const v1::GenerateRequest& request,
+                                                const Prepared& prepared) {
   const model::ModelConfig& config = state.config();
   engine::GenerateTurnArgs args;
   args.session_id = request.session_id();
@@ -69,14 +71,26 @@ StatusOr<engine::GenerateTurnArgs> GenerateArgs(const engine::EngineState& state
     NIELS_RETURN_IF_ERROR(CheckTraceFits(config, options.max_new_tokens));
     options.trace_layer = request.trace_layer();
   }
+  if (prepared.constraint != nullptr) {
+    if (options.max_new_tokens < 1) return Status::InvalidArgument("a constraint needs max_new_tokens >= 1");
+    NIELS_RETURN_IF_ERROR(CheckConstraintUsable(state, options.sampling, options.stop_ids));
+    options.constraint = {prepared.constraint, state.constraint_vocabulary, {}};
+  }
   return args;
 }
 
 }  // namespace
 
-engine::TurnResult StartGenerate(engine::EngineState& state, const engine::Work& work,
-                                 server::Job& job, const v1::GenerateRequest& request) {
-  StatusOr<engine::GenerateTurnArgs> args = GenerateArgs(state, request);
+StatusOr<Prepared> PrepareGenerate(const v1::GenerateRequest& request) {
+  StatusOr<std::shared_ptr<const grammar::CompiledGrammar>> constraint =
+      CompileConstraint(request.has_constraint(), request.constraint());
+  if (!constraint.ok()) return constraint.status();
+  return Prepared{std::move(constraint).value()};
+}
+
+engine::TurnResult StartGenerate(engine::EngineState& state, const engine::Work& work, server::Job& job,
+                                 const v1::GenerateRequest& request, const Prepared& prepared) {
+  StatusOr<engine::GenerateTurnArgs> args = GenerateArgs(state, request, prepared);
   if (!args.ok()) return args.status();
   const text::Tokenizer& tokenizer = state.tokenizer();
   const engine::GenerateOptions& options = args->options;

@@ -8,9 +8,12 @@
 // is sent as Error. Generating handlers return the engine Turn to run; its callbacks stream the
 // events and send the final response through the request's server::Job, which outlives the Turn
 // (the Service's Work owns it, and the Turn owns the Work). Everything here runs on the engine
-// thread.
+// thread, except the Prepare functions, which run on the thread that submits the request.
+
+#include <memory>
 
 #include "common/status.h"
+#include "daemon/grammar/compiled_grammar.h"
 #include "daemon/engine/engine_state.h"
 #include "daemon/engine/turn.h"
 #include "daemon/engine/work.h"
@@ -41,10 +44,18 @@ HandlerResult HandleResetSession(engine::EngineState& state, server::Job& job,
 HandlerResult HandleDeleteSession(engine::EngineState& state, server::Job& job,
                                   const niels::v1::DeleteSessionRequest& request);
 
-// Generating.
+// Generating. A generating request is first prepared on the thread that submits it, before it is
+// queued (Service::Submit): its constraint is compiled there (constraint.h), so an invalid one is
+// answered at once and a large one never holds up the engine thread. An error from Prepare is the
+// request's answer; nothing was queued or changed.
+struct Prepared {
+  std::shared_ptr<const grammar::CompiledGrammar> constraint;  // null: no constraint
+};
+common::StatusOr<Prepared> PrepareChat(const niels::v1::ChatRequest& request);
+common::StatusOr<Prepared> PrepareGenerate(const niels::v1::GenerateRequest& request);
 engine::TurnResult StartChat(engine::EngineState& state, const engine::Work& work, server::Job& job,
-                             const niels::v1::ChatRequest& request);
-engine::TurnResult StartGenerate(engine::EngineState& state, const engine::Work& work,
-                                 server::Job& job, const niels::v1::GenerateRequest& request);
+                             const niels::v1::ChatRequest& request, const Prepared& prepared);
+engine::TurnResult StartGenerate(engine::EngineState& state, const engine::Work& work, server::Job& job,
+                                 const niels::v1::GenerateRequest& request, const Prepared& prepared);
 
 }  // namespace niels::daemon::handlers

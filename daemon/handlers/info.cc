@@ -1,5 +1,6 @@
 // Info: the model nielsd serves and the limits a client must respect.
 #include "common/defaults.h"
+#include "daemon/handlers/constraint.h"
 #include "daemon/handlers/handlers.h"
 #include "daemon/kernels/dtype.h"
 
@@ -35,6 +36,18 @@ HandlerResult HandleInfo(engine::EngineState& state, server::Job& job, const v1:
     info.set_durable_sessions(true);
     info.set_session_ttl_s(durable->options().session_ttl_s);
     info.set_max_stored_sessions_per_uid(durable->options().max_stored_sessions_per_uid);
+  }
+  if (const text::ChatFormat* format = state.chat_format()) {
+    info.set_chat_format(std::string(format->name()));
+    info.set_reasoning(format->reasoning_tags().has_value());
+    info.mutable_chat_stop_ids()->Add(format->stop_ids().begin(), format->stop_ids().end());
+  } else {
+    info.set_chat_format_error(state.chat_format_status.message());
+  }
+  if (state.constraint_vocabulary != nullptr) {
+    for (const char* kind : kConstraintKinds) info.add_constraint_kinds(kind);
+    info.set_max_json_schema_bytes(kMaxJsonSchemaBytes);
+    info.set_max_gbnf_bytes(kMaxGbnfBytes);
   }
   info.set_default_max_new_tokens(common::kDefaultMaxNewTokens);
   v1::Sampling& sampling = *info.mutable_default_sampling();

@@ -15,10 +15,12 @@ struct Method {
   const char* name;  // e.g. "Chat"
   // The session the request names ("" for none): the engine keeps requests on one session in order.
   const std::string& (*session)(const niels::v1::Request& request);
-  // Exactly one of these is set.
+  // Exactly one of quick and generating is set; prepare with generating.
   HandlerResult (*quick)(engine::EngineState& state, server::Job& job, const niels::v1::Request& request);
   engine::TurnResult (*generating)(engine::EngineState& state, const engine::Work& work, server::Job& job,
-                                   const niels::v1::Request& request);
+                                   const niels::v1::Request& request, const Prepared& prepared);
+  // Runs on the submitting thread before the request is queued (handlers.h, "Generating").
+  common::StatusOr<Prepared> (*prepare)(const niels::v1::Request& request);
 };
 
 // The entry for the request's kind; nullptr for an unset kind and for Cancel (handled by the

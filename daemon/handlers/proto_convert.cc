@@ -42,6 +42,8 @@ v1::StopReason StopReasonToProto(StopReason reason) {
     case StopReason::kMaxTokens: return v1::MAX_TOKENS;
     case StopReason::kContextFull: return v1::CONTEXT_FULL;
     case StopReason::kCancelled: return v1::STOP_CANCELLED;
+    case StopReason::kConstraintIncomplete: return v1::CONSTRAINT_INCOMPLETE;
+    case StopReason::kFailed: break;  // a failed turn is answered with its error
   }
   return v1::STOP_REASON_UNSPECIFIED;
 }

@@ -42,8 +42,18 @@ void Service::Submit(server::Job submitted) {
       return Status::Ok();
     };
   } else {
-    work.start = [job, method](engine::EngineState& state, const engine::Work& work) {
-      return method->generating(state, work, *job, job->request());
+    // Before the queue, on this (the submitting) thread: e.g. the constraint's grammar is compiled.
+    Prepared prepared;
+    if (method->prepare != nullptr) {
+      common::StatusOr<Prepared> done = method->prepare(request);
+      if (!done.ok()) {
+        job->Fail(done.status());
+        return;
+      }
+      prepared = std::move(done).value();
+    }
+    work.start = [job, method, prepared = std::move(prepared)](engine::EngineState& state, const engine::Work& work) {
+      return method->generating(state, work, *job, job->request(), prepared);
     };
   }
   engine_->Submit(std::move(work));

@@ -14,22 +14,40 @@ constexpr float kNegInf = -std::numeric_limits<float>::infinity();
 // A logit that can still be chosen: not banned (banned ones are -inf) and not NaN.
 bool Selectable(float x) { return !std::isnan(x) && x != kNegInf; }
 
-// Copy of the logits with banned ids set to -inf and the repetition penalty applied.
+bool InMask(AllowedMask allowed, int32_t id) { return allowed.empty() || ((allowed[id >> 6] >> (id & 63)) & 1); }
+
+// Copy of the logits with banned ids and ids outside `allowed` set to -inf and the repetition
+// penalty applied.
 std::vector<float> PenalisedLogits(std::span<const float> logits, std::span<const int32_t> history,
-                                   const SamplingParams& params) {
+                                   const SamplingParams& params, AllowedMask allowed) {
   std::vector<float> out(logits.begin(), logits.end());
   ApplyRepetitionPenalty(out, history, params.repetition_penalty);
   const int64_t vocab = static_cast<int64_t>(out.size());
   for (int32_t id : params.banned_ids) {
     if (id >= 0 && id < vocab) out[id] = kNegInf;
   }
+  if (!allowed.empty()) {
+    for (int64_t word = 0; word * 64 < vocab; ++word) {
+      const uint64_t bits = allowed[word];
+      if (bits == ~uint64_t{0}) continue;
+      const int64_t end = std::min<int64_t>(vocab, word * 64 + 64);
+      if (bits == 0) {
+        std::fill(out.begin() + word * 64, out.begin() + end, kNegInf);
+        continue;
+      }
+      for (int64_t id = word * 64; id < end; ++id) {
+        if (!((bits >> (id & 63)) & 1)) out[id] = kNegInf;
+      }
+    }
+  }
   return out;
 }
 
-// The first id not in banned_ids (the fallback when no logit is selectable).
-int32_t FirstAllowedId(const SamplingParams& params, int64_t vocab) {
+// The first id that is allowed and not in banned_ids (the fallback when no logit is selectable).
+int32_t FirstAllowedId(const SamplingParams& params, int64_t vocab, AllowedMask allowed) {
   for (int32_t id = 0; id < vocab; ++id) {
-    if (std::find(params.banned_ids.begin(), params.banned_ids.end(), id) == params.banned_ids.end()) {
+    if (InMask(allowed, id) &&
+        std::find(params.banned_ids.begin(), params.banned_ids.end(), id) == params.banned_ids.end()) {
       return id;
     }
   }
@@ -37,12 +55,12 @@ int32_t FirstAllowedId(const SamplingParams& params, int64_t vocab) {
 }
 
 // Argmax over selectable logits; ties go to the lower id.
-int32_t Argmax(const std::vector<float>& logits, const SamplingParams& params) {
+int32_t Argmax(const std::vector<float>& logits, const SamplingParams& params, AllowedMask allowed) {
   int32_t best = -1;
   for (int32_t id = 0; id < static_cast<int32_t>(logits.size()); ++id) {
     if (Selectable(logits[id]) && (best < 0 || logits[id] > logits[best])) best = id;
   }
-  return best >= 0 ? best : FirstAllowedId(params, static_cast<int64_t>(logits.size()));
+  return best >= 0 ? best : FirstAllowedId(params, static_cast<int64_t>(logits.size()), allowed);
 }
 
 // Keeps the smallest prefix of `sorted` (best first, sums to 1) whose cumulative probability
@@ -116,9 +134,9 @@ void ApplyRepetitionPenalty(std::span<float> logits, std::span<const int32_t> hi
 
 std::vector<SamplingCandidate> SamplingDistribution(std::span<const float> logits,
                                                     std::span<const int32_t> history,
-                                                    const SamplingParams& params) {
-  const std::vector<float> penalised = PenalisedLogits(logits, history, params);
-  if (params.temperature == 0.0f) return {{Argmax(penalised, params), 1.0}};
+                                                    const SamplingParams& params, AllowedMask allowed) {
+  const std::vector<float> penalised = PenalisedLogits(logits, history, params, allowed);
+  if (params.temperature == 0.0f) return {{Argmax(penalised, params, allowed), 1.0}};
 
   // Temperature: scaled logits in double (a tiny temperature cannot overflow them).
   std::vector<SamplingCandidate> cands;  // .prob holds the scaled logit until the softmax
@@ -128,7 +146,7 @@ std::vector<SamplingCandidate> SamplingDistribution(std::span<const float> logit
     const double x = std::min<double>(penalised[id], std::numeric_limits<float>::max());
     cands.push_back({id, x / params.temperature});
   }
-  if (cands.empty()) return {{FirstAllowedId(params, static_cast<int64_t>(logits.size())), 1.0}};
+  if (cands.empty()) return {{FirstAllowedId(params, static_cast<int64_t>(logits.size()), allowed), 1.0}};
 
   auto better = [](const SamplingCandidate& a, const SamplingCandidate& b) {
     return a.prob > b.prob || (a.prob == b.prob && a.id < b.id);
@@ -155,8 +173,8 @@ std::vector<SamplingCandidate> SamplingDistribution(std::span<const float> logit
 
 Sampler::Sampler(SamplingParams params) : params_(std::move(params)), rng_(params_.seed) {}
 
-int32_t Sampler::Sample(std::span<const float> logits, std::span<const int32_t> history) {
-  const std::vector<SamplingCandidate> dist = SamplingDistribution(logits, history, params_);
+int32_t Sampler::Sample(std::span<const float> logits, std::span<const int32_t> history, AllowedMask allowed) {
+  const std::vector<SamplingCandidate> dist = SamplingDistribution(logits, history, params_, allowed);
   if (params_.temperature == 0.0f) return dist.front().id;  // greedy: no RNG draw
   // Inverse CDF: the first candidate whose cumulative probability exceeds u.
   const double u = UniformDouble(rng_);

@@ -2,7 +2,7 @@
 // Sampler: turns one position's logits into a token id (docs/ARCHITECTURE.md "Tokenizer, chat
 // template and sampling").
 //
-// Order per step: banned ids -> repetition penalty (CTRL: positive logits divided, negative
+// Order per step: banned ids and ids outside the allowed mask -> repetition penalty (CTRL: positive logits divided, negative
 // multiplied, over ids in `history`) -> temperature (0 = argmax) -> top-k -> top-p -> draw with the
 // sampler's own RNG (std::mt19937_64 seeded per request). Same seed and inputs => same ids.
 // The draw is an inverse-CDF draw with a uniform double built from one 64-bit RNG output, so results
@@ -40,27 +40,35 @@ common::Status ValidateSamplingParams(const SamplingParams& params, int64_t voca
 // however often it occurs. penalty == 1 leaves the logits unchanged. Out-of-range ids are ignored.
 void ApplyRepetitionPenalty(std::span<float> logits, std::span<const int32_t> history, float penalty);
 
+// A set of allowed ids as bits (bit id % 64 of word id / 64; set = allowed), e.g. a grammar's token
+// mask (daemon/grammar/token_bitset.h) for structured output. Empty = every id is allowed. Ids
+// outside it are treated exactly like banned ids (their logits become -inf before anything else).
+using AllowedMask = std::span<const uint64_t>;
+
 // One token the draw may pick and its probability.
 struct SamplingCandidate {
   int32_t id;
   double prob;
 };
 
-// The distribution a temperature > 0 step draws from, after banned ids, repetition penalty,
-// temperature, top-k and top-p: candidates sorted by probability, best first (ties: lower id first),
-// probabilities renormalised to sum to 1. Never empty for valid params: when no logit is finite it
-// holds the first non-banned id with probability 1. With temperature 0 it is the argmax alone.
+// The distribution a temperature > 0 step draws from, after banned ids (and ids outside `allowed`),
+// repetition penalty, temperature, top-k and top-p: candidates sorted by probability, best first
+// (ties: lower id first), probabilities renormalised to sum to 1. Never empty for valid params: when
+// no logit is finite it holds the first id that is allowed and not banned with probability 1 (id 0
+// when there is none: callers with a mask check that it allows some unbanned id). With temperature
+// 0 it is the argmax alone. REQUIRES: allowed empty or at least ceil(V / 64) words.
 std::vector<SamplingCandidate> SamplingDistribution(std::span<const float> logits,
                                                     std::span<const int32_t> history,
-                                                    const SamplingParams& params);
+                                                    const SamplingParams& params, AllowedMask allowed = {});
 
 class Sampler {
  public:
   // REQUIRES: ValidateSamplingParams(params, V).ok() for the V of the logits given to Sample.
   explicit Sampler(SamplingParams params);
 
-  // logits: [V] (not modified). history: ids the repetition penalty applies to.
-  int32_t Sample(std::span<const float> logits, std::span<const int32_t> history);
+  // logits: [V] (not modified). history: ids the repetition penalty applies to. allowed: see
+  // AllowedMask (empty = all). A mask changes nothing else: same RNG draws, same order of steps.
+  int32_t Sample(std::span<const float> logits, std::span<const int32_t> history, AllowedMask allowed = {});
 
   const SamplingParams& params() const { return params_; }
 

@@ -40,6 +40,13 @@ void Session::SetSystemPrompt(std::vector<int32_t> ids, std::string text) {
   turns_.clear();
 }
 
+void Session::SetStart(std::vector<int32_t> ids) {
+  sequence_.tokens = std::move(ids);
+  sequence_.cache.Clear();
+  system_end_ = length();
+  turns_.clear();
+}
+
 void Session::AddTurn(TokenSpan span) { turns_.push_back(span); }
 
 void Session::AppendToLastTurn(int32_t id) {
@@ -72,10 +79,27 @@ void Session::DropOldestTurns(size_t count, Snapshot& snapshot) {
   sequence_.cache.Truncate(std::min(sequence_.cache.length(), system_end_));
 }
 
+void Session::AddExchange(text::ChatMessage user, text::ChatMessage assistant) {
+  messages_.push_back(std::move(user));
+  messages_.push_back(std::move(assistant));
+}
+
+void Session::DropOldestExchanges(size_t count) {
+  messages_.erase(messages_.begin(), messages_.begin() + static_cast<std::ptrdiff_t>(2 * count));
+}
+
+void Session::TruncateHistory(int64_t length, Snapshot& snapshot) {
+  sequence_.tokens.resize(static_cast<size_t>(length));
+  sequence_.cache.Truncate(std::min(sequence_.cache.length(), length));
+  snapshot.cache_length = std::min(snapshot.cache_length, length);
+  system_end_ = std::min(system_end_, length);
+}
+
 void Session::Reset() {
   sequence_.tokens.resize(static_cast<size_t>(system_end_));
   sequence_.cache.Truncate(std::min(sequence_.cache.length(), system_end_));
   turns_.clear();
+  messages_.clear();
 }
 
 void Session::DropCache() { sequence_.cache.Clear(); }
@@ -84,6 +108,8 @@ Session::Snapshot Session::TakeSnapshot() const {
   Snapshot snapshot;
   snapshot.tokens = sequence_.tokens;
   snapshot.turns = turns_;
+  snapshot.messages = messages_;
+  snapshot.system_end = system_end_;
   snapshot.cache_length = sequence_.cache.length();
   return snapshot;
 }
@@ -104,6 +130,8 @@ void Session::StashCacheCopy(Snapshot& snapshot) {
 void Session::Restore(Snapshot snapshot) {
   sequence_.tokens = std::move(snapshot.tokens);
   turns_ = std::move(snapshot.turns);
+  messages_ = std::move(snapshot.messages);
+  system_end_ = snapshot.system_end;
   if (snapshot.stashed_cache) sequence_.cache = std::move(*snapshot.stashed_cache);
   // The history only grew since the snapshot (or the stashed cache is back): truncating suffices
   // (and gives back any block a failed step had taken beyond the cached positions).
@@ -118,6 +146,7 @@ std::unique_ptr<Session> Session::Fork(std::string new_id, uint32_t owner, bool 
   fork->system_prompt_text_ = system_prompt_text_;
   fork->system_end_ = system_end_;
   fork->turns_ = turns_;
+  fork->messages_ = messages_;
   return fork;
 }
 
@@ -127,6 +156,10 @@ state::StoredHistory Session::History() const {
   history.tokens = sequence_.tokens;
   history.turns.reserve(turns_.size());
   for (const TokenSpan& turn : turns_) history.turns.push_back({turn.begin, turn.end});
+  history.messages.reserve(messages_.size());
+  for (const text::ChatMessage& message : messages_) {
+    history.messages.push_back({std::string(text::RoleName(message.role)), message.content, message.reasoning});
+  }
   return history;
 }
 
@@ -137,6 +170,10 @@ std::unique_ptr<Session> Session::FromStored(const state::StoredSession& stored,
   session->system_prompt_text_ = stored.summary.system_prompt.value_or("");
   session->system_end_ = stored.history.system_end;
   for (const state::TurnRange& turn : stored.history.turns) session->turns_.push_back({turn.begin, turn.end});
+  for (const state::StoredMessage& message : stored.history.messages) {  // roles checked by HistoryProblem
+    const text::Role role = message.role == "assistant" ? text::Role::kAssistant : text::Role::kUser;
+    session->messages_.push_back({role, message.content, message.reasoning});
+  }
   session->created_unix_s_ = stored.summary.created_unix_s;
   session->last_used_unix_s_ = stored.summary.last_used_unix_s;
   session->stored_last_used_unix_s_ = stored.summary.last_used_unix_s;

@@ -17,6 +17,12 @@
 // truncating turn never holds its old and its new history together, and a restored session
 // prefills those positions again when next used.
 //
+// Conversations (a model with a Jinja chat template, text/chat_format.h): the session also keeps
+// its conversation after the system prompt as messages (user/assistant pairs), from which every
+// chat turn renders its prompt again; its token history is then the last rendering plus the reply,
+// what the KV cache was computed from, and it has no turn spans. system_end() is the prefix every
+// rendering starts with (kept by Reset).
+//
 // Not thread-safe: sessions live on the engine thread.
 
 #include <chrono>
@@ -29,6 +35,7 @@
 #include "daemon/model/sequence.h"
 #include "daemon/model/kv_cache.h"
 #include "daemon/state/stored_session.h"
+#include "daemon/text/chat_format.h"
 
 namespace niels::daemon::sessions {
 
@@ -45,6 +52,8 @@ class Session {
   struct Snapshot {
     std::vector<int32_t> tokens;
     std::vector<TokenSpan> turns;
+    std::vector<text::ChatMessage> messages;
+    int64_t system_end = 0;
     int64_t cache_length = 0;
     std::optional<model::KvCache> stashed_cache;  // set by StashCache()
   };
@@ -73,9 +82,18 @@ class Session {
   const std::string& system_prompt_text() const { return system_prompt_text_; }
   int64_t system_end() const { return system_end_; }
   const std::vector<TokenSpan>& turns() const { return turns_; }
+  // The conversation after the system prompt, user/assistant pairs (template chat formats; empty
+  // for token-native sessions).
+  const std::vector<text::ChatMessage>& messages() const { return messages_; }
+  // Completed chat turns: token-native turns plus user/assistant exchanges.
+  int32_t completed_turns() const { return static_cast<int32_t>(turns_.size() + messages_.size() / 2); }
 
   // Makes `ids` (encoded from `text`) the system prompt span. REQUIRES: the session is empty.
   void SetSystemPrompt(std::vector<int32_t> ids, std::string text = "");
+  // Makes `ids` the start of the history without a system prompt: what a chat template writes
+  // before the first user message of every conversation (a default system message, a BOS).
+  // REQUIRES: the session is empty.
+  void SetStart(std::vector<int32_t> ids);
   // Records a completed turn. REQUIRES: span within the history, after every earlier turn.
   void AddTurn(TokenSpan span);
   // Appends `id` to the history as the last token of the last turn.
@@ -91,7 +109,18 @@ class Session {
   // system prompt cached (the rest is prefilled when next needed). No-op for count == 0.
   void DropOldestTurns(size_t count, Snapshot& snapshot);
 
-  // Back to the system prompt alone (cache truncated to it).
+  // Appends a completed exchange to the conversation: the user's message and the assistant's reply.
+  void AddExchange(text::ChatMessage user, text::ChatMessage assistant);
+  // Drops the oldest `count` exchanges of the conversation (the system prompt stays). Tokens and
+  // cache are untouched: the next rendering no longer holds them. REQUIRES: count <= messages()/2.
+  void DropOldestExchanges(size_t count);
+  // Keeps the first `length` tokens of the history and at most that much of the cache (a new
+  // rendering that agrees with the history up to `length` replaces the rest); system_end() drops
+  // to `length` when it was beyond. Restore() brings back the tokens with the cache covering at most
+  // `length` positions (the positions after it are written by the turn). REQUIRES: length <= length().
+  void TruncateHistory(int64_t length, Snapshot& snapshot);
+
+  // Back to the system prompt alone (cache truncated to it; the conversation emptied).
   void Reset();
   // Frees the KV cache; the history stays and is re-prefilled on next use.
   void DropCache();
@@ -151,6 +180,7 @@ class Session {
   int64_t system_end_ = 0;
   double stored_last_used_unix_s_ = 0;
   std::vector<TokenSpan> turns_;
+  std::vector<text::ChatMessage> messages_;
   double created_unix_s_ = 0;
   double last_used_unix_s_ = 0;
   uint64_t last_use_tick_ = 0;

@@ -6,7 +6,6 @@
 
 #include <fmt/format.h>
 
-#include "daemon/text/chat_template.h"
 
 namespace niels::daemon::sessions {
 
@@ -39,11 +38,14 @@ int64_t PrefillSystemPrompt(const model::LanguageModel& model, Session& session)
 }  // namespace
 
 StatusOr<CreatedSession> CreateSession(SessionRegistry& registry, const model::LanguageModel& model,
-                                       const text::Tokenizer& tokenizer, const text::SpecialTokens& special, uint32_t uid,
+                                       const text::ChatFormat* format, uint32_t uid,
                                        const std::optional<std::string>& system_prompt) {
   std::vector<int32_t> system_ids;
-  if (system_prompt) {
-    StatusOr<std::vector<int32_t>> encoded = text::EncodeMessage(tokenizer, special, text::Role::kSystem, *system_prompt);
+  if (format == nullptr && system_prompt) {
+    return Status::InvalidArgument("the model has no chat format, so a system prompt cannot be encoded");
+  }
+  if (format != nullptr) {
+    StatusOr<std::vector<int32_t>> encoded = format->SessionStart(system_prompt);
     if (!encoded.ok()) return encoded.status();
     system_ids = std::move(*encoded);
     const int64_t context = model.config().context;
@@ -56,7 +58,7 @@ StatusOr<CreatedSession> CreateSession(SessionRegistry& registry, const model::L
   StatusOr<Session*> created = registry.Create(uid, system_prompt, std::move(system_ids));
   if (!created.ok()) return created.status();
   CreatedSession result{*created, 0};
-  if (system_prompt) {
+  if (result.session->length() > 0) {
     try {
       result.prefilled_tokens = PrefillSystemPrompt(model, *result.session);
     } catch (...) {

@@ -1,6 +1,6 @@
 #pragma once
 // Session operations that need more than the SessionRegistry: a new session with its system prompt
-// (encoded with the chat template and prefilled). The other operations (get, list, fork, reset,
+// (encoded with the chat format and prefilled). The other operations (get, list, fork, reset,
 // delete) are SessionRegistry's and Session's own. Engine thread only.
 
 #include <cstdint>
@@ -10,8 +10,7 @@
 #include "common/status.h"
 #include "daemon/model/language_model.h"
 #include "daemon/sessions/session_registry.h"
-#include "daemon/text/sentencepiece_tokenizer.h"
-#include "daemon/text/tokenizer.h"
+#include "daemon/text/chat_format.h"
 
 namespace niels::daemon::sessions {
 
@@ -21,13 +20,17 @@ struct CreatedSession {
   int64_t prefilled_tokens = 0;  // system-prompt positions computed (not found as shared blocks)
 };
 
-// A new session owned by `uid`. With a system prompt, its [sys] text [eot] becomes the start of the
-// history and is prefilled into the session's cache with `model` when the KV pool has room (blocks
-// of an equal prompt the pool holds for this user are shared instead; otherwise the first request
-// on the session prefills it). INVALID_ARGUMENT when the system prompt does not leave room in the
-// model's context; RESOURCE_EXHAUSTED at a session limit (SessionRegistry::Create).
+// A new session owned by `uid`. What every conversation of the session starts with
+// (ChatFormat::SessionStart: niels_gpt's [sys] text [eot]; with a Jinja template the rendering up to
+// the first user message, which may exist without a system prompt) becomes the start of the history
+// and is prefilled into the session's cache with `model` when the KV pool has room (blocks of an
+// equal prompt the pool holds for this user are shared instead; otherwise the first request on the
+// session prefills it). `format` is null for a model without a chat format: then the session starts
+// empty. INVALID_ARGUMENT when that start does not leave room in the model's context or the
+// template refuses it; RESOURCE_EXHAUSTED at a session limit (SessionRegistry::Create) or a renderer
+// limit.
 common::StatusOr<CreatedSession> CreateSession(SessionRegistry& registry, const model::LanguageModel& model,
-                                               const text::Tokenizer& tokenizer, const text::SpecialTokens& special, uint32_t uid,
+                                               const text::ChatFormat* format, uint32_t uid,
                                                const std::optional<std::string>& system_prompt);
 
 }  // namespace niels::daemon::sessions

@@ -24,7 +24,7 @@ SessionView ViewOf(const Session& session) {
   view.kv_bytes = session.kv_bytes();
   view.kv_own_blocks = session.own_blocks();
   view.kv_shared_blocks = session.shared_blocks();
-  view.turns = static_cast<int32_t>(session.turns().size());
+  view.turns = session.completed_turns();
   view.has_system_prompt = session.has_system_prompt();
   view.system_prompt_text = session.system_prompt_text();
   view.created_unix_s = session.created_unix_s();
@@ -121,7 +121,7 @@ state::StoredSession ToStored(const Session& session, const state::DurableStore&
   stored.summary.model_name = durable.options().model_name;
   if (session.has_system_prompt()) stored.summary.system_prompt = session.system_prompt_text();
   stored.summary.length = session.length();
-  stored.summary.turn_count = static_cast<int64_t>(session.turns().size());
+  stored.summary.turn_count = session.completed_turns();
   stored.summary.created_unix_s = session.created_unix_s();
   stored.summary.last_used_unix_s = session.last_used_unix_s();
   stored.history = session.History();
@@ -142,7 +142,11 @@ StatusOr<Session*> SessionRegistry::Create(uint32_t owner, const std::optional<s
   NIELS_RETURN_IF_ERROR(MakeRoomFor(owner));
   std::string id = UniqueId();
   auto session = std::make_unique<Session>(id, owner, pool_);
-  if (system_text) session->SetSystemPrompt(std::move(system_ids), *system_text);
+  if (system_text) {
+    session->SetSystemPrompt(std::move(system_ids), *system_text);
+  } else if (!system_ids.empty()) {
+    session->SetStart(std::move(system_ids));
+  }
   if (durable_) {
     std::vector<std::string> evicted;
     NIELS_RETURN_IF_ERROR(durable_->Create(ToStored(*session, *durable_), &evicted));

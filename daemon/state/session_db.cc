@@ -11,6 +11,7 @@
 #include <system_error>
 
 #include <fmt/format.h>
+#include <nlohmann/json.hpp>
 
 #include "common/log.h"
 
@@ -40,6 +41,12 @@ const std::vector<Migration>& SchemaMigrations() {
         CREATE INDEX sessions_by_owner ON sessions(owner, last_used_unix_s);
         CREATE INDEX sessions_by_last_use ON sessions(last_used_unix_s);
       )sql"},
+      // Version 2: the conversation of a session of a model with a Jinja chat template, as JSON
+      // ([{"role", "content", "reasoning"?}, ...]); NULL for token-native sessions and older rows.
+      // turn_count counts its user/assistant exchanges too.
+      {2, R"sql(
+        ALTER TABLE sessions ADD COLUMN messages TEXT;
+      )sql"},
   };
   return migrations;
 }
@@ -65,6 +72,49 @@ std::vector<uint8_t> EncodeTurns(const std::vector<TurnRange>& turns) {
   std::vector<uint8_t> bytes(flat.size() * sizeof(int64_t));
   if (!flat.empty()) std::memcpy(bytes.data(), flat.data(), bytes.size());
   return bytes;
+}
+
+// The conversation as the messages column stores it: NULL (nullopt) when there is none. Invalid
+// UTF-8 (never written by nielsd, whose texts are repaired) would become U+FFFD.
+std::optional<std::string> EncodeMessages(const std::vector<StoredMessage>& messages) {
+  if (messages.empty()) return std::nullopt;
+  nlohmann::json array = nlohmann::json::array();
+  for (const StoredMessage& message : messages) {
+    nlohmann::json object = {{"role", message.role}, {"content", message.content}};
+    if (!message.reasoning.empty()) object["reasoning"] = message.reasoning;
+    array.push_back(std::move(object));
+  }
+  return array.dump(-1, ' ', false, nlohmann::json::error_handler_t::replace);
+}
+
+// The stored conversation; an empty string when `text` is not what EncodeMessages writes.
+std::string DecodeMessages(std::string_view text, std::vector<StoredMessage>& messages) {
+  const nlohmann::json array = nlohmann::json::parse(text, nullptr, /*allow_exceptions=*/false);
+  if (!array.is_array()) return "the messages are not a JSON array";
+  for (const nlohmann::json& object : array) {
+    const auto text_field = [&](const char* key, bool required, std::string& out) {
+      const auto it = object.find(key);
+      if (it == object.end()) return !required;
+      if (!it->is_string()) return false;
+      out = it->get<std::string>();
+      return true;
+    };
+    StoredMessage message;
+    if (!object.is_object() || !text_field("role", true, message.role) ||
+        !text_field("content", true, message.content) || !text_field("reasoning", false, message.reasoning)) {
+      return fmt::format("message {} is not an object with string role and content", messages.size());
+    }
+    messages.push_back(std::move(message));
+  }
+  return "";
+}
+
+void BindMessages(SqliteStatement& statement, int index, const std::vector<StoredMessage>& messages) {
+  if (std::optional<std::string> json = EncodeMessages(messages)) {
+    statement.BindText(index, *json);
+  } else {
+    statement.BindNull(index);
+  }
 }
 
 SessionSummary ReadSummary(const SqliteStatement& row) {
@@ -232,8 +282,8 @@ common::Status SessionDb::Insert(const StoredSession& session) {
   }
   auto statement = connection_.Prepare(
       "INSERT INTO sessions (id, owner, model_fingerprint, model_name, system_prompt, system_end, length, "
-      "turn_count, tokens, turns, created_unix_s, last_used_unix_s) VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, "
-      "?10, ?11, ?12)");
+      "turn_count, tokens, turns, created_unix_s, last_used_unix_s, messages) VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, "
+      "?8, ?9, ?10, ?11, ?12, ?13)");
   if (!statement.ok()) return statement.status();
   const SessionSummary& s = session.summary;
   const StoredHistory& h = session.history;
@@ -248,11 +298,12 @@ common::Status SessionDb::Insert(const StoredSession& session) {
   }
   statement->BindInt(6, h.system_end);
   statement->BindInt(7, static_cast<int64_t>(h.tokens.size()));
-  statement->BindInt(8, static_cast<int64_t>(h.turns.size()));
+  statement->BindInt(8, h.turn_count());
   statement->BindBlob(9, EncodeTokens(h.tokens));
   statement->BindBlob(10, EncodeTurns(h.turns));
   statement->BindDouble(11, s.created_unix_s);
   statement->BindDouble(12, s.last_used_unix_s);
+  BindMessages(*statement, 13, h.messages);
   return statement->Run();  // one statement in autocommit mode: one transaction
 }
 
@@ -262,15 +313,16 @@ common::Status SessionDb::SaveHistory(const std::string& id, const StoredHistory
   }
   auto statement = connection_.Prepare(
       "UPDATE sessions SET system_end = ?2, length = ?3, turn_count = ?4, tokens = ?5, turns = ?6, "
-      "last_used_unix_s = ?7 WHERE id = ?1");
+      "last_used_unix_s = ?7, messages = ?8 WHERE id = ?1");
   if (!statement.ok()) return statement.status();
   statement->BindText(1, id);
   statement->BindInt(2, history.system_end);
   statement->BindInt(3, static_cast<int64_t>(history.tokens.size()));
-  statement->BindInt(4, static_cast<int64_t>(history.turns.size()));
+  statement->BindInt(4, history.turn_count());
   statement->BindBlob(5, EncodeTokens(history.tokens));
   statement->BindBlob(6, EncodeTurns(history.turns));
   statement->BindDouble(7, last_used_unix_s);
+  BindMessages(*statement, 8, history.messages);
   NIELS_RETURN_IF_ERROR(statement->Run());
   if (connection_.Changes() == 0) return common::Status::NotFound(fmt::format("unknown session {}", id));
   return common::Status::Ok();
@@ -295,7 +347,7 @@ common::Status SessionDb::Delete(const std::string& id) {
 
 common::StatusOr<std::optional<StoredSession>> SessionDb::Load(const std::string& id) {
   auto statement = connection_.Prepare(fmt::format(
-      "SELECT {}, system_end, tokens, turns FROM sessions WHERE id = ?1", kSummaryColumns));
+      "SELECT {}, system_end, tokens, turns, messages FROM sessions WHERE id = ?1", kSummaryColumns));
   if (!statement.ok()) return statement.status();
   statement->BindText(1, id);
   bool has_row = false;
@@ -306,9 +358,15 @@ common::StatusOr<std::optional<StoredSession>> SessionDb::Load(const std::string
   session.history.system_end = statement->ColumnInt(9);
   const std::vector<uint8_t> tokens = statement->ColumnBlob(10);
   const std::vector<uint8_t> turns = statement->ColumnBlob(11);
+  if (!statement->ColumnIsNull(12)) {
+    if (std::string problem = DecodeMessages(statement->ColumnText(12), session.history.messages); !problem.empty()) {
+      return common::Status::Internal(fmt::format("stored session {} is damaged: {}", id, problem));
+    }
+  }
   if (tokens.size() % sizeof(int32_t) != 0 || turns.size() % (2 * sizeof(int64_t)) != 0 ||
       static_cast<int64_t>(tokens.size() / sizeof(int32_t)) != session.summary.length ||
-      static_cast<int64_t>(turns.size() / (2 * sizeof(int64_t))) != session.summary.turn_count) {
+      static_cast<int64_t>(turns.size() / (2 * sizeof(int64_t)) + session.history.messages.size() / 2) !=
+          session.summary.turn_count) {
     return common::Status::Internal(fmt::format("stored session {} is damaged: history sizes do not match", id));
   }
   session.history.tokens.resize(tokens.size() / sizeof(int32_t));

@@ -17,6 +17,13 @@ std::string HistoryProblem(const StoredHistory& history) {
     }
     previous_end = turn.end;
   }
+  for (size_t i = 0; i < history.messages.size(); ++i) {
+    const char* expected = i % 2 == 0 ? "user" : "assistant";
+    if (history.messages[i].role != expected) {
+      return fmt::format("message {} has role \"{}\" where \"{}\" belongs", i, history.messages[i].role.substr(0, 32), expected);
+    }
+  }
+  if (history.messages.size() % 2 != 0) return "the conversation ends without the assistant's reply";
   return "";
 }
 

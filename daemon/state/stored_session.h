@@ -16,12 +16,27 @@ struct TurnRange {
   bool operator==(const TurnRange&) const = default;
 };
 
+// One message of a session's conversation (sessions of a model with a Jinja chat template): role
+// "user" or "assistant", its text, and an assistant reply's reasoning ("" when none).
+struct StoredMessage {
+  std::string role;
+  std::string content;
+  std::string reasoning;
+  bool operator==(const StoredMessage&) const = default;
+};
+
 // The history of a session: tokens [0, system_end) are its system prompt, `turns` its completed
-// turns in order; tokens after the last turn (raw Generate) belong to no turn.
+// turns in order; tokens after the last turn (raw Generate) belong to no turn. A session of a
+// model with a Jinja chat template keeps no turns but `messages`, its conversation after the system
+// prompt as user/assistant pairs (the tokens are what its KV cache was computed from: the last
+// rendering and reply).
 struct StoredHistory {
   int64_t system_end = 0;
   std::vector<int32_t> tokens;
   std::vector<TurnRange> turns;
+  std::vector<StoredMessage> messages;
+  // Completed turns: token-native turns plus user/assistant exchanges.
+  int64_t turn_count() const { return static_cast<int64_t>(turns.size() + messages.size() / 2); }
   bool operator==(const StoredHistory&) const = default;
 };
 
@@ -46,7 +61,7 @@ struct StoredSession {
 };
 
 // OK-or-reason check of a history's internal consistency (ranges ordered, inside the tokens, after
-// the system prompt). Empty string when valid.
+// the system prompt; messages in user/assistant pairs). Empty string when valid.
 std::string HistoryProblem(const StoredHistory& history);
 
 }  // namespace niels::daemon::state

@@ -199,4 +199,13 @@ bool BpeTokenizer::IsTextPiece(int32_t id) const {
   return t != TokenType::kUnused && t != TokenType::kControl;
 }
 
+TextBytes BpeTokenizer::Bytes(int32_t id) const {
+  TextBytes out;
+  if (!IsTextPiece(id)) return out;
+  out.is_text = true;
+  out.bytes = std::string(TokenBytes(id));
+  out.at_start = out.bytes;
+  return out;
+}
+
 }  // namespace niels::daemon::text

@@ -78,6 +78,8 @@ class BpeTokenizer final : public Tokenizer {
   std::string Decode(std::span<const int32_t> ids) const override { return Decode(ids, true); }
   // Every id in range but an unused or special one: each decodes to its own fixed bytes.
   bool IsTextPiece(int32_t id) const override;
+  // TokenBytes(id) at the start and after text alike, for the ids IsTextPiece names.
+  TextBytes Bytes(int32_t id) const override;
 
   // The bytes id stands for ("" when out of range or unused). The view lives as long as *this.
   std::string_view TokenBytes(int32_t id) const;

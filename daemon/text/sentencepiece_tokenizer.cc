@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <array>
+#include <cstdio>
 #include <fstream>
 #include <sstream>
 #include <utility>
@@ -222,6 +223,36 @@ bool SentencePieceTokenizer::IsSpecial(int32_t id) const {
 bool SentencePieceTokenizer::IsTextPiece(int32_t id) const {
   if (id < 0 || id >= vocab_size()) return false;
   return !sp_->IsControl(id) && !sp_->IsUnknown(id) && !sp_->IsUnused(id) && !sp_->IsByte(id);
+}
+
+TextBytes SentencePieceTokenizer::Bytes(int32_t id) const {
+  TextBytes out;
+  if (id < 0 || id >= vocab_size() || IsSpecial(id)) return out;
+  if (sp_->IsControl(id) || sp_->IsUnknown(id) || sp_->IsUnused(id)) return out;
+  const std::string piece = sp_->IdToPiece(id);
+  if (sp_->IsByte(id)) {
+    // "<0xNN>": SentencePiece's spelling of a byte-fallback piece.
+    unsigned value = 0;
+    if (piece.size() != 6 || std::sscanf(piece.c_str(), "<0x%2X>", &value) != 1 || value > 0xFF) return out;
+    out.is_text = true;
+    out.bytes.assign(1, static_cast<char>(value));
+    out.at_start = out.bytes;
+    return out;
+  }
+  out.is_text = true;
+  constexpr std::string_view kSpaceSymbol = "\xE2\x96\x81";  // U+2581
+  for (size_t pos = 0; pos < piece.size();) {
+    if (piece.compare(pos, kSpaceSymbol.size(), kSpaceSymbol) == 0) {
+      out.bytes.push_back(' ');
+      pos += kSpaceSymbol.size();
+    } else {
+      out.bytes.push_back(piece[pos++]);
+    }
+  }
+  // The start rule is SentencePiece's own: the id decoded alone.
+  const std::vector<int> one = {id};
+  if (!sp_->Decode(one, &out.at_start).ok()) out.at_start = out.bytes;
+  return out;
 }
 
 int32_t SentencePieceTokenizer::vocab_size() const { return sp_->GetPieceSize(); }

@@ -53,6 +53,7 @@ class SentencePieceTokenizer final : public Tokenizer {
   // Also false for control, unknown, unused and byte-fallback pieces: after an ordinary piece
   // SentencePiece's decoder holds no partial bytes.
   bool IsTextPiece(int32_t id) const override;
+  TextBytes Bytes(int32_t id) const override;
 
   // niels_gpt's four markers.
   const SpecialTokens& special() const { return special_; }

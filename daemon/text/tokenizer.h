@@ -21,6 +21,28 @@
 
 namespace niels::daemon::text {
 
+// The exact bytes one id adds to Decode()'s text. Structured output needs them: a grammar constrains
+// exactly the text a client receives (daemon/engine/output_constraint.h builds the grammar room's
+// Vocabulary from them).
+//   - Byte-level BPE: every id in range but an unused or special one adds its fixed bytes
+//     (BpeTokenizer::TokenBytes), wherever it stands: at_start == bytes.
+//   - SentencePiece: an ordinary piece adds its piece string with every U+2581 read as a space; a
+//     byte-fallback piece <0xNN> adds that one byte (a character may take several of them); a
+//     special, control, unknown or unused id adds no fixed text. While the decoded text is still
+//     empty, SentencePiece drops one leading U+2581 of a piece (its dummy-prefix rule): `at_start`
+//     is what the id adds then.
+// So for ids whose bytes make up valid UTF-8 (special ids anywhere between them):
+//   Decode(ids) == at_start of each text id up to and including the first whose at_start is not
+//                  empty, then `bytes` of every later text id.
+// (One exception: a SentencePiece model that keeps extra whitespace ends the start at a lone U+2581
+// piece although it adds nothing. An id that adds nothing is never sampled under a constraint, so
+// this does not arise there.) text_test (token_bytes_test) checks the rule against both decoders.
+struct TextBytes {
+  bool is_text = false;  // false: adds no fixed text (special, control, unknown, unused, out of range)
+  std::string bytes;     // what the id adds after some text
+  std::string at_start;  // what it adds while the decoded text is still empty
+};
+
 class Tokenizer {
  public:
   virtual ~Tokenizer() = default;
@@ -53,6 +75,9 @@ class Tokenizer {
   // that follow such an id does not depend on the ids before it once some text exists (TextStream
   // relies on this).
   virtual bool IsTextPiece(int32_t id) const = 0;
+
+  // What `id` adds to Decode()'s text (TextBytes above).
+  virtual TextBytes Bytes(int32_t id) const = 0;
 };
 
 }  // namespace niels::daemon::text

@@ -112,6 +112,11 @@ TEST(ChatFlagsTest, EveryFlagIsParsed) {
   EXPECT_EQ(MustParse({"--prompt", "x", "--stats"}).prompt, std::optional<std::string>("x"));
   EXPECT_TRUE(MustParse({"--stats"}).stats);
   EXPECT_EQ(MustParse({"--system", ""}).system_text, std::optional<std::string>(""));
+  EXPECT_TRUE(MustParse({"--hide-reasoning"}).hide_reasoning);
+  EXPECT_FALSE(MustParse({}).hide_reasoning);
+  EXPECT_EQ(MustParse({}).enable_thinking, std::nullopt);
+  EXPECT_EQ(MustParse({"--think"}).enable_thinking, std::optional<bool>(true));
+  EXPECT_EQ(MustParse({"--no-think"}).enable_thinking, std::optional<bool>(false));
 }
 
 TEST(ChatFlagsTest, HelpAndVersionExitZeroUsageErrorsExitTwo) {
@@ -121,7 +126,8 @@ TEST(ChatFlagsTest, HelpAndVersionExitZeroUsageErrorsExitTwo) {
   EXPECT_EQ(std::get<int>(help), 0);
   for (const char* flag : {"--max-new-tokens", "--temperature", "--top-k", "--top-p", "--seed", "--system",
                            "--system-file", "--no-kv-cache", "--greedy", "--ckpt", "--socket",
-                           "--repetition-penalty", "--stream", "--prompt", "--version"}) {
+                           "--repetition-penalty", "--stream", "--prompt", "--version", "--hide-reasoning",
+                           "--think", "--no-think"}) {
     EXPECT_NE(out.find(flag), std::string::npos) << flag;
   }
   auto version = Parse({"--version"}, &out, &err);
@@ -131,7 +137,7 @@ TEST(ChatFlagsTest, HelpAndVersionExitZeroUsageErrorsExitTwo) {
 
   for (std::vector<std::string> bad : std::vector<std::vector<std::string>>{
            {"--top-p", "1.5"}, {"--top-k", "-1"}, {"--temperature", "-0.1"}, {"--max-new-tokens", "0"},
-           {"--bogus"}, {"--seed", "abc"}, {"--repetition-penalty", "0"}}) {
+           {"--bogus"}, {"--seed", "abc"}, {"--repetition-penalty", "0"}, {"--think", "--no-think"}}) {
     auto r = Parse(bad, &out, &err);
     ASSERT_TRUE(std::holds_alternative<int>(r)) << bad[0];
     EXPECT_EQ(std::get<int>(r), 2) << bad[0];
@@ -189,6 +195,14 @@ TEST(BuildChatRequestTest, CarriesOptions) {
   EXPECT_EQ(r.max_new_tokens(), 256);
   EXPECT_FALSE(r.has_use_kv_cache());  // the daemon's default (true) applies
   EXPECT_FALSE(r.stream());
+  EXPECT_FALSE(r.has_enable_thinking());  // the template's default
+
+  o.enable_thinking = true;
+  EXPECT_TRUE(BuildChatRequest(o, "sid", "hi").enable_thinking());
+  o.enable_thinking = false;
+  r = BuildChatRequest(o, "sid", "hi");
+  EXPECT_TRUE(r.has_enable_thinking());
+  EXPECT_FALSE(r.enable_thinking());
 
   o.greedy = true;
   o.temperature = 0.7f;
@@ -202,6 +216,51 @@ TEST(BuildChatRequestTest, CarriesOptions) {
   EXPECT_FALSE(r.use_kv_cache());
   EXPECT_TRUE(r.stream());
   EXPECT_FLOAT_EQ(r.sampling().repetition_penalty(), 1.2f);
+}
+
+// --json-schema FILE, --grammar FILE, --json: at most one; the file's text goes into every turn's
+// request; unreadable or non-UTF-8 files are errors naming the flag and the file.
+TEST(ConstraintFlagsTest, ParsedResolvedAndSent) {
+  TempDir dir;
+  const std::string schema = dir.Write("s.json", R"({"type":"object","properties":{"a":{"type":"integer"}}})");
+  const std::string grammar = dir.Write("g.gbnf", "root ::= \"yes\" | \"no\"\n");
+  ChatOptions o = MustParse({"--json-schema", schema});
+  EXPECT_EQ(o.json_schema_file, schema);
+  auto c = ResolveConstraint(o);
+  ASSERT_TRUE(c.ok() && c->has_value()) << c.status().ToString();
+  EXPECT_EQ((*c)->json_schema(), R"({"type":"object","properties":{"a":{"type":"integer"}}})");
+  o.constraint = *c;
+  EXPECT_EQ(BuildChatRequest(o, "sid", "hi").constraint().json_schema(), (*c)->json_schema());
+
+  o = MustParse({"--grammar", grammar});
+  c = ResolveConstraint(o);
+  ASSERT_TRUE(c.ok() && c->has_value());
+  EXPECT_EQ((*c)->gbnf(), "root ::= \"yes\" | \"no\"\n");
+  o = MustParse({"--json"});
+  c = ResolveConstraint(o);
+  ASSERT_TRUE(c.ok() && c->has_value());
+  EXPECT_TRUE((*c)->has_any_json());
+  o = MustParse({});
+  c = ResolveConstraint(o);
+  ASSERT_TRUE(c.ok());
+  EXPECT_FALSE(c->has_value());
+  EXPECT_FALSE(BuildChatRequest(o, "sid", "hi").has_constraint());
+
+  for (const auto& words : std::vector<std::vector<std::string>>{
+           {"--json", "--grammar", grammar}, {"--json-schema", schema, "--grammar", grammar}, {"--json-schema", schema, "--json"}}) {
+    std::string err;
+    EXPECT_EQ(std::get<int>(Parse(words, nullptr, &err)), 2) << words[0];
+    EXPECT_NE(err.find("excludes"), std::string::npos) << err;
+  }
+  o = MustParse({"--json-schema", dir.path() + "/missing.json"});
+  c = ResolveConstraint(o);
+  ASSERT_FALSE(c.ok());
+  EXPECT_NE(c.status().message().find("--json-schema"), std::string::npos);
+  EXPECT_NE(c.status().message().find("missing.json"), std::string::npos);
+  o = MustParse({"--grammar", dir.Write("latin1.gbnf", "root ::= \"caf\xE9\"")});
+  c = ResolveConstraint(o);
+  ASSERT_FALSE(c.ok());
+  EXPECT_NE(c.status().message().find("UTF-8"), std::string::npos);
 }
 
 TEST(CkptTest, MatchesModelDirFileInsideOrName) {

@@ -87,6 +87,16 @@ class EchoDaemon {
     }
     const std::string reply = "echo: " + text;
     std::vector<v1::Response> out;
+    // "think...": a reasoning model's reply, its reasoning streamed in two pieces before the answer.
+    const bool reasons = text.starts_with("think");
+    const std::string reasoning = reasons ? "let me see\nwhat " + text + " means" : "";
+    if (q.chat().stream() && reasons) {
+      for (const std::string& piece : {reasoning.substr(0, 5), reasoning.substr(5)}) {
+        v1::Response token = FakeDaemon::Reply(q.request_id());
+        token.mutable_token()->set_reasoning(piece);
+        out.push_back(token);
+      }
+    }
     if (q.chat().stream()) {
       for (size_t i = 0; i < reply.size(); ++i) {
         v1::Response token = FakeDaemon::Reply(q.request_id());
@@ -96,6 +106,7 @@ class EchoDaemon {
       }
     }
     r.mutable_chat()->set_reply(reply);
+    r.mutable_chat()->set_reasoning(reasoning);
     r.mutable_chat()->set_stop_reason(v1::EOT);
     r.mutable_chat()->mutable_stats()->set_used_kv_cache(q.chat().use_kv_cache() || !q.chat().has_use_kv_cache());
     out.push_back(r);
@@ -234,6 +245,29 @@ TEST(ChatReplTest, StreamPrintsTheSameTextAndStatsGoToStderr) {
   ASSERT_EQ(ChatTexts(run.requests).size(), 1u);
   EXPECT_TRUE(run.requests[1].chat().stream());
   EXPECT_FALSE(run.requests[1].chat().use_kv_cache());
+}
+
+// A reasoning model's reasoning comes before the answer (between <think> lines when stdout is not a
+// terminal), streamed or not, and --hide-reasoning leaves only the answer; --no-think is sent.
+TEST(ChatReplTest, ReasoningIsShownBeforeTheAnswerOrHidden) {
+  for (const bool stream : {false, true}) {
+    EchoDaemon daemon;
+    ChatOptions options;
+    options.stream = stream;
+    ReplRun run = RunLines(daemon, "think hard\nhi\n", options);
+    EXPECT_EQ(run.code, kExitOk);
+    EXPECT_EQ(run.out, "<think>\nlet me see\nwhat think hard means\n</think>\n\necho: think hard\necho: hi\n")
+        << "stream " << stream;
+
+    EchoDaemon quiet;
+    options.hide_reasoning = true;
+    options.enable_thinking = false;
+    run = RunLines(quiet, "think hard\n", options);
+    EXPECT_EQ(run.out, "echo: think hard\n") << "stream " << stream;
+    ASSERT_EQ(ChatTexts(run.requests).size(), 1u);
+    EXPECT_TRUE(run.requests[1].chat().has_enable_thinking());
+    EXPECT_FALSE(run.requests[1].chat().enable_thinking());
+  }
 }
 
 TEST(ChatReplTest, CancelledReplyPrintsNothingOnStdout) {

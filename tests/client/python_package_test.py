@@ -7,6 +7,7 @@ cancelling the call in flight, errors. Run by tests/client/install_test.sh in a 
 """
 
 import argparse
+import json
 import os
 import sys
 import unittest
@@ -61,6 +62,7 @@ class PackageTest(unittest.TestCase):
                                  max_new_tokens=16, temperature=0)
         self.assertTrue(events)
         self.assertEqual("".join(e.text for e in events), reply.reply)
+        self.assertEqual("".join(e.reasoning for e in events), reply.reasoning)
         # Greedy: the same turn on a fresh session without streaming gives the same reply.
         other = self.client.create_session("you are terse.").session_id
         self.assertEqual(self.client.chat(other, "how do i start nielsd?", max_new_tokens=16,
@@ -101,6 +103,28 @@ class PackageTest(unittest.TestCase):
         self.assertEqual(self.client.info().model_name, "niels-demo")
         self.assertFalse(self.client.cancel(10**9).found)  # nothing of that id in flight
         self.client.delete_session(sid)
+
+    def test_structured_output(self):
+        self.assertEqual(list(self.client.info().constraint_kinds), ["json_schema", "gbnf", "any_json"])
+        sid = self.client.create_session().session_id
+        self.addCleanup(self.client.delete_session, sid)
+        schema = {"type": "object", "properties": {"ok": {"type": "boolean"}}, "required": ["ok"],
+                  "additionalProperties": False}
+        reply = self.client.chat(sid, "ok?", constraint=nielsd_client.json_schema(schema), max_new_tokens=60, seed=3)
+        self.assertEqual(reply.stop_reason, pb.EOT)
+        self.assertIn(json.loads(reply.reply), ({"ok": True}, {"ok": False}))
+        reply = self.client.chat(sid, "json", constraint=nielsd_client.any_json(), max_new_tokens=60, seed=4)
+        if reply.stop_reason != pb.CONSTRAINT_INCOMPLETE:
+            json.loads(reply.reply)
+        ids = list(self.client.tokenize("yes or no").ids)
+        generated = self.client.generate(sid, ids, max_new_tokens=10, temperature=1.0, seed=5,
+                                         constraint=nielsd_client.gbnf('root ::= "yes" | "no"\n'))
+        self.assertEqual(generated.stop_reason, pb.EOT)
+        self.assertIn(self.client.detokenize(generated.new_ids).text, ("yes", "no"))
+        with self.assertRaises(nielsd_client.NielsdError) as error:
+            self.client.chat(sid, "x", constraint=nielsd_client.gbnf("root ::= (\n"))
+        self.assertEqual(error.exception.code, "INVALID_ARGUMENT")
+        self.assertIn("constraint.gbnf: grammar line 2, column 1", error.exception.message)
 
     def test_unreachable_daemon(self):
         with self.assertRaises(ConnectionError):

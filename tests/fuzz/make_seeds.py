@@ -260,6 +260,24 @@ def main():
                                                     top_logprobs=99, trace_layer=-1, sampling=S(temperature=float("nan"), top_p=2.0))))
     bad += frame(req(41, chat=pb.ChatRequest(session_id="nope", user_text="x" * 300, max_new_tokens=0)))
     write("request", "invalid", bad)
+    # Structured output: Chat and Generate with each kind of constraint (and broken ones).
+    C = pb.Constraint
+    con = b"".join(frame(req(46 + k, create_session=pb.CreateSessionRequest())) for k in range(3))
+    con += frame(req(51, chat=pb.ChatRequest(session_id="$0", user_text="json please", max_new_tokens=12, stream=True,
+                                             sampling=S(temperature=1.0, seed=5),
+                                             constraint=C(json_schema='{"type":"object","properties":{"n":{"type":"integer"},'
+                                                          '"s":{"type":"string","maxLength":3}},"required":["n"]}'))))
+    con += frame(req(52, generate=pb.GenerateRequest(session_id="$1", input_ids=[5, 6], max_new_tokens=8, want_logprobs=True,
+                                                     constraint=C(gbnf='root ::= ("a" | [0-9]) [a-z\u00e9]* "."\n'))))
+    con += frame(req(53, chat=pb.ChatRequest(session_id="$2", user_text="any", max_new_tokens=6, use_kv_cache=False,
+                                             constraint=C(any_json=C.AnyJson()))))
+    con += frame(req(54, generate=pb.GenerateRequest(session_id="$1", max_new_tokens=4, stop_ids=[3, 100],
+                                                     constraint=C(gbnf="root ::= [a-z]+\n"))))
+    con += frame(req(55, chat=pb.ChatRequest(session_id="$0", user_text="bad", constraint=C(gbnf="root ::= (\"x\"\n"))))
+    con += frame(req(56, chat=pb.ChatRequest(session_id="$0", user_text="bad", constraint=C(json_schema='{"type": }'))))
+    con += frame(req(57, chat=pb.ChatRequest(session_id="$2", user_text="preset", max_new_tokens=5)))
+    con += frame(req(62, generate=pb.GenerateRequest(session_id="$2", input_ids=[9], max_new_tokens=5)))
+    write("request", "constraints", con)
 
     # jinja: small templates of our own exercising the syntax (the real chat templates are
     # third-party and stay out of the repository; jinja.dict beside the corpus has the tokens).

@@ -6,10 +6,14 @@
 // frames. Each parsed request is submitted and answered before the next (so the order is fixed).
 // A session_id of the form "$N" is replaced by the N-th session this input created (ids are 128
 // random bits, so the fuzzer could never guess one). Bit 8 of request_id picks the caller (uid 1000
-// or 1001); request_id % 7 == 3 sets the cancel flag right after submitting.
+// or 1001); request_id % 7 == 3 sets the cancel flag right after submitting. A Chat or Generate
+// without a constraint gets one (structured output) when request_id % 5 == 2: the fuzzed
+// Constraint fields are reached too, and the mutator starts from real schemas and grammars.
 // Invariants: every request gets exactly one final response, after all its events; every response
 // carries the request's id; a final is an Error or the result of the request's own kind; stream
-// events only for a streaming Chat/Generate; a streamed Chat's events spell out its reply; the
+// events only for a streaming Chat/Generate; a streamed Chat's events spell out its reply; a
+// constrained Chat's reply (a Generate's new ids, detokenized) is a sentence of its grammar -- a
+// prefix of one when it stopped CONSTRAINT_INCOMPLETE -- checked with a matcher of its own; the
 // engine still answers Info afterwards. Each input deletes its sessions at the end.
 #include <chrono>
 #include <condition_variable>
@@ -21,6 +25,8 @@
 #include "common/frame.h"
 #include "common/log.h"
 #include "common/protobuf_log.h"
+#include "daemon/grammar/matcher.h"
+#include "daemon/handlers/constraint.h"
 #include "daemon/handlers/service.h"
 #include "tests/fuzz/fuzz_util.h"
 #include "tests/support/test_model.h"
@@ -97,6 +103,49 @@ void DeleteAllSessions(uint32_t uid) {
   }
 }
 
+// The constraint attached to request_id % 5 == 2 requests that have none (by request_id / 5 % 4).
+niels::v1::Constraint PresetConstraint(uint64_t request_id) {
+  niels::v1::Constraint c;
+  switch ((request_id / 5) % 4) {
+    case 0: c.mutable_any_json(); break;
+    case 1: c.set_json_schema(R"({"type":"object","properties":{"a":{"type":"integer"},"b":{"enum":["x","\u00fc"]}},"required":["a"]})"); break;
+    case 2: c.set_gbnf("root ::= (\"yes\" | \"no\") [a-z\\u4e2d]{0,3}\n"); break;
+    default: c.set_gbnf("root ::= [0-9]+ (\",\" [0-9]+)*\n"); break;
+  }
+  return c;
+}
+
+niels::v1::Constraint* ConstraintField(Request& r) {
+  if (r.has_chat()) return r.mutable_chat()->mutable_constraint();
+  if (r.has_generate()) return r.mutable_generate()->mutable_constraint();
+  return nullptr;
+}
+
+// The text a constrained request generated: the Chat reply, or the Generate's new ids detokenized
+// (its stop id decodes to nothing).
+std::string GeneratedText(const Response& final_response, uint32_t uid) {
+  if (final_response.has_chat()) return final_response.chat().reply();
+  Request detokenize;
+  detokenize.set_request_id(4);
+  detokenize.mutable_detokenize()->mutable_ids()->CopyFrom(final_response.generate().new_ids());
+  const std::vector<Response> decoded = Run(detokenize, uid, false);
+  FUZZ_CHECK(decoded.size() == 1 && decoded[0].has_detokenize());
+  return decoded[0].detokenize().text();
+}
+
+// A completed constrained request's text follows its grammar (a prefix when incomplete).
+void CheckConstrained(const Request& request, const Response& final_response, uint32_t uid) {
+  const bool chat = request.has_chat();
+  const niels::v1::Constraint& constraint = chat ? request.chat().constraint() : request.generate().constraint();
+  auto grammar = handlers::CompileConstraint(true, constraint);
+  FUZZ_CHECK(grammar.ok());  // the daemon compiled it, so must we
+  const niels::v1::StopReason stop =
+      chat ? final_response.chat().stop_reason() : final_response.generate().stop_reason();
+  niels::daemon::grammar::Matcher matcher(*grammar);
+  FUZZ_CHECK(matcher.AcceptBytes(GeneratedText(final_response, uid)).ok());
+  if (stop != niels::v1::CONSTRAINT_INCOMPLETE) FUZZ_CHECK(matcher.IsComplete());
+}
+
 }  // namespace
 
 extern "C" int LLVMFuzzerInitialize(int*, char***) {
@@ -141,6 +190,14 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
       *session = created.empty() ? std::string("0123456789abcdef0123456789abcdef")
                                  : created[static_cast<size_t>((*session)[1]) % created.size()];
     }
+    niels::v1::Constraint* constraint = ConstraintField(request);
+    const bool had_constraint = request.has_chat() ? request.chat().has_constraint()
+                                                   : request.has_generate() && request.generate().has_constraint();
+    if (constraint != nullptr && !had_constraint && request.request_id() % 5 == 2) {
+      *constraint = PresetConstraint(request.request_id());
+    }
+    const bool constrained = request.has_chat() ? request.chat().has_constraint()
+                                                : request.has_generate() && request.generate().has_constraint();
     const uint32_t uid = (request.request_id() & 0x100) ? 1001 : 1000;
     const bool cancel = request.request_id() % 7 == 3;
     const std::vector<Response> responses = Run(request, uid, cancel);
@@ -166,6 +223,7 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
     }
     FUZZ_CHECK(static_cast<int>(final_response.kind_case()) == static_cast<int>(request.kind_case()));
     if (request.has_chat() && request.chat().stream()) FUZZ_CHECK(streamed == final_response.chat().reply());
+    if (constrained) CheckConstrained(request, final_response, uid);
     if (final_response.has_create_session()) created.push_back(final_response.create_session().session_id());
     if (final_response.has_fork_session()) created.push_back(final_response.fork_session().session_id());
   }

@@ -11,9 +11,9 @@ namespace niels::daemon::text::jinja {
 namespace {
 
 // Appends to a string and stops (kLimit) past max_bytes.
-class Writer {
+class BoundedText {
  public:
-  explicit Writer(size_t max_bytes) : max_bytes_(max_bytes) {}
+  explicit BoundedText(size_t max_bytes) : max_bytes_(max_bytes) {}
   void Put(std::string_view s) {
     if (out_.size() + s.size() > max_bytes_) {
       ThrowLimit("a value's text is longer than the output limit (" + std::to_string(max_bytes_) + " bytes)");
@@ -28,9 +28,9 @@ class Writer {
   std::string out_;
 };
 
-void WriteRepr(Writer& w, const Value& v);
+void WriteRepr(BoundedText& w, const Value& v);
 
-void WriteStr(Writer& w, const Value& v) {
+void WriteStr(BoundedText& w, const Value& v) {
   switch (v.kind()) {
     case Value::Kind::kUndefined:
       return;
@@ -61,7 +61,7 @@ void WriteStr(Writer& w, const Value& v) {
   }
 }
 
-void WriteRepr(Writer& w, const Value& v) {
+void WriteRepr(BoundedText& w, const Value& v) {
   switch (v.kind()) {
     case Value::Kind::kUndefined:
       w.Put("Undefined");
@@ -114,7 +114,7 @@ void WriteRepr(Writer& w, const Value& v) {
   }
 }
 
-void WriteJsonString(Writer& w, std::string_view s, bool ensure_ascii) {
+void WriteJsonString(BoundedText& w, std::string_view s, bool ensure_ascii) {
   w.Put('"');
   size_t run = 0;  // start of the bytes not yet written
   for (size_t i = 0; i < s.size();) {
@@ -204,7 +204,7 @@ bool KeyLess(const Value& a, const Value& b) {
   ThrowRender("'<' not supported between instances of '" + b.TypeName() + "' and '" + a.TypeName() + "'");
 }
 
-void WriteJson(Writer& w, const Value& v, const JsonOptions& o, int level) {
+void WriteJson(BoundedText& w, const Value& v, const JsonOptions& o, int level) {
   auto newline = [&](int depth) {
     w.Put('\n');
     for (int i = 0; i < depth; ++i) w.Put(*o.indent);
@@ -266,22 +266,22 @@ void WriteJson(Writer& w, const Value& v, const JsonOptions& o, int level) {
 
 std::string PyStr(const Value& value, size_t max_bytes) {
   if (value.is_string()) {
-    if (value.as_string().size() > max_bytes) Writer(max_bytes).Put(value.as_string());
+    if (value.as_string().size() > max_bytes) BoundedText(max_bytes).Put(value.as_string());
     return value.as_string();
   }
-  Writer w(max_bytes);
+  BoundedText w(max_bytes);
   WriteStr(w, value);
   return w.Take();
 }
 
 std::string PyRepr(const Value& value, size_t max_bytes) {
-  Writer w(max_bytes);
+  BoundedText w(max_bytes);
   WriteRepr(w, value);
   return w.Take();
 }
 
 std::string ToJson(const Value& value, const JsonOptions& options, size_t max_bytes) {
-  Writer w(max_bytes);
+  BoundedText w(max_bytes);
   WriteJson(w, value, options, 0);
   return w.Take();
 }

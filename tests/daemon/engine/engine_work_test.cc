@@ -133,7 +133,7 @@ class EngineWorkTest : public ::testing::Test {
     work.cancel = NewFlag();
     work.quick = [answer, id](EngineState& state, const Work& work) {
       common::StatusOr<sessions::CreatedSession> created =
-          sessions::CreateSession(state.sessions, state.language_model(), state.tokenizer(), state.special(), work.uid, std::nullopt);
+          sessions::CreateSession(state.sessions, state.language_model(), state.chat_format(), work.uid, std::nullopt);
       if (!created.ok()) return created.status();
       *id = created->session->id();
       answer->Set(Status::Ok());

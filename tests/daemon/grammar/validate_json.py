@@ -25,7 +25,9 @@ def check_date(s):
         return True  # formats apply to strings only
     if not re.fullmatch(r"\d{4}-\d\d-\d\d", s):
         return False
-    datetime.date.fromisoformat(s)  # raises ValueError for a day the month lacks
+    # RFC 3339 allows the year 0000, which Python's date does not; it is a leap year like 2000
+    # (RFC 3339 appendix C: divisible by 400), so check the month and day with 2000 in its place.
+    datetime.date.fromisoformat("2000" + s[4:] if s.startswith("0000") else s)  # ValueError: no such day
     return True
 
 

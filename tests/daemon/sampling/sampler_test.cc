@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <cmath>
+#include <limits>
 #include <map>
 #include <random>
 #include <set>
@@ -171,6 +172,57 @@ TEST(SamplerTest, BannedIdsAreNeverDrawn) {
   EXPECT_EQ(drawn.size(), 12u);
   params.temperature = 0.0f;
   EXPECT_NE(Sampler(params).Sample(logits, {}), 4);
+}
+
+// An allowed mask (structured output) acts exactly like banning every id outside it: the same
+// distribution and, with the same seed, the same draws -- greedy, top-k, top-p and the repetition
+// penalty included; ids outside the mask are never drawn; the fallback when nothing is selectable
+// is the first allowed, unbanned id.
+TEST(SamplerTest, AllowedMaskEqualsBanningTheRest) {
+  constexpr int kVocab = 300;  // not a multiple of 64
+  std::mt19937_64 rng(7);
+  for (int trial = 0; trial < 40; ++trial) {
+    std::vector<uint64_t> mask((kVocab + 63) / 64, 0);
+    const int density = 1 + trial % 5;  // 1/5 .. all of the ids
+    for (int32_t id = 0; id < kVocab; ++id) {
+      if (static_cast<int>(rng() % 5) < density || id == 200) mask[id >> 6] |= uint64_t{1} << (id & 63);
+    }
+    if (trial % 7 == 0) mask[0] = mask[1] = 0;  // whole words out
+    std::vector<int32_t> outside;
+    for (int32_t id = 0; id < kVocab; ++id) {
+      if (!((mask[id >> 6] >> (id & 63)) & 1)) outside.push_back(id);
+    }
+    SamplingParams masked = Params(trial % 4 == 0 ? 0.0f : 1.0f, trial % 3 == 0 ? 0 : 20, trial % 2 ? 0.9f : 0.0f,
+                                   100 + trial);
+    masked.repetition_penalty = trial % 5 == 0 ? 1.3f : 1.0f;
+    masked.banned_ids = {1, 2};
+    SamplingParams banned = masked;
+    banned.banned_ids.insert(banned.banned_ids.end(), outside.begin(), outside.end());
+    const std::vector<float> logits = RandomLogits(kVocab, 1000 + trial);
+    const std::vector<int32_t> history = {5, 9, 77};
+    const auto want = SamplingDistribution(logits, history, banned);
+    const auto got = SamplingDistribution(logits, history, masked, mask);
+    ASSERT_EQ(got.size(), want.size()) << trial;
+    for (size_t i = 0; i < got.size(); ++i) {
+      EXPECT_EQ(got[i].id, want[i].id) << trial;
+      EXPECT_EQ(got[i].prob, want[i].prob) << trial;
+    }
+    Sampler a(masked), b(banned);
+    for (int step = 0; step < 50; ++step) {
+      const int32_t id = a.Sample(logits, history, mask);
+      EXPECT_EQ(id, b.Sample(logits, history)) << trial;
+      EXPECT_TRUE((mask[id >> 6] >> (id & 63)) & 1) << trial;
+    }
+  }
+  // Nothing selectable (every allowed logit -inf): the first allowed id that is not banned.
+  std::vector<float> none(kVocab, -std::numeric_limits<float>::infinity());
+  std::vector<uint64_t> mask((kVocab + 63) / 64, 0);
+  mask[0] = (uint64_t{1} << 3) | (uint64_t{1} << 9);
+  SamplingParams p = Params(1.0f, 0, 0.0f);
+  p.banned_ids = {3};
+  EXPECT_EQ(Sampler(p).Sample(none, {}, mask), 9);
+  p.temperature = 0.0f;
+  EXPECT_EQ(Sampler(p).Sample(none, {}, mask), 9);
 }
 
 TEST(SamplerTest, RepetitionPenaltyDividesPositiveAndMultipliesNegative) {

@@ -386,6 +386,43 @@ TEST_F(DurableSessionsTest, SessionsAreStoredAndLoadedLazilyWithTheirHistory) {
   EXPECT_FALSE(durable->Load(id).value().has_value());
 }
 
+// A session of a model with a Jinja chat template keeps its conversation as messages: stored on
+// commit, read back with the session (reasoning included), counted as turns, emptied by Reset, and
+// copied by Fork.
+TEST_F(DurableSessionsTest, ConversationMessagesAreStoredAndRestored) {
+  const model::ModelConfig config = SmallConfig();
+  std::string id;
+  std::vector<text::ChatMessage> messages;
+  {
+    auto durable = OpenDurable();
+    Sessions s(config, 1ull << 30, {}, durable.get());
+    Session* session = s.registry.Create(1000, std::nullopt, {1, 2}).value();  // a template's start
+    id = session->id();
+    EXPECT_FALSE(session->has_system_prompt());
+    EXPECT_EQ(session->system_end(), 2);
+    Grow(*session, config, 6, 7);
+    session->AddExchange({text::Role::kUser, "Grüße", ""}, {text::Role::kAssistant, "Hallo", "user greets\n"});
+    session->AddExchange({text::Role::kUser, "", ""}, {text::Role::kAssistant, "?", ""});
+    ASSERT_TRUE(s.registry.Commit(*session).ok());
+    messages = session->messages();
+    EXPECT_EQ(session->completed_turns(), 2);
+    std::unique_ptr<Session> fork = session->Fork("f", 1000, /*with_cache=*/false);
+    EXPECT_EQ(fork->messages(), messages);
+  }
+  auto durable = OpenDurable();
+  Sessions s(config, 1ull << 30, {}, durable.get());
+  auto listed = s.registry.List(1000).value();
+  ASSERT_EQ(listed.size(), 1u);
+  EXPECT_EQ(listed[0].turns, 2);
+  Session* loaded = s.registry.Find(id, 1000).value();
+  EXPECT_EQ(loaded->messages(), messages);
+  EXPECT_EQ(loaded->system_end(), 2);
+  ASSERT_TRUE(s.registry.Reset(*loaded).ok());
+  EXPECT_TRUE(loaded->messages().empty());
+  EXPECT_EQ(loaded->tokens(), (std::vector<int32_t>{1, 2}));
+  EXPECT_TRUE(durable->Load(id).value()->history.messages.empty());
+}
+
 TEST_F(DurableSessionsTest, AnotherModelsSessionIsListedRefusedAndDeletable) {
   const model::ModelConfig config = SmallConfig();
   std::string id;

@@ -257,6 +257,74 @@ TEST(SessionDbTest, MigrationAddsToAnOlderDatabaseAndKeepsItsRows) {
   RawExec(path, "UPDATE sessions SET title = 'kept' WHERE title = 'untitled'");  // the column exists
 }
 
+// Upper-case hex of `size` bytes at `data` (an SQL blob literal; the host is little-endian).
+std::string Hex(const void* data, size_t size) {
+  std::string out;
+  for (size_t i = 0; i < size; ++i) out += fmt::format("{:02X}", static_cast<const uint8_t*>(data)[i]);
+  return out;
+}
+
+// A database written by a nielsd of schema version 1 (no messages column) migrates to version 2:
+// its rows load as they were (no messages), and a conversation saved afterwards survives reopen.
+TEST(SessionDbTest, VersionOneDatabaseMigratesAndThenKeepsConversations) {
+  testing::TempDir dir;
+  const fs::path path = dir / "sessions.db";
+  const StoredSession old_row = MakeSession("old", 1, 1.0);
+  {
+    const std::vector<Migration> version_one = {SchemaMigrations().front()};
+    ASSERT_EQ(version_one.back().to, 1);
+    auto db = OpenOrDie(path, {.sync_commits = false, .max_bytes = 0, .migrations = version_one});
+    ASSERT_TRUE(db);
+    EXPECT_EQ(db->schema_version(), 1);
+  }
+  // The row as version 1 wrote it (this nielsd's Insert writes the messages column too).
+  const StoredHistory& h = old_row.history;
+  std::vector<int64_t> turns;
+  for (const TurnRange& turn : h.turns) turns.insert(turns.end(), {turn.begin, turn.end});
+  RawExec(path, fmt::format("INSERT INTO sessions (id, owner, model_fingerprint, model_name, system_prompt, "
+                            "system_end, length, turn_count, tokens, turns, created_unix_s, last_used_unix_s) "
+                            "VALUES ('old', 1, '{}', 'tiny', '{}', {}, {}, {}, X'{}', X'{}', {}, {})",
+                            old_row.summary.model_fingerprint, *old_row.summary.system_prompt, h.system_end,
+                            h.tokens.size(), h.turns.size(), Hex(h.tokens.data(), h.tokens.size() * 4),
+                            Hex(turns.data(), turns.size() * 8), old_row.summary.created_unix_s,
+                            old_row.summary.last_used_unix_s));
+  StoredSession chat = MakeSession("chat", 1, 2.0, 0, "be brief");
+  chat.history.messages = {{"user", "Grüße \"quoted\"\n", ""},
+                           {"assistant", "the answer", "first <think> reasoning\n"},
+                           {"user", "", ""},
+                           {"assistant", "", ""}};
+  chat.summary.turn_count = 2;
+  {
+    auto db = OpenOrDie(path);
+    ASSERT_TRUE(db);
+    EXPECT_EQ(db->schema_version(), 2);
+    EXPECT_EQ(db->Load("old").value().value(), old_row);
+    ASSERT_TRUE(db->Insert(chat).ok());
+    StoredHistory longer = chat.history;
+    longer.messages.push_back({"user", "again", ""});
+    longer.messages.push_back({"assistant", "sure", "why not"});
+    ASSERT_TRUE(db->SaveHistory("chat", longer, 3.0).ok());
+    chat.history = longer;
+    chat.summary.turn_count = 3;
+    chat.summary.last_used_unix_s = 3.0;
+  }
+  auto db = OpenOrDie(path);
+  ASSERT_TRUE(db);
+  EXPECT_EQ(db->Load("chat").value().value(), chat);
+  EXPECT_EQ(db->Load("old").value().value(), old_row);
+  // A conversation out of order or a damaged column is refused, never loaded half-read.
+  StoredSession odd = MakeSession("odd", 1, 4.0, 0);
+  odd.history.messages = {{"assistant", "first", ""}, {"user", "second", ""}};
+  EXPECT_EQ(db->Insert(odd).code(), StatusCode::kInvalidArgument);
+  db.reset();
+  RawExec(path, "UPDATE sessions SET messages = '[{\"role\": 7}]' WHERE id = 'chat'");
+  db = OpenOrDie(path);
+  ASSERT_TRUE(db);
+  const auto damaged = db->Load("chat");
+  EXPECT_EQ(damaged.status().code(), StatusCode::kInternal);
+  EXPECT_THAT(damaged.status().message(), HasSubstr("damaged"));
+}
+
 TEST(SessionDbTest, FailedMigrationRollsBackCompletely) {
   testing::TempDir dir;
   const fs::path path = dir / "sessions.db";

@@ -5,12 +5,16 @@
         session = client.create_session("you are terse.")
         reply = client.chat(session.session_id, "hello", on_token=lambda t: print(t.text, end=""))
 
+Structured output: client.chat(..., constraint=nielsd_client.json_schema({...})) (or gbnf(text),
+any_json()) makes the reply follow a JSON Schema or a grammar.
+
 The wire format is proto/PROTOCOL.md: varint-length-delimited niels.v1.Request / Response protobuf
 messages. The generated messages are `nielsd_client.pb` (nielsd_pb2, built with the package).
 `python3 -m nielsd_client chat` is a small terminal chat.
 """
 
 from . import nielsd_pb2 as pb
-from .client import Client, NielsdError, default_socket_path, encode_varint
+from .client import Client, NielsdError, any_json, default_socket_path, encode_varint, gbnf, json_schema
 
-__all__ = ["Client", "NielsdError", "default_socket_path", "encode_varint", "pb"]
+__all__ = ["Client", "NielsdError", "any_json", "default_socket_path", "encode_varint", "gbnf",
+           "json_schema", "pb"]

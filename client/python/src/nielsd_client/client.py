@@ -11,6 +11,7 @@ own final response (normally Error CANCELLED, raised as NielsdError with code "C
 Cancel's reply, so the connection stays usable. cancel(request_id) is the Cancel request itself.
 """
 
+import json
 import os
 import select
 import socket
@@ -28,6 +29,23 @@ def default_socket_path(flag=None):
     if os.environ.get("XDG_RUNTIME_DIR"):
         return os.path.join(os.environ["XDG_RUNTIME_DIR"], "nielsd", "nielsd.sock")
     return "/run/nielsd/nielsd.sock"
+
+
+def json_schema(schema):
+    """A Constraint (structured output): replies are JSON valid under `schema` (a dict, or JSON text)."""
+    if not isinstance(schema, str):
+        schema = json.dumps(schema)
+    return pb.Constraint(json_schema=schema)
+
+
+def gbnf(grammar):
+    """A Constraint: replies follow the GBNF grammar text (llama.cpp's syntax, start rule `root`)."""
+    return pb.Constraint(gbnf=grammar)
+
+
+def any_json():
+    """A Constraint: replies are a single JSON value."""
+    return pb.Constraint(any_json=pb.Constraint.AnyJson())
 
 
 class NielsdError(Exception):
@@ -202,24 +220,36 @@ class Client:
         return self.call("create_session", req)
 
     def chat(self, session_id, user_text, on_token=None, max_new_tokens=None, use_kv_cache=None,
-             **sampling):
-        """One chat turn. With on_token the reply streams (one TokenEvent per token).
+             enable_thinking=None, constraint=None, **sampling):
+        """One chat turn. With on_token the reply streams (one TokenEvent per token: .text adds to
+        the answer, .reasoning to a reasoning model's reasoning; the response has both).
+        enable_thinking: the chat template's switch (Qwen3); None leaves the model's default.
+        constraint: structured output, json_schema(...), gbnf(...) or any_json(); a reply cut by
+        max_new_tokens before it is complete has stop_reason CONSTRAINT_INCOMPLETE.
         sampling: temperature, top_k, top_p, repetition_penalty, seed (niels.v1.Sampling)."""
         req = pb.ChatRequest(session_id=session_id, user_text=user_text,
                              sampling=pb.Sampling(**sampling), stream=on_token is not None)
+        if constraint is not None:
+            req.constraint.CopyFrom(constraint)
         if max_new_tokens is not None:
             req.max_new_tokens = max_new_tokens
         if use_kv_cache is not None:
             req.use_kv_cache = use_kv_cache
+        if enable_thinking is not None:
+            req.enable_thinking = enable_thinking
         return self.call("chat", req, on_token)
 
     def generate(self, session_id, input_ids=(), on_token=None, max_new_tokens=None,
-                 use_kv_cache=None, stop_ids=(), want_logprobs=False, top_logprobs=0, **sampling):
-        """The raw form: input_ids are appended and processed, then up to max_new_tokens sampled."""
+                 use_kv_cache=None, stop_ids=(), want_logprobs=False, top_logprobs=0, constraint=None,
+                 **sampling):
+        """The raw form: input_ids are appended and processed, then up to max_new_tokens sampled.
+        constraint: as for chat(); the new ids' text follows it."""
         req = pb.GenerateRequest(session_id=session_id, input_ids=list(input_ids),
                                  sampling=pb.Sampling(**sampling), stream=on_token is not None,
                                  stop_ids=list(stop_ids), want_logprobs=want_logprobs,
                                  top_logprobs=top_logprobs)
+        if constraint is not None:
+            req.constraint.CopyFrom(constraint)
         if max_new_tokens is not None:
             req.max_new_tokens = max_new_tokens
         if use_kv_cache is not None:

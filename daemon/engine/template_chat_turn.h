@@ -1,0 +1,39 @@
+#pragma once
+// StartTemplateChatTurn: a chat turn for a model with a Jinja chat template (docs/ARCHITECTURE.md,
+// "Chat templates of the Llama family"). Engine thread only; StartChatTurn (chat_turn.h) calls it.
+//
+// The session keeps its conversation as messages (Session::messages: user/assistant pairs after
+// the system prompt). A turn renders the system prompt, the conversation and the user's new message
+// with the generation prompt (ChatFormat::EncodeTurn) and reuses the session's KV cache for the
+// longest common prefix of those ids with the cached ones: templates that write earlier turns
+// differently once a new one follows (Qwen3 drops old reasoning) re-prefill only from the first
+// difference, and a follow-up turn of a template that does not (Llama 3, Qwen2.5) prefills only its
+// new tokens. The tokens a raw Generate appended to the session belong to no message: the next
+// rendering leaves them out, so they are dropped from the history at the next turn.
+//
+// Context policy, as for the token-native format but in exchanges: when the rendering plus the
+// reply room R = min(max_new_tokens, T/4) exceeds T, the oldest user/assistant exchanges are left
+// out (the system prompt stays) until the rendering plus R fits T and the rendering is at most
+// context_keep x T tokens, or no exchange is left; the outcome reports them as truncated_turns. The
+// messages a session keeps are also bounded in bytes (kMaxConversationBytes): older exchanges go
+// first. If the rendering without any exchange still leaves no room: INVALID_ARGUMENT.
+//
+// On commit the user's message and the reply (its answer, and its reasoning as the message's
+// reasoning_content) join the conversation; a cancelled or failed turn, or a template error
+// (raise_exception: INVALID_ARGUMENT), leaves the session as it was.
+
+#include <cstddef>
+
+#include "daemon/engine/chat_turn.h"
+
+namespace niels::daemon::engine {
+
+// The bytes of message text (content and reasoning) a session's conversation keeps at most, the new
+// user message included: the renderer's bound on its output (jinja::RenderLimits).
+inline constexpr size_t kMaxConversationBytes = size_t{8} << 20;
+
+// REQUIRES: state.chat_format() is of kind kTemplate. Errors as StartChatTurn.
+TurnResult StartTemplateChatTurn(EngineState& state, const Work& work, const ChatTurnArgs& args,
+                                 ChatCallbacks callbacks);
+
+}  // namespace niels::daemon::engine

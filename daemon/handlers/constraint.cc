@@ -1,0 +1,74 @@
+#include "daemon/handlers/constraint.h"
+
+#include <algorithm>
+#include <string>
+
+#include <fmt/format.h>
+
+#include "daemon/grammar/json_schema.h"
+
+namespace niels::daemon::handlers {
+
+namespace v1 = niels::v1;
+using common::Status;
+
+grammar::GrammarLimits ConstraintGrammarLimits() {
+  grammar::GrammarLimits limits;
+  limits.max_text_bytes = kMaxGbnfBytes;
+  return limits;
+}
+
+namespace {
+
+Status TooLarge(const char* field, size_t bytes, size_t limit) {
+  return Status::InvalidArgument(fmt::format("{}: too large: {} bytes (the limit is {} bytes)", field, bytes, limit));
+}
+
+}  // namespace
+
+common::StatusOr<std::shared_ptr<const grammar::CompiledGrammar>> CompileConstraint(bool has_constraint,
+                                                                                  const v1::Constraint& constraint) {
+  if (!has_constraint) return std::shared_ptr<const grammar::CompiledGrammar>();
+  common::StatusOr<std::shared_ptr<const grammar::CompiledGrammar>> compiled = Status::InvalidArgument("");
+  std::string field;
+  switch (constraint.kind_case()) {
+    case v1::Constraint::kJsonSchema:
+      field = "constraint.json_schema";
+      if (constraint.json_schema().size() > kMaxJsonSchemaBytes) {
+        return TooLarge("constraint.json_schema", constraint.json_schema().size(), kMaxJsonSchemaBytes);
+      }
+      compiled = grammar::CompileJsonSchema(constraint.json_schema());
+      break;
+    case v1::Constraint::kGbnf:
+      field = "constraint.gbnf";
+      if (constraint.gbnf().size() > kMaxGbnfBytes) return TooLarge("constraint.gbnf", constraint.gbnf().size(), kMaxGbnfBytes);
+      compiled = grammar::CompiledGrammar::FromGbnf(constraint.gbnf(), ConstraintGrammarLimits());
+      break;
+    case v1::Constraint::kAnyJson:
+      return grammar::CompiledGrammar::AnyJson();
+    case v1::Constraint::KIND_NOT_SET:
+      return Status::InvalidArgument("constraint: set one of json_schema, gbnf or any_json");
+  }
+  if (!compiled.ok()) return Status(compiled.status().code(), field + ": " + compiled.status().message());
+  return compiled;
+}
+
+Status CheckConstraintUsable(const engine::EngineState& state, const sampling::SamplingParams& sampling,
+                             std::span<const int32_t> stop_ids) {
+  const engine::ConstraintVocabulary* vocabulary = state.constraint_vocabulary.get();
+  if (vocabulary == nullptr) return Status::Unimplemented("this model's vocabulary cannot be used with a constraint");
+  bool any_unbanned = false;
+  for (size_t i = 0; i < stop_ids.size(); ++i) {
+    const int32_t id = stop_ids[i];
+    if (vocabulary->after->token(id).kind == grammar::TokenKind::kText) {
+      return Status::InvalidArgument(fmt::format(
+          "stop_ids[{}] = {} is a text id; with a constraint the output may end only on a special id", i, id));
+    }
+    const auto& banned = sampling.banned_ids;
+    any_unbanned = any_unbanned || std::find(banned.begin(), banned.end(), id) == banned.end();
+  }
+  if (!any_unbanned) return Status::InvalidArgument("with a constraint, some stop id must not be banned");
+  return Status::Ok();
+}
+
+}  // namespace niels::daemon::handlers

@@ -1,0 +1,51 @@
+#pragma once
+// Structured output in the handlers (proto/PROTOCOL.md, "Structured output"): a request's Constraint
+// compiled to a grammar. Compiled on the thread that submits the request (an IO thread), before the
+// request is queued, so that an invalid grammar is answered at once and a large one never holds up
+// the engine thread, where every running request's decode steps are. Pure functions; any thread.
+
+#include <cstddef>
+#include <cstdint>
+#include <memory>
+#include <span>
+
+#include "common/status.h"
+#include "daemon/engine/engine_state.h"
+#include "daemon/sampling/sampler.h"
+#include "daemon/grammar/compiled_grammar.h"
+#include "daemon/grammar/rule_set.h"
+#include "niels/v1/nielsd.pb.h"
+
+namespace niels::daemon::handlers {
+
+// The longest constraint texts accepted (InfoResponse.max_json_schema_bytes, max_gbnf_bytes). They
+// bound what one request can make an IO thread spend compiling: measured with
+// nielsd-constraint-bench, a hostile 64 KiB schema (2460 properties, all required) compiles in
+// ~60 ms, a 256 KiB GBNF in ~30 ms; typical schemas in 0.3-0.6 ms.
+inline constexpr size_t kMaxJsonSchemaBytes = size_t{64} << 10;
+inline constexpr size_t kMaxGbnfBytes = size_t{256} << 10;
+
+// The GrammarLimits a constraint's grammar is compiled with (daemon/grammar/rule_set.h documents
+// each bound): the grammar room's defaults, GBNF text at most kMaxGbnfBytes. A schema's generated
+// grammar keeps the default 1 MiB.
+grammar::GrammarLimits ConstraintGrammarLimits();
+
+// The constraint's grammar, or null when the request has none. INVALID_ARGUMENT, the message
+// prefixed with the field ("constraint.gbnf: grammar line 3, column 7: ..."), for a Constraint with
+// no kind set, a grammar or schema that does not compile (the grammar room's messages name the
+// position and the reason), or one beyond the limits above ("too large", naming the limit).
+common::StatusOr<std::shared_ptr<const grammar::CompiledGrammar>> CompileConstraint(
+    bool has_constraint, const niels::v1::Constraint& constraint);
+
+// Whether a compiled constraint can run with these stop ids and sampling (engine thread: it reads
+// the model's vocabulary): UNIMPLEMENTED when the model has no vocabulary for constraints
+// (EngineState::constraint_vocabulary); INVALID_ARGUMENT naming the id when a stop id is a text id
+// (the output may end only on a special id, where the text is complete) or when every stop id is
+// banned.
+common::Status CheckConstraintUsable(const engine::EngineState& state, const sampling::SamplingParams& sampling,
+                                     std::span<const int32_t> stop_ids);
+
+// The kinds CompileConstraint takes, as InfoResponse.constraint_kinds names them.
+inline constexpr const char* kConstraintKinds[] = {"json_schema", "gbnf", "any_json"};
+
+}  // namespace niels::daemon::handlers

@@ -1,0 +1,112 @@
+#pragma once
+// ChatFormat: how a model's conversations become token ids, the one interface the engine uses for
+// chat (docs/ARCHITECTURE.md, "Chat templates of the Llama family"). Two kinds:
+//   - kTokenNative (niels_gpt, native_chat_format.h): a session's history only grows; a turn
+//     appends [usr] text [eot] [asst] (chat_template.h) and the reply's sampled ids stay as they
+//     were sampled.
+//   - kTemplate (a model's Jinja chat template, jinja_chat_format.h): a session keeps its
+//     conversation as messages, and every turn renders the whole conversation again and encodes it;
+//     the engine reuses the KV cache for the longest common prefix of the new ids with the cached
+//     ones.
+// Both give the ids that end a reply (stop ids), the ids banned while a reply is sampled, and how
+// a reply's text splits into reasoning and answer.
+//
+// Threading: immutable once made; every method is safe from any thread.
+
+#include <cstdint>
+#include <memory>
+#include <optional>
+#include <span>
+#include <string>
+#include <string_view>
+#include <vector>
+
+#include "common/status.h"
+#include "daemon/text/chat_template.h"
+#include "daemon/text/reply_splitter.h"
+#include "daemon/text/sentencepiece_tokenizer.h"
+#include "daemon/text/tokenizer.h"
+
+namespace niels::daemon::text {
+
+// One message of a session's conversation after its system prompt (kTemplate formats).
+struct ChatMessage {
+  Role role = Role::kUser;
+  std::string content;
+  std::string reasoning;  // an assistant reply's reasoning (its think block), "" when none
+  bool operator==(const ChatMessage&) const = default;
+};
+
+// "system", "user", "assistant" (what templates see as message.role).
+std::string_view RoleName(Role role);
+
+// Per-turn options of a chat request.
+struct ChatOptions {
+  // Qwen3's template variable; unset leaves it undefined (the template's default). Ignored by
+  // templates that do not read it and by the token-native format.
+  std::optional<bool> enable_thinking;
+};
+
+// The ids of a chat turn.
+struct ChatPrompt {
+  // kTokenNative: what the turn appends to the history. kTemplate: the whole conversation.
+  std::vector<int32_t> ids;
+  // The prompt ends inside an open reasoning block: the reply starts with reasoning.
+  bool starts_in_reasoning = false;
+};
+
+class ChatFormat {
+ public:
+  enum class Kind { kTokenNative, kTemplate };
+
+  virtual ~ChatFormat() = default;
+
+  virtual Kind kind() const = 0;
+  // "niels" or "jinja" (InfoResponse.chat_format).
+  virtual std::string_view name() const = 0;
+
+  // The ids every conversation of a session with `system_prompt` (nullopt: none) starts with, so
+  // that CreateSession can prefill them once. kTokenNative: [sys] text [eot] (nothing without a
+  // system prompt). kTemplate: the longest common prefix of two renderings that differ only in the
+  // user's text (the system prompt and whatever the template puts before the first user message),
+  // cut back to its last special id (text before the user's message may merge with it).
+  // Errors: INVALID_ARGUMENT when the template refuses the conversation (naming why) or the text
+  // cannot be encoded; RESOURCE_EXHAUSTED past a renderer limit.
+  virtual common::StatusOr<std::vector<int32_t>> SessionStart(const std::optional<std::string>& system_prompt) const = 0;
+
+  // The ids of a turn in which the user says `user_text`. kTokenNative: [usr] text [eot] [asst]
+  // (system_prompt and conversation are not used: the history holds them). kTemplate: the system
+  // prompt, `conversation` and the user's message rendered with the generation prompt, then
+  // encoded (special-token literals parsed; the BOS id added once when the tokenizer adds one and
+  // the rendering does not start with it). Errors as SessionStart.
+  virtual common::StatusOr<ChatPrompt> EncodeTurn(const std::optional<std::string>& system_prompt,
+                                                  std::span<const ChatMessage> conversation,
+                                                  std::string_view user_text, const ChatOptions& options) const = 0;
+
+  // The ids that end a reply. Never empty.
+  virtual const std::vector<int32_t>& stop_ids() const = 0;
+  // The ids never sampled in a reply unless the request allows special tokens (role markers).
+  virtual const std::vector<int32_t>& banned_ids() const = 0;
+  // The markers of a reply's reasoning; nullopt when the model's replies carry none.
+  virtual const std::optional<ReasoningTags>& reasoning_tags() const = 0;
+};
+
+// What a ChatFormat is made from: the pieces of a loaded model (loaders::Model), which must
+// outlive the format.
+struct ChatFormatSource {
+  const Tokenizer* tokenizer = nullptr;
+  SpecialTokens special;               // niels_gpt's markers (all -1 when none)
+  std::vector<int32_t> stop_ids;       // the model's own stop ids
+  std::string chat_template;           // Jinja source; "" = none
+  std::string bos_token;               // the template's bos_token / eos_token ("" = undefined)
+  std::string eos_token;
+  std::optional<int32_t> add_bos_id;   // the BOS the tokenizer prepends to a prompt
+};
+
+// The model's chat format: its Jinja template when it has one, else niels_gpt's token-native
+// template when the tokenizer has its four markers. INVALID_ARGUMENT when the model has neither
+// (a base model: use Generate), or when its template does not parse or cannot render a simple
+// conversation (the message names the template error).
+common::StatusOr<std::unique_ptr<ChatFormat>> MakeChatFormat(const ChatFormatSource& source);
+
+}  // namespace niels::daemon::text

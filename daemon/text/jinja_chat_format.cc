@@ -1,0 +1,168 @@
+#include "daemon/text/jinja_chat_format.h"
+
+#include <algorithm>
+#include <set>
+#include <utility>
+
+#include <fmt/format.h>
+
+namespace niels::daemon::text {
+
+using common::Status;
+using common::StatusOr;
+using nlohmann::ordered_json;
+
+namespace {
+
+// Probe texts: plain words, so that no template trims or splits them and no tokenizer merges them
+// with what the template puts around them.
+constexpr std::string_view kProbeSystem = "You are a probe.";
+constexpr std::string_view kProbeUser = "Hello there";
+constexpr std::string_view kProbeUserOther = "World peace";
+constexpr std::string_view kProbeAssistant = "General Kenobi";
+
+ordered_json MessageJson(Role role, std::string_view content) {
+  return ordered_json{{"role", RoleName(role)}, {"content", std::string(content)}};
+}
+
+// The length of the longest common prefix of two id lists.
+size_t CommonPrefix(const std::vector<int32_t>& a, const std::vector<int32_t>& b) {
+  const auto mismatch = std::mismatch(a.begin(), a.end(), b.begin(), b.end());
+  return static_cast<size_t>(mismatch.first - a.begin());
+}
+
+Status TemplateStatus(const Status& status) {
+  return Status(status.code(), "the model's chat template: " + status.message());
+}
+
+}  // namespace
+
+JinjaChatFormat::JinjaChatFormat(const ChatFormatSource& source, jinja::Template chat_template,
+                                 JinjaChatFormatOptions options)
+    : tokenizer_(*source.tokenizer),
+      template_(std::move(chat_template)),
+      options_(std::move(options)),
+      add_bos_id_(source.add_bos_id) {
+  if (!source.bos_token.empty()) bos_token_ = source.bos_token;
+  if (!source.eos_token.empty()) eos_token_ = source.eos_token;
+}
+
+StatusOr<std::unique_ptr<JinjaChatFormat>> JinjaChatFormat::Create(const ChatFormatSource& source,
+                                                                   JinjaChatFormatOptions options) {
+  StatusOr<jinja::Template> parsed = jinja::Template::Parse(source.chat_template);
+  if (!parsed.ok()) return TemplateStatus(parsed.status());
+  std::unique_ptr<JinjaChatFormat> format(new JinjaChatFormat(source, std::move(parsed).value(), std::move(options)));
+  NIELS_RETURN_IF_ERROR(format->Probe(source));
+  return format;
+}
+
+StatusOr<std::string> JinjaChatFormat::Render(const std::optional<std::string>& system_prompt,
+                                              std::span<const ChatMessage> conversation,
+                                              const std::optional<std::string_view>& user_text,
+                                              bool add_generation_prompt, const ChatOptions& options) const {
+  jinja::ChatTemplateInputs inputs;
+  if (system_prompt) inputs.messages.push_back(MessageJson(Role::kSystem, *system_prompt));
+  for (const ChatMessage& message : conversation) {
+    ordered_json json = MessageJson(message.role, message.content);
+    if (reasoning_tags_ && !message.reasoning.empty()) json["reasoning_content"] = message.reasoning;
+    inputs.messages.push_back(std::move(json));
+  }
+  if (user_text) inputs.messages.push_back(MessageJson(Role::kUser, *user_text));
+  inputs.add_generation_prompt = add_generation_prompt;
+  inputs.bos_token = bos_token_;
+  inputs.eos_token = eos_token_;
+  if (options.enable_thinking) inputs.extra["enable_thinking"] = *options.enable_thinking;
+  jinja::RenderOptions render_options;
+  render_options.limits = options_.limits;
+  if (options_.now) render_options.now = options_.now();
+  StatusOr<std::string> rendered = jinja::RenderChat(template_, inputs, render_options);
+  if (!rendered.ok()) return TemplateStatus(rendered.status());
+  return rendered;
+}
+
+StatusOr<std::vector<int32_t>> JinjaChatFormat::Encode(std::string_view rendered) const {
+  StatusOr<std::vector<int32_t>> ids = tokenizer_.EncodeRendered(rendered);
+  if (!ids.ok()) return ids.status();
+  if (add_bos_id_ && (ids->empty() || ids->front() != *add_bos_id_)) ids->insert(ids->begin(), *add_bos_id_);
+  return ids;
+}
+
+StatusOr<ChatPrompt> JinjaChatFormat::EncodeTurn(const std::optional<std::string>& system_prompt,
+                                                 std::span<const ChatMessage> conversation, std::string_view user_text,
+                                                 const ChatOptions& options) const {
+  StatusOr<std::string> rendered = Render(system_prompt, conversation, user_text, true, options);
+  if (!rendered.ok()) return rendered.status();
+  StatusOr<std::vector<int32_t>> ids = Encode(*rendered);
+  if (!ids.ok()) return ids.status();
+  ChatPrompt prompt;
+  prompt.ids = std::move(*ids);
+  if (reasoning_tags_) {
+    // The generation prompt left a reasoning block open (the template opens it for the model).
+    const size_t open = rendered->rfind(reasoning_tags_->open);
+    const size_t close = rendered->rfind(reasoning_tags_->close);
+    prompt.starts_in_reasoning = open != std::string::npos && (close == std::string::npos || open > close);
+  }
+  return prompt;
+}
+
+StatusOr<std::vector<int32_t>> JinjaChatFormat::SessionStart(const std::optional<std::string>& system_prompt) const {
+  StatusOr<ChatPrompt> one = EncodeTurn(system_prompt, {}, kProbeUser, {});
+  if (!one.ok()) return one.status();
+  StatusOr<ChatPrompt> other = EncodeTurn(system_prompt, {}, kProbeUserOther, {});
+  if (!other.ok()) return other.status();
+  std::vector<int32_t> start = std::move(one->ids);
+  start.resize(CommonPrefix(start, other->ids));
+  // The text right before the user's message may merge with its first characters ("\n" with a
+  // message that starts with newlines): keep only what ends in a special id, where no tokenizer
+  // merges.
+  while (!start.empty() && !tokenizer_.IsSpecial(start.back())) start.pop_back();
+  return start;
+}
+
+Status JinjaChatFormat::Probe(const ChatFormatSource& source) {
+  // The end of an assistant message: the first special id after its content.
+  const std::vector<ChatMessage> exchange = {{Role::kUser, std::string(kProbeUser), ""},
+                                             {Role::kAssistant, std::string(kProbeAssistant), ""}};
+  StatusOr<std::string> closed = Render(std::nullopt, exchange, std::nullopt, false, {});
+  if (!closed.ok()) return closed.status();
+  std::optional<int32_t> end_of_turn;
+  if (const size_t at = closed->rfind(kProbeAssistant); at != std::string::npos) {
+    StatusOr<std::vector<int32_t>> tail = tokenizer_.EncodeRendered(std::string_view(*closed).substr(at + kProbeAssistant.size()));
+    if (!tail.ok()) return tail.status();
+    const auto special = std::find_if(tail->begin(), tail->end(), [&](int32_t id) { return tokenizer_.IsSpecial(id); });
+    if (special != tail->end()) end_of_turn = *special;
+  }
+  stop_ids_ = source.stop_ids;
+  if (end_of_turn && std::find(stop_ids_.begin(), stop_ids_.end(), *end_of_turn) == stop_ids_.end()) {
+    stop_ids_.push_back(*end_of_turn);
+  }
+  if (stop_ids_.empty()) {
+    return Status::InvalidArgument("the model has no stop ids and its chat template ends an assistant message "
+                                   "with no special token: a reply could never end");
+  }
+
+  // Every special id of a whole conversation that does not end a reply is a role marker.
+  StatusOr<std::string> conversation = Render(std::string(kProbeSystem), exchange, kProbeUserOther, true, {});
+  if (!conversation.ok()) {
+    // Some templates refuse a system message; their markers show without one.
+    conversation = Render(std::nullopt, exchange, kProbeUserOther, true, {});
+    if (!conversation.ok()) return conversation.status();
+  }
+  StatusOr<std::vector<int32_t>> ids = Encode(*conversation);
+  if (!ids.ok()) return ids.status();
+  std::set<int32_t> banned;
+  for (int32_t id : *ids) {
+    if (tokenizer_.IsSpecial(id) && std::find(stop_ids_.begin(), stop_ids_.end(), id) == stop_ids_.end()) {
+      banned.insert(id);
+    }
+  }
+  banned_ids_.assign(banned.begin(), banned.end());
+  const ReasoningTags tags;
+  if (source.chat_template.find(tags.open) != std::string::npos ||
+      source.chat_template.find(tags.close) != std::string::npos) {
+    reasoning_tags_ = tags;
+  }
+  return Status::Ok();
+}
+
+}  // namespace niels::daemon::text

@@ -1,0 +1,85 @@
+#pragma once
+// JinjaChatFormat: a model's own Jinja chat template (tokenizer_config.json "chat_template", GGUF
+// tokenizer.chat_template) behind the ChatFormat interface (docs/ARCHITECTURE.md, "Chat templates
+// of the Llama family").
+//
+// A turn renders the whole conversation the way transformers' apply_chat_template does (messages
+// with role and content, an assistant message's reasoning as reasoning_content, tools = None,
+// add_generation_prompt = true, bos_token/eos_token, enable_thinking when the request sets it) and
+// encodes the text with special-token literals parsed (Tokenizer::EncodeRendered). When the
+// tokenizer prepends a BOS id (add_bos_id) and the rendering does not already start with it, the
+// BOS id is put in front once: transformers' tokenize=True encodes the rendered text as it is, and
+// llama.cpp strips a leading BOS text and then adds the BOS id, so both end with exactly one BOS.
+// As in both, a special-token literal in the user's text becomes that token.
+//
+// What the template means is read once, at Create, from renderings of probe conversations:
+//   - the end-of-turn id: the first special id the template writes after an assistant message's
+//     content (<|im_end|>, <|eot_id|>); the stop ids are the model's own plus it;
+//   - the banned ids: every other special id of a rendered conversation (role markers such as
+//     <|im_start|>, <|start_header_id|>, the BOS);
+//   - reasoning: a template that mentions "</think>" reasons in <think>...</think> blocks.
+//
+// Bounds: the template was parsed once with ParseOptions' limits; every render is bounded by
+// `limits` (output size, loop iterations, work), so a hostile template or a huge conversation ends
+// in RESOURCE_EXHAUSTED, never in unbounded time or memory. Immutable; any thread.
+
+#include <chrono>
+#include <functional>
+#include <memory>
+#include <optional>
+#include <string>
+
+#include "daemon/text/chat_format.h"
+#include "daemon/text/jinja/template.h"
+
+namespace niels::daemon::text {
+
+struct JinjaChatFormatOptions {
+  jinja::RenderLimits limits;  // of every render (jinja/render_limits.h has the defaults)
+  // What strftime_now() formats (Llama 3.2's date line). Empty: the current time at each render.
+  std::function<std::chrono::system_clock::time_point()> now;
+};
+
+class JinjaChatFormat final : public ChatFormat {
+ public:
+  // REQUIRES: source.tokenizer set and source.chat_template not empty. INVALID_ARGUMENT naming the
+  // template error when it does not parse or cannot render a simple conversation.
+  static common::StatusOr<std::unique_ptr<JinjaChatFormat>> Create(const ChatFormatSource& source,
+                                                                   JinjaChatFormatOptions options = {});
+
+  Kind kind() const override { return Kind::kTemplate; }
+  std::string_view name() const override { return "jinja"; }
+  common::StatusOr<std::vector<int32_t>> SessionStart(const std::optional<std::string>& system_prompt) const override;
+  common::StatusOr<ChatPrompt> EncodeTurn(const std::optional<std::string>& system_prompt,
+                                          std::span<const ChatMessage> conversation, std::string_view user_text,
+                                          const ChatOptions& options) const override;
+  const std::vector<int32_t>& stop_ids() const override { return stop_ids_; }
+  const std::vector<int32_t>& banned_ids() const override { return banned_ids_; }
+  const std::optional<ReasoningTags>& reasoning_tags() const override { return reasoning_tags_; }
+
+  // The rendered text of a conversation (system prompt, `conversation`, then `user_text` as a user
+  // message when set), as EncodeTurn renders it. Errors as EncodeTurn.
+  common::StatusOr<std::string> Render(const std::optional<std::string>& system_prompt,
+                                       std::span<const ChatMessage> conversation,
+                                       const std::optional<std::string_view>& user_text, bool add_generation_prompt,
+                                       const ChatOptions& options) const;
+  // `rendered` encoded as a prompt (special literals parsed, the BOS rule above).
+  common::StatusOr<std::vector<int32_t>> Encode(std::string_view rendered) const;
+
+ private:
+  JinjaChatFormat(const ChatFormatSource& source, jinja::Template chat_template, JinjaChatFormatOptions options);
+  // Reads the end-of-turn id, the banned ids and the reasoning tags from probe renderings.
+  common::Status Probe(const ChatFormatSource& source);
+
+  const Tokenizer& tokenizer_;
+  jinja::Template template_;
+  JinjaChatFormatOptions options_;
+  std::optional<std::string> bos_token_;
+  std::optional<std::string> eos_token_;
+  std::optional<int32_t> add_bos_id_;
+  std::vector<int32_t> stop_ids_;
+  std::vector<int32_t> banned_ids_;
+  std::optional<ReasoningTags> reasoning_tags_;
+};
+
+}  // namespace niels::daemon::text

@@ -1,0 +1,130 @@
+// Chat through the Service with a model's Jinja chat template (random weights of a small Qwen3 shape
+// with the real tokenizer: tests/support/reference_chat_model.h): Info names the format, a streamed
+// reply's reasoning and answer come apart in the events and the response, enable_thinking reaches
+// the template, and a model without any chat format refuses Chat but serves Generate.
+#include <memory>
+#include <string>
+
+#include <gtest/gtest.h>
+
+#include "daemon/text/jinja_chat_format.h"
+#include "tests/daemon/handlers/service_fixture.h"
+#include "tests/support/reference_chat_model.h"
+
+namespace niels::daemon::handlers::testing {
+namespace {
+
+constexpr uint64_t kSeed = 5;
+
+std::unique_ptr<Service> StartTemplateService(const std::string& chat_template = "",
+                                              bool no_chat_format = false) {
+  std::unique_ptr<loaders::Model> model = niels::testing::ReferenceChatModel("qwen3", kSeed, chat_template);
+  if (model == nullptr) return nullptr;
+  if (no_chat_format) model->chat_template.clear();
+  EngineOptions options;
+  options.threads = 1;
+  return std::make_unique<Service>(std::make_unique<engine::Engine>(std::move(model), options));
+}
+
+v1::InfoResponse Info(Service& service) {
+  v1::Response response = Call(service, [] { v1::Request r; r.mutable_info(); return r; }());
+  EXPECT_TRUE(response.has_info()) << response.DebugString();
+  return response.info();
+}
+
+std::string CreateSession(Service& service, const std::string* system = nullptr) {
+  v1::Response response = Call(service, CreateRequest(system));
+  EXPECT_TRUE(response.has_create_session()) << response.DebugString();
+  return response.create_session().session_id();
+}
+
+TEST(TemplateChatTest, InfoNamesTheTemplateItsStopIdsAndReasoning) {
+  std::unique_ptr<Service> service = StartTemplateService();
+  ASSERT_NE(service, nullptr);
+  const v1::InfoResponse info = Info(*service);
+  EXPECT_EQ(info.chat_format(), "jinja");
+  EXPECT_EQ(info.chat_format_error(), "");
+  EXPECT_TRUE(info.reasoning());
+  auto tokenizer = text::testing::LoadReferenceChat("qwen3").tokenizer;
+  ASSERT_NE(tokenizer, nullptr);
+  const int32_t im_end = text::testing::SpecialId(*tokenizer, "<|im_end|>");
+  EXPECT_NE(std::find(info.chat_stop_ids().begin(), info.chat_stop_ids().end(), im_end), info.chat_stop_ids().end());
+}
+
+// A template whose generation prompt opens the think block (as DeepSeek R1's does): the reply
+// reasons from its first token; the streamed deltas add up to the response's two parts, which are
+// the reply's text as the splitter cuts it.
+TEST(TemplateChatTest, StreamedReasoningAndAnswerAddUpToTheResponse) {
+  const std::string chat_template =
+      "{% for m in messages %}<|im_start|>{{ m.role }}\n{{ m.content }}<|im_end|>\n{% endfor %}"
+      "{% if add_generation_prompt %}<|im_start|>assistant\n<think>\n{% endif %}";
+  std::unique_ptr<Service> service = StartTemplateService(chat_template);
+  ASSERT_NE(service, nullptr);
+  const std::string session = CreateSession(*service);
+  auto sink = SubmitAsync(*service, ChatRequest(session, "Why is the sky blue?", 12, true, /*stream=*/true));
+  const v1::Response response = sink->Wait();
+  ASSERT_TRUE(response.has_chat()) << response.DebugString();
+  const v1::ChatResponse& chat = response.chat();
+  std::string answer, reasoning;
+  for (const v1::Response& event : sink->events()) {
+    answer += event.token().text();
+    reasoning += event.token().reasoning();
+  }
+  EXPECT_EQ(answer, chat.reply());
+  EXPECT_EQ(reasoning, chat.reasoning());
+  EXPECT_FALSE(chat.reasoning().empty());
+  auto tokenizer = text::testing::LoadReferenceChat("qwen3").tokenizer;
+  ASSERT_NE(tokenizer, nullptr);
+  const std::vector<int32_t> ids(chat.reply_ids().begin(), chat.reply_ids().end());
+  const text::ReplyDelta split = text::ReplySplitter::Split(tokenizer->Decode(ids), text::ReasoningTags{}, true);
+  EXPECT_EQ(chat.reasoning(), split.reasoning);
+  EXPECT_EQ(chat.reply(), split.answer);
+
+  // The second turn reuses the first turn's prompt from the cache.
+  const v1::Response second = Call(*service, ChatRequest(session, "And at sunset?", 4));
+  ASSERT_TRUE(second.has_chat()) << second.DebugString();
+  EXPECT_GT(second.chat().stats().reused_tokens(), 0);
+  const v1::Response got = Call(*service, GetRequest(session));
+  EXPECT_EQ(got.get_session().session().turns(), 2);
+}
+
+TEST(TemplateChatTest, EnableThinkingReachesTheTemplate) {
+  std::unique_ptr<Service> service = StartTemplateService();
+  ASSERT_NE(service, nullptr);
+  text::testing::ReferenceChat chat = text::testing::LoadReferenceChat("qwen3");
+  ASSERT_NE(chat.tokenizer, nullptr);
+  auto format = text::JinjaChatFormat::Create(chat.source);
+  ASSERT_TRUE(format.ok()) << format.status().ToString();
+  const std::string system = "be brief";
+  for (const std::optional<bool> thinking : {std::optional<bool>(), std::optional<bool>(false)}) {
+    const std::string session = CreateSession(*service, &system);
+    v1::Request request = ChatRequest(session, "hello", 2);
+    if (thinking) request.mutable_chat()->set_enable_thinking(*thinking);
+    const v1::Response response = Call(*service, request);
+    ASSERT_TRUE(response.has_chat()) << response.DebugString();
+    text::ChatOptions options;
+    options.enable_thinking = thinking;
+    auto prompt = (*format)->EncodeTurn(system, {}, "hello", options);
+    ASSERT_TRUE(prompt.ok());
+    EXPECT_EQ(response.chat().stats().prompt_tokens(), static_cast<int64_t>(prompt->ids.size()))
+        << "enable_thinking " << thinking.value_or(true);
+  }
+}
+
+TEST(TemplateChatTest, ModelWithoutAChatFormatRefusesChatButGenerates) {
+  std::unique_ptr<Service> service = StartTemplateService("", /*no_chat_format=*/true);
+  ASSERT_NE(service, nullptr);
+  const v1::InfoResponse info = Info(*service);
+  EXPECT_EQ(info.chat_format(), "");
+  EXPECT_NE(info.chat_format_error().find("Generate"), std::string::npos) << info.chat_format_error();
+  const std::string system = "be brief";
+  EXPECT_EQ(ErrorOf(Call(*service, CreateRequest(&system))), v1::INVALID_ARGUMENT);
+  const std::string session = CreateSession(*service);
+  EXPECT_EQ(ErrorOf(Call(*service, ChatRequest(session, "hi", 2))), v1::INVALID_ARGUMENT);
+  const v1::Response generated = Call(*service, GenerateRequest(session, {9707, 1879}, 3));
+  ASSERT_TRUE(generated.has_generate()) << generated.DebugString();
+  EXPECT_GE(generated.generate().new_ids_size(), 1);
+}
+
+}  // namespace
+}  // namespace niels::daemon::handlers::testing
