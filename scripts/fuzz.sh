@@ -7,7 +7,7 @@
 # fuzz_replay_<target> ctest then replays it forever).
 #
 # Usage: scripts/fuzz.sh [SECONDS] [TARGET...]     (targets: frame_decoder config tokenizer
-#        text_stream safetensors model_dir request gguf grammar tokenizer_json jinja; default all)
+#        text_stream safetensors model_dir request gguf grammar tokenizer_json jinja quantize; default all)
 #        scripts/fuzz.sh --totals                 executions per target over every run so far:
 #                                                 the committed ledger tests/fuzz/executions.tsv
 #                                                 plus this machine's build-fuzz/fuzz-executions.tsv
@@ -31,7 +31,7 @@ cd "$(dirname "$0")/.."
 BUILD=build-fuzz
 LEDGER="$BUILD/fuzz-executions.tsv"
 COMMITTED_LEDGER=tests/fuzz/executions.tsv   # campaigns of earlier machines (same columns)
-ALL_TARGETS=(frame_decoder config tokenizer text_stream safetensors model_dir request gguf grammar tokenizer_json jinja family_model)
+ALL_TARGETS=(frame_decoder config tokenizer text_stream safetensors model_dir request gguf grammar tokenizer_json jinja family_model quantize)
 # Every campaign and merge: a single allocation above 64 MiB is a finding (nothing may be sized
 # from a client-supplied length before it is checked).
 LIMITS=(-malloc_limit_mb=64 -rss_limit_mb=2048 -timeout=30 -max_len=65536)

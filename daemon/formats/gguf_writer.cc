@@ -146,7 +146,7 @@ Status GgufWriter::AddTensor(std::string_view name, GgmlType type, const std::ve
   return Status::Ok();
 }
 
-std::string GgufWriter::Header(std::vector<uint64_t>* offsets) const {
+std::string GgufWriter::HeaderBytes(std::vector<uint64_t>* offsets) const {
   std::string out = "GGUF";
   Append<uint32_t>(&out, 3);
   Append<uint64_t>(&out, tensors_.size());
@@ -170,7 +170,7 @@ std::string GgufWriter::Header(std::vector<uint64_t>* offsets) const {
 template <typename Sink>
 void GgufWriter::Emit(Sink&& sink) const {
   std::vector<uint64_t> offsets;
-  const std::string header = Header(&offsets);
+  const std::string header = HeaderBytes(&offsets);
   sink(header.data(), header.size());
   uint64_t at = 0;  // bytes of the data section emitted so far
   const std::string zeros(alignment_, '\0');

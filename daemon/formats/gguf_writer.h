@@ -4,7 +4,9 @@
 //
 // Metadata is added as GgufWriteValue, an encoded value built by its factories (scalars, strings,
 // arrays of any element type including strings and arrays). Tensor data is NOT copied: AddTensor
-// keeps the caller's pointer, which must stay valid until Write()/Serialize() returns.
+// keeps the caller's pointer, which must stay valid until Write()/Serialize() returns. A caller that
+// produces tensor data as it writes (a quantizer streaming tensor by tensor) adds tensors without
+// data and writes HeaderBytes() followed by each tensor's bytes at its offset itself.
 //
 // The alignment is `general.alignment` when the caller adds that key (a UINT32 power of two, at
 // most kGgufMaxAlignment),
@@ -74,7 +76,9 @@ class GgufWriter {
   common::Status AddMetadata(std::string_view key, const GgufWriteValue& value);
 
   // Adds a tensor. `dims` in GGUF order (dims[0] varies fastest: a rows x cols matrix is
-  // {cols, rows}); `data` holds its bytes (elements / block_size * type_size), kept by pointer.
+  // {cols, rows}); `data` holds its bytes (elements / block_size * type_size), kept by pointer, or
+  // is nullptr when the caller writes the data itself after HeaderBytes() (then Serialize() and
+  // Write() must not be called).
   // INVALID_ARGUMENT for an empty name, a name longer than kGgufMaxTensorNameLength, a name added
   // before, 0 or more than 4 dims, a negative dim, rows that are not whole blocks of `type`, or an
   // element count that overflows.
@@ -88,6 +92,11 @@ class GgufWriter {
   // I/O error (nothing is left behind).
   common::Status Write(const std::filesystem::path& path) const;
 
+  // Everything before the data section: the header, the key/values, the tensor infos and the
+  // padding to the alignment. offsets[i] receives tensor i's offset in the data section (in the
+  // order added): its bytes go at file offset HeaderBytes().size() + offsets[i], zeros between.
+  std::string HeaderBytes(std::vector<uint64_t>* offsets) const;
+
   uint32_t alignment() const { return alignment_; }
 
  private:
@@ -99,8 +108,6 @@ class GgufWriter {
     uint64_t size_bytes;
   };
 
-  // Everything before the data section (padded); `offsets` receives each tensor's data offset.
-  std::string Header(std::vector<uint64_t>* offsets) const;
   // Hands the file's bytes to sink(const char*, uint64_t) in order.
   template <typename Sink>
   void Emit(Sink&& sink) const;

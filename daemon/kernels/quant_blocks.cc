@@ -86,7 +86,7 @@ void QuantizeQ8_0Block(const float* x, BlockQ8_0* out) {
   const float d = amax / 127.0f;
   const float id = d != 0.0f ? 1.0f / d : 0.0f;
   out->d = FloatToHalf(d);
-  for (int j = 0; j < 32; ++j) out->qs[j] = static_cast<int8_t>(std::round(x[j] * id));
+  for (int j = 0; j < 32; ++j) out->qs[j] = static_cast<int8_t>(TruncateToInt32(std::round(x[j] * id)));
 }
 
 // q4_0: d = -(the value of largest magnitude, the first such) / 8, so that value maps to -8 (q 0);
@@ -103,7 +103,7 @@ void QuantizeQ4_0Block(const float* x, BlockQ4_0* out) {
   const float id = d != 0.0f ? 1.0f / d : 0.0f;
   out->d = FloatToHalf(d);
   auto level = [id](float v) {
-    const int q = static_cast<int8_t>(v * id + 8.5f);
+    const int q = static_cast<int8_t>(TruncateToInt32(v * id + 8.5f));
     return static_cast<uint8_t>(q < 15 ? q : 15);
   };
   for (int j = 0; j < 16; ++j) out->qs[j] = static_cast<uint8_t>(level(x[j]) | level(x[j + 16]) << 4);

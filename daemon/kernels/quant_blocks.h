@@ -98,4 +98,13 @@ inline int NearestInt(float value) {
   return (bits & 0x007fffff) - 0x00400000;
 }
 
+// ggml's float -> integer conversion (a C cast) as its x86-64 build performs it (CVTTSS2SI):
+// truncation toward zero, and INT32_MIN for NaN and values outside int32. Only a block whose scale
+// is a subnormal whose inverse overflows to infinity meets the latter (its values dequantize to 0
+// whatever the levels); the cast itself would be undefined behaviour there.
+inline int32_t TruncateToInt32(float value) {
+  if (!(value >= -2147483648.0f && value < 2147483648.0f)) return INT32_MIN;
+  return static_cast<int32_t>(value);
+}
+
 }  // namespace niels::daemon::kernels

@@ -134,6 +134,45 @@ def gguf_seeds():
     write("gguf", "truncated", gguf(kvs[:2], [("t", [8], 0, f32)])[:-5])
 
 
+def quantize_seeds():
+    """Seeds for tests/fuzz/quantize: tiny llama / qwen2 / qwen3 files with the keys niels-quantize
+    reads, f32/f16/bf16 matrices whose rows are whole 256-blocks, 32-blocks or neither, norms and
+    biases; and files it refuses (a NaN, a value whose q8_0 scale overflows f16, a quantized tensor)."""
+    def s(x):
+        x = x.encode()
+        return struct.pack("<Q", len(x)) + x
+    def u32(k, v):
+        return (k, 4, struct.pack("<I", v))
+    def head(arch, layers=1):
+        return [("general.architecture", 8, s(arch)), u32(arch + ".block_count", layers),
+                u32(arch + ".attention.head_count", 2), u32(arch + ".attention.head_count_kv", 1),
+                u32("general.file_type", 1), ("tokenizer.ggml.tokens", 9, struct.pack("<IQ", 8, 2) + s("a") + s("b"))]
+    def f32(n, scale=0.01):
+        return struct.pack(f"<{n}f", *[scale * ((i * 37) % 17 - 8) for i in range(n)])
+    def f16(n):
+        return struct.pack(f"<{n}e", *[0.01 * ((i * 29) % 13 - 6) for i in range(n)])
+    def bf16(n):
+        return b"".join(struct.pack("<f", 0.01 * ((i * 31) % 11 - 5))[2:] for i in range(n))
+    llama = [("token_embd.weight", [256, 3], 1, f16(768)), ("rope_freqs.weight", [4], 0, f32(4, 1.0)),
+             ("blk.0.attn_norm.weight", [256], 0, f32(256, 1.0)), ("blk.0.attn_v.weight", [256, 2], 0, f32(512)),
+             ("blk.0.attn_q.weight", [40, 2], 0, f32(80)), ("blk.0.ffn_down.weight", [64, 2], 30, bf16(128)),
+             ("output_norm.weight", [256], 0, f32(256, 1.0))]
+    write("quantize", "llama_tiny", gguf(head("llama"), llama))
+    qwen2 = [("token_embd.weight", [32, 4], 0, f32(128)), ("blk.0.attn_k.weight", [32, 2], 1, f16(64)),
+             ("blk.0.attn_k.bias", [2], 0, f32(2)), ("blk.1.ffn_down.weight", [96, 2], 0, f32(192)),
+             ("output.weight", [32, 4], 0, f32(128))]
+    write("quantize", "qwen2_untied", gguf(head("qwen2", 2), qwen2))
+    kvs = head("qwen3") + [("general.alignment", 4, struct.pack("<I", 64)), u32("general.quantization_version", 2),
+                           ("split.count", 2, struct.pack("<H", 1))]
+    write("quantize", "qwen3_aligned", gguf(kvs, [("blk.0.attn_v.weight", [256, 1], 0, f32(256)),
+                                                  ("blk.0.attn_q_norm.weight", [8], 0, f32(8, 1.0))], alignment=64))
+    nan = bytearray(f32(512))
+    nan[40:44] = struct.pack("<f", float("nan"))
+    write("quantize", "nan", gguf(head("llama"), [("blk.0.attn_v.weight", [256, 2], 0, bytes(nan))]))
+    write("quantize", "huge", gguf(head("llama"), [("blk.0.attn_v.weight", [256, 2], 0, f32(512, 3e6))]))
+    write("quantize", "quantized", gguf(head("llama"), [("blk.0.attn_v.weight", [32, 2], 8, bytes(68))]))
+
+
 def main():
     pb = load_proto()
 
@@ -283,6 +322,7 @@ def main():
         write("jinja", name, text)
 
     gguf_seeds()
+    quantize_seeds()
     grammar_seeds()
 
 

@@ -88,7 +88,8 @@ TEST_P(GgmlTest, DequantizationEqualsGgmlsBitForBit) {
 
 // Inputs of every kind the quantizers branch on: normal values at several magnitudes, uniform,
 // heavy-tailed with outliers, all positive / all negative (the min clamps at 0), constant, zeros,
-// one spike, tiny values (scales in f16's subnormal range or below), and values with many ties.
+// one spike, tiny values (scales in f16's subnormal range or below, and in float's), and values
+// with many ties.
 std::vector<float> QuantizerInputs(int64_t block) {
   std::mt19937 rng(42);
   std::normal_distribution<float> normal(0.0f, 1.0f);
@@ -114,6 +115,10 @@ std::vector<float> QuantizerInputs(int64_t block) {
   add_block([](int64_t) { return -0.75f; });
   add_block([](int64_t i) { return i == 5 ? 7.0f : 0.0f; });
   add_block([block](int64_t i) { return i == block / 2 ? -1e-20f : 0.0f; });
+  // Scales that are subnormal floats with an infinite inverse (q8_0, q4_0: levels of inf or NaN,
+  // which ggml's x86-64 cast turns into INT32_MIN's low byte).
+  add_block([](int64_t i) { return i == 3 ? 2e-38f : 0.0f; });
+  add_block([](int64_t i) { return static_cast<float>(i % 3 - 1) * 1e-37f; });
   for (int r = 0; r < 10; ++r) add_block([&](int64_t) { return 1e-9f * normal(rng); });
   for (int r = 0; r < 20; ++r) add_block([&](int64_t) { return 0.125f * static_cast<float>(rng() % 17) - 1.0f; });
   for (int r = 0; r < 10; ++r) add_block([&](int64_t i) { return static_cast<float>(i % 7) - 3.0f; });
