@@ -22,7 +22,7 @@ BUILD_DIR=${BUILD_DIR:-build}
 # What each sanitizer build runs. ASan+UBSan: every suite but torch_reference_test (libtorch) and
 # the script-driven tests (Python converter and client, quickstart: they run uninstrumented
 # interpreters), nor soak_short_nofile (soak_short covers the same code).
-ASAN_TESTS='^(common_test|state_test|kernels_test|kernels_ggml_test|formats_test|text_test|sampling_test|grammar_test|jinja_test|model_test|loaders_test|sessions_test|engine_test|handlers_test|server_test|client_test|integration_test|fault_test|soak_short|fuzz_replay_.*)$'
+ASAN_TESTS='^(common_test|state_test|kernels_test|kernels_ggml_test|formats_test|text_test|sampling_test|grammar_test|jinja_test|model_test|loaders_test|quantize_test|sessions_test|engine_test|handlers_test|server_test|client_test|integration_test|fault_test|soak_short|fuzz_replay_.*)$'
 # TSan: the suites where threads meet -- the kernels' worker pool, the state store and its
 # maintenance thread, the server's IO threads, the client, and the engine thread with the threads
 # that submit to it (engine, handlers). Only these targets are built.
