@@ -2,8 +2,8 @@
 # The test command: installs what is missing, builds, and runs every test with ctest; then, built
 # with AddressSanitizer + UndefinedBehaviorSanitizer and without libtorch, every suite but the torch
 # reference suite, every fuzz replay, and nielsd itself under the integration, fault and short soak
-# tests; the concurrency suites (kernels, state, server, client, engine, handlers: the worker pool,
-# the engine thread and the IO threads together) built with ThreadSanitizer; and every fuzz target
+# tests; the concurrency suites (kernels, state, server, client: the worker pool, the state store's
+# thread, the IO threads) built with ThreadSanitizer; and every fuzz target
 # for a short bounded time (scripts/fuzz.sh). Each phase's wall time is printed as it ends and
 # again at the end.
 #
@@ -24,9 +24,11 @@ BUILD_DIR=${BUILD_DIR:-build}
 # interpreters), nor soak_short_nofile (soak_short covers the same code).
 ASAN_TESTS='^(common_test|state_test|kernels_test|kernels_ggml_test|formats_test|text_test|sampling_test|grammar_test|jinja_test|model_test|loaders_test|quantize_test|sessions_test|engine_test|handlers_test|server_test|client_test|integration_test|fault_test|soak_short|fuzz_replay_.*)$'
 # TSan: the suites where threads meet -- the kernels' worker pool, the state store and its
-# maintenance thread, the server's IO threads, the client, and the engine thread with the threads
-# that submit to it (engine, handlers). Only these targets are built.
-TSAN_SUITES=(kernels_test state_test server_test client_test engine_test handlers_test)
+# maintenance thread, the server's IO threads, the client. Only these targets are built. Not yet
+# engine_test and handlers_test: their models' SentencePiece tokenizers are dlopen()ed with
+# RTLD_DEEPBIND, which TSan's runtime refuses (as ASan's does; the ASan build goes through
+# daemon/text/asan's bridge, which TSan does not have yet).
+TSAN_SUITES=(kernels_test state_test server_test client_test)
 TSAN_TESTS="^($(IFS='|'; echo "${TSAN_SUITES[*]}"))\$"
 # Two integration tests measure what ASan changes, so they do not run under it: the never-reading
 # flood bounds nielsd's RSS growth (ASan's quarantine keeps freed memory resident), and the
