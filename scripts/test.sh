@@ -3,7 +3,7 @@
 # with AddressSanitizer + UndefinedBehaviorSanitizer and without libtorch, every suite but the torch
 # reference suite, every fuzz replay, and nielsd itself under the integration, fault and short soak
 # tests; the concurrency suites (kernels, state, server, client: the worker pool, the state store's
-# thread, the IO threads) built with ThreadSanitizer; and every fuzz target
+# thread, the IO threads) built with ThreadSanitizer; and every fuzz target but request (scripts/fuzz.sh says why)
 # for a short bounded time (scripts/fuzz.sh). Each phase's wall time is printed as it ends and
 # again at the end.
 #
