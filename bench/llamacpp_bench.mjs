@@ -17,7 +17,8 @@
 // microseconds a step); the first is the one to compare with.
 // Prints one line per figure, or with --json one JSON object per line:
 //   {"bench":"llamacpp","test":"pp"|"tg","tokens":N,"depth":D,"tok_s":X,"wall_tok_s":X,
-//    "threads":T,"kv":"f16","fa":"auto","gguf":PATH,"llama_cpp":"node-llama-cpp 3.21.1"}
+//    "threads":T,"kv":"f16","fa":"auto","gguf":PATH,"llama_cpp":"node-llama-cpp 3.21.1",
+//    "cpu_backend":"sapphirerapids"}   (the libggml-cpu-<variant>.so ggml picked for this CPU)
 
 import {execFileSync} from "node:child_process";
 import {dirname, join, resolve} from "node:path";
@@ -81,11 +82,16 @@ async function main() {
   const o = parseArgs(process.argv.slice(2));
   const load = (pkg, file) => import(pathToFileURL(join(o.modules, pkg, file)).href);
   const {getLlama, LlamaLogLevel} = await load("node-llama-cpp", "dist/index.js");
-  // llama.cpp's perf lines arrive through the logger (info level); everything else is dropped.
+  // llama.cpp's perf lines arrive through the logger (info level), and which ggml CPU variant it
+  // loaded (ggml_backend_load_best's pick for this CPU: "load_backend: loaded CPU backend from
+  // .../libggml-cpu-<variant>.so", log level); everything else is dropped.
   const perfLines = [];
+  let backend = "unknown";
   const llama = await getLlama({
-    gpu: false, build: "never", maxThreads: o.threads, logLevel: LlamaLogLevel.info,
+    gpu: false, build: "never", maxThreads: o.threads, logLevel: LlamaLogLevel.debug,
     logger: (level, message) => {
+      const loaded = message.match(/loaded CPU backend from \S*libggml-cpu-([A-Za-z0-9_]+)\.so/);
+      if (loaded) backend = loaded[1];
       if (message.includes("llama_perf_context_print")) perfLines.push(message);
       else if (level === LlamaLogLevel.error || level === LlamaLogLevel.fatal) process.stderr.write(message);
     },
@@ -147,7 +153,8 @@ async function main() {
       }
     }
     results.push({bench: "llamacpp", test, tokens, depth, tok_s: median(inside), wall_tok_s: median(wall),
-                  threads: ctx.getThreads(), kv: o.kv, fa: o.fa, gguf: o.gguf, llama_cpp: "node-llama-cpp 3.21.1"});
+                  threads: ctx.getThreads(), kv: o.kv, fa: o.fa, gguf: o.gguf, llama_cpp: "node-llama-cpp 3.21.1",
+                  cpu_backend: backend});
   };
   if (o.pp > 0) await run("pp", o.pp, 0, () => feed(prompt.subarray(0, o.pp), 0));
   if (o.tg > 0) {
@@ -165,7 +172,8 @@ async function main() {
     } else {
       const name = r.test === "pp" ? `pp${r.tokens}` : `tg${r.tokens} @ d${r.depth}`;
       console.log(`llama.cpp ${name.padEnd(14)} ${r.tok_s.toFixed(1).padStart(9)} tok/s  (wall ${r.wall_tok_s.toFixed(1)}; ` +
-                  `${r.threads} threads, KV ${r.kv}, flash attention ${r.fa}, median of ${o.repeats})`);
+                  `${r.threads} threads, KV ${r.kv}, flash attention ${r.fa}, CPU backend ${r.cpu_backend}, ` +
+                  `median of ${o.repeats})`);
     }
   }
   await context.dispose();
