@@ -295,6 +295,8 @@ def main():
     u.add_argument("--type", choices=["f16", "bf16"], default="f16")
     u.add_argument("--runs", type=int, default=10)
     a = p.parse_args()
+    # SIGTERM unwinds like an exception, so the finally blocks stop nielsd and delete the files.
+    signal.signal(signal.SIGTERM, lambda *_: sys.exit(143))
     tools = Tools(a.build)
     work = a.work or tempfile.mkdtemp(prefix="nielsd-vs-llamacpp-")
     os.makedirs(work, exist_ok=True)
