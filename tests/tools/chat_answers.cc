@@ -16,18 +16,17 @@
 // of the context; its text is the tokenizer's Decode of the ids before the stop id. One thread.
 // Exit status 0; 1 with the reason on stderr.
 
+#include <CLI/CLI.hpp>
 #include <algorithm>
 #include <fstream>
 #include <iostream>
 #include <limits>
 #include <memory>
+#include <nlohmann/json.hpp>
 #include <optional>
 #include <span>
 #include <string>
 #include <vector>
-
-#include <CLI/CLI.hpp>
-#include <nlohmann/json.hpp>
 
 #include "common/status.h"
 #include "daemon/loaders/model_loader.h"
@@ -109,8 +108,8 @@ Status Run(const Options& o) {
   StatusOr<std::unique_ptr<loaders::Model>> loaded = loaders::LoadModel(o.model);
   if (!loaded.ok()) return loaded.status();
   const loaders::Model& model = **loaded;
-  text::ChatFormatSource source{model.tokenizer.get(), model.special, model.stop_ids, model.chat_template,
-                                model.bos_token, model.eos_token, model.add_bos_id};
+  text::ChatFormatSource source{model.tokenizer.get(), model.special,   model.stop_ids,  model.chat_template,
+                                model.bos_token,       model.eos_token, model.add_bos_id};
   StatusOr<std::unique_ptr<text::ChatFormat>> format = text::MakeChatFormat(source);
   if (!format.ok()) return format.status();
   std::optional<niels::testing::GgufTestModel> weights;
@@ -151,7 +150,9 @@ int main(int argc, char** argv) {
   app.add_option("--system", o.system, "the system prompt")->required();
   app.add_option("--out", o.out, "the replies (JSON)")->required();
   app.add_option("--weights", o.weights, "a GGUF of the same model whose weights to run instead");
-  app.add_option("--max-new-tokens", o.max_new_tokens, "longest reply")->check(CLI::PositiveNumber)->capture_default_str();
+  app.add_option("--max-new-tokens", o.max_new_tokens, "longest reply")
+      ->check(CLI::PositiveNumber)
+      ->capture_default_str();
   CLI11_PARSE(app, argc, argv);
   Status status;
   try {

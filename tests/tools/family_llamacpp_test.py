@@ -306,8 +306,8 @@ def check_arch(args, arch, failures, summary):
                    f"positions x {vocab} tokens, {worst:.3g} over {PROMPTS}x{SEQ} x top-{TOP_K} (tolerance "
                    f"{TOL:g}); HF = GGUF bitwise; greedy agrees at {tf[0]}/{tf[1]} teacher-forced "
                    f"and {continued[0]}/{continued[1]} continued positions with margin > {MARGIN:g}; "
-                   f"{len(TEXTS)} texts x 2 modes tokenize alike; chat prompts equal llama.cpp's in {same_chats}/{len(turns)} "
-                   f"turns of {len(CHATS)} conversations; top-1 probability median {np.median(top1):.2f} "
+                   f"{len(TEXTS)} texts x 2 modes tokenize alike; chat prompts equal llama.cpp's in "
+                   f"{same_chats}/{len(turns)} turns of {len(CHATS)} conversations; top-1 probability median {np.median(top1):.2f} "
                    f"({top1.min():.2f}-{top1.max():.2f})")
     print(summary[-1], flush=True)
     shutil.rmtree(work, ignore_errors=True)

@@ -23,17 +23,25 @@ using common::StatusOr;
 
 StatusOr<kernels::Dtype> DtypeOf(formats::GgmlType type, std::string_view name) {
   switch (type) {
-    case formats::GgmlType::kF32: return kernels::Dtype::kF32;
-    case formats::GgmlType::kF16: return kernels::Dtype::kF16;
-    case formats::GgmlType::kBF16: return kernels::Dtype::kBF16;
-    case formats::GgmlType::kQ8_0: return kernels::Dtype::kQ8_0;
-    case formats::GgmlType::kQ4_0: return kernels::Dtype::kQ4_0;
-    case formats::GgmlType::kQ4_K: return kernels::Dtype::kQ4_K;
-    case formats::GgmlType::kQ5_K: return kernels::Dtype::kQ5_K;
-    case formats::GgmlType::kQ6_K: return kernels::Dtype::kQ6_K;
+    case formats::GgmlType::kF32:
+      return kernels::Dtype::kF32;
+    case formats::GgmlType::kF16:
+      return kernels::Dtype::kF16;
+    case formats::GgmlType::kBF16:
+      return kernels::Dtype::kBF16;
+    case formats::GgmlType::kQ8_0:
+      return kernels::Dtype::kQ8_0;
+    case formats::GgmlType::kQ4_0:
+      return kernels::Dtype::kQ4_0;
+    case formats::GgmlType::kQ4_K:
+      return kernels::Dtype::kQ4_K;
+    case formats::GgmlType::kQ5_K:
+      return kernels::Dtype::kQ5_K;
+    case formats::GgmlType::kQ6_K:
+      return kernels::Dtype::kQ6_K;
     default:
-      return Status::InvalidArgument("tensor " + std::string(name) + " is " +
-                                     std::string(formats::GgmlTypeName(type)) + ": nielsd has no kernel for it");
+      return Status::InvalidArgument("tensor " + std::string(name) + " is " + std::string(formats::GgmlTypeName(type)) +
+                                     ": nielsd has no kernel for it");
   }
 }
 
@@ -124,16 +132,24 @@ StatusOr<model::Weights> WeightsOf(std::shared_ptr<const formats::GgufFile> file
   for (int64_t i = 0; i < c.layers; ++i) {
     model::BlockWeights& b = w.blocks[i];
     const std::string p = "blk." + std::to_string(i) + ".";
-    for (auto [out, name, required] : std::vector<std::tuple<model::Tensor*, std::string, bool>>{
-             {&b.attn_norm, "attn_norm.weight", true}, {&b.wq, "attn_q.weight", true},
-             {&b.wk, "attn_k.weight", true},         {&b.wv, "attn_v.weight", true},
-             {&b.bq, "attn_q.bias", c.attention_bias}, {&b.bk, "attn_k.bias", c.attention_bias},
-             {&b.bv, "attn_v.bias", c.attention_bias}, {&b.q_norm, "attn_q_norm.weight", c.qk_norm},
-             {&b.k_norm, "attn_k_norm.weight", c.qk_norm}, {&b.wo, "attn_output.weight", true},
-             {&b.ffn_norm, "ffn_norm.weight", true}, {&b.w_gate, "ffn_gate.weight", true},
-             {&b.w_up, "ffn_up.weight", true},       {&b.w_down, "ffn_down.weight", true},
-             {&b.b_gate, "ffn_gate.bias", c.mlp_bias}, {&b.b_up, "ffn_up.bias", c.mlp_bias},
-             {&b.b_down, "ffn_down.bias", c.mlp_bias}}) {
+    for (auto [out, name, required] :
+         std::vector<std::tuple<model::Tensor*, std::string, bool>>{{&b.attn_norm, "attn_norm.weight", true},
+                                                                    {&b.wq, "attn_q.weight", true},
+                                                                    {&b.wk, "attn_k.weight", true},
+                                                                    {&b.wv, "attn_v.weight", true},
+                                                                    {&b.bq, "attn_q.bias", c.attention_bias},
+                                                                    {&b.bk, "attn_k.bias", c.attention_bias},
+                                                                    {&b.bv, "attn_v.bias", c.attention_bias},
+                                                                    {&b.q_norm, "attn_q_norm.weight", c.qk_norm},
+                                                                    {&b.k_norm, "attn_k_norm.weight", c.qk_norm},
+                                                                    {&b.wo, "attn_output.weight", true},
+                                                                    {&b.ffn_norm, "ffn_norm.weight", true},
+                                                                    {&b.w_gate, "ffn_gate.weight", true},
+                                                                    {&b.w_up, "ffn_up.weight", true},
+                                                                    {&b.w_down, "ffn_down.weight", true},
+                                                                    {&b.b_gate, "ffn_gate.bias", c.mlp_bias},
+                                                                    {&b.b_up, "ffn_up.bias", c.mlp_bias},
+                                                                    {&b.b_down, "ffn_down.bias", c.mlp_bias}}) {
       NIELS_RETURN_IF_ERROR(set(out, p + name, required));
     }
   }

@@ -20,18 +20,17 @@
 // cannot be loaded (e.g. a tensor type nielsd has no kernel for) gets ok = false and the loader's
 // message. Exit status 0; 1 with the reason on stderr when the reference or the prompts are bad.
 
+#include <CLI/CLI.hpp>
 #include <algorithm>
 #include <cmath>
 #include <cstdint>
 #include <fstream>
 #include <iostream>
 #include <memory>
+#include <nlohmann/json.hpp>
 #include <span>
 #include <string>
 #include <vector>
-
-#include <CLI/CLI.hpp>
-#include <nlohmann/json.hpp>
 
 #include "common/status.h"
 #include "daemon/kernels/worker_pool.h"
@@ -151,8 +150,13 @@ nlohmann::json Compare(const std::vector<Continued>& sequences, const Prediction
     first.push_back(diverged < 0 ? n : diverged);
     continued.push_back(n);
   }
-  return {{"ok", true}, {"max_abs_dlogprob", max_abs}, {"mean_abs_dlogprob", at ? sum_abs / static_cast<double>(at) : 0.0},
-          {"agree", agree}, {"positions", at}, {"first_divergence", first}, {"continued", continued}};
+  return {{"ok", true},
+          {"max_abs_dlogprob", max_abs},
+          {"mean_abs_dlogprob", at ? sum_abs / static_cast<double>(at) : 0.0},
+          {"agree", agree},
+          {"positions", at},
+          {"first_divergence", first},
+          {"continued", continued}};
 }
 
 StatusOr<std::vector<std::vector<int32_t>>> ReadPrompts(const std::string& path, const ModelConfig& c) {
@@ -163,7 +167,8 @@ StatusOr<std::vector<std::vector<int32_t>>> ReadPrompts(const std::string& path,
   std::vector<std::vector<int32_t>> prompts;
   for (const auto& p : j) {
     if (!p.is_array() || p.empty() || static_cast<int64_t>(p.size()) >= c.context) {
-      return Status::InvalidArgument(path + ": a prompt must be a list of 1.." + std::to_string(c.context - 1) + " ids");
+      return Status::InvalidArgument(path + ": a prompt must be a list of 1.." + std::to_string(c.context - 1) +
+                                     " ids");
     }
     std::vector<int32_t> ids;
     for (const auto& id : p) {
@@ -187,45 +192,66 @@ struct Options {
   bool dequantize = false;
 };
 
-Status Run(const Options& o) {
-  auto pool = std::make_shared<niels::daemon::kernels::WorkerPool>(o.threads);
-  auto reference = std::make_unique<StatusOr<Runnable>>(Runnable::Load(o.reference, pool));
-  if (!reference->ok()) return reference->status();
-  const Runnable& ref_model = **reference;
-  StatusOr<std::vector<std::vector<int32_t>>> prompts = ReadPrompts(o.prompts, ref_model.config());
-  if (!prompts.ok()) return prompts.status();
+// The reference's part: its greedy continuations, its teacher-forced predictions along them, and
+// what the result says about it.
+struct Reference {
+  ModelConfig config;
   std::vector<Continued> sequences;
-  for (const auto& p : *prompts) sequences.push_back(Greedy(ref_model, p, o.tokens));
-  const Predictions ref = Predict(ref_model, sequences);
+  Predictions predictions;
+  nlohmann::json summary;
+};
+
+StatusOr<Reference> RunReference(const Options& o, std::shared_ptr<niels::daemon::kernels::WorkerPool> pool) {
+  StatusOr<Runnable> model = Runnable::Load(o.reference, std::move(pool));
+  if (!model.ok()) return model.status();
+  StatusOr<std::vector<std::vector<int32_t>>> prompts = ReadPrompts(o.prompts, model->config());
+  if (!prompts.ok()) return prompts.status();
+  Reference r;
+  r.config = model->config();
+  for (const auto& p : *prompts) r.sequences.push_back(Greedy(*model, p, o.tokens));
+  r.predictions = Predict(*model, r.sequences);
   int64_t mismatches = 0;
   size_t at = 0;
-  for (const Continued& s : sequences) {
-    for (size_t pos = s.prompt; pos < s.ids.size(); ++pos) mismatches += ref.argmax[at++] != s.ids[pos];
+  nlohmann::json sequences = nlohmann::json::array();
+  for (const Continued& s : r.sequences) {
+    for (size_t pos = s.prompt; pos < s.ids.size(); ++pos) mismatches += r.predictions.argmax[at++] != s.ids[pos];
+    sequences.push_back(s.ids);
   }
-  std::vector<double> p_top(ref.logprob.size());
-  std::transform(ref.logprob.begin(), ref.logprob.end(), p_top.begin(), [](double lp) { return std::exp(lp); });
+  std::vector<double> p_top(r.predictions.logprob.size());
+  std::transform(r.predictions.logprob.begin(), r.predictions.logprob.end(), p_top.begin(),
+                 [](double lp) { return std::exp(lp); });
   std::sort(p_top.begin(), p_top.end());
-  nlohmann::json result = {{"reference", {{"path", o.reference}, {"positions", at}, {"reference_mismatches", mismatches},
-                                          {"top1_probability_median", p_top.empty() ? 0.0 : p_top[p_top.size() / 2]},
-                                          {"sequences", nlohmann::json::array()}}},
-                           {"models", nlohmann::json::array()}};
-  for (const Continued& s : sequences) result["reference"]["sequences"].push_back(s.ids);
-  const ModelConfig ref_config = ref_model.config();
-  reference.reset();
-  for (const std::string& path : o.models) {
-    StatusOr<Runnable> model = Runnable::Load(path, pool, o.dequantize);
-    nlohmann::json entry;
-    if (!model.ok()) {
-      entry = {{"ok", false}, {"error", model.status().ToString()}};
-    } else if (model->config().vocab_size != ref_config.vocab_size || model->config().context < ref_config.context) {
-      entry = {{"ok", false}, {"error", "not the reference's shape: V " + std::to_string(model->config().vocab_size) +
-                                            ", T " + std::to_string(model->config().context)}};
-    } else {
-      entry = Compare(sequences, ref, Predict(*model, sequences));
-    }
-    entry["path"] = path;
-    result["models"].push_back(entry);
+  r.summary = {{"path", o.reference},
+               {"positions", at},
+               {"reference_mismatches", mismatches},
+               {"top1_probability_median", p_top.empty() ? 0.0 : p_top[p_top.size() / 2]},
+               {"sequences", sequences}};
+  return r;
+}
+
+nlohmann::json CompareModel(const Options& o, const Reference& ref, const std::string& path,
+                            std::shared_ptr<niels::daemon::kernels::WorkerPool> pool) {
+  StatusOr<Runnable> model = Runnable::Load(path, std::move(pool), o.dequantize);
+  nlohmann::json entry;
+  if (!model.ok()) {
+    entry = {{"ok", false}, {"error", model.status().ToString()}};
+  } else if (model->config().vocab_size != ref.config.vocab_size || model->config().context < ref.config.context) {
+    entry = {{"ok", false},
+             {"error", "not the reference's shape: V " + std::to_string(model->config().vocab_size) + ", T " +
+                           std::to_string(model->config().context)}};
+  } else {
+    entry = Compare(ref.sequences, ref.predictions, Predict(*model, ref.sequences));
   }
+  entry["path"] = path;
+  return entry;
+}
+
+Status Run(const Options& o) {
+  auto pool = std::make_shared<niels::daemon::kernels::WorkerPool>(o.threads);
+  StatusOr<Reference> ref = RunReference(o, pool);  // the reference model is freed before the others load
+  if (!ref.ok()) return ref.status();
+  nlohmann::json result = {{"reference", ref->summary}, {"models", nlohmann::json::array()}};
+  for (const std::string& path : o.models) result["models"].push_back(CompareModel(o, *ref, path, pool));
   std::ofstream out(o.out, std::ios::binary | std::ios::trunc);
   out << result.dump();
   out.close();

@@ -81,7 +81,8 @@ def base_tensors(cfg, seed):
     def vec(n, mean=0.0, std=0.02):
         return (mean + rng.normal(0.0, std, size=(n,))).astype(np.float32)
 
-    t = {"tok_emb.weight": rng.normal(0.0, EMBEDDING_STD, size=(V, C)).astype(np.float32), "ln_f.weight": vec(C, 1, 0.1)}
+    t = {"tok_emb.weight": rng.normal(0.0, EMBEDDING_STD, size=(V, C)).astype(np.float32),
+         "ln_f.weight": vec(C, 1, 0.1)}
     for i in range(cfg["L"]):
         p = f"blocks.{i}."
         t.update({p + "ln1.weight": vec(C, 1, 0.1), p + "ln2.weight": vec(C, 1, 0.1),

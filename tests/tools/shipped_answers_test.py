@@ -118,7 +118,8 @@ def main():
     same = sum(a == b for a, b in zip(daemon, q8_replies))
     for failure in failures:
         print("FAIL:", failure)
-    print(f"Q8_0: {len(questions) - (len(failures) - before)}/{len(questions)} answers pass shipped_model_test.cc's checks "
+    passed = len(questions) - (len(failures) - before)
+    print(f"Q8_0: {passed}/{len(questions)} answers pass shipped_model_test.cc's checks "
           f"({len(probes)} corpus probes, {len(out_of_corpus)} outside the corpus); {same}/{len(questions)} replies "
           f"identical to f32's; niels_chat_answers = nielsd on f32 ({time.monotonic() - start:.1f} s)")
     return 1 if failures else 0
