@@ -20,18 +20,19 @@ its real tokenizer: tests/tools/make_family_model.py writes a random-weight Hugg
      nielsd (both formats) equal llama.cpp's: as plain text and with special-token text parsed;
   5. what nielsd reads from both formats: architecture, stop ids (the eos/eot ids llama.cpp reads
      are among them), add-BOS;
-  6. the Chat path (issue 26): a real nielsd serving the GGUF runs 8 conversations (no, empty and
-     non-empty system messages, 1-4 turns, unicode, whitespace, special-token text in a message,
-     enable_thinking unset/false/true) with greedy replies of a few tokens; at every turn the ids
-     its model conditioned on (GetSession's ids up to the reply's stats.prompt_tokens) equal
-     llama.cpp's for the same messages (the system prompt, the user turns, nielsd's replies with
-     their reasoning as reasoning_content): the GGUF's template rendered by llama.cpp's own Jinja
-     engine (the renderer llama.cpp's server uses) and tokenized as llama.cpp's server does
-     (special-token text parsed; a leading BOS text dropped and the BOS id added when the
-     vocabulary adds one). @huggingface/jinja, the renderer node-llama-cpp's
-     JinjaTemplateChatWrapper tries first, must render the same text. (The wrapper's own token ids
-     are not the reference: it tokenizes message contents apart from the template's text and
-     without parsing special-token text, on purpose, unlike llama.cpp's server and nielsd.)
+  6. the Chat path (issue 26): a real nielsd serving the GGUF, and one serving the HF directory,
+     each runs 8 conversations (no, empty and non-empty system messages, 1-4 turns, unicode,
+     whitespace, special-token text in a message, enable_thinking unset/false/true) with greedy
+     replies of a few tokens; at every turn the ids its model conditioned on (GetSession's ids up
+     to the reply's stats.prompt_tokens) equal llama.cpp's for the same messages (the system
+     prompt, the user turns, that nielsd's replies with their reasoning as reasoning_content): the
+     GGUF's template rendered by llama.cpp's own Jinja engine (the renderer llama.cpp's server
+     uses) and tokenized as llama.cpp's server does (special-token text parsed; a leading BOS text
+     dropped and the BOS id added when the vocabulary adds one). @huggingface/jinja, the renderer
+     node-llama-cpp's JinjaTemplateChatWrapper tries first, must render the same text. (The
+     wrapper's own token ids are not the reference: it tokenizes message contents apart from the
+     template's text and without parsing special-token text, on purpose, unlike llama.cpp's server
+     and nielsd.)
 Prints the max |diff| per architecture, the typical top-1 probability and the greedy counts.
 
     PYTHONPATH=NIELS_PYTHON_PACKAGE_DIR family_llamacpp_test.py --inspect NIELS_INSPECT --nielsd NIELSD \
@@ -149,15 +150,16 @@ def llamacpp(args, request, work):
         return json.load(f)
 
 
-def nielsd_chats(args, gguf, work):
-    """Every turn of CHATS on nielsd's Chat path, serving the GGUF: [(messages, enable_thinking,
+def nielsd_chats(args, model, work):
+    """Every turn of CHATS on nielsd's Chat path, serving `model`: [(messages, enable_thinking,
     prompt ids)] with the messages a client holds before that turn (system, earlier user turns and
     the replies nielsd gave -- their reasoning as reasoning_content -- and the new user turn) and
     the ids nielsd's model conditioned on (the session's ids up to ChatResponse.stats.prompt_tokens:
     the turn's prompt, which the reply's ids follow)."""
     from export_support import Nielsd  # noqa: E402 (imports nielsd_client from PYTHONPATH)
     turns = []
-    with Nielsd(args.nielsd, gguf, work) as server:
+    os.makedirs(work, exist_ok=True)
+    with Nielsd(args.nielsd, model, work) as server:
         c = server.client
         for chat in CHATS:
             sid = c.create_session(system_prompt=chat["system"]).session_id
@@ -178,19 +180,19 @@ def nielsd_chats(args, gguf, work):
     return turns
 
 
-def check_chats(arch, turns, rendered, failures):
+def check_chats(label, turns, rendered, failures):
     """nielsd's prompt ids of every turn against llama.cpp's: the same messages rendered by llama.cpp's
     Jinja engine from the GGUF's template and tokenized as its server does (special tokens parsed,
     BOS by the vocabulary's add_bos rule); and @huggingface/jinja's text (the renderer node-llama-cpp's
     JinjaTemplateChatWrapper tries first) equal to llama.cpp's. Returns the number of equal prompts."""
     same = 0
     for i, ((messages, thinking, ours), theirs) in enumerate(zip(turns, rendered)):
-        label = f"[{arch}] chat turn {i} (enable_thinking {thinking})"
-        failures.check(theirs["native_error"] is None, f"{label}: llama.cpp cannot render it: {theirs['native_error']}")
-        failures.check(theirs["js"] == theirs["native"], f"{label}: @huggingface/jinja renders {theirs['js']!r} "
+        where = f"[{label}] chat turn {i} (enable_thinking {thinking})"
+        failures.check(theirs["native_error"] is None, f"{where}: llama.cpp cannot render it: {theirs['native_error']}")
+        failures.check(theirs["js"] == theirs["native"], f"{where}: @huggingface/jinja renders {theirs['js']!r} "
                        f"({theirs['js_error']}), llama.cpp {theirs['native']!r}")
         equal = ours == theirs["server_prompt"]
-        failures.check(equal, f"{label}: nielsd's prompt ids {ours} differ from llama.cpp's {theirs['server_prompt']} "
+        failures.check(equal, f"{where}: nielsd's prompt ids {ours} differ from llama.cpp's {theirs['server_prompt']} "
                        f"(rendered {theirs['native']!r})")
         same += int(equal)
     return same
@@ -248,9 +250,13 @@ def check_arch(args, arch, failures, summary):
     failures.check(stops["hf"] == stops["gguf"], f"[{arch}] stop ids: HF {stops['hf']}, GGUF {stops['gguf']}")
 
     # 6. (asked of llama.cpp with 2.) nielsd's Chat path on the GGUF.
-    turns = nielsd_chats(args, gguf, work)
+    # Both formats (the HF directory's template, tokenizer.json and BOS rule are read apart from the
+    # GGUF's); each conversation's replies are nielsd's own on that format.
+    turns = {fmt: nielsd_chats(args, path, os.path.join(work, f"nielsd-{fmt}")) for fmt, path in (("gguf", gguf),
+                                                                                                  ("hf", hf))}
     chats = [{"messages": m, "add_generation_prompt": True,
-              "vars": {} if thinking is None else {"enable_thinking": thinking}} for m, thinking, _ in turns]
+              "vars": {} if thinking is None else {"enable_thinking": thinking}}
+             for fmt in ("gguf", "hf") for m, thinking, _ in turns[fmt]]
 
     # 2. llama.cpp on the GGUF.
     greedy_prompts = [p[:8] for p in ps[:GREEDY_PROMPTS]]
@@ -301,13 +307,16 @@ def check_arch(args, arch, failures, summary):
                    f"[{arch}] llama.cpp's eos/eot {meta['eos']}/{meta['eot']} are not all among nielsd's stop ids "
                    f"{sorted(stop_ids)}")
     # 6. Chat prompts.
-    same_chats = check_chats(arch, turns, res["chats"], failures)
+    n_turns = len(turns["gguf"])
+    same_chats = {fmt: check_chats(f"{arch}/{fmt}", turns[fmt], res["chats"][i * n_turns:(i + 1) * n_turns],
+                                   failures) for i, fmt in enumerate(("gguf", "hf"))}
     summary.append(f"{arch}: max |logit diff| nielsd vs llama.cpp {worst_full:.3g} over {FULL_PROMPTS}x{SEQ} "
                    f"positions x {vocab} tokens, {worst:.3g} over {PROMPTS}x{SEQ} x top-{TOP_K} (tolerance "
                    f"{TOL:g}); HF = GGUF bitwise; greedy agrees at {tf[0]}/{tf[1]} teacher-forced "
                    f"and {continued[0]}/{continued[1]} continued positions with margin > {MARGIN:g}; "
                    f"{len(TEXTS)} texts x 2 modes tokenize alike; chat prompts equal llama.cpp's in "
-                   f"{same_chats}/{len(turns)} turns of {len(CHATS)} conversations; top-1 probability median {np.median(top1):.2f} "
+                   f"{same_chats['gguf']}/{n_turns} (GGUF) and {same_chats['hf']}/{n_turns} (HF) turns of "
+                   f"{len(CHATS)} conversations; top-1 probability median {np.median(top1):.2f} "
                    f"({top1.min():.2f}-{top1.max():.2f})")
     print(summary[-1], flush=True)
     shutil.rmtree(work, ignore_errors=True)
