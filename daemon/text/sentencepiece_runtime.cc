@@ -30,30 +30,32 @@ struct Runtime {
   std::string error;
 };
 
-// Whether this process runs under AddressSanitizer (its runtime is in the executable). Decided at
-// run time: niels_model itself may be built without ASan while the program linking it has it (the
-// fuzz targets).
-bool UnderAddressSanitizer() { return dlsym(RTLD_DEFAULT, "__asan_init") != nullptr; }
+// Whether this process runs under AddressSanitizer or ThreadSanitizer (its runtime is in the
+// executable or in a library loaded with it). Decided at run time: niels_text itself may be built
+// without a sanitizer while the program linking it has one (the fuzz targets).
+bool UnderSanitizer() {
+  return dlsym(RTLD_DEFAULT, "__asan_init") != nullptr || dlsym(RTLD_DEFAULT, "__tsan_init") != nullptr;
+}
 
-// Under ASan: the bridge library (daemon/text/asan/sentencepiece_asan_bridge.cc says why), through
-// libc's own dlopen, since ASan's interceptor refuses RTLD_DEEPBIND.
-void* OpenUnderAddressSanitizer(std::string* error) {
-#ifdef NIELS_SPM_ASAN_BRIDGE
-  // libc's own dlopen: ASan's interceptor is in the executable (clang) or in libasan.so (g++), so
-  // look it up in libc itself.
+// Under a sanitizer: the bridge library (daemon/text/sanitizer/sentencepiece_sanitizer_bridge.cc
+// says why), through libc's own dlopen, since the sanitizer's interceptor refuses RTLD_DEEPBIND.
+void* OpenUnderSanitizer(std::string* error) {
+#ifdef NIELS_SPM_SANITIZER_BRIDGE
+  // libc's own dlopen: the interceptor is in the executable (clang) or in libasan.so/libtsan.so
+  // (g++), so look it up in libc itself.
   using DlopenFn = void* (*)(const char*, int);
   void* libc = dlopen("libc.so.6", RTLD_NOW | RTLD_NOLOAD);
   const auto libc_dlopen = reinterpret_cast<DlopenFn>(libc ? dlsym(libc, "dlopen") : nullptr);
-  void* handle = libc_dlopen ? libc_dlopen(NIELS_SPM_ASAN_BRIDGE, RTLD_NOW | RTLD_LOCAL | RTLD_DEEPBIND) : nullptr;
+  void* handle = libc_dlopen ? libc_dlopen(NIELS_SPM_SANITIZER_BRIDGE, RTLD_NOW | RTLD_LOCAL | RTLD_DEEPBIND) : nullptr;
   if (handle == nullptr) {
     const char* e = libc_dlopen ? dlerror() : "libc's dlopen not found";
-    *error = std::string("cannot load ") + NIELS_SPM_ASAN_BRIDGE + ": " + (e ? e : "unknown error");
+    *error = std::string("cannot load ") + NIELS_SPM_SANITIZER_BRIDGE + ": " + (e ? e : "unknown error");
   }
   return handle;
 #else
   *error = std::string("cannot load ") + kLibrary +
-           " under AddressSanitizer: this build has no SentencePiece ASan bridge (configure with "
-           "NIELSD_SANITIZE=address or NIELSD_FUZZ=ON)";
+           " under a sanitizer: this build has no SentencePiece sanitizer bridge (configure with "
+           "NIELSD_SANITIZE=address or thread, or NIELSD_FUZZ=ON)";
   return nullptr;
 #endif
 }
@@ -62,8 +64,8 @@ const Runtime& GetRuntime() {
   static std::once_flag once;
   static Runtime runtime;  // trivially destructible apart from the string; never unloaded
   std::call_once(once, [] {
-    if (UnderAddressSanitizer()) {
-      runtime.handle = OpenUnderAddressSanitizer(&runtime.error);
+    if (UnderSanitizer()) {
+      runtime.handle = OpenUnderSanitizer(&runtime.error);
       return;
     }
     runtime.handle = dlopen(kLibrary, RTLD_NOW | RTLD_LOCAL | RTLD_DEEPBIND);

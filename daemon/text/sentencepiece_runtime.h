@@ -15,9 +15,9 @@
 // <sentencepiece_processor.h> and <sentencepiece_trainer.h> as usual; a call to an entry point not
 // forwarded yet shows up as an undefined symbol at link time (add it to sentencepiece_runtime.cc).
 //
-// AddressSanitizer refuses RTLD_DEEPBIND. Under ASan (detected at run time) the runtime loads
-// libniels_spm_asan_bridge.so instead, which sanitizer and fuzz builds make (see
-// daemon/text/asan/sentencepiece_asan_bridge.cc); other builds report an error under ASan.
+// AddressSanitizer and ThreadSanitizer refuse RTLD_DEEPBIND. Under either (detected at run time) the
+// runtime loads libniels_spm_sanitizer_bridge.so instead, which sanitizer and fuzz builds make (see
+// daemon/text/sanitizer/sentencepiece_sanitizer_bridge.cc); other builds report an error there.
 
 #include "common/status.h"
 
