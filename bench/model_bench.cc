@@ -1,23 +1,25 @@
-// nielsd-bench: speed of the niels_gpt transformer on nielsd's kernels, for a random model of a given
-// shape or a model directory, in a given weight dtype and KV cache dtype (--kv-dtype f32|f16), and
-// nielsd's start-up time.
+// nielsd-bench: speed of nielsd's forward pass on its own kernels, for a model file (--model: a niels
+// directory, a Hugging Face directory or a GGUF file, quantized types included: whatever
+// loaders::LoadModel reads) or random weights of a preset shape (--preset personal|base|qwen3-0.6b|
+// llama3.2-1b, bench/bench_models.h) in a weight dtype or quantization mix (--dtype), with a KV
+// cache dtype (--kv-dtype f32|f16), and nielsd's start-up time.
 //
 // Prints medians over --repeats runs of: prefill tokens/s (a --prompt-token prompt into an empty
-// cache, last position's logits only, as a chat prefill), cached decode tokens/s (B = 1, and a batch
-// of --batch sessions), uncached decode tokens/s (a full forward per token, the --no-kv-cache path),
-// the weight bytes a decode step reads, the KV bytes a cached token takes, the machine's read bandwidth
-// (a sum over a large buffer on all cores, sampled between the decode runs so that both see the
-// same machine: on a shared host it moves by a third between minutes) and decode as a fraction of
-// two bounds: read bandwidth / weight bytes, and read bandwidth / everything a step reads (weights
-// plus the KV cache at the decode's context length), plus the memcpy bandwidth as STREAM counts it. Then start-up: nielsd launched on a model directory of this shape
-// and dtype, the time until it sends READY=1 (sd_notify) and until an Info request is answered.
-// With --json every figure is one JSON line.
+// cache, last position's logits only, as a chat prefill), cached decode tokens/s at a depth of
+// --prompt tokens (min(--prompt, T - --decode-tokens): 512, or 384 for personal whose T is 512; B = 1,
+// and a batch of --batch sessions), uncached decode tokens/s (a full forward per token, the
+// --no-kv-cache path), the weight bytes a decode step reads, the KV bytes a cached token takes, the
+// machine's read bandwidth (a sum over a large buffer on all cores, sampled between the decode runs
+// so that both see the same machine: on a shared host it moves by a third between minutes) and
+// decode as a fraction of two bounds: read bandwidth / weight bytes, and read bandwidth /
+// everything a step reads (weights plus the KV cache at the decode's context length), plus the
+// memcpy bandwidth as STREAM counts it. Then start-up: nielsd launched on the --model (or a niels
+// directory of a niels_gpt preset written for it), the time until it sends READY=1 (sd_notify) and
+// until an Info request is answered; --startup-only measures that alone. With --json every figure is
+// one JSON line.
 //
-// Side by side with llama.cpp (same shapes, 2 threads; see README.md "Benchmarks"):
-//   nielsd-bench --preset base --V 1024 --dtype f16 --threads 2
-//   nielsd-bench --preset base --dtype f16 --write-model-dir /tmp/base-f16      (V = 1024 from the tokenizer)
-//   niels-export /tmp/base-f16 --format gguf --dtype f16 /tmp/base-f16.gguf
-//   llama-bench -m /tmp/base-f16.gguf -t 2 -p 512 -n 128 -d 0,384 ...
+// Side by side with llama.cpp on the same GGUF file: bench/vs_llamacpp.py (README.md, "Benchmarks
+// against llama.cpp").
 
 #include <fcntl.h>
 #include <signal.h>
@@ -45,6 +47,7 @@
 #include <CLI/CLI.hpp>
 
 #include "client/daemon_client.h"
+#include "bench/bench_models.h"
 #include "daemon/kernels/dtype.h"
 #include "daemon/loaders/model_loader.h"
 #include "daemon/loaders/niels_dir.h"
@@ -69,7 +72,7 @@ struct Options {
   std::string preset = "personal";
   ModelConfig config;
   std::string model_dir;  // set: benchmark this model directory instead of random weights
-  std::string dtype = "f32";  // of the weight matrices; "file" with --model keeps the file's
+  std::string dtype = "file";  // of the weight matrices: "file" keeps --model's (random weights: f32)
   std::string kv_dtype = "f32";  // of the KV caches (nielsd --kv-dtype)
   int kv_delta_prompts = 8;      // with --kv-dtype f16: prompts of the logprob comparison with f32 KV
   int threads = 0;
@@ -80,6 +83,7 @@ struct Options {
   int64_t batch = 4;
   int64_t bandwidth_mib = 512;  // size of each of the two copy buffers
   int startup_runs = 5;         // nielsd launches for the start-up figure (0: skip)
+  bool startup_only = false;    // measure start-up only (no model loaded in this process)
   std::string nielsd = NIELSD_BINARY;
   bool json = false;
   std::string write_model_dir;  // set: write a random-weight model directory there and exit
@@ -237,8 +241,13 @@ void RunModel(const Options& o, const Transformer& model, ReadBandwidthProbe& ba
   const std::span<const int32_t> all(tokens);
 
   model.Forward(all.first(8));  // warm-up: thread pool, allocator, the weights' pages
+  // One cache for every run (as a session's pool in nielsd): its pages are touched by the first run,
+  // so the timed runs do not count the kernel's first-touch page faults.
+  KvCache prefill_cache(c, model.kv_dtype());
+  model.Prefill(all.first(r.prefill_len), prefill_cache);
   r.prefill_tok_s = MedianOf(o.repeats, [&] {
-    KvCache cache(c, model.kv_dtype());
+    KvCache& cache = prefill_cache;
+    cache.Clear();
     const auto start = Clock::now();
     model.Prefill(all.first(r.prefill_len), cache);
     return r.prefill_len / Seconds(start);
@@ -273,20 +282,21 @@ void RunModel(const Options& o, const Transformer& model, ReadBandwidthProbe& ba
   r.kv_bytes_per_token = static_cast<double>(single[0].bytes()) / static_cast<double>(single[0].length());
   // Step i (from 0) attends to decode_start + i + 1 positions.
   const double mean_positions = static_cast<double>(r.decode_start) + static_cast<double>(steps + 1) / 2.0;
-  r.decode_kv_read_bytes = mean_positions * 2.0 * static_cast<double>(c.layers * c.width) *
+  r.decode_kv_read_bytes = mean_positions * 2.0 * static_cast<double>(c.layers * c.kv_width()) *
                            static_cast<double>(daemon::kernels::DtypeSize(model.kv_dtype()));
-  std::vector<KvCache> batch;
-  for (int64_t b = 0; b < o.batch; ++b) batch.emplace_back(c, model.kv_dtype());
-  r.batched_decode_tok_s = MedianOf(o.repeats, [&] { return decode(batch); });
-
+  if (o.batch > 0) {
+    std::vector<KvCache> batch;
+    for (int64_t b = 0; b < o.batch; ++b) batch.emplace_back(c, model.kv_dtype());
+    r.batched_decode_tok_s = MedianOf(o.repeats, [&] { return decode(batch); });
+  }
   // Uncached: every token costs a full forward over the whole context (last position's logits).
-  r.uncached_decode_tok_s = MedianOf(o.repeats, [&] {
-    const auto start = Clock::now();
-    for (int64_t i = 0; i < o.uncached_steps; ++i) model.Forward(all.first(r.context), /*last_only=*/true);
-    return o.uncached_steps / Seconds(start);
-  });
-
-
+  if (o.uncached_steps > 0) {
+    r.uncached_decode_tok_s = MedianOf(o.repeats, [&] {
+      const auto start = Clock::now();
+      for (int64_t i = 0; i < o.uncached_steps; ++i) model.Forward(all.first(r.context), /*last_only=*/true);
+      return o.uncached_steps / Seconds(start);
+    });
+  }
 }
 
 // Writes config.json (V from the tokenizer), model.safetensors (RandomWeights(seed 1) in `dtype`)
@@ -336,7 +346,8 @@ std::optional<Startup> LaunchOnce(const Options& o, const std::filesystem::path&
   env.push_back(nullptr);
   const int threads = o.threads > 0 ? o.threads : static_cast<int>(std::thread::hardware_concurrency());
   std::vector<std::string> arg_strings = {o.nielsd, "--model", dir.string(), "--socket", socket, "--threads",
-                                          std::to_string(threads), "--kv-dtype", o.kv_dtype, "--log-level", "warn"};
+                                          std::to_string(threads), "--kv-dtype", o.kv_dtype, "--log-level", "warn",
+                                          "--state-dir", (work / "state").string()};
   std::vector<char*> args;
   for (std::string& s : arg_strings) args.push_back(s.data());
   args.push_back(nullptr);
@@ -414,7 +425,9 @@ std::optional<Startup> MeasureStartup(const Options& o, std::string* error) {
 
 void Print(const Options& o, const Transformer& model, const Results& r, const daemon::kernels::WorkerPool& pool) {
   const ModelConfig& c = model.config();
-  const std::string dtype(daemon::kernels::DtypeName(model.weights().dtype()));
+  // The weights' dtype (of the token embedding), or the mix random weights were made in.
+  const std::string dtype =
+      o.model_dir.empty() ? o.dtype : std::string(daemon::kernels::DtypeName(model.weights().dtype()));
   const std::string kv_dtype(daemon::kernels::DtypeName(model.kv_dtype()));
   const double read_bound = r.read_bandwidth / r.weight_bytes;
   const double read_fraction = r.decode_tok_s / read_bound;
@@ -429,9 +442,11 @@ void Print(const Options& o, const Transformer& model, const Results& r, const d
                   kv_dtype.c_str(), pool.threads());
     };
     line("prefill_tok_s", r.prefill_tok_s, "tokens/s");
+    line("prefill_tokens", static_cast<double>(r.prefill_len), "tokens");
+    line("decode_depth", static_cast<double>(r.decode_start), "tokens");
     line("decode_tok_s", r.decode_tok_s, "tokens/s");
-    line("batched_decode_tok_s", r.batched_decode_tok_s, "tokens/s");
-    line("uncached_decode_tok_s", r.uncached_decode_tok_s, "tokens/s");
+    if (o.batch > 0) line("batched_decode_tok_s", r.batched_decode_tok_s, "tokens/s");
+    if (o.uncached_steps > 0) line("uncached_decode_tok_s", r.uncached_decode_tok_s, "tokens/s");
     line("weight_bytes_per_token", r.weight_bytes, "bytes");
     line("kv_bytes_per_token", r.kv_bytes_per_token, "bytes");
     if (r.kv_delta) {
@@ -454,9 +469,12 @@ void Print(const Options& o, const Transformer& model, const Results& r, const d
     }
     return;
   }
-  std::printf("model %s: V %lld T %lld C %lld L %lld H %lld d_ff %lld, weights %s %.1f MB, KV cache %s\n",
-              o.model_dir.empty() ? o.preset.c_str() : o.model_dir.c_str(), (long long)c.vocab_size,
-              (long long)c.context, (long long)c.width, (long long)c.layers, (long long)c.heads, (long long)c.d_ff,
+  std::printf("model %s (%s): V %lld T %lld C %lld L %lld H %lld KV %lld D %lld d_ff %lld, weights %s %.1f MB, "
+              "KV cache %s\n",
+              o.model_dir.empty() ? o.preset.c_str() : o.model_dir.c_str(),
+              std::string(daemon::model::ArchitectureName(c.architecture)).c_str(), (long long)c.vocab_size,
+              (long long)c.context, (long long)c.width, (long long)c.layers, (long long)c.heads,
+              (long long)c.kv_head_count(), (long long)c.head_dim(), (long long)c.d_ff,
               dtype.c_str(), r.weight_bytes / 1e6, kv_dtype.c_str());
   std::printf("threads: %d (%s)\n", pool.threads(), daemon::kernels::DescribeThreads(pool).c_str());
   std::printf("medians over %d runs\n", o.repeats);
@@ -464,13 +482,17 @@ void Print(const Options& o, const Transformer& model, const Results& r, const d
               (long long)r.prefill_len);
   std::printf("decode (cached)  %9.1f tokens/s  (%lld tokens after a %lld-token prompt)\n", r.decode_tok_s,
               (long long)(r.context - r.decode_start), (long long)r.decode_start);
-  std::printf("decode, B = %-3lld  %9.1f tokens/s  (all sessions together)\n", (long long)o.batch,
-              r.batched_decode_tok_s);
-  std::printf("decode uncached  %9.1f tokens/s  (full forward over %lld tokens per token)\n",
-              r.uncached_decode_tok_s, (long long)r.context);
-  std::printf("cached / uncached %8.1fx\n", r.decode_tok_s / r.uncached_decode_tok_s);
+  if (o.batch > 0) {
+    std::printf("decode, B = %-3lld  %9.1f tokens/s  (all sessions together)\n", (long long)o.batch,
+                r.batched_decode_tok_s);
+  }
+  if (o.uncached_steps > 0) {
+    std::printf("decode uncached  %9.1f tokens/s  (full forward over %lld tokens per token)\n",
+                r.uncached_decode_tok_s, (long long)r.context);
+    std::printf("cached / uncached %8.1fx\n", r.decode_tok_s / r.uncached_decode_tok_s);
+  }
   std::printf("weight bytes/token %7.1f MB   (read once per decode step)\n", r.weight_bytes / 1e6);
-  std::printf("KV bytes/token   %9.0f   (KV cache %s: 2 x L x C x %d bytes, in whole blocks)\n", r.kv_bytes_per_token,
+  std::printf("KV bytes/token   %9.0f   (KV cache %s: 2 x L x KV x D x %d bytes, in whole blocks)\n", r.kv_bytes_per_token,
               kv_dtype.c_str(), static_cast<int>(daemon::kernels::DtypeSize(model.kv_dtype())));
   if (r.kv_delta) {
     const KvDelta& d = *r.kv_delta;
@@ -497,15 +519,35 @@ void Print(const Options& o, const Transformer& model, const Results& r, const d
   }
 }
 
-bool ApplyPreset(Options& o) {
-  ModelConfig& c = o.config;
-  if (o.preset == "personal") {
-    c.vocab_size = 16000, c.context = 512, c.width = 384, c.layers = 8, c.heads = 6, c.d_ff = 1152;
-  } else if (o.preset == "base") {
-    c.vocab_size = 16000, c.context = 1024, c.width = 512, c.layers = 8, c.heads = 8, c.d_ff = 1536;
-  } else {
-    return o.preset == "custom";
+// --startup-only: the start-up figures of --model, nothing else.
+int StartupOnly(const Options& o) {
+  if (o.model_dir.empty() || o.startup_runs < 1) {
+    std::fprintf(stderr, "nielsd-bench: --startup-only needs --model and --startup-runs >= 1\n");
+    return 2;
   }
+  std::string error;
+  const std::optional<Startup> s = MeasureStartup(o, &error);
+  if (!s) {
+    std::fprintf(stderr, "nielsd-bench: start-up not measured: %s\n", error.c_str());
+    return 1;
+  }
+  if (o.json) {
+    for (const auto& [metric, value] : {std::pair{"startup_ready_ms", s->ready_ms}, {"startup_info_ms", s->info_ms}}) {
+      std::printf("{\"metric\": \"%s\", \"value\": %.6g, \"unit\": \"ms\", \"preset\": \"%s\", \"runs\": %d}\n",
+                  metric, value, o.model_dir.c_str(), o.startup_runs);
+    }
+  } else {
+    std::printf("start-up on %s (median of %d): READY=1 after %.1f ms, first Info answered after %.1f ms\n",
+                o.model_dir.c_str(), o.startup_runs, s->ready_ms, s->info_ms);
+  }
+  return 0;
+}
+
+bool ApplyPreset(Options& o) {
+  if (o.preset == "custom") return true;
+  std::optional<ModelConfig> config = PresetConfig(o.preset);
+  if (!config) return false;
+  o.config = *config;
   return true;
 }
 
@@ -514,7 +556,10 @@ int Main(int argc, char** argv) {
   ModelConfig flags;
   CLI::App app{"nielsd-bench: prefill/decode speed of a niels_gpt model on nielsd's kernels, the bandwidth bound, "
                "and nielsd's start-up time"};
-  app.add_option("--preset", o.preset, "personal, base, or custom (shape from the flags)")->capture_default_str();
+  app.add_option("--preset", o.preset,
+                 "personal, base (niels_gpt), qwen3-0.6b, llama3.2-1b (bench/bench_models.h), or custom (niels_gpt, "
+                 "shape from the flags)")
+      ->capture_default_str();
   app.add_option("--V", flags.vocab_size, "vocabulary size (overrides the preset)");
   app.add_option("--T", flags.context, "context length");
   app.add_option("--C", flags.width, "width");
@@ -522,8 +567,10 @@ int Main(int argc, char** argv) {
   app.add_option("--H", flags.heads, "heads");
   app.add_option("--d_ff", flags.d_ff, "MLP width");
   app.add_option("--model", o.model_dir, "benchmark this model directory (its shape and weights) instead of a preset");
-  app.add_option("--dtype", o.dtype, "weight matrices in memory: f32, f16 or bf16 (file: as stored, with --model)")
-      ->check(CLI::IsMember({"file", "f32", "f16", "bf16"}))
+  app.add_option("--dtype", o.dtype,
+                 "weight matrices in memory: f32, f16, bf16, q8_0, q4_0, q4_k, q6_k or q4_k_m (llama.cpp's mix, "
+                 "bench/bench_models.h; default f32); with --model: file (as stored, the default), f32, f16 or bf16")
+      ->check(CLI::IsMember({"file", "f32", "f16", "bf16", "q8_0", "q4_0", "q4_k", "q6_k", "q4_k_m"}))
       ->capture_default_str();
   app.add_option("--kv-dtype", o.kv_dtype, "KV cache elements: f32 or f16 (as nielsd --kv-dtype)")
       ->check(CLI::IsMember({"f32", "f16"}))
@@ -543,6 +590,9 @@ int Main(int argc, char** argv) {
       ->capture_default_str();
   app.add_option("--startup-runs", o.startup_runs, "launches of nielsd for the start-up figure (0: skip it)")
       ->capture_default_str();
+  app.add_flag("--startup-only", o.startup_only,
+               "measure nielsd's start-up on --model only (this process loads nothing; warm page cache after the "
+               "first launch)");
   app.add_option("--nielsd", o.nielsd, "the nielsd binary for the start-up figure")->capture_default_str();
   app.add_flag("--json", o.json, "one JSON line per figure");
   app.add_option("--write-model-dir", o.write_model_dir,
@@ -553,7 +603,8 @@ int Main(int argc, char** argv) {
   CLI11_PARSE(app, argc, argv);
 
   if (!ApplyPreset(o)) {
-    std::fprintf(stderr, "nielsd-bench: unknown preset '%s' (personal, base, custom)\n", o.preset.c_str());
+    std::fprintf(stderr, "nielsd-bench: unknown preset '%s' (personal, base, qwen3-0.6b, llama3.2-1b, custom)\n",
+                 o.preset.c_str());
     return 2;
   }
   ModelConfig& c = o.config;
@@ -563,11 +614,26 @@ int Main(int argc, char** argv) {
     if (flag > 0) *field = flag;
   }
   if (c.vocab_size <= 0 || c.context <= 0 || c.layers <= 0 || c.heads <= 0 || c.d_ff <= 0 || c.width <= 0 ||
-      c.width % c.heads != 0 || c.head_dim() % 2 != 0 || o.repeats < 1 || o.batch < 1) {
+      (c.head_size == 0 && c.width % c.heads != 0) || c.head_dim() % 2 != 0 || o.repeats < 1 || o.batch < 0 ||
+      o.uncached_steps < 0) {
     std::fprintf(stderr, "nielsd-bench: invalid shape or counts (need C %% H == 0, C/H even, all > 0)\n");
     return 2;
   }
   if (o.dtype == "file" && o.model_dir.empty()) o.dtype = "f32";
+  const bool niels_gpt = c.architecture == daemon::model::Architecture::kNielsGpt;
+  const bool element_dtype = o.dtype == "file" || o.dtype == "f32" || o.dtype == "f16" || o.dtype == "bf16";
+  if ((!o.model_dir.empty() || !o.write_model_dir.empty()) && !element_dtype) {
+    std::fprintf(stderr, "nielsd-bench: --dtype %s is for random weights in memory (a file keeps its own)\n",
+                 o.dtype.c_str());
+    return 2;
+  }
+  if (!o.write_model_dir.empty() && !niels_gpt) {
+    std::fprintf(stderr, "nielsd-bench: --write-model-dir writes niels_gpt presets only\n");
+    return 2;
+  }
+  // nielsd's start-up is measured on a model directory: the --model one, or a niels directory of
+  // a niels_gpt preset written for it.
+  if (o.model_dir.empty() && (!niels_gpt || !element_dtype)) o.startup_runs = 0;
   if (!o.write_model_dir.empty()) {
     ModelConfig written;
     const common::Status s =
@@ -582,6 +648,7 @@ int Main(int argc, char** argv) {
                 o.dtype.c_str());
     return 0;
   }
+  if (o.startup_only) return StartupOnly(o);
   const int threads = o.threads > 0 ? o.threads : static_cast<int>(std::thread::hardware_concurrency());
   daemon::kernels::TuneHeapForActivations();
   auto pool = std::make_shared<daemon::kernels::WorkerPool>(threads);
@@ -599,7 +666,7 @@ int Main(int argc, char** argv) {
     loaded = std::move(dir).value();
     c = loaded->config;
     model = std::make_unique<Transformer>(c, loaded->transformer->weights(), pool, kv_dtype);
-  } else {
+  } else if (niels_gpt && element_dtype) {  // as before the family presets: the same weights
     auto weights = daemon::model::ConvertWeights(daemon::model::RandomWeights(c, /*seed=*/1),
                                                  *daemon::kernels::ParseDtype(o.dtype));
     if (!weights.ok()) {
@@ -607,6 +674,8 @@ int Main(int argc, char** argv) {
       return 1;
     }
     model = std::make_unique<Transformer>(c, std::move(weights).value(), pool, kv_dtype);
+  } else {
+    model = std::make_unique<Transformer>(c, RandomWeightsInMix(c, o.dtype, /*seed=*/1, threads), pool, kv_dtype);
   }
   Results r;
   // The machine's bandwidth: every core reads, whatever --threads says.

@@ -19,10 +19,24 @@ its real tokenizer: tests/tools/make_family_model.py writes a random-weight Hugg
   4. the ids of texts (prose, whitespace runs, digits, CJK, emoji, code, special-token text) in
      nielsd (both formats) equal llama.cpp's: as plain text and with special-token text parsed;
   5. what nielsd reads from both formats: architecture, stop ids (the eos/eot ids llama.cpp reads
-     are among them), add-BOS.
+     are among them), add-BOS;
+  6. the Chat path (issue 26): a real nielsd serving the GGUF, and one serving the HF directory,
+     each runs 8 conversations (no, empty and non-empty system messages, 1-4 turns, unicode,
+     whitespace, special-token text in a message, enable_thinking unset/false/true) with greedy
+     replies of a few tokens; at every turn the ids its model conditioned on (GetSession's ids up
+     to the reply's stats.prompt_tokens) equal llama.cpp's for the same messages (the system
+     prompt, the user turns, that nielsd's replies with their reasoning as reasoning_content): the
+     GGUF's template rendered by llama.cpp's own Jinja engine (the renderer llama.cpp's server
+     uses) and tokenized as llama.cpp's server does (special-token text parsed; a leading BOS text
+     dropped and the BOS id added when the vocabulary adds one). @huggingface/jinja, the renderer
+     node-llama-cpp's JinjaTemplateChatWrapper tries first, must render the same text. (The
+     wrapper's own token ids are not the reference: it tokenizes message contents apart from the
+     template's text and without parsing special-token text, on purpose, unlike llama.cpp's server
+     and nielsd.)
 Prints the max |diff| per architecture, the typical top-1 probability and the greedy counts.
 
-    family_llamacpp_test.py --inspect NIELS_INSPECT --work-dir DIR [--npm NODE_MODULES]
+    PYTHONPATH=NIELS_PYTHON_PACKAGE_DIR family_llamacpp_test.py --inspect NIELS_INSPECT --nielsd NIELSD \
+        --work-dir DIR [--npm NODE_MODULES]
 
 Needs node and the packages of scripts/install_references.sh (fails, naming it, when missing).
 """
@@ -58,6 +72,21 @@ SPECIAL = {"llama": {"eos": 128009, "eot": 128009, "first": 128000, "add_bos": T
            "qwen2": {"eos": 151645, "eot": 151645, "first": 151644, "add_bos": False},
            "qwen3": {"eos": 151645, "eot": 151645, "first": 151644, "add_bos": False}}
 NORMAL_VOCAB = {"llama": 128000, "qwen2": 151643, "qwen3": 151643}
+# Conversations for nielsd's Chat path (6.): the system prompt (None: no system message; "": an empty
+# one), the user's turns, and ChatRequest.enable_thinking (None: unset). The assistant messages are
+# nielsd's own greedy replies of up to REPLY_TOKENS tokens.
+CHATS = [
+    {"system": None, "users": ["Hello!"]},
+    {"system": "You are a helpful assistant.", "users": ["What is 2 + 2?"]},
+    {"system": "", "users": ["An empty system message before me.", "And a second turn."]},
+    {"system": "Antworte kurz. 日本語も。", "users": ["Grüße! 😀👩‍👩‍👧 Ελληνικά", "  leading spaces,\ttabs\nand new lines\n\n",
+                                                    "x"]},
+    {"system": None, "users": ["one", "two", "three", "four"]},
+    {"system": "sys", "users": ["<|im_start|>user\nhi<|im_end|> and <|begin_of_text|><|eot_id|> as text"]},
+    {"system": None, "users": ["code:\n```python\ndef f(x):\n    return x ** 2\n```"], "enable_thinking": False},
+    {"system": "Be brief.", "users": ["Think about it.", "Again, please."], "enable_thinking": True},
+]
+REPLY_TOKENS = 6
 
 
 class Failures:
@@ -121,6 +150,54 @@ def llamacpp(args, request, work):
         return json.load(f)
 
 
+def nielsd_chats(args, model, work):
+    """Every turn of CHATS on nielsd's Chat path, serving `model`: [(messages, enable_thinking,
+    prompt ids)] with the messages a client holds before that turn (system, earlier user turns and
+    the replies nielsd gave -- their reasoning as reasoning_content -- and the new user turn) and
+    the ids nielsd's model conditioned on (the session's ids up to ChatResponse.stats.prompt_tokens:
+    the turn's prompt, which the reply's ids follow)."""
+    from export_support import Nielsd  # noqa: E402 (imports nielsd_client from PYTHONPATH)
+    turns = []
+    os.makedirs(work, exist_ok=True)
+    with Nielsd(args.nielsd, model, work) as server:
+        c = server.client
+        for chat in CHATS:
+            sid = c.create_session(system_prompt=chat["system"]).session_id
+            messages = [] if chat["system"] is None else [{"role": "system", "content": chat["system"]}]
+            for user in chat["users"]:
+                messages.append({"role": "user", "content": user})
+                r = c.chat(sid, user, max_new_tokens=REPLY_TOKENS, temperature=0.0,
+                           enable_thinking=chat.get("enable_thinking"))
+                ids = list(c.get_session(sid).token_ids)
+                n = r.stats.prompt_tokens
+                if ids[n:n + len(r.reply_ids)] != list(r.reply_ids):
+                    raise RuntimeError(f"nielsd's session does not hold the reply after its {n} prompt tokens")
+                turns.append((list(messages), chat.get("enable_thinking"), ids[:n]))
+                reply = {"role": "assistant", "content": r.reply}
+                if r.reasoning:
+                    reply["reasoning_content"] = r.reasoning
+                messages.append(reply)
+    return turns
+
+
+def check_chats(label, turns, rendered, failures):
+    """nielsd's prompt ids of every turn against llama.cpp's: the same messages rendered by llama.cpp's
+    Jinja engine from the GGUF's template and tokenized as its server does (special tokens parsed,
+    BOS by the vocabulary's add_bos rule); and @huggingface/jinja's text (the renderer node-llama-cpp's
+    JinjaTemplateChatWrapper tries first) equal to llama.cpp's. Returns the number of equal prompts."""
+    same = 0
+    for i, ((messages, thinking, ours), theirs) in enumerate(zip(turns, rendered)):
+        where = f"[{label}] chat turn {i} (enable_thinking {thinking})"
+        failures.check(theirs["native_error"] is None, f"{where}: llama.cpp cannot render it: {theirs['native_error']}")
+        failures.check(theirs["js"] == theirs["native"], f"{where}: @huggingface/jinja renders {theirs['js']!r} "
+                       f"({theirs['js_error']}), llama.cpp {theirs['native']!r}")
+        equal = ours == theirs["server_prompt"]
+        failures.check(equal, f"{where}: nielsd's prompt ids {ours} differ from llama.cpp's {theirs['server_prompt']} "
+                       f"(rendered {theirs['native']!r})")
+        same += int(equal)
+    return same
+
+
 def shifted(logits):
     return logits - logits.max(axis=-1, keepdims=True)
 
@@ -172,13 +249,22 @@ def check_arch(args, arch, failures, summary):
     stops = {fmt: s["tokenizer"].split("stop ids ")[1].split(";")[0] for fmt, s in info.items()}
     failures.check(stops["hf"] == stops["gguf"], f"[{arch}] stop ids: HF {stops['hf']}, GGUF {stops['gguf']}")
 
+    # 6. (asked of llama.cpp with 2.) nielsd's Chat path on the GGUF.
+    # Both formats (the HF directory's template, tokenizer.json and BOS rule are read apart from the
+    # GGUF's); each conversation's replies are nielsd's own on that format.
+    turns = {fmt: nielsd_chats(args, path, os.path.join(work, f"nielsd-{fmt}")) for fmt, path in (("gguf", gguf),
+                                                                                                  ("hf", hf))}
+    chats = [{"messages": m, "add_generation_prompt": True,
+              "vars": {} if thinking is None else {"enable_thinking": thinking}}
+             for fmt in ("gguf", "hf") for m, thinking, _ in turns[fmt]]
+
     # 2. llama.cpp on the GGUF.
     greedy_prompts = [p[:8] for p in ps[:GREEDY_PROMPTS]]
     request = {"gguf": gguf, "context_size": 256, "logits": ps[:FULL_PROMPTS],
                "logits_file": os.path.join(work, "llamacpp.f32"), "top_logits": ps, "top_k": TOP_K,
                "top_logits_file": os.path.join(work, "llamacpp_top.bin"),
                "greedy": [{"prompt": p, "max_new": GREEDY_NEW} for p in greedy_prompts], "texts": TEXTS,
-               "hf_tokenizer": mfm.ARCHS[arch]["package"]}
+               "hf_tokenizer": mfm.ARCHS[arch]["package"], "chats": chats}
     res = llamacpp(args, request, work)
     failures.check(res["vocab"] == vocab, f"[{arch}] llama.cpp vocabulary {res['vocab']}")
     theirs = np.fromfile(request["logits_file"], dtype="<f4").reshape(-1, vocab)
@@ -220,11 +306,17 @@ def check_arch(args, arch, failures, summary):
     failures.check({meta["eos"], meta["eot"]} <= stop_ids,
                    f"[{arch}] llama.cpp's eos/eot {meta['eos']}/{meta['eot']} are not all among nielsd's stop ids "
                    f"{sorted(stop_ids)}")
+    # 6. Chat prompts.
+    n_turns = len(turns["gguf"])
+    same_chats = {fmt: check_chats(f"{arch}/{fmt}", turns[fmt], res["chats"][i * n_turns:(i + 1) * n_turns],
+                                   failures) for i, fmt in enumerate(("gguf", "hf"))}
     summary.append(f"{arch}: max |logit diff| nielsd vs llama.cpp {worst_full:.3g} over {FULL_PROMPTS}x{SEQ} "
                    f"positions x {vocab} tokens, {worst:.3g} over {PROMPTS}x{SEQ} x top-{TOP_K} (tolerance "
                    f"{TOL:g}); HF = GGUF bitwise; greedy agrees at {tf[0]}/{tf[1]} teacher-forced "
                    f"and {continued[0]}/{continued[1]} continued positions with margin > {MARGIN:g}; "
-                   f"{len(TEXTS)} texts x 2 modes tokenize alike; top-1 probability median {np.median(top1):.2f} "
+                   f"{len(TEXTS)} texts x 2 modes tokenize alike; chat prompts equal llama.cpp's in "
+                   f"{same_chats['gguf']}/{n_turns} (GGUF) and {same_chats['hf']}/{n_turns} (HF) turns of "
+                   f"{len(CHATS)} conversations; top-1 probability median {np.median(top1):.2f} "
                    f"({top1.min():.2f}-{top1.max():.2f})")
     print(summary[-1], flush=True)
     shutil.rmtree(work, ignore_errors=True)
@@ -233,6 +325,7 @@ def check_arch(args, arch, failures, summary):
 def main():
     p = argparse.ArgumentParser()
     p.add_argument("--inspect", required=True)
+    p.add_argument("--nielsd", required=True)
     p.add_argument("--work-dir", required=True)
     p.add_argument("--npm", default=mfm.default_npm())
     args = p.parse_args()

@@ -21,7 +21,8 @@
 //          "greedy": [[ids]], "texts": [[ids]], "texts_special": [[ids]] (special-token text parsed),
 //          "hf_texts": [[ids]] (transformers.js parses special-token text, as HF tokenizers do),
 //          "chats": [{"native": text | null, "native_error": msg | null, "js": text | null,
-//                     "js_error": msg | null, "prompt": [ids of native, special tokens parsed]}]}
+//                     "js_error": msg | null, "prompt": [ids of native, special tokens parsed],
+//                     "server_prompt": [the ids llama.cpp's server makes of native: serverPrompt]}]}
 //
 // Logits: node-llama-cpp 3.21.1 gives no raw logits, only the probabilities of its sampler; with
 // temperature 0 (the greedy sampler alone, which changes nothing) they are softmax(logits) over the
@@ -106,13 +107,26 @@ async function greedy(prompt, maxNew) {
 }
 
 function render(template, chat, native) {
-  const vars = {messages: chat.messages, add_generation_prompt: chat.add_generation_prompt ?? true, ...(chat.vars ?? {})};
+  // bos_token / eos_token as llama.cpp's chat code sets them: the text of the vocabulary's BOS / EOS
+  // token ("" when it has none); a chat's vars override them.
+  const vars = {messages: chat.messages, add_generation_prompt: chat.add_generation_prompt ?? true,
+                bos_token: model.tokens.bosString ?? "", eos_token: model.tokens.eosString ?? "", ...(chat.vars ?? {})};
   try {
     if (native) return [new llama._bindings.AddonJinjaRenderer(template).render(vars), null];
     return [new Template(template).render(vars), null];
   } catch (error) {
     return [null, String(error?.message ?? error)];
   }
+}
+
+// The ids llama.cpp's server gives a rendered chat prompt: common_chat_templates_apply drops a
+// leading BOS text when the vocabulary adds a BOS itself, then the prompt is tokenized with special
+// tokens parsed and the vocabulary's BOS added (add_special). node-llama-cpp's tokenize() adds none.
+function serverPrompt(text) {
+  const bos = model.tokens.bosString ?? "";
+  if (!model.tokens.shouldPrependBosToken) return model.tokenize(text, true);
+  const rest = bos !== "" && text.startsWith(bos) ? text.slice(bos.length) : text;
+  return [model.tokens.bos, ...model.tokenize(rest, true)];
 }
 
 const meta = model.fileInfo.metadata;
@@ -157,7 +171,8 @@ for (const chat of request.chats ?? []) {
   const [nativeText, nativeError] = render(template, chat, true);
   const [jsText, jsError] = render(template, chat, false);
   result.chats.push({native: nativeText, native_error: nativeError, js: jsText, js_error: jsError,
-                     prompt: nativeText === null ? null : model.tokenize(nativeText, true)});
+                     prompt: nativeText === null ? null : model.tokenize(nativeText, true),
+                     server_prompt: nativeText === null ? null : serverPrompt(nativeText)});
 }
 writeFileSync(resultPath, JSON.stringify(result));
 await context.dispose();

@@ -4,7 +4,8 @@ and as GGUF files, for the tests that hold nielsd to llama.cpp.
 
     make_family_model.py ARCH OUT_DIR [--dtype f32|f16|bf16] [--shards N] [--seed S]
                          [--hidden H] [--layers L] [--heads N] [--kv-heads K] [--head-dim D]
-                         [--ffn F] [--tied | --untied] [--gguf OUT.gguf] [--npm DIR]
+                         [--ffn F] [--tied | --untied] [--max-pos N] [--rope-original-context N]
+                         [--lean] [--gguf OUT.gguf [--gguf-only]] [--npm DIR]
 
 ARCH: llama (Llama 3.2: LlamaForCausalLM with rope_scaling "llama3"), qwen2 (Qwen2.5:
 Qwen2ForCausalLM, q/k/v biases), qwen3 (Qwen3ForCausalLM: RMSNorm on each head of q and k,
@@ -92,8 +93,25 @@ def round_to(a, dtype):
     return (bf16_bits(a).astype(np.uint32) << 16).view(np.float32).astype(np.float64)
 
 
+def stored(a, dtype):
+    """float64 values as the file stores them: float32, float16, or bf16 bits (uint16)."""
+    if dtype == "f32":
+        return a.astype("<f4")
+    if dtype == "f16":
+        return a.astype("<f2")
+    return bf16_bits(a).astype("<u2")
+
+
+def is_stored(a):
+    """True for an array make_weights_lean keeps as stored (anything but float64)."""
+    return a.dtype != np.float64
+
+
 def encode(a, dtype):
-    """(safetensors dtype name, bytes) of float64 values already rounded to dtype."""
+    """(safetensors dtype name, bytes) of float64 values already rounded to dtype, or of an array
+    already stored (make_weights_lean)."""
+    if is_stored(a):
+        return {"f32": "F32", "f16": "F16", "bf16": "BF16"}[dtype], a.tobytes()
     if dtype == "f32":
         return "F32", a.astype("<f4").tobytes()
     if dtype == "f16":
@@ -110,6 +128,25 @@ def head_dim(cfg):
 
 
 def make_weights(cfg, seed, dtype):
+    return {name: round_to(a, dtype) for name, a in draw_weights(cfg, seed)}
+
+
+def make_weights_lean(cfg, seed, dtype):
+    """make_weights with every matrix kept as it is stored (float32, float16, or bf16 bits as uint16)
+    instead of float64: the same values and the same files, in a quarter of the memory or less
+    (what full-size shapes need). The writers take either form."""
+    out = {}
+    for name, a in draw_weights(cfg, seed):
+        if a.ndim == 2:
+            out[name] = stored(a, dtype)
+        else:
+            out[name] = round_to(a, dtype)
+        del a
+    return out
+
+
+def draw_weights(cfg, seed):
+    """(transformers name, float64 array) of every tensor, drawn in a fixed order."""
     rng = np.random.default_rng(seed)
     C, F, V, D = cfg["hidden"], cfg["ffn"], cfg["vocab_size"], head_dim(cfg)
     H, K = cfg["heads"], cfg["kv_heads"]
@@ -120,29 +157,28 @@ def make_weights(cfg, seed, dtype):
     def norm(n):
         return 1.0 + 0.2 * rng.standard_normal(n)
 
-    w = {"model.embed_tokens.weight": rng.standard_normal((V, C)) * (4.0 / math.sqrt(C))}
+    yield "model.embed_tokens.weight", rng.standard_normal((V, C)) * (4.0 / math.sqrt(C))
     for i in range(cfg["layers"]):
         p = f"model.layers.{i}."
-        w[p + "input_layernorm.weight"] = norm(C)
-        w[p + "self_attn.q_proj.weight"] = mat(H * D, C, 2.0)  # gain 2: scores of std ~4, sharp attention
-        w[p + "self_attn.k_proj.weight"] = mat(K * D, C, 2.0)
-        w[p + "self_attn.v_proj.weight"] = mat(K * D, C)
-        w[p + "self_attn.o_proj.weight"] = mat(C, H * D)
+        yield p + "input_layernorm.weight", norm(C)
+        yield p + "self_attn.q_proj.weight", mat(H * D, C, 2.0)  # gain 2: scores of std ~4, sharp attention
+        yield p + "self_attn.k_proj.weight", mat(K * D, C, 2.0)
+        yield p + "self_attn.v_proj.weight", mat(K * D, C)
+        yield p + "self_attn.o_proj.weight", mat(C, H * D)
         if cfg["model_type"] == "qwen2":
-            w[p + "self_attn.q_proj.bias"] = 0.5 * rng.standard_normal(H * D)
-            w[p + "self_attn.k_proj.bias"] = 0.5 * rng.standard_normal(K * D)
-            w[p + "self_attn.v_proj.bias"] = 0.5 * rng.standard_normal(K * D)
+            yield p + "self_attn.q_proj.bias", 0.5 * rng.standard_normal(H * D)
+            yield p + "self_attn.k_proj.bias", 0.5 * rng.standard_normal(K * D)
+            yield p + "self_attn.v_proj.bias", 0.5 * rng.standard_normal(K * D)
         if cfg["model_type"] == "qwen3":
-            w[p + "self_attn.q_norm.weight"] = 2.0 * norm(D)  # normalized heads: scale up the scores
-            w[p + "self_attn.k_norm.weight"] = 2.0 * norm(D)
-        w[p + "post_attention_layernorm.weight"] = norm(C)
-        w[p + "mlp.gate_proj.weight"] = mat(F, C, 2.0)
-        w[p + "mlp.up_proj.weight"] = mat(F, C)
-        w[p + "mlp.down_proj.weight"] = mat(C, F)
-    w["model.norm.weight"] = norm(C)
+            yield p + "self_attn.q_norm.weight", 2.0 * norm(D)  # normalized heads: scale up the scores
+            yield p + "self_attn.k_norm.weight", 2.0 * norm(D)
+        yield p + "post_attention_layernorm.weight", norm(C)
+        yield p + "mlp.gate_proj.weight", mat(F, C, 2.0)
+        yield p + "mlp.up_proj.weight", mat(F, C)
+        yield p + "mlp.down_proj.weight", mat(C, F)
+    yield "model.norm.weight", norm(C)
     if not cfg["tied"]:
-        w["lm_head.weight"] = mat(V, C, 4.0)
-    return {name: round_to(a, dtype) for name, a in w.items()}
+        yield "lm_head.weight", mat(V, C, 4.0)
 
 
 # ------------------------------------------------------------------------------------------------
@@ -169,22 +205,29 @@ def config_json(cfg, dtype):
     return dict(sorted(c.items()))
 
 
-def safetensors_bytes(tensors, dtype):
-    header, chunks, offset = {"__metadata__": {"format": "pt"}}, [], 0
+def stored_size(a, dtype):
+    return a.size * (4 if dtype == "f32" else 2)
+
+
+def write_safetensors(f, tensors, dtype):
+    """A safetensors file of `tensors` (sorted by name) written to f one tensor at a time."""
+    header, offset = {"__metadata__": {"format": "pt"}}, 0
+    st_names = {"f32": "F32", "f16": "F16", "bf16": "BF16"}
     for name in sorted(tensors):
-        st_dtype, data = encode(tensors[name], dtype)
-        header[name] = {"dtype": st_dtype, "shape": list(tensors[name].shape), "data_offsets": [offset, offset + len(data)]}
-        chunks.append(data)
-        offset += len(data)
+        size = stored_size(tensors[name], dtype)
+        header[name] = {"dtype": st_names[dtype], "shape": list(tensors[name].shape), "data_offsets": [offset, offset + size]}
+        offset += size
     text = json.dumps(header, separators=(",", ":")).encode()
     text += b" " * (-len(text) % 8)
-    return struct.pack("<Q", len(text)) + text + b"".join(chunks)
+    f.write(struct.pack("<Q", len(text)) + text)
+    for name in sorted(tensors):
+        f.write(encode(tensors[name], dtype)[1])
 
 
 def write_weights(out_dir, tensors, dtype, shards):
     if shards <= 1:
         with open(os.path.join(out_dir, "model.safetensors"), "wb") as f:
-            f.write(safetensors_bytes(tensors, dtype))
+            write_safetensors(f, tensors, dtype)
         return
     names = sorted(tensors)
     groups = [names[i::shards] for i in range(shards)]
@@ -193,10 +236,10 @@ def write_weights(out_dir, tensors, dtype, shards):
         fname = f"model-{i + 1:05d}-of-{shards:05d}.safetensors"
         part = {n: tensors[n] for n in group}
         with open(os.path.join(out_dir, fname), "wb") as f:
-            f.write(safetensors_bytes(part, dtype))
+            write_safetensors(f, part, dtype)
         for n in group:
             weight_map[n] = fname
-            total += len(encode(tensors[n], dtype)[1])
+            total += stored_size(tensors[n], dtype)
     index = {"metadata": {"total_size": total}, "weight_map": dict(sorted(weight_map.items()))}
     with open(os.path.join(out_dir, "model.safetensors.index.json"), "w") as f:
         json.dump(index, f, indent=2)
@@ -441,6 +484,8 @@ def _value(vtype, value):
 
 
 def tensor_bytes(a, ggml_type):
+    if is_stored(a):  # make_weights_lean's matrices: already in the file's type
+        return a.tobytes()
     if ggml_type == GGML_TYPE["f32"]:
         return a.astype("<f4").tobytes()
     if ggml_type == GGML_TYPE["f16"]:
@@ -452,19 +497,19 @@ def write_gguf(path, kv, tensors, alignment=32):
     """GGUF v3 as gguf-py's GGUFWriter lays it out: tensor data aligned, padded after each tensor."""
     header = b"GGUF" + struct.pack("<IQQ", 3, len(tensors), len(kv))
     header += b"".join(_str(k) + struct.pack("<I", t) + _value(t, v) for k, t, v in kv)
-    blobs, offset = [], 0
+    offset = 0
     for name, a, ggml_type in tensors:
-        data = tensor_bytes(a, ggml_type)
+        size = a.size * (4 if ggml_type == GGML_TYPE["f32"] else 2)
         dims = list(reversed(a.shape))  # ggml order: the fastest-varying dim first
         header += _str(name) + struct.pack("<I", len(dims)) + b"".join(struct.pack("<Q", d) for d in dims)
         header += struct.pack("<IQ", ggml_type, offset)
-        blobs.append(data)
-        offset += len(data) + (-len(data) % alignment)
+        offset += size + (-size % alignment)
     header += b"\0" * (-len(header) % alignment)
     tmp = path + ".tmp"
-    with open(tmp, "wb") as f:
+    with open(tmp, "wb") as f:  # one tensor's bytes at a time
         f.write(header)
-        for data in blobs:
+        for _, a, ggml_type in tensors:
+            data = tensor_bytes(a, ggml_type)
             f.write(data)
             f.write(b"\0" * (-len(data) % alignment))
     os.replace(tmp, path)
@@ -480,6 +525,12 @@ def arch_config(args):
             cfg[key] = getattr(args, key)
     if args.tied is not None:
         cfg["tied"] = args.tied
+    if args.max_pos is not None:
+        cfg["max_pos"] = args.max_pos
+    if args.rope_original_context is not None:
+        if cfg["model_type"] != "llama":
+            raise SystemExit("--rope-original-context is for llama (its llama3 rope scaling)")
+        cfg["rope_scaling"] = dict(cfg["rope_scaling"], original_max_position_embeddings=args.rope_original_context)
     if cfg["model_type"] == "qwen2" and cfg["head_dim"] is not None:
         raise SystemExit("qwen2 has no head_dim key (hidden / heads)")
     if cfg["heads"] % cfg["kv_heads"]:
@@ -498,18 +549,30 @@ def main(argv=None):
         p.add_argument("--" + key, type=int)
     p.add_argument("--tied", dest="tied", action="store_true", default=None)
     p.add_argument("--untied", dest="tied", action="store_false")
+    p.add_argument("--max-pos", type=int, help="max_position_embeddings / context_length (default 4096)")
+    p.add_argument("--rope-original-context", type=int,
+                   help="llama: rope_scaling's original_max_position_embeddings (default 64, for the tests; "
+                        "Llama 3.2 has 8192)")
+    p.add_argument("--lean", action="store_true",
+                   help="keep the matrices as stored instead of float64 (the same files; for full-size shapes)")
+    p.add_argument("--gguf-only", action="store_true", help="write the GGUF file only (OUT_DIR is not written)")
     p.add_argument("--gguf")
     p.add_argument("--npm", default=default_npm())
     args = p.parse_args(argv)
+    if args.gguf_only and not args.gguf:
+        raise SystemExit("--gguf-only needs --gguf")
     cfg = arch_config(args)
-    weights = make_weights(cfg, args.seed, args.dtype)
-    write_hf(cfg, weights, args.dtype, args.out_dir, args.shards, args.npm)
+    weights = (make_weights_lean if args.lean else make_weights)(cfg, args.seed, args.dtype)
+    if not args.gguf_only:
+        write_hf(cfg, weights, args.dtype, args.out_dir, args.shards, args.npm)
     if args.gguf:
         tok, tok_config = load_tokenizer(cfg, args.npm)
         write_gguf(args.gguf, gguf_metadata(cfg, args.dtype, tok, tok_config), gguf_tensors(cfg, weights, args.dtype))
     print(f"make_family_model: {args.arch} {args.dtype} hidden={cfg['hidden']} layers={cfg['layers']} "
           f"heads={cfg['heads']}/{cfg['kv_heads']} head_dim={head_dim(cfg)} ffn={cfg['ffn']} "
-          f"vocab={cfg['vocab_size']} tied={cfg['tied']} -> {args.out_dir}" + (f" + {args.gguf}" if args.gguf else ""))
+          f"vocab={cfg['vocab_size']} tied={cfg['tied']} -> " +
+          ("" if args.gguf_only else args.out_dir) + (f" + {args.gguf}" if args.gguf and not args.gguf_only else "") +
+          (args.gguf if args.gguf_only else ""))
     return 0
 
 

@@ -1,0 +1,190 @@
+#include "bench/bench_models.h"
+
+#include <cmath>
+#include <memory>
+#include <random>
+#include <thread>
+#include <utility>
+#include <vector>
+
+#include "daemon/kernels/dtype.h"
+#include "daemon/kernels/simd_kernels.h"
+
+namespace niels::bench {
+namespace {
+
+using daemon::kernels::Dtype;
+using daemon::model::Architecture;
+using daemon::model::ModelConfig;
+using daemon::model::Tensor;
+using daemon::model::Weights;
+
+// Normal draws from a seeded 64-bit generator (Box-Muller).
+class Normals {
+ public:
+  explicit Normals(uint64_t seed) : rng_(seed) {}
+  void Fill(float* out, int64_t n, double mean, double std) {
+    for (int64_t i = 0; i < n; ++i) out[i] = static_cast<float>(mean + std * Next());
+  }
+
+ private:
+  double Uniform() { return (static_cast<double>(rng_() >> 11) + 0.5) * 0x1.0p-53; }
+  double Next() {
+    if (has_spare_) {
+      has_spare_ = false;
+      return spare_;
+    }
+    const double radius = std::sqrt(-2.0 * std::log(Uniform())), angle = 2.0 * M_PI * Uniform();
+    spare_ = radius * std::sin(angle);
+    has_spare_ = true;
+    return radius * std::cos(angle);
+  }
+  std::mt19937_64 rng_;
+  double spare_ = 0.0;
+  bool has_spare_ = false;
+};
+
+// The dtype of each kind of matrix in a mix.
+enum class Kind { kEmbedding, kAttentionV, kFfnDown, kOther };
+
+// llama.cpp's use_more_bits(i_layer, n_layers).
+bool UseMoreBits(int64_t layer, int64_t layers) {
+  return layer < layers / 8 || layer >= 7 * layers / 8 || (layer - layers / 8) % 3 == 2;
+}
+
+Dtype DtypeIn(const std::string& mix, Kind kind, int64_t layer, int64_t layers) {
+  if (mix == "q4_k_m") {
+    if (kind == Kind::kEmbedding) return Dtype::kQ6_K;
+    if ((kind == Kind::kAttentionV || kind == Kind::kFfnDown) && UseMoreBits(layer, layers)) return Dtype::kQ6_K;
+    return Dtype::kQ4_K;
+  }
+  const Dtype dtype = *daemon::kernels::ParseDtype(mix);
+  if (kind == Kind::kEmbedding && daemon::kernels::IsQuantized(dtype) && dtype != Dtype::kQ8_0) return Dtype::kQ6_K;
+  return dtype;
+}
+
+class Builder {
+ public:
+  Builder(uint64_t seed, int threads) : draw_(seed), threads_(threads > 0 ? threads : 1) {}
+
+  Tensor Vector(int64_t n, double mean, double std, Weights& w) {
+    std::vector<float> values(static_cast<size_t>(n));
+    draw_.Fill(values.data(), n, mean, std);
+    return daemon::model::OwnedTensor(std::move(values), {n}, w.backing);
+  }
+
+  // A [rows, cols] matrix drawn with std `std`, stored in `dtype`.
+  Tensor Matrix(int64_t rows, int64_t cols, double std, Dtype dtype, Weights& w) {
+    std::vector<float> values(static_cast<size_t>(rows * cols));
+    draw_.Fill(values.data(), rows * cols, 0.0, std);
+    if (dtype == Dtype::kF32) return daemon::model::OwnedTensor(std::move(values), {rows, cols}, w.backing);
+    const int64_t row_bytes = daemon::kernels::RowBytes(dtype, cols);
+    auto buffer = std::make_shared<std::vector<unsigned char>>(static_cast<size_t>(rows * row_bytes));
+    // Rows split among threads (the block quantizers are scalar).
+    std::vector<std::thread> workers;
+    for (int t = 0; t < threads_; ++t) {
+      const int64_t begin = rows * t / threads_, end = rows * (t + 1) / threads_;
+      workers.emplace_back([&, begin, end] {
+        daemon::kernels::simd::FromFloat(values.data() + begin * cols, (end - begin) * cols, dtype,
+                                         buffer->data() + begin * row_bytes);
+      });
+    }
+    for (auto& worker : workers) worker.join();
+    const void* data = buffer->data();
+    w.backing.push_back(std::shared_ptr<const void>(buffer, data));
+    return Tensor{data, dtype, {rows, cols}};
+  }
+
+ private:
+  Normals draw_;
+  int threads_;
+};
+
+}  // namespace
+
+std::optional<ModelConfig> PresetConfig(const std::string& name) {
+  ModelConfig c;
+  if (name == "personal") {
+    c.vocab_size = 16000, c.context = 512, c.width = 384, c.layers = 8, c.heads = 6, c.d_ff = 1152;
+  } else if (name == "base") {
+    c.vocab_size = 16000, c.context = 1024, c.width = 512, c.layers = 8, c.heads = 8, c.d_ff = 1536;
+  } else if (name == "qwen3-0.6b") {
+    c.architecture = Architecture::kQwen3;
+    c.vocab_size = 151936, c.context = 8192, c.width = 1024, c.layers = 28, c.heads = 16, c.d_ff = 3072;
+    c.kv_heads = 8, c.head_size = 128, c.rope_theta = 1e6, c.rms_norm_eps = 1e-6;
+    c.rope_pairs = daemon::model::RopePairs::kHalves;
+    c.qk_norm = true, c.mlp_bias = false, c.tied_embeddings = true;
+  } else if (name == "llama3.2-1b") {
+    c.architecture = Architecture::kLlama;
+    c.vocab_size = 128256, c.context = 8192, c.width = 2048, c.layers = 16, c.heads = 32, c.d_ff = 8192;
+    c.kv_heads = 8, c.head_size = 64, c.rope_theta = 500000.0, c.rms_norm_eps = 1e-5;
+    c.rope_pairs = daemon::model::RopePairs::kHalves;
+    c.rope_scaling = {.type = daemon::model::RopeScaling::Type::kLlama3,
+                      .factor = 32.0,
+                      .low_freq_factor = 1.0,
+                      .high_freq_factor = 4.0,
+                      .original_context = 8192};
+    c.mlp_bias = false, c.tied_embeddings = true, c.qk_rows_interleaved = true;
+  } else {
+    return std::nullopt;
+  }
+  c.name = name;
+  return c;
+}
+
+bool IsWeightMix(const std::string& name) {
+  for (const char* mix : {"f32", "f16", "bf16", "q8_0", "q4_0", "q4_k", "q6_k", "q4_k_m"}) {
+    if (name == mix) return true;
+  }
+  return false;
+}
+
+Weights RandomWeightsInMix(const ModelConfig& config, const std::string& mix, uint64_t seed, int threads) {
+  const int64_t C = config.width, F = config.d_ff, V = config.vocab_size, D = config.head_dim();
+  const int64_t HD = config.q_width(), KVD = config.kv_width(), L = config.layers;
+  const bool fused = config.architecture == Architecture::kNielsGpt;
+  Builder make(seed, threads);
+  Weights w;
+  auto gain = [](double g, int64_t cols) { return g / std::sqrt(static_cast<double>(cols)); };
+  auto dtype = [&](Kind kind, int64_t layer) { return DtypeIn(mix, kind, layer, L); };
+  w.tok_emb = make.Matrix(V, C, 4.0 / std::sqrt(static_cast<double>(C)), dtype(Kind::kEmbedding, 0), w);
+  for (int64_t i = 0; i < L; ++i) {
+    daemon::model::BlockWeights b;
+    b.attn_norm = make.Vector(C, 1.0, 0.2, w);
+    if (fused) {
+      b.wqkv = make.Matrix(HD + 2 * KVD, C, gain(1.0, C), dtype(Kind::kOther, i), w);
+    } else {
+      b.wq = make.Matrix(HD, C, gain(2.0, C), dtype(Kind::kOther, i), w);
+      b.wk = make.Matrix(KVD, C, gain(2.0, C), dtype(Kind::kOther, i), w);
+      b.wv = make.Matrix(KVD, C, gain(1.0, C), dtype(Kind::kAttentionV, i), w);
+    }
+    if (config.attention_bias) {
+      b.bq = make.Vector(HD, 0.0, 0.5, w);
+      b.bk = make.Vector(KVD, 0.0, 0.5, w);
+      b.bv = make.Vector(KVD, 0.0, 0.5, w);
+    }
+    if (config.qk_norm) {
+      b.q_norm = make.Vector(D, 2.0, 0.4, w);
+      b.k_norm = make.Vector(D, 2.0, 0.4, w);
+    }
+    b.wo = make.Matrix(C, HD, gain(1.0, HD), dtype(Kind::kOther, i), w);
+    b.ffn_norm = make.Vector(C, 1.0, 0.2, w);
+    b.w_gate = make.Matrix(F, C, gain(2.0, C), dtype(Kind::kOther, i), w);
+    b.w_up = make.Matrix(F, C, gain(1.0, C), dtype(Kind::kOther, i), w);
+    b.w_down = make.Matrix(C, F, gain(1.0, F), dtype(Kind::kFfnDown, i), w);
+    if (config.mlp_bias) {
+      b.b_gate = make.Vector(F, 0.0, 0.5, w);
+      b.b_up = make.Vector(F, 0.0, 0.5, w);
+      b.b_down = make.Vector(C, 0.0, 0.5, w);
+    }
+    w.blocks.push_back(std::move(b));
+  }
+  w.final_norm = make.Vector(C, 1.0, 0.2, w);
+  w.lm_head = config.tied_embeddings ? w.tok_emb : make.Matrix(V, C, gain(4.0, C), dtype(Kind::kEmbedding, 0), w);
+  if (config.rope_scaling.type == daemon::model::RopeScaling::Type::kLlama3) {
+    w.rope_freqs = daemon::model::OwnedTensor(daemon::model::Llama3RopeFactors(config), {D / 2}, w.backing);
+  }
+  return w;
+}
+
+}  // namespace niels::bench
