@@ -15,6 +15,8 @@
 #include "daemon/loaders/tensor_import.h"
 #include "daemon/loaders/tensor_slots.h"
 #include "daemon/text/bpe_tokenizer.h"
+#include "daemon/text/sentencepiece_proto.h"
+#include "daemon/text/sentencepiece_tokenizer.h"
 
 namespace niels::daemon::loaders {
 namespace {
@@ -104,6 +106,36 @@ StatusOr<double> Llama3Factor(const model::Tensor& rope_freqs, const std::filesy
   return largest;
 }
 
+// The tokenizer of `data` and what goes with it (chat template, BOS rule, niels_gpt's markers).
+Status AttachTokenizer(const std::filesystem::path& path, GgufTokenizer data, Model* model) {
+  const text::SpecialTokenIds special = data.special;
+  if (data.sentencepiece) {
+    auto tokenizer = text::SentencePieceTokenizer::FromModelProto(text::SerializeBpeModelProto(*data.sentencepiece),
+                                                                  path.string() + ": tokenizer");
+    if (!tokenizer.ok()) return tokenizer.status();
+    if ((*tokenizer)->special().sys >= 0) {
+      // niels_gpt's vocabulary (niels-export): its token-native chat format, as from its niels
+      // directory; the file's tokenizer.chat_template is that format written as Jinja for llama.cpp.
+      model->special = (*tokenizer)->special();
+      model->tokenizer = std::move(tokenizer).value();
+      return Status::Ok();
+    }
+    model->chat_template = std::move(data.chat_template);
+    model->tokenizer = std::move(tokenizer).value();
+  } else {
+    auto tokenizer = text::BpeTokenizer::Create(std::move(*data.bpe));
+    if (!tokenizer.ok()) {
+      return Status::InvalidArgument(fmt::format("{}: tokenizer: {}", path.string(), tokenizer.status().message()));
+    }
+    model->chat_template = (*tokenizer)->chat_template();
+    model->tokenizer = std::move(tokenizer).value();
+  }
+  if (special.bos) model->bos_token = model->tokenizer->Piece(*special.bos);
+  if (special.eos) model->eos_token = model->tokenizer->Piece(*special.eos);
+  if (special.add_bos && special.bos) model->add_bos_id = special.bos;
+  return Status::Ok();
+}
+
 }  // namespace
 
 bool IsGgufFile(const std::filesystem::path& path) {
@@ -136,16 +168,15 @@ StatusOr<std::unique_ptr<Model>> LoadGgufModel(const std::filesystem::path& path
     model->config.rope_scaling.factor = *factor;
   }
   model->stop_ids = tokenizer_data->stop_ids;
-  const text::SpecialTokenIds special = tokenizer_data->spec.special;
-  auto tokenizer = text::BpeTokenizer::Create(std::move(tokenizer_data->spec));
-  if (!tokenizer.ok()) {
-    return Status::InvalidArgument(fmt::format("{}: tokenizer: {}", path.string(), tokenizer.status().message()));
+  NIELS_RETURN_IF_ERROR(AttachTokenizer(path, std::move(tokenizer_data).value(), model.get()));
+  if (model->special.sys >= 0 && model->config.qk_rows_interleaved) {
+    // niels-export's GGUF of a niels_gpt model: its q/k rows are niels_gpt's, whose RoPE rotates
+    // adjacent pairs (llama.cpp's normal RoPE on the stored rows). Rotating them so is the same math
+    // as putting each head in halves order and rotating halves, and bitwise what its niels
+    // directory computes.
+    model->config.rope_pairs = model::RopePairs::kAdjacent;
+    model->config.qk_rows_interleaved = false;
   }
-  model->chat_template = (*tokenizer)->chat_template();
-  if (special.bos) model->bos_token = (*tokenizer)->Piece(*special.bos);
-  if (special.eos) model->eos_token = (*tokenizer)->Piece(*special.eos);
-  if (special.add_bos && special.bos) model->add_bos_id = special.bos;
-  model->tokenizer = std::move(tokenizer).value();
   model->weights_file =
       std::make_shared<formats::MappedFileSet>(std::vector<std::shared_ptr<const formats::MappedFile>>{*file});
   NIELS_RETURN_IF_ERROR(BuildTransformer(model.get(), std::move(weights).value(), std::move(pool), options,

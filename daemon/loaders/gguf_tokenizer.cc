@@ -6,6 +6,8 @@
 
 #include <fmt/format.h>
 
+#include "daemon/loaders/gguf_sentencepiece.h"
+
 namespace niels::daemon::loaders {
 namespace {
 
@@ -51,21 +53,29 @@ StatusOr<std::optional<int32_t>> TokenId(const GgufFile& file, std::string_view 
   return std::optional<int32_t>(static_cast<int32_t>(**id));
 }
 
-// tokenizer.ggml.model and .pre -> the pre-tokenizer; everything else refused.
-Status ReadModelKind(const GgufFile& file, BpeSpec* spec, std::string* pre_name) {
+enum class Vocabulary { kBpe, kSentencePiece };
+
+// tokenizer.ggml.model: "gpt2" or "llama"; everything else refused.
+StatusOr<Vocabulary> ReadModelKind(const GgufFile& file) {
   auto model = Required(file.GetString("tokenizer.ggml.model"), file, "tokenizer.ggml.model");
   if (!model.ok()) return model.status();
-  if (*model == "llama" || *model == "t5") {
+  if (*model == "gpt2") return Vocabulary::kBpe;
+  if (*model == "llama") return Vocabulary::kSentencePiece;
+  if (*model == "t5") {
     return Status::InvalidArgument(fmt::format(
-        "{} = \"{}\": SentencePiece vocabularies ({}) are not supported from GGUF; nielsd runs byte-level BPE "
-        "(\"gpt2\") tokenizers{}",
-        Where(file, "tokenizer.ggml.model"), *model, *model == "llama" ? "BPE by scores: Llama 2, Mistral" : "unigram",
-        *model == "t5" ? " (a niels_gpt model exported by niels-export: load its niels model directory instead)" : ""));
+        "{} = \"t5\": SentencePiece unigram vocabularies are not supported from GGUF; nielsd runs \"gpt2\" "
+        "(byte-level BPE) and \"llama\" (SentencePiece BPE) (a niels_gpt model exported by niels-export: load its "
+        "niels model directory instead)",
+        Where(file, "tokenizer.ggml.model")));
   }
-  if (*model != "gpt2") {
-    return Status::InvalidArgument(fmt::format("{} = \"{}\" is not supported (nielsd runs \"gpt2\", byte-level BPE)",
-                                               Where(file, "tokenizer.ggml.model"), *model));
-  }
+  return Status::InvalidArgument(
+      fmt::format("{} = \"{}\" is not supported (nielsd runs \"gpt2\", byte-level BPE, and \"llama\", SentencePiece "
+                  "BPE)",
+                  Where(file, "tokenizer.ggml.model"), *model));
+}
+
+// tokenizer.ggml.pre -> the pre-tokenizer of a byte-level BPE vocabulary.
+Status ReadPreTokenizer(const GgufFile& file, BpeSpec* spec, std::string* pre_name) {
   auto pre = Required(file.GetString("tokenizer.ggml.pre"), file, "tokenizer.ggml.pre");
   if (!pre.ok()) return pre.status();
   auto setup = text::PreTokenizerForGgufName(*pre);
@@ -78,22 +88,27 @@ Status ReadModelKind(const GgufFile& file, BpeSpec* spec, std::string* pre_name)
   return Status::Ok();
 }
 
-Status ReadVocabulary(const GgufFile& file, int64_t vocab_size, BpeSpec* spec) {
+// tokenizer.ggml.tokens, as many as the embedding has rows.
+StatusOr<std::vector<std::string_view>> ReadTokens(const GgufFile& file, int64_t vocab_size) {
   auto tokens = Required(file.GetStringArray("tokenizer.ggml.tokens"), file, "tokenizer.ggml.tokens");
   if (!tokens.ok()) return tokens.status();
   if (static_cast<int64_t>(tokens->size()) != vocab_size) {
     return Status::InvalidArgument(fmt::format("{} holds {} tokens, but token_embd.weight has {} rows",
                                                Where(file, "tokenizer.ggml.tokens"), tokens->size(), vocab_size));
   }
+  return tokens;
+}
+
+Status ReadBpeVocabulary(const GgufFile& file, const std::vector<std::string_view>& tokens, BpeSpec* spec) {
   auto types = Optional(file.GetIntArray("tokenizer.ggml.token_type"));
   if (!types.ok()) return types.status();
-  if (*types && (*types)->size() != tokens->size()) {
+  if (*types && (*types)->size() != tokens.size()) {
     return Status::InvalidArgument(fmt::format("{} has {} entries for {} tokens", Where(file, "tokenizer.ggml.token_type"),
-                                               (*types)->size(), tokens->size()));
+                                               (*types)->size(), tokens.size()));
   }
-  spec->pieces.reserve(tokens->size());
-  spec->types.reserve(tokens->size());
-  for (size_t i = 0; i < tokens->size(); ++i) {
+  spec->pieces.reserve(tokens.size());
+  spec->types.reserve(tokens.size());
+  for (size_t i = 0; i < tokens.size(); ++i) {
     TokenType type = TokenType::kNormal;
     if (*types) {
       const int64_t value = (**types)[i];
@@ -105,7 +120,7 @@ Status ReadVocabulary(const GgufFile& file, int64_t vocab_size, BpeSpec* spec) {
       type = *known;
     }
     spec->types.push_back(type);
-    spec->pieces.emplace_back(type == TokenType::kUnused ? std::string_view() : (*tokens)[i]);
+    spec->pieces.emplace_back(type == TokenType::kUnused ? std::string_view() : tokens[i]);
   }
   auto merges = Required(file.GetStringArray("tokenizer.ggml.merges"), file, "tokenizer.ggml.merges");
   if (!merges.ok()) return merges.status();
@@ -120,9 +135,12 @@ Status ReadVocabulary(const GgufFile& file, int64_t vocab_size, BpeSpec* spec) {
   return Status::Ok();
 }
 
-// Special ids, add_bos, the chat template and the stop ids.
-Status ReadSpecials(const GgufFile& file, int64_t vocab_size, const std::string& pre, GgufTokenizer* out) {
-  BpeSpec& spec = out->spec;
+// Special ids, add_bos (`default_add_bos` when the key is absent), the chat template and the stop
+// ids, for a vocabulary of `pieces` and `types`.
+Status ReadSpecials(const GgufFile& file, const std::vector<std::string>& pieces, const std::vector<TokenType>& types,
+                    bool default_add_bos, GgufTokenizer* out) {
+  const int64_t vocab_size = static_cast<int64_t>(pieces.size());
+  text::SpecialTokenIds& special = out->special;
   std::vector<int32_t> stops;
   for (std::string_view key : {"tokenizer.ggml.bos_token_id", "tokenizer.ggml.eos_token_id",
                                "tokenizer.ggml.padding_token_id", "tokenizer.ggml.eot_token_id",
@@ -130,21 +148,21 @@ Status ReadSpecials(const GgufFile& file, int64_t vocab_size, const std::string&
     auto id = TokenId(file, key, vocab_size);
     if (!id.ok()) return id.status();
     if (!*id) continue;
-    if (key == "tokenizer.ggml.bos_token_id") spec.special.bos = **id;
-    if (key == "tokenizer.ggml.eos_token_id") spec.special.eos = **id;
-    if (key == "tokenizer.ggml.padding_token_id") spec.special.pad = **id;
+    if (key == "tokenizer.ggml.bos_token_id") special.bos = **id;
+    if (key == "tokenizer.ggml.eos_token_id") special.eos = **id;
+    if (key == "tokenizer.ggml.padding_token_id") special.pad = **id;
     if (key != "tokenizer.ggml.bos_token_id" && key != "tokenizer.ggml.padding_token_id") stops.push_back(**id);
   }
   auto add_bos = Optional(file.GetBool("tokenizer.ggml.add_bos_token"));
   if (!add_bos.ok()) return add_bos.status();
-  spec.special.add_bos = add_bos->value_or(pre == "llama-bpe" || pre == "llama3" || pre == "llama-v3");
+  special.add_bos = add_bos->value_or(default_add_bos);
   auto chat_template = Optional(file.GetString("tokenizer.chat_template"));
   if (!chat_template.ok()) return chat_template.status();
-  if (*chat_template) spec.chat_template = std::string(**chat_template);
-  for (size_t id = 0; id < spec.pieces.size(); ++id) {
-    if (spec.types[id] != TokenType::kControl) continue;
+  if (*chat_template) out->chat_template = std::string(**chat_template);
+  for (size_t id = 0; id < pieces.size(); ++id) {
+    if (types[id] != TokenType::kControl) continue;
     for (std::string_view marker : kEndMarkers) {
-      if (spec.pieces[id] == marker) stops.push_back(static_cast<int32_t>(id));
+      if (pieces[id] == marker) stops.push_back(static_cast<int32_t>(id));
     }
   }
   std::sort(stops.begin(), stops.end());
@@ -162,11 +180,29 @@ Status ReadSpecials(const GgufFile& file, int64_t vocab_size, const std::string&
 }  // namespace
 
 StatusOr<GgufTokenizer> ReadGgufTokenizer(const GgufFile& file, int64_t vocab_size) {
+  auto kind = ReadModelKind(file);
+  if (!kind.ok()) return kind.status();
+  auto tokens = ReadTokens(file, vocab_size);
+  if (!tokens.ok()) return tokens.status();
   GgufTokenizer out;
+  if (*kind == Vocabulary::kSentencePiece) {
+    auto vocabulary = ReadGgufSentencePiece(file, *tokens);
+    if (!vocabulary.ok()) return vocabulary.status();
+    out.sentencepiece = std::move(vocabulary).value();
+    // llama.cpp adds BOS for this vocabulary unless the file says otherwise.
+    NIELS_RETURN_IF_ERROR(
+        ReadSpecials(file, out.sentencepiece->pieces, out.sentencepiece->types, /*default_add_bos=*/true, &out));
+    return out;
+  }
+  BpeSpec spec;
   std::string pre;
-  NIELS_RETURN_IF_ERROR(ReadModelKind(file, &out.spec, &pre));
-  NIELS_RETURN_IF_ERROR(ReadVocabulary(file, vocab_size, &out.spec));
-  NIELS_RETURN_IF_ERROR(ReadSpecials(file, vocab_size, pre, &out));
+  NIELS_RETURN_IF_ERROR(ReadPreTokenizer(file, &spec, &pre));
+  NIELS_RETURN_IF_ERROR(ReadBpeVocabulary(file, *tokens, &spec));
+  NIELS_RETURN_IF_ERROR(
+      ReadSpecials(file, spec.pieces, spec.types, pre == "llama-bpe" || pre == "llama3" || pre == "llama-v3", &out));
+  spec.special = out.special;
+  spec.chat_template = out.chat_template;
+  out.bpe = std::move(spec);
   return out;
 }
 

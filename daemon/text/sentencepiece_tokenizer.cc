@@ -128,47 +128,88 @@ StatusOr<std::unique_ptr<SentencePieceTokenizer>> SentencePieceTokenizer::Load(c
   const std::string file = path.string();
   std::ifstream in(path, std::ios::binary);
   if (!in) return Status::NotFound(file + ": cannot read");
-  if (Status s = LoadSentencePieceRuntime(); !s.ok()) return Status::Internal(file + ": " + s.message());
   std::ostringstream buffer;
   buffer << in.rdbuf();
-  const std::string serialized = buffer.str();
+  return Build(buffer.str(), file, /*require_markers=*/true);
+}
 
+StatusOr<std::unique_ptr<SentencePieceTokenizer>> SentencePieceTokenizer::FromModelProto(std::string_view serialized,
+                                                                                         const std::string& where) {
+  return Build(std::string(serialized), where, /*require_markers=*/false);
+}
+
+StatusOr<std::unique_ptr<SentencePieceTokenizer>> SentencePieceTokenizer::Build(const std::string& serialized,
+                                                                                const std::string& where,
+                                                                                bool require_markers) {
+  if (Status s = LoadSentencePieceRuntime(); !s.ok()) return Status::Internal(where + ": " + s.message());
   sentencepiece::SentencePieceProcessor original;
   if (auto s = original.LoadFromSerializedProto(serialized); !s.ok()) {
-    return Status::InvalidArgument(file + ": not a SentencePiece model (" + s.ToString() + ")");
+    return Status::InvalidArgument(where + ": not a SentencePiece model (" + s.ToString() + ")");
   }
   std::array<int32_t, 4> ids{};
-  for (size_t i = 0; i < kSpecialLiterals.size(); ++i) {
+  bool has_markers = true;
+  for (size_t i = 0; i < kSpecialLiterals.size() && has_markers; ++i) {
     ids[i] = original.PieceToId(kSpecialLiterals[i]);
     if (ids[i] < 0 || original.IsUnknown(ids[i]) || original.IdToPiece(ids[i]) != kSpecialLiterals[i]) {
-      return Status::InvalidArgument(file + ": missing special token " + std::string(kSpecialNames[i]) + " (" +
-                                     std::string(kSpecialLiterals[i]) + ") as a single piece");
+      if (require_markers) {
+        return Status::InvalidArgument(where + ": missing special token " + std::string(kSpecialNames[i]) + " (" +
+                                       std::string(kSpecialLiterals[i]) + ") as a single piece");
+      }
+      has_markers = false;
     }
-  }
-  std::string retyped;
-  if (!RetypeSpecials(serialized, kSpecialLiterals, retyped)) {
-    return Status::InvalidArgument(file + ": malformed SentencePiece model proto");
   }
   std::unique_ptr<SentencePieceTokenizer> tok(new SentencePieceTokenizer());
   tok->sp_ = std::make_unique<sentencepiece::SentencePieceProcessor>();
+  if (!has_markers) {
+    // Every control piece is special; EncodeRendered also reads unknown pieces (llama.cpp's
+    // special-token cache holds both).
+    if (auto s = tok->sp_->LoadFromSerializedProto(serialized); !s.ok()) {
+      return Status::Internal(where + ": reloading the SentencePiece model failed: " + s.ToString());
+    }
+    for (int32_t id = 0; id < tok->vocab_size(); ++id) {
+      const bool control = tok->sp_->IsControl(id);
+      if (control) tok->special_ids_.push_back(id);
+      if (control || tok->sp_->IsUnknown(id)) tok->rendered_literals_.emplace_back(tok->sp_->IdToPiece(id), id);
+    }
+    std::stable_sort(tok->rendered_literals_.begin(), tok->rendered_literals_.end(),
+                     [](const auto& a, const auto& b) { return a.first.size() > b.first.size(); });
+    return tok;
+  }
+  std::string retyped;
+  if (!RetypeSpecials(serialized, kSpecialLiterals, retyped)) {
+    return Status::InvalidArgument(where + ": malformed SentencePiece model proto");
+  }
   if (auto s = tok->sp_->LoadFromSerializedProto(retyped); !s.ok()) {
-    return Status::Internal(file + ": reloading with control special tokens failed: " + s.ToString());
+    return Status::Internal(where + ": reloading with control special tokens failed: " + s.ToString());
   }
   tok->special_ = {ids[0], ids[1], ids[2], ids[3]};
-  // The guarantee Encode documents, checked once per load.
   for (size_t i = 0; i < kSpecialLiterals.size(); ++i) {
-    if (tok->sp_->PieceToId(kSpecialLiterals[i]) != ids[i] || !tok->sp_->IsControl(ids[i])) {
-      return Status::Internal(file + ": special token " + std::string(kSpecialNames[i]) + " changed id on reload");
+    tok->rendered_literals_.emplace_back(std::string(kSpecialLiterals[i]), ids[i]);
+  }
+  tok->special_ids_.assign(ids.begin(), ids.end());
+  std::sort(tok->special_ids_.begin(), tok->special_ids_.end());
+  std::stable_sort(tok->rendered_literals_.begin(), tok->rendered_literals_.end(),
+                   [](const auto& a, const auto& b) { return a.first.size() > b.first.size(); });
+  NIELS_RETURN_IF_ERROR(tok->CheckMarkersNeverEncoded(where));
+  return tok;
+}
+
+// The guarantee Encode documents, checked once per load of niels_gpt's tokenizer.
+Status SentencePieceTokenizer::CheckMarkersNeverEncoded(const std::string& where) const {
+  const std::array<int32_t, 4> ids = {special_.sys, special_.usr, special_.asst, special_.eot};
+  for (size_t i = 0; i < kSpecialLiterals.size(); ++i) {
+    if (sp_->PieceToId(kSpecialLiterals[i]) != ids[i] || !sp_->IsControl(ids[i])) {
+      return Status::Internal(where + ": special token " + std::string(kSpecialNames[i]) + " changed id on reload");
     }
-    StatusOr<std::vector<int32_t>> literal = tok->Encode(kSpecialLiterals[i]);
-    if (!literal.ok()) return Status::Internal(file + ": " + literal.status().message());
+    StatusOr<std::vector<int32_t>> literal = Encode(kSpecialLiterals[i]);
+    if (!literal.ok()) return Status::Internal(where + ": " + literal.status().message());
     for (int32_t id : *literal) {
-      if (id == ids[0] || id == ids[1] || id == ids[2] || id == ids[3]) {
-        return Status::Internal(file + ": the literal of " + std::string(kSpecialNames[i]) + " encodes to a special id");
+      if (IsSpecial(id)) {
+        return Status::Internal(where + ": the literal of " + std::string(kSpecialNames[i]) + " encodes to a special id");
       }
     }
   }
-  return tok;
+  return Status::Ok();
 }
 
 StatusOr<std::vector<int32_t>> SentencePieceTokenizer::Encode(std::string_view text) const {
@@ -178,21 +219,40 @@ StatusOr<std::vector<int32_t>> SentencePieceTokenizer::Encode(std::string_view t
 }
 
 StatusOr<std::vector<int32_t>> SentencePieceTokenizer::EncodeRendered(std::string_view text) const {
-  const std::array<int32_t, 4> ids = {special_.sys, special_.usr, special_.asst, special_.eot};
-  std::vector<int32_t> out;
-  while (!text.empty()) {
-    // The earliest special literal in what is left, and the text before it.
-    size_t at = std::string_view::npos, which = 0;
-    for (size_t i = 0; i < kSpecialLiterals.size(); ++i) {
-      const size_t found = text.find(kSpecialLiterals[i]);
-      if (found < at) at = found, which = i;
+  // Split out the literals, longest first (llama.cpp's order), each everywhere in the text that is
+  // still plain; then encode each plain part on its own.
+  struct Fragment {
+    std::string_view text;
+    int32_t id = -1;  // -1: plain text
+  };
+  std::vector<Fragment> fragments = {{text, -1}}, next;
+  for (const auto& [literal, id] : rendered_literals_) {
+    next.clear();
+    for (const Fragment& f : fragments) {
+      std::string_view rest = f.text;
+      size_t at = f.id < 0 ? rest.find(literal) : std::string_view::npos;
+      if (at == std::string_view::npos) {
+        next.push_back(f);
+        continue;
+      }
+      for (; at != std::string_view::npos; at = rest.find(literal)) {
+        if (at > 0) next.push_back({rest.substr(0, at), -1});
+        next.push_back({{}, id});
+        rest.remove_prefix(at + literal.size());
+      }
+      if (!rest.empty()) next.push_back({rest, -1});
     }
-    StatusOr<std::vector<int32_t>> plain = Encode(text.substr(0, at));
+    fragments.swap(next);
+  }
+  std::vector<int32_t> out;
+  for (const Fragment& f : fragments) {
+    if (f.id >= 0) {
+      out.push_back(f.id);
+      continue;
+    }
+    StatusOr<std::vector<int32_t>> plain = Encode(f.text);
     if (!plain.ok()) return plain.status();
     out.insert(out.end(), plain->begin(), plain->end());
-    if (at == std::string_view::npos) break;
-    out.push_back(ids[which]);
-    text.remove_prefix(at + kSpecialLiterals[which].size());
   }
   return out;
 }
@@ -202,8 +262,7 @@ std::string SentencePieceTokenizer::Decode(std::span<const int32_t> ids) const {
   kept.reserve(ids.size());
   const int32_t n = vocab_size();
   for (int32_t id : ids) {
-    if (id < 0 || id >= n) continue;
-    if (id == special_.sys || id == special_.usr || id == special_.asst || id == special_.eot) continue;
+    if (id < 0 || id >= n || IsSpecial(id)) continue;
     kept.push_back(id);
   }
   std::string text;
@@ -217,7 +276,7 @@ std::string SentencePieceTokenizer::Piece(int32_t id) const {
 }
 
 bool SentencePieceTokenizer::IsSpecial(int32_t id) const {
-  return id >= 0 && (id == special_.sys || id == special_.usr || id == special_.asst || id == special_.eot);
+  return std::binary_search(special_ids_.begin(), special_ids_.end(), id);
 }
 
 bool SentencePieceTokenizer::IsTextPiece(int32_t id) const {

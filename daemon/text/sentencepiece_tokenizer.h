@@ -1,7 +1,9 @@
 #pragma once
-// SentencePieceTokenizer: niels_gpt's tokenizer, a SentencePiece model with the four niels_gpt
-// special tokens (docs/ARCHITECTURE.md, "Tokenizers, chat templates, text and sampling").
-// No libtorch. Immutable after Load(); const methods are safe from any thread.
+// SentencePieceTokenizer: a SentencePiece model (docs/ARCHITECTURE.md, "Tokenizers, chat templates,
+// text and sampling"): niels_gpt's tokenizer.model with its four special tokens, or the SentencePiece
+// vocabulary of a GGUF file (llama.cpp's "llama" vocabulary: Llama 2, Mistral, a niels-export GGUF)
+// as a ModelProto (sentencepiece_proto.h).
+// No libtorch. Immutable once made; const methods are safe from any thread.
 
 #include <cstdint>
 #include <filesystem>
@@ -9,6 +11,7 @@
 #include <span>
 #include <string>
 #include <string_view>
+#include <utility>
 #include <vector>
 
 #include "common/status.h"
@@ -37,13 +40,23 @@ class SentencePieceTokenizer final : public Tokenizer {
   SentencePieceTokenizer(const SentencePieceTokenizer&) = delete;
   SentencePieceTokenizer& operator=(const SentencePieceTokenizer&) = delete;
 
-  // Loads tokenizer.model. NOT_FOUND if unreadable; INVALID_ARGUMENT (naming the file) if it is not a
-  // SentencePiece model or lacks one of the four special tokens as a single piece.
+  // Loads niels_gpt's tokenizer.model. NOT_FOUND if unreadable; INVALID_ARGUMENT (naming the file) if
+  // it is not a SentencePiece model or lacks one of the four special tokens as a single piece.
   static common::StatusOr<std::unique_ptr<SentencePieceTokenizer>> Load(const std::filesystem::path& path);
 
-  // Tokenizer. Encode: the result never contains sys/usr/asst/eot (the four markers are the only
-  // special ids). EncodeRendered: the four literals become their ids, the text between them is
-  // encoded separately. Errors: INTERNAL when SentencePiece fails.
+  // A tokenizer from a serialized ModelProto; `where` names its source in errors. With niels_gpt's
+  // four markers among its pieces it is niels_gpt's tokenizer, exactly as Load makes it (the markers
+  // are the special ids, special() names them). Otherwise every CONTROL piece is special (<s>, </s>,
+  // [INST]...), special() is all -1, and EncodeRendered also reads UNKNOWN pieces' literals (<unk>),
+  // as llama.cpp does with special tokens parsed. INVALID_ARGUMENT naming `where` with SentencePiece's
+  // reason when it refuses the proto; INTERNAL when SentencePiece cannot be loaded.
+  static common::StatusOr<std::unique_ptr<SentencePieceTokenizer>> FromModelProto(std::string_view serialized,
+                                                                                   const std::string& where);
+
+  // Tokenizer. Encode: the result never contains a special id (a control piece never comes from
+  // text). EncodeRendered: the special literals become their ids (a longer literal before a shorter
+  // one, then left to right, as llama.cpp splits a text), the text between them is encoded
+  // separately. Errors: INTERNAL when SentencePiece fails.
   int32_t vocab_size() const override;
   common::StatusOr<std::vector<int32_t>> Encode(std::string_view text) const override;
   common::StatusOr<std::vector<int32_t>> EncodeRendered(std::string_view text) const override;
@@ -55,13 +68,22 @@ class SentencePieceTokenizer final : public Tokenizer {
   bool IsTextPiece(int32_t id) const override;
   TextBytes Bytes(int32_t id) const override;
 
-  // niels_gpt's four markers.
+  // niels_gpt's four markers (all -1 for a tokenizer without them).
   const SpecialTokens& special() const { return special_; }
 
  private:
   SentencePieceTokenizer();
+  // Builds from `serialized`; `require_markers`: refuse a model without niels_gpt's four markers.
+  static common::StatusOr<std::unique_ptr<SentencePieceTokenizer>> Build(const std::string& serialized,
+                                                                         const std::string& where,
+                                                                         bool require_markers);
+  common::Status CheckMarkersNeverEncoded(const std::string& where) const;
+
   std::unique_ptr<sentencepiece::SentencePieceProcessor> sp_;
   SpecialTokens special_;
+  std::vector<int32_t> special_ids_;  // ascending: what IsSpecial names and Decode drops
+  // The literals EncodeRendered reads as ids, longest first (ties: lower id first).
+  std::vector<std::pair<std::string, int32_t>> rendered_literals_;
 };
 
 }  // namespace niels::daemon::text

@@ -1,17 +1,17 @@
 // Fuzz target: the loaders of the Llama family (daemon/loaders): a GGUF model file through LoadModel
-// (gguf_config, gguf_tokenizer, gguf_model: metadata to config, tokenizer.ggml.* to a BPE
-// tokenizer, tensors to weights) and the text of a Hugging Face config.json (hf_config.h,
+// (gguf_config, gguf_tokenizer, gguf_sentencepiece, gguf_model: metadata to config, tokenizer.ggml.*
+// to a byte-level BPE or a SentencePiece tokenizer, tensors to weights) and the text of a Hugging Face config.json (hf_config.h,
 // ParseHfConfig) and generation_config.json (ParseGenerationConfigEos).
 //
 // Input: 1 selector byte, then the fuzzed bytes. selector % 3: 0 = a GGUF file (written to tmpfs
 // when /dev/shm exists, loaded with --max-context 64), 1 = config.json, 2 = generation_config.json.
 // The seeds are tiny llama, qwen2 and qwen3 models (family_model.h, at shapes whose GGUF fits in one
-// input) and their config.json files; with NIELS_FUZZ_WRITE_SEEDS=DIR the initialisation writes
+// input), a llama with a SentencePiece vocabulary ("llama_spm") and their config.json files; with NIELS_FUZZ_WRITE_SEEDS=DIR the initialisation writes
 // them to DIR.
 // Invariants: a refused GGUF names the file; a loaded one has a config that ValidateModelConfig
 // accepts and that is of the family, a tokenizer of V ids, stop ids in range, ascending and not
-// empty, an add-BOS id in range, every matrix of the file's own types, and runs one forward pass of
-// two tokens (V logits per position; finiteness is not checked: the weights are the input's). An
+// empty, an add-BOS id in range, a tokenizer that encodes (plain and rendered) to ids in range,
+// every matrix of the file's own types, and runs one forward pass of two tokens (V logits per position; finiteness is not checked: the weights are the input's). An
 // accepted config.json gives a valid config of llama, qwen2 or qwen3, llama3 rope scaling with
 // positive factors, ids >= 0.
 
@@ -77,6 +77,16 @@ void WriteSeeds(const fs::path& dir) {
     niels::testing::WriteFile(dir / (name + "_config_json"), std::string(1, '\1') + hf.config.dump(2));
     niels::testing::WriteFile(dir / (name + "_generation_config_json"), std::string(1, '\2') + hf.generation_config.dump(2));
   }
+  // A SentencePiece vocabulary (tokenizer.ggml.model "llama", Llama 2's shape).
+  model::ModelConfig config = SeedConfig(model::Architecture::kLlama);
+  config.vocab_size = 352;
+  niels::testing::GgufModelFiles spm =
+      niels::testing::MakeGgufModel(config, niels::testing::TinyFamilyWeights(config, 1), niels::daemon::kernels::Dtype::kF16);
+  niels::testing::UseSentencePieceVocabulary(spm, niels::testing::TinySentencePieceTokens(config.vocab_size));
+  const fs::path gguf = g_work / "llama_spm.gguf";
+  spm.Write(gguf);
+  FUZZ_CHECK(loaders::LoadModel(gguf).ok());
+  niels::testing::WriteFile(dir / "llama_spm_gguf", std::string(1, '\0') + niels::testing::ReadFile(gguf));
 }
 
 void CheckGguf(std::string_view bytes) {
@@ -100,6 +110,14 @@ void CheckGguf(std::string_view bytes) {
     FUZZ_CHECK(i == 0 || m.stop_ids[i - 1] < m.stop_ids[i]);
   }
   FUZZ_CHECK(!m.add_bos_id || (*m.add_bos_id >= 0 && *m.add_bos_id < c.vocab_size));
+  for (std::string_view text : {"Hello <s> w\xC3\xB6rld\n\t  \xF0\x9F\x98\x80 </s><unk>", ""}) {
+    for (bool rendered : {false, true}) {
+      auto ids = rendered ? m.tokenizer->EncodeRendered(text) : m.tokenizer->Encode(text);
+      if (!ids.ok()) continue;
+      for (int32_t id : *ids) FUZZ_CHECK(id >= 0 && id < c.vocab_size);
+      (void)m.tokenizer->Decode(*ids);
+    }
+  }
   const std::vector<int32_t> ids{m.stop_ids.front(), 0};
   FUZZ_CHECK(m.transformer->Forward(ids).size() == 2 * static_cast<size_t>(c.vocab_size));
 }

@@ -2,6 +2,7 @@
 
 #include <fstream>
 #include <map>
+#include <set>
 #include <stdexcept>
 
 #include <fmt/format.h>
@@ -467,6 +468,65 @@ GgufModelFiles MakeGgufModel(const ModelConfig& config, const Weights& weights, 
     files.tensors.push_back({{name, t.shape, TensorBytes(stored, d)}, GgmlOf(d)});
   });
   return files;
+}
+
+SentencePieceTokens TinySentencePieceTokens(int64_t vocab_size) {
+  const std::string space = "\xE2\x96\x81";  // U+2581
+  SentencePieceTokens v;
+  std::vector<std::string>& tokens = v.tokens;
+  std::vector<int32_t>& types = v.types;
+  std::vector<float>& scores = v.scores;
+  tokens = {"<unk>", "<s>", "</s>"};
+  types = {2, 3, 3};
+  scores = {0.0f, 0.0f, 0.0f};
+  for (int b = 0; b < 256; ++b) {
+    tokens.push_back(fmt::format("<0x{:02X}>", b));
+    types.push_back(6);
+    scores.push_back(0.0f);
+  }
+  std::set<std::string> known;
+  auto add = [&](const std::string& piece, float score) {
+    if (!known.insert(piece).second) return;
+    tokens.push_back(piece);
+    types.push_back(1);
+    scores.push_back(score);
+  };
+  add(space, -1000.0f);
+  for (char c = 'a'; c <= 'z'; ++c) add(std::string(1, c), -1000.0f);
+  for (char c = '0'; c <= '9'; ++c) add(std::string(1, c), -1000.0f);
+  float rank = 0.0f;
+  for (const std::string& word : MergedWords()) {
+    if (word.find('\n') != std::string::npos) continue;
+    std::string spelled;
+    for (char c : word) spelled += c == ' ' ? space : std::string(1, c);
+    // Left to right, as the byte-level merges build it: the first character (U+2581 is 3 bytes).
+    size_t first = spelled.rfind(space, 0) == 0 ? space.size() : 1;
+    for (size_t end = first + 1; end <= spelled.size(); ++end) add(spelled.substr(0, end), -(rank += 1.0f));
+  }
+  if (static_cast<int64_t>(tokens.size()) > vocab_size) {
+    throw std::runtime_error(fmt::format("TinySentencePieceTokens: {} ids, at least {} needed", vocab_size, tokens.size()));
+  }
+  for (int n = 0; static_cast<int64_t>(tokens.size()) < vocab_size; ++n) add(space + "w" + std::to_string(n), -500.0f - n);
+  return v;
+}
+
+void UseSentencePieceVocabulary(GgufModelFiles& files, const SentencePieceTokens& vocabulary) {
+  for (const char* key : {"tokenizer.ggml.pre", "tokenizer.ggml.merges", "tokenizer.ggml.padding_token_id"}) files.Remove(key);
+  auto u32 = [](int64_t v) { return GgufWriteValue::U32(static_cast<uint32_t>(v)); };
+  files.Set("tokenizer.ggml.model", GgufWriteValue::String("llama"));
+  files.Set("tokenizer.ggml.tokens", GgufWriteValue::StringArray(vocabulary.tokens));
+  files.Set("tokenizer.ggml.scores", GgufWriteValue::F32Array(vocabulary.scores));
+  files.Set("tokenizer.ggml.token_type", GgufWriteValue::I32Array(vocabulary.types));
+  files.Set("tokenizer.ggml.bos_token_id", u32(1));
+  files.Set("tokenizer.ggml.eos_token_id", u32(2));
+  files.Set("tokenizer.ggml.unknown_token_id", u32(0));
+  files.Set("tokenizer.ggml.add_bos_token", GgufWriteValue::Bool(true));
+  files.Set("tokenizer.ggml.add_eos_token", GgufWriteValue::Bool(false));
+  files.Set("tokenizer.chat_template",
+            GgufWriteValue::String("{{ bos_token }}{% for m in messages %}{% if m['role'] == 'system' %}"
+                                   "{{ '[INST] <<SYS>>\\n' + m['content'] + '\\n<</SYS>> [/INST]' }}"
+                                   "{% elif m['role'] == 'user' %}{{ '[INST] ' + m['content'] + ' [/INST]' }}"
+                                   "{% else %}{{ ' ' + m['content'] + eos_token }}{% endif %}{% endfor %}"));
 }
 
 }  // namespace niels::testing

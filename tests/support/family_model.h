@@ -94,6 +94,22 @@ GgufModelFiles MakeGgufModel(const daemon::model::ModelConfig& config, const dae
                              daemon::kernels::Dtype dtype = daemon::kernels::Dtype::kF32,
                              const std::function<std::optional<daemon::kernels::Dtype>(const std::string&)>& type_of = {});
 
+// A SentencePiece vocabulary of `vocab_size` ids (at least 350) shaped as llama.cpp's converter
+// writes Llama 2's: <unk>, <s>, </s>, the 256 byte pieces <0x00>..<0xFF>, "\u2581", a-z and 0-9, the
+// pieces that merge to the words of the tiny BPE vocabulary (space as U+2581; earlier merges score
+// higher), then filler pieces "\u2581w<n>". Throws when vocab_size is too small.
+struct SentencePieceTokens {
+  std::vector<std::string> tokens;
+  std::vector<float> scores;
+  std::vector<int32_t> types;  // tokenizer.ggml.token_type values
+};
+SentencePieceTokens TinySentencePieceTokens(int64_t vocab_size);
+
+// Replaces the tokenizer of `files` with `vocabulary` as tokenizer.ggml.model "llama": tokens,
+// scores, token types, bos 1, eos 2, unknown 0, add_bos true, add_eos false and a Llama 2 chat
+// template; no merges, no pre-tokenizer, no padding id.
+void UseSentencePieceVocabulary(GgufModelFiles& files, const SentencePieceTokens& vocabulary);
+
 // The bytes of `tensor`'s values in `dtype` (rounded to nearest even, or quantized as ggml's
 // reference quantizer does).
 std::string TensorBytes(const daemon::model::Tensor& tensor, daemon::kernels::Dtype dtype);

@@ -17,7 +17,9 @@ llama.cpp's "t5" vocabulary):
      (niels-inspect, full forward) within LOGIT_TOL (f32) and LOGIT_TOL_F16 (f16 export).
      node-llama-cpp 3.21.1 gives probabilities, not logits, so both sides are compared as
      logit - max(logit) (the shift no softmax sees).
-Then, for the unigram tokenizer (tokenizer_corpus.py makes the lines):
+Then nielsd's loader on the demo model's GGUF (its SentencePiece "llama" vocabulary, read by
+daemon/loaders/gguf_sentencepiece.h; niels-inspect --tokenize): 5000 lines (tokenizer_corpus.py)
+tokenize to exactly llama.cpp's ids on the same file, every line. Then, for the unigram tokenizer (tokenizer_corpus.py makes the lines):
   4. 5000 lines (prose, and prose with whitespace runs, digits, punctuation, characters NFKC changes,
      characters outside the vocabulary, controls, piece literals) tokenized by nielsd and by
      llama.cpp: identical, except that llama.cpp has no byte fallback, so each run of byte pieces
@@ -62,8 +64,10 @@ LOGIT_TOL_F16 = 5e-2
 # float32's smallest normal), so llama.cpp's shifted logits lose precision there: not compared.
 UNDERFLOW = 80.0
 
-# Lines tokenized by both with the unigram tokenizer; with each variant of it.
+# Lines tokenized by both with the unigram tokenizer; with each variant of it; by nielsd serving the
+# demo model's GGUF and by llama.cpp.
 UNIGRAM_LINES = 5000
+DEMO_GGUF_LINES = 5000
 VARIANT_LINES = 1500
 
 RANDOM_PROMPTS = [[10, 20, 30, 40], [7], [100, 101, 102, 103, 104, 105, 106, 107, 108], [55, 200, 55, 200, 55]]
@@ -219,6 +223,31 @@ def check_model(args, modules, label, model_dir, prompts, failures, dtypes, voca
         failures.check(worst <= tol, f"[{label}/{dtype}] logits differ by {worst:.3g} > {tol:g}")
 
 
+def check_demo_gguf_tokenization(args, modules, failures):
+    """nielsd's loader on the demo model's f32 GGUF (its SentencePiece vocabulary as nielsd reads it
+    from the file; niels-inspect --tokenize) against llama.cpp on the same file: identical ids on
+    every line."""
+    lines = tc.test_lines(args.corpus, args.prose, DEMO_GGUF_LINES, seed=4)
+    texts = [t for _, t in lines]
+    work = os.path.join(args.work_dir, "demo")
+    gguf = os.path.join(work, "model-f32.gguf")
+    texts_path, ids_path = os.path.join(work, "gguf-texts.json"), os.path.join(work, "gguf-ids.json")
+    with open(texts_path, "w") as f:
+        json.dump(texts, f)
+    subprocess.run([args.inspect, gguf, "--tokenize", texts_path, "--out", ids_path], check=True,
+                   stdout=subprocess.DEVNULL)
+    with open(ids_path) as f:
+        ours = json.load(f)["plain"]
+    theirs = run_llamacpp(args, modules, {"gguf": gguf, "texts": texts}, work)["texts"]
+    differ = [(t, a, b) for t, a, b in zip(texts, ours, theirs) if a != b]
+    print(f"[demo GGUF] nielsd's loader vs llama.cpp on the GGUF, {len(texts)} lines: "
+          f"{len(texts) - len(differ)} identical, {len(differ)} different")
+    for t, a, b in differ[:5]:
+        print(f"  {t!r}\n    nielsd    {a}\n    llama.cpp {b}")
+    failures.check(len(ours) == len(texts) and not differ,
+                   f"[demo GGUF] {len(differ)} lines tokenize differently in nielsd and llama.cpp")
+
+
 # ----------------------------------------------------------------------------------------------
 # Unigram tokenizers: llama.cpp's "t5" (UGM) vocabulary against SentencePiece (nielsd's Tokenize)
 
@@ -366,6 +395,7 @@ def main():
     es.make_random_model(random_dir, args.make_tokenizer, seed=7, std=0.3)
     check_model(args, modules, "random", random_dir, RANDOM_PROMPTS, failures, ["f32", "f16"])
     check_model(args, modules, "demo", args.demo_model, None, failures, ["f32", "f16"])
+    check_demo_gguf_tokenization(args, modules, failures)
     with open(os.path.join(args.work_dir, "unigram-train.txt"), "w", encoding="utf-8") as f:
         f.write("\n".join(tc.training_sentences(args.corpus, args.prose)) + "\n")
     unigram_dir = unigram_model(args, "unigram", 9)

@@ -177,9 +177,10 @@ TEST_F(FamilyErrorsTest, GgufBadType) {
   ExpectRefused(path, {.mentions = {path.string() + ": tensor blk.0.ffn_up.weight has type", "cannot compute with"}});
 }
 
-TEST_F(FamilyErrorsTest, GgufSentencePieceTokenizer) {
-  const auto path = Gguf([](testing::GgufModelFiles& f) { f.Set("tokenizer.ggml.model", GgufWriteValue::String("llama")); });
-  ExpectRefused(path, {.mentions = {path.string(), "tokenizer.ggml.model", "\"llama\""}});
+TEST_F(FamilyErrorsTest, GgufUnigramTokenizer) {
+  // SentencePiece BPE ("llama") loads (gguf_sentencepiece_test.cc); unigram ("t5") is refused.
+  const auto path = Gguf([](testing::GgufModelFiles& f) { f.Set("tokenizer.ggml.model", GgufWriteValue::String("t5")); });
+  ExpectRefused(path, {.mentions = {path.string(), "tokenizer.ggml.model", "\"t5\"", "unigram"}});
 }
 
 TEST_F(FamilyErrorsTest, GgufTokenCountDisagreesWithTheEmbedding) {
