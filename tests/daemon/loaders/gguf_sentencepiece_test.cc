@@ -251,7 +251,9 @@ TEST_F(DemoGgufTest, ChatAsTheDirectoryAndAsTheFilesTemplate) {
     ASSERT_TRUE(rendered.ok()) << rendered.status().ToString();
     // The template reads a literal marker in a message as the marker (llama.cpp does too); the
     // token-native format keeps it text. Equal otherwise.
-    if (user.find("<|ngpt_") == std::string::npos) EXPECT_EQ(rendered->ids, whole) << user;
+    if (user.find("<|ngpt_") == std::string::npos) {
+      EXPECT_EQ(rendered->ids, whole) << user;
+    }
   }
 }
 
