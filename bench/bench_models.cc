@@ -9,6 +9,7 @@
 
 #include "daemon/kernels/dtype.h"
 #include "daemon/kernels/simd_kernels.h"
+#include "daemon/model/normal_draws.h"
 
 namespace niels::bench {
 namespace {
@@ -19,30 +20,6 @@ using daemon::model::ModelConfig;
 using daemon::model::Tensor;
 using daemon::model::Weights;
 
-// Normal draws from a seeded 64-bit generator (Box-Muller).
-class Normals {
- public:
-  explicit Normals(uint64_t seed) : rng_(seed) {}
-  void Fill(float* out, int64_t n, double mean, double std) {
-    for (int64_t i = 0; i < n; ++i) out[i] = static_cast<float>(mean + std * Next());
-  }
-
- private:
-  double Uniform() { return (static_cast<double>(rng_() >> 11) + 0.5) * 0x1.0p-53; }
-  double Next() {
-    if (has_spare_) {
-      has_spare_ = false;
-      return spare_;
-    }
-    const double radius = std::sqrt(-2.0 * std::log(Uniform())), angle = 2.0 * M_PI * Uniform();
-    spare_ = radius * std::sin(angle);
-    has_spare_ = true;
-    return radius * std::cos(angle);
-  }
-  std::mt19937_64 rng_;
-  double spare_ = 0.0;
-  bool has_spare_ = false;
-};
 
 // The dtype of each kind of matrix in a mix.
 enum class Kind { kEmbedding, kAttentionV, kFfnDown, kOther };
@@ -96,7 +73,7 @@ class Builder {
   }
 
  private:
-  Normals draw_;
+  daemon::model::NormalDraws draw_;
   int threads_;
 };
 

@@ -10,6 +10,7 @@
 #include <fmt/ranges.h>
 
 #include "daemon/kernels/simd_kernels.h"
+#include "daemon/model/normal_draws.h"
 
 namespace niels::daemon::model {
 namespace {
@@ -57,34 +58,6 @@ void* NewBuffer(int64_t bytes, std::vector<std::shared_ptr<const void>>& backing
   return data;
 }
 
-// Box-Muller over a 64-bit Mersenne Twister: the same numbers on every platform and compiler.
-class NormalDraws {
- public:
-  explicit NormalDraws(uint64_t seed) : rng_(seed) {}
-
-  std::vector<float> Draw(int64_t n, double mean, double std) {
-    std::vector<float> values(static_cast<size_t>(n));
-    for (float& v : values) v = static_cast<float>(mean + std * Next());
-    return values;
-  }
-
- private:
-  double Uniform() { return (static_cast<double>(rng_() >> 11) + 0.5) * 0x1.0p-53; }  // (0, 1)
-  double Next() {
-    if (has_spare_) {
-      has_spare_ = false;
-      return spare_;
-    }
-    const double radius = std::sqrt(-2.0 * std::log(Uniform())), angle = 2.0 * M_PI * Uniform();
-    spare_ = radius * std::sin(angle);
-    has_spare_ = true;
-    return radius * std::cos(angle);
-  }
-
-  std::mt19937_64 rng_;
-  double spare_ = 0.0;
-  bool has_spare_ = false;
-};
 
 }  // namespace
 
