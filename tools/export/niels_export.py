@@ -31,7 +31,6 @@ import argparse
 import json
 import os
 import shutil
-import struct
 import sys
 import tempfile
 
@@ -41,7 +40,7 @@ import numpy as np
 _SOURCE_TREE_MODULES = os.path.join(os.path.dirname(os.path.realpath(__file__)), "..", "python")
 if os.path.isdir(os.path.join(_SOURCE_TREE_MODULES, "niels_tools")):
     sys.path.insert(0, _SOURCE_TREE_MODULES)
-from niels_tools import spm_model  # noqa: E402
+from niels_tools import gguf_file, spm_model  # noqa: E402
 
 PROG = "niels-export"
 
@@ -277,53 +276,15 @@ class AtomicFile:
 
 
 # ----------------------------------------------------------------------------------------------
-# GGUF (format: github.com/ggml-org/ggml docs/gguf.md; version 3, little-endian)
+# GGUF (written by niels_tools.gguf_file, the writer the Hugging Face export uses too)
 
-GGUF_MAGIC = b"GGUF"
-GGUF_VERSION = 3
-GGUF_ALIGNMENT = 32
-GGUF_U8, GGUF_U32, GGUF_I32, GGUF_F32, GGUF_BOOL, GGUF_STRING, GGUF_ARRAY = 0, 4, 5, 6, 7, 8, 9
-GGML_F32, GGML_F16 = 0, 1
+GGUF_ALIGNMENT = gguf_file.ALIGNMENT
+GGUF_U8, GGUF_U32, GGUF_I32, GGUF_F32 = gguf_file.U8, gguf_file.U32, gguf_file.I32, gguf_file.F32
+GGUF_BOOL, GGUF_STRING, GGUF_ARRAY = gguf_file.BOOL, gguf_file.STRING, gguf_file.ARRAY
 LLAMA_FTYPE_ALL_F32, LLAMA_FTYPE_MOSTLY_F16 = 0, 1
 # llama.cpp's token types (llama_token_type): the same numbers as SentencePiece's piece types.
 GGUF_TOKEN_TYPE = {SPM_NORMAL: 1, SPM_UNKNOWN: 2, SPM_CONTROL: 3, SPM_USER_DEFINED: 4,
                    SPM_UNUSED: 5, SPM_BYTE: 6}
-
-
-def _gguf_string(s):
-    b = s.encode("utf-8")
-    return struct.pack("<Q", len(b)) + b
-
-
-def _gguf_value(vtype, value):
-    if vtype == GGUF_U32:
-        return struct.pack("<I", value)
-    if vtype == GGUF_I32:
-        return struct.pack("<i", value)
-    if vtype == GGUF_F32:
-        return struct.pack("<f", value)
-    if vtype == GGUF_BOOL:
-        return struct.pack("<?", value)
-    if vtype == GGUF_STRING:
-        return _gguf_string(value)
-    raise AssertionError(vtype)
-
-
-def _gguf_kv(key, vtype, value):
-    out = _gguf_string(key)
-    if vtype == GGUF_ARRAY:
-        etype, items = value
-        out += struct.pack("<IIQ", GGUF_ARRAY, etype, len(items))
-        if etype == GGUF_U8:
-            out += bytes(items)
-        elif etype == GGUF_F32:
-            out += np.asarray(items, dtype="<f4").tobytes()
-        elif etype == GGUF_I32:
-            out += np.asarray(items, dtype="<i4").tobytes()
-        else:
-            out += b"".join(_gguf_value(etype, v) for v in items)
-        return out
-    return out + struct.pack("<I", vtype) + _gguf_value(vtype, value)
 
 
 def gguf_tensors(cfg, tensors, dtype):
@@ -439,34 +400,26 @@ def gguf_metadata(cfg, tok, dtype):
     return kv
 
 
-def write_gguf(cfg, tensors, tok, out_path, dtype):
-    kv = gguf_metadata(cfg, tok, dtype)
-    items = gguf_tensors(cfg, tensors, dtype)
-    if sys.byteorder != "little":
-        raise ExportError("this exporter writes raw little-endian tensor bytes; run it on a "
-                          "little-endian machine")
-    header = GGUF_MAGIC + struct.pack("<IQQ", GGUF_VERSION, len(items), len(kv))
-    header += b"".join(_gguf_kv(k, t, v) for k, t, v in kv)
-    offset = 0
-    infos = []
-    for name, a in items:
-        infos.append(_gguf_string(name) + struct.pack("<I", a.ndim)
-                     + b"".join(struct.pack("<Q", d) for d in reversed(a.shape))  # ggml: ne[0] innermost
-                     + struct.pack("<IQ", GGML_F32 if a.dtype == np.float32 else GGML_F16, offset))
-        offset += a.nbytes + (-a.nbytes % GGUF_ALIGNMENT)
-    header += b"".join(infos)
-    header += b"\0" * (-len(header) % GGUF_ALIGNMENT)
+def write_gguf_file(kv, tensors, out_path):
+    """kv and gguf_file.Tensor items -> out_path, atomically; returns the file's size."""
     out = AtomicFile(out_path)
     try:
-        out.file.write(header)
-        for _, a in items:
-            out.file.write(a.tobytes())
-            out.file.write(b"\0" * (-a.nbytes % GGUF_ALIGNMENT))
+        size = gguf_file.write(out.file, kv, tensors)
         out.commit()
+    except ValueError as e:
+        out.abort()
+        raise ExportError(f"{out_path}: {e}") from e
     except BaseException:
         out.abort()
         raise
-    return len(header) + offset
+    return size
+
+
+def write_gguf(cfg, tensors, tok, out_path, dtype):
+    kv = gguf_metadata(cfg, tok, dtype)
+    items = [gguf_file.Tensor(name, a.shape, gguf_file.GGML_F32 if a.dtype == np.float32 else gguf_file.GGML_F16,
+                              lambda a=a: a) for name, a in gguf_tensors(cfg, tensors, dtype)]
+    return write_gguf_file(kv, items, out_path)
 
 
 # ----------------------------------------------------------------------------------------------
