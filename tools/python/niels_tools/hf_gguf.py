@@ -109,11 +109,18 @@ def _rope(raw, path):
     if "rope_theta" not in params and raw.get("rope_theta") is not None:
         params["rope_theta"] = raw["rope_theta"]
     rope_type = params.get("rope_type", params.get("type"))
-    if rope_type not in (None, "default", "llama3"):
+    if not isinstance(rope_type, (str, type(None))) or rope_type not in (None, "default", "llama3"):
         raise HfError(f"{path}: rope type {rope_type!r} is not supported (default, llama3)")
     theta = params.get("rope_theta")
     if theta is not None and (isinstance(theta, bool) or not isinstance(theta, (int, float)) or not theta > 0):
         raise HfError(f"{path}: key \"rope_theta\" must be a positive number, found {theta!r}")
+    if rope_type == "llama3":  # the keys nielsd's loader requires too (daemon/loaders/hf_config.cc)
+        for key in ("factor", "low_freq_factor", "high_freq_factor", "original_max_position_embeddings"):
+            value = params.get(key)
+            if isinstance(value, bool) or not isinstance(value, (int, float)) or not 0 < value < 1e9:
+                raise HfError(f"{path}: rope scaling key \"{key}\" must be a positive number, found {value!r}")
+        if params["low_freq_factor"] == params["high_freq_factor"]:
+            raise HfError(f"{path}: rope scaling: low_freq_factor equals high_freq_factor")
     return params, rope_type == "llama3"
 
 
@@ -121,7 +128,7 @@ def read_config(model_dir):
     path = os.path.join(model_dir, "config.json")
     raw = read_json(path)
     archs = raw.get("architectures")
-    if not isinstance(archs, list) or len(archs) != 1 or archs[0] not in ARCHITECTURES:
+    if not isinstance(archs, list) or len(archs) != 1 or not isinstance(archs[0], str) or archs[0] not in ARCHITECTURES:
         raise HfError(f"{path}: architectures {json.dumps(archs)} is not one niels-export converts "
                       f"({', '.join(ARCHITECTURES)})")
     if raw.get("hidden_act", "silu") != "silu":
@@ -411,5 +418,9 @@ def convert(model_dir, dtype):
     cfg = read_config(model_dir)
     weights = read_weights(model_dir, cfg)
     tok = hf_vocab.read_tokenizer(model_dir)
-    kv = model_metadata(cfg, model_dir, dtype) + hf_vocab.metadata(tok, cfg["raw"], cfg["vocab"], cfg["arch"])
+    try:
+        vocab = hf_vocab.metadata(tok, cfg["raw"], cfg["vocab"], cfg["arch"])
+    except (AttributeError, KeyError, TypeError, ValueError) as e:  # a value of an unexpected JSON type
+        raise HfError(f"{tok['path']} (or tokenizer_config.json): unexpected structure: {type(e).__name__}: {e}") from e
+    kv = model_metadata(cfg, model_dir, dtype) + vocab
     return cfg, kv, gguf_tensors(cfg, weights, dtype)
