@@ -38,7 +38,7 @@ def main():
     with open(tensors_path, "wb") as f:
         for name, a in niels_export.gguf_tensors(cfg, tensors, dtype):
             data = a.tobytes()
-            ggml = niels_export.GGML_F32 if a.dtype.itemsize == 4 else niels_export.GGML_F16
+            ggml = niels_export.gguf_file.GGML_F32 if a.dtype.itemsize == 4 else niels_export.gguf_file.GGML_F16
             entries.append([name, ggml, list(a.shape), offset, len(data)])
             f.write(data)
             offset += len(data)
