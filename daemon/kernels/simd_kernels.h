@@ -71,7 +71,9 @@ enum class Isa { kPortable, kAvx2, kAvx512 };
 
 // The implementation in use: "avx512", "avx2+fma" or "portable".
 const char* Name();
-// The block types' implementation in use: "avx512-vnni", "avx2" or "portable".
+// The block types' implementation in use: "avx512-amx" (VNNI, and AMX-INT8 tiles for the prefill of
+// q8_0 / q4_0 where the CPU has them and the kernel grants them), "avx512-vnni", "avx2" or
+// "portable".
 const char* QuantName();
 // The best implementation this CPU runs (the one in use unless a test forces another).
 Isa Detected();
@@ -80,5 +82,8 @@ Isa Detected();
 // otherwise); ForceIsaForTesting(Detected()) switches back. Not thread-safe: call while no kernel
 // runs.
 bool ForceIsaForTesting(Isa isa);
+// For tests only: with `enabled` false, the AVX-512 block-type kernels run without AMX (VNNI only);
+// with true, with AMX where granted. Returns whether AMX is in use afterwards. Not thread-safe.
+bool UseAmxForTesting(bool enabled);
 
 }  // namespace niels::daemon::kernels::simd

@@ -1,25 +1,26 @@
 // The AVX-512 VNNI kernels of the block types: VPDPBUSD multiplies 64 unsigned 8-bit weight levels
 // by 64 signed 8-bit activation levels (quant_activations.h) and adds each 4 products into one of
-// 16 int32 lanes. Compiled with the AVX-512 flags plus -mavx512vnni (daemon/CMakeLists.txt);
+// 16 int32 lanes. (Prefill of q8_0 / q4_0 runs simd_quant_amx.cc's tiles where AMX is granted.) Compiled with the AVX-512 flags plus -mavx512vnni (daemon/CMakeLists.txt);
 // called only when the CPU has them (simd_kernels.cc). Includes nothing that defines inline
 // functions (simd_table.h).
 //
-// What each (weight row o, activation row r) computes, per lane l < 16 (every lane the same
-// operations whatever the tile):
-//   q8_0, q4_0 (a unit = 2 blocks, lanes 0-7 the first, 8-15 the second; a lone last block uses
-//   lanes 0-7 and adds zeros to 8-15):
-//     isum = VPDPBUSD(starts, w + offset, q)   the exact dot of 4 values (offset 128 or 8, undone
-//                                              by `starts`, quant_activations.h)
-//     acc_l = fma(float(isum), d_w * d_x, acc_l)
-//   q4_k, q5_k, q6_k (a unit = one 256-block in 4 steps of 64 values):
+// What each (weight row o, activation row r) computes:
+//   q8_0, q4_0 (Block32Rows: the lanes are 16 weight rows; per 32-block b):
+//     s_b = the exact int32 dot of the block's levels with q (VPDPBUSD over 4 values per lane with
+//           the offset 128 or 8 undone by `starts`, quant_activations.h, then the 8 lanes of a row
+//           summed as integers)
+//     acc = fma(float(s_b), d_w * d_x, acc)        b = 0, 1, ... in order; y = acc + bias
+//   This chain has one float multiply and one fma per block and nothing per lane, so AMX's
+//   TDPBSSD (an exact int32 per block, simd_quant_amx.cc) can follow it bit for bit.
+//   q4_k, q5_k, q6_k (a unit = one 256-block in 4 steps of 64 values), per lane l < 16:
 //     A_l = sum over the steps of VPDPWSSD(VPDPBUSD(starts or 0, w, q), scale of the lane's
 //           sub-block / group)                 exact: |A_l| < 2^24
 //     b_l = float(A_l) * d
 //     q4_k, q5_k: b_l = fnmadd(float(M_l), dmin, b_l), M_l = m_2l s_2l + m_2l+1 s_2l+1 for l < 4
 //           (0 above), m_k the min of sub-block k, s_k the sum of its activation levels (exact)
 //     acc_l = fma(b_l, d_x, acc_l)
-// and y = the lanes summed in a fixed tree (Reduce4) + bias. Every float product and fma is one
-// rounding.
+//   and y = the lanes summed in a fixed tree (Reduce4) + bias.
+// Every float product and fma is one rounding.
 
 #if defined(__x86_64__)
 
@@ -62,63 +63,110 @@ struct Common {
   }
 };
 
-// The f16 scales of two 32-blocks at p and p + stride widened into lanes 0-7 and 8-15 (the second
-// 0 when `one`).
-__m512 TwoScales(const unsigned char* p, int64_t stride, bool one) {
-  const uint32_t both = LoadU16(p) | (one ? 0u : static_cast<uint32_t>(LoadU16(p + stride)) << 16);
-  const __m128 widened = _mm_cvtph_ps(_mm_cvtsi32_si128(static_cast<int>(both)));
-  return _mm512_permutexvar_ps(_mm512_set_epi32(1, 1, 1, 1, 1, 1, 1, 1, 0, 0, 0, 0, 0, 0, 0, 0),
-                               _mm512_castps128_ps512(widened));
-}
-
-// q8_0 (kFourBits false) and q4_0: a unit is two 32-blocks (64 values), the last may be one.
+// q8_0 and q4_0 with the lanes over weight rows: 16 weight rows at a time, and per 32-block b the
+// exact int32 dot s of each with one activation row, folded as acc = fma(float(s), d_w * d_x, acc)
+// in block order (the chain simd_quant_amx.cc follows too; see the top of this file).
 template <bool kFourBits>
-struct Block32Kernel : Common {
+struct Block32Rows {
   static constexpr int64_t kBlockBytes = kFourBits ? 18 : 34;
-  static constexpr int64_t kUnit = 64, kUnitBytes = 2 * kBlockBytes, kTailUnit = 32;
-  static constexpr int kWeightRows = 4, kDecodeWeightRows = 4, kTileRows = 6;  // 24 accumulators + weights, scales, temporaries
 
-  // The 64 weight levels as unsigned bytes in value order: q8_0's w + 128; q4_0's nibbles (w + 8).
-  static __m512i Levels(const unsigned char* p, bool one) {
+  // Weight rows p and q's levels of one block as unsigned bytes in value order, p's in the lower
+  // 256 bits: q8_0's w + 128, q4_0's nibbles (w + 8).
+  static __m512i Levels(const unsigned char* p, const unsigned char* q) {
     if constexpr (kFourBits) {
-      const __m128i first = _mm_loadu_si128(reinterpret_cast<const __m128i*>(p + 2));
-      const __m128i second = one ? _mm_setzero_si128() : _mm_loadu_si128(reinterpret_cast<const __m128i*>(p + 20));
-      const __m512i both = _mm512_castsi256_si512(_mm256_set_m128i(second, first));
-      // 128-bit lanes [first, first, second, second]; the odd ones shifted down a nibble.
+      const __m512i both = _mm512_castsi256_si512(_mm256_set_m128i(_mm_loadu_si128(reinterpret_cast<const __m128i*>(q + 2)),
+                                                                   _mm_loadu_si128(reinterpret_cast<const __m128i*>(p + 2))));
+      // 128-bit lanes [p, p, q, q]; the odd ones shifted down a nibble.
       const __m512i spread = _mm512_shuffle_i64x2(both, both, 0x50);
       const __m512i shifted = _mm512_srlv_epi64(spread, _mm512_set_epi64(4, 4, 0, 0, 4, 4, 0, 0));
       return _mm512_and_si512(shifted, _mm512_set1_epi8(0x0f));
     } else {
-      const __m256i first = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(p + 2));
-      const __m256i second = one ? _mm256_setzero_si256() : _mm256_loadu_si256(reinterpret_cast<const __m256i*>(p + 36));
-      return _mm512_xor_si512(_mm512_inserti64x4(_mm512_castsi256_si512(first), second, 1), _mm512_set1_epi8(-128));
+      const __m256i low = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(p + 2));
+      const __m256i high = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(q + 2));
+      return _mm512_xor_si512(_mm512_inserti64x4(_mm512_castsi256_si512(low), high, 1), _mm512_set1_epi8(-128));
     }
   }
 
-  template <int RM, int RN>
-  static void Run(const unsigned char* const (&w)[RM], const XRow (&x)[RN], int64_t u, Acc (&acc)[RM][RN], bool one) {
+  // v[k]: lanes 0-7 the 8 partial sums of weight row 2k, lanes 8-15 those of row 2k + 1. Returns
+  // lane n = the sum of row n's (exact: integers).
+  static __m512i SumRows(const __m512i (&v)[8]) {
+    __m512i u[4];
+#pragma GCC unroll 4
+    for (int k = 0; k < 4; ++k) {  // 128-bit lane i of u[k]: 4 partials of row 4k + i
+      u[k] = _mm512_add_epi32(_mm512_shuffle_i32x4(v[2 * k], v[2 * k + 1], 0x88),
+                              _mm512_shuffle_i32x4(v[2 * k], v[2 * k + 1], 0xdd));
+    }
+    // 128-bit lane i: 2 partials of row i, 2 of row 4 + i (w0); of rows 8 + i, 12 + i (w1).
+    const __m512i w0 = _mm512_add_epi32(_mm512_unpacklo_epi64(u[0], u[1]), _mm512_unpackhi_epi64(u[0], u[1]));
+    const __m512i w1 = _mm512_add_epi32(_mm512_unpacklo_epi64(u[2], u[3]), _mm512_unpackhi_epi64(u[2], u[3]));
+    const __m512i first = _mm512_set_epi32(30, 26, 22, 18, 28, 24, 20, 16, 14, 10, 6, 2, 12, 8, 4, 0);
+    const __m512i second = _mm512_add_epi32(first, _mm512_set1_epi32(1));
+    return _mm512_add_epi32(_mm512_permutex2var_epi32(w0, first, w1), _mm512_permutex2var_epi32(w0, second, w1));
+  }
+
+  // Weight rows o .. o + n - 1 (n <= 16) against activation rows r .. r + RN - 1.
+  template <int RN>
+  static void Tile(const QuantDotArgs& a, int64_t o, int n, int64_t r) {
+    const auto* w0 = static_cast<const unsigned char*>(a.w) + o * a.w_row_bytes;
+    const unsigned char* w[16];  // rows past n repeat the last one (read, never stored)
+#pragma GCC unroll 16
+    for (int k = 0; k < 16; ++k) w[k] = w0 + (k < n ? k : n - 1) * a.w_row_bytes;
+    const __m512i offsets = _mm512_mullo_epi32(_mm512_min_epi32(_mm512_set_epi32(15, 14, 13, 12, 11, 10, 9, 8, 7, 6, 5, 4, 3, 2, 1, 0),
+                                                                _mm512_set1_epi32(n - 1)),
+                                               _mm512_set1_epi32(static_cast<int>(a.w_row_bytes)));
+    XRow x[RN];
+    __m512 acc[RN];
 #pragma GCC unroll 8
-    for (int i = 0; i < RM; ++i) {
-      const __m512i levels = Levels(w[i], one);
-      const __m512 dw = TwoScales(w[i], kBlockBytes, one);
+    for (int j = 0; j < RN; ++j) {
+      x[j] = XRowAt(a, r + j);
+      acc[j] = _mm512_setzero_ps();
+    }
+    const int64_t blocks = a.in / 32;
+    for (int64_t b = 0; b < blocks; ++b) {
+      const int64_t at = b * kBlockBytes;
+      __m512i levels[8];
+#pragma GCC unroll 8
+      for (int k = 0; k < 8; ++k) {
+        __builtin_prefetch(w[2 * k] + at + 512, 0, 2);
+        __builtin_prefetch(w[2 * k + 1] + at + 512, 0, 2);
+        levels[k] = Levels(w[2 * k] + at, w[2 * k + 1] + at);
+      }
+      const __m512i halves = _mm512_i32gather_epi32(_mm512_add_epi32(offsets, _mm512_set1_epi32(static_cast<int>(at))), w0, 1);
+      const __m512 dw = _mm512_cvtph_ps(_mm512_cvtepi32_epi16(halves));
 #pragma GCC unroll 8
       for (int j = 0; j < RN; ++j) {
-        const __m512i start = _mm512_loadu_si512(x[j].starts + 16 * u);
-        const __m512i q = _mm512_loadu_si512(x[j].q + 64 * u);
-        const __m512i isum = _mm512_dpbusd_epi32(start, levels, q);
-        const __m512 scale = _mm512_mul_ps(dw, _mm512_loadu_ps(x[j].d + 16 * u));
-        acc[i][j] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(isum), scale, acc[i][j]);
+        const __m512i q = _mm512_broadcast_i64x4(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(x[j].q + 32 * b)));
+        const __m512i start = _mm512_broadcast_i64x4(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(x[j].starts + 8 * b)));
+        __m512i partial[8];
+#pragma GCC unroll 8
+        for (int k = 0; k < 8; ++k) partial[k] = _mm512_dpbusd_epi32(start, levels[k], q);
+        const __m512 s = _mm512_cvtepi32_ps(SumRows(partial));
+        acc[j] = _mm512_fmadd_ps(s, _mm512_mul_ps(dw, _mm512_set1_ps(x[j].d[8 * b])), acc[j]);
+      }
+    }
+    const __mmask16 mask = static_cast<__mmask16>((1u << n) - 1);
+#pragma GCC unroll 8
+    for (int j = 0; j < RN; ++j) {
+      __m512 out = acc[j];
+      if (a.bias != nullptr) out = _mm512_add_ps(out, _mm512_maskz_loadu_ps(mask, a.bias + o));
+      _mm512_mask_storeu_ps(a.y + (r + j) * a.y_stride + o, mask, out);
+    }
+  }
+
+  static void Rows(const QuantDotArgs& a, int64_t o_begin, int64_t o_end, int64_t r_begin, int64_t r_end) {
+    for (int64_t o = o_begin; o < o_end; o += 16) {
+      const int n = static_cast<int>(o_end - o < 16 ? o_end - o : 16);
+      int64_t r = r_begin;
+      for (; r + 4 <= r_end; r += 4) Tile<4>(a, o, n, r);
+      switch (r_end - r) {
+        case 3: Tile<3>(a, o, n, r); break;
+        case 2: Tile<2>(a, o, n, r); break;
+        case 1: Tile<1>(a, o, n, r); break;
+        default: break;
       }
     }
   }
-  template <int RM, int RN>
-  static void Unit(const unsigned char* const (&w)[RM], const XRow (&x)[RN], int64_t u, Acc (&acc)[RM][RN]) {
-    Run<RM, RN>(w, x, u, acc, /*one=*/false);
-  }
-  template <int RM, int RN>
-  static void TailUnit(const unsigned char* const (&w)[RM], const XRow (&x)[RN], int64_t u, Acc (&acc)[RM][RN]) {
-    Run<RM, RN>(w, x, u, acc, /*one=*/true);
-  }
+  static void Dot(const QuantDotArgs& a, int64_t o_begin, int64_t o_end) { Rows(a, o_begin, o_end, 0, a.rows); }
 };
 
 // The six-bit scales and mins of a q4_k / q5_k block (quant_blocks.h ScaleMinK4), as 8 bytes each.
@@ -301,7 +349,7 @@ void QuantizeRows(const QuantizeActsArgs& l, const float* x, int64_t x_stride, i
 
 constexpr QuantKernelTable kTable = {
     "avx512-vnni",
-    {QuantDotImpl<Block32Kernel<false>>, QuantDotImpl<Block32Kernel<true>>, QuantDotImpl<Block256Kernel<0>>,
+    {Block32Rows<false>::Dot, Block32Rows<true>::Dot, QuantDotImpl<Block256Kernel<0>>,
      QuantDotImpl<Block256Kernel<1>>, QuantDotImpl<Block256Kernel<2>>},
     QuantizeRows,
 };
@@ -309,6 +357,15 @@ constexpr QuantKernelTable kTable = {
 }  // namespace
 
 const QuantKernelTable& Avx512VnniQuantTable() { return kTable; }
+
+void Avx512Block32Rows(const QuantDotArgs& a, bool four_bits, int64_t o_begin, int64_t o_end, int64_t r_begin,
+                       int64_t r_end) {
+  if (four_bits) {
+    Block32Rows<true>::Rows(a, o_begin, o_end, r_begin, r_end);
+  } else {
+    Block32Rows<false>::Rows(a, o_begin, o_end, r_begin, r_end);
+  }
+}
 
 }  // namespace niels::daemon::kernels::simd
 
