@@ -1,8 +1,9 @@
 // The AVX-512 VNNI kernels of the block types: VPDPBUSD multiplies 64 unsigned 8-bit weight levels
 // by 64 signed 8-bit activation levels (quant_activations.h) and adds each 4 products into one of
-// 16 int32 lanes. (Prefill of q8_0 / q4_0 runs simd_quant_amx.cc's tiles where AMX is granted.) Compiled with the AVX-512 flags plus -mavx512vnni (daemon/CMakeLists.txt);
-// called only when the CPU has them (simd_kernels.cc). Includes nothing that defines inline
-// functions (simd_table.h).
+// 16 int32 lanes. Compiled with the AVX-512 flags plus -mavx512vnni (daemon/CMakeLists.txt); called
+// only when the CPU has them (simd_kernels.cc). Includes nothing that defines inline functions
+// (simd_table.h). Where AMX-INT8 is granted, prefill (16+ activation rows) runs simd_quant_amx.cc's
+// tiles instead, and this file's kernels the rows and columns those leave over.
 //
 // What each (weight row o, activation row r) computes:
 //   q8_0, q4_0 (Block32Rows: the lanes are 16 weight rows; per 32-block b):
@@ -12,14 +13,14 @@
 //     acc = fma(float(s_b), d_w * d_x, acc)        b = 0, 1, ... in order; y = acc + bias
 //   This chain has one float multiply and one fma per block and nothing per lane, so AMX's
 //   TDPBSSD (an exact int32 per block, simd_quant_amx.cc) can follow it bit for bit.
-//   q4_k, q5_k, q6_k (a unit = one 256-block in 4 steps of 64 values), per lane l < 16:
-//     A_l = sum over the steps of VPDPWSSD(VPDPBUSD(starts or 0, w, q), scale of the lane's
-//           sub-block / group)                 exact: |A_l| < 2^24
-//     b_l = float(A_l) * d
-//     q4_k, q5_k: b_l = fnmadd(float(M_l), dmin, b_l), M_l = m_2l s_2l + m_2l+1 s_2l+1 for l < 4
-//           (0 above), m_k the min of sub-block k, s_k the sum of its activation levels (exact)
-//     acc_l = fma(b_l, d_x, acc_l)
-//   and y = the lanes summed in a fixed tree (Reduce4) + bias.
+//   q4_k, q5_k, q6_k (Block256Kernel: a unit = one 256-block in 4 steps of 64 values; per block):
+//     A = the 16 lanes of sum over the steps of VPDPWSSD(VPDPBUSD(starts or 0, w, q), scale of the
+//         lane's sub-block / group) added up = sum_g sc_g * (exact dot of group g)   (int32, exact)
+//     M = sum_k m_k s_k (q4_k, q5_k): m_k the min of sub-block k, s_k the sum of its activation
+//         levels (exact)
+//     block = float(A) * d; block = fma(-float(M), dmin, block) (q4_k, q5_k)
+//     acc = fma(block, d_x, acc)                  blocks in order; y = acc + bias
+//   (the chain simd_quant_amx.cc's K kernels follow too).
 // Every float product and fma is one rounding.
 
 #if defined(__x86_64__)
@@ -42,26 +43,12 @@ namespace {
 #define NIELS_KERNELS_SIMD_QUANT_INCLUDED_BY_AN_ISA_FILE
 #include "daemon/kernels/simd_quant_tile.h"
 
-using Acc = __m512;
-
 uint16_t LoadU16(const unsigned char* p) {
   uint16_t v;
   std::memcpy(&v, p, 2);
   return v;
 }
 float HalfAt(const unsigned char* p) { return _cvtsh_ss(LoadU16(p)); }
-
-// Lanes l and l+8 added, then for each vector ((l0+l1)+(l2+l3)) + ((l4+l5)+(l6+l7)) (as simd_avx512.cc).
-__m256 Half(__m512 v) { return _mm256_add_ps(_mm512_castps512_ps256(v), _mm512_extractf32x8_ps(v, 1)); }
-
-struct Common {
-  using Acc = __m512;
-  static Acc Zero() { return _mm512_setzero_ps(); }
-  static void Reduce4(Acc a, Acc b, Acc c, Acc d, float* out) {
-    const __m256 ab_cd = _mm256_hadd_ps(_mm256_hadd_ps(Half(a), Half(b)), _mm256_hadd_ps(Half(c), Half(d)));
-    _mm_storeu_ps(out, _mm_add_ps(_mm256_castps256_ps128(ab_cd), _mm256_extractf128_ps(ab_cd, 1)));
-  }
-};
 
 // q8_0 and q4_0 with the lanes over weight rows: 16 weight rows at a time, and per 32-block b the
 // exact int32 dot s of each with one activation row, folded as acc = fma(float(s), d_w * d_x, acc)
@@ -169,6 +156,15 @@ struct Block32Rows {
   static void Dot(const QuantDotArgs& a, int64_t o_begin, int64_t o_end) { Rows(a, o_begin, o_end, 0, a.rows); }
 };
 
+// One rounding: a * b + c.
+float Fma(float a, float b, float c) { return _mm_cvtss_f32(_mm_fmadd_ss(_mm_set_ss(a), _mm_set_ss(b), _mm_set_ss(c))); }
+
+// The 4 int32 lanes summed (exact).
+int32_t ReduceAdd4(__m128i v) {
+  v = _mm_add_epi32(v, _mm_shuffle_epi32(v, 0x4e));
+  return _mm_cvtsi128_si32(_mm_add_epi32(v, _mm_shuffle_epi32(v, 0xb1)));
+}
+
 // The six-bit scales and mins of a q4_k / q5_k block (quant_blocks.h ScaleMinK4), as 8 bytes each.
 void ScalesAndMinsK4(const unsigned char* packed, uint64_t* scales, uint64_t* mins) {
   uint32_t u[3];
@@ -182,7 +178,15 @@ void ScalesAndMinsK4(const unsigned char* packed, uint64_t* scales, uint64_t* mi
 
 // q4_k, q5_k, q6_k: a unit is one 256-block, in 4 steps of 64 values (16 lanes of 4).
 template <int kType>  // 0 q4_k, 1 q5_k, 2 q6_k
-struct Block256Kernel : Common {
+struct Block256Kernel {
+  using Acc = float;  // one chain per (weight row, activation row)
+  static Acc Zero() { return 0.0f; }
+  static void Reduce4(Acc a, Acc b, Acc c, Acc d, float* out) {
+    out[0] = a;
+    out[1] = b;
+    out[2] = c;
+    out[3] = d;
+  }
   static constexpr bool kMins = kType != 2;
   static constexpr int64_t kUnit = 256, kTailUnit = 0;
   static constexpr int64_t kUnitBytes = kType == 0 ? 144 : kType == 1 ? 176 : 210;
@@ -268,8 +272,6 @@ struct Block256Kernel : Common {
       __m512i levels[4], scales[4];
 #pragma GCC unroll 4
       for (int s = 0; s < 4; ++s) levels[s] = Levels(w[i], &row, s, &scales[s]);
-      const __m512 d = _mm512_set1_ps(row.d);
-      const __m512 dmin = _mm512_set1_ps(row.dmin);
 #pragma GCC unroll 16
       for (int j = 0; j < RN; ++j) {
         __m512i sum = _mm512_setzero_si512();
@@ -279,14 +281,14 @@ struct Block256Kernel : Common {
           const __m512i start = kMins ? _mm512_setzero_si512() : _mm512_loadu_si512(x[j].starts + 64 * u + 16 * s);
           sum = _mm512_dpwssd_epi32(sum, _mm512_dpbusd_epi32(start, levels[s], q), scales[s]);
         }
-        // acc += (float(A) * d - float(mins) * dmin) * d_x, lane by lane.
-        __m512 block = _mm512_mul_ps(_mm512_cvtepi32_ps(sum), d);
+        // acc = fma(fma(-float(M), dmin, float(A) * d), d_x, acc), A and M the block's exact sums.
+        float block = static_cast<float>(_mm512_reduce_add_epi32(sum)) * row.d;
         if constexpr (kMins) {
           const __m128i block_sums = _mm_loadu_si128(reinterpret_cast<const __m128i*>(x[j].sums + 8 * u));
-          const __m512i min_sums = _mm512_zextsi128_si512(_mm_madd_epi16(block_sums, row.mins));
-          block = _mm512_fnmadd_ps(_mm512_cvtepi32_ps(min_sums), dmin, block);
+          const __m128i min_sums = _mm_madd_epi16(block_sums, row.mins);
+          block = Fma(-static_cast<float>(ReduceAdd4(min_sums)), row.dmin, block);
         }
-        acc[i][j] = _mm512_fmadd_ps(block, _mm512_set1_ps(x[j].d[u]), acc[i][j]);
+        acc[i][j] = Fma(block, x[j].d[u], acc[i][j]);
       }
     }
   }
