@@ -13,7 +13,8 @@
 //     acc = fma(float(s_b), d_w * d_x, acc)        b = 0, 1, ... in order; y = acc + bias
 //   This chain has one float multiply and one fma per block and nothing per lane, so AMX's
 //   TDPBSSD (an exact int32 per block, simd_quant_amx.cc) can follow it bit for bit.
-//   q4_k, q5_k, q6_k (Block256Kernel: a unit = one 256-block in 4 steps of 64 values; per block):
+//   q4_k, q5_k, q6_k (Block256Rows: 4 weight rows at a time; a unit = one 256-block in 4 steps of
+//   64 values; per block):
 //     A = the 16 lanes of sum over the steps of VPDPWSSD(VPDPBUSD(starts or 0, w, q), scale of the
 //         lane's sub-block / group) added up = sum_g sc_g * (exact dot of group g)   (int32, exact)
 //     M = sum_k m_k s_k (q4_k, q5_k): m_k the min of sub-block k, s_k the sum of its activation
@@ -156,15 +157,6 @@ struct Block32Rows {
   static void Dot(const QuantDotArgs& a, int64_t o_begin, int64_t o_end) { Rows(a, o_begin, o_end, 0, a.rows); }
 };
 
-// One rounding: a * b + c.
-float Fma(float a, float b, float c) { return _mm_cvtss_f32(_mm_fmadd_ss(_mm_set_ss(a), _mm_set_ss(b), _mm_set_ss(c))); }
-
-// The 4 int32 lanes summed (exact).
-int32_t ReduceAdd4(__m128i v) {
-  v = _mm_add_epi32(v, _mm_shuffle_epi32(v, 0x4e));
-  return _mm_cvtsi128_si32(_mm_add_epi32(v, _mm_shuffle_epi32(v, 0xb1)));
-}
-
 // The six-bit scales and mins of a q4_k / q5_k block (quant_blocks.h ScaleMinK4), as 8 bytes each.
 void ScalesAndMinsK4(const unsigned char* packed, uint64_t* scales, uint64_t* mins) {
   uint32_t u[3];
@@ -179,21 +171,9 @@ void ScalesAndMinsK4(const unsigned char* packed, uint64_t* scales, uint64_t* mi
 // q4_k, q5_k, q6_k: a unit is one 256-block, in 4 steps of 64 values (16 lanes of 4).
 template <int kType>  // 0 q4_k, 1 q5_k, 2 q6_k
 struct Block256Kernel {
-  using Acc = float;  // one chain per (weight row, activation row)
-  static Acc Zero() { return 0.0f; }
-  static void Reduce4(Acc a, Acc b, Acc c, Acc d, float* out) {
-    out[0] = a;
-    out[1] = b;
-    out[2] = c;
-    out[3] = d;
-  }
   static constexpr bool kMins = kType != 2;
   static constexpr int64_t kUnit = 256, kTailUnit = 0;
   static constexpr int64_t kUnitBytes = kType == 0 ? 144 : kType == 1 ? 176 : 210;
-  // 12 accumulators + 4 steps of levels and scales. 1 x 12 against 2 x 6, prefill per core side by
-  // side (medians of 3 on a loaded host): q4_k 66 -> 69 GMAC/s, q5_k 58 -> 63; q6_k within noise
-  // (+-10%), left at 2 x 6.
-  static constexpr int kWeightRows = kMins ? 1 : 2, kDecodeWeightRows = 2, kTileRows = kMins ? 12 : 6;
 
   // What one weight row's unit needs across its steps.
   struct Row {
@@ -260,40 +240,109 @@ struct Block256Kernel {
     }
   }
 
-  // One weight row's unit against RN activation rows: the row's 4 steps of levels and scales are
-  // unpacked once and stay in registers while each activation row runs all 4 steps and its fold
-  // (so one integer accumulator is live at a time, and the tile can be 1 x 12).
-  template <int RM, int RN>
-  static void Unit(const unsigned char* const (&w)[RM], const XRow (&x)[RN], int64_t u, Acc (&acc)[RM][RN]) {
-#pragma GCC unroll 2
-    for (int i = 0; i < RM; ++i) {
-      Row row;
-      Prepare(w[i], &row);
-      __m512i levels[4], scales[4];
+  // One weight row's unit (at p) against RN activation rows: each row's 16 lanes of
+  // sum_steps VPDPWSSD(VPDPBUSD(..), scales) into a[j] (their total is A) and (q4_k, q5_k) the 4
+  // lanes of VPMADDWD(sums, mins) into m[j] (their total is M). The row's 4 steps of levels and
+  // scales are unpacked once and stay in registers while each activation row runs them.
+  template <int RN>
+  static void Sums(const unsigned char* p, const XRow (&x)[RN], int64_t u, Row* row, __m512i (&a)[RN], __m128i (&m)[RN]) {
+    Prepare(p, row);
+    __m512i levels[4], scales[4];
 #pragma GCC unroll 4
-      for (int s = 0; s < 4; ++s) levels[s] = Levels(w[i], &row, s, &scales[s]);
-#pragma GCC unroll 16
-      for (int j = 0; j < RN; ++j) {
-        __m512i sum = _mm512_setzero_si512();
+    for (int s = 0; s < 4; ++s) levels[s] = Levels(p, row, s, &scales[s]);
 #pragma GCC unroll 4
-        for (int s = 0; s < 4; ++s) {
-          const __m512i q = _mm512_loadu_si512(x[j].q + 256 * u + 64 * s);
-          const __m512i start = kMins ? _mm512_setzero_si512() : _mm512_loadu_si512(x[j].starts + 64 * u + 16 * s);
-          sum = _mm512_dpwssd_epi32(sum, _mm512_dpbusd_epi32(start, levels[s], q), scales[s]);
-        }
-        // acc = fma(fma(-float(M), dmin, float(A) * d), d_x, acc), A and M the block's exact sums.
-        float block = static_cast<float>(_mm512_reduce_add_epi32(sum)) * row.d;
-        if constexpr (kMins) {
-          const __m128i block_sums = _mm_loadu_si128(reinterpret_cast<const __m128i*>(x[j].sums + 8 * u));
-          const __m128i min_sums = _mm_madd_epi16(block_sums, row.mins);
-          block = Fma(-static_cast<float>(ReduceAdd4(min_sums)), row.dmin, block);
-        }
-        acc[i][j] = Fma(block, x[j].d[u], acc[i][j]);
+    for (int j = 0; j < RN; ++j) {
+      __m512i sum = _mm512_setzero_si512();
+#pragma GCC unroll 4
+      for (int s = 0; s < 4; ++s) {
+        const __m512i q = _mm512_loadu_si512(x[j].q + 256 * u + 64 * s);
+        const __m512i start = kMins ? _mm512_setzero_si512() : _mm512_loadu_si512(x[j].starts + 64 * u + 16 * s);
+        sum = _mm512_dpwssd_epi32(sum, _mm512_dpbusd_epi32(start, levels[s], q), scales[s]);
+      }
+      a[j] = sum;
+      if constexpr (kMins) {
+        const __m128i block_sums = _mm_loadu_si128(reinterpret_cast<const __m128i*>(x[j].sums + 8 * u));
+        m[j] = _mm_madd_epi16(block_sums, row->mins);
       }
     }
   }
-  template <int RM, int RN>
-  static void TailUnit(const unsigned char* const (&)[RM], const XRow (&)[RN], int64_t, Acc (&)[RM][RN]) {}
+};
+
+// The totals of 4 vectors' int32 lanes: lane i = the sum of v_i's (exact).
+__m128i Totals4(__m512i v0, __m512i v1, __m512i v2, __m512i v3) {
+  auto half = [](__m512i v) { return _mm256_add_epi32(_mm512_castsi512_si256(v), _mm512_extracti64x4_epi64(v, 1)); };
+  const __m256i all = _mm256_hadd_epi32(_mm256_hadd_epi32(half(v0), half(v1)), _mm256_hadd_epi32(half(v2), half(v3)));
+  return _mm_add_epi32(_mm256_castsi256_si128(all), _mm256_extracti128_si256(all, 1));
+}
+
+// q4_k, q5_k, q6_k by 4 weight rows at a time (the lanes of a __m128), one chain per (weight row,
+// activation row) over the 256-blocks in order: A and M totalled as integers, then
+//   block = float(A) * d; block = fma(-float(M), dmin, block); acc = fma(block, d_x, acc).
+template <int kType>
+struct Block256Rows {
+  using K = Block256Kernel<kType>;
+
+  // Weight rows o .. o + n - 1 (n <= 4) against activation rows r .. r + RN - 1.
+  template <int RN>
+  static void Tile(const QuantDotArgs& a, int64_t o, int n, int64_t r, bool prefetch) {
+    const auto* w0 = static_cast<const unsigned char*>(a.w) + o * a.w_row_bytes;
+    const unsigned char* w[4];  // rows past n repeat the last one (read, never stored)
+#pragma GCC unroll 4
+    for (int i = 0; i < 4; ++i) w[i] = w0 + (i < n ? i : n - 1) * a.w_row_bytes;
+    // With `prefetch`, the same unit of the weight rows kPrefetchRows ahead is asked into L2.
+    const unsigned char* ahead = prefetch ? w0 + kPrefetchRows * a.w_row_bytes : w0;
+    XRow x[RN];
+    __m128 acc[RN];
+#pragma GCC unroll 4
+    for (int j = 0; j < RN; ++j) {
+      x[j] = XRowAt(a, r + j);
+      acc[j] = _mm_setzero_ps();
+    }
+    const int64_t units = a.in / 256;
+    for (int64_t u = 0; u < units; ++u) {
+      __m512i sums[4][RN];
+      __m128i mins[4][RN];
+      alignas(16) float d[4], dmin[4];
+#pragma GCC unroll 4
+      for (int i = 0; i < 4; ++i) {
+#pragma GCC unroll 4
+        for (int64_t line = 0; line < K::kUnitBytes; line += 64) {
+          __builtin_prefetch(ahead + i * a.w_row_bytes + u * K::kUnitBytes + line, /*rw=*/0, /*locality=*/2);
+        }
+        typename K::Row row;
+        K::template Sums<RN>(w[i] + u * K::kUnitBytes, x, u, &row, sums[i], mins[i]);
+        d[i] = row.d;
+        dmin[i] = row.dmin;
+      }
+#pragma GCC unroll 4
+      for (int j = 0; j < RN; ++j) {
+        __m128 block = _mm_mul_ps(_mm_cvtepi32_ps(Totals4(sums[0][j], sums[1][j], sums[2][j], sums[3][j])), _mm_load_ps(d));
+        if constexpr (K::kMins) {
+          const __m128i m = _mm_hadd_epi32(_mm_hadd_epi32(mins[0][j], mins[1][j]), _mm_hadd_epi32(mins[2][j], mins[3][j]));
+          block = _mm_fnmadd_ps(_mm_cvtepi32_ps(m), _mm_load_ps(dmin), block);
+        }
+        acc[j] = _mm_fmadd_ps(block, _mm_set1_ps(x[j].d[u]), acc[j]);
+      }
+    }
+    const __mmask8 mask = static_cast<__mmask8>((1u << n) - 1);
+#pragma GCC unroll 4
+    for (int j = 0; j < RN; ++j) {
+      __m128 out = acc[j];
+      if (a.bias != nullptr) out = _mm_add_ps(out, _mm_maskz_loadu_ps(mask, a.bias + o));
+      _mm_mask_storeu_ps(a.y + (r + j) * a.y_stride + o, mask, out);
+    }
+  }
+
+  static void Dot(const QuantDotArgs& a, int64_t o_begin, int64_t o_end) {
+    for (int64_t o = o_begin; o < o_end; o += 4) {
+      const int n = static_cast<int>(o_end - o < 4 ? o_end - o : 4);
+      const bool prefetch = o + kPrefetchRows + 4 <= a.prefetch_end;
+      int64_t r = 0;
+      for (; r + 3 <= a.rows; r += 3) Tile<3>(a, o, n, r, prefetch);
+      if (a.rows - r == 2) Tile<2>(a, o, n, r, prefetch);
+      if (a.rows - r == 1) Tile<1>(a, o, n, r, prefetch);
+    }
+  }
 };
 
 // quant_activations.h's quantization of one row, 16 values at a time: the same operations as
@@ -351,8 +400,8 @@ void QuantizeRows(const QuantizeActsArgs& l, const float* x, int64_t x_stride, i
 
 constexpr QuantKernelTable kTable = {
     "avx512-vnni",
-    {Block32Rows<false>::Dot, Block32Rows<true>::Dot, QuantDotImpl<Block256Kernel<0>>,
-     QuantDotImpl<Block256Kernel<1>>, QuantDotImpl<Block256Kernel<2>>},
+    {Block32Rows<false>::Dot, Block32Rows<true>::Dot, Block256Rows<0>::Dot, Block256Rows<1>::Dot,
+     Block256Rows<2>::Dot},
     QuantizeRows,
 };
 
