@@ -30,8 +30,9 @@ void DotRows(Matrix w, int64_t in, const float* x, int64_t x_stride, int64_t row
 // per block (quant_activations.h: what is rounded where): DotRows with such a w quantizes the rows
 // of x itself (once per call) and runs DotRowsQuantized, whose every y[r, o] is one fixed chain of
 // exact integer block sums folded into float accumulators (simd_quant_*.cc), so the batch
-// invariance above holds for them too. Results differ between instruction sets (lanes), each
-// within the tolerance matvec_quant_test states of the dequantized weights times x.
+// invariance above holds for them too (AVX-512's prefill tiles may run on AMX-INT8: the same
+// integer sums and float operations, so the same bits). Results differ between instruction sets,
+// each within the tolerance matvec_quant_test states of the dequantized weights times x.
 // QuantizeActivations: rows of x (x_stride apart) into `out`, ActivationLayoutFor(weight,
 // in).row_bytes per row. REQUIRES: in a multiple of the weight's block.
 void QuantizeActivations(Dtype weight, const float* x, int64_t x_stride, int64_t rows, int64_t in, void* out);
