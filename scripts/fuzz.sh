@@ -16,7 +16,8 @@
 #        scripts/fuzz.sh --merge TARGET...        minimizes what this machine's campaigns grew into
 #                                                 tests/fuzz/<target>/grown/ (commit it: later
 #                                                 campaigns and the replay ctests start from it)
-# Environment: FUZZ_NICE (default 10), FUZZ_JOBS (build parallelism, default 2),
+# Environment: FUZZ_NICE (default 10), FUZZ_JOBS (build parallelism, default 2), FUZZ_PARALLEL
+#              (campaigns at a time, default one per core),
 #              FUZZ_ARGS (extra libFuzzer flags, e.g. "-runs=1000000").
 #
 # A run stopped by SIGINT or SIGTERM is recorded as "interrupted" with the executions it made, and
@@ -100,49 +101,75 @@ for t in "${TARGETS[@]}"; do build_targets+=(--target "fuzz_$t"); done
 nice -n "${FUZZ_NICE:-10}" cmake --build "$BUILD" -j"${FUZZ_JOBS:-2}" "${build_targets[@]}"
 mkdir -p "$BUILD"
 
-failed=()
-for t in "${TARGETS[@]}"; do
-  corpus="$BUILD/fuzz-corpus/$t"       # grows across runs; the committed seeds stay read-only
-  artifacts="$BUILD/fuzz-artifacts/$t/"
+# campaign TARGET: one bounded campaign; prints its result; exit status 0 (no crash), 1 (a crash:
+# inputs saved), 2 (another campaign of TARGET holds the lock), 130 (interrupted).
+campaign() {
+  local t=$1
+  local corpus="$BUILD/fuzz-corpus/$t"       # grows across runs; the committed seeds stay read-only
+  local artifacts="$BUILD/fuzz-artifacts/$t/"
   mkdir -p "$corpus" "$artifacts"
-  seeds=(tests/fuzz/"$t"/corpus)
+  local seeds=(tests/fuzz/"$t"/corpus) d
   for d in grown regressions; do [ -d tests/fuzz/"$t"/$d ] && seeds+=(tests/fuzz/"$t"/$d); done
   # One campaign per target at a time: two would share the log (and so the ledger line) and race on
   # the corpus directory. The fuzzer inherits the lock and holds it until it exits.
+  local lock
   exec {lock}>"$BUILD/fuzz-$t.lock"
   flock -n "$lock" || {
     echo "fuzz.sh: a campaign of $t is already running on this machine (it holds $BUILD/fuzz-$t.lock)"
-    exit 2
+    return 2
   }
-  dict_args=()  # a libFuzzer dictionary next to the corpus, when the target has one
+  local dict_args=()  # a libFuzzer dictionary next to the corpus, when the target has one
   [ -f tests/fuzz/"$t"/"$t".dict ] && dict_args=(-dict=tests/fuzz/"$t"/"$t".dict)
   echo "== fuzz_$t for ${SECONDS_PER_TARGET}s"
-  log="$BUILD/fuzz-$t.log"
+  local log="$BUILD/fuzz-$t.log" started status=0 result=ok
   started=$(date +%s)
-  status=0
   nice -n "${FUZZ_NICE:-10}" \
     "$BUILD/tests/fuzz/fuzz_$t" -max_total_time="$SECONDS_PER_TARGET" "${LIMITS[@]}" -print_final_stats=1 \
       -artifact_prefix="$artifacts" "${dict_args[@]}" ${FUZZ_ARGS:-} "$corpus" "${seeds[@]}" >"$log" 2>&1 || status=$?
   # Stopped by SIGINT or SIGTERM: libFuzzer still prints its counts; not a finding.
-  result=ok
   if [ $status -ne 0 ]; then
     if grep -q "libFuzzer: run interrupted" "$log"; then result=interrupted; else result=crash; fi
   fi
-  elapsed=$(( $(date +%s) - started ))
+  local elapsed=$(( $(date +%s) - started )) execs rate
   exec {lock}>&-
   execs=$(grep -Eo "stat::number_of_executed_units: *[0-9]+" "$log" | grep -Eo "[0-9]+$" | tail -1 || true)
   rate=$(grep -Eo "stat::average_exec_per_sec: *[0-9]+" "$log" | grep -Eo "[0-9]+$" | tail -1 || true)
+  # One short line per campaign, appended in one write: parallel campaigns do not mix their lines.
   printf '%s\t%s\t%s\t%s\t%s\t%s\n' "$(date -u +%FT%TZ)" "$t" "$elapsed" "${execs:-0}" "${rate:-0}" "$result" \
     >>"$LEDGER"
-  if [ "$result" != crash ]; then
-    echo "fuzz_$t: ${execs:-?} executions in ${elapsed}s (${rate:-?}/s), no crash"
-    [ "$result" = interrupted ] && { echo "fuzz.sh: interrupted"; exit 130; }
-  else
-    echo "fuzz_$t FAILED; input(s) saved in $artifacts; log $log"
-    tail -40 "$log"
-    failed+=("$t")
+  case $result in
+    ok) echo "fuzz_$t: ${execs:-?} executions in ${elapsed}s (${rate:-?}/s), no crash" ;;
+    interrupted) echo "fuzz_$t: interrupted after ${execs:-?} executions"; return 130 ;;
+    crash) echo "fuzz_$t FAILED; input(s) saved in $artifacts; log $log"; tail -40 "$log"; return 1 ;;
+  esac
+}
+
+# FUZZ_PARALLEL campaigns at a time (default: one per core; each is one process on one core); each
+# one's output is printed when it ends.
+parallel=${FUZZ_PARALLEL:-$(nproc)}
+failed=()
+declare -A pid_of
+finish() {  # finish TARGET: waits for its campaign, prints its output, records a failure
+  local t=$1 status=0
+  wait "${pid_of[$t]}" || status=$?
+  cat "$BUILD/fuzz-$t.out"
+  case $status in
+    0) ;;
+    130) echo "fuzz.sh: interrupted"; exit 130 ;;
+    *) failed+=("$t") ;;
+  esac
+}
+running=()
+for t in "${TARGETS[@]}"; do
+  if [ ${#running[@]} -ge "$parallel" ]; then
+    finish "${running[0]}"
+    running=("${running[@]:1}")
   fi
+  campaign "$t" >"$BUILD/fuzz-$t.out" 2>&1 &
+  pid_of[$t]=$!
+  running+=("$t")
 done
+for t in "${running[@]}"; do finish "$t"; done
 if [ ${#failed[@]} -gt 0 ]; then
   echo "fuzz.sh: crashes in: ${failed[*]}"
   exit 1

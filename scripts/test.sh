@@ -19,10 +19,16 @@ JOBS=$(nproc)
 [ "$JOBS" -gt 2 ] || JOBS=2
 BUILD_DIR=${BUILD_DIR:-build}
 
-# What each sanitizer build runs. ASan+UBSan: every suite but torch_reference_test (libtorch) and
-# the script-driven tests (Python converter and client, quickstart: they run uninstrumented
-# interpreters), nor soak_short_nofile (soak_short covers the same code).
-ASAN_TESTS='^(common_test|state_test|kernels_test|kernels_ggml_test|formats_test|text_test|sampling_test|grammar_test|jinja_test|model_test|loaders_test|quantize_test|sessions_test|engine_test|handlers_test|server_test|client_test|integration_test|fault_test|soak_short|fuzz_replay_.*)$'
+# What each sanitizer build runs, and builds (only these targets and what they depend on).
+# ASan+UBSan: every suite but torch_reference_test (libtorch), nielsd itself under the integration,
+# fault and short soak tests, and every fuzz replay; not the script-driven tests (Python converter
+# and client, quickstart: they run uninstrumented interpreters), nor soak_short_nofile (soak_short
+# covers the same code), so not the tools and client libraries only those use.
+ASAN_SUITES=(common_test state_test kernels_test kernels_ggml_test formats_test text_test sampling_test
+             grammar_test jinja_test model_test loaders_test quantize_test sessions_test engine_test
+             handlers_test server_test client_test integration_test fault_test)
+ASAN_TARGETS=("${ASAN_SUITES[@]}" nielsd niels-chat nielsd-soak niels_fuzz_replays)
+ASAN_TESTS="^($(IFS='|'; echo "${ASAN_SUITES[*]}")|soak_short|fuzz_replay_.*)\$"
 # TSan: the suites where threads meet -- the kernels' worker pool, the state store and its
 # maintenance thread, the engine thread with the IO threads that submit to it and the worker pool
 # it runs the model on (engine, handlers), the server's IO threads, the client. Only these targets
@@ -55,9 +61,9 @@ print_phases() {
 # took up to four times as long to compile with ASan+UBSan (the portable kernels: 43 s against
 # 10.5 s of CPU), the largest part of a CI run.
 sanitize() {
-  local list=$1 dir tests targets=()
+  local list=$1 dir tests targets
   case "$list" in
-    address,undefined|undefined,address|address) dir=build-asan; tests=$ASAN_TESTS ;;
+    address,undefined|undefined,address|address) dir=build-asan; tests=$ASAN_TESTS; targets=("${ASAN_TARGETS[@]}") ;;
     thread) dir=build-tsan; tests=$TSAN_TESTS; targets=("${TSAN_SUITES[@]}") ;;
     *) echo "test.sh: --sanitize takes address,undefined or thread, not '$list'" >&2; return 2 ;;
   esac
@@ -66,11 +72,7 @@ sanitize() {
   [ -f "$dir/CMakeCache.txt" ] || generator=(-G Ninja)
   cmake -S . -B "$dir" "${generator[@]}" -DCMAKE_BUILD_TYPE=RelWithDebInfo -DCMAKE_CXX_FLAGS_RELWITHDEBINFO="-O1 -DNDEBUG" \
     -DNIELSD_WITH_TORCH=OFF -DNIELSD_BUILD_BENCH=OFF -DNIELSD_SANITIZE="$list" >/dev/null
-  if [ ${#targets[@]} -gt 0 ]; then
-    cmake --build "$dir" -j"$JOBS" --target "${targets[@]}"
-  else
-    cmake --build "$dir" -j"$JOBS"
-  fi
+  cmake --build "$dir" -j"$JOBS" --target "${targets[@]}"
   end_phase "build $dir"
   # halt_on_error: the first report fails the test; detect_leaks stays on (LeakSanitizer), with no
   # suppressions.

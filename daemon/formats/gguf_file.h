@@ -29,6 +29,7 @@
 #include <cstdint>
 #include <filesystem>
 #include <memory>
+#include <optional>
 #include <string>
 #include <string_view>
 #include <unordered_map>
@@ -179,5 +180,27 @@ class GgufFile final : public MappedFile {
   std::unordered_map<std::string_view, size_t> key_index_;
   std::unordered_map<std::string_view, size_t> tensor_index_;
 };
+
+// A metadata value that may be absent (GgufFile's getters answer NOT_FOUND for a missing key):
+// nullopt then; a present value, or the error for a value of the wrong type, as it is.
+template <typename T>
+common::StatusOr<std::optional<T>> OptionalKey(common::StatusOr<T> value) {
+  if (value.ok()) return std::optional<T>(std::move(value).value());
+  if (value.status().code() == common::StatusCode::kNotFound) return std::optional<T>();
+  return value.status();
+}
+
+// A metadata value that must be present: NOT_FOUND becomes INVALID_ARGUMENT "FILE: missing
+// metadata key "KEY"" followed by `why` (when not empty); anything else as it is.
+template <typename T>
+common::StatusOr<T> RequiredKey(common::StatusOr<T> value, const GgufFile& file, std::string_view key,
+                                std::string_view why = {}) {
+  if (!value.ok() && value.status().code() == common::StatusCode::kNotFound) {
+    std::string message = file.path().string() + ": missing metadata key \"" + std::string(key) + "\"";
+    if (!why.empty()) message += " (" + std::string(why) + ")";
+    return common::Status::InvalidArgument(std::move(message));
+  }
+  return value;
+}
 
 }  // namespace niels::daemon::formats

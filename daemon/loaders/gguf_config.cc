@@ -14,15 +14,8 @@ using formats::GgufFile;
 using model::Architecture;
 using model::ModelConfig;
 
-constexpr uint64_t kMaxValue = uint64_t{1} << 40;  // ValidateModelConfig bounds each size further
+constexpr uint64_t kMaxMetadataValue = uint64_t{1} << 40;  // ValidateModelConfig bounds each size further
 
-// A metadata value that may be absent: nullopt for NOT_FOUND, the error for a wrong type.
-template <typename T>
-StatusOr<std::optional<T>> Optional(StatusOr<T> value) {
-  if (value.ok()) return std::optional<T>(std::move(value).value());
-  if (value.status().code() == common::StatusCode::kNotFound) return std::optional<T>();
-  return value.status();
-}
 
 class Reader {
  public:
@@ -33,13 +26,13 @@ class Reader {
   // A positive integer {arch}.name; `fallback` when absent (required without one).
   StatusOr<int64_t> Size(std::string_view name, std::optional<int64_t> fallback = std::nullopt) const {
     const std::string key = Key(name);
-    auto value = Optional(file_.GetUint(key));
+    auto value = formats::OptionalKey(file_.GetUint(key));
     if (!value.ok()) return value.status();
     if (!*value) {
       if (fallback) return *fallback;
       return Missing(key);
     }
-    if (**value == 0 || **value > kMaxValue) {
+    if (**value == 0 || **value > kMaxMetadataValue) {
       return Status::InvalidArgument(fmt::format("{}: key \"{}\" = {} is out of range", file_.path().string(), key,
                                                  **value));
     }
@@ -49,7 +42,7 @@ class Reader {
   // A positive float {arch}.name; `fallback` when absent (required without one).
   StatusOr<double> Number(std::string_view name, std::optional<double> fallback) const {
     const std::string key = Key(name);
-    auto value = Optional(file_.GetFloat(key));
+    auto value = formats::OptionalKey(file_.GetFloat(key));
     if (!value.ok()) return value.status();
     if (!*value) {
       if (fallback) return *fallback;
@@ -115,7 +108,7 @@ Status ReadSizes(const GgufFile& file, const Reader& r, ModelConfig* c) {
                                 *value_length, *key_length));
   }
   c->head_size = *key_length;
-  auto experts = Optional(file.GetUint(r.Key("expert_count")));
+  auto experts = formats::OptionalKey(file.GetUint(r.Key("expert_count")));
   if (!experts.ok()) return experts.status();
   if (*experts && **experts > 0) return r.Refuse(r.Key("expert_count"), "mixture-of-experts models are not supported");
   return Status::Ok();
@@ -128,12 +121,12 @@ Status ReadRope(const GgufFile& file, const Reader& r, ModelConfig* c) {
   auto eps = r.Number("attention.layer_norm_rms_epsilon", std::nullopt);
   if (!eps.ok()) return eps.status();
   c->rms_norm_eps = *eps;
-  auto scaling = Optional(file.GetString(r.Key("rope.scaling.type")));
+  auto scaling = formats::OptionalKey(file.GetString(r.Key("rope.scaling.type")));
   if (!scaling.ok()) return scaling.status();
   if (*scaling && **scaling != "none") {
     return r.Refuse(r.Key("rope.scaling.type"), fmt::format("\"{}\" rope scaling is not supported", **scaling));
   }
-  auto linear = Optional(file.GetFloat(r.Key("rope.scale_linear")));
+  auto linear = formats::OptionalKey(file.GetFloat(r.Key("rope.scale_linear")));
   if (!linear.ok()) return linear.status();
   if (*linear && **linear != 1.0) return r.Refuse(r.Key("rope.scale_linear"), "linear rope scaling is not supported");
   return Status::Ok();
@@ -178,17 +171,17 @@ StatusOr<ModelConfig> GgufModelConfig(const GgufFile& file) {
   NIELS_RETURN_IF_ERROR(ReadSizes(file, r, &c));
   NIELS_RETURN_IF_ERROR(ReadRope(file, r, &c));
   NIELS_RETURN_IF_ERROR(ReadTensorFlags(file, &c));
-  auto vocab = Optional(file.GetUint(r.Key("vocab_size")));
+  auto vocab = formats::OptionalKey(file.GetUint(r.Key("vocab_size")));
   if (!vocab.ok()) return vocab.status();
   if (*vocab && **vocab != static_cast<uint64_t>(c.vocab_size)) {
     return r.Refuse(r.Key("vocab_size"), fmt::format("{} disagrees with token_embd.weight's {} rows", **vocab,
                                                      c.vocab_size));
   }
-  auto name = Optional(file.GetString("general.name"));
+  auto name = formats::OptionalKey(file.GetString("general.name"));
   if (!name.ok()) return name.status();
   if (*name) c.name = std::string(**name);
   NIELS_RETURN_IF_ERROR(model::ValidateModelConfig(c, file.path().string()));
-  auto rotated = Optional(file.GetUint(r.Key("rope.dimension_count")));
+  auto rotated = formats::OptionalKey(file.GetUint(r.Key("rope.dimension_count")));
   if (!rotated.ok()) return rotated.status();
   if (*rotated && **rotated != static_cast<uint64_t>(c.head_dim())) {
     return r.Refuse(r.Key("rope.dimension_count"),

@@ -31,10 +31,8 @@ using kernels::Dtype;
 using model::ModelConfig;
 using model::Weights;
 
-// A layer holds at least this many tensors (norms, q, k, v, o, gate, up, down).
-constexpr int64_t kTensorsPerLayer = 9;
 
-std::optional<Dtype> ModelDtype(GgmlType type) {
+std::optional<Dtype> GgufModelDtype(GgmlType type) {
   switch (type) {
     case GgmlType::kF32: return Dtype::kF32;
     case GgmlType::kF16: return Dtype::kF16;
@@ -64,7 +62,7 @@ StatusOr<Weights> LoadGgufWeights(const std::shared_ptr<const GgufFile>& file, c
                                                  ShapeString(slot.shape), model::ArchitectureName(config.architecture)));
     }
     const std::string where = path + ": tensor " + slot.name;
-    const std::optional<Dtype> dtype = ModelDtype(info->type);
+    const std::optional<Dtype> dtype = GgufModelDtype(info->type);
     if (!dtype) {
       return Status::InvalidArgument(fmt::format(
           "{} has type {}, which nielsd cannot compute with (supported: f32, f16, bf16, q8_0, q4_0, q4_K, q5_K, q6_K)",

@@ -24,16 +24,7 @@ Status Refuse(const GgufFile& file, std::string_view key, const std::string& wha
   return Status::InvalidArgument(fmt::format("{}: key \"{}\": {}", file.path().string(), key, what));
 }
 
-// NOT_FOUND -> the error "missing", naming the key; a wrong type stays the reader's error.
-template <typename T>
-StatusOr<T> Required(StatusOr<T> value, const GgufFile& file, std::string_view key) {
-  if (!value.ok() && value.status().code() == common::StatusCode::kNotFound) {
-    return Status::InvalidArgument(fmt::format(
-        "{}: missing metadata key \"{}\" (a SentencePiece vocabulary needs tokens, scores and token_type)",
-        file.path().string(), key));
-  }
-  return value;
-}
+constexpr std::string_view kVocabularyKeys = "a SentencePiece vocabulary needs tokens, scores and token_type";
 
 // The byte of a piece spelled <0xXX> (upper-case hex, as SentencePiece and llama.cpp spell them).
 std::optional<int> BytePieceValue(std::string_view piece) {
@@ -48,7 +39,7 @@ std::optional<int> BytePieceValue(std::string_view piece) {
 }
 
 Status ReadScores(const GgufFile& file, size_t count, text::SentencePieceVocabulary* out) {
-  auto scores = Required(file.GetFloatArray(kScores), file, kScores);
+  auto scores = formats::RequiredKey(file.GetFloatArray(kScores), file, kScores, kVocabularyKeys);
   if (!scores.ok()) return scores.status();
   if (scores->size() != count) {
     return Refuse(file, kScores, fmt::format("{} scores for {} tokens", scores->size(), count));
@@ -65,7 +56,7 @@ Status ReadScores(const GgufFile& file, size_t count, text::SentencePieceVocabul
 }
 
 Status ReadTypes(const GgufFile& file, size_t count, text::SentencePieceVocabulary* out) {
-  auto types = Required(file.GetIntArray(kTypes), file, kTypes);
+  auto types = formats::RequiredKey(file.GetIntArray(kTypes), file, kTypes, kVocabularyKeys);
   if (!types.ok()) return types.status();
   if (types->size() != count) {
     return Refuse(file, kTypes, fmt::format("{} entries for {} tokens", types->size(), count));

@@ -25,25 +25,10 @@ std::string Where(const GgufFile& file, std::string_view key) {
   return fmt::format("{}: key \"{}\"", file.path().string(), key);
 }
 
-// NOT_FOUND -> nullopt; a wrong type stays an error.
-template <typename T>
-StatusOr<std::optional<T>> Optional(StatusOr<T> value) {
-  if (value.ok()) return std::optional<T>(std::move(value).value());
-  if (value.status().code() == common::StatusCode::kNotFound) return std::optional<T>();
-  return value.status();
-}
-
-template <typename T>
-StatusOr<T> Required(StatusOr<T> value, const GgufFile& file, std::string_view key) {
-  if (!value.ok() && value.status().code() == common::StatusCode::kNotFound) {
-    return Status::InvalidArgument(fmt::format("{}: missing metadata key \"{}\"", file.path().string(), key));
-  }
-  return value;
-}
 
 // An optional token id key, which must be < vocab_size.
 StatusOr<std::optional<int32_t>> TokenId(const GgufFile& file, std::string_view key, int64_t vocab_size) {
-  auto id = Optional(file.GetUint(key));
+  auto id = formats::OptionalKey(file.GetUint(key));
   if (!id.ok()) return id.status();
   if (!*id) return std::optional<int32_t>();
   if (**id >= static_cast<uint64_t>(vocab_size)) {
@@ -57,7 +42,7 @@ enum class Vocabulary { kBpe, kSentencePiece };
 
 // tokenizer.ggml.model: "gpt2" or "llama"; everything else refused.
 StatusOr<Vocabulary> ReadModelKind(const GgufFile& file) {
-  auto model = Required(file.GetString("tokenizer.ggml.model"), file, "tokenizer.ggml.model");
+  auto model = formats::RequiredKey(file.GetString("tokenizer.ggml.model"), file, "tokenizer.ggml.model");
   if (!model.ok()) return model.status();
   if (*model == "gpt2") return Vocabulary::kBpe;
   if (*model == "llama") return Vocabulary::kSentencePiece;
@@ -76,7 +61,7 @@ StatusOr<Vocabulary> ReadModelKind(const GgufFile& file) {
 
 // tokenizer.ggml.pre -> the pre-tokenizer of a byte-level BPE vocabulary.
 Status ReadPreTokenizer(const GgufFile& file, BpeSpec* spec, std::string* pre_name) {
-  auto pre = Required(file.GetString("tokenizer.ggml.pre"), file, "tokenizer.ggml.pre");
+  auto pre = formats::RequiredKey(file.GetString("tokenizer.ggml.pre"), file, "tokenizer.ggml.pre");
   if (!pre.ok()) return pre.status();
   auto setup = text::PreTokenizerForGgufName(*pre);
   if (!setup.ok()) {
@@ -90,7 +75,7 @@ Status ReadPreTokenizer(const GgufFile& file, BpeSpec* spec, std::string* pre_na
 
 // tokenizer.ggml.tokens, as many as the embedding has rows.
 StatusOr<std::vector<std::string_view>> ReadTokens(const GgufFile& file, int64_t vocab_size) {
-  auto tokens = Required(file.GetStringArray("tokenizer.ggml.tokens"), file, "tokenizer.ggml.tokens");
+  auto tokens = formats::RequiredKey(file.GetStringArray("tokenizer.ggml.tokens"), file, "tokenizer.ggml.tokens");
   if (!tokens.ok()) return tokens.status();
   if (static_cast<int64_t>(tokens->size()) != vocab_size) {
     return Status::InvalidArgument(fmt::format("{} holds {} tokens, but token_embd.weight has {} rows",
@@ -100,7 +85,7 @@ StatusOr<std::vector<std::string_view>> ReadTokens(const GgufFile& file, int64_t
 }
 
 Status ReadBpeVocabulary(const GgufFile& file, const std::vector<std::string_view>& tokens, BpeSpec* spec) {
-  auto types = Optional(file.GetIntArray("tokenizer.ggml.token_type"));
+  auto types = formats::OptionalKey(file.GetIntArray("tokenizer.ggml.token_type"));
   if (!types.ok()) return types.status();
   if (*types && (*types)->size() != tokens.size()) {
     return Status::InvalidArgument(fmt::format("{} has {} entries for {} tokens", Where(file, "tokenizer.ggml.token_type"),
@@ -122,7 +107,7 @@ Status ReadBpeVocabulary(const GgufFile& file, const std::vector<std::string_vie
     spec->types.push_back(type);
     spec->pieces.emplace_back(type == TokenType::kUnused ? std::string_view() : tokens[i]);
   }
-  auto merges = Required(file.GetStringArray("tokenizer.ggml.merges"), file, "tokenizer.ggml.merges");
+  auto merges = formats::RequiredKey(file.GetStringArray("tokenizer.ggml.merges"), file, "tokenizer.ggml.merges");
   if (!merges.ok()) return merges.status();
   spec->merges.reserve(merges->size());
   for (size_t i = 0; i < merges->size(); ++i) {
@@ -153,10 +138,10 @@ Status ReadSpecials(const GgufFile& file, const std::vector<std::string>& pieces
     if (key == "tokenizer.ggml.padding_token_id") special.pad = **id;
     if (key != "tokenizer.ggml.bos_token_id" && key != "tokenizer.ggml.padding_token_id") stops.push_back(**id);
   }
-  auto add_bos = Optional(file.GetBool("tokenizer.ggml.add_bos_token"));
+  auto add_bos = formats::OptionalKey(file.GetBool("tokenizer.ggml.add_bos_token"));
   if (!add_bos.ok()) return add_bos.status();
   special.add_bos = add_bos->value_or(default_add_bos);
-  auto chat_template = Optional(file.GetString("tokenizer.chat_template"));
+  auto chat_template = formats::OptionalKey(file.GetString("tokenizer.chat_template"));
   if (!chat_template.ok()) return chat_template.status();
   if (*chat_template) out->chat_template = std::string(**chat_template);
   for (size_t id = 0; id < pieces.size(); ++id) {

@@ -16,7 +16,7 @@ using model::ModelConfig;
 using model::RopeScaling;
 using Json = nlohmann::json;
 
-constexpr int64_t kMaxValue = int64_t{1} << 40;  // ValidateModelConfig bounds each size further
+constexpr int64_t kMaxJsonValue = int64_t{1} << 40;  // ValidateModelConfig bounds each size further
 
 // Parses `text` as a JSON object.
 StatusOr<Json> ParseObject(std::string_view text, const std::string& source) {
@@ -49,8 +49,8 @@ StatusOr<int64_t> PositiveInt(const Json& object, const std::string& source, con
     if (fallback) return *fallback;
     return Status::InvalidArgument(fmt::format("{}: missing key \"{}\"", source, key));
   }
-  if (!value->is_number_integer() || (value->is_number_unsigned() && value->get<uint64_t>() > uint64_t(kMaxValue)) ||
-      value->get<int64_t>() <= 0 || value->get<int64_t>() > kMaxValue) {
+  if (!value->is_number_integer() || (value->is_number_unsigned() && value->get<uint64_t>() > uint64_t(kMaxJsonValue)) ||
+      value->get<int64_t>() <= 0 || value->get<int64_t>() > kMaxJsonValue) {
     return KeyError(source, key, *value, "a positive integer");
   }
   return value->get<int64_t>();

@@ -38,8 +38,6 @@ using Json = nlohmann::json;
 constexpr const char* kSingleFile = "model.safetensors";
 constexpr const char* kIndexFile = "model.safetensors.index.json";
 constexpr size_t kMaxShards = 4096;
-// A layer holds at least this many tensors (norms, q, k, v, o, gate, up, down).
-constexpr int64_t kTensorsPerLayer = 9;
 
 StatusOr<std::string> ReadText(const std::filesystem::path& path) {
   std::ifstream in(path, std::ios::binary);
@@ -142,15 +140,6 @@ StatusOr<Checkpoint> OpenCheckpoint(const std::filesystem::path& dir) {
     }
   }
   return checkpoint;
-}
-
-std::optional<Dtype> ModelDtype(SafetensorsDtype d) {
-  switch (d) {
-    case SafetensorsDtype::kF32: return Dtype::kF32;
-    case SafetensorsDtype::kF16: return Dtype::kF16;
-    case SafetensorsDtype::kBF16: return Dtype::kBF16;
-    default: return std::nullopt;
-  }
 }
 
 // Tensors a checkpoint may hold beyond the model's: rotary inverse frequencies (derived from the

@@ -83,15 +83,6 @@ bool IsNielsMatrix(const std::string& name) {
          ends_with("fc_out.weight");
 }
 
-std::optional<Dtype> ModelDtype(SafetensorsDtype d) {
-  switch (d) {
-    case SafetensorsDtype::kF32: return Dtype::kF32;
-    case SafetensorsDtype::kF16: return Dtype::kF16;
-    case SafetensorsDtype::kBF16: return Dtype::kBF16;
-    default: return std::nullopt;
-  }
-}
-
 std::optional<SafetensorsDtype> FileDtype(Dtype d) {
   switch (d) {
     case Dtype::kF32: return SafetensorsDtype::kF32;

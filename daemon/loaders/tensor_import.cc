@@ -10,6 +10,15 @@
 
 namespace niels::daemon::loaders {
 
+std::optional<kernels::Dtype> ModelDtype(formats::SafetensorsDtype d) {
+  switch (d) {
+    case formats::SafetensorsDtype::kF32: return kernels::Dtype::kF32;
+    case formats::SafetensorsDtype::kF16: return kernels::Dtype::kF16;
+    case formats::SafetensorsDtype::kBF16: return kernels::Dtype::kBF16;
+    default: return std::nullopt;
+  }
+}
+
 using common::Status;
 using common::StatusOr;
 using kernels::Dtype;

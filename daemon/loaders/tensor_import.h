@@ -5,14 +5,19 @@
 
 #include <cstddef>
 #include <memory>
+#include <optional>
 #include <string>
 #include <vector>
 
 #include "common/status.h"
+#include "daemon/formats/safetensors.h"
 #include "daemon/kernels/dtype.h"
 #include "daemon/model/weights.h"
 
 namespace niels::daemon::loaders {
+
+// The dtype a safetensors tensor is used in (f32, f16, bf16); nullopt for any other.
+std::optional<kernels::Dtype> ModelDtype(formats::SafetensorsDtype d);
 
 // The tensor of `shape` whose `stored` bytes start at `data` (any address), as the model keeps it:
 // a matrix (matrix = true) in its stored dtype -- a view of `data` when an element type sits at a

@@ -29,6 +29,10 @@ namespace niels::daemon::loaders {
 
 enum class TensorNaming { kHuggingFace, kGguf };
 
+// A layer holds at least this many tensors (norms, q, k, v, o, gate, up, down): a file listing
+// fewer than layers x this is refused before anything is sized from its layer count.
+inline constexpr int64_t kTensorsPerLayer = 9;
+
 // One tensor a model of some config must have, and where it goes.
 struct TensorSlot {
   std::string name;             // in the file format's naming

@@ -38,7 +38,7 @@ std::vector<std::string> Bytes(const std::string& s) {
   return out;
 }
 
-std::vector<FeedCase> Cases() {
+std::vector<FeedCase> FeedCases() {
   const std::string a = "hello", b(300, 'x'), c;  // c: an empty payload is a valid frame
   const std::string stream = Frame(a) + Frame(b) + Frame(c) + Frame("z");
   return {
@@ -87,7 +87,7 @@ TEST_P(FrameDecoderFeedTest, DecodesExpectedFrames) {
   EXPECT_EQ(decoder.Finish().code(), tc.finish) << decoder.Finish().ToString();
 }
 
-INSTANTIATE_TEST_SUITE_P(Cases, FrameDecoderFeedTest, testing::ValuesIn(Cases()),
+INSTANTIATE_TEST_SUITE_P(Cases, FrameDecoderFeedTest, testing::ValuesIn(FeedCases()),
                          [](const testing::TestParamInfo<FeedCase>& info) { return info.param.name; });
 
 TEST(FrameDecoderTest, OversizedLengthRejectedWithoutBuffering) {

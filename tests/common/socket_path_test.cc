@@ -18,7 +18,7 @@ struct PathCase {
   std::string expected;
 };
 
-std::vector<PathCase> Cases() {
+std::vector<PathCase> PathCases() {
   const std::optional<std::string> unset;
   return {
       {"FlagWinsOverEverything", "/tmp/a.sock", {"/tmp/env.sock", "/run/user/1000"}, "/tmp/a.sock"},
@@ -41,7 +41,7 @@ TEST_P(ResolveSocketPathTest, Resolves) {
   EXPECT_EQ(*path, tc.expected);
 }
 
-INSTANTIATE_TEST_SUITE_P(Cases, ResolveSocketPathTest, testing::ValuesIn(Cases()),
+INSTANTIATE_TEST_SUITE_P(Cases, ResolveSocketPathTest, testing::ValuesIn(PathCases()),
                          [](const testing::TestParamInfo<PathCase>& info) { return info.param.name; });
 
 TEST(SocketPathTest, LimitMatchesSunPath) {

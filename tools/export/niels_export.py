@@ -31,7 +31,7 @@ import argparse
 import json
 import os
 import shutil
-import struct
+import subprocess
 import sys
 import tempfile
 
@@ -41,7 +41,7 @@ import numpy as np
 _SOURCE_TREE_MODULES = os.path.join(os.path.dirname(os.path.realpath(__file__)), "..", "python")
 if os.path.isdir(os.path.join(_SOURCE_TREE_MODULES, "niels_tools")):
     sys.path.insert(0, _SOURCE_TREE_MODULES)
-from niels_tools import spm_model  # noqa: E402
+from niels_tools import gguf_file, hf_gguf, spm_model  # noqa: E402
 
 PROG = "niels-export"
 
@@ -277,53 +277,15 @@ class AtomicFile:
 
 
 # ----------------------------------------------------------------------------------------------
-# GGUF (format: github.com/ggml-org/ggml docs/gguf.md; version 3, little-endian)
+# GGUF (written by niels_tools.gguf_file, the writer the Hugging Face export uses too)
 
-GGUF_MAGIC = b"GGUF"
-GGUF_VERSION = 3
-GGUF_ALIGNMENT = 32
-GGUF_U8, GGUF_U32, GGUF_I32, GGUF_F32, GGUF_BOOL, GGUF_STRING, GGUF_ARRAY = 0, 4, 5, 6, 7, 8, 9
-GGML_F32, GGML_F16 = 0, 1
+GGUF_ALIGNMENT = gguf_file.ALIGNMENT
+GGUF_U8, GGUF_U32, GGUF_I32, GGUF_F32 = gguf_file.U8, gguf_file.U32, gguf_file.I32, gguf_file.F32
+GGUF_BOOL, GGUF_STRING, GGUF_ARRAY = gguf_file.BOOL, gguf_file.STRING, gguf_file.ARRAY
 LLAMA_FTYPE_ALL_F32, LLAMA_FTYPE_MOSTLY_F16 = 0, 1
 # llama.cpp's token types (llama_token_type): the same numbers as SentencePiece's piece types.
 GGUF_TOKEN_TYPE = {SPM_NORMAL: 1, SPM_UNKNOWN: 2, SPM_CONTROL: 3, SPM_USER_DEFINED: 4,
                    SPM_UNUSED: 5, SPM_BYTE: 6}
-
-
-def _gguf_string(s):
-    b = s.encode("utf-8")
-    return struct.pack("<Q", len(b)) + b
-
-
-def _gguf_value(vtype, value):
-    if vtype == GGUF_U32:
-        return struct.pack("<I", value)
-    if vtype == GGUF_I32:
-        return struct.pack("<i", value)
-    if vtype == GGUF_F32:
-        return struct.pack("<f", value)
-    if vtype == GGUF_BOOL:
-        return struct.pack("<?", value)
-    if vtype == GGUF_STRING:
-        return _gguf_string(value)
-    raise AssertionError(vtype)
-
-
-def _gguf_kv(key, vtype, value):
-    out = _gguf_string(key)
-    if vtype == GGUF_ARRAY:
-        etype, items = value
-        out += struct.pack("<IIQ", GGUF_ARRAY, etype, len(items))
-        if etype == GGUF_U8:
-            out += bytes(items)
-        elif etype == GGUF_F32:
-            out += np.asarray(items, dtype="<f4").tobytes()
-        elif etype == GGUF_I32:
-            out += np.asarray(items, dtype="<i4").tobytes()
-        else:
-            out += b"".join(_gguf_value(etype, v) for v in items)
-        return out
-    return out + struct.pack("<I", vtype) + _gguf_value(vtype, value)
 
 
 def gguf_tensors(cfg, tensors, dtype):
@@ -439,34 +401,26 @@ def gguf_metadata(cfg, tok, dtype):
     return kv
 
 
-def write_gguf(cfg, tensors, tok, out_path, dtype):
-    kv = gguf_metadata(cfg, tok, dtype)
-    items = gguf_tensors(cfg, tensors, dtype)
-    if sys.byteorder != "little":
-        raise ExportError("this exporter writes raw little-endian tensor bytes; run it on a "
-                          "little-endian machine")
-    header = GGUF_MAGIC + struct.pack("<IQQ", GGUF_VERSION, len(items), len(kv))
-    header += b"".join(_gguf_kv(k, t, v) for k, t, v in kv)
-    offset = 0
-    infos = []
-    for name, a in items:
-        infos.append(_gguf_string(name) + struct.pack("<I", a.ndim)
-                     + b"".join(struct.pack("<Q", d) for d in reversed(a.shape))  # ggml: ne[0] innermost
-                     + struct.pack("<IQ", GGML_F32 if a.dtype == np.float32 else GGML_F16, offset))
-        offset += a.nbytes + (-a.nbytes % GGUF_ALIGNMENT)
-    header += b"".join(infos)
-    header += b"\0" * (-len(header) % GGUF_ALIGNMENT)
+def write_gguf_file(kv, tensors, out_path):
+    """kv and gguf_file.Tensor items -> out_path, atomically; returns the file's size."""
     out = AtomicFile(out_path)
     try:
-        out.file.write(header)
-        for _, a in items:
-            out.file.write(a.tobytes())
-            out.file.write(b"\0" * (-a.nbytes % GGUF_ALIGNMENT))
+        size = gguf_file.write(out.file, kv, tensors)
         out.commit()
+    except ValueError as e:
+        out.abort()
+        raise ExportError(f"{out_path}: {e}") from e
     except BaseException:
         out.abort()
         raise
-    return len(header) + offset
+    return size
+
+
+def write_gguf(cfg, tensors, tok, out_path, dtype):
+    kv = gguf_metadata(cfg, tok, dtype)
+    items = [gguf_file.Tensor(name, a.shape, gguf_file.GGML_F32 if a.dtype == np.float32 else gguf_file.GGML_F16,
+                              lambda a=a: a) for name, a in gguf_tensors(cfg, tensors, dtype)]
+    return write_gguf_file(kv, items, out_path)
 
 
 # ----------------------------------------------------------------------------------------------
@@ -627,30 +581,112 @@ def write_hf(cfg, tensors, tok, out_dir, dtype, force):
 # ----------------------------------------------------------------------------------------------
 
 
+QUANT_TYPES = ("q8_0", "q4_0", "q4_k_m", "q5_k_m")  # niels-quantize's file types
+
+
+class ArgumentParser(argparse.ArgumentParser):
+    """argparse with one "niels-export: error: ..." line and exit status 1 for a bad command line."""
+
+    def error(self, message):
+        self.exit(1, f"{PROG}: error: {message}\n")
+
+
 def parse_args(argv):
-    p = argparse.ArgumentParser(prog=PROG, description="Export a nielsd model directory for "
-                                "llama.cpp (GGUF) or Hugging Face Llama engines (vLLM, TGI).")
-    p.add_argument("model_dir", metavar="MODEL_DIR", help="nielsd model directory")
+    p = ArgumentParser(prog=PROG, description="Export a nielsd model directory for llama.cpp (GGUF) or "
+                       "Hugging Face Llama engines (vLLM, TGI); convert a Hugging Face directory to GGUF; "
+                       "either GGUF quantized with --quant.")
+    p.add_argument("model_dir", metavar="MODEL_DIR", help="nielsd model directory, or (--format gguf) a "
+                   "Hugging Face directory (LlamaForCausalLM, Qwen2ForCausalLM, Qwen3ForCausalLM)")
     p.add_argument("--format", required=True, choices=("gguf", "hf-llama"))
     p.add_argument("out", metavar="OUT", help="OUT.gguf (gguf) or OUT_DIR (hf-llama)")
     p.add_argument("--dtype", choices=("f32", "f16"), default="f32",
                    help="stored dtype of the weight matrices (default f32; GGUF keeps norms and "
-                   "biases in f32)")
+                   "biases in f32); with --quant, the dtype niels-quantize reads")
+    p.add_argument("--quant", choices=QUANT_TYPES, help="gguf: quantize to this file type with niels-quantize")
+    p.add_argument("--quantizer", metavar="PATH", help="the niels-quantize binary (default: next to this "
+                   "program, else on PATH)")
+    p.add_argument("--threads", type=int, help="--quant: niels-quantize's threads (default: one per core)")
     p.add_argument("--force", action="store_true", help="overwrite existing output files")
-    return p.parse_args(argv)
+    args = p.parse_args(argv)
+    if args.format != "gguf" and (args.quant or args.quantizer or args.threads):
+        p.error("--quant, --quantizer and --threads need --format gguf")
+    if args.threads is not None and not 1 <= args.threads <= 1024:
+        p.error(f"--threads {args.threads}: use 1..1024")
+    return args
+
+
+def find_quantizer(args):
+    """--quantizer, else niels-quantize next to this program (an install's bin/), else on PATH."""
+    if args.quantizer:
+        candidates = [args.quantizer]
+    else:
+        here = os.path.dirname(os.path.realpath(__file__))
+        candidates = [os.path.join(here, "niels-quantize"), shutil.which("niels-quantize")]
+    for c in candidates:
+        if c and os.path.isfile(c) and os.access(c, os.X_OK):
+            return c
+    if args.quantizer:
+        raise ExportError(f"--quantizer {args.quantizer}: not an executable file")
+    raise ExportError("--quant needs niels-quantize: not found next to niels-export or on PATH "
+                      "(give it with --quantizer PATH)")
+
+
+def quantize(args, write_input):
+    """write_input(path) writes the f32/f16 GGUF; niels-quantize turns it into args.out. The
+    intermediate file is a hidden temporary next to OUT (as large as the --dtype export) and is
+    always removed; OUT appears only when niels-quantize has written it completely."""
+    quantizer = find_quantizer(args)
+    directory = os.path.dirname(os.path.abspath(args.out))
+    fd, tmp = tempfile.mkstemp(prefix="." + os.path.basename(args.out) + ".", suffix=f".{args.dtype}.gguf",
+                               dir=directory)
+    os.close(fd)
+    try:
+        write_input(tmp)
+        cmd = [quantizer, tmp, args.out, "--type", args.quant, "--quiet"]
+        if args.threads:
+            cmd += ["--threads", str(args.threads)]
+        proc = subprocess.run(cmd, capture_output=True, text=True)
+        if proc.returncode != 0:
+            lines = [ln for ln in (proc.stderr or proc.stdout).splitlines() if ln.strip()]
+            reason = lines[-1] if lines else f"exit status {proc.returncode}"
+            raise ExportError(f"niels-quantize failed: {reason}")
+    finally:
+        if os.path.exists(tmp):
+            os.unlink(tmp)
+    return os.path.getsize(args.out)
+
+
+def check_gguf_output(args):
+    if os.path.isdir(args.out):
+        raise ExportError(f"{args.out}: is a directory; --format gguf writes one file")
+    if os.path.exists(args.out) and not args.force:
+        raise ExportError(f"{args.out} exists; pass --force to overwrite")
+
+
+def export_hf_dir(args):
+    """A Hugging Face directory: the GGUF convert_hf_to_gguf.py would write (niels_tools.hf_gguf)."""
+    if args.format != "gguf":
+        raise ExportError(f"{args.model_dir} is a Hugging Face directory already; it exports to --format gguf only")
+    check_gguf_output(args)
+    cfg, kv, items = hf_gguf.convert(args.model_dir, args.dtype)
+    write = lambda path: write_gguf_file(kv, items, path)  # noqa: E731
+    size = quantize(args, write) if args.quant else write(args.out)
+    print(f"{PROG}: wrote {args.out} (gguf, {args.quant or args.dtype}): {cfg['hf_arch']} "
+          f"V={cfg['vocab']} C={cfg['hidden']} L={cfg['layers']} H={cfg['heads']}/{cfg['kv_heads']} "
+          f"d_ff={cfg['ffn']}, {size} bytes")
 
 
 def export(args):
+    if hf_gguf.is_hf_dir(args.model_dir):
+        return export_hf_dir(args)
     cfg, tensors, tok = load_model(args.model_dir)
     if args.format == "gguf":
-        if os.path.isdir(args.out):
-            raise ExportError(f"{args.out}: is a directory; --format gguf writes one file")
-        if os.path.exists(args.out) and not args.force:
-            raise ExportError(f"{args.out} exists; pass --force to overwrite")
-        size = write_gguf(cfg, tensors, tok, args.out, args.dtype)
+        check_gguf_output(args)
+        write = lambda path: write_gguf(cfg, tensors, tok, path, args.dtype)  # noqa: E731
+        size = quantize(args, write) if args.quant else write(args.out)
     else:
         size = write_hf(cfg, tensors, tok, args.out, args.dtype, args.force)
-    print(f"{PROG}: wrote {args.out} ({args.format}, {args.dtype}): {cfg['name']} V={cfg['V']} "
+    print(f"{PROG}: wrote {args.out} ({args.format}, {args.quant or args.dtype}): {cfg['name']} V={cfg['V']} "
           f"T={cfg['T']} C={cfg['C']} L={cfg['L']} H={cfg['H']} d_ff={cfg['d_ff']}, {size} bytes")
 
 
@@ -658,7 +694,7 @@ def main(argv=None):
     args = parse_args(sys.argv[1:] if argv is None else argv)
     try:
         export(args)
-    except ExportError as e:
+    except (ExportError, hf_gguf.HfError) as e:
         print(f"{PROG}: error: {e}", file=sys.stderr)
         return 1
     except OSError as e:

@@ -9,6 +9,7 @@
 
 #include <chrono>
 #include <cstdio>
+#include <filesystem>
 #include <iostream>
 #include <memory>
 #include <string>
@@ -47,6 +48,12 @@ void PrintTensor(const q::TensorReport& r) {
 Status Run(const Options& options) {
   const std::optional<q::FileType> type = q::ParseFileType(options.type);
   if (!type) return Status::InvalidArgument("--type " + options.type + ": use q8_0, q4_0, q4_k_m or q5_k_m");
+  std::error_code error;
+  if (std::filesystem::is_directory(options.input, error)) {
+    return Status::InvalidArgument(options.input + ": is a directory; niels-quantize reads a GGUF file (for a niels or "
+                                   "Hugging Face model directory: niels-export DIR --format gguf OUT.gguf --quant " +
+                                   options.type + ")");
+  }
   StatusOr<std::unique_ptr<q::GgufTensorSource>> source = q::GgufTensorSource::Open(options.input);
   if (!source.ok()) return source.status();
   q::QuantizeOptions quantize;

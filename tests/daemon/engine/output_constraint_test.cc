@@ -49,7 +49,7 @@ std::shared_ptr<const ConstraintVocabulary> DemoVocabulary() {
   return vocab;
 }
 
-std::shared_ptr<const CompiledGrammar> Gbnf(const std::string& text) {
+std::shared_ptr<const CompiledGrammar> OutputGbnf(const std::string& text) {
   auto g = CompiledGrammar::FromGbnf(text);
   EXPECT_TRUE(g.ok()) << g.status().ToString();
   return g.ok() ? *g : nullptr;
@@ -61,14 +61,14 @@ std::vector<std::pair<std::string, std::shared_ptr<const CompiledGrammar>>> Test
   for (const char* name : {"json", "chess", "japanese", "arithmetic", "list", "c"}) {
     const std::string text = grammar::testing::ReadFile(grammar::testing::LlamaGrammarDir() / (std::string(name) + ".gbnf"));
     EXPECT_FALSE(text.empty()) << name << ": " << grammar::testing::kMissingReferences;
-    out.emplace_back(name, Gbnf(text));
+    out.emplace_back(name, OutputGbnf(text));
   }
   auto schema = grammar::CompileJsonSchema(
       R"({"type":"object","properties":{"name":{"type":"string","maxLength":8},"n":{"type":"integer"},
           "tags":{"type":"array","items":{"enum":["a","\u00fc","\u4e2d"]},"maxItems":3}},"required":["name"]})");
   EXPECT_TRUE(schema.ok()) << schema.status().ToString();
   out.emplace_back("schema", *schema);
-  out.emplace_back("unicode", Gbnf("root ::= [a-c\\u00e9\\u4e2d\\U0001F600]{1,6} \"!\"\n"));
+  out.emplace_back("unicode", OutputGbnf("root ::= [a-c\\u00e9\\u4e2d\\U0001F600]{1,6} \"!\"\n"));
   return out;
 }
 
@@ -130,7 +130,7 @@ TEST(OutputConstraintTest, IdsSpanningSymbolsSpecialIdsAndTheStartRule) {
   const text::SpecialTokens& s = DemoModel().special;
   const std::vector<int32_t> ids = *tok.Encode("nielsd");  // one piece, "\u2581nielsd"
   ASSERT_EQ(ids.size(), 1u);
-  OutputConstraint c({Gbnf("root ::= \"nielsd\" (\" is\" [a-z ]*)?\n"), DemoVocabulary(), {}}, {s.eot});
+  OutputConstraint c({OutputGbnf("root ::= \"nielsd\" (\" is\" [a-z ]*)?\n"), DemoVocabulary(), {}}, {s.eot});
   TokenBitset mask;
   ASSERT_TRUE(c.AllowedIds(&mask).ok());
   EXPECT_TRUE(mask.Test(ids[0])) << "at the start, \"\\u2581nielsd\" adds \"nielsd\": six symbols at once";
@@ -155,7 +155,7 @@ TEST(OutputConstraintTest, IdsSpanningSymbolsSpecialIdsAndTheStartRule) {
 TEST(OutputConstraintTest, CharactersSplitOverByteFallbackIds) {
   const text::Tokenizer& tok = *DemoModel().tokenizer;
   const int32_t eot = DemoModel().special.eot;
-  OutputConstraint c({Gbnf("root ::= \"\\u00e9\\u4e2d\\U0001F600\"\n"), DemoVocabulary(), {}}, {eot});
+  OutputConstraint c({OutputGbnf("root ::= \"\\u00e9\\u4e2d\\U0001F600\"\n"), DemoVocabulary(), {}}, {eot});
   std::vector<int32_t> out;
   for (int step = 0; step < 20 && !c.ended(); ++step) {
     TokenBitset mask;
@@ -203,7 +203,7 @@ ConstrainedRun Constrained(const std::shared_ptr<const CompiledGrammar>& g, int 
 }
 
 TEST(OutputConstraintTest, GenerationFollowsTheGrammarAndEndsByItself) {
-  const auto g = Gbnf("root ::= \"{\\\"ok\\\": \" (\"true\" | \"false\") \"}\"\n");
+  const auto g = OutputGbnf("root ::= \"{\\\"ok\\\": \" (\"true\" | \"false\") \"}\"\n");
   for (uint64_t seed = 1; seed <= 6; ++seed) {
     const ConstrainedRun cached = Constrained(g, 40, seed);
     ASSERT_EQ(cached.result.stop_reason, StopReason::kStopToken) << cached.result.error.ToString();
@@ -218,13 +218,13 @@ TEST(OutputConstraintTest, GenerationFollowsTheGrammarAndEndsByItself) {
 }
 
 TEST(OutputConstraintTest, MaxNewTokensBeforeTheEndIsConstraintIncomplete) {
-  const auto g = Gbnf("root ::= \"[\" [a-z]{60} \"]\"\n");
+  const auto g = OutputGbnf("root ::= \"[\" [a-z]{60} \"]\"\n");
   const ConstrainedRun run = Constrained(g, 5, 3);
   EXPECT_EQ(run.result.stop_reason, StopReason::kConstraintIncomplete);
   EXPECT_EQ(run.result.new_tokens.size(), 5u);
   EXPECT_TRUE(run.text.starts_with("[")) << run.text;
   // A complete text cut by max_new_tokens is MAX_TOKENS.
-  const ConstrainedRun complete = Constrained(Gbnf("root ::= [a-z]+\n"), 3, 3);
+  const ConstrainedRun complete = Constrained(OutputGbnf("root ::= [a-z]+\n"), 3, 3);
   EXPECT_TRUE(complete.result.stop_reason == StopReason::kMaxTokens ||
               complete.result.stop_reason == StopReason::kStopToken);
 }

@@ -36,7 +36,7 @@ namespace {
 using common::Status;
 using std::chrono::seconds;
 
-constexpr uint32_t kUid = 1000;
+constexpr uint32_t kTurnUid = 1000;
 constexpr uint64_t kSeed = 26;
 
 // What a committed chat turn reported, and the session right after it.
@@ -85,7 +85,7 @@ class TemplateChatTurnTest : public ::testing::Test {
     auto record = std::make_shared<TurnRecord>();
     auto id = std::make_shared<std::string>();
     Work work;
-    work.uid = kUid;
+    work.uid = kTurnUid;
     work.cancel = std::make_shared<std::atomic<bool>>(false);
     work.quick = [record, id, system](EngineState& state, const Work& work) {
       auto created = sessions::CreateSession(state.sessions, state.language_model(), state.chat_format(), work.uid,
@@ -108,7 +108,7 @@ class TemplateChatTurnTest : public ::testing::Test {
                                    std::optional<bool> enable_thinking = std::nullopt) {
     auto record = std::make_shared<TurnRecord>();
     Work work;
-    work.uid = kUid;
+    work.uid = kTurnUid;
     work.session_id = session;
     work.cancel = std::make_shared<std::atomic<bool>>(false);
     work.start = [=](EngineState& state, const Work& work) {

@@ -98,16 +98,6 @@ std::vector<Member> Members() {
 // std 0.2 (not 0.02): attention far from uniform, so positions and heads matter.
 Weights WeightsOf(const Member& m, uint64_t seed = 11) { return RandomWeights(m.config, seed, 0.2, m.fused_qkv); }
 
-std::vector<float> DecodeEach(const Transformer& model, std::span<const int32_t> tokens, KvCache& cache) {
-  std::vector<float> rows;
-  KvCache* caches[] = {&cache};
-  for (int32_t token : tokens) {
-    const std::vector<float> row = model.Decode(std::span(&token, 1), caches);
-    rows.insert(rows.end(), row.begin(), row.end());
-  }
-  return rows;
-}
-
 class FamilyTest : public ::testing::TestWithParam<Member> {};
 
 TEST_P(FamilyTest, ConfigIsValid) { EXPECT_TRUE(ValidateModelConfig(GetParam().config, "test").ok()); }

@@ -6,9 +6,13 @@
 #include <cstdint>
 #include <limits>
 #include <random>
+#include <span>
 #include <vector>
 
 #include <gtest/gtest.h>
+
+#include "daemon/model/kv_cache.h"
+#include "daemon/model/transformer.h"
 
 namespace niels::daemon::model {
 
@@ -44,6 +48,17 @@ inline double StdDev(const std::vector<float>& values) {
 // Rows [first, first + count) of row-major logits with `vocab` columns.
 inline std::vector<float> SliceRows(const std::vector<float>& logits, int64_t vocab, int64_t first, int64_t count) {
   return std::vector<float>(logits.begin() + first * vocab, logits.begin() + (first + count) * vocab);
+}
+
+// Decodes `tokens` one by one into `cache` (B = 1), returning logits [n, V] row-major.
+inline std::vector<float> DecodeEach(const Transformer& model, std::span<const int32_t> tokens, KvCache& cache) {
+  std::vector<float> rows;
+  KvCache* caches[] = {&cache};
+  for (int32_t token : tokens) {
+    const std::vector<float> row = model.Decode(std::span(&token, 1), caches);
+    rows.insert(rows.end(), row.begin(), row.end());
+  }
+  return rows;
 }
 
 }  // namespace niels::daemon::model

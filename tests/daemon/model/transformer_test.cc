@@ -36,17 +36,6 @@ Weights TinyWeights(uint64_t seed = 7) { return RandomWeights(TinyConfig(), seed
 // Tokens of the tiny model's vocabulary.
 std::vector<int32_t> RandomTokens(int64_t n, uint32_t seed) { return model::RandomTokens(n, seed, 50); }
 
-// Decodes `tokens` one by one into `cache` (B = 1), returning logits [n, V] row-major.
-std::vector<float> DecodeEach(const Transformer& model, std::span<const int32_t> tokens, KvCache& cache) {
-  std::vector<float> rows;
-  KvCache* caches[] = {&cache};
-  for (int32_t token : tokens) {
-    const std::vector<float> row = model.Decode(std::span(&token, 1), caches);
-    rows.insert(rows.end(), row.begin(), row.end());
-  }
-  return rows;
-}
-
 class TransformerTest : public ::testing::Test {
  protected:
   ModelConfig config_ = TinyConfig();

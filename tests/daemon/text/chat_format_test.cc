@@ -27,6 +27,7 @@
 #include "tests/daemon/text/reference_chat.h"
 #include "tests/support/daemon_process.h"
 #include "tests/support/temp_files.h"
+#include "tests/support/sanitizer.h"
 #include "tests/support/test_model.h"
 
 namespace niels::daemon::text {
@@ -38,7 +39,9 @@ using testing::ReferenceChat;
 using testing::SpecialId;
 
 const char* const kTemplates[] = {"qwen3", "qwen2_5", "llama3_1", "llama3_2", "llama3"};
-constexpr int kCasesPerTemplate = 44;
+// 44 conversations per template (264 in all) in the normal build; 11 per template under a
+// sanitizer (tests/support/sanitizer.h).
+constexpr int kCasesPerTemplate = niels::testing::UnlessSanitized(44, 11);
 
 // The instant chat_format_reference.py's strftime_now formats (jinja_reference.py's FIXED_NOW,
 // 2026-11-26 07:05:09.123456, as UTC): Llama 3.2 writes today's date.

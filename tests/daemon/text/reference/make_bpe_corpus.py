@@ -1,7 +1,10 @@
 #!/usr/bin/env python3
 """Writes the text corpus of the byte-level BPE reference test (tests/daemon/text/bpe_reference_test.cc).
 
-Usage: make_bpe_corpus.py OUT_FILE [--seed N]
+Usage: make_bpe_corpus.py OUT_FILE [--seed N] [--every K]
+
+--every K keeps every K-th case only (the first, the K+1-th, ...): the sanitizer builds run a
+quarter of the corpus.
 
 One test case per line of OUT_FILE, as the base64 of the case's raw bytes (a case may hold newlines,
 carriage returns and invalid UTF-8). Deterministic for a given seed. The cases cover prose, code in
@@ -275,14 +278,19 @@ def main():
     parser = argparse.ArgumentParser()
     parser.add_argument("out")
     parser.add_argument("--seed", type=int, default=20240926)
+    parser.add_argument("--every", type=int, default=1)
     args = parser.parse_args()
     rng = random.Random(args.seed)
     count = 0
+    seen = 0
     with open(args.out, "w", encoding="ascii") as f:
         for case in cases(rng):
             raw = case if isinstance(case, bytes) else case.encode("utf-8")
             text = raw.decode("utf-8", errors="replace")
             if any(c in text for c in FORBIDDEN):
+                continue
+            seen += 1
+            if (seen - 1) % args.every:
                 continue
             f.write(base64.b64encode(raw).decode("ascii") + "\n")
             count += 1
