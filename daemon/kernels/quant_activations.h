@@ -23,8 +23,10 @@
 //                 32 (q6_k), 0 (q4_k, q5_k): what a lane of VPDPBUSD over 4 values starts from so
 //                 that it ends at the true dot product with the weights' offset levels
 //                 (q8_0 weights are fed as w + 128, q4_0's nibbles are (w + 8), q6_k's (w + 32)).
-// The kernels (simd_quant_*.h) read it; QuantizeActivationRow is its scalar definition, and every
-// SIMD implementation writes the same bytes (tested).
+// The kernels (simd_quant_*.cc) read it; QuantizeActivationRow is its scalar definition, and every
+// SIMD implementation writes the same bytes (tested). The AMX tiles (simd_quant_amx.cc) read q (16
+// rows at a time, x_row_bytes apart), d and sums; their weights are signed, so they need no starts.
+// What the kernels round after the exact integer sums is each ISA file's header.
 
 #include <cstdint>
 

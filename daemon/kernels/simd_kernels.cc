@@ -9,6 +9,8 @@
 
 #if defined(__x86_64__)
 #include <cpuid.h>
+#include <sys/syscall.h>
+#include <unistd.h>
 #endif
 
 namespace niels::daemon::kernels::simd {
@@ -20,6 +22,27 @@ namespace {
 bool HasF16c() {
   unsigned eax = 0, ebx = 0, ecx = 0, edx = 0;
   return __get_cpuid(1, &eax, &ebx, &ecx, &edx) != 0 && (ecx & bit_F16C) != 0;
+}
+#endif
+
+#if defined(__x86_64__)
+// AMX-TILE and AMX-INT8 (CPUID leaf 7, EDX bits 24 and 25), the OS saving the tile state (XCR0
+// bits 17 and 18), and Linux's grant of the tile data to this process (arch_prctl
+// ARCH_REQ_XCOMP_PERM, XFEATURE_XTILEDATA; process-wide, asked once). False when any is missing or
+// refused: the AVX-512 VNNI kernels run instead.
+bool AmxGranted() {
+  static const bool granted = [] {
+    unsigned eax = 0, ebx = 0, ecx = 0, edx = 0;
+    if (__get_cpuid_count(7, 0, &eax, &ebx, &ecx, &edx) == 0) return false;
+    if ((edx & (1u << 24)) == 0 || (edx & (1u << 25)) == 0) return false;
+    if (__get_cpuid(1, &eax, &ebx, &ecx, &edx) == 0 || (ecx & bit_OSXSAVE) == 0) return false;
+    unsigned xcr0_low = 0, xcr0_high = 0;
+    __asm__ volatile("xgetbv" : "=a"(xcr0_low), "=d"(xcr0_high) : "c"(0));
+    if ((xcr0_low & (3u << 17)) != (3u << 17)) return false;
+    constexpr long kArchReqXcompPerm = 0x1023, kXfeatureXtileData = 18;
+    return syscall(SYS_arch_prctl, kArchReqXcompPerm, kXfeatureXtileData) == 0;
+  }();
+  return granted;
 }
 #endif
 
@@ -55,18 +78,23 @@ Isa Detect() {
   return Isa::kPortable;
 }
 
-// The block-type kernels of an instruction set: AVX-512's need VNNI besides (VPDPBUSD); an AVX-512
-// CPU without it runs the AVX2 ones.
+// The block-type kernels of an instruction set: AVX-512's need VNNI besides (VPDPBUSD), and use
+// AMX-INT8's tiles for prefill where granted; an AVX-512 CPU without VNNI runs the AVX2 ones.
+bool amx_allowed = true;  // false while a test turns AMX off
+
 const QuantKernelTable& QuantTableOf(Isa isa) {
 #if defined(__x86_64__)
   __builtin_cpu_init();
-  if (isa == Isa::kAvx512 && __builtin_cpu_supports("avx512vnni")) return Avx512VnniQuantTable();
+  if (isa == Isa::kAvx512 && __builtin_cpu_supports("avx512vnni")) {
+    return amx_allowed && AmxGranted() ? Avx512AmxQuantTable() : Avx512VnniQuantTable();
+  }
   if (isa == Isa::kAvx512 || isa == Isa::kAvx2) return Avx2QuantTable();
 #endif
   return PortableQuantTable();
 }
 
 const Isa kDetected = Detect();
+Isa active_isa = kDetected;
 const KernelTable* active = &TableOf(kDetected);  // or another while a test forces it
 const QuantKernelTable* active_quant = &QuantTableOf(kDetected);
 
@@ -83,6 +111,13 @@ void* ThreadBuffer(int64_t bytes) {
 }
 
 }  // namespace
+
+void* ScratchBuffer(int64_t bytes) {
+  thread_local std::vector<unsigned char> buffer;
+  if (static_cast<int64_t>(buffer.size()) < bytes + 64) buffer.resize(static_cast<size_t>(bytes + 64));
+  const auto address = reinterpret_cast<uintptr_t>(buffer.data());
+  return buffer.data() + ((64 - address % 64) % 64);
+}
 
 void DotRows(Matrix w, int64_t in, const float* x, int64_t x_stride, int64_t rows, const float* bias, float* y,
              int64_t y_stride, int64_t o_begin, int64_t o_end, int64_t w_rows) {
@@ -146,9 +181,20 @@ Isa Detected() { return kDetected; }
 
 bool ForceIsaForTesting(Isa isa) {
   if (!CanRun(isa)) return false;
+  active_isa = isa;
   active = &TableOf(isa);
   active_quant = &QuantTableOf(isa);
   return true;
+}
+
+bool UseAmxForTesting(bool enabled) {
+  amx_allowed = enabled;
+  active_quant = &QuantTableOf(active_isa);
+#if defined(__x86_64__)
+  return active_quant == &Avx512AmxQuantTable();
+#else
+  return false;
+#endif
 }
 
 }  // namespace niels::daemon::kernels::simd

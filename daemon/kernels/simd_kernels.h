@@ -30,8 +30,9 @@ void DotRows(Matrix w, int64_t in, const float* x, int64_t x_stride, int64_t row
 // per block (quant_activations.h: what is rounded where): DotRows with such a w quantizes the rows
 // of x itself (once per call) and runs DotRowsQuantized, whose every y[r, o] is one fixed chain of
 // exact integer block sums folded into float accumulators (simd_quant_*.cc), so the batch
-// invariance above holds for them too. Results differ between instruction sets (lanes), each
-// within the tolerance matvec_quant_test states of the dequantized weights times x.
+// invariance above holds for them too (AVX-512's prefill tiles may run on AMX-INT8: the same
+// integer sums and float operations, so the same bits). Results differ between instruction sets,
+// each within the tolerance matvec_quant_test states of the dequantized weights times x.
 // QuantizeActivations: rows of x (x_stride apart) into `out`, ActivationLayoutFor(weight,
 // in).row_bytes per row. REQUIRES: in a multiple of the weight's block.
 void QuantizeActivations(Dtype weight, const float* x, int64_t x_stride, int64_t rows, int64_t in, void* out);
@@ -71,7 +72,9 @@ enum class Isa { kPortable, kAvx2, kAvx512 };
 
 // The implementation in use: "avx512", "avx2+fma" or "portable".
 const char* Name();
-// The block types' implementation in use: "avx512-vnni", "avx2" or "portable".
+// The block types' implementation in use: "avx512-amx" (VNNI, and AMX-INT8 tiles for the prefill of
+// q8_0 / q4_0 where the CPU has them and the kernel grants them), "avx512-vnni", "avx2" or
+// "portable".
 const char* QuantName();
 // The best implementation this CPU runs (the one in use unless a test forces another).
 Isa Detected();
@@ -80,5 +83,8 @@ Isa Detected();
 // otherwise); ForceIsaForTesting(Detected()) switches back. Not thread-safe: call while no kernel
 // runs.
 bool ForceIsaForTesting(Isa isa);
+// For tests only: with `enabled` false, the AVX-512 block-type kernels run without AMX (VNNI only);
+// with true, with AMX where granted. Returns whether AMX is in use afterwards. Not thread-safe.
+bool UseAmxForTesting(bool enabled);
 
 }  // namespace niels::daemon::kernels::simd

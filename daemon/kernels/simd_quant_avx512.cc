@@ -1,25 +1,28 @@
 // The AVX-512 VNNI kernels of the block types: VPDPBUSD multiplies 64 unsigned 8-bit weight levels
 // by 64 signed 8-bit activation levels (quant_activations.h) and adds each 4 products into one of
-// 16 int32 lanes. Compiled with the AVX-512 flags plus -mavx512vnni (daemon/CMakeLists.txt);
-// called only when the CPU has them (simd_kernels.cc). Includes nothing that defines inline
-// functions (simd_table.h).
+// 16 int32 lanes. Compiled with the AVX-512 flags plus -mavx512vnni (daemon/CMakeLists.txt); called
+// only when the CPU has them (simd_kernels.cc). Includes nothing that defines inline functions
+// (simd_table.h). Where AMX-INT8 is granted, prefill (16+ activation rows) runs simd_quant_amx.cc's
+// tiles instead, and this file's kernels the rows and columns those leave over.
 //
-// What each (weight row o, activation row r) computes, per lane l < 16 (every lane the same
-// operations whatever the tile):
-//   q8_0, q4_0 (a unit = 2 blocks, lanes 0-7 the first, 8-15 the second; a lone last block uses
-//   lanes 0-7 and adds zeros to 8-15):
-//     isum = VPDPBUSD(starts, w + offset, q)   the exact dot of 4 values (offset 128 or 8, undone
-//                                              by `starts`, quant_activations.h)
-//     acc_l = fma(float(isum), d_w * d_x, acc_l)
-//   q4_k, q5_k, q6_k (a unit = one 256-block in 4 steps of 64 values):
-//     A_l = sum over the steps of VPDPWSSD(VPDPBUSD(starts or 0, w, q), scale of the lane's
-//           sub-block / group)                 exact: |A_l| < 2^24
-//     b_l = float(A_l) * d
-//     q4_k, q5_k: b_l = fnmadd(float(M_l), dmin, b_l), M_l = m_2l s_2l + m_2l+1 s_2l+1 for l < 4
-//           (0 above), m_k the min of sub-block k, s_k the sum of its activation levels (exact)
-//     acc_l = fma(b_l, d_x, acc_l)
-// and y = the lanes summed in a fixed tree (Reduce4) + bias. Every float product and fma is one
-// rounding.
+// What each (weight row o, activation row r) computes:
+//   q8_0, q4_0 (Block32Rows: the lanes are 16 weight rows; per 32-block b):
+//     s_b = the exact int32 dot of the block's levels with q (VPDPBUSD over 4 values per lane with
+//           the offset 128 or 8 undone by `starts`, quant_activations.h, then the 8 lanes of a row
+//           summed as integers)
+//     acc = fma(float(s_b), d_w * d_x, acc)        b = 0, 1, ... in order; y = acc + bias
+//   This chain has one float multiply and one fma per block and nothing per lane, so AMX's
+//   TDPBSSD (an exact int32 per block, simd_quant_amx.cc) can follow it bit for bit.
+//   q4_k, q5_k, q6_k (Block256Rows: 4 weight rows at a time; a unit = one 256-block in 4 steps of
+//   64 values; per block):
+//     A = the 16 lanes of sum over the steps of VPDPWSSD(VPDPBUSD(starts or 0, w, q), scale of the
+//         lane's sub-block / group) added up = sum_g sc_g * (exact dot of group g)   (int32, exact)
+//     M = sum_k m_k s_k (q4_k, q5_k): m_k the min of sub-block k, s_k the sum of its activation
+//         levels (exact)
+//     block = float(A) * d; block = fma(-float(M), dmin, block) (q4_k, q5_k)
+//     acc = fma(block, d_x, acc)                  blocks in order; y = acc + bias
+//   (the chain simd_quant_amx.cc's K kernels follow too).
+// Every float product and fma is one rounding.
 
 #if defined(__x86_64__)
 
@@ -41,8 +44,6 @@ namespace {
 #define NIELS_KERNELS_SIMD_QUANT_INCLUDED_BY_AN_ISA_FILE
 #include "daemon/kernels/simd_quant_tile.h"
 
-using Acc = __m512;
-
 uint16_t LoadU16(const unsigned char* p) {
   uint16_t v;
   std::memcpy(&v, p, 2);
@@ -50,75 +51,110 @@ uint16_t LoadU16(const unsigned char* p) {
 }
 float HalfAt(const unsigned char* p) { return _cvtsh_ss(LoadU16(p)); }
 
-// Lanes l and l+8 added, then for each vector ((l0+l1)+(l2+l3)) + ((l4+l5)+(l6+l7)) (as simd_avx512.cc).
-__m256 Half(__m512 v) { return _mm256_add_ps(_mm512_castps512_ps256(v), _mm512_extractf32x8_ps(v, 1)); }
-
-struct Common {
-  using Acc = __m512;
-  static Acc Zero() { return _mm512_setzero_ps(); }
-  static void Reduce4(Acc a, Acc b, Acc c, Acc d, float* out) {
-    const __m256 ab_cd = _mm256_hadd_ps(_mm256_hadd_ps(Half(a), Half(b)), _mm256_hadd_ps(Half(c), Half(d)));
-    _mm_storeu_ps(out, _mm_add_ps(_mm256_castps256_ps128(ab_cd), _mm256_extractf128_ps(ab_cd, 1)));
-  }
-};
-
-// The f16 scales of two 32-blocks at p and p + stride widened into lanes 0-7 and 8-15 (the second
-// 0 when `one`).
-__m512 TwoScales(const unsigned char* p, int64_t stride, bool one) {
-  const uint32_t both = LoadU16(p) | (one ? 0u : static_cast<uint32_t>(LoadU16(p + stride)) << 16);
-  const __m128 widened = _mm_cvtph_ps(_mm_cvtsi32_si128(static_cast<int>(both)));
-  return _mm512_permutexvar_ps(_mm512_set_epi32(1, 1, 1, 1, 1, 1, 1, 1, 0, 0, 0, 0, 0, 0, 0, 0),
-                               _mm512_castps128_ps512(widened));
-}
-
-// q8_0 (kFourBits false) and q4_0: a unit is two 32-blocks (64 values), the last may be one.
+// q8_0 and q4_0 with the lanes over weight rows: 16 weight rows at a time, and per 32-block b the
+// exact int32 dot s of each with one activation row, folded as acc = fma(float(s), d_w * d_x, acc)
+// in block order (the chain simd_quant_amx.cc follows too; see the top of this file).
 template <bool kFourBits>
-struct Block32Kernel : Common {
+struct Block32Rows {
   static constexpr int64_t kBlockBytes = kFourBits ? 18 : 34;
-  static constexpr int64_t kUnit = 64, kUnitBytes = 2 * kBlockBytes, kTailUnit = 32;
-  static constexpr int kWeightRows = 4, kDecodeWeightRows = 4, kTileRows = 6;  // 24 accumulators + weights, scales, temporaries
 
-  // The 64 weight levels as unsigned bytes in value order: q8_0's w + 128; q4_0's nibbles (w + 8).
-  static __m512i Levels(const unsigned char* p, bool one) {
+  // Weight rows p and q's levels of one block as unsigned bytes in value order, p's in the lower
+  // 256 bits: q8_0's w + 128, q4_0's nibbles (w + 8).
+  static __m512i Levels(const unsigned char* p, const unsigned char* q) {
     if constexpr (kFourBits) {
-      const __m128i first = _mm_loadu_si128(reinterpret_cast<const __m128i*>(p + 2));
-      const __m128i second = one ? _mm_setzero_si128() : _mm_loadu_si128(reinterpret_cast<const __m128i*>(p + 20));
-      const __m512i both = _mm512_castsi256_si512(_mm256_set_m128i(second, first));
-      // 128-bit lanes [first, first, second, second]; the odd ones shifted down a nibble.
+      const __m512i both = _mm512_castsi256_si512(_mm256_set_m128i(_mm_loadu_si128(reinterpret_cast<const __m128i*>(q + 2)),
+                                                                   _mm_loadu_si128(reinterpret_cast<const __m128i*>(p + 2))));
+      // 128-bit lanes [p, p, q, q]; the odd ones shifted down a nibble.
       const __m512i spread = _mm512_shuffle_i64x2(both, both, 0x50);
       const __m512i shifted = _mm512_srlv_epi64(spread, _mm512_set_epi64(4, 4, 0, 0, 4, 4, 0, 0));
       return _mm512_and_si512(shifted, _mm512_set1_epi8(0x0f));
     } else {
-      const __m256i first = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(p + 2));
-      const __m256i second = one ? _mm256_setzero_si256() : _mm256_loadu_si256(reinterpret_cast<const __m256i*>(p + 36));
-      return _mm512_xor_si512(_mm512_inserti64x4(_mm512_castsi256_si512(first), second, 1), _mm512_set1_epi8(-128));
+      const __m256i low = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(p + 2));
+      const __m256i high = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(q + 2));
+      return _mm512_xor_si512(_mm512_inserti64x4(_mm512_castsi256_si512(low), high, 1), _mm512_set1_epi8(-128));
     }
   }
 
-  template <int RM, int RN>
-  static void Run(const unsigned char* const (&w)[RM], const XRow (&x)[RN], int64_t u, Acc (&acc)[RM][RN], bool one) {
+  // v[k]: lanes 0-7 the 8 partial sums of weight row 2k, lanes 8-15 those of row 2k + 1. Returns
+  // lane n = the sum of row n's (exact: integers).
+  static __m512i SumRows(const __m512i (&v)[8]) {
+    __m512i u[4];
+#pragma GCC unroll 4
+    for (int k = 0; k < 4; ++k) {  // 128-bit lane i of u[k]: 4 partials of row 4k + i
+      u[k] = _mm512_add_epi32(_mm512_shuffle_i32x4(v[2 * k], v[2 * k + 1], 0x88),
+                              _mm512_shuffle_i32x4(v[2 * k], v[2 * k + 1], 0xdd));
+    }
+    // 128-bit lane i: 2 partials of row i, 2 of row 4 + i (w0); of rows 8 + i, 12 + i (w1).
+    const __m512i w0 = _mm512_add_epi32(_mm512_unpacklo_epi64(u[0], u[1]), _mm512_unpackhi_epi64(u[0], u[1]));
+    const __m512i w1 = _mm512_add_epi32(_mm512_unpacklo_epi64(u[2], u[3]), _mm512_unpackhi_epi64(u[2], u[3]));
+    const __m512i first = _mm512_set_epi32(30, 26, 22, 18, 28, 24, 20, 16, 14, 10, 6, 2, 12, 8, 4, 0);
+    const __m512i second = _mm512_add_epi32(first, _mm512_set1_epi32(1));
+    return _mm512_add_epi32(_mm512_permutex2var_epi32(w0, first, w1), _mm512_permutex2var_epi32(w0, second, w1));
+  }
+
+  // Weight rows o .. o + n - 1 (n <= 16) against activation rows r .. r + RN - 1.
+  template <int RN>
+  static void Tile(const QuantDotArgs& a, int64_t o, int n, int64_t r) {
+    const auto* w0 = static_cast<const unsigned char*>(a.w) + o * a.w_row_bytes;
+    const unsigned char* w[16];  // rows past n repeat the last one (read, never stored)
+#pragma GCC unroll 16
+    for (int k = 0; k < 16; ++k) w[k] = w0 + (k < n ? k : n - 1) * a.w_row_bytes;
+    const __m512i offsets = _mm512_mullo_epi32(_mm512_min_epi32(_mm512_set_epi32(15, 14, 13, 12, 11, 10, 9, 8, 7, 6, 5, 4, 3, 2, 1, 0),
+                                                                _mm512_set1_epi32(n - 1)),
+                                               _mm512_set1_epi32(static_cast<int>(a.w_row_bytes)));
+    XRow x[RN];
+    __m512 acc[RN];
 #pragma GCC unroll 8
-    for (int i = 0; i < RM; ++i) {
-      const __m512i levels = Levels(w[i], one);
-      const __m512 dw = TwoScales(w[i], kBlockBytes, one);
+    for (int j = 0; j < RN; ++j) {
+      x[j] = XRowAt(a, r + j);
+      acc[j] = _mm512_setzero_ps();
+    }
+    const int64_t blocks = a.in / 32;
+    for (int64_t b = 0; b < blocks; ++b) {
+      const int64_t at = b * kBlockBytes;
+      __m512i levels[8];
+#pragma GCC unroll 8
+      for (int k = 0; k < 8; ++k) {
+        __builtin_prefetch(w[2 * k] + at + 512, 0, 2);
+        __builtin_prefetch(w[2 * k + 1] + at + 512, 0, 2);
+        levels[k] = Levels(w[2 * k] + at, w[2 * k + 1] + at);
+      }
+      const __m512i halves = _mm512_i32gather_epi32(_mm512_add_epi32(offsets, _mm512_set1_epi32(static_cast<int>(at))), w0, 1);
+      const __m512 dw = _mm512_cvtph_ps(_mm512_cvtepi32_epi16(halves));
 #pragma GCC unroll 8
       for (int j = 0; j < RN; ++j) {
-        const __m512i start = _mm512_loadu_si512(x[j].starts + 16 * u);
-        const __m512i q = _mm512_loadu_si512(x[j].q + 64 * u);
-        const __m512i isum = _mm512_dpbusd_epi32(start, levels, q);
-        const __m512 scale = _mm512_mul_ps(dw, _mm512_loadu_ps(x[j].d + 16 * u));
-        acc[i][j] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(isum), scale, acc[i][j]);
+        const __m512i q = _mm512_broadcast_i64x4(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(x[j].q + 32 * b)));
+        const __m512i start = _mm512_broadcast_i64x4(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(x[j].starts + 8 * b)));
+        __m512i partial[8];
+#pragma GCC unroll 8
+        for (int k = 0; k < 8; ++k) partial[k] = _mm512_dpbusd_epi32(start, levels[k], q);
+        const __m512 s = _mm512_cvtepi32_ps(SumRows(partial));
+        acc[j] = _mm512_fmadd_ps(s, _mm512_mul_ps(dw, _mm512_set1_ps(x[j].d[8 * b])), acc[j]);
+      }
+    }
+    const __mmask16 mask = static_cast<__mmask16>((1u << n) - 1);
+#pragma GCC unroll 8
+    for (int j = 0; j < RN; ++j) {
+      __m512 out = acc[j];
+      if (a.bias != nullptr) out = _mm512_add_ps(out, _mm512_maskz_loadu_ps(mask, a.bias + o));
+      _mm512_mask_storeu_ps(a.y + (r + j) * a.y_stride + o, mask, out);
+    }
+  }
+
+  static void Rows(const QuantDotArgs& a, int64_t o_begin, int64_t o_end, int64_t r_begin, int64_t r_end) {
+    for (int64_t o = o_begin; o < o_end; o += 16) {
+      const int n = static_cast<int>(o_end - o < 16 ? o_end - o : 16);
+      int64_t r = r_begin;
+      for (; r + 4 <= r_end; r += 4) Tile<4>(a, o, n, r);
+      switch (r_end - r) {
+        case 3: Tile<3>(a, o, n, r); break;
+        case 2: Tile<2>(a, o, n, r); break;
+        case 1: Tile<1>(a, o, n, r); break;
+        default: break;
       }
     }
   }
-  template <int RM, int RN>
-  static void Unit(const unsigned char* const (&w)[RM], const XRow (&x)[RN], int64_t u, Acc (&acc)[RM][RN]) {
-    Run<RM, RN>(w, x, u, acc, /*one=*/false);
-  }
-  template <int RM, int RN>
-  static void TailUnit(const unsigned char* const (&w)[RM], const XRow (&x)[RN], int64_t u, Acc (&acc)[RM][RN]) {
-    Run<RM, RN>(w, x, u, acc, /*one=*/true);
-  }
+  static void Dot(const QuantDotArgs& a, int64_t o_begin, int64_t o_end) { Rows(a, o_begin, o_end, 0, a.rows); }
 };
 
 // The six-bit scales and mins of a q4_k / q5_k block (quant_blocks.h ScaleMinK4), as 8 bytes each.
@@ -134,14 +170,10 @@ void ScalesAndMinsK4(const unsigned char* packed, uint64_t* scales, uint64_t* mi
 
 // q4_k, q5_k, q6_k: a unit is one 256-block, in 4 steps of 64 values (16 lanes of 4).
 template <int kType>  // 0 q4_k, 1 q5_k, 2 q6_k
-struct Block256Kernel : Common {
+struct Block256Kernel {
   static constexpr bool kMins = kType != 2;
   static constexpr int64_t kUnit = 256, kTailUnit = 0;
   static constexpr int64_t kUnitBytes = kType == 0 ? 144 : kType == 1 ? 176 : 210;
-  // 12 accumulators + 4 steps of levels and scales. 1 x 12 against 2 x 6, prefill per core side by
-  // side (medians of 3 on a loaded host): q4_k 66 -> 69 GMAC/s, q5_k 58 -> 63; q6_k within noise
-  // (+-10%), left at 2 x 6.
-  static constexpr int kWeightRows = kMins ? 1 : 2, kDecodeWeightRows = 2, kTileRows = kMins ? 12 : 6;
 
   // What one weight row's unit needs across its steps.
   struct Row {
@@ -208,42 +240,109 @@ struct Block256Kernel : Common {
     }
   }
 
-  // One weight row's unit against RN activation rows: the row's 4 steps of levels and scales are
-  // unpacked once and stay in registers while each activation row runs all 4 steps and its fold
-  // (so one integer accumulator is live at a time, and the tile can be 1 x 12).
-  template <int RM, int RN>
-  static void Unit(const unsigned char* const (&w)[RM], const XRow (&x)[RN], int64_t u, Acc (&acc)[RM][RN]) {
-#pragma GCC unroll 2
-    for (int i = 0; i < RM; ++i) {
-      Row row;
-      Prepare(w[i], &row);
-      __m512i levels[4], scales[4];
+  // One weight row's unit (at p) against RN activation rows: each row's 16 lanes of
+  // sum_steps VPDPWSSD(VPDPBUSD(..), scales) into a[j] (their total is A) and (q4_k, q5_k) the 4
+  // lanes of VPMADDWD(sums, mins) into m[j] (their total is M). The row's 4 steps of levels and
+  // scales are unpacked once and stay in registers while each activation row runs them.
+  template <int RN>
+  static void Sums(const unsigned char* p, const XRow (&x)[RN], int64_t u, Row* row, __m512i (&a)[RN], __m128i (&m)[RN]) {
+    Prepare(p, row);
+    __m512i levels[4], scales[4];
 #pragma GCC unroll 4
-      for (int s = 0; s < 4; ++s) levels[s] = Levels(w[i], &row, s, &scales[s]);
-      const __m512 d = _mm512_set1_ps(row.d);
-      const __m512 dmin = _mm512_set1_ps(row.dmin);
-#pragma GCC unroll 16
-      for (int j = 0; j < RN; ++j) {
-        __m512i sum = _mm512_setzero_si512();
+    for (int s = 0; s < 4; ++s) levels[s] = Levels(p, row, s, &scales[s]);
 #pragma GCC unroll 4
-        for (int s = 0; s < 4; ++s) {
-          const __m512i q = _mm512_loadu_si512(x[j].q + 256 * u + 64 * s);
-          const __m512i start = kMins ? _mm512_setzero_si512() : _mm512_loadu_si512(x[j].starts + 64 * u + 16 * s);
-          sum = _mm512_dpwssd_epi32(sum, _mm512_dpbusd_epi32(start, levels[s], q), scales[s]);
-        }
-        // acc += (float(A) * d - float(mins) * dmin) * d_x, lane by lane.
-        __m512 block = _mm512_mul_ps(_mm512_cvtepi32_ps(sum), d);
-        if constexpr (kMins) {
-          const __m128i block_sums = _mm_loadu_si128(reinterpret_cast<const __m128i*>(x[j].sums + 8 * u));
-          const __m512i min_sums = _mm512_zextsi128_si512(_mm_madd_epi16(block_sums, row.mins));
-          block = _mm512_fnmadd_ps(_mm512_cvtepi32_ps(min_sums), dmin, block);
-        }
-        acc[i][j] = _mm512_fmadd_ps(block, _mm512_set1_ps(x[j].d[u]), acc[i][j]);
+    for (int j = 0; j < RN; ++j) {
+      __m512i sum = _mm512_setzero_si512();
+#pragma GCC unroll 4
+      for (int s = 0; s < 4; ++s) {
+        const __m512i q = _mm512_loadu_si512(x[j].q + 256 * u + 64 * s);
+        const __m512i start = kMins ? _mm512_setzero_si512() : _mm512_loadu_si512(x[j].starts + 64 * u + 16 * s);
+        sum = _mm512_dpwssd_epi32(sum, _mm512_dpbusd_epi32(start, levels[s], q), scales[s]);
+      }
+      a[j] = sum;
+      if constexpr (kMins) {
+        const __m128i block_sums = _mm_loadu_si128(reinterpret_cast<const __m128i*>(x[j].sums + 8 * u));
+        m[j] = _mm_madd_epi16(block_sums, row->mins);
       }
     }
   }
-  template <int RM, int RN>
-  static void TailUnit(const unsigned char* const (&)[RM], const XRow (&)[RN], int64_t, Acc (&)[RM][RN]) {}
+};
+
+// The totals of 4 vectors' int32 lanes: lane i = the sum of v_i's (exact).
+__m128i Totals4(__m512i v0, __m512i v1, __m512i v2, __m512i v3) {
+  auto half = [](__m512i v) { return _mm256_add_epi32(_mm512_castsi512_si256(v), _mm512_extracti64x4_epi64(v, 1)); };
+  const __m256i all = _mm256_hadd_epi32(_mm256_hadd_epi32(half(v0), half(v1)), _mm256_hadd_epi32(half(v2), half(v3)));
+  return _mm_add_epi32(_mm256_castsi256_si128(all), _mm256_extracti128_si256(all, 1));
+}
+
+// q4_k, q5_k, q6_k by 4 weight rows at a time (the lanes of a __m128), one chain per (weight row,
+// activation row) over the 256-blocks in order: A and M totalled as integers, then
+//   block = float(A) * d; block = fma(-float(M), dmin, block); acc = fma(block, d_x, acc).
+template <int kType>
+struct Block256Rows {
+  using K = Block256Kernel<kType>;
+
+  // Weight rows o .. o + n - 1 (n <= 4) against activation rows r .. r + RN - 1.
+  template <int RN>
+  static void Tile(const QuantDotArgs& a, int64_t o, int n, int64_t r, bool prefetch) {
+    const auto* w0 = static_cast<const unsigned char*>(a.w) + o * a.w_row_bytes;
+    const unsigned char* w[4];  // rows past n repeat the last one (read, never stored)
+#pragma GCC unroll 4
+    for (int i = 0; i < 4; ++i) w[i] = w0 + (i < n ? i : n - 1) * a.w_row_bytes;
+    // With `prefetch`, the same unit of the weight rows kPrefetchRows ahead is asked into L2.
+    const unsigned char* ahead = prefetch ? w0 + kPrefetchRows * a.w_row_bytes : w0;
+    XRow x[RN];
+    __m128 acc[RN];
+#pragma GCC unroll 4
+    for (int j = 0; j < RN; ++j) {
+      x[j] = XRowAt(a, r + j);
+      acc[j] = _mm_setzero_ps();
+    }
+    const int64_t units = a.in / 256;
+    for (int64_t u = 0; u < units; ++u) {
+      __m512i sums[4][RN];
+      __m128i mins[4][RN];
+      alignas(16) float d[4], dmin[4];
+#pragma GCC unroll 4
+      for (int i = 0; i < 4; ++i) {
+#pragma GCC unroll 4
+        for (int64_t line = 0; line < K::kUnitBytes; line += 64) {
+          __builtin_prefetch(ahead + i * a.w_row_bytes + u * K::kUnitBytes + line, /*rw=*/0, /*locality=*/2);
+        }
+        typename K::Row row;
+        K::template Sums<RN>(w[i] + u * K::kUnitBytes, x, u, &row, sums[i], mins[i]);
+        d[i] = row.d;
+        dmin[i] = row.dmin;
+      }
+#pragma GCC unroll 4
+      for (int j = 0; j < RN; ++j) {
+        __m128 block = _mm_mul_ps(_mm_cvtepi32_ps(Totals4(sums[0][j], sums[1][j], sums[2][j], sums[3][j])), _mm_load_ps(d));
+        if constexpr (K::kMins) {
+          const __m128i m = _mm_hadd_epi32(_mm_hadd_epi32(mins[0][j], mins[1][j]), _mm_hadd_epi32(mins[2][j], mins[3][j]));
+          block = _mm_fnmadd_ps(_mm_cvtepi32_ps(m), _mm_load_ps(dmin), block);
+        }
+        acc[j] = _mm_fmadd_ps(block, _mm_set1_ps(x[j].d[u]), acc[j]);
+      }
+    }
+    const __mmask8 mask = static_cast<__mmask8>((1u << n) - 1);
+#pragma GCC unroll 4
+    for (int j = 0; j < RN; ++j) {
+      __m128 out = acc[j];
+      if (a.bias != nullptr) out = _mm_add_ps(out, _mm_maskz_loadu_ps(mask, a.bias + o));
+      _mm_mask_storeu_ps(a.y + (r + j) * a.y_stride + o, mask, out);
+    }
+  }
+
+  static void Dot(const QuantDotArgs& a, int64_t o_begin, int64_t o_end) {
+    for (int64_t o = o_begin; o < o_end; o += 4) {
+      const int n = static_cast<int>(o_end - o < 4 ? o_end - o : 4);
+      const bool prefetch = o + kPrefetchRows + 4 <= a.prefetch_end;
+      int64_t r = 0;
+      for (; r + 3 <= a.rows; r += 3) Tile<3>(a, o, n, r, prefetch);
+      if (a.rows - r == 2) Tile<2>(a, o, n, r, prefetch);
+      if (a.rows - r == 1) Tile<1>(a, o, n, r, prefetch);
+    }
+  }
 };
 
 // quant_activations.h's quantization of one row, 16 values at a time: the same operations as
@@ -301,14 +400,23 @@ void QuantizeRows(const QuantizeActsArgs& l, const float* x, int64_t x_stride, i
 
 constexpr QuantKernelTable kTable = {
     "avx512-vnni",
-    {QuantDotImpl<Block32Kernel<false>>, QuantDotImpl<Block32Kernel<true>>, QuantDotImpl<Block256Kernel<0>>,
-     QuantDotImpl<Block256Kernel<1>>, QuantDotImpl<Block256Kernel<2>>},
+    {Block32Rows<false>::Dot, Block32Rows<true>::Dot, Block256Rows<0>::Dot, Block256Rows<1>::Dot,
+     Block256Rows<2>::Dot},
     QuantizeRows,
 };
 
 }  // namespace
 
 const QuantKernelTable& Avx512VnniQuantTable() { return kTable; }
+
+void Avx512Block32Rows(const QuantDotArgs& a, bool four_bits, int64_t o_begin, int64_t o_end, int64_t r_begin,
+                       int64_t r_end) {
+  if (four_bits) {
+    Block32Rows<true>::Rows(a, o_begin, o_end, r_begin, r_end);
+  } else {
+    Block32Rows<false>::Rows(a, o_begin, o_end, r_begin, r_end);
+  }
+}
 
 }  // namespace niels::daemon::kernels::simd
 

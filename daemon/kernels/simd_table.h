@@ -82,6 +82,10 @@ struct QuantKernelTable {
   QuantDotFn dot[5];
   QuantizeActsFn quantize;
 };
+// A buffer of at least `bytes` bytes, 64-byte aligned, owned by the calling thread (grown, never
+// shrunk; valid until its next call on the thread): the AMX kernels' repacked weights.
+void* ScratchBuffer(int64_t bytes);
+
 // The scalar activation quantizer (quant_activations.cc's definition), row by row.
 void PortableQuantizeActs(const QuantizeActsArgs& layout, const float* x, int64_t x_stride, int64_t rows, void* out);
 
@@ -94,6 +98,14 @@ const KernelTable& Avx2Table();    // REQUIRES (to call its functions): avx2, fm
 const KernelTable& Avx512Table();  // REQUIRES: avx512f, avx512bw, avx512vl, avx512dq, fma, f16c
 const QuantKernelTable& Avx2QuantTable();        // REQUIRES: avx2, fma, f16c
 const QuantKernelTable& Avx512VnniQuantTable();  // REQUIRES: Avx512Table's, avx512vnni
+// Avx512VnniQuantTable's with AMX-INT8 for the prefill tiles of q8_0 and q4_0 (simd_quant_amx.cc).
+// REQUIRES: Avx512VnniQuantTable's, amx-tile, amx-int8, and the kernel's grant of the tile data
+// (AmxGranted, simd_kernels.cc).
+const QuantKernelTable& Avx512AmxQuantTable();
+// Avx512VnniQuantTable's q8_0 (four_bits false) or q4_0 kernel for weight rows [o_begin, o_end) and
+// activation rows [r_begin, r_end) only (what the AMX tiles leave over).
+void Avx512Block32Rows(const QuantDotArgs& args, bool four_bits, int64_t o_begin, int64_t o_end, int64_t r_begin,
+                       int64_t r_end);
 #endif
 
 }  // namespace niels::daemon::kernels::simd
