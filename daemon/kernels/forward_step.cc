@@ -38,11 +38,14 @@ void FeedForward(const BlockWeightViews& block, const ModelShape& shape, const f
 ForwardStep::ForwardStep(ModelShape shape, int64_t block_tokens, std::shared_ptr<WorkerPool> pool)
     : shape_(shape),
       layout_{shape.kv_heads, shape.head_dim, block_tokens},
-      pool_(pool != nullptr ? std::move(pool) : std::make_shared<WorkerPool>(1)) {
-  s_.scores.resize(static_cast<size_t>(pool_->threads() * kQueryBlock * shape_.context));
-}
+      pool_(pool != nullptr ? std::move(pool) : std::make_shared<WorkerPool>(1)) {}
 
-void ForwardStep::Reserve(int64_t rows) {
+void ForwardStep::Reserve(int64_t rows, int64_t positions) {
+  if (positions > scores_stride_) {  // every thread's [G kQueryBlock, P] scores; P in steps of 256
+    scores_stride_ = (positions + 255) / 256 * 256;
+    const int64_t group = shape_.heads / shape_.kv_heads;
+    s_.scores.resize(static_cast<size_t>(pool_->threads() * group * kQueryBlock * scores_stride_));
+  }
   if (rows <= reserved_rows_) return;
   const ModelShape& c = shape_;
   s_.h.resize(rows * c.width);
@@ -66,17 +69,19 @@ void ForwardStep::ForRows(int64_t n, Fn&& fn) {
   });
 }
 
-// Attention of one head for the rows of one query block: one simd::Attend call, which walks the
-// sequence's KV blocks itself (scores of every row, reading each key once for all the rows; then per
-// row the softmax over its own positions 0..P and the probability-weighted values in position
-// order), so a decode row costs one call per head, not one per KV block.
-void ForwardStep::AttendBlock(std::span<const StepSequence> sequences, const QueryBlock& block, int64_t head,
+// Attention of one key/value head for the rows of one query block, for every query head that
+// reads it (grouped-query attention: heads kv * G .. kv * G + G - 1): one simd::Attend call, which
+// walks the sequence's KV blocks itself (scores of every (head, row) pair, reading each key once
+// for all of them; per pair the softmax over its own positions 0..P; then the probability-weighted
+// values, reading each value once per register tile of pairs), so a decode row costs one call per
+// key/value head, not one per query head or per KV block.
+void ForwardStep::AttendBlock(std::span<const StepSequence> sequences, const QueryBlock& block, int64_t kv_head,
                               int64_t layer, int64_t trace_layer, float* scores) {
   const StepSequence& seq = sequences[block.sequence];
-  const int64_t D = shape_.head_dim, T = shape_.context, size = DtypeSize(seq.kv_dtype);
-  const int64_t width = shape_.qkv_width(), kv_head = head / (shape_.heads / shape_.kv_heads);
+  const int64_t D = shape_.head_dim, size = DtypeSize(seq.kv_dtype), G = shape_.heads / shape_.kv_heads;
+  const int64_t width = shape_.qkv_width(), stride = scores_stride_;
   const simd::AttendArgs args{
-      .q = s_.qkv.data() + block.first_row * width + head * D,
+      .q = s_.qkv.data() + block.first_row * width + kv_head * G * D,
       .q_stride = width,
       .rows = block.rows,
       .first_position = block.position,
@@ -87,15 +92,20 @@ void ForwardStep::AttendBlock(std::span<const StepSequence> sequences, const Que
       .head_dim = D,
       .scale = static_cast<float>(1.0 / std::sqrt(static_cast<double>(D))),
       .scores = scores,
-      .scores_stride = T,
-      .out = s_.heads.data() + block.first_row * shape_.q_width() + head * D,
+      .scores_stride = stride,
+      .out = s_.heads.data() + block.first_row * shape_.q_width() + kv_head * G * D,
       .out_stride = shape_.q_width(),
+      .group = G,
+      .q_group_stride = D,
+      .out_group_stride = D,
   };
   simd::Attend(args, seq.kv_dtype);
   const int64_t last = seq.start + seq.count - 1;  // the traced row's position
   if (layer == trace_layer && seq.trace != nullptr && last >= block.position && last < block.position + block.rows) {
-    const float* p = scores + (last - block.position) * T;  // its probabilities
-    std::copy(p, p + last + 1, seq.trace + head * (last + 1));
+    for (int64_t g = 0; g < G; ++g) {  // its probabilities under each query head of the group
+      const float* p = scores + (g * block.rows + last - block.position) * stride;
+      std::copy(p, p + last + 1, seq.trace + (kv_head * G + g) * (last + 1));
+    }
   }
 }
 
@@ -130,9 +140,9 @@ void ForwardStep::PrepareQueryKey(const BlockWeightViews& block, const float* ro
 
 // Causal self-attention of `layer` for every row, from this layer's q, k and v rows: q and k
 // prepared (PrepareQueryKey), k and v written to the row's block at its position (so later rows of
-// the same sequence see them), then every (query block, query head) pair, handed to whichever
-// thread is free -- the last blocks (the longest prefixes) first, so that no thread is left with a
-// long one at the end. Fills heads.
+// the same sequence see them), then every (query block, key/value head) pair (with all the query
+// heads that read that key/value head), handed to whichever thread is free -- the last blocks (the
+// longest prefixes) first, so that no thread is left with a long one at the end. Fills heads.
 void ForwardStep::Attention(const WeightViews& w, std::span<const StepSequence> sequences, int64_t layer,
                             int64_t trace_layer) {
   const int64_t R = static_cast<int64_t>(row_sequence_.size()), H = shape_.heads, KV = shape_.kv_heads;
@@ -154,14 +164,14 @@ void ForwardStep::Attention(const WeightViews& w, std::span<const StepSequence> 
       }
     }
   });
-  const int64_t items = static_cast<int64_t>(query_blocks_.size()) * H;
+  const int64_t items = static_cast<int64_t>(query_blocks_.size()) * KV;
   std::atomic<int64_t> next{0};
   pool_->Run([&](int part, int) {
-    float* scores = s_.scores.data() + static_cast<int64_t>(part) * kQueryBlock * shape_.context;
+    float* scores = s_.scores.data() + static_cast<int64_t>(part) * (H / KV) * kQueryBlock * scores_stride_;
     for (int64_t taken = next.fetch_add(1, std::memory_order_relaxed); taken < items;
          taken = next.fetch_add(1, std::memory_order_relaxed)) {
       const int64_t item = items - 1 - taken;
-      AttendBlock(sequences, query_blocks_[item / H], item % H, layer, trace_layer, scores);
+      AttendBlock(sequences, query_blocks_[item / KV], item % KV, layer, trace_layer, scores);
     }
   });
 }
@@ -187,7 +197,9 @@ int64_t ForwardStep::Run(const WeightViews& weights, std::span<const StepSequenc
   }
   const int64_t R = static_cast<int64_t>(row_sequence_.size());
   if (R == 0) return 0;
-  Reserve(R);
+  int64_t positions = 0;  // the most positions a row of this step attends to
+  for (const StepSequence& seq : sequences) positions = std::max(positions, seq.start + seq.count);
+  Reserve(R, positions);
   Scratch& s = s_;
   WorkerPool& pool = *pool_;
   ForRows(R, [&](int64_t begin, int64_t end) {  // h = tok_emb[token]

@@ -85,7 +85,8 @@ void FeedForward(const BlockWeightViews& block, const ModelShape& shape, const f
 // engine thread in nielsd. The pool may be shared with other users (WorkerPool::Run is safe).
 class ForwardStep {
  public:
-  // Queries whose attention one simd::Attend call computes (keys are read once for all of them).
+  // Positions whose attention one simd::Attend call computes, for all the query heads of one
+  // key/value head (each key and value is read once for all of them).
   static constexpr int64_t kQueryBlock = 16;
 
   ForwardStep(ModelShape shape, int64_t block_tokens, std::shared_ptr<WorkerPool> pool);
@@ -115,9 +116,10 @@ class ForwardStep {
     std::vector<float> heads;   // [R, H D] attention output, heads concatenated
     std::vector<float> a;       // [R, F] fc_a(x), then silu(g) * a
     std::vector<float> g;       // [R, F] fc_g(x)
-    std::vector<float> scores;  // [threads, kQueryBlock, T] scores, then probabilities
+    std::vector<float> scores;  // [threads, H / KV * kQueryBlock, P] scores, then probabilities
   };
-  void Reserve(int64_t rows);
+  // Sizes the scratch for `rows` rows attending to up to `positions` positions (P; grows only).
+  void Reserve(int64_t rows, int64_t positions);
   // Calls fn(begin, end) over [0, n) split among the pool's threads (serially for a few rows).
   template <typename Fn>
   void ForRows(int64_t n, Fn&& fn);
@@ -126,13 +128,14 @@ class ForwardStep {
   // What attention needs of one row's fresh q and k: llama order undone, per-head norms, RoPE.
   void PrepareQueryKey(const BlockWeightViews& block, const float* rope, float* q, float* k) const;
   void Attention(const WeightViews& w, std::span<const StepSequence> sequences, int64_t layer, int64_t trace_layer);
-  void AttendBlock(std::span<const StepSequence> sequences, const QueryBlock& block, int64_t head, int64_t layer,
+  void AttendBlock(std::span<const StepSequence> sequences, const QueryBlock& block, int64_t kv_head, int64_t layer,
                    int64_t trace_layer, float* scores);
 
   ModelShape shape_;
   KvBlockLayout layout_;
   std::shared_ptr<WorkerPool> pool_;
   int64_t reserved_rows_ = 0;
+  int64_t scores_stride_ = 0;  // P of Scratch::scores
   std::vector<int32_t> row_sequence_;   // [R] which sequence each row belongs to
   std::vector<int64_t> row_position_;   // [R] its position
   std::vector<QueryBlock> query_blocks_;

@@ -186,11 +186,32 @@ void ExpImpl(const float* x, int64_t n, float* out) {
   if (i < n) Isa::StoreF32Tail(out + i, Isa::Exp(Isa::LoadF32Tail(x + i, n - i)), n - i);
 }
 
+// The largest of s[0..m): from s[0], each element x taken as x > max ? x : max (so a NaN past s[0]
+// is skipped), in kLanes running maxima (lane k sees s[k], s[k + kLanes], ...) where Isa has Max --
+// whose Max(x, max) is that same test -- then the lanes in order and the last m % kLanes elements.
+// Every order gives the same value but for the sign of a zero maximum, which changes no bit of the
+// softmax (exp(+-0) = 1).
+template <class I = Isa>
+float RowMax(const float* s, int64_t m) {
+  float max = s[0];
+  int64_t j = 1;
+  if constexpr (requires(typename I::V v) { I::Max(v, v); }) {
+    if (m >= kLanes) {
+      typename I::V lanes = I::Set1(s[0]);
+      for (j = 0; j + kLanes <= m; j += kLanes) lanes = I::Max(I::LoadF32(s + j), lanes);
+      alignas(64) float lane[kLanes];
+      I::StoreF32(lane, lanes);
+      for (int64_t k = 0; k < kLanes; ++k) max = lane[k] > max ? lane[k] : max;
+    }
+  }
+  for (; j < m; ++j) max = s[j] > max ? s[j] : max;
+  return max;
+}
+
 // s[j] = exp(scale * (s[j] - max)) / sum over j < m: the sum in kLanes float lanes (added in order
 // within each lane), then SumLanes.
 void SoftmaxImpl(float* s, int64_t m, float scale) {
-  float max = s[0];
-  for (int64_t j = 1; j < m; ++j) max = s[j] > max ? s[j] : max;
+  const float max = RowMax(s, m);
   const V vscale = Isa::Set1(scale);
   const V vshift = Isa::Set1(-scale * max);
   V total = Isa::Zero();

@@ -40,15 +40,17 @@ void QuantizeActivations(Dtype weight, const float* x, int64_t x_stride, int64_t
 void DotRowsQuantized(Matrix w, int64_t in, const void* xq, int64_t rows, const float* bias, float* y,
                       int64_t y_stride, int64_t o_begin, int64_t o_end, int64_t w_rows = 0);
 
-// Causal attention of one head for args.rows consecutive query rows of one sequence over its KV
-// blocks of `kv_dtype` elements (attend_args.h): per row the scores q . k_j (j up to its own
-// position) times args.scale, their softmax (left in args.scores: the attention trace) and the
-// probability-weighted sum of the values into args.out. One call walks all the blocks (a decode
-// step is one call per head). The keys are read once for all the rows, in register tiles.
+// Causal attention of args.group query heads sharing one key/value head, for args.rows
+// consecutive query rows of one sequence, over its KV blocks of `kv_dtype` elements
+// (attend_args.h): per (head, row) the scores q . k_j (j up to its own position) times args.scale,
+// their softmax (left in args.scores: the attention trace) and the probability-weighted sum of the
+// values into args.out. One call walks all the blocks (a decode step is one call per key/value
+// head). Keys and values are read once per register tile of (head, row) pairs, not once per row.
 // Bits: a row's scores, probabilities and output depend on its query, position and the sequence's
-// keys and values only -- not on the other rows, their number, or how positions are split into
-// blocks (every score and output column is one fixed chain of FMAs in position order; the softmax
-// is Softmax's). REQUIRES: rows >= 1, the blocks cover positions [0, first_position + rows).
+// keys and values only -- not on the other rows or heads, their number, or how positions are split
+// into blocks (every score and output column is one fixed chain of FMAs in position order; the
+// softmax is Softmax's). REQUIRES: rows >= 1, group >= 1, the blocks cover positions
+// [0, first_position + rows).
 void Attend(const AttendArgs& args, Dtype kv_dtype);
 
 // dst[i] = src[i] as float / narrowed to `dtype` (dtype.h's rounding; the same bits in every
