@@ -2,7 +2,8 @@
 // GgufFile: a read-only view of a GGUF file (llama.cpp's model format, versions 2 and 3) through a
 // read-only memory mapping. Tensor data is never copied: TensorData() points into the mapping.
 //
-// Layout (little-endian; ggml's docs/gguf.md): "GGUF", u32 version, u64 tensor count, u64
+// Layout (little-endian; the GGUF specification, github.com/ggml-org/ggml file docs/gguf.md):
+// "GGUF", u32 version, u64 tensor count, u64
 // key/value count; the key/values (string key, u32 value type, value); the tensor infos (string
 // name, u32 n_dims, n_dims x u64 dims, u32 ggml type, u64 offset); padding to `general.alignment`
 // (default 32); the data section, in which every tensor's offset (relative to the data section's

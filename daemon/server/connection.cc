@@ -1,5 +1,7 @@
 #include "daemon/server/connection.h"
 
+#include <sys/socket.h>
+
 #include <algorithm>
 #include <array>
 #include <chrono>
@@ -125,7 +127,13 @@ void Connection::Stop() {
 
 void Connection::Drain() {
   asio::dispatch(socket_.get_executor(), [self = shared_from_this()] {
+    if (self->stopped_ || self->draining_) return;
     self->draining_ = true;
+    // Shutting down the read side wakes the reader, which then reads, in order, every byte the peer
+    // sent before this point, handles those requests, and ends at the end of file. (Reading here
+    // instead could reorder bytes with a read the reactor has already completed.) The peer's
+    // later writes fail with EPIPE.
+    if (::shutdown(self->socket_.native_handle(), SHUT_RD) != 0) self->reader_done_ = true;
     self->wakeup_.cancel();
   });
 }
@@ -217,7 +225,7 @@ asio::awaitable<void> Connection::Reader() {
   auto buffer = std::make_unique<std::array<char, kReadChunkBytes>>();
   std::string payload;
   boost::system::error_code ec;
-  while (!stopped_ && !draining_) {
+  while (!stopped_) {
     // Handle every complete frame already buffered, pausing while the replies are not being read.
     for (;;) {
       while (Backlogged() && !stopped_) {
@@ -228,7 +236,7 @@ asio::awaitable<void> Connection::Reader() {
         reader_paused_ = false;
       }
       backlogged_since_.reset();
-      if (stopped_ || draining_) co_return;
+      if (stopped_) co_return;
       common::FrameDecoder::Result result = decoder_.Next(&payload);
       if (result == common::FrameDecoder::Result::kNeedMore) break;
       if (result == common::FrameDecoder::Result::kError) {
@@ -253,11 +261,19 @@ asio::awaitable<void> Connection::Reader() {
   if (ec == asio::error::eof) {
     common::Status finished = decoder_.Finish();
     static common::LogRateLimit limit("connections closed in the middle of a frame");
-    if (!finished.ok()) common::LogWarnLimited(limit, "connection uid={}: {}", peer_uid_, finished.ToString());
+    if (!finished.ok() && !draining_) {
+      common::LogWarnLimited(limit, "connection uid={}: {}", peer_uid_, finished.ToString());
+    }
   } else if (ec && ec != asio::error::operation_aborted) {
     common::LogDebug("connection uid={}: read: {}", peer_uid_, ec.message());
   }
-  if (!draining_) DoStop();
+  if (!draining_) {
+    DoStop();
+    co_return;
+  }
+  // Draining: every request read has been handed on; the writer closes once their answers are out.
+  reader_done_ = true;
+  wakeup_.cancel();
 }
 
 asio::awaitable<void> Connection::Watchdog() {
@@ -289,7 +305,10 @@ asio::awaitable<void> Connection::Writer() {
   std::string batch;
   while (!stopped_) {
     if (outgoing_.empty()) {
-      if (draining_) break;
+      // Draining ends when the reader has handed on its last request, every request has its final
+      // response queued, and every queued answer (some are still being posted to the strand) has
+      // been written.
+      if (draining_ && reader_done_ && requests_.empty() && queued_frames_.load() == 0) break;
       wakeup_.expires_at(std::chrono::steady_clock::time_point::max());
       co_await wakeup_.async_wait(asio::redirect_error(asio::use_awaitable, ec));
       continue;

@@ -79,7 +79,8 @@ class Connection final : public RequestChannel, public std::enable_shared_from_t
   void Start();
   /// Closes the socket now and sets every in-flight request's cancel flag. Idempotent, any thread.
   void Stop();
-  /// Stops reading, writes what is queued, then Stop()s. Any thread.
+  /// For shutdown: reads and handles every request the peer sent before this call (later bytes are
+  /// refused: the read side is shut down), writes every answer, then Stop()s. Any thread.
   void Drain();
 
   /// The peer's uid (SO_PEERCRED at accept time). Any thread.
@@ -137,6 +138,7 @@ class Connection final : public RequestChannel, public std::enable_shared_from_t
   std::deque<std::string> outgoing_;
   bool stopped_ = false;
   bool draining_ = false;
+  bool reader_done_ = false;  // draining: the reader has read to the end of file
   bool reader_paused_ = false;
   std::optional<std::chrono::steady_clock::time_point> frame_started_;      // a partial frame is buffered
   std::optional<std::chrono::steady_clock::time_point> backlogged_since_;  // output over the bound

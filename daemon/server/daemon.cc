@@ -28,6 +28,11 @@ namespace niels::daemon::server {
 
 namespace asio = boost::asio;
 
+namespace {
+// Peers AdmitBacklog() accepts at most (the listen backlog holds 128 by default).
+constexpr int kMaxAdmittedAtShutdown = 1024;
+}  // namespace
+
 Daemon::Daemon(DaemonOptions options)
     : options_(std::move(options)), accept_strand_(asio::make_strand(io_context_)) {
   reserve_fd_ = ::open("/dev/null", O_RDONLY | O_CLOEXEC);
@@ -82,38 +87,69 @@ asio::awaitable<void> Daemon::AcceptLoop() {
       co_await pause.async_wait(asio::redirect_error(asio::use_awaitable, ec));
       continue;
     }
-    // Per-connection warnings are rate-limited: a flood of connections must not fill the log.
-    common::StatusOr<uint32_t> uid = Listener::PeerUid(socket);
-    if (!uid.ok()) {
-      static common::LogRateLimit limit("rejected connections");
-      common::LogWarnLimited(limit, "rejecting a connection: {}", uid.status().ToString());
+    Admit(std::move(socket));
+  }
+}
+
+void Daemon::Admit(Listener::Socket socket) {
+  // Per-connection warnings are rate-limited: a flood of connections must not fill the log.
+  common::StatusOr<uint32_t> uid = Listener::PeerUid(socket);
+  if (!uid.ok()) {
+    static common::LogRateLimit limit("rejected connections");
+    common::LogWarnLimited(limit, "rejecting a connection: {}", uid.status().ToString());
+    return;
+  }
+  if (registry_.size() >= options_.max_connections) {
+    static common::LogRateLimit limit("refused connections (--max-connections)");
+    common::LogWarnLimited(limit, "refusing a connection of uid {}: {} connections open (--max-connections)",
+                           *uid, registry_.size());
+    Refuse(socket, fmt::format("nielsd has {} connections open, its limit (--max-connections); try "
+                               "again later", registry_.size()));
+    return;
+  }
+  if (registry_.CountFor(*uid) >= options_.max_connections_per_uid) {
+    static common::LogRateLimit limit("refused connections (--max-connections-per-uid)");
+    common::LogWarnLimited(limit, "refusing a connection of uid {}: it has {} open (--max-connections-per-uid)",
+                           *uid, registry_.CountFor(*uid));
+    Refuse(socket, fmt::format("uid {} has {} connections open to nielsd, the limit per user "
+                               "(--max-connections-per-uid); close some first",
+                               *uid, registry_.CountFor(*uid)));
+    return;
+  }
+  if (options_.overflow_uid && *uid == *options_.overflow_uid) {
+    static common::LogRateLimit limit("connections from the overflow uid");
+    common::LogWarnLimited(limit, "connection from uid {}, the kernel's overflow uid: it cannot own sessions",
+                           *uid);
+  }
+  common::LogDebug("connection from uid {}", *uid);
+  auto connection = std::make_shared<Connection>(std::move(socket), *uid, DispatchTo(*dispatcher_), registry_,
+                                                 options_.connection);
+  connection->Start();
+  if (shutting_down_) connection->Drain();
+}
+
+void Daemon::AdmitBacklog() {
+  shutting_down_ = true;
+  if (listener_->socket_activated()) return;
+  const int listen_fd = listener_->acceptor().native_handle();
+  // Never block here: the backlog may empty under us (the accept loop's pending accept).
+  const int flags = ::fcntl(listen_fd, F_GETFL);
+  if (flags < 0 || ::fcntl(listen_fd, F_SETFL, flags | O_NONBLOCK) < 0) return;
+  // Bounded: a peer that keeps connecting cannot hold the shutdown here.
+  for (int admitted = 0; admitted < kMaxAdmittedAtShutdown; ++admitted) {
+    const int fd = ::accept4(listen_fd, nullptr, nullptr, SOCK_CLOEXEC);
+    if (fd < 0) {
+      if (errno == EINTR || errno == ECONNABORTED) continue;
+      return;  // EAGAIN: the backlog is empty; anything else: the remaining peers see a reset
+    }
+    Listener::Socket socket(asio::make_strand(io_context_));
+    boost::system::error_code ec;
+    socket.assign(asio::local::stream_protocol(), fd, ec);
+    if (ec) {
+      ::close(fd);
       continue;
     }
-    if (registry_.size() >= options_.max_connections) {
-      static common::LogRateLimit limit("refused connections (--max-connections)");
-      common::LogWarnLimited(limit, "refusing a connection of uid {}: {} connections open (--max-connections)",
-                             *uid, registry_.size());
-      Refuse(socket, fmt::format("nielsd has {} connections open, its limit (--max-connections); try "
-                                 "again later", registry_.size()));
-      continue;
-    }
-    if (registry_.CountFor(*uid) >= options_.max_connections_per_uid) {
-      static common::LogRateLimit limit("refused connections (--max-connections-per-uid)");
-      common::LogWarnLimited(limit, "refusing a connection of uid {}: it has {} open (--max-connections-per-uid)",
-                             *uid, registry_.CountFor(*uid));
-      Refuse(socket, fmt::format("uid {} has {} connections open to nielsd, the limit per user "
-                                 "(--max-connections-per-uid); close some first",
-                                 *uid, registry_.CountFor(*uid)));
-      continue;
-    }
-    if (options_.overflow_uid && *uid == *options_.overflow_uid) {
-      static common::LogRateLimit limit("connections from the overflow uid");
-      common::LogWarnLimited(limit, "connection from uid {}, the kernel's overflow uid: it cannot own sessions",
-                             *uid);
-    }
-    common::LogDebug("connection from uid {}", *uid);
-    std::make_shared<Connection>(std::move(socket), *uid, DispatchTo(*dispatcher_), registry_, options_.connection)
-        ->Start();
+    Admit(std::move(socket));
   }
 }
 
@@ -189,6 +225,7 @@ void Daemon::Shutdown(RequestService& service) {
   // Stop accepting and remove the socket file (on the acceptor's strand).
   std::promise<void> closed;
   asio::post(accept_strand_, [this, &closed] {
+    AdmitBacklog();
     listener_->Close();
     if (signals_) signals_->cancel();
     closed.set_value();
@@ -196,7 +233,8 @@ void Daemon::Shutdown(RequestService& service) {
   closed.get_future().wait();
   // In-flight work ends with a final CANCELLED, queued on the connections.
   service.Shutdown();
-  // Let each connection write what it has, then close; force-close the rest at the deadline.
+  // Each connection answers the requests its peer already sent (refused now), writes what it has,
+  // then closes; the rest are force-closed at the deadline.
   registry_.DrainAll();
   auto deadline = std::chrono::steady_clock::now() + options_.drain_timeout;
   while (registry_.size() > 0 && std::chrono::steady_clock::now() < deadline) {

@@ -10,10 +10,12 @@
 //     frees a reserved descriptor, accepts the waiting peer, answers it the same way and closes it,
 //     so the backlog drains and accepting resumes as soon as descriptors are free again;
 //   - sends sd_notify READY=1 once it accepts (harmless without $NOTIFY_SOCKET);
-//   - on SIGTERM/SIGINT (when handle_signals) or RequestStop(): STOPPING=1, stops accepting and
-//     removes the socket file, service.Shutdown() (in-flight work gets its final CANCELLED),
-//     flushes every connection's queued output (bounded by drain_timeout), closes them, joins the
-//     IO threads and returns 0.
+//   - on SIGTERM/SIGINT (when handle_signals) or RequestStop(): STOPPING=1; admits the peers
+//     already waiting in the listen backlog (unless socket-activated: systemd keeps those for the
+//     next nielsd), stops accepting and removes the socket file; service.Shutdown() (in-flight work
+//     gets its final CANCELLED); then every connection answers each request its peer had sent
+//     before (refused: UNAVAILABLE), writes its queued output and closes (all bounded by
+//     drain_timeout); joins the IO threads and returns 0.
 // The destructor closes the listener (and removes its socket file) if Serve() never ran.
 //
 // Threading: Listen() and Serve() on one thread (main); RequestStop() from any thread.
@@ -83,6 +85,12 @@ class Daemon {
 
  private:
   boost::asio::awaitable<void> AcceptLoop();
+  // Checks an accepted peer against the limits and starts its Connection (or refuses it).
+  // REQUIRES: accept strand.
+  void Admit(Listener::Socket socket);
+  // Shutdown: admits every peer waiting in the listen backlog, so the requests they already sent
+  // get answers instead of a reset connection. REQUIRES: accept strand.
+  void AdmitBacklog();
   // Out of descriptors: accepts one waiting peer with the reserved descriptor and refuses it.
   void RefuseOneWithReserve();
   // Answers `socket` with one RESOURCE_EXHAUSTED Response carrying `message`, then closes it, and
@@ -101,6 +109,7 @@ class Daemon {
   std::unique_ptr<Dispatcher> dispatcher_;
   std::vector<std::thread> io_threads_;
   int reserve_fd_ = -1;  // /dev/null, given up to accept one peer when descriptors run out
+  bool shutting_down_ = false;  // accept strand only: connections admitted from now on drain at once
 
   std::mutex stop_mutex_;
   std::condition_variable stop_cv_;

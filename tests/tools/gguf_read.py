@@ -1,6 +1,6 @@
 """A GGUF v3 file read back for the tests: metadata {key: (type, value)} in file order and tensors
 {name: (ggml type, dims, bytes)} in file order. Standard library only; written from the format's
-specification (ggml docs/gguf.md), independently of the writers it checks. Tensor sizes are known for
+specification (github.com/ggml-org/ggml, file docs/gguf.md), independently of the writers it checks. Tensor sizes are known for
 f32, f16, bf16, q8_0, q4_0, q5_0, q5_1, q4_K, q5_K and q6_K.
 """
 

@@ -1,4 +1,4 @@
-"""Writing a GGUF v3 file (format: github.com/ggml-org/ggml docs/gguf.md; little-endian), laid out as
+"""Writing a GGUF v3 file (format: github.com/ggml-org/ggml, file docs/gguf.md; little-endian), laid out as
 llama.cpp's gguf-py GGUFWriter lays it out: header, metadata, tensor infos, padding to the
 alignment, then each tensor's bytes padded to the alignment. niels-export writes its files (from a
 niels model directory and from a Hugging Face directory) through this one writer.

@@ -31,16 +31,10 @@ import os
 import numpy as np
 
 from niels_tools import gguf_file as gf
+from niels_tools import hf_vocab
+from niels_tools.hf_common import HfError, read_json  # noqa: F401 (HfError: niels_export catches it here)
 
 ARCHITECTURES = {"LlamaForCausalLM": "llama", "Qwen2ForCausalLM": "qwen2", "Qwen3ForCausalLM": "qwen3"}
-# tokenizer.json's Split regex and normalizer -> tokenizer.ggml.pre (the models' tokenizer.json;
-# the same regexes as daemon/text/bpe_spec.h).
-LLAMA3_SPLIT = (r"(?i:'s|'t|'re|'ve|'m|'ll|'d)|[^\r\n\p{L}\p{N}]?\p{L}+|\p{N}{1,3}| ?[^\s\p{L}\p{N}]+[\r\n]*"
-                r"|\s*[\r\n]+|\s+(?!\S)|\s+")
-QWEN2_SPLIT = (r"(?i:'s|'t|'re|'ve|'m|'ll|'d)|[^\r\n\p{L}\p{N}]?\p{L}+|\p{N}| ?[^\s\p{L}\p{N}]+[\r\n]*"
-               r"|\s*[\r\n]+|\s+(?!\S)|\s+")
-PRE_TOKENIZERS = {(LLAMA3_SPLIT, None): "llama-bpe", (QWEN2_SPLIT, "NFC"): "qwen2"}
-TOKEN_NORMAL, TOKEN_CONTROL, TOKEN_USER_DEFINED, TOKEN_UNUSED = 1, 3, 4, 5
 LLAMA_FTYPE = {"f32": 0, "f16": 1}  # LLAMA_FTYPE_ALL_F32, LLAMA_FTYPE_MOSTLY_F16
 ST_DTYPES = {"F32": np.dtype("<f4"), "F16": np.dtype("<f2"), "BF16": np.dtype("<u2")}
 MAX_HEADER = 100 << 20  # a safetensors header larger than this is refused
@@ -51,13 +45,8 @@ LAYER_NAMES = {  # transformers name (after "model.layers.N.") -> llama.cpp's (a
     "self_attn.k_norm": "attn_k_norm", "post_attention_layernorm": "ffn_norm", "mlp.gate_proj": "ffn_gate",
     "mlp.up_proj": "ffn_up", "mlp.down_proj": "ffn_down",
 }
-SPECIAL_TYPES = ("bos", "eos", "unk", "sep", "pad", "cls", "mask")
-SPECIAL_KEYS = {"bos": "bos_token_id", "eos": "eos_token_id", "unk": "unknown_token_id", "sep": "seperator_token_id",
-                "pad": "padding_token_id", "cls": "cls_token_id", "mask": "mask_token_id"}
 
 
-class HfError(Exception):
-    """A bad or unsupported Hugging Face directory; the message names the file and what is wrong."""
 
 
 def is_hf_dir(path):
@@ -70,21 +59,6 @@ def is_hf_dir(path):
         return False
 
 
-def read_json(path, required=True):
-    try:
-        with open(path, encoding="utf-8") as f:
-            value = json.load(f)
-    except FileNotFoundError:
-        if required:
-            raise HfError(f"{path}: missing") from None
-        return None
-    except OSError as e:
-        raise HfError(f"{path}: cannot read: {e.strerror}") from e
-    except ValueError as e:
-        raise HfError(f"{path}: invalid JSON: {e}") from e
-    if not isinstance(value, dict):
-        raise HfError(f"{path}: invalid JSON: expected an object")
-    return value
 
 
 # ------------------------------------------------------------------------------------------------
@@ -412,7 +386,6 @@ def model_metadata(cfg, model_dir, dtype):
 def convert(model_dir, dtype):
     """(metadata, tensors) of the GGUF file convert_hf_to_gguf.py makes of model_dir with --outtype
     dtype ("f32" or "f16"). The tensors load when written. HfError for anything bad or unsupported."""
-    from niels_tools import hf_vocab  # noqa: E402 (hf_vocab imports this module's constants)
     if not os.path.isdir(model_dir):
         raise HfError(f"{model_dir}: not a directory")
     cfg = read_config(model_dir)

@@ -8,7 +8,7 @@ import json
 import os
 
 from niels_tools import gguf_file as gf
-from niels_tools.hf_gguf import (PRE_TOKENIZERS, SPECIAL_KEYS, SPECIAL_TYPES, TOKEN_CONTROL, TOKEN_NORMAL,
+from niels_tools.hf_common import (PRE_TOKENIZERS, SPECIAL_KEYS, SPECIAL_TYPES, TOKEN_CONTROL, TOKEN_NORMAL,
                                  TOKEN_UNUSED, TOKEN_USER_DEFINED, HfError, read_json)
 
 
