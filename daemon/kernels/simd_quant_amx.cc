@@ -45,6 +45,18 @@ struct alignas(64) TileConfig {
   uint8_t rows[16] = {16, 16, 16, 8, 8};
 };
 
+// Writes a finished tile's 16 activation rows x 32 outputs (plus the bias) to y.
+inline void StoreTile(const QuantDotArgs& a, int64_t o, int64_t r, const __m512 (&acc)[kTileRows][2]) {
+  for (int m = 0; m < kTileRows; ++m) {
+    float* y = a.y + (r + m) * a.y_stride + o;
+    for (int half = 0; half < 2; ++half) {
+      __m512 out = acc[m][half];
+      if (a.bias != nullptr) out = _mm512_add_ps(out, _mm512_loadu_ps(a.bias + o + 16 * half));
+      _mm512_storeu_ps(y + 16 * half, out);
+    }
+  }
+}
+
 template <bool kFourBits>
 struct Block32Amx {
   static constexpr int64_t kBlockBytes = kFourBits ? 18 : 34;
@@ -109,14 +121,7 @@ struct Block32Amx {
         acc[m][1] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(_mm512_load_si512(sums[1][m])), _mm512_mul_ps(dw1, dx), acc[m][1]);
       }
     }
-    for (int m = 0; m < kTileRows; ++m) {
-      float* y = a.y + (r + m) * a.y_stride + o;
-      for (int half = 0; half < 2; ++half) {
-        __m512 out = acc[m][half];
-        if (a.bias != nullptr) out = _mm512_add_ps(out, _mm512_loadu_ps(a.bias + o + 16 * half));
-        _mm512_storeu_ps(y + 16 * half, out);
-      }
-    }
+    StoreTile(a, o, r, acc);
   }
 
   static void Dot(const QuantDotArgs& a, int64_t o_begin, int64_t o_end) {
@@ -294,14 +299,7 @@ struct Block256Amx {
         }
       }
     }
-    for (int m = 0; m < kTileRows; ++m) {
-      float* y = a.y + (r + m) * a.y_stride + o;
-      for (int half = 0; half < 2; ++half) {
-        __m512 out = acc[m][half];
-        if (a.bias != nullptr) out = _mm512_add_ps(out, _mm512_loadu_ps(a.bias + o + 16 * half));
-        _mm512_storeu_ps(y + 16 * half, out);
-      }
-    }
+    StoreTile(a, o, r, acc);
   }
 
   static void Dot(const QuantDotArgs& a, int64_t o_begin, int64_t o_end) {
