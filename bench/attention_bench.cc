@@ -113,6 +113,10 @@ int Run(const Options& o) {
   const int64_t longest = *std::max_element(o.depths.begin(), o.depths.end());
   config->context = std::max(config->context, longest + o.rows);
   if (o.layers > 0) config->layers = o.layers;
+  if (std::optional<std::string> problem = WeightMixProblem(*config, o.dtype)) {
+    std::fprintf(stderr, "nielsd-attention-bench: %s\n", problem->c_str());
+    return 1;
+  }
   auto pool = std::make_shared<daemon::kernels::WorkerPool>(o.threads);
   const Dtype kv = o.kv_dtype == "f32" ? Dtype::kF32 : Dtype::kF16;
   Transformer model(*config, RandomWeightsInMix(*config, o.dtype, 1, o.threads), pool, kv);

@@ -1,11 +1,17 @@
 #include "bench/bench_models.h"
 
 #include <cmath>
+#include <cstdio>
+#include <cstdlib>
 #include <memory>
+#include <optional>
+#include <string>
 #include <random>
 #include <thread>
 #include <utility>
 #include <vector>
+
+#include <fmt/format.h>
 
 #include "daemon/kernels/dtype.h"
 #include "daemon/kernels/simd_kernels.h"
@@ -29,7 +35,7 @@ bool UseMoreBits(int64_t layer, int64_t layers) {
   return layer < layers / 8 || layer >= 7 * layers / 8 || (layer - layers / 8) % 3 == 2;
 }
 
-Dtype DtypeIn(const std::string& mix, Kind kind, int64_t layer, int64_t layers) {
+Dtype ChosenDtype(const std::string& mix, Kind kind, int64_t layer, int64_t layers) {
   if (mix == "q4_k_m") {
     if (kind == Kind::kEmbedding) return Dtype::kQ6_K;
     if ((kind == Kind::kAttentionV || kind == Kind::kFfnDown) && UseMoreBits(layer, layers)) return Dtype::kQ6_K;
@@ -37,6 +43,15 @@ Dtype DtypeIn(const std::string& mix, Kind kind, int64_t layer, int64_t layers) 
   }
   const Dtype dtype = *daemon::kernels::ParseDtype(mix);
   if (kind == Kind::kEmbedding && daemon::kernels::IsQuantized(dtype) && dtype != Dtype::kQ8_0) return Dtype::kQ6_K;
+  return dtype;
+}
+
+// The dtype of a matrix of rows of `cols` values: a q6_k row that is not whole 256-blocks falls
+// back to q8_0, as llama.cpp's recipe (and niels-quantize's FallbackType) does. (q4_k's fallback,
+// q5_0, is not one of nielsd's types: WeightMixProblem reports it.)
+Dtype DtypeIn(const std::string& mix, Kind kind, int64_t layer, int64_t layers, int64_t cols) {
+  const Dtype dtype = ChosenDtype(mix, kind, layer, layers);
+  if (dtype == Dtype::kQ6_K && cols % daemon::kernels::DtypeBlockElements(dtype) != 0) return Dtype::kQ8_0;
   return dtype;
 }
 
@@ -55,6 +70,12 @@ class Builder {
     std::vector<float> values(static_cast<size_t>(rows * cols));
     draw_.Fill(values.data(), rows * cols, 0.0, std);
     if (dtype == Dtype::kF32) return daemon::model::OwnedTensor(std::move(values), {rows, cols}, w.backing);
+    // The quantizers write whole blocks: a partial one would run past the buffer.
+    if (cols % daemon::kernels::DtypeBlockElements(dtype) != 0) {
+      std::fprintf(stderr, "bench: %s rows of %lld values are not whole blocks\n",
+                   std::string(daemon::kernels::DtypeName(dtype)).c_str(), static_cast<long long>(cols));
+      std::abort();
+    }
     const int64_t row_bytes = daemon::kernels::RowBytes(dtype, cols);
     auto buffer = std::make_shared<std::vector<unsigned char>>(static_cast<size_t>(rows * row_bytes));
     // Rows split among threads (the block quantizers are scalar).
@@ -116,6 +137,25 @@ bool IsWeightMix(const std::string& name) {
   return false;
 }
 
+std::optional<std::string> WeightMixProblem(const ModelConfig& config, const std::string& mix) {
+  const int64_t C = config.width, F = config.d_ff, HD = config.q_width(), L = config.layers;
+  // Every (kind, row length) RandomWeightsInMix draws; wo's rows are HD long, w_down's F.
+  const std::pair<Kind, int64_t> matrices[] = {
+      {Kind::kEmbedding, C}, {Kind::kOther, C}, {Kind::kOther, HD}, {Kind::kAttentionV, C}, {Kind::kFfnDown, F}};
+  for (int64_t layer = 0; layer < L; ++layer) {
+    for (const auto& [kind, cols] : matrices) {
+      const Dtype dtype = DtypeIn(mix, kind, layer, L, cols);
+      const int64_t block = daemon::kernels::DtypeBlockElements(dtype);
+      if (cols % block != 0) {
+        return fmt::format("the {} mix has {} rows of {} values, not whole {}-value blocks (llama.cpp's recipe "
+                           "stores such rows as q5_0, which nielsd's kernels do not run)",
+                           mix, daemon::kernels::DtypeName(dtype), cols, block);
+      }
+    }
+  }
+  return std::nullopt;
+}
+
 Weights RandomWeightsInMix(const ModelConfig& config, const std::string& mix, uint64_t seed, int threads) {
   const int64_t C = config.width, F = config.d_ff, V = config.vocab_size, D = config.head_dim();
   const int64_t HD = config.q_width(), KVD = config.kv_width(), L = config.layers;
@@ -123,17 +163,17 @@ Weights RandomWeightsInMix(const ModelConfig& config, const std::string& mix, ui
   Builder make(seed, threads);
   Weights w;
   auto gain = [](double g, int64_t cols) { return g / std::sqrt(static_cast<double>(cols)); };
-  auto dtype = [&](Kind kind, int64_t layer) { return DtypeIn(mix, kind, layer, L); };
-  w.tok_emb = make.Matrix(V, C, 4.0 / std::sqrt(static_cast<double>(C)), dtype(Kind::kEmbedding, 0), w);
+  auto dtype = [&](Kind kind, int64_t layer, int64_t cols) { return DtypeIn(mix, kind, layer, L, cols); };
+  w.tok_emb = make.Matrix(V, C, 4.0 / std::sqrt(static_cast<double>(C)), dtype(Kind::kEmbedding, 0, C), w);
   for (int64_t i = 0; i < L; ++i) {
     daemon::model::BlockWeights b;
     b.attn_norm = make.Vector(C, 1.0, 0.2, w);
     if (fused) {
-      b.wqkv = make.Matrix(HD + 2 * KVD, C, gain(1.0, C), dtype(Kind::kOther, i), w);
+      b.wqkv = make.Matrix(HD + 2 * KVD, C, gain(1.0, C), dtype(Kind::kOther, i, C), w);
     } else {
-      b.wq = make.Matrix(HD, C, gain(2.0, C), dtype(Kind::kOther, i), w);
-      b.wk = make.Matrix(KVD, C, gain(2.0, C), dtype(Kind::kOther, i), w);
-      b.wv = make.Matrix(KVD, C, gain(1.0, C), dtype(Kind::kAttentionV, i), w);
+      b.wq = make.Matrix(HD, C, gain(2.0, C), dtype(Kind::kOther, i, C), w);
+      b.wk = make.Matrix(KVD, C, gain(2.0, C), dtype(Kind::kOther, i, C), w);
+      b.wv = make.Matrix(KVD, C, gain(1.0, C), dtype(Kind::kAttentionV, i, C), w);
     }
     if (config.attention_bias) {
       b.bq = make.Vector(HD, 0.0, 0.5, w);
@@ -144,11 +184,11 @@ Weights RandomWeightsInMix(const ModelConfig& config, const std::string& mix, ui
       b.q_norm = make.Vector(D, 2.0, 0.4, w);
       b.k_norm = make.Vector(D, 2.0, 0.4, w);
     }
-    b.wo = make.Matrix(C, HD, gain(1.0, HD), dtype(Kind::kOther, i), w);
+    b.wo = make.Matrix(C, HD, gain(1.0, HD), dtype(Kind::kOther, i, HD), w);
     b.ffn_norm = make.Vector(C, 1.0, 0.2, w);
-    b.w_gate = make.Matrix(F, C, gain(2.0, C), dtype(Kind::kOther, i), w);
-    b.w_up = make.Matrix(F, C, gain(1.0, C), dtype(Kind::kOther, i), w);
-    b.w_down = make.Matrix(C, F, gain(1.0, F), dtype(Kind::kFfnDown, i), w);
+    b.w_gate = make.Matrix(F, C, gain(2.0, C), dtype(Kind::kOther, i, C), w);
+    b.w_up = make.Matrix(F, C, gain(1.0, C), dtype(Kind::kOther, i, C), w);
+    b.w_down = make.Matrix(C, F, gain(1.0, F), dtype(Kind::kFfnDown, i, F), w);
     if (config.mlp_bias) {
       b.b_gate = make.Vector(F, 0.0, 0.5, w);
       b.b_up = make.Vector(F, 0.0, 0.5, w);
@@ -157,7 +197,7 @@ Weights RandomWeightsInMix(const ModelConfig& config, const std::string& mix, ui
     w.blocks.push_back(std::move(b));
   }
   w.final_norm = make.Vector(C, 1.0, 0.2, w);
-  w.lm_head = config.tied_embeddings ? w.tok_emb : make.Matrix(V, C, gain(4.0, C), dtype(Kind::kEmbedding, 0), w);
+  w.lm_head = config.tied_embeddings ? w.tok_emb : make.Matrix(V, C, gain(4.0, C), dtype(Kind::kEmbedding, 0, C), w);
   if (config.rope_scaling.type == daemon::model::RopeScaling::Type::kLlama3) {
     w.rope_freqs = daemon::model::OwnedTensor(daemon::model::Llama3RopeFactors(config), {D / 2}, w.backing);
   }

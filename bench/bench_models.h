@@ -33,13 +33,19 @@ std::optional<daemon::model::ModelConfig> PresetConfig(const std::string& name);
 // Returns false for another name.
 bool IsWeightMix(const std::string& name);
 
+// Why `config`'s shapes cannot be drawn in `mix` (a row length that is not whole blocks of the type
+// the mix gives it, after the q6_k -> q8_0 fallback: q4_k on the `personal` width of 384), or
+// nullopt. REQUIRES: IsWeightMix(mix).
+std::optional<std::string> WeightMixProblem(const daemon::model::ModelConfig& config, const std::string& mix);
+
 // Random weights of `config`'s shapes in the mix (seeded, deterministic): matrices drawn from
 // normal(0, gain / sqrt(columns)) as tests/tools/make_family_model.py draws them (q and k with gain 2
 // so that attention is not uniform, the embedding with std 4 / sqrt(C)), norms 1 + normal(0, 0.2)
 // (q/k norms twice that), biases normal(0, 0.5). Each matrix is converted as soon as it is drawn,
 // so memory peaks at the converted model plus one f32 matrix. Block-type matrices are quantized
 // with QuantizeBlocks (ggml's quantizers), split among `threads` threads.
-// REQUIRES: IsWeightMix(mix); for block types, every matrix row a multiple of its block.
+// A q6_k matrix whose rows are not whole 256-value blocks is q8_0 instead (llama.cpp's fallback).
+// REQUIRES: IsWeightMix(mix) and no WeightMixProblem(config, mix).
 daemon::model::Weights RandomWeightsInMix(const daemon::model::ModelConfig& config, const std::string& mix,
                                           uint64_t seed, int threads);
 

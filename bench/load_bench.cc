@@ -83,7 +83,7 @@ std::string NewSession(DaemonClient& client) {
   return created->session_id();
 }
 
-// What the daemon's model looks like (ids for the random prompts, eot to ban).
+// What the daemon's model looks like (ids for the random prompts, eot to ban; -1: the model has none).
 struct ModelFacts {
   int64_t vocab = 0;
   int32_t eot = 0;
@@ -104,7 +104,8 @@ RequestTiming TimedGenerate(DaemonClient& client, const std::string& session, co
   request.set_max_new_tokens(new_tokens);
   request.set_stream(true);
   request.mutable_sampling()->set_seed(seed);
-  request.mutable_sampling()->add_banned_ids(facts.eot);  // every request runs to max_new_tokens
+  // Every request runs to max_new_tokens (a model without an eot id (-1) stops on nothing else).
+  if (facts.eot >= 0) request.mutable_sampling()->add_banned_ids(facts.eot);
   const Clock::time_point start = Clock::now();
   Clock::time_point first{};
   auto result = client.Generate(request, [&](const v1::TokenEvent&) {
@@ -182,7 +183,7 @@ double TimedShortChat(DaemonClient& client, int tokens, const ModelFacts& facts)
   request.set_user_text("hello, who are you?");
   request.set_max_new_tokens(tokens);
   request.mutable_sampling()->set_seed(7);
-  request.mutable_sampling()->add_banned_ids(facts.eot);
+  if (facts.eot >= 0) request.mutable_sampling()->add_banned_ids(facts.eot);
   const Clock::time_point start = Clock::now();
   auto reply = client.Chat(request);
   const double ms = Ms(Clock::now() - start);

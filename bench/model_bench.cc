@@ -675,6 +675,10 @@ int Main(int argc, char** argv) {
     }
     model = std::make_unique<Transformer>(c, std::move(weights).value(), pool, kv_dtype);
   } else {
+    if (std::optional<std::string> problem = WeightMixProblem(c, o.dtype)) {
+      std::fprintf(stderr, "nielsd-bench: %s\n", problem->c_str());
+      return 1;
+    }
     model = std::make_unique<Transformer>(c, RandomWeightsInMix(c, o.dtype, /*seed=*/1, threads), pool, kv_dtype);
   }
   Results r;
