@@ -222,8 +222,16 @@ TEST_P(SimdKernelsTest, ConversionsMatchTheScalarOnesBitForBit) {
   }
 }
 
-TEST_P(SimdKernelsTest, ExpSoftmaxAndSiluMatchLibm) {
-  if (dtype() != Dtype::kF32) GTEST_SKIP() << "no weights involved";
+// The element-wise functions, which involve no weights: once per implementation.
+class SimdMathTest : public ::testing::TestWithParam<Isa> {
+ protected:
+  void SetUp() override {
+    if (!simd::ForceIsaForTesting(GetParam())) GTEST_SKIP() << "this CPU cannot run " << IsaName(GetParam());
+  }
+  void TearDown() override { simd::ForceIsaForTesting(simd::Detected()); }
+};
+
+TEST_P(SimdMathTest, ExpSoftmaxAndSiluMatchLibm) {
   std::vector<float> x;
   for (float v = -110.0f; v <= 90.0f; v += 0.0137f) x.push_back(v);
   for (float v : {0.0f, -0.0f, 1e-30f, 88.72f, 88.73f, -103.9f, -104.0f, std::numeric_limits<float>::infinity(),
@@ -274,6 +282,9 @@ INSTANTIATE_TEST_SUITE_P(EveryIsaAndDtype, SimdKernelsTest,
                            return IsaName(std::get<0>(info.param)) + "_" +
                                   std::string(DtypeName(std::get<1>(info.param)));
                          });
+
+INSTANTIATE_TEST_SUITE_P(EveryIsa, SimdMathTest, ::testing::Values(Isa::kAvx512, Isa::kAvx2, Isa::kPortable),
+                         [](const ::testing::TestParamInfo<Isa>& info) { return IsaName(info.param); });
 
 TEST(SimdKernelsTest, PicksTheBestImplementationThisCpuRuns) {
   EXPECT_STREQ(MatVecKernelName(), simd::Name());
