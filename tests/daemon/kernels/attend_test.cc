@@ -18,6 +18,7 @@
 
 #include "daemon/kernels/dtype.h"
 #include "daemon/kernels/simd_kernels.h"
+#include "tests/daemon/kernels/forced_isa_test.h"
 
 namespace niels::daemon::kernels {
 namespace {
@@ -110,12 +111,8 @@ Result RunAttend(const Sequence& s, const std::vector<float>& q, int64_t row0, i
 // Parameters: (implementation, head dim, KV dtype).
 using Params = std::tuple<Isa, int64_t, Dtype>;
 
-class AttendTest : public ::testing::TestWithParam<Params> {
+class AttendTest : public ForcedIsaTest<Params> {
  protected:
-  void SetUp() override {
-    if (!simd::ForceIsaForTesting(std::get<0>(GetParam()))) GTEST_SKIP() << "this CPU cannot run it";
-  }
-  void TearDown() override { simd::ForceIsaForTesting(simd::Detected()); }
   int64_t D() const { return std::get<1>(GetParam()); }
   Dtype dtype() const { return std::get<2>(GetParam()); }
 };
@@ -184,8 +181,7 @@ TEST_P(AttendTest, ARowIsBitwiseTheSameWhateverTheOtherRowsAndTheBlockSize) {
 
 std::string ParamName(const ::testing::TestParamInfo<Params>& info) {
   const auto [isa, d, dtype] = info.param;
-  const char* name = isa == Isa::kAvx512 ? "avx512" : isa == Isa::kAvx2 ? "avx2" : "portable";
-  return std::string(name) + "_D" + std::to_string(d) + "_" + std::string(DtypeName(dtype));
+  return IsaName(isa) + "_D" + std::to_string(d) + "_" + std::string(DtypeName(dtype));
 }
 
 // D 64 (the model shapes), 136 (8 x 16 + 8: chunks of 4 vectors, single vectors, a tail), 20 (a
@@ -201,12 +197,8 @@ INSTANTIATE_TEST_SUITE_P(IsasDimsDtypes, AttendTest,
 // Parameters: (implementation, head dim, KV dtype, query heads per key/value head).
 using GroupParams = std::tuple<Isa, int64_t, Dtype, int64_t>;
 
-class AttendGroupTest : public ::testing::TestWithParam<GroupParams> {
+class AttendGroupTest : public ForcedIsaTest<GroupParams> {
  protected:
-  void SetUp() override {
-    if (!simd::ForceIsaForTesting(std::get<0>(GetParam()))) GTEST_SKIP() << "this CPU cannot run it";
-  }
-  void TearDown() override { simd::ForceIsaForTesting(simd::Detected()); }
   int64_t D() const { return std::get<1>(GetParam()); }
   Dtype dtype() const { return std::get<2>(GetParam()); }
   int64_t G() const { return std::get<3>(GetParam()); }

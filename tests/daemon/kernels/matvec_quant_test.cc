@@ -26,6 +26,7 @@
 #include "daemon/kernels/quant_activations.h"
 #include "daemon/kernels/quant_blocks.h"
 #include "daemon/kernels/simd_kernels.h"
+#include "tests/daemon/kernels/forced_isa_test.h"
 
 namespace niels::daemon::kernels {
 namespace {
@@ -33,15 +34,6 @@ namespace {
 using simd::Isa;
 
 constexpr Dtype kBlockTypes[] = {Dtype::kQ8_0, Dtype::kQ4_0, Dtype::kQ4_K, Dtype::kQ5_K, Dtype::kQ6_K};
-
-std::string IsaName(Isa isa) {
-  switch (isa) {
-    case Isa::kAvx512: return "Avx512";
-    case Isa::kAvx2: return "Avx2";
-    case Isa::kPortable: return "Portable";
-  }
-  return "?";
-}
 
 std::vector<float> RandomVector(int64_t n, uint32_t seed, float sigma = 1.0f) {
   std::mt19937 rng(seed);
@@ -77,13 +69,8 @@ QuantWeights MakeWeights(Dtype dtype, int64_t out, int64_t in, uint32_t seed) {
   return w;
 }
 
-class QuantMatVecTest : public ::testing::TestWithParam<std::tuple<Isa, Dtype>> {
+class QuantMatVecTest : public ForcedIsaTest<std::tuple<Isa, Dtype>> {
  protected:
-  void SetUp() override {
-    if (!simd::ForceIsaForTesting(isa())) GTEST_SKIP() << "this CPU cannot run " << IsaName(isa());
-  }
-  void TearDown() override { simd::ForceIsaForTesting(simd::Detected()); }
-  Isa isa() const { return std::get<0>(GetParam()); }
   Dtype dtype() const { return std::get<1>(GetParam()); }
 };
 

@@ -4,6 +4,7 @@
 
 #include "daemon/kernels/matvec.h"
 #include "daemon/kernels/simd_kernels.h"
+#include "tests/daemon/kernels/forced_isa_test.h"
 
 #include <cmath>
 #include <cstdint>
@@ -74,24 +75,9 @@ struct Shape {
   bool bias;
 };
 
-std::string IsaName(Isa isa) {
-  switch (isa) {
-    case Isa::kAvx512: return "Avx512";
-    case Isa::kAvx2: return "Avx2";
-    case Isa::kPortable: return "Portable";
-  }
-  return "?";
-}
-
-// Runs the test body with the given implementation (skipped when this CPU cannot run it), so a
-// machine with AVX-512 also executes the AVX2 and portable code.
-class SimdKernelsTest : public ::testing::TestWithParam<std::tuple<Isa, Dtype>> {
+// Every implementation with every weight dtype (forced_isa_test.h).
+class SimdKernelsTest : public ForcedIsaTest<std::tuple<Isa, Dtype>> {
  protected:
-  void SetUp() override {
-    if (!simd::ForceIsaForTesting(isa())) GTEST_SKIP() << "this CPU cannot run " << IsaName(isa());
-  }
-  void TearDown() override { simd::ForceIsaForTesting(simd::Detected()); }
-  Isa isa() const { return std::get<0>(GetParam()); }
   Dtype dtype() const { return std::get<1>(GetParam()); }
 };
 
@@ -223,13 +209,7 @@ TEST_P(SimdKernelsTest, ConversionsMatchTheScalarOnesBitForBit) {
 }
 
 // The element-wise functions, which involve no weights: once per implementation.
-class SimdMathTest : public ::testing::TestWithParam<Isa> {
- protected:
-  void SetUp() override {
-    if (!simd::ForceIsaForTesting(GetParam())) GTEST_SKIP() << "this CPU cannot run " << IsaName(GetParam());
-  }
-  void TearDown() override { simd::ForceIsaForTesting(simd::Detected()); }
-};
+class SimdMathTest : public ForcedIsaTest<Isa> {};
 
 TEST_P(SimdMathTest, ExpSoftmaxAndSiluMatchLibm) {
   std::vector<float> x;
