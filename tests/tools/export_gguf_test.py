@@ -273,28 +273,43 @@ def tokenize_both(args, modules, model_dir, gguf, lines, work):
     return [(e, t, a, b) for (e, t), a, b in zip(lines, ours, theirs)]
 
 
+def equal_score_tie(tok, ours, theirs):
+    """Two segmentations of the same text whose pieces' scores sum to the same value: the unigram
+    lattice has two best paths (e.g. the same pieces in another order), and SentencePiece and
+    llama.cpp break such a tie differently; which path wins is left to float rounding."""
+    if "".join(tok["pieces"][i] for i in ours) != "".join(tok["pieces"][i] for i in theirs):
+        return False
+    a, b = (sum(float(tok["scores"][i]) for i in ids) for ids in (ours, theirs))
+    return abs(a - b) <= 1e-6 * max(1.0, abs(a))
+
+
 def agreement(model_dir, results):
-    """{edit: [identical, identical but for byte fallback, other]} and the first 'other' cases."""
+    """{edit: [identical, identical but for byte fallback, equal-score tie, other]} and the
+    non-identical cases as (text, nielsd's pieces, llama.cpp's pieces, kind)."""
     import niels_export  # noqa: E402
     tok = niels_export.read_tokenizer(model_dir, niels_export.read_config(model_dir)["V"])
     byte_ids = {i for i, t in enumerate(tok["types"]) if t == niels_export.SPM_BYTE}
     counts, other = {}, []
     for edit, text, ours, theirs in results:
-        row = counts.setdefault(edit, [0, 0, 0])
+        row = counts.setdefault(edit, [0, 0, 0, 0])
         if ours == theirs:
             row[0] += 1
-        elif bytes_to_unk(ours, byte_ids, tok["unk"]) == theirs:
+            continue
+        if bytes_to_unk(ours, byte_ids, tok["unk"]) == theirs:
             row[1] += 1
-        else:
-            row[2] += 1
-            other.append((text, [tok["pieces"][i] for i in ours], [tok["pieces"][i] for i in theirs]))
+            continue
+        kind = 2 if equal_score_tie(tok, ours, theirs) else 3
+        row[kind] += 1
+        other.append((text, [tok["pieces"][i] for i in ours], [tok["pieces"][i] for i in theirs],
+                      "equal-score tie" if kind == 2 else "other"))
     return counts, other
 
 
 def summary(counts):
-    total = [sum(c[k] for c in counts.values()) for k in range(3)]
-    per_edit = ", ".join(f"{e} {c[0]}/{c[1]}/{c[2]}" for e, c in sorted(counts.items()))
-    return total, f"{total[0]} identical, {total[1]} identical but for byte fallback, {total[2]} other " \
+    total = [sum(c[k] for c in counts.values()) for k in range(4)]
+    per_edit = ", ".join(f"{e} {c[0]}/{c[1]}/{c[2]}/{c[3]}" for e, c in sorted(counts.items()))
+    return total, f"{total[0]} identical, {total[1]} identical but for byte fallback, " \
+                  f"{total[2]} equal-score ties, {total[3]} other " \
                   f"(per edit: {per_edit})"
 
 
@@ -326,9 +341,11 @@ def check_unigram_tokenization(args, modules, model_dir, failures):
                                                        os.path.join(work, "model-f32.gguf"), lines, work))
     total, text = summary(counts)
     print(f"[unigram] tokenization of {len(lines)} lines, llama.cpp vs nielsd: {text}")
-    for t, ours, theirs in other[:5]:
-        print(f"  {t!r}\n    nielsd    {ours}\n    llama.cpp {theirs}")
-    failures.check(total[2] == 0, f"[unigram] {total[2]} lines tokenize differently beyond byte fallback")
+    for t, ours, theirs, kind in other[:5]:
+        print(f"  {kind}: {t!r}\n    nielsd    {ours}\n    llama.cpp {theirs}")
+    failures.check(total[3] == 0, f"[unigram] {total[3]} lines tokenize differently beyond byte fallback "
+                                  "and equal-score ties")
+    failures.check(total[2] <= len(lines) // 100, f"[unigram] more than 1% equal-score ties: {text}")
     failures.check(total[0] >= len(lines) // 2 and total[1] > 0 and counts["none"][0] > 1000,
                    f"[unigram] the lines exercise too little: {text}")
 
@@ -363,12 +380,17 @@ def check_unigram_variants(args, modules, failures):
         failures.check(code == (0 if accepted else 1), f"[unigram {name}] niels-export exit {code} ({err.strip()})")
         if not accepted:
             forced_gguf(model_dir, gguf)
-        total, text = summary(agreement(model_dir, tokenize_both(args, modules, model_dir, gguf, lines, work))[0])
+        counts, other = agreement(model_dir, tokenize_both(args, modules, model_dir, gguf, lines, work))
+        total, text = summary(counts)
         print(f"[unigram {name}] {'accepted' if accepted else 'refused'}; {len(lines)} lines: {text}")
         if accepted:
-            failures.check(total[0] == len(lines), f"[unigram {name}] llama.cpp differs: {text}")
+            for t, ours, theirs, kind in other[:5]:
+                print(f"  {kind}: {t!r}\n    nielsd    {ours}\n    llama.cpp {theirs}")
+        if accepted:
+            failures.check(total[0] + total[2] == len(lines) and total[2] <= len(lines) // 100,
+                           f"[unigram {name}] llama.cpp differs beyond equal-score ties: {text}")
         else:
-            failures.check(total[2] > 0, f"[unigram {name}] refused, yet llama.cpp agrees: {text}")
+            failures.check(total[3] > 0, f"[unigram {name}] refused, yet llama.cpp agrees: {text}")
 
 
 def main():
