@@ -8,6 +8,7 @@
 
 namespace niels::daemon::handlers::testing {
 namespace {
+namespace chat_test {  // this file's own names: the suite compiles as one unity unit
 
 using Ids = std::vector<int32_t>;
 
@@ -340,5 +341,6 @@ TEST_F(ChatTest, RoleTokensAreBannedUnlessAllowed) {
   }
 }
 
+}  // namespace chat_test
 }  // namespace
 }  // namespace niels::daemon::handlers::testing

@@ -18,6 +18,7 @@
 
 namespace niels::daemon::handlers::testing {
 namespace {
+namespace constraint_test {  // this file's own names: the suite compiles as one unity unit
 
 constexpr int64_t kContext = 256;
 
@@ -319,5 +320,6 @@ TEST(ConstraintTest, CancelledConstrainedTurnLeavesTheSessionAsItWas) {
   EXPECT_EQ(next.chat().stop_reason(), v1::EOT);
 }
 
+}  // namespace constraint_test
 }  // namespace
 }  // namespace niels::daemon::handlers::testing

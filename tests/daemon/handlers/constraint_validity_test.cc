@@ -23,6 +23,7 @@
 
 namespace niels::daemon::handlers::testing {
 namespace {
+namespace constraint_validity_test {  // this file's own names: the suite compiles as one unity unit
 
 const std::vector<std::string> kSchemas = {
     R"({"type":"object","properties":{"name":{"type":"string","minLength":1,"maxLength":12},"age":{"type":"integer","minimum":0,"maximum":150}},"required":["name","age"]})",
@@ -208,5 +209,6 @@ TEST(ConstraintValidityTest, SampledRepliesAreValidOnARandomModelAndTheDemoModel
   EXPECT_EQ(valid, complete);
 }
 
+}  // namespace constraint_validity_test
 }  // namespace
 }  // namespace niels::daemon::handlers::testing

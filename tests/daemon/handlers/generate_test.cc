@@ -10,6 +10,7 @@
 
 namespace niels::daemon::handlers::testing {
 namespace {
+namespace generate_test {  // this file's own names: the suite compiles as one unity unit
 
 using Ids = std::vector<int32_t>;
 
@@ -270,5 +271,6 @@ TEST_F(GenerateTest, InvalidRequestsLeaveTheSessionUnchanged) {
   EXPECT_TRUE(Call(*engine_, GenerateRequest(empty, {}, 0)).has_generate());  // nothing to do is fine
 }
 
+}  // namespace generate_test
 }  // namespace
 }  // namespace niels::daemon::handlers::testing

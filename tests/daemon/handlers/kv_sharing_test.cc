@@ -12,6 +12,7 @@
 
 namespace niels::daemon::handlers::testing {
 namespace {
+namespace kv_sharing_test {  // this file's own names: the suite compiles as one unity unit
 
 using Ids = std::vector<int32_t>;
 
@@ -477,5 +478,6 @@ TEST_F(KvSharingTest, TruncatingTurnNeedsNoMoreMemoryThanItsNewHistory) {
   ChatPastTheContextLimit(tight);
 }
 
+}  // namespace kv_sharing_test
 }  // namespace
 }  // namespace niels::daemon::handlers::testing

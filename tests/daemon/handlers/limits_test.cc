@@ -15,6 +15,7 @@
 
 namespace niels::daemon::handlers::testing {
 namespace {
+namespace limits_test {  // this file's own names: the suite compiles as one unity unit
 
 constexpr int64_t kContext = 64;
 
@@ -233,5 +234,6 @@ TEST(EngineLimitsTest, HugeSessionIdsAreNotEchoedWhole) {
   }
 }
 
+}  // namespace limits_test
 }  // namespace
 }  // namespace niels::daemon::handlers::testing

@@ -20,6 +20,7 @@
 
 namespace niels::daemon::handlers::testing {
 namespace {
+namespace scheduler_test {  // this file's own names: the suite compiles as one unity unit
 
 constexpr int64_t kContext = 256;
 
@@ -296,5 +297,6 @@ TEST(SchedulerTest, RequestWithoutKvMemoryWaitsOrFailsWhileOthersContinue) {
   EXPECT_GT(second.generate().stats().queue_ms(), 0.0);
 }
 
+}  // namespace scheduler_test
 }  // namespace
 }  // namespace niels::daemon::handlers::testing

@@ -10,6 +10,7 @@
 
 namespace niels::daemon::handlers::testing {
 namespace {
+namespace service_test {  // this file's own names: the suite compiles as one unity unit
 
 constexpr int64_t kContext = 64;
 
@@ -375,5 +376,6 @@ TEST(EngineTest, MakeEngineReportsABadModelDirectory) {
   EXPECT_NE(engine.status().message().find("config.json"), std::string::npos) << engine.status().ToString();
 }
 
+}  // namespace service_test
 }  // namespace
 }  // namespace niels::daemon::handlers::testing

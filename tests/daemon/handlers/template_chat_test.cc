@@ -13,6 +13,7 @@
 
 namespace niels::daemon::handlers::testing {
 namespace {
+namespace template_chat_test {  // this file's own names: the suite compiles as one unity unit
 
 constexpr uint64_t kSeed = 5;
 
@@ -145,5 +146,6 @@ TEST(TemplateChatTest, ModelWithoutAChatFormatRefusesChatButGenerates) {
   EXPECT_GE(generated.generate().new_ids_size(), 1);
 }
 
+}  // namespace template_chat_test
 }  // namespace
 }  // namespace niels::daemon::handlers::testing

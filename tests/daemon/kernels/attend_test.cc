@@ -22,6 +22,7 @@
 
 namespace niels::daemon::kernels {
 namespace {
+namespace attend_test {  // this file's own names: the suite compiles as one unity unit
 
 using simd::Isa;
 
@@ -308,5 +309,6 @@ INSTANTIATE_TEST_SUITE_P(IsasDimsDtypesGroups, AttendGroupTest,
                                             ::testing::Values(int64_t{1}, int64_t{2}, int64_t{4})),
                          GroupParamName);
 
+}  // namespace attend_test
 }  // namespace
 }  // namespace niels::daemon::kernels

@@ -23,6 +23,7 @@
 
 namespace niels::daemon::kernels {
 namespace {
+namespace forward_step_quant_test {  // this file's own names: the suite compiles as one unity unit
 
 constexpr ModelShape kShape{.layers = 2,
                              .width = 256,
@@ -172,5 +173,6 @@ INSTANTIATE_TEST_SUITE_P(EveryBlockType, ForwardStepQuantTest,
                          ::testing::Values(Dtype::kQ8_0, Dtype::kQ4_0, Dtype::kQ4_K, Dtype::kQ5_K, Dtype::kQ6_K),
                          [](const ::testing::TestParamInfo<Dtype>& info) { return std::string(DtypeName(info.param)); });
 
+}  // namespace forward_step_quant_test
 }  // namespace
 }  // namespace niels::daemon::kernels

@@ -30,6 +30,7 @@
 
 namespace niels::daemon::kernels {
 namespace {
+namespace matvec_quant_test {  // this file's own names: the suite compiles as one unity unit
 
 using simd::Isa;
 
@@ -274,5 +275,6 @@ INSTANTIATE_TEST_SUITE_P(EveryIsaAndBlockType, QuantMatVecTest,
                                   std::string(DtypeName(std::get<1>(info.param)));
                          });
 
+}  // namespace matvec_quant_test
 }  // namespace
 }  // namespace niels::daemon::kernels

@@ -21,6 +21,7 @@
 
 namespace niels::daemon::kernels {
 namespace {
+namespace matvec_test {  // this file's own names: the suite compiles as one unity unit
 
 using simd::Isa;
 
@@ -279,5 +280,6 @@ TEST(SimdKernelsTest, PicksTheBestImplementationThisCpuRuns) {
 #endif
 }
 
+}  // namespace matvec_test
 }  // namespace
 }  // namespace niels::daemon::kernels

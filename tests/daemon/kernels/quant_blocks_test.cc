@@ -20,6 +20,7 @@
 
 namespace niels::daemon::kernels {
 namespace {
+namespace quant_blocks_test {  // this file's own names: the suite compiles as one unity unit
 
 constexpr Dtype kBlockTypes[] = {Dtype::kQ8_0, Dtype::kQ4_0, Dtype::kQ4_K, Dtype::kQ5_K, Dtype::kQ6_K};
 
@@ -234,5 +235,6 @@ TEST(QuantRoundTripTest, DegenerateBlocks) {
 INSTANTIATE_TEST_SUITE_P(EveryBlockType, QuantBlocksTest, ::testing::ValuesIn(kBlockTypes),
                          [](const ::testing::TestParamInfo<Dtype>& info) { return std::string(DtypeName(info.param)); });
 
+}  // namespace quant_blocks_test
 }  // namespace
 }  // namespace niels::daemon::kernels

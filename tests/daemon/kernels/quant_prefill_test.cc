@@ -28,6 +28,7 @@
 
 namespace niels::daemon::kernels {
 namespace {
+namespace quant_prefill_test {  // this file's own names: the suite compiles as one unity unit
 
 std::vector<float> Normal(int64_t n, uint32_t seed) {
   std::mt19937 rng(seed);
@@ -157,5 +158,6 @@ INSTANTIATE_TEST_SUITE_P(EveryBlockType, QuantPrefillTest,
                          ::testing::Values(Dtype::kQ8_0, Dtype::kQ4_0, Dtype::kQ4_K, Dtype::kQ5_K, Dtype::kQ6_K),
                          [](const ::testing::TestParamInfo<Dtype>& info) { return std::string(DtypeName(info.param)); });
 
+}  // namespace quant_prefill_test
 }  // namespace
 }  // namespace niels::daemon::kernels

@@ -9,6 +9,7 @@
 
 namespace niels::daemon::kernels {
 namespace {
+namespace worker_pool_test {  // this file's own names: the suite compiles as one unity unit
 
 // Records, for one job, which thread ran which part.
 struct PartLog {
@@ -125,5 +126,6 @@ TEST(WorkerPoolTest, ConcurrentCallersEachGetEveryPartOfTheirOwnJob) {
   EXPECT_FALSE(failed.load());
 }
 
+}  // namespace worker_pool_test
 }  // namespace
 }  // namespace niels::daemon::kernels

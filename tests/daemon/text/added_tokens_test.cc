@@ -8,6 +8,7 @@
 
 namespace niels::daemon::text {
 namespace {
+namespace added_tokens_test {  // this file's own names: the suite compiles as one unity unit
 
 using Token = AddedTokenMatcher::Token;
 
@@ -82,5 +83,6 @@ TEST(AddedTokensTest, RstripTakesWhitespaceAfter) {
   EXPECT_EQ(Render(m, "[R][R] ", true), "[1:[R]]|[1:[R] ]");
 }
 
+}  // namespace added_tokens_test
 }  // namespace
 }  // namespace niels::daemon::text

@@ -11,6 +11,7 @@
 
 namespace niels::daemon::text {
 namespace {
+namespace bpe_model_test {  // this file's own names: the suite compiles as one unity unit
 
 using testing::ByteSpec;
 using testing::Spell;
@@ -139,5 +140,6 @@ TEST(BpeModelTest, LongRunsMergeCompletely) {
   for (const auto& p : pieces) EXPECT_EQ(p, piece);
 }
 
+}  // namespace bpe_model_test
 }  // namespace
 }  // namespace niels::daemon::text

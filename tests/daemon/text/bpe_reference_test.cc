@@ -27,6 +27,7 @@
 
 namespace niels::daemon::text {
 namespace {
+namespace bpe_reference_test {  // this file's own names: the suite compiles as one unity unit
 
 using testing::kReferenceTokenizers;
 
@@ -205,5 +206,6 @@ INSTANTIATE_TEST_SUITE_P(RealTokenizers, BpeReferenceTest,
                                                                       std::end(kReferenceTokenizers))),
                          [](const auto& info) { return info.param; });
 
+}  // namespace bpe_reference_test
 }  // namespace
 }  // namespace niels::daemon::text

@@ -17,6 +17,7 @@
 
 namespace niels::daemon::text {
 namespace {
+namespace bpe_tokenizer_test {  // this file's own names: the suite compiles as one unity unit
 
 class RealTokenizerTest : public ::testing::Test {
  protected:
@@ -202,5 +203,6 @@ TEST(BpeTokenizerTest, CreateChecksTheSpec) {
   EXPECT_NE(BpeTokenizer::Create(bad_flags).status().message().find("id 5, which is no added token"), std::string::npos);
 }
 
+}  // namespace bpe_tokenizer_test
 }  // namespace
 }  // namespace niels::daemon::text

@@ -11,6 +11,7 @@
 
 namespace niels::daemon::text {
 namespace {
+namespace byte_level_test {  // this file's own names: the suite compiles as one unity unit
 
 TEST(ByteLevelTest, IsGpt2sBytesToUnicode) {
   std::set<char32_t> seen;
@@ -69,5 +70,6 @@ TEST(ByteLevelTest, RealVocabulariesSpellEveryByteWithTheirFirstPieces) {
   }
 }
 
+}  // namespace byte_level_test
 }  // namespace
 }  // namespace niels::daemon::text

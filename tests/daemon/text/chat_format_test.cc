@@ -32,6 +32,7 @@
 
 namespace niels::daemon::text {
 namespace {
+namespace chat_format_test {  // this file's own names: the suite compiles as one unity unit
 
 using nlohmann::ordered_json;
 using testing::LoadReferenceChat;
@@ -384,5 +385,6 @@ TEST(ChatFormatTest, ExtraBosOnlyWhenTheRenderingLacksIt) {
   EXPECT_EQ(std::count(with->begin(), with->end(), bos), 1);
 }
 
+}  // namespace chat_format_test
 }  // namespace
 }  // namespace niels::daemon::text

@@ -10,6 +10,7 @@
 
 namespace niels::daemon::text {
 namespace {
+namespace chat_template_test {  // this file's own names: the suite compiles as one unity unit
 
 using Tokenizer = SentencePieceTokenizer;
 
@@ -92,5 +93,6 @@ TEST_F(ChatTemplateTest, GenerationPromptAndBannedIds) {
   EXPECT_EQ(std::count(banned.begin(), banned.end(), sp.eot), 0);
 }
 
+}  // namespace chat_template_test
 }  // namespace
 }  // namespace niels::daemon::text

@@ -9,6 +9,7 @@
 
 namespace niels::daemon::text {
 namespace {
+namespace pre_tokenizer_test {  // this file's own names: the suite compiles as one unity unit
 
 std::vector<std::string> Split(std::string_view name, std::string_view text) {
   auto setup = PreTokenizerForGgufName(name);
@@ -112,5 +113,6 @@ TEST(PreTokenizerTest, NfcComposes) {
   EXPECT_EQ(out, "\xC3\xA9 \xC3\x85 \xC3\x85 \xEA\xB0\x80 plain");  // é Å Å(from U+212B) 가
 }
 
+}  // namespace pre_tokenizer_test
 }  // namespace
 }  // namespace niels::daemon::text

@@ -13,6 +13,7 @@
 
 namespace niels::daemon::text {
 namespace {
+namespace reply_splitter_test {  // this file's own names: the suite compiles as one unity unit
 
 struct Case {
   std::string text;
@@ -160,5 +161,6 @@ TEST(ReplySplitterTest, TokenByTokenEqualsTheWholeReply) {
   }
 }
 
+}  // namespace reply_splitter_test
 }  // namespace
 }  // namespace niels::daemon::text

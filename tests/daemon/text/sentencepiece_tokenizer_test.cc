@@ -12,6 +12,7 @@
 
 namespace niels::daemon::text {
 namespace {
+namespace sentencepiece_tokenizer_test {  // this file's own names: the suite compiles as one unity unit
 
 using common::StatusCode;
 using ::testing::AllOf;
@@ -159,5 +160,6 @@ TEST(TokenizerLoadTest, MissingFileIsNotFound) {
   EXPECT_THAT(tok.status().message(), HasSubstr("tokenizer.model"));
 }
 
+}  // namespace sentencepiece_tokenizer_test
 }  // namespace
 }  // namespace niels::daemon::text

@@ -10,6 +10,7 @@
 
 namespace niels::daemon::text {
 namespace {
+namespace text_stream_test {  // this file's own names: the suite compiles as one unity unit
 
 TEST(CompleteUtf8PrefixTest, HoldsBackIncompleteTails) {
   struct Case {
@@ -122,5 +123,6 @@ TEST(TextStreamDemoTest, IncrementalDecodingEqualsDecodingEverythingWithTheShipp
   ExpectSameAsDecodingEverything(**loaded, 2);
 }
 
+}  // namespace text_stream_test
 }  // namespace
 }  // namespace niels::daemon::text

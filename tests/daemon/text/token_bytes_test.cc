@@ -19,6 +19,7 @@
 
 namespace niels::daemon::text {
 namespace {
+namespace token_bytes_test {  // this file's own names: the suite compiles as one unity unit
 
 // The text tokenizer.h says ids decode to.
 std::string ByRule(const Tokenizer& tok, const std::vector<int32_t>& ids) {
@@ -177,5 +178,6 @@ TEST(BpeTokenBytesTest, RandomIdListsDecodeToTheConcatenation) {
   EXPECT_GT(checked, 1000);
 }
 
+}  // namespace token_bytes_test
 }  // namespace
 }  // namespace niels::daemon::text

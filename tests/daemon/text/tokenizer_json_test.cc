@@ -13,6 +13,7 @@
 
 namespace niels::daemon::text {
 namespace {
+namespace tokenizer_json_test {  // this file's own names: the suite compiles as one unity unit
 
 using nlohmann::json;
 using testing::Spell;
@@ -255,5 +256,6 @@ TEST(TokenizerJsonTest, MissingDirectoryIsNotFound) {
   EXPECT_NE(spec.status().message().find("/nonexistent/nielsd/tokenizer/tokenizer.json"), std::string::npos);
 }
 
+}  // namespace tokenizer_json_test
 }  // namespace
 }  // namespace niels::daemon::text

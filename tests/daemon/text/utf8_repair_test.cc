@@ -6,6 +6,7 @@
 
 namespace niels::daemon::text {
 namespace {
+namespace utf8_repair_test {  // this file's own names: the suite compiles as one unity unit
 
 const std::string kR = "\xEF\xBF\xBD";  // U+FFFD
 
@@ -54,5 +55,6 @@ TEST(Utf8RepairTest, ValidPrefixAndSequenceLengths) {
   EXPECT_EQ(WellFormedSequenceLength("\x80", 0), 0u);
 }
 
+}  // namespace utf8_repair_test
 }  // namespace
 }  // namespace niels::daemon::text
