@@ -58,6 +58,7 @@ class Transformer final : public LanguageModel {
                             AttentionTrace* trace = nullptr) const override;
   std::vector<float> Forward(std::span<const int32_t> tokens, bool last_only = false) const override;
   std::vector<float> Step(std::span<const SequenceInput> inputs, int64_t trace_layer = -1) const override;
+  void ReleaseScratch() const override { step_.ReleaseScratch(); }
 
  private:
   ModelConfig config_;

@@ -163,6 +163,21 @@ TEST(RopeTableTest, FilledInPiecesEqualsTheFormulaAtEveryPosition) {
   }
 }
 
+// An idle engine frees the step's scratch; the steps after it size it again and compute the same.
+TEST_F(TransformerTest, StepsAfterReleaseScratchComputeTheSame) {
+  const auto tokens = RandomTokens(24, 6);
+  const std::vector<float> before = model_.Forward(tokens);
+  KvCache cache(config_);
+  const std::vector<float> prefix = model_.Prefill(std::span(tokens).first(20), cache);
+  model_.ReleaseScratch();
+  KvCache* caches[] = {&cache};
+  const std::vector<float> next = model_.Decode(std::span(tokens).subspan(20, 1), caches);
+  model_.ReleaseScratch();
+  EXPECT_EQ(model_.Forward(tokens), before);
+  EXPECT_EQ(next, SliceRows(before, V(), 20, 1));
+  EXPECT_EQ(prefix, SliceRows(before, V(), 19, 1));
+}
+
 TEST_F(TransformerTest, RopeRotatesAdjacentPairsNotHalves) {
   const auto tokens = RandomTokens(24, 5);
   const std::vector<float> logits = model_.Forward(tokens);
