@@ -143,6 +143,11 @@ void Engine::Run() {
         wake_.wait_for(lock, expiry_period);
         if (queue_.empty() && !stopping_) {
           lock.unlock();
+          if (heap_to_release_) {  // idle for a period: the activation buffers go back to the kernel
+            state_->language_model().ReleaseScratch();
+            kernels::ReleaseFreedHeapMemory();
+            heap_to_release_ = false;
+          }
           ExpireIdleSessions();
           lock.lock();
         }
@@ -164,6 +169,7 @@ void Engine::Run() {
     if (!running_.empty()) {
       const Clock::time_point start = Clock::now();
       RunModelWork();
+      heap_to_release_ = true;
       RetireFinished();
       ++state_->iterations;
       state_->busy_s += std::chrono::duration<double>(Clock::now() - start).count();

@@ -144,6 +144,9 @@ class Engine {
   std::once_flag shutdown_once_;
   std::thread thread_;
   std::chrono::steady_clock::time_point next_expiry_check_{};  // engine thread only
+  // Model work ran since the heap's free pages were last released (engine thread only): released
+  // once the engine has waited a whole idle period (up to a second) with nothing to do.
+  bool heap_to_release_ = false;
 };
 
 // Loads the model directory and starts an engine on it. Errors are LoadModelDir's (they name the

@@ -40,7 +40,9 @@
 namespace niels::daemon::engine {
 
 struct ConstraintVocabulary {
-  std::shared_ptr<const grammar::Vocabulary> at_start;  // while the generated text is empty
+  // While the generated text is empty; the same object as `after` when no id reads differently at
+  // the start (byte-level BPE).
+  std::shared_ptr<const grammar::Vocabulary> at_start;
   std::shared_ptr<const grammar::Vocabulary> after;     // after some text
 
   // From Tokenizer::Bytes, one entry per row of the model's output (`output_rows`, its

@@ -57,6 +57,12 @@ void ForwardStep::Reserve(int64_t rows, int64_t positions) {
   reserved_rows_ = rows;
 }
 
+void ForwardStep::ReleaseScratch() {
+  s_ = Scratch{};
+  reserved_rows_ = 0;
+  scores_stride_ = 0;
+}
+
 template <typename Fn>
 void ForwardStep::ForRows(int64_t n, Fn&& fn) {
   if (n < 4 || pool_->threads() == 1) {

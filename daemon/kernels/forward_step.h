@@ -100,6 +100,8 @@ class ForwardStep {
   // no trace. REQUIRES: distinct sequences write distinct blocks.
   int64_t Run(const WeightViews& weights, std::span<const StepSequence> sequences, int64_t trace_layer,
               float* logits);
+  // Frees the scratch (Run sizes it again for its rows).
+  void ReleaseScratch();
 
  private:
   // A run of consecutive rows of one sequence whose attention one work item computes for one head.

@@ -15,6 +15,8 @@ void TuneHeapForActivations() {
   mallopt(M_TRIM_THRESHOLD, 512 << 20);
 }
 
+void ReleaseFreedHeapMemory() { malloc_trim(0); }
+
 std::string DescribeThreads(const WorkerPool& pool) {
   return "kernels " + std::to_string(pool.threads()) + " threads (" + simd::Name() + ")";
 }

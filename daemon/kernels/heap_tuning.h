@@ -19,6 +19,12 @@ namespace niels::daemon::kernels {
 // any model work.
 void TuneHeapForActivations();
 
+// Hands the heap's free pages back to the kernel (glibc's malloc_trim): the activation buffers that
+// TuneHeapForActivations keeps for reuse while the model runs (tens of MB after a batch of
+// prefills). For an engine that has gone idle; the next step faults its buffers in again.
+// Thread-safe (glibc locks each arena in turn).
+void ReleaseFreedHeapMemory();
+
 // One line describing the compute setup, e.g. "kernels 2 threads (avx512)"; `pool` is the model's
 // pool.
 std::string DescribeThreads(const WorkerPool& pool);

@@ -15,13 +15,15 @@ namespace {
 // cost more than it saves (a 384 x 384 product, 147k, is already worth splitting).
 constexpr int64_t kMinParallelWork = 32 * 1024;
 
-// Output rows per block handed out to the threads: a multiple of the kernels' 4-row tiles, about
-// 32 KiB of weights for a decode step (many blocks, so a thread that falls behind on a busy
-// machine is covered by the others) and about 128 KiB for a prefill, where each block meets every
-// row of x (the block stays in L2 while the rows of x stream past).
+// Output rows per block handed out to the threads: about 32 KiB of weights for a decode step, a
+// multiple of the kernels' 4-row tiles (many blocks, so a thread that falls behind on a busy machine
+// is covered by the others), and about 128 KiB for a prefill, where each block meets every row of x
+// (the block stays in L2 while the rows of x stream past), a multiple of the AMX kernels' 32-row
+// panels: the rows a block leaves over run on the slower VNNI tiles (with blocks of 120 rows of a
+// 1024-wide q8_0 matrix, a fifth of its rows did).
 int64_t BlockRows(int64_t in, Dtype dtype, int64_t rows) {
-  const int64_t target = rows <= 16 ? 32 * 1024 : 128 * 1024;
-  return std::max<int64_t>(4, target / RowBytes(dtype, in) / 4 * 4);
+  if (rows <= 16) return std::max<int64_t>(4, 32 * 1024 / RowBytes(dtype, in) / 4 * 4);
+  return std::max<int64_t>(32, 128 * 1024 / RowBytes(dtype, in) / 32 * 32);
 }
 
 // The calling thread's buffer for a product's quantized activations: 64-byte aligned, grown to the

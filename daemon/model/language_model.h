@@ -67,6 +67,11 @@ class LanguageModel {
   // tokens together). Returns the logits rows the inputs asked for, input after input [n, V].
   // Same REQUIREs as Prefill for each input; distinct caches. The default runs Prefill per input.
   virtual std::vector<float> Step(std::span<const SequenceInput> inputs, int64_t trace_layer = -1) const;
+
+  // Frees the working memory kept from step to step (activation buffers sized for the largest step
+  // so far); the next step allocates it again. For when the model has gone idle. Same threading as
+  // the steps. The default keeps none.
+  virtual void ReleaseScratch() const {}
 };
 
 }  // namespace niels::daemon::model

@@ -1,5 +1,6 @@
 #include "daemon/model/transformer.h"
 
+#include <algorithm>
 #include <cmath>
 #include <stdexcept>
 #include <string>
@@ -11,8 +12,8 @@ namespace {
 // An f32 tensor's data, or null when the model has none.
 const float* Floats(const Tensor& t) { return t.defined() ? t.f32() : nullptr; }
 
-kernels::WeightViews ViewsOf(const Weights& w, const std::vector<float>& rope) {
-  kernels::WeightViews views{w.tok_emb.matrix(), {}, w.final_norm.f32(), w.lm_head.matrix(), rope.data()};
+kernels::WeightViews ViewsOf(const Weights& w, const float* rope) {
+  kernels::WeightViews views{w.tok_emb.matrix(), {}, w.final_norm.f32(), w.lm_head.matrix(), rope};
   for (const BlockWeights& b : w.blocks) {
     views.blocks.push_back({.attn_norm = b.attn_norm.f32(),
                             .wqkv = b.wqkv.matrix(),
@@ -54,31 +55,39 @@ kernels::ModelShape ShapeOf(const ModelConfig& c) {
 
 }  // namespace
 
-std::vector<float> RopeTable(const ModelConfig& config, std::span<const float> freq_factors) {
+void FillRopeTable(const ModelConfig& config, std::span<const float> freq_factors, int64_t first, int64_t last,
+                   float* table) {
   const int64_t half = config.head_dim() / 2;
-  std::vector<float> table(static_cast<size_t>(config.context * half * 2));
   for (int64_t i = 0; i < half; ++i) {
     double inv_freq = std::pow(config.rope_theta, static_cast<double>(i) * (-2.0 / config.head_dim()));
     if (!freq_factors.empty()) inv_freq /= static_cast<double>(freq_factors[i]);
-    for (int64_t p = 0; p < config.context; ++p) {
+    for (int64_t p = first; p < last; ++p) {
       const double angle = static_cast<double>(p) * inv_freq;
       table[(p * half + i) * 2] = static_cast<float>(std::cos(angle));
       table[(p * half + i) * 2 + 1] = static_cast<float>(std::sin(angle));
     }
   }
-  return table;
 }
 
 Transformer::Transformer(ModelConfig config, Weights weights, std::shared_ptr<kernels::WorkerPool> pool,
                          kernels::Dtype kv_dtype)
     : config_(std::move(config)),
       weights_(std::move(weights)),
-      rope_(RopeTable(config_, weights_.rope_freqs.defined()
-                                   ? std::span<const float>(weights_.rope_freqs.f32(), config_.head_dim() / 2)
-                                   : std::span<const float>())),
-      views_(ViewsOf(weights_, rope_)),
+      // Not value-initialized: FillRopeTo writes each row before a step reads it.
+      rope_(new float[static_cast<size_t>(config_.context * config_.head_dim())]),
+      views_(ViewsOf(weights_, rope_.get())),
       step_(ShapeOf(config_), KvPool::kBlockTokens, std::move(pool)),
       scratch_pool_(std::make_shared<KvPool>(config_, KvPool::BytesForOneSequence(config_, kv_dtype), kv_dtype)) {}
+
+void Transformer::FillRopeTo(int64_t end) const {
+  if (end <= rope_filled_) return;
+  end = std::min(config_.context, (end + kRopeRows - 1) / kRopeRows * kRopeRows);
+  const std::span<const float> factors = weights_.rope_freqs.defined()
+                                             ? std::span<const float>(weights_.rope_freqs.f32(), config_.head_dim() / 2)
+                                             : std::span<const float>();
+  FillRopeTable(config_, factors, rope_filled_, end, rope_.get());
+  rope_filled_ = end;
+}
 
 std::vector<float> Transformer::Step(std::span<const SequenceInput> inputs, int64_t trace_layer) const {
   if (inputs.empty()) Fail("Step: no input");
@@ -126,6 +135,11 @@ std::vector<float> Transformer::Step(std::span<const SequenceInput> inputs, int6
                      input.all_logits ? 0 : (input.want_logits ? n - 1 : n), trace};
   }
   std::vector<float> logits(static_cast<size_t>(logits_rows * config_.vocab_size));  // [n, V]
+  int64_t rope_end = 0;
+  for (const SequenceInput& input : inputs) {
+    rope_end = std::max(rope_end, input.cache->length() + static_cast<int64_t>(input.tokens.size()));
+  }
+  FillRopeTo(rope_end);
   step_.Run(views_, sequences_, trace_layer, logits.data());
   for (const SequenceInput& input : inputs) input.cache->Commit(input.tokens);
   return logits;

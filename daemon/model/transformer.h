@@ -30,10 +30,12 @@
 
 namespace niels::daemon::model {
 
-// RoPE angles for positions 0..T-1 as (cos, sin) pairs [T, D/2, 2]: entry (p, i) is the rotation
-// by p * inv_freq_i with inv_freq_i = rope_theta^(-2i/D) / freq_factors[i] (1 when no factors are
-// given), computed in float64 and stored as float.
-std::vector<float> RopeTable(const ModelConfig& config, std::span<const float> freq_factors = {});
+// RoPE angles as (cos, sin) pairs, rows [T, D/2, 2]: entry (p, i) is the rotation by p * inv_freq_i
+// with inv_freq_i = rope_theta^(-2i/D) / freq_factors[i] (1 when no factors are given), computed in
+// float64 and stored as float. Writes the rows of positions [first, last) of `table` (T rows).
+// REQUIRES: 0 <= first <= last <= T; freq_factors empty or D/2 long.
+void FillRopeTable(const ModelConfig& config, std::span<const float> freq_factors, int64_t first, int64_t last,
+                   float* table);
 
 class Transformer final : public LanguageModel {
  public:
@@ -56,11 +58,18 @@ class Transformer final : public LanguageModel {
                             AttentionTrace* trace = nullptr) const override;
   std::vector<float> Forward(std::span<const int32_t> tokens, bool last_only = false) const override;
   std::vector<float> Step(std::span<const SequenceInput> inputs, int64_t trace_layer = -1) const override;
+  void ReleaseScratch() const override { step_.ReleaseScratch(); }
 
  private:
   ModelConfig config_;
   Weights weights_;
-  std::vector<float> rope_;  // RopeTable(config_)
+  // The RoPE table (FillRopeTable), allocated for T positions and filled only as far as a step has
+  // reached (in kRopeRows steps): nothing at start-up (sin and cos of all 40,960 positions of a Qwen3
+  // model took 100 ms), and untouched pages stay out of RSS.
+  void FillRopeTo(int64_t end) const;
+  static constexpr int64_t kRopeRows = 256;
+  std::unique_ptr<float[]> rope_;
+  mutable int64_t rope_filled_ = 0;  // rows [0, rope_filled_) are filled
   kernels::WeightViews views_;
   mutable kernels::ForwardStep step_;     // its scratch is reused from call to call
   std::shared_ptr<KvPool> scratch_pool_;  // Forward's cache: T positions

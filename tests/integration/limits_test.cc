@@ -103,14 +103,17 @@ int RunAs(uint32_t uid, const std::function<int()>& body) {
   return WIFEXITED(status) ? WEXITSTATUS(status) : 128 + WTERMSIG(status);
 }
 
-long RssKiB(pid_t pid) {
+// A line of /proc/PID/status in KiB ("VmRSS:", "RssAnon:"), or -1.
+long StatusKiB(pid_t pid, const std::string& key) {
   std::ifstream status("/proc/" + std::to_string(pid) + "/status");
   std::string line;
   while (std::getline(status, line)) {
-    if (line.rfind("VmRSS:", 0) == 0) return std::stol(line.substr(6));
+    if (line.rfind(key, 0) == 0) return std::stol(line.substr(key.size()));
   }
   return -1;
 }
+
+long RssKiB(pid_t pid) { return StatusKiB(pid, "VmRSS:"); }
 
 class LimitsTest : public IntegrationTest {};
 
@@ -143,6 +146,42 @@ TEST_F(LimitsTest, NeverReadingFloodDoesNotGrowTheDaemon) {
   auto session = client->CreateSession(std::nullopt);
   ASSERT_TRUE(session.ok());
   EXPECT_TRUE(client->Chat(GreedyChat(session->session_id(), "still there?")).ok());
+}
+
+// The activation buffers a prefill leaves in the heap (kept for reuse while the engine works) go
+// back to the kernel once the engine has been idle for a second; the session's KV blocks stay.
+TEST_F(LimitsTest, IdleDaemonHandsActivationMemoryBack) {
+  daemon::model::ModelConfig config = IntegrationConfig();
+  config.width = 256;
+  config.heads = 4;
+  config.d_ff = 2048;
+  const std::filesystem::path wide = model_dir().parent_path() / "wide-model";
+  testing::WriteModelDir(wide, config, kModelSeed);
+  testing::DaemonProcessOptions options = DaemonOptions();
+  options.model_dir = wide;
+  daemon_ = testing::DaemonProcess::Start(options);
+  auto client = Connect();
+  ASSERT_TRUE(client && client->Info().ok());
+  auto session = client->CreateSession(std::nullopt);
+  ASSERT_TRUE(session.ok());
+  v1::GenerateRequest prefill;
+  prefill.set_session_id(session->session_id());
+  for (int i = 0; i < 1000; ++i) prefill.add_input_ids(5 + i % 200);
+  prefill.set_max_new_tokens(0);
+  const long before = StatusKiB(daemon_->pid(), "RssAnon:");
+  ASSERT_TRUE(client->Generate(prefill).ok());
+  const long busy = StatusKiB(daemon_->pid(), "RssAnon:");
+  long idle = busy;
+  for (const Clock::time_point end = Clock::now() + std::chrono::seconds(5); Clock::now() < end && idle > busy - 4096;) {
+    std::this_thread::sleep_for(std::chrono::milliseconds(100));
+    idle = StatusKiB(daemon_->pid(), "RssAnon:");
+  }
+  std::cout << "nielsd anonymous RSS: " << before << " KiB before a 1000-token prefill, " << busy
+            << " KiB after it, " << idle << " KiB idle\n";
+  EXPECT_LT(idle, busy - 4096) << "an idle nielsd kept its activation buffers";
+  auto still = client->GetSession(session->session_id());  // the KV stays: the session is intact
+  ASSERT_TRUE(still.ok());
+  EXPECT_EQ(still->session().cached_tokens(), 1000);
 }
 
 // GetSession/ForkSession/ResetSession/DeleteSession written in the same write right behind a Chat on

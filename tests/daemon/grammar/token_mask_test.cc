@@ -72,6 +72,12 @@ std::shared_ptr<const Vocabulary> SmallVocabulary(const std::vector<std::string>
     for (int i = 0; i < len; ++i) bytes.push_back(static_cast<char>(std::uniform_int_distribution<int>(0, 255)(rng)));
     tokens.push_back({bytes, TokenKind::kText});
   }
+  // Longer than the 8 bytes Vocabulary::Create sorts by first, equal in them, with zero bytes.
+  for (const std::string& bytes : {std::string("abcdefghij"), std::string("abcdefgh"), std::string("abcdefghi"),
+                                   std::string("abcdefgh\0", 9), std::string("abcdefg\0\0z", 10),
+                                   std::string("abcdefg"), std::string("\0\0\0\0\0\0\0\0\x01", 9)}) {
+    tokens.push_back({bytes, TokenKind::kText});
+  }
   tokens.push_back({"{\"", TokenKind::kText});
   tokens.push_back({"{\"", TokenKind::kText});  // a duplicate
   tokens.push_back({"", TokenKind::kText});     // empty: never
@@ -226,8 +232,11 @@ TEST(TokenMaskTest, VocabularyTrieHoldsEveryTextTokenOnce) {
   const auto vocab = SmallVocabulary({"hello", "h\xc3\xa9llo"}, 1);
   std::vector<int> seen(vocab->size(), 0);
   std::vector<std::string> path(vocab->max_token_bytes() + 1);
+  std::string previous;
   for (const auto& node : vocab->trie()) {
     path[node.depth] = path[node.depth - 1] + static_cast<char>(node.byte);
+    EXPECT_LT(previous, path[node.depth]) << "the trie is in preorder of the bytes";
+    previous = path[node.depth];
     for (int32_t id = node.token; id >= 0; id = vocab->same_bytes_next(id)) {
       ++seen[id];
       EXPECT_EQ(vocab->token(id).bytes, path[node.depth]);

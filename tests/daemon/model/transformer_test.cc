@@ -6,7 +6,9 @@
 
 #include <cmath>
 #include <random>
+#include <span>
 #include <stdexcept>
+#include <utility>
 #include <vector>
 
 #include <gtest/gtest.h>
@@ -135,6 +137,45 @@ TEST_F(TransformerTest, EveryIsaAndDtypeAgreesWithTheScalarReference) {
     }
   }
   kernels::simd::ForceIsaForTesting(kernels::simd::Detected());
+}
+
+// The Transformer fills its RoPE table in pieces as positions are reached: pieces give the table the
+// formula gives at every position (with and without frequency factors).
+TEST(RopeTableTest, FilledInPiecesEqualsTheFormulaAtEveryPosition) {
+  ModelConfig config = TinyConfig();
+  config.context = 600;
+  const int64_t half = config.head_dim() / 2;
+  const std::vector<float> factors = {1.0f, 2.0f, 4.0f, 8.0f};
+  ASSERT_EQ(static_cast<int64_t>(factors.size()), half);
+  for (std::span<const float> f : {std::span<const float>(), std::span<const float>(factors)}) {
+    std::vector<float> table(static_cast<size_t>(config.context * half * 2), -9.0f);
+    for (auto [first, last] : {std::pair<int64_t, int64_t>{0, 1}, {1, 37}, {37, 256}, {256, 512}, {512, 600}}) {
+      FillRopeTable(config, f, first, last, table.data());
+    }
+    for (int64_t p = 0; p < config.context; ++p) {
+      for (int64_t i = 0; i < half; ++i) {
+        const double exponent = 2.0 * static_cast<double>(i) / static_cast<double>(config.head_dim());
+        const double angle = static_cast<double>(p) / std::pow(config.rope_theta, exponent) / (f.empty() ? 1.0 : f[i]);
+        ASSERT_NEAR(table[(p * half + i) * 2], std::cos(angle), 1e-6) << "p " << p << " i " << i;
+        ASSERT_NEAR(table[(p * half + i) * 2 + 1], std::sin(angle), 1e-6) << "p " << p << " i " << i;
+      }
+    }
+  }
+}
+
+// An idle engine frees the step's scratch; the steps after it size it again and compute the same.
+TEST_F(TransformerTest, StepsAfterReleaseScratchComputeTheSame) {
+  const auto tokens = RandomTokens(24, 6);
+  const std::vector<float> before = model_.Forward(tokens);
+  KvCache cache(config_);
+  const std::vector<float> prefix = model_.Prefill(std::span(tokens).first(20), cache);
+  model_.ReleaseScratch();
+  KvCache* caches[] = {&cache};
+  const std::vector<float> next = model_.Decode(std::span(tokens).subspan(20, 1), caches);
+  model_.ReleaseScratch();
+  EXPECT_EQ(model_.Forward(tokens), before);
+  EXPECT_EQ(next, SliceRows(before, V(), 20, 1));
+  EXPECT_EQ(prefix, SliceRows(before, V(), 19, 1));
 }
 
 TEST_F(TransformerTest, RopeRotatesAdjacentPairsNotHalves) {
