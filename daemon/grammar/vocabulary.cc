@@ -31,7 +31,8 @@ common::StatusOr<std::shared_ptr<const Vocabulary>> Vocabulary::Create(std::vect
   // Sorted by bytes, then id. Each id carries its first 8 bytes as a big-endian number (zero-padded:
   // that orders like the strings themselves), so most comparisons touch no string: a third of the
   // time for a 151,936-token vocabulary.
-  std::vector<std::pair<uint64_t, int32_t>> keys;
+  using Key = std::pair<uint64_t, int32_t>;  // (first 8 bytes, id)
+  std::vector<Key> keys;
   keys.reserve(text_ids.size());
   for (int32_t id : text_ids) {
     const std::string& b = v->tokens_[id].bytes;
@@ -39,7 +40,7 @@ common::StatusOr<std::shared_ptr<const Vocabulary>> Vocabulary::Create(std::vect
     for (size_t i = 0; i < 8; ++i) key = (key << 8) | (i < b.size() ? static_cast<uint8_t>(b[i]) : 0);
     keys.emplace_back(key, id);
   }
-  std::sort(keys.begin(), keys.end(), [&](const std::pair<uint64_t, int32_t>& a, const std::pair<uint64_t, int32_t>& b) {
+  std::sort(keys.begin(), keys.end(), [&](const Key& a, const Key& b) {
     if (a.first != b.first) return a.first < b.first;
     const std::string& x = v->tokens_[a.second].bytes;
     const std::string& y = v->tokens_[b.second].bytes;
