@@ -1,8 +1,9 @@
 #!/usr/bin/env bash
 # Builds the libFuzzer targets of tests/fuzz (everything with ASan and UBSan) and runs each for
-# SECONDS (default 60), one after another. Every target is built with clang and
-# -fsanitize=fuzzer into build-fuzz/ (without libtorch, which none of them needs).
-# Crash inputs are saved under build-fuzz/fuzz-artifacts/<target>/; the script exits non-zero when
+# SECONDS (default 60), FUZZ_PARALLEL at a time. Every target is built with clang and
+# -fsanitize=fuzzer in the ASan+UBSan tree build-asan/ (scripts/configure_asan.sh; the sanitizer
+# suites of scripts/test.sh build there too), without libtorch, which none of them needs.
+# Crash inputs are saved under build-asan/fuzz-artifacts/<target>/; the script exits non-zero when
 # any target found one (copy it to tests/fuzz/<target>/regressions/ after fixing the bug: the
 # fuzz_replay_<target> ctest then replays it forever).
 #
@@ -10,7 +11,7 @@
 #        text_stream safetensors model_dir request gguf grammar tokenizer_json jinja quantize; default all)
 #        scripts/fuzz.sh --totals                 executions per target over every run so far:
 #                                                 the committed ledger tests/fuzz/executions.tsv
-#                                                 plus this machine's build-fuzz/fuzz-executions.tsv
+#                                                 plus this machine's build-asan/fuzz-executions.tsv
 #        scripts/fuzz.sh --record                 moves this machine's ledger lines into the
 #                                                 committed ledger (commit it with the corpora)
 #        scripts/fuzz.sh --merge TARGET...        minimizes what this machine's campaigns grew into
@@ -24,12 +25,12 @@
 # the script stops there.
 # Every run uses -malloc_limit_mb=64 (a single allocation above 64 MiB is a finding: nothing may be
 # sized from a client-supplied length before it is validated) and -rss_limit_mb=2048. Each run
-# appends one line to build-fuzz/fuzz-executions.tsv (date, target, seconds, executions, exec/s,
+# appends one line to build-asan/fuzz-executions.tsv (date, target, seconds, executions, exec/s,
 # result), the ledger --totals sums.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
-BUILD=build-fuzz
+BUILD=build-asan
 LEDGER="$BUILD/fuzz-executions.tsv"
 COMMITTED_LEDGER=tests/fuzz/executions.tsv   # campaigns of earlier machines (same columns)
 # `request` links the handlers and, through them, only the server's request contract (Job,
@@ -92,10 +93,7 @@ TARGETS=("$@")
 [ ${#TARGETS[@]} -gt 0 ] || TARGETS=("${ALL_TARGETS[@]}")
 
 scripts/setup.sh --packages-only
-[ -f "$BUILD/CMakeCache.txt" ] ||
-  CC=clang CXX=clang++ cmake -S . -B "$BUILD" -G Ninja -DCMAKE_BUILD_TYPE=RelWithDebInfo \
-    -DCMAKE_CXX_FLAGS_RELWITHDEBINFO="-O1 -DNDEBUG" -DNIELSD_FUZZ=ON \
-    -DNIELSD_WITH_TORCH=OFF -DNIELSD_BUILD_BENCH=OFF
+scripts/configure_asan.sh "$BUILD"
 build_targets=()
 for t in "${TARGETS[@]}"; do build_targets+=(--target "fuzz_$t"); done
 nice -n "${FUZZ_NICE:-10}" cmake --build "$BUILD" -j"${FUZZ_JOBS:-2}" "${build_targets[@]}"

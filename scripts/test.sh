@@ -1,11 +1,12 @@
 #!/usr/bin/env bash
 # The test command: installs what is missing, builds, and runs every test with ctest; then, built
-# with AddressSanitizer + UndefinedBehaviorSanitizer and without libtorch, every suite but the torch
-# reference suite, every fuzz replay, and nielsd itself under the integration, fault and short soak
-# tests; the concurrency suites (kernels, state, engine, handlers, server, client: the worker pool,
-# the state store's thread, the engine thread with the IO threads, the server) built with
-# ThreadSanitizer; and every fuzz target for a short bounded time (scripts/fuzz.sh). Each phase's
-# wall time is printed as it ends and again at the end.
+# with clang, AddressSanitizer + UndefinedBehaviorSanitizer and libFuzzer coverage and without
+# libtorch, every suite but the torch reference suite, every fuzz replay, and nielsd itself under the
+# integration, fault and short soak tests; the concurrency suites (kernels, state, engine, handlers,
+# server, client: the worker pool, the state store's thread, the engine thread with the IO threads,
+# the server) built with ThreadSanitizer; and every fuzz target for a short bounded time
+# (scripts/fuzz.sh, in the ASan+UBSan tree). Each phase's wall time is printed as it ends and again
+# at the end.
 #
 # Usage: scripts/test.sh                        everything above (the README's test command, CI)
 #        scripts/test.sh --sanitize LIST        only the sanitizer build LIST ("address,undefined" or
@@ -20,14 +21,15 @@ JOBS=$(nproc)
 BUILD_DIR=${BUILD_DIR:-build}
 
 # What each sanitizer build runs, and builds (only these targets and what they depend on).
-# ASan+UBSan: every suite but torch_reference_test (libtorch), nielsd itself under the integration,
-# fault and short soak tests, and every fuzz replay; not the script-driven tests (Python converter
-# and client, quickstart: they run uninstrumented interpreters), nor soak_short_nofile (soak_short
-# covers the same code), so not the tools and client libraries only those use.
+# ASan+UBSan (scripts/configure_asan.sh: clang, with the fuzz targets): every suite but
+# torch_reference_test (libtorch), nielsd itself under the integration, fault and short soak tests,
+# and every fuzz replay; not the script-driven tests (Python converter and client, quickstart: they
+# run uninstrumented interpreters), nor soak_short_nofile (soak_short covers the same code), so not
+# the tools and client libraries only those use.
 ASAN_SUITES=(common_test state_test kernels_test kernels_ggml_test formats_test text_test sampling_test
              grammar_test jinja_test model_test loaders_test quantize_test sessions_test engine_test
              handlers_test server_test client_test integration_test fault_test)
-ASAN_TARGETS=("${ASAN_SUITES[@]}" nielsd niels-chat nielsd-soak niels_fuzz_replays)
+ASAN_TARGETS=("${ASAN_SUITES[@]}" nielsd niels-chat nielsd-soak niels_fuzz_targets)
 ASAN_TESTS="^($(IFS='|'; echo "${ASAN_SUITES[*]}")|soak_short|fuzz_replay_.*)\$"
 # TSan: the suites where threads meet -- the kernels' worker pool, the state store and its
 # maintenance thread, the engine thread with the IO threads that submit to it and the worker pool
@@ -57,12 +59,13 @@ print_phases() {
   echo "   total $((SECONDS / 60)) min $((SECONDS % 60)) s"
 }
 
-# sanitize LIST: configures build-<dir>/ with NIELSD_SANITIZE=LIST (no libtorch), builds what its
-# suites need, and runs them. -O1: the sanitizers' own advice for checked (not timed) code; -O2
-# took up to four times as long to compile with ASan+UBSan (the portable kernels: 43 s against
-# 10.5 s of CPU), the largest part of a CI run. The test code of the suites that only drive processes
-# and sockets or run for a few seconds (common, state, sessions, server, client, integration) is
-# compiled at -O0 there, in about 0.6 of -O1's compile time (tests/CMakeLists.txt: which and why).
+# sanitize LIST: configures build-<dir>/ (no libtorch), builds what its suites need, and runs them.
+# ASan+UBSan: scripts/configure_asan.sh (clang with libFuzzer coverage: the fuzz campaigns at the end
+# build nothing more). TSan: g++ with NIELSD_SANITIZE=thread. -O1: the sanitizers' own advice for
+# checked (not timed) code; -O2 took up to four times as long to compile under ASan+UBSan. The test
+# code of the suites that only drive processes and sockets or run for a few seconds (common, state,
+# sessions, server, client, integration) is compiled at -O0 there, in about 0.6 of -O1's compile
+# time (tests/CMakeLists.txt: which and why).
 sanitize() {
   local list=$1 dir tests targets
   case "$list" in
@@ -71,10 +74,14 @@ sanitize() {
     *) echo "test.sh: --sanitize takes address,undefined or thread, not '$list'" >&2; return 2 ;;
   esac
   echo "== sanitizer build $list in $dir"
-  local generator=()
-  [ -f "$dir/CMakeCache.txt" ] || generator=(-G Ninja)
-  cmake -S . -B "$dir" "${generator[@]}" -DCMAKE_BUILD_TYPE=RelWithDebInfo -DCMAKE_CXX_FLAGS_RELWITHDEBINFO="-O1 -DNDEBUG" \
-    -DNIELSD_WITH_TORCH=OFF -DNIELSD_BUILD_BENCH=OFF -DNIELSD_SANITIZE="$list" >/dev/null
+  if [ "$dir" = build-asan ]; then
+    scripts/configure_asan.sh "$dir"
+  else
+    local generator=()
+    [ -f "$dir/CMakeCache.txt" ] || generator=(-G Ninja)
+    cmake -S . -B "$dir" "${generator[@]}" -DCMAKE_BUILD_TYPE=RelWithDebInfo -DCMAKE_CXX_FLAGS_RELWITHDEBINFO="-O1 -DNDEBUG" \
+      -DNIELSD_WITH_TORCH=OFF -DNIELSD_BUILD_BENCH=OFF -DNIELSD_SANITIZE="$list" >/dev/null
+  fi
   cmake --build "$dir" -j"$JOBS" --target "${targets[@]}"
   end_phase "build $dir"
   # halt_on_error: the first report fails the test; detect_leaks stays on (LeakSanitizer), with no

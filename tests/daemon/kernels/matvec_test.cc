@@ -17,6 +17,10 @@
 
 #include <gtest/gtest.h>
 
+#if defined(__x86_64__)
+#include <cpuid.h>
+#endif
+
 #include "daemon/kernels/dtype.h"
 
 namespace niels::daemon::kernels {
@@ -271,10 +275,13 @@ TEST(SimdKernelsTest, PicksTheBestImplementationThisCpuRuns) {
   EXPECT_STREQ(MatVecKernelName(), simd::Name());
 #if defined(__x86_64__)
   __builtin_cpu_init();
+  // F16C from CPUID leaf 1 (ECX bit 29): clang's __builtin_cpu_supports does not know the name.
+  unsigned eax = 0, ebx = 0, ecx = 0, edx = 0;
+  const bool f16c = __get_cpuid(1, &eax, &ebx, &ecx, &edx) != 0 && (ecx & (1u << 29)) != 0;
   if (__builtin_cpu_supports("avx512f") && __builtin_cpu_supports("avx512bw") && __builtin_cpu_supports("avx512vl") &&
-      __builtin_cpu_supports("avx512dq") && __builtin_cpu_supports("f16c")) {
+      __builtin_cpu_supports("avx512dq") && f16c) {
     EXPECT_EQ(simd::Detected(), Isa::kAvx512);
-  } else if (__builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma") && __builtin_cpu_supports("f16c")) {
+  } else if (__builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma") && f16c) {
     EXPECT_EQ(simd::Detected(), Isa::kAvx2);
   }
 #endif

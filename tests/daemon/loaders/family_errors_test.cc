@@ -110,7 +110,9 @@ TEST_F(FamilyErrorsTest, HfLlama3ScalingWithoutItsFactors) {
 TEST_F(FamilyErrorsTest, HfOtherRefusedSettings) {
   const std::pair<const char*, nlohmann::json> cases[] = {
       {"hidden_act", "gelu"}, {"partial_rotary_factor", 0.5}, {"quantization_config", {{"quant_method", "gptq"}}}};
-  for (const auto& [key, value] : cases) {
+  for (const auto& c : cases) {
+    const char* key = c.first;  // not structured bindings: the lambda uses them
+    const nlohmann::json& value = c.second;
     const auto dir = Hf([&](testing::HfModelFiles& f) { f.config[key] = value; });
     ExpectRefused(dir, {.mentions = {(dir / "config.json").string(), key}});
   }

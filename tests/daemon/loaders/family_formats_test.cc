@@ -179,7 +179,8 @@ class QuantizedGgufTest : public ::testing::TestWithParam<Case> {};
 // them in their type, used from the mapping, and computes what the same quantized weights built in
 // memory compute.
 TEST_P(QuantizedGgufTest, KeepsTheBlockTypeAndEqualsTheModelInMemory) {
-  const auto [architecture, dtype] = GetParam();
+  const Architecture architecture = GetParam().architecture;
+  const Dtype dtype = GetParam().dtype;  // not a structured binding: the lambda below uses it
   ModelConfig config = testing::TinyFamilyConfig(architecture);
   if (kernels::DtypeBlockElements(dtype) == 256) {  // every matrix's rows whole 256-blocks
     config.width = 256;

@@ -5,7 +5,6 @@
 #include <numeric>
 #include <vector>
 
-#include <ATen/ATen.h>
 #include <gtest/gtest.h>
 
 namespace niels::daemon::model {
