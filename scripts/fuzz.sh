@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # Builds the libFuzzer targets of tests/fuzz (everything with ASan and UBSan) and runs each for
 # SECONDS (default 60), FUZZ_PARALLEL at a time. Every target is built with clang and
-# -fsanitize=fuzzer in the ASan+UBSan tree build-asan/ (scripts/configure_asan.sh; the sanitizer
+# -fsanitize=fuzzer in the ASan+UBSan tree build-asan/ (scripts/configure_sanitizer.sh; the sanitizer
 # suites of scripts/test.sh build there too), without libtorch, which none of them needs.
 # Crash inputs are saved under build-asan/fuzz-artifacts/<target>/; the script exits non-zero when
 # any target found one (copy it to tests/fuzz/<target>/regressions/ after fixing the bug: the
@@ -93,7 +93,7 @@ TARGETS=("$@")
 [ ${#TARGETS[@]} -gt 0 ] || TARGETS=("${ALL_TARGETS[@]}")
 
 scripts/setup.sh --packages-only
-scripts/configure_asan.sh "$BUILD"
+scripts/configure_sanitizer.sh address "$BUILD"
 build_targets=()
 for t in "${TARGETS[@]}"; do build_targets+=(--target "fuzz_$t"); done
 nice -n "${FUZZ_NICE:-10}" cmake --build "$BUILD" -j"${FUZZ_JOBS:-2}" "${build_targets[@]}"

@@ -21,7 +21,7 @@ JOBS=$(nproc)
 BUILD_DIR=${BUILD_DIR:-build}
 
 # What each sanitizer build runs, and builds (only these targets and what they depend on).
-# ASan+UBSan (scripts/configure_asan.sh: clang, with the fuzz targets): every suite but
+# ASan+UBSan (clang, with the fuzz targets: scripts/configure_sanitizer.sh): every suite but
 # torch_reference_test (libtorch), nielsd itself under the integration, fault and short soak tests,
 # and every fuzz replay; not the script-driven tests (Python converter and client, quickstart: they
 # run uninstrumented interpreters), nor soak_short_nofile (soak_short covers the same code), so not
@@ -59,29 +59,20 @@ print_phases() {
   echo "   total $((SECONDS / 60)) min $((SECONDS % 60)) s"
 }
 
-# sanitize LIST: configures build-<dir>/ (no libtorch), builds what its suites need, and runs them.
-# ASan+UBSan: scripts/configure_asan.sh (clang with libFuzzer coverage: the fuzz campaigns at the end
-# build nothing more). TSan: g++ with NIELSD_SANITIZE=thread. -O1: the sanitizers' own advice for
-# checked (not timed) code; -O2 took up to four times as long to compile under ASan+UBSan. The test
-# code of the suites that only drive processes and sockets or run for a few seconds (common, state,
-# sessions, server, client, integration) is compiled at -O0 there, in about 0.6 of -O1's compile
-# time (tests/CMakeLists.txt: which and why).
+# sanitize LIST: configures build-<dir>/ (scripts/configure_sanitizer.sh: clang, -O1, no libtorch),
+# builds what its suites need, and runs them. The ASan+UBSan tree has libFuzzer's coverage: the fuzz
+# campaigns at the end build nothing more. The test code of the suites that only drive processes
+# and sockets or run for a few seconds (common, state, sessions, server, client, integration) is
+# compiled at -O0 there, in about 0.6 of -O1's compile time (tests/CMakeLists.txt: which and why).
 sanitize() {
-  local list=$1 dir tests targets
+  local list=$1 dir tests targets kind
   case "$list" in
-    address,undefined|undefined,address|address) dir=build-asan; tests=$ASAN_TESTS; targets=("${ASAN_TARGETS[@]}") ;;
-    thread) dir=build-tsan; tests=$TSAN_TESTS; targets=("${TSAN_SUITES[@]}") ;;
+    address,undefined|undefined,address|address) kind=address; dir=build-asan; tests=$ASAN_TESTS; targets=("${ASAN_TARGETS[@]}") ;;
+    thread) kind=thread; dir=build-tsan; tests=$TSAN_TESTS; targets=("${TSAN_SUITES[@]}") ;;
     *) echo "test.sh: --sanitize takes address,undefined or thread, not '$list'" >&2; return 2 ;;
   esac
   echo "== sanitizer build $list in $dir"
-  if [ "$dir" = build-asan ]; then
-    scripts/configure_asan.sh "$dir"
-  else
-    local generator=()
-    [ -f "$dir/CMakeCache.txt" ] || generator=(-G Ninja)
-    cmake -S . -B "$dir" "${generator[@]}" -DCMAKE_BUILD_TYPE=RelWithDebInfo -DCMAKE_CXX_FLAGS_RELWITHDEBINFO="-O1 -DNDEBUG" \
-      -DNIELSD_WITH_TORCH=OFF -DNIELSD_BUILD_BENCH=OFF -DNIELSD_SANITIZE="$list" >/dev/null
-  fi
+  scripts/configure_sanitizer.sh "$kind" "$dir"
   cmake --build "$dir" -j"$JOBS" --target "${targets[@]}"
   end_phase "build $dir"
   # halt_on_error: the first report fails the test; detect_leaks stays on (LeakSanitizer), with no
