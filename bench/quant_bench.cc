@@ -11,8 +11,9 @@
 // noisy neighbour hits them alike).
 //
 // With --ggml-cpu-lib (libggml-cpu-<cpu>.so of node-llama-cpp, scripts/install_references.sh)
-// the decode figure of ggml's own dot products (ggml_vec_dot_<type>_q8_<0|K>, one call per output
-// row, rows split among the same threads, activations quantized once) is printed beside ours.
+// the decode figure of ggml's own dot products (ggml_vec_dot_<type>_q8_<0|K>, ggml_vec_dot_f16 and
+// _bf16; one call per output row, rows split among the same threads, activations quantized or
+// rounded to the weights' 16-bit type once) is printed beside ours.
 //
 //   nielsd-quant-bench --threads 2                       (all shapes and dtypes; --json for lines)
 //   nielsd-quant-bench --shapes 2048x8192 --dtypes q4_k,q8_0 --rounds 9
@@ -140,6 +141,9 @@ struct Ggml {
     auto sym = [&](const char* name) { return dlsym(library, name); };
     auto q8_0 = reinterpret_cast<Quantize>(sym("quantize_row_q8_0"));
     auto q8_k = reinterpret_cast<Quantize>(sym("quantize_row_q8_K"));
+    // 16-bit weights: ggml rounds x to the weights' type once, then dots in that type.
+    auto to_f16 = reinterpret_cast<Quantize>(sym("ggml_cpu_fp32_to_fp16"));
+    auto to_bf16 = reinterpret_cast<Quantize>(sym("ggml_cpu_fp32_to_bf16"));
     const struct {
       Dtype dtype;
       const char* dot;
@@ -147,7 +151,8 @@ struct Ggml {
       int64_t bytes;
     } entries[] = {{Dtype::kQ8_0, "ggml_vec_dot_q8_0_q8_0", q8_0, 8 * 34}, {Dtype::kQ4_0, "ggml_vec_dot_q4_0_q8_0", q8_0, 8 * 34},
                    {Dtype::kQ4_K, "ggml_vec_dot_q4_K_q8_K", q8_k, 292},    {Dtype::kQ5_K, "ggml_vec_dot_q5_K_q8_K", q8_k, 292},
-                   {Dtype::kQ6_K, "ggml_vec_dot_q6_K_q8_K", q8_k, 292}};
+                   {Dtype::kQ6_K, "ggml_vec_dot_q6_K_q8_K", q8_k, 292},    {Dtype::kF16, "ggml_vec_dot_f16", to_f16, 512},
+                   {Dtype::kBF16, "ggml_vec_dot_bf16", to_bf16, 512}};
     for (const auto& e : entries) {
       const int k = static_cast<int>(e.dtype);
       vec_dot[k] = reinterpret_cast<VecDot>(sym(e.dot));
