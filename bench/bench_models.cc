@@ -46,12 +46,14 @@ Dtype ChosenDtype(const std::string& mix, Kind kind, int64_t layer, int64_t laye
   return dtype;
 }
 
-// The dtype of a matrix of rows of `cols` values: a q6_k row that is not whole 256-blocks falls
-// back to q8_0, as llama.cpp's recipe (and niels-quantize's FallbackType) does. (q4_k's fallback,
-// q5_0, is not one of nielsd's types: WeightMixProblem reports it.)
+// The dtype of a matrix of rows of `cols` values: a q4_k or q6_k row that is not whole 256-blocks
+// falls back to q5_0 or q8_0, as llama.cpp's recipe (and niels-quantize's FallbackType) does. (Its
+// q5_k -> q5_1 is not one of nielsd's types: WeightMixProblem reports it.)
 Dtype DtypeIn(const std::string& mix, Kind kind, int64_t layer, int64_t layers, int64_t cols) {
   const Dtype dtype = ChosenDtype(mix, kind, layer, layers);
-  if (dtype == Dtype::kQ6_K && cols % daemon::kernels::DtypeBlockElements(dtype) != 0) return Dtype::kQ8_0;
+  if (cols % daemon::kernels::DtypeBlockElements(dtype) == 0) return dtype;
+  if (dtype == Dtype::kQ6_K) return Dtype::kQ8_0;
+  if (dtype == Dtype::kQ4_K) return Dtype::kQ5_0;
   return dtype;
 }
 
@@ -148,7 +150,7 @@ std::optional<std::string> WeightMixProblem(const ModelConfig& config, const std
       const int64_t block = daemon::kernels::DtypeBlockElements(dtype);
       if (cols % block != 0) {
         return fmt::format("the {} mix has {} rows of {} values, not whole {}-value blocks (llama.cpp's recipe "
-                           "stores such rows as q5_0, which nielsd's kernels do not run)",
+                           "stores such rows as q5_1, which nielsd's kernels do not run)",
                            mix, daemon::kernels::DtypeName(dtype), cols, block);
       }
     }

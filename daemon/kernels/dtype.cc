@@ -31,6 +31,7 @@ std::string_view DtypeName(Dtype dtype) {
     case Dtype::kQ4_K: return "q4_k";
     case Dtype::kQ5_K: return "q5_k";
     case Dtype::kQ6_K: return "q6_k";
+    case Dtype::kQ5_0: return "q5_0";
   }
   return "?";
 }
@@ -49,7 +50,8 @@ int64_t DtypeBlockElements(Dtype dtype) {
     case Dtype::kF16:
     case Dtype::kBF16: return 1;
     case Dtype::kQ8_0:
-    case Dtype::kQ4_0: return 32;
+    case Dtype::kQ4_0:
+    case Dtype::kQ5_0: return 32;
     case Dtype::kQ4_K:
     case Dtype::kQ5_K:
     case Dtype::kQ6_K: return 256;
@@ -67,6 +69,7 @@ int64_t DtypeBlockBytes(Dtype dtype) {
     case Dtype::kQ4_K: return sizeof(BlockQ4K);
     case Dtype::kQ5_K: return sizeof(BlockQ5K);
     case Dtype::kQ6_K: return sizeof(BlockQ6K);
+    case Dtype::kQ5_0: return sizeof(BlockQ5_0);
   }
   return 4;
 }

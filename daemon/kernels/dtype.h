@@ -7,9 +7,9 @@
 // VCVTPS2PH with rounding mode 0 and like torch's .to(): values beyond f16's range become
 // infinity, NaN stays a (quiet) NaN. The SIMD bulk conversions (simd_kernels.h) give the same bits.
 //
-// The block types q8_0, q4_0, q4_k, q5_k and q6_k are GGUF's (ggml's) block quantizations, byte
-// for byte (quant_blocks.h): a row of `cols` elements is cols / DtypeBlockElements blocks of
-// DtypeBlockBytes bytes, so a weight costs 8.5, 4.5, 4.5, 5.5 or 6.5625 bits. Weights only (never
+// The block types q8_0, q4_0, q4_k, q5_k, q6_k and q5_0 are GGUF's (ggml's) block quantizations,
+// byte for byte (quant_blocks.h): a row of `cols` elements is cols / DtypeBlockElements blocks of
+// DtypeBlockBytes bytes, so a weight costs 8.5, 4.5, 4.5, 5.5, 6.5625 or 5.5 bits. Weights only (never
 // a KV cache). f32, f16 and bf16 are the element types: one element per "block".
 
 #include <cstdint>
@@ -27,19 +27,20 @@ enum class Dtype : uint8_t {
   kQ4_K = 5,  // super-blocks of 256: 8 x 32 with 6-bit scales and mins (144 bytes)
   kQ5_K = 6,  // super-blocks of 256: as q4_k with a fifth bit (176 bytes)
   kQ6_K = 7,  // super-blocks of 256: 16 x 16 with int8 scales, 6-bit values (210 bytes)
+  kQ5_0 = 8,  // blocks of 32: f16 scale, 32 5-bit (22 bytes); q4_k_m's type for rows not whole 256-blocks
 };
-inline constexpr int kDtypeCount = 8;
+inline constexpr int kDtypeCount = 9;
 
-// "f32", "f16", "bf16", "q8_0", "q4_0", "q4_k", "q5_k", "q6_k" (f32/f16/bf16: the spelling of
+// "f32", "f16", "bf16", "q8_0", "q4_0", "q4_k", "q5_k", "q6_k", "q5_0" (f32/f16/bf16: the spelling of
 // nielsd's --dtype flag and niels-convert's).
 std::string_view DtypeName(Dtype dtype);
 // The inverse of DtypeName; nullopt for anything else.
 std::optional<Dtype> ParseDtype(std::string_view name);
-// True for the block types (q8_0 ... q6_k).
+// True for the block types (q8_0 ... q5_0: every dtype from kQ8_0 on).
 inline bool IsQuantized(Dtype dtype) { return static_cast<int>(dtype) >= static_cast<int>(Dtype::kQ8_0); }
-// Elements per block: 1 (f32, f16, bf16), 32 (q8_0, q4_0) or 256 (q4_k, q5_k, q6_k).
+// Elements per block: 1 (f32, f16, bf16), 32 (q8_0, q4_0, q5_0) or 256 (q4_k, q5_k, q6_k).
 int64_t DtypeBlockElements(Dtype dtype);
-// Bytes per block: 4, 2, 2, 34, 18, 144, 176, 210.
+// Bytes per block: 4, 2, 2, 34, 18, 144, 176, 210, 22.
 int64_t DtypeBlockBytes(Dtype dtype);
 // Bytes per element of an element type: 4 or 2. A block type has no whole number of bytes per
 // element: 0 (use RowBytes).

@@ -45,7 +45,7 @@ ActivationLayout ActivationLayoutFor(Dtype weight, int64_t in) {
   l.in = in;
   l.block = DtypeBlockElements(weight);
   l.padded = (in + 63) / 64 * 64;
-  l.bias = weight == Dtype::kQ8_0 ? 128 : weight == Dtype::kQ4_0 ? 8 : weight == Dtype::kQ6_K ? 32 : 0;
+  l.bias = weight == Dtype::kQ8_0 ? 128 : weight == Dtype::kQ4_0 ? 8 : weight == Dtype::kQ5_0 ? 16 : weight == Dtype::kQ6_K ? 32 : 0;
   const int64_t d_bytes = l.block == 32 ? l.padded / 32 * 8 * 4 : in / 256 * 4;
   l.d_offset = l.padded;
   l.sums_offset = l.d_offset + (d_bytes + 63) / 64 * 64;

@@ -5,7 +5,7 @@
 // partial sum within a block is exact. ggml does the same (its q8_0 / q8_K activations); this is
 // nielsd's own layout, and the same bits on every instruction set.
 //
-// What is rounded where (per block of `block` values of one row: 32 for q8_0 / q4_0 weights, 256
+// What is rounded where (per block of `block` values of one row: 32 for q8_0 / q4_0 / q5_0 weights, 256
 // for q4_k / q5_k / q6_k):
 //   amax = the largest |x| (exact);
 //   d = amax / 127 (float division, rounded to nearest), id = 1 / d (rounded);
@@ -20,9 +20,10 @@
 //                 its products), [in / 256] for 256-blocks
 //   sums    int16 [padded / 32]: the sum of q over each 32
 //   starts  int32 [padded / 4]: -bias * (the sum of q over each 4), bias = 128 (q8_0), 8 (q4_0),
-//                 32 (q6_k), 0 (q4_k, q5_k): what a lane of VPDPBUSD over 4 values starts from so
-//                 that it ends at the true dot product with the weights' offset levels
-//                 (q8_0 weights are fed as w + 128, q4_0's nibbles are (w + 8), q6_k's (w + 32)).
+//                 16 (q5_0), 32 (q6_k), 0 (q4_k, q5_k): what a lane of VPDPBUSD over 4 values
+//                 starts from so that it ends at the true dot product with the weights' offset
+//                 levels (q8_0 weights are fed as w + 128, q4_0's nibbles are (w + 8), q5_0's
+//                 five-bit levels (w + 16), q6_k's (w + 32)).
 // The kernels (simd_quant_*.cc) read it; QuantizeActivationRow is its scalar definition, and every
 // SIMD implementation writes the same bytes (tested). The AMX tiles (simd_quant_amx.cc) read q (16
 // rows at a time, x_row_bytes apart), d and sums; their weights are signed, so they need no starts.

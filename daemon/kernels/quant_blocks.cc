@@ -28,6 +28,18 @@ void DequantizeQ4_0(const unsigned char* block, float* y) {
   }
 }
 
+// q5_0: q4_0's nibbles with a fifth bit from qh, minus 16.
+void DequantizeQ5_0(const unsigned char* block, float* y) {
+  const float d = HalfAt(block + offsetof(BlockQ5_0, d));
+  uint32_t qh;
+  std::memcpy(&qh, block + offsetof(BlockQ5_0, qh), sizeof qh);
+  const unsigned char* qs = block + offsetof(BlockQ5_0, qs);
+  for (int j = 0; j < 16; ++j) {
+    y[j] = static_cast<float>(((qs[j] & 15) | static_cast<int>(qh >> j & 1) << 4) - 16) * d;
+    y[j + 16] = static_cast<float>(((qs[j] >> 4) | static_cast<int>(qh >> (j + 16) & 1) << 4) - 16) * d;
+  }
+}
+
 // q4_k and q5_k: value 64c + l from the low nibble of qs[32c + l] (sub-block 2c), 64c + 32 + l
 // from the high nibble (sub-block 2c + 1), plus 16 where qh (q5_k) has bit 2c / 2c + 1 of byte l.
 void DequantizeK4OrK5(float d, float dmin, const uint8_t* scales, const uint8_t* qs, const uint8_t* qh, float* y) {
@@ -109,6 +121,32 @@ void QuantizeQ4_0Block(const float* x, BlockQ4_0* out) {
   for (int j = 0; j < 16; ++j) out->qs[j] = static_cast<uint8_t>(level(x[j]) | level(x[j + 16]) << 4);
 }
 
+// q5_0: as q4_0 over 32 levels: d = -(the value of largest magnitude, the first such) / 16;
+// q = min(31, trunc(x / d + 16.5)), its fifth bit in qh.
+void QuantizeQ5_0Block(const float* x, BlockQ5_0* out) {
+  float amax = 0.0f, max = 0.0f;
+  for (int j = 0; j < 32; ++j) {
+    if (amax < std::fabs(x[j])) {
+      amax = std::fabs(x[j]);
+      max = x[j];
+    }
+  }
+  const float d = max / -16.0f;
+  const float id = d != 0.0f ? 1.0f / d : 0.0f;
+  out->d = FloatToHalf(d);
+  auto level = [id](float v) {
+    const int q = static_cast<int8_t>(TruncateToInt32(v * id + 16.5f));
+    return static_cast<uint32_t>(q < 31 ? q : 31);
+  };
+  uint32_t qh = 0;
+  for (int j = 0; j < 16; ++j) {
+    const uint32_t low = level(x[j]), high = level(x[j + 16]);
+    out->qs[j] = static_cast<uint8_t>((low & 15) | (high & 15) << 4);
+    qh |= (low >> 4 & 1) << j | (high >> 4 & 1) << (j + 16);
+  }
+  std::memcpy(out->qh, &qh, sizeof qh);  // little-endian, as the format
+}
+
 }  // namespace
 
 void ScaleMinK4(const uint8_t* scales, int j, uint8_t* scale, uint8_t* min) {
@@ -131,6 +169,7 @@ void DequantizeBlocks(Dtype dtype, const void* src, int64_t blocks, float* dst) 
       case Dtype::kQ4_K: DequantizeQ4K(p, dst); break;
       case Dtype::kQ5_K: DequantizeQ5K(p, dst); break;
       case Dtype::kQ6_K: DequantizeQ6K(p, dst); break;
+      case Dtype::kQ5_0: DequantizeQ5_0(p, dst); break;
       default: return;
     }
   }
@@ -151,6 +190,7 @@ void QuantizeBlocks(Dtype dtype, const float* src, int64_t n, void* dst) {
       case Dtype::kQ4_K: { BlockQ4K b; QuantizeQ4KBlock(src + i, &b); emit(b); break; }
       case Dtype::kQ5_K: { BlockQ5K b; QuantizeQ5KBlock(src + i, &b); emit(b); break; }
       case Dtype::kQ6_K: { BlockQ6K b; QuantizeQ6KBlock(src + i, &b); emit(b); break; }
+      case Dtype::kQ5_0: { BlockQ5_0 b; QuantizeQ5_0Block(src + i, &b); emit(b); break; }
       default: return;
     }
   }

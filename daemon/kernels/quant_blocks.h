@@ -20,6 +20,9 @@
 //         (ql[l] & 15) | ((qh[l] & 3) << 4), +32: (ql[l + 32] & 15) | ((qh[l] >> 2 & 3) << 4),
 //         +64: (ql[l] >> 4) | ((qh[l] >> 4 & 3) << 4), +96: (ql[l + 32] >> 4) | ((qh[l] >> 6) << 4);
 //         minus 32. x = (d * scales[v / 16]) * q
+//   q5_0  32 values in 22 bytes: d (f16), qh[4] (a little-endian uint32: bit j is the fifth bit of
+//         value j), qs[16] as q4_0's. q_j = (qs[j] & 15) | (bit j of qh) << 4, q_{j+16} =
+//         (qs[j] >> 4) | (bit j + 16 of qh) << 4, j < 16; x = (q - 16) * d
 // Every product above is one float32 operation in the order written (no fused multiply-add):
 // DequantizeBlocks computes exactly that, and so does ggml's dequantize_row_* (built without FMA).
 //
@@ -31,7 +34,7 @@
 
 namespace niels::daemon::kernels {
 
-inline constexpr int kBlock32 = 32;    // values per q8_0 / q4_0 block
+inline constexpr int kBlock32 = 32;    // values per q8_0 / q4_0 / q5_0 block
 inline constexpr int kBlock256 = 256;  // values per q4_k / q5_k / q6_k super-block
 
 struct BlockQ8_0 {
@@ -40,6 +43,11 @@ struct BlockQ8_0 {
 };
 struct BlockQ4_0 {
   uint16_t d;  // f16 scale
+  uint8_t qs[16];
+};
+struct BlockQ5_0 {
+  uint16_t d;  // f16 scale
+  uint8_t qh[4];
   uint8_t qs[16];
 };
 struct BlockQ4K {
@@ -63,6 +71,7 @@ struct BlockQ6K {
 };
 static_assert(sizeof(BlockQ8_0) == 34, "q8_0 block: 34 bytes per 32 values");
 static_assert(sizeof(BlockQ4_0) == 18, "q4_0 block: 18 bytes per 32 values");
+static_assert(sizeof(BlockQ5_0) == 22, "q5_0 block: 22 bytes per 32 values");
 static_assert(sizeof(BlockQ4K) == 144, "q4_k block: 144 bytes per 256 values");
 static_assert(sizeof(BlockQ5K) == 176, "q5_k block: 176 bytes per 256 values");
 static_assert(sizeof(BlockQ6K) == 210, "q6_k block: 210 bytes per 256 values");
@@ -77,8 +86,8 @@ void ScaleMinK4(const uint8_t* scales, int j, uint8_t* scale, uint8_t* min);
 void DequantizeBlocks(Dtype dtype, const void* src, int64_t blocks, float* dst);
 
 // Quantizes n values (a multiple of the block) into n / DtypeBlockElements blocks at dst, as ggml's
-// reference quantizer for the type does (bit for bit, tested against ggml): q8_0 and q4_0 scale
-// by the absolute maximum; q4_k and q5_k search each sub-block's scale and min (weighted least
+// reference quantizer for the type does (bit for bit, tested against ggml): q8_0, q4_0 and q5_0
+// scale by the absolute maximum; q4_k and q5_k search each sub-block's scale and min (weighted least
 // squares over a range of candidate scales), then quantize the eight scales and mins to 6 bits
 // and the values again with them; q6_k searches each 16-value group's scale, quantizes the
 // sixteen scales to int8 and the values again. REQUIRES: a block type, finite values.

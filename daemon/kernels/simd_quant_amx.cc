@@ -1,5 +1,5 @@
 // The AMX-INT8 kernels of the block types for many activation rows (prefill): TDPBSSD multiplies a
-// tile of 16 activation rows x 32 values (one q8_0 / q4_0 block or q4_k / q5_k sub-block; 16 for a
+// tile of 16 activation rows x 32 values (one q8_0 / q4_0 / q5_0 block or q4_k / q5_k sub-block; 16 for a
 // q6_k group) by a tile of the same values of 16 weight rows (their true signed levels, repacked)
 // into 16 x 16 exact int32 sums. Compiled
 // with the AVX-512 flags plus -mavx512vnni -mamx-tile -mamx-int8 (daemon/CMakeLists.txt); called
@@ -57,9 +57,16 @@ inline void StoreTile(const QuantDotArgs& a, int64_t o, int64_t r, const __m512 
   }
 }
 
-template <bool kFourBits>
+// The fifth bits 0..3 of each dword of t as bytes 0..3 of 16 or 0 (q5_0): the multiply moves bit j
+// to bit 8j (and copies elsewhere, masked off: the 16 products j + 7i never collide or carry).
+__m512i FifthBitBytes(__m512i t) {
+  const __m512i spread = _mm512_mullo_epi32(_mm512_and_si512(t, _mm512_set1_epi32(0xf)), _mm512_set1_epi32(0x00204081));
+  return _mm512_slli_epi32(_mm512_and_si512(spread, _mm512_set1_epi32(0x01010101)), 4);
+}
+
+template <Block32Type kType>
 struct Block32Amx {
-  static constexpr int64_t kBlockBytes = kFourBits ? 18 : 34;
+  static constexpr int64_t kBlockBytes = kType == Block32Type::kQ8_0 ? 34 : kType == Block32Type::kQ4_0 ? 18 : 22;
 
   // Weight rows o .. o + 31 into `panel` (block b's B tiles at 2b and 2b + 1: dword n of row k =
   // values 4k .. 4k + 3 of weight row 16 * tile + n) and `scales` (block b's at 32b .. 32b + 31,
@@ -72,7 +79,7 @@ struct Block32Amx {
       for (int64_t b = 0; b < blocks; ++b) {
         const __m512i at = _mm512_add_epi32(rows, _mm512_set1_epi32(static_cast<int>(b * kBlockBytes)));
         unsigned char* tile = panel + (2 * b + half) * kTileBytes;
-        if constexpr (kFourBits) {  // bytes 4k .. 4k + 3: values 4k.. in the low nibbles, 16 + 4k.. in the high
+        if constexpr (kType == Block32Type::kQ4_0) {  // bytes 4k .. 4k + 3: values 4k.. in the low nibbles, 16 + 4k.. in the high
           const __m512i nibble = _mm512_set1_epi8(0x0f), eight = _mm512_set1_epi8(8);
 #pragma GCC unroll 4
           for (int k = 0; k < 4; ++k) {
@@ -81,6 +88,18 @@ struct Block32Amx {
             const __m512i high = _mm512_sub_epi8(_mm512_and_si512(_mm512_srli_epi32(bytes, 4), nibble), eight);
             _mm512_store_si512(tile + 64 * k, low);
             _mm512_store_si512(tile + 64 * (k + 4), high);
+          }
+        } else if constexpr (kType == Block32Type::kQ5_0) {  // as q4_0, with bit v of qh (bytes 2..5) above value v's nibble
+          const __m512i nibble = _mm512_set1_epi8(0x0f), sixteen = _mm512_set1_epi8(16);
+          const __m512i qh = _mm512_i32gather_epi32(_mm512_add_epi32(at, _mm512_set1_epi32(2)), base, 1);
+#pragma GCC unroll 4
+          for (int k = 0; k < 4; ++k) {
+            const __m512i bytes = _mm512_i32gather_epi32(_mm512_add_epi32(at, _mm512_set1_epi32(6 + 4 * k)), base, 1);
+            const __m512i low = _mm512_or_si512(_mm512_and_si512(bytes, nibble), FifthBitBytes(_mm512_srli_epi32(qh, 4 * k)));
+            const __m512i high = _mm512_or_si512(_mm512_and_si512(_mm512_srli_epi32(bytes, 4), nibble),
+                                                 FifthBitBytes(_mm512_srli_epi32(qh, 16 + 4 * k)));
+            _mm512_store_si512(tile + 64 * k, _mm512_sub_epi8(low, sixteen));
+            _mm512_store_si512(tile + 64 * (k + 4), _mm512_sub_epi8(high, sixteen));
           }
         } else {
 #pragma GCC unroll 8
@@ -128,7 +147,7 @@ struct Block32Amx {
     const int64_t r_tiles = a.rows / kTileRows * kTileRows;
     const int64_t o_panels = o_begin + (o_end - o_begin) / kPanelRows * kPanelRows;
     if (r_tiles == 0 || o_panels == o_begin) {
-      Avx512Block32Rows(a, kFourBits, o_begin, o_end, 0, a.rows);
+      Avx512Block32Rows(a, kType, o_begin, o_end, 0, a.rows);
       return;
     }
     const int64_t blocks = a.in / 32;
@@ -141,8 +160,8 @@ struct Block32Amx {
       for (int64_t r = 0; r < r_tiles; r += kTileRows) Tile(a, o, r, blocks, panel, scales);
     }
     _tile_release();
-    if (r_tiles < a.rows) Avx512Block32Rows(a, kFourBits, o_begin, o_panels, r_tiles, a.rows);
-    if (o_panels < o_end) Avx512Block32Rows(a, kFourBits, o_panels, o_end, 0, a.rows);
+    if (r_tiles < a.rows) Avx512Block32Rows(a, kType, o_begin, o_panels, r_tiles, a.rows);
+    if (o_panels < o_end) Avx512Block32Rows(a, kType, o_panels, o_end, 0, a.rows);
   }
 };
 
@@ -336,11 +355,12 @@ const QuantKernelTable& Avx512AmxQuantTable() {
   static const QuantKernelTable table = [] {
     QuantKernelTable t = Avx512VnniQuantTable();
     t.name = "avx512-amx";
-    t.dot[0] = Block32Amx<false>::Dot;
-    t.dot[1] = Block32Amx<true>::Dot;
+    t.dot[0] = Block32Amx<Block32Type::kQ8_0>::Dot;
+    t.dot[1] = Block32Amx<Block32Type::kQ4_0>::Dot;
     t.dot[2] = Block256Amx<0>::Dot;
     t.dot[3] = Block256Amx<1>::Dot;
     t.dot[4] = Block256Amx<2>::Dot;
+    t.dot[5] = Block32Amx<Block32Type::kQ5_0>::Dot;
     return t;
   }();
   return table;

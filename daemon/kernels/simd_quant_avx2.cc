@@ -5,8 +5,9 @@
 // defines inline functions (simd_table.h).
 //
 // Per (weight row o, activation row r), per lane l < 8 (the same operations whatever the tile):
-//   q8_0, q4_0 (a unit = one 32-block): isum_l = the exact dot of values 4l..4l+3 (q8_0: |w| times
-//     q with w's sign; q4_0: nibbles (w + 8) times q, then + the start value -8 * sum of q);
+//   q8_0, q4_0, q5_0 (a unit = one 32-block): isum_l = the exact dot of values 4l..4l+3 (q8_0: |w|
+//     times q with w's sign; q4_0: nibbles (w + 8) times q, then + the start value -8 * sum of q;
+//     q5_0 likewise with its five-bit levels (w + 16) and -16 * sum of q);
 //     acc_l = fma(float(isum_l), d_w * d_x, acc_l)
 //   q4_k, q5_k, q6_k (a unit = one 256-block in 8 steps of 32 values):
 //     A_l = sum over the steps of (the exact dot of the lane's values) * (their sub-block's / group's
@@ -51,10 +52,25 @@ struct Common {
   }
 };
 
-// q8_0 (kFourBits false) and q4_0: a unit is one 32-block.
-template <bool kFourBits>
+// 32 bits (little-endian at p) as 32 bytes: byte i is 16 where bit i is set, else 0 (q5_0's fifth
+// bits, in value order).
+__m256i FifthBits(const unsigned char* p) {
+  uint32_t bits;
+  std::memcpy(&bits, p, sizeof bits);
+  // Byte i gets byte i / 8 of the bits (shuffles stay within 128-bit lanes: bytes 2, 3 for the upper).
+  const __m256i spread = _mm256_shuffle_epi8(_mm256_set1_epi32(static_cast<int>(bits)),
+                                             _mm256_set_epi64x(0x0303030303030303, 0x0202020202020202,
+                                                               0x0101010101010101, 0x0000000000000000));
+  const __m256i select = _mm256_set1_epi64x(static_cast<int64_t>(0x8040201008040201));
+  return _mm256_and_si256(_mm256_cmpeq_epi8(_mm256_and_si256(spread, select), select), _mm256_set1_epi8(16));
+}
+
+// q8_0, q4_0 and q5_0: a unit is one 32-block.
+template <Block32Type kType>
 struct Block32Kernel : Common {
-  static constexpr int64_t kUnit = 32, kUnitBytes = kFourBits ? 18 : 34, kTailUnit = 0;
+  static constexpr bool kOffsetLevels = kType != Block32Type::kQ8_0;  // fed as w + 8 / w + 16, undone by `starts`
+  static constexpr int64_t kUnit = 32, kUnitBytes = kType == Block32Type::kQ8_0 ? 34 : kType == Block32Type::kQ4_0 ? 18 : 22;
+  static constexpr int64_t kTailUnit = 0;
   static constexpr int kWeightRows = 2, kDecodeWeightRows = 2, kTileRows = 4;  // 8 accumulators + levels, scales, constants, temporaries
 
   template <int RM, int RN>
@@ -64,9 +80,11 @@ struct Block32Kernel : Common {
     for (int i = 0; i < RM; ++i) {
       const __m256 dw = _mm256_set1_ps(HalfAt(w[i]));
       __m256i levels, signs;
-      if constexpr (kFourBits) {
-        const __m128i packed = _mm_loadu_si128(reinterpret_cast<const __m128i*>(w[i] + 2));
+      if constexpr (kOffsetLevels) {
+        constexpr int kNibbles = kType == Block32Type::kQ4_0 ? 2 : 6;
+        const __m128i packed = _mm_loadu_si128(reinterpret_cast<const __m128i*>(w[i] + kNibbles));
         levels = _mm256_and_si256(_mm256_set_m128i(_mm_srli_epi16(packed, 4), packed), _mm256_set1_epi8(0x0f));
+        if constexpr (kType == Block32Type::kQ5_0) levels = _mm256_or_si256(levels, FifthBits(w[i] + 2));
       } else {
         signs = Load256(w[i] + 2);
         levels = _mm256_sign_epi8(signs, signs);  // |w| (128 for -128, read unsigned)
@@ -74,9 +92,9 @@ struct Block32Kernel : Common {
 #pragma GCC unroll 8
       for (int j = 0; j < RN; ++j) {
         __m256i q = Load256(x[j].q + 32 * u);
-        if constexpr (!kFourBits) q = _mm256_sign_epi8(q, signs);
+        if constexpr (!kOffsetLevels) q = _mm256_sign_epi8(q, signs);
         __m256i isum = _mm256_madd_epi16(_mm256_maddubs_epi16(levels, q), ones);
-        if constexpr (kFourBits) isum = _mm256_add_epi32(isum, Load256(x[j].starts + 8 * u));
+        if constexpr (kOffsetLevels) isum = _mm256_add_epi32(isum, Load256(x[j].starts + 8 * u));
         const __m256 scale = _mm256_mul_ps(dw, _mm256_loadu_ps(x[j].d + 8 * u));
         acc[i][j] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(isum), scale, acc[i][j]);
       }
@@ -258,8 +276,8 @@ void QuantizeRows(const QuantizeActsArgs& l, const float* x, int64_t x_stride, i
 
 constexpr QuantKernelTable kTable = {
     "avx2",
-    {QuantDotImpl<Block32Kernel<false>>, QuantDotImpl<Block32Kernel<true>>, QuantDotImpl<Block256Kernel<0>>,
-     QuantDotImpl<Block256Kernel<1>>, QuantDotImpl<Block256Kernel<2>>},
+    {QuantDotImpl<Block32Kernel<Block32Type::kQ8_0>>, QuantDotImpl<Block32Kernel<Block32Type::kQ4_0>>, QuantDotImpl<Block256Kernel<0>>,
+     QuantDotImpl<Block256Kernel<1>>, QuantDotImpl<Block256Kernel<2>>, QuantDotImpl<Block32Kernel<Block32Type::kQ5_0>>},
     QuantizeRows,
 };
 

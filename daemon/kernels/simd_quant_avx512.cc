@@ -6,9 +6,9 @@
 // tiles instead, and this file's kernels the rows and columns those leave over.
 //
 // What each (weight row o, activation row r) computes:
-//   q8_0, q4_0 (Block32Rows: the lanes are 16 weight rows; per 32-block b):
+//   q8_0, q4_0, q5_0 (Block32Rows: the lanes are 16 weight rows; per 32-block b):
 //     s_b = the exact int32 dot of the block's levels with q (VPDPBUSD over 4 values per lane with
-//           the offset 128 or 8 undone by `starts`, quant_activations.h, then the 8 lanes of a row
+//           the offset 128, 8 or 16 undone by `starts`, quant_activations.h, then the 8 lanes of a row
 //           summed as integers)
 //     acc = fma(float(s_b), d_w * d_x, acc)        b = 0, 1, ... in order; y = acc + bias
 //   This chain has one float multiply and one fma per block and nothing per lane, so AMX's
@@ -51,23 +51,31 @@ uint16_t LoadU16(const unsigned char* p) {
 }
 float HalfAt(const unsigned char* p) { return _cvtsh_ss(LoadU16(p)); }
 
-// q8_0 and q4_0 with the lanes over weight rows: 16 weight rows at a time, and per 32-block b the
-// exact int32 dot s of each with one activation row, folded as acc = fma(float(s), d_w * d_x, acc)
-// in block order (the chain simd_quant_amx.cc follows too; see the top of this file).
-template <bool kFourBits>
+// q8_0, q4_0 and q5_0 with the lanes over weight rows: 16 weight rows at a time, and per 32-block b
+// the exact int32 dot s of each with one activation row, folded as acc = fma(float(s), d_w * d_x,
+// acc) in block order (the chain simd_quant_amx.cc follows too; see the top of this file).
+template <Block32Type kType>
 struct Block32Rows {
-  static constexpr int64_t kBlockBytes = kFourBits ? 18 : 34;
+  static constexpr int64_t kBlockBytes = kType == Block32Type::kQ8_0 ? 34 : kType == Block32Type::kQ4_0 ? 18 : 22;
 
   // Weight rows p and q's levels of one block as unsigned bytes in value order, p's in the lower
-  // 256 bits: q8_0's w + 128, q4_0's nibbles (w + 8).
+  // 256 bits: q8_0's w + 128, q4_0's nibbles (w + 8), q5_0's nibbles and fifth bits (w + 16).
   static __m512i Levels(const unsigned char* p, const unsigned char* q) {
-    if constexpr (kFourBits) {
-      const __m512i both = _mm512_castsi256_si512(_mm256_set_m128i(_mm_loadu_si128(reinterpret_cast<const __m128i*>(q + 2)),
-                                                                   _mm_loadu_si128(reinterpret_cast<const __m128i*>(p + 2))));
+    if constexpr (kType != Block32Type::kQ8_0) {
+      constexpr int kNibbles = kType == Block32Type::kQ4_0 ? 2 : 6;  // q5_0: d, qh[4], then qs
+      const __m512i both = _mm512_castsi256_si512(_mm256_set_m128i(_mm_loadu_si128(reinterpret_cast<const __m128i*>(q + kNibbles)),
+                                                                   _mm_loadu_si128(reinterpret_cast<const __m128i*>(p + kNibbles))));
       // 128-bit lanes [p, p, q, q]; the odd ones shifted down a nibble.
       const __m512i spread = _mm512_shuffle_i64x2(both, both, 0x50);
       const __m512i shifted = _mm512_srlv_epi64(spread, _mm512_set_epi64(4, 4, 0, 0, 4, 4, 0, 0));
-      return _mm512_and_si512(shifted, _mm512_set1_epi8(0x0f));
+      const __m512i nibbles = _mm512_and_si512(shifted, _mm512_set1_epi8(0x0f));
+      if constexpr (kType == Block32Type::kQ4_0) return nibbles;
+      // q5_0: bit i of p's qh is the fifth bit of its value i (byte i), q's of byte 32 + i.
+      uint32_t p_bits, q_bits;
+      std::memcpy(&p_bits, p + 2, sizeof p_bits);
+      std::memcpy(&q_bits, q + 2, sizeof q_bits);
+      const __mmask64 fifth = _cvtu64_mask64(p_bits | static_cast<uint64_t>(q_bits) << 32);
+      return _mm512_or_si512(nibbles, _mm512_maskz_mov_epi8(fifth, _mm512_set1_epi8(16)));
     } else {
       const __m256i low = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(p + 2));
       const __m256i high = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(q + 2));
@@ -400,8 +408,8 @@ void QuantizeRows(const QuantizeActsArgs& l, const float* x, int64_t x_stride, i
 
 constexpr QuantKernelTable kTable = {
     "avx512-vnni",
-    {Block32Rows<false>::Dot, Block32Rows<true>::Dot, Block256Rows<0>::Dot, Block256Rows<1>::Dot,
-     Block256Rows<2>::Dot},
+    {Block32Rows<Block32Type::kQ8_0>::Dot, Block32Rows<Block32Type::kQ4_0>::Dot, Block256Rows<0>::Dot,
+     Block256Rows<1>::Dot, Block256Rows<2>::Dot, Block32Rows<Block32Type::kQ5_0>::Dot},
     QuantizeRows,
 };
 
@@ -409,12 +417,12 @@ constexpr QuantKernelTable kTable = {
 
 const QuantKernelTable& Avx512VnniQuantTable() { return kTable; }
 
-void Avx512Block32Rows(const QuantDotArgs& a, bool four_bits, int64_t o_begin, int64_t o_end, int64_t r_begin,
+void Avx512Block32Rows(const QuantDotArgs& a, Block32Type type, int64_t o_begin, int64_t o_end, int64_t r_begin,
                        int64_t r_end) {
-  if (four_bits) {
-    Block32Rows<true>::Rows(a, o_begin, o_end, r_begin, r_end);
-  } else {
-    Block32Rows<false>::Rows(a, o_begin, o_end, r_begin, r_end);
+  switch (type) {
+    case Block32Type::kQ8_0: Block32Rows<Block32Type::kQ8_0>::Rows(a, o_begin, o_end, r_begin, r_end); break;
+    case Block32Type::kQ4_0: Block32Rows<Block32Type::kQ4_0>::Rows(a, o_begin, o_end, r_begin, r_end); break;
+    case Block32Type::kQ5_0: Block32Rows<Block32Type::kQ5_0>::Rows(a, o_begin, o_end, r_begin, r_end); break;
   }
 }
 

@@ -1,7 +1,7 @@
 // The portable kernels of the block types (plain C++, any CPU): per block the exact integer dot
 // product of the weights' levels with the quantized activations (quant_activations.h), then per
 // (weight row, activation row) ONE float chain over the blocks in order:
-//   q8_0, q4_0:  acc += float(sum_i w_i q_i) * (d_w * d_x)
+//   q8_0, q4_0, q5_0:  acc += float(sum_i w_i q_i) * (d_w * d_x)
 //   q4_k, q5_k:  acc += float(sum_s sc_s sum_i w_i q_i) * (d * d_x);
 //                acc -= float(sum_s m_s * (sum of q over sub-block s)) * (dmin * d_x)
 //   q6_k:        acc += float(sum_g sc_g sum_i (w_i - 32) q_i) * (d * d_x)
@@ -77,10 +77,11 @@ int Dot(const int* w, const int8_t* q, int n) {
   return sum;
 }
 
-// q8_0 (kFourBits false) and q4_0: one 32-block per unit.
-template <bool kFourBits>
+// q8_0, q4_0 and q5_0: one 32-block per unit.
+template <Dtype kType>
 struct Block32Kernel {
-  static constexpr int64_t kUnit = 32, kUnitBytes = kFourBits ? 18 : 34, kTailUnit = 0;
+  static constexpr int64_t kUnit = 32, kUnitBytes = kType == Dtype::kQ8_0 ? 34 : kType == Dtype::kQ4_0 ? 18 : 22;
+  static constexpr int kTailUnit = 0;
   static constexpr int kWeightRows = 4, kDecodeWeightRows = 4, kTileRows = 3;
   using Acc = float;
   static Acc Zero() { return 0.0f; }
@@ -94,10 +95,15 @@ struct Block32Kernel {
   static void Unit(const unsigned char* const (&w)[RM], const XRow (&x)[RN], int64_t u, Acc (&acc)[RM][RN]) {
     for (int i = 0; i < RM; ++i) {
       int levels[32];
+      uint32_t qh = 0;
+      if constexpr (kType == Dtype::kQ5_0) std::memcpy(&qh, w[i] + 2, sizeof qh);
       for (int k = 0; k < 16; ++k) {
-        if constexpr (kFourBits) {
+        if constexpr (kType == Dtype::kQ4_0) {
           levels[k] = (w[i][2 + k] & 15) - 8;
           levels[k + 16] = (w[i][2 + k] >> 4) - 8;
+        } else if constexpr (kType == Dtype::kQ5_0) {
+          levels[k] = ((w[i][6 + k] & 15) | static_cast<int>(qh >> k & 1) << 4) - 16;
+          levels[k + 16] = ((w[i][6 + k] >> 4) | static_cast<int>(qh >> (k + 16) & 1) << 4) - 16;
         } else {
           levels[k] = static_cast<int8_t>(w[i][2 + k]);
           levels[k + 16] = static_cast<int8_t>(w[i][18 + k]);
@@ -123,7 +129,7 @@ struct Block256Kernel {
   static constexpr int kWeightRows = 4, kDecodeWeightRows = 4, kTileRows = 3;
   using Acc = float;
   static Acc Zero() { return 0.0f; }
-  static void Reduce4(Acc a, Acc b, Acc c, Acc d, float* out) { Block32Kernel<false>::Reduce4(a, b, c, d, out); }
+  static void Reduce4(Acc a, Acc b, Acc c, Acc d, float* out) { Block32Kernel<Dtype::kQ8_0>::Reduce4(a, b, c, d, out); }
   template <int RM, int RN>
   static void Unit(const unsigned char* const (&w)[RM], const XRow (&x)[RN], int64_t u, Acc (&acc)[RM][RN]) {
     constexpr int kGroup = kMins ? 32 : 16;
@@ -153,8 +159,9 @@ struct Block256Kernel {
 
 constexpr QuantKernelTable kTable = {
     "portable",
-    {QuantDotImpl<Block32Kernel<false>>, QuantDotImpl<Block32Kernel<true>>, QuantDotImpl<Block256Kernel<Dtype::kQ4_K>>,
-     QuantDotImpl<Block256Kernel<Dtype::kQ5_K>>, QuantDotImpl<Block256Kernel<Dtype::kQ6_K>>},
+    {QuantDotImpl<Block32Kernel<Dtype::kQ8_0>>, QuantDotImpl<Block32Kernel<Dtype::kQ4_0>>,
+     QuantDotImpl<Block256Kernel<Dtype::kQ4_K>>, QuantDotImpl<Block256Kernel<Dtype::kQ5_K>>,
+     QuantDotImpl<Block256Kernel<Dtype::kQ6_K>>, QuantDotImpl<Block32Kernel<Dtype::kQ5_0>>},
     PortableQuantizeActs,
 };
 

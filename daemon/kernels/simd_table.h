@@ -75,11 +75,14 @@ struct QuantizeActsArgs {
 using QuantizeActsFn = void (*)(const QuantizeActsArgs& layout, const float* x, int64_t x_stride, int64_t rows,
                                 void* out);
 
+// The block types of 32 values, as the per-ISA files name them (they see no Dtype).
+enum class Block32Type : uint8_t { kQ8_0, kQ4_0, kQ5_0 };
+
 // One instruction set's kernels for the block types (quant weights x quantized activations),
-// indexed by dtype - kQ8_0: q8_0, q4_0, q4_k, q5_k, q6_k; and its activation quantizer.
+// indexed by dtype - kQ8_0: q8_0, q4_0, q4_k, q5_k, q6_k, q5_0; and its activation quantizer.
 struct QuantKernelTable {
   const char* name;
-  QuantDotFn dot[5];
+  QuantDotFn dot[6];
   QuantizeActsFn quantize;
 };
 // A buffer of at least `bytes` bytes, 64-byte aligned, owned by the calling thread (grown, never
@@ -98,13 +101,13 @@ const KernelTable& Avx2Table();    // REQUIRES (to call its functions): avx2, fm
 const KernelTable& Avx512Table();  // REQUIRES: avx512f, avx512bw, avx512vl, avx512dq, fma, f16c
 const QuantKernelTable& Avx2QuantTable();        // REQUIRES: avx2, fma, f16c
 const QuantKernelTable& Avx512VnniQuantTable();  // REQUIRES: Avx512Table's, avx512vnni
-// Avx512VnniQuantTable's with AMX-INT8 for the prefill tiles of q8_0 and q4_0 (simd_quant_amx.cc).
+// Avx512VnniQuantTable's with AMX-INT8 for the prefill tiles of every block type (simd_quant_amx.cc).
 // REQUIRES: Avx512VnniQuantTable's, amx-tile, amx-int8, and the kernel's grant of the tile data
 // (AmxGranted, simd_kernels.cc).
 const QuantKernelTable& Avx512AmxQuantTable();
-// Avx512VnniQuantTable's q8_0 (four_bits false) or q4_0 kernel for weight rows [o_begin, o_end) and
-// activation rows [r_begin, r_end) only (what the AMX tiles leave over).
-void Avx512Block32Rows(const QuantDotArgs& args, bool four_bits, int64_t o_begin, int64_t o_end, int64_t r_begin,
+// Avx512VnniQuantTable's q8_0, q4_0 or q5_0 kernel for weight rows [o_begin, o_end) and activation
+// rows [r_begin, r_end) only (what the AMX tiles leave over).
+void Avx512Block32Rows(const QuantDotArgs& args, Block32Type type, int64_t o_begin, int64_t o_end, int64_t r_begin,
                        int64_t r_end);
 #endif
 

@@ -42,6 +42,7 @@ std::optional<Dtype> GgufModelDtype(GgmlType type) {
     case GgmlType::kQ4_K: return Dtype::kQ4_K;
     case GgmlType::kQ5_K: return Dtype::kQ5_K;
     case GgmlType::kQ6_K: return Dtype::kQ6_K;
+    case GgmlType::kQ5_0: return Dtype::kQ5_0;
     default: return std::nullopt;
   }
 }
@@ -65,7 +66,7 @@ StatusOr<Weights> LoadGgufWeights(const std::shared_ptr<const GgufFile>& file, c
     const std::optional<Dtype> dtype = GgufModelDtype(info->type);
     if (!dtype) {
       return Status::InvalidArgument(fmt::format(
-          "{} has type {}, which nielsd cannot compute with (supported: f32, f16, bf16, q8_0, q4_0, q4_K, q5_K, q6_K)",
+          "{} has type {}, which nielsd cannot compute with (supported: f32, f16, bf16, q8_0, q4_0, q5_0, q4_K, q5_K, q6_K)",
           where, formats::GgmlTypeName(info->type)));
     }
     if (info->Shape() != slot.shape) {

@@ -246,6 +246,7 @@ GgmlType GgmlOf(Dtype d) {
     case Dtype::kQ4_K: return GgmlType::kQ4_K;
     case Dtype::kQ5_K: return GgmlType::kQ5_K;
     case Dtype::kQ6_K: return GgmlType::kQ6_K;
+    case Dtype::kQ5_0: return GgmlType::kQ5_0;
   }
   throw std::runtime_error("no ggml type");
 }

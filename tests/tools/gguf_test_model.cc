@@ -39,6 +39,8 @@ StatusOr<kernels::Dtype> DtypeOf(formats::GgmlType type, std::string_view name) 
       return kernels::Dtype::kQ5_K;
     case formats::GgmlType::kQ6_K:
       return kernels::Dtype::kQ6_K;
+    case formats::GgmlType::kQ5_0:
+      return kernels::Dtype::kQ5_0;
     default:
       return Status::InvalidArgument("tensor " + std::string(name) + " is " + std::string(formats::GgmlTypeName(type)) +
                                      ": nielsd has no kernel for it");

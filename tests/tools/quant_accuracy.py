@@ -17,9 +17,9 @@ rounding alone (float products, no 8-bit activations), to tell the format's erro
 --build is the CMake build directory with niels-quantize, niels-inspect and niels_quant_accuracy built.
 The demo model's context is 256 tokens: its prompts are 2 chat prompts, each continued to the end
 of the context (~490 positions in all) instead of one prompt continued 512 tokens. A file type whose
-matrices nielsd has no kernel for (q4_k_m and q5_k_m fall back to q5_0/q5_1 for rows that are not
-multiples of 256, as llama.cpp's recipe does: the demo model's rows of 160 and 480) is listed as
-"cannot run" with the loader's reason.
+matrices nielsd has no kernel for (q5_k_m falls back to q5_1 for rows that are not multiples of
+256, as llama.cpp's recipe does: the demo model's rows of 160 and 480; q4_k_m's fallback q5_0 runs)
+is listed as "cannot run" with the loader's reason.
 """
 
 import argparse

@@ -10,7 +10,7 @@ of 160/480: fallbacks too). For each input and file type (q8_0, q4_0, q4_k_m, q5
      tensors = the input's, in order; the file equals llama.cpp's own llama_model_quantize of the same
      input (libllama of node-llama-cpp through ctypes) key for key and tensor for tensor, byte for
      byte; nielsd's dequantization equals ggml's bit for bit and lies within each type's error bound.
-  2. On every file nielsd has kernels for (not the q5_0/q5_1 fallbacks), teacher-forced logits at
+  2. On every file nielsd has kernels for (not the q5_1 fallbacks of q5_k_m), teacher-forced logits at
      every position of PROMPTS x SEQ tokens from llama.cpp (node-llama-cpp, quantize_compare.mjs)
      and from nielsd (niels_gguf_logits: model::Transformer on daemon/kernels, the weights read
      straight from the file), compared as logit - max(logit) (node-llama-cpp hands out probabilities
@@ -57,13 +57,15 @@ MODELS = {
 # nielsd against llama.cpp on the same file: the largest |delta| of logit - max(logit) over the
 # whole vocabulary at every position. The same weights, the same block formats; for block-type
 # weights both round each activation block to 8 bits (quant_activations.h) -- the same levels, but
-# for q8_0/q4_0 ggml keeps the block's scale in f16 where nielsd keeps it in f32 (the K types' q8_K
-# scale is f32 in both) -- and they sum in other orders. The random-weight models (sharp attention,
-# logits of std ~4) amplify that: a float difference that moves one activation across a rounding
-# boundary changes its 8-bit level. Bounds at ~2x the largest value measured (tools/quantize/README.md).
+# for q8_0/q4_0/q5_0 ggml keeps the block's scale in f16 where nielsd keeps it in f32 (the K types'
+# q8_K scale is f32 in both: the llama model's all-K files agree to 0.0000) -- and they sum in other
+# orders. The random-weight models (sharp attention, logits of std ~4) amplify that: a float
+# difference that moves one activation across a rounding boundary changes its 8-bit level. Bounds
+# at ~2x the largest value measured (tools/quantize/README.md); qwen2-128's q4_k_m, 50 of its 65
+# matrices q5_0 fallbacks, measured 2.59 (niels-demo's 0.30).
 NIELSD_TOL = {
-    "random": {"f16": 0.01, "q8_0": 3.0, "q4_0": 3.2, "q4_k_m": 1.6, "q5_k_m": 1.5},
-    "trained": {"f16": 0.01, "q8_0": 0.75, "q4_0": 0.7},
+    "random": {"f16": 0.01, "q8_0": 3.0, "q4_0": 3.2, "q4_k_m": 5.0, "q5_k_m": 1.5},
+    "trained": {"f16": 0.01, "q8_0": 0.75, "q4_0": 0.7, "q4_k_m": 0.6},
 }
 # And nielsd's logits must be clearly closest to llama.cpp's on the same file: their rms distance at
 # most IDENTIFY_SHARE of the distance to llama.cpp's on any other file of the model (the f16 input
@@ -81,7 +83,7 @@ QUALITY_TOL = {
     "q4_0": {"max_delta": 2.5, "top1": 0.7, "kl": 0.3},
 }
 PROMPTS, SEQ = 2, 10
-NIELSD_TYPES = {"f32", "f16", "bf16", "q8_0", "q4_0", "q4_K", "q5_K", "q6_K"}
+NIELSD_TYPES = {"f32", "f16", "bf16", "q8_0", "q4_0", "q4_K", "q5_K", "q6_K", "q5_0"}
 
 
 CPU = {}  # stage -> CPU seconds (this process and its children)
@@ -246,7 +248,7 @@ def compare_logits(args, label, name, files, work, failures, summary):
     for kind, path, runs in files:
         failures.check(np.isfinite(theirs[kind]).all(), f"[{label} {kind}] llama.cpp's logits are not finite")
         if not runs:
-            summary.append(f"{label} {kind}: llama.cpp runs it; nielsd has no kernel for its q5_0/q5_1 tensors")
+            summary.append(f"{label} {kind}: llama.cpp runs it; nielsd has no kernel for its q5_1 tensors")
             print(summary[-1], flush=True)
             continue
         start = time.monotonic()
@@ -293,8 +295,8 @@ def check_model(args, llama, name, failures, summary, stats):
     for file_type in FILE_TYPES:
         out, check = quantize_case(args, llama, label, src, file_type, work, failures, stats)
         runs = all(t["type"] in NIELSD_TYPES for t in check["tensors"])
-        # qwen2-128's K-type files (q5_0/q5_1 fallbacks): byte-equal to llama.cpp's own; niels-demo's
-        # are the ones llama.cpp runs (it is cheap to run).
+        # qwen2-128's q5_k_m (q5_1 fallbacks): byte-equal to llama.cpp's own; niels-demo's is one
+        # llama.cpp runs (it is cheap to run).
         if runs or name == "niels-demo":
             files.append((file_type, out, runs))
     failures.check(name in ("qwen2-128", "niels-demo") or all(runs for _, _, runs in files),

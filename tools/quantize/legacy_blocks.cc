@@ -46,25 +46,6 @@ void UnpackLevels(const unsigned char* qh_in, const unsigned char* qs, int* q) {
   }
 }
 
-void QuantizeQ5_0Block(const float* x, unsigned char* block) {
-  float amax = 0.0f, max = 0.0f;
-  for (int j = 0; j < 32; ++j) {
-    if (amax < std::fabs(x[j])) {
-      amax = std::fabs(x[j]);
-      max = x[j];
-    }
-  }
-  const float d = max / -16.0f;
-  const float id = d != 0.0f ? 1.0f / d : 0.0f;
-  StoreHalf(block, d);
-  uint8_t q[32];
-  for (int j = 0; j < 32; ++j) {
-    const int level = static_cast<int8_t>(TruncateToInt32(x[j] * id + 16.5f));
-    q[j] = static_cast<uint8_t>(level < 31 ? level : 31);
-  }
-  PackLevels(q, block + 2, block + 6);
-}
-
 void QuantizeQ5_1Block(const float* x, unsigned char* block) {
   float min = FLT_MAX, max = -FLT_MAX;
   for (int j = 0; j < 32; ++j) {
@@ -83,8 +64,7 @@ void QuantizeQ5_1Block(const float* x, unsigned char* block) {
 }  // namespace
 
 void QuantizeQ5_0(const float* src, int64_t n, void* dst) {
-  auto* out = static_cast<unsigned char*>(dst);
-  for (int64_t i = 0; i + 32 <= n; i += 32, out += kQ5_0BlockBytes) QuantizeQ5_0Block(src + i, out);
+  daemon::kernels::QuantizeBlocks(daemon::kernels::Dtype::kQ5_0, src, n, dst);
 }
 
 void QuantizeQ5_1(const float* src, int64_t n, void* dst) {
@@ -93,13 +73,7 @@ void QuantizeQ5_1(const float* src, int64_t n, void* dst) {
 }
 
 void DequantizeQ5_0(const void* src, int64_t blocks, float* dst) {
-  const auto* block = static_cast<const unsigned char*>(src);
-  for (int64_t b = 0; b < blocks; ++b, block += kQ5_0BlockBytes, dst += 32) {
-    const float d = LoadHalf(block);
-    int q[32];
-    UnpackLevels(block + 2, block + 6, q);
-    for (int j = 0; j < 32; ++j) dst[j] = static_cast<float>(q[j] - 16) * d;
-  }
+  daemon::kernels::DequantizeBlocks(daemon::kernels::Dtype::kQ5_0, src, blocks, dst);
 }
 
 void DequantizeQ5_1(const void* src, int64_t blocks, float* dst) {

@@ -1,9 +1,10 @@
 #pragma once
-// The two ggml block types that llama.cpp's recipe falls back to and nielsd's kernels do not have
-// (daemon/kernels/quant_blocks.h has the others): q5_0 and q5_1, for tensors whose rows are not
-// whole 256-value blocks (q4_K -> q5_0, q5_K -> q5_1). Quantizers that give the blocks of ggml's
+// The two ggml block types that llama.cpp's recipe falls back to for tensors whose rows are not
+// whole 256-value blocks (q4_K -> q5_0, q5_K -> q5_1): quantizers that give the blocks of ggml's
 // reference quantizers (quantize_row_q5_0_ref, quantize_row_q5_1_ref) byte for byte, and the
-// dequantization ggml defines for them; legacy_blocks_test holds both to ggml's own code.
+// dequantization ggml defines for them; legacy_blocks_test holds both to ggml's own code. q5_0 is
+// a kernels' block type (daemon/kernels/quant_blocks.h, which these two functions call); q5_1 is
+// not (nielsd refuses a file with it): its quantizer lives here alone.
 //
 // Layouts (ggml-common.h; f16 little-endian; "x" is the dequantized value), j < 16:
 //   q5_0  32 values in 22 bytes: d (f16), qh[4] (bit j: 5th bit of value j), qs[16].

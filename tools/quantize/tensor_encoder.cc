@@ -14,7 +14,7 @@ namespace {
 using daemon::kernels::Dtype;
 using formats::GgmlType;
 
-// The kernels' dtype of a type they encode; nullopt for q5_0, q5_1 (legacy_blocks.h).
+// The kernels' dtype of a type they encode; nullopt for q5_1 (legacy_blocks.h).
 std::optional<Dtype> KernelDtype(GgmlType type) {
   switch (type) {
     case GgmlType::kF32: return Dtype::kF32;
@@ -25,6 +25,7 @@ std::optional<Dtype> KernelDtype(GgmlType type) {
     case GgmlType::kQ4_K: return Dtype::kQ4_K;
     case GgmlType::kQ5_K: return Dtype::kQ5_K;
     case GgmlType::kQ6_K: return Dtype::kQ6_K;
+    case GgmlType::kQ5_0: return Dtype::kQ5_0;
     default: return std::nullopt;
   }
 }
@@ -50,7 +51,7 @@ bool FiniteHalf(const unsigned char* p) {
 
 }  // namespace
 
-bool CanEncode(GgmlType type) { return KernelDtype(type).has_value() || type == GgmlType::kQ5_0 || type == GgmlType::kQ5_1; }
+bool CanEncode(GgmlType type) { return KernelDtype(type).has_value() || type == GgmlType::kQ5_1; }
 
 std::optional<int64_t> FirstUnencodableValue(GgmlType target, const float* values, int64_t n) {
   const bool block_type = formats::GgmlTypeInfo(target).block_size > 1;
@@ -63,7 +64,6 @@ std::optional<int64_t> FirstUnencodableValue(GgmlType target, const float* value
 }
 
 void EncodeValues(GgmlType target, const float* src, int64_t n, void* dst) {
-  if (target == GgmlType::kQ5_0) return QuantizeQ5_0(src, n, dst);
   if (target == GgmlType::kQ5_1) return QuantizeQ5_1(src, n, dst);
   const Dtype dtype = *KernelDtype(target);
   if (dtype == Dtype::kF32) {

@@ -1,7 +1,7 @@
 #pragma once
 // Encoding float values into the ggml types niels-quantize writes, and the checks around it.
-//   - q8_0, q4_0, q4_K, q5_K, q6_K: daemon/kernels' QuantizeBlocks (ggml's reference quantizers,
-//     no importance matrix); q5_0, q5_1: legacy_blocks.h; f16, bf16: round to nearest even
+//   - q8_0, q4_0, q5_0, q4_K, q5_K, q6_K: daemon/kernels' QuantizeBlocks (ggml's reference
+//     quantizers, no importance matrix); q5_1: legacy_blocks.h; f16, bf16: round to nearest even
 //     (ggml's conversion); f32: as is.
 //   - Before: every value must be finite, and for a block type at most kMaxQuantizedMagnitude in
 //     magnitude (beyond it every block type's f16 scale overflows, so llama.cpp refuses it too,

@@ -170,7 +170,7 @@ TEST_P(ForwardStepQuantTest, PrefillChunksDecodeAndBatchesGiveBitwiseTheSameLogi
 }
 
 INSTANTIATE_TEST_SUITE_P(EveryBlockType, ForwardStepQuantTest,
-                         ::testing::Values(Dtype::kQ8_0, Dtype::kQ4_0, Dtype::kQ4_K, Dtype::kQ5_K, Dtype::kQ6_K),
+                         ::testing::Values(Dtype::kQ8_0, Dtype::kQ4_0, Dtype::kQ4_K, Dtype::kQ5_K, Dtype::kQ6_K, Dtype::kQ5_0),
                          [](const ::testing::TestParamInfo<Dtype>& info) { return std::string(DtypeName(info.param)); });
 
 }  // namespace forward_step_quant_test

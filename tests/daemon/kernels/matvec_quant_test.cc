@@ -1,4 +1,4 @@
-// MatVec and DotRows with block-quantized weights (q8_0, q4_0, q4_k, q5_k, q6_k) under every
+// MatVec and DotRows with block-quantized weights (q8_0, q4_0, q4_k, q5_k, q6_k, q5_0) under every
 // implementation this CPU runs (AVX-512 VNNI, AVX2, portable):
 //   - the activation quantization every implementation writes is QuantizeActivationRow's, bytewise;
 //   - y against two references summed in double over the dequantized weights (DequantizeBlocks):
@@ -34,7 +34,7 @@ namespace matvec_quant_test {  // this file's own names: the suite compiles as o
 
 using simd::Isa;
 
-constexpr Dtype kBlockTypes[] = {Dtype::kQ8_0, Dtype::kQ4_0, Dtype::kQ4_K, Dtype::kQ5_K, Dtype::kQ6_K};
+constexpr Dtype kBlockTypes[] = {Dtype::kQ8_0, Dtype::kQ4_0, Dtype::kQ4_K, Dtype::kQ5_K, Dtype::kQ6_K, Dtype::kQ5_0};
 
 std::vector<float> RandomVector(int64_t n, uint32_t seed, float sigma = 1.0f) {
   std::mt19937 rng(seed);

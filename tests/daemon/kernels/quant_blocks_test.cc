@@ -22,7 +22,7 @@ namespace niels::daemon::kernels {
 namespace {
 namespace quant_blocks_test {  // this file's own names: the suite compiles as one unity unit
 
-constexpr Dtype kBlockTypes[] = {Dtype::kQ8_0, Dtype::kQ4_0, Dtype::kQ4_K, Dtype::kQ5_K, Dtype::kQ6_K};
+constexpr Dtype kBlockTypes[] = {Dtype::kQ8_0, Dtype::kQ4_0, Dtype::kQ4_K, Dtype::kQ5_K, Dtype::kQ6_K, Dtype::kQ5_0};
 
 TEST(QuantDtypeTest, NamesSizesAndRows) {
   const struct {
@@ -31,7 +31,7 @@ TEST(QuantDtypeTest, NamesSizesAndRows) {
     int64_t elements, bytes;
   } expected[] = {{Dtype::kF32, "f32", 1, 4},      {Dtype::kF16, "f16", 1, 2},      {Dtype::kBF16, "bf16", 1, 2},
                   {Dtype::kQ8_0, "q8_0", 32, 34},  {Dtype::kQ4_0, "q4_0", 32, 18},  {Dtype::kQ4_K, "q4_k", 256, 144},
-                  {Dtype::kQ5_K, "q5_k", 256, 176}, {Dtype::kQ6_K, "q6_k", 256, 210}};
+                  {Dtype::kQ5_K, "q5_k", 256, 176}, {Dtype::kQ6_K, "q6_k", 256, 210}, {Dtype::kQ5_0, "q5_0", 32, 22}};
   for (const auto& e : expected) {
     EXPECT_EQ(DtypeName(e.dtype), e.name);
     EXPECT_EQ(ParseDtype(e.name), e.dtype);
@@ -59,6 +59,11 @@ float ReferenceValue(Dtype dtype, const unsigned char* b, int e) {
     case Dtype::kQ4_0: {
       const int byte = b[2 + e % 16];
       return static_cast<float>((e < 16 ? byte & 15 : byte >> 4) - 8) * Half(b);
+    }
+    case Dtype::kQ5_0: {  // d, then qh as 4 bytes (bit e of the little-endian word), then q4_0's nibbles
+      const int byte = b[6 + e % 16];
+      const int fifth = b[2 + e / 8] >> (e % 8) & 1;
+      return static_cast<float>(((e < 16 ? byte & 15 : byte >> 4) | fifth << 4) - 16) * Half(b);
     }
     case Dtype::kQ4_K:
     case Dtype::kQ5_K: {
@@ -166,21 +171,23 @@ std::vector<float> RoundTrip(Dtype dtype, const std::vector<float>& x) {
   return back;
 }
 
-// q8_0 and q4_0: a hard bound per value from the block's largest magnitude amax. q8_0: half a step
-// (amax / 127 / 2) plus the f16 rounding of the scale times the largest level (127 * 2^-11 steps);
-// q4_0: the step amax / 8 (the level opposite the largest value clips at 7 steps, one short of 8).
-TEST(QuantRoundTripTest, Q8_0AndQ4_0StayWithinTheirStep) {
+// q8_0, q4_0 and q5_0: a hard bound per value from the block's largest magnitude amax. q8_0: half a
+// step (amax / 127 / 2) plus the f16 rounding of the scale times the largest level (127 * 2^-11
+// steps); q4_0: the step amax / 8 (the level opposite the largest value clips at 7 steps, one short
+// of 8); q5_0 likewise amax / 16.
+TEST(QuantRoundTripTest, Block32TypesStayWithinTheirStep) {
   std::vector<float> x = NormalValues(256 * 64, 31);
   for (size_t i = 0; i < 32 * 8; ++i) x[i] *= 1000.0f;   // large blocks
   for (size_t i = 256; i < 256 + 32 * 8; ++i) x[i] *= 0.05f;  // small ones (scale still a normal f16)
   x[600] = 80.0f;                                         // an outlier within its block
-  for (Dtype dtype : {Dtype::kQ8_0, Dtype::kQ4_0}) {
+  for (Dtype dtype : {Dtype::kQ8_0, Dtype::kQ4_0, Dtype::kQ5_0}) {
     const auto back = RoundTrip(dtype, x);
     for (size_t b = 0; b < x.size() / 32; ++b) {
       float amax = 0;
       for (size_t i = 32 * b; i < 32 * b + 32; ++i) amax = std::max(amax, std::fabs(x[i]));
-      const double bound = dtype == Dtype::kQ8_0 ? amax * (0.5 / 127 + 127.0 / 127 / 2048) * 1.0001
-                                                 : amax / 8.0 * (1 + 1.0 / 1024) * 1.0001;
+      const double bound = dtype == Dtype::kQ8_0   ? amax * (0.5 / 127 + 127.0 / 127 / 2048) * 1.0001
+                           : dtype == Dtype::kQ4_0 ? amax / 8.0 * (1 + 1.0 / 1024) * 1.0001
+                                                   : amax / 16.0 * (1 + 1.0 / 1024) * 1.0001;
       for (size_t i = 32 * b; i < 32 * b + 32; ++i) {
         ASSERT_LE(std::fabs(static_cast<double>(x[i]) - back[i]), bound) << DtypeName(dtype) << " value " << i;
       }

@@ -1,10 +1,10 @@
-// The prefill path of the block-type products (many activation rows: AMX-INT8 tiles for q8_0 / q4_0
+// The prefill path of the block-type products (many activation rows: AMX-INT8 tiles for every type
 // where the CPU has them and the kernel grants them, the VNNI / AVX2 / portable register tiles
 // elsewhere) against the decode path (one activation row) and against references, under the
 // implementation this CPU picks, with AMX on and (where it was on) off, then the others it runs:
 //   - every row bitwise the same alone (decode) and in batches of 2..64 rows (odd counts, and counts
 //     that leave rows and output columns over from the 16 x 32 tiles), over any range of outputs;
-//   - q8_0 / q4_0 under AVX-512 (VNNI or AMX) and portable bitwise equal to a naive scalar
+//   - q8_0 / q4_0 / q5_0 under AVX-512 (VNNI or AMX) and portable bitwise equal to a naive scalar
 //     evaluation of the documented chain (simd_quant_avx512.cc, simd_quant_portable.cc): exact
 //     integer block sums, then acc = fma(float(s), d_w * d_x, acc) (AVX-512) or acc + float(s) *
 //     (d_w * d_x) (portable) block by block, + bias;
@@ -38,7 +38,7 @@ std::vector<float> Normal(int64_t n, uint32_t seed) {
   return v;
 }
 
-// q8_0 / q4_0 y[r, o] by the documented chain, one scalar operation at a time.
+// q8_0 / q4_0 / q5_0 y[r, o] by the documented chain, one scalar operation at a time.
 float Block32Chain(Dtype dtype, const unsigned char* w_row, const ActivationRow& x, int64_t in, const float* bias,
                    int64_t o, bool fused) {
   const int64_t block_bytes = DtypeBlockBytes(dtype);
@@ -47,8 +47,14 @@ float Block32Chain(Dtype dtype, const unsigned char* w_row, const ActivationRow&
     const unsigned char* p = w_row + b * block_bytes;
     int32_t s = 0;
     for (int i = 0; i < 32; ++i) {
-      const int level = dtype == Dtype::kQ8_0 ? static_cast<int8_t>(p[2 + i])
-                                              : (i < 16 ? (p[2 + i] & 15) : (p[2 + i - 16] >> 4)) - 8;
+      int level;
+      if (dtype == Dtype::kQ8_0) {
+        level = static_cast<int8_t>(p[2 + i]);
+      } else if (dtype == Dtype::kQ4_0) {
+        level = (i < 16 ? (p[2 + i] & 15) : (p[2 + i - 16] >> 4)) - 8;
+      } else {  // q5_0: d, 4 bytes of fifth bits (bit i of the little-endian word), the nibbles
+        level = ((i < 16 ? (p[6 + i] & 15) : (p[6 + i - 16] >> 4)) | (p[2 + i / 8] >> (i % 8) & 1) << 4) - 16;
+      }
       s += level * x.q[32 * b + i];
     }
     uint16_t half;
@@ -75,7 +81,7 @@ class QuantPrefillTest : public ::testing::TestWithParam<Dtype> {
   void CheckAll(const std::string& label) {
     const Dtype dtype = GetParam();
     const int64_t k = DtypeBlockElements(dtype);
-    const int64_t in = k == 32 ? 32 * 7 : 256 * 3;  // q8_0 / q4_0: an odd number of blocks
+    const int64_t in = k == 32 ? 32 * 7 : 256 * 3;  // 32-blocks: an odd number of them
     const std::string name = simd::QuantName();
     const bool block32 = k == 32;
     const bool exact_chain = block32 && (name.rfind("avx512", 0) == 0 || name == "portable");
@@ -155,7 +161,7 @@ TEST_P(QuantPrefillTest, BatchesAreBitwiseTheDecodePathAndMatchTheReferences) {
 }
 
 INSTANTIATE_TEST_SUITE_P(EveryBlockType, QuantPrefillTest,
-                         ::testing::Values(Dtype::kQ8_0, Dtype::kQ4_0, Dtype::kQ4_K, Dtype::kQ5_K, Dtype::kQ6_K),
+                         ::testing::Values(Dtype::kQ8_0, Dtype::kQ4_0, Dtype::kQ4_K, Dtype::kQ5_K, Dtype::kQ6_K, Dtype::kQ5_0),
                          [](const ::testing::TestParamInfo<Dtype>& info) { return std::string(DtypeName(info.param)); });
 
 }  // namespace quant_prefill_test

@@ -29,7 +29,7 @@ namespace {
 using DequantizeRowFn = void (*)(const void* blocks, float* y, int64_t k);
 using QuantizeRowFn = void (*)(const float* x, void* blocks, int64_t k);
 
-constexpr Dtype kBlockTypes[] = {Dtype::kQ8_0, Dtype::kQ4_0, Dtype::kQ4_K, Dtype::kQ5_K, Dtype::kQ6_K};
+constexpr Dtype kBlockTypes[] = {Dtype::kQ8_0, Dtype::kQ4_0, Dtype::kQ4_K, Dtype::kQ5_K, Dtype::kQ6_K, Dtype::kQ5_0};
 
 std::string GgmlName(Dtype dtype) {
   switch (dtype) {
