@@ -19,8 +19,10 @@ constexpr int64_t kMinParallelWork = 32 * 1024;
 // decode step: 16-bit and f32 weights in blocks of a sixteenth of the matrix, between 32 and 256
 // KiB (many blocks, so a thread that falls behind on a busy machine is covered by the others, but
 // long enough that the kernel's read-ahead stays inside the block: see MatVec); block-type weights
-// in about 32 KiB. For a prefill about 128 KiB, where each block meets every row of x (the block
-// stays in L2 while the rows of x stream past), a multiple of the AMX kernels' 32-row panels: the
+// in about 32 KiB. For a prefill each block meets every row of x: 16-bit and f32 weights in blocks
+// of the kernels' prefill group, 64 rows (simd_generic.h, kGroupRows: widened once per slice of
+// columns and chunk of rows of x); block types in about 128 KiB (the block stays in L2 while the
+// rows of x stream past), a multiple of the AMX kernels' 32-row panels: the
 // rows a block leaves over run on the slower VNNI tiles (with blocks of 120 rows of a 1024-wide
 // q8_0 matrix, a fifth of its rows did).
 int64_t BlockRows(int64_t out, int64_t in, Dtype dtype, int64_t rows) {
@@ -30,6 +32,7 @@ int64_t BlockRows(int64_t out, int64_t in, Dtype dtype, int64_t rows) {
         IsQuantized(dtype) ? 32 * 1024 : std::clamp<int64_t>(out * row_bytes / 16, 32 * 1024, 256 * 1024);
     return std::max<int64_t>(4, bytes / row_bytes / 4 * 4);
   }
+  if (!IsQuantized(dtype)) return 64;  // the kernels' prefill group (simd_generic.h, kGroupRows)
   return std::max<int64_t>(32, 128 * 1024 / row_bytes / 32 * 32);
 }
 
@@ -92,7 +95,8 @@ void MatVec(Matrix weight, int64_t out, int64_t in, const float* bias, const flo
   // A decode step reads ahead only inside its block (w_rows 0): the next block is usually the
   // other thread's, and prefetching it into this core's L2 cost the decode a third of its
   // bandwidth (8192 x 2048 f16 on 2 threads of the Xeon: 16.2 GB/s against 23.1 with the same
-  // blocks). A prefill reads ahead into the next block, as before (not measured apart).
+  // blocks). A prefill (more than 16 rows) reads no weights ahead: its loop widens each slice of a
+  // block once and reuses it from cache (simd_generic.h, PrefillRows).
   const int64_t read_ahead_rows = rows <= 16 ? 0 : out;
   std::atomic<int64_t> next{0};  // the next block to take, whichever thread takes it
   pool.Run([&](int, int) {

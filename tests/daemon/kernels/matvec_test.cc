@@ -120,12 +120,12 @@ TEST_P(SimdKernelsTest, MatVecMatchesNaiveLoopsForEveryShapeAndThreadCount) {
   }
 }
 
-// Batch invariance: every row of y is bitwise the same (==) whether x has 1, 2, 8, 9, 11, 16 or 100
-// rows (a prefill: tiles of every shape and more than one L2 chunk of rows), wherever the row sits
-// among them, and on 1 or 3 threads.
-TEST_P(SimdKernelsTest, EachRowIsBitwiseIndependentOfTheOtherRows) {
-  const int64_t out = 389, in = 1001;  // odd sizes: weight-row tail and column tail
-  const StoredWeights w = Store(RandomVector(out * in, 8), dtype());
+// Batch invariance: every row of y is bitwise the same (==) whether x has 1 row (the decode loop),
+// 2, 8, 9, 11 or 16, or 17, 23 or 100 rows (the K-blocked prefill loop: tiles of every shape,
+// more than one chunk of rows, column slices with and without a tail, more than one group of
+// weight rows), wherever the row sits among them, and on 1 or 3 threads.
+void ExpectRowsIndependentOfTheBatch(Dtype dtype, int64_t out, int64_t in) {
+  const StoredWeights w = Store(RandomVector(out * in, 8), dtype);
   const auto bias = RandomVector(out, 9);
   constexpr int64_t kRows = 100;
   const auto x = RandomVector(kRows * in, 10);
@@ -134,7 +134,7 @@ TEST_P(SimdKernelsTest, EachRowIsBitwiseIndependentOfTheOtherRows) {
   for (int64_t r = 0; r < kRows; ++r) {
     MatVec(w.matrix(), out, in, bias.data(), x.data() + r * in, 1, alone[r].data(), one);
   }
-  for (int64_t rows : {2, 8, 9, 11, 16, 100}) {
+  for (int64_t rows : {2, 8, 9, 11, 16, 17, 23, 100}) {
     for (int64_t first : {int64_t{0}, kRows - rows}) {
       for (WorkerPool* pool : {&one, &three}) {
         std::vector<float> y(rows * out);
@@ -142,13 +142,18 @@ TEST_P(SimdKernelsTest, EachRowIsBitwiseIndependentOfTheOtherRows) {
         for (int64_t r = 0; r < rows; ++r) {
           for (int64_t o = 0; o < out; ++o) {
             ASSERT_EQ(y[r * out + o], alone[first + r][o])
-                << "row " << first + r << " col " << o << " in a batch of " << rows << " on " << pool->threads()
-                << " threads";
+                << "out " << out << " in " << in << ": row " << first + r << " col " << o << " in a batch of "
+                << rows << " on " << pool->threads() << " threads";
           }
         }
       }
     }
   }
+}
+
+TEST_P(SimdKernelsTest, EachRowIsBitwiseIndependentOfTheOtherRows) {
+  ExpectRowsIndependentOfTheBatch(dtype(), 389, 1001);  // odd sizes: weight-row tail and column tail
+  ExpectRowsIndependentOfTheBatch(dtype(), 70, 1536);   // three whole column slices, 2 rows past the tiles
 }
 
 // A 16-bit matrix gives exactly the products of the f32 matrix of the same values: widening is
