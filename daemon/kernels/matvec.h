@@ -9,13 +9,13 @@
 // kernel splits the weight's rows among the threads of a WorkerPool and reads each weight row once
 // for all rows of x (1.2 ms for those 86 MB on 2 threads, 2.7 ms on 1).
 //
-// With 16-bit weights (f16, bf16) the kernel widens each weight as it loads it (simd_kernels.h),
-// so a decode step reads half the bytes; nothing is converted ahead. With GGUF block types (q8_0,
-// q4_0, q4_k, q5_k, q6_k: 8.5 to 4.5 bits a weight, quant_blocks.h) the rows of x are first
+// With 16-bit weights (f16, bf16) a decode step widens each weight as it loads it (simd_kernels.h),
+// so it reads half the bytes; a prefill widens a slice of 64 weight rows x 512 columns once into
+// a per-thread buffer and runs every row of x against it. With GGUF block types (q8_0, q4_0,
+// q5_0, q4_k, q5_k, q6_k: 8.5 to 4.5 bits a weight, quant_blocks.h) the rows of x are first
 // quantized to 8 bits per block, once per call (quant_activations.h: what is rounded where), and
-// the kernels sum exact integer products per block (simd_kernels.h, DotRowsQuantized). A prefill runs the same
-// kernel as a GEMM: register tiles of 4 weight rows x 6 (or 3) rows of x, rows of x in L2-sized
-// chunks.
+// the kernels sum exact integer products per block (simd_kernels.h, DotRowsQuantized). A prefill
+// runs the same chains as a GEMM: register tiles of 4 weight rows x 6 (or 3) rows of x.
 //
 // No libtorch here: plain pointers, row-major.
 

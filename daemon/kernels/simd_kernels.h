@@ -16,8 +16,10 @@ namespace niels::daemon::kernels::simd {
 // y[r * y_stride + o] = bias[o] + sum_i w[o, i] * x[r * x_stride + i]
 // for o in [o_begin, o_end) and r < rows, w [*, in] of any dtype; bias may be nullptr (no bias).
 // The products run in register tiles (4 weight rows x 6 rows of x with AVX-512, 4 x 3 otherwise),
-// so a weight row is read once per tile, and rows of x in chunks that stay in L2 (a GEMM for many
-// rows, a matrix-vector product for one). Every dot product is summed in the implementation's lanes
+// so a weight row is read once per tile. Up to 16 rows of x (decode) straight from the weights;
+// more (prefill) K-blocked: 64 weight rows x 512 columns widened to f32 once into a per-thread
+// buffer, met by chunks of 96 rows of x, each tile's accumulators saved between slices
+// (simd_generic.h, PrefillRows). Every dot product is summed in the implementation's lanes
 // (16, or 8) and the lanes in a fixed tree, so y differs from a serial sum by rounding only.
 // Batch invariance (a contract the engine relies on): y[r, o] is bitwise the same whatever `rows`,
 // the other rows of x and the o range are -- every (r, o) is the same chain of operations.
@@ -26,7 +28,7 @@ namespace niels::daemon::kernels::simd {
 void DotRows(Matrix w, int64_t in, const float* x, int64_t x_stride, int64_t rows, const float* bias, float* y,
              int64_t y_stride, int64_t o_begin, int64_t o_end, int64_t w_rows = 0);
 
-// Weights of a block type (q8_0 ... q6_k, quant_blocks.h) multiply activations quantized to 8 bits
+// Weights of a block type (quant_blocks.h) multiply activations quantized to 8 bits
 // per block (quant_activations.h: what is rounded where): DotRows with such a w quantizes the rows
 // of x itself (once per call) and runs DotRowsQuantized, whose every y[r, o] is one fixed chain of
 // exact integer block sums folded into float accumulators (simd_quant_*.cc), so the batch
