@@ -15,22 +15,26 @@ namespace {
 // cost more than it saves (a 384 x 384 product, 147k, is already worth splitting).
 constexpr int64_t kMinParallelWork = 32 * 1024;
 
-// Output rows per block handed out to the threads, a multiple of the kernels' 4-row tiles. For a
-// decode step: 16-bit and f32 weights in blocks of a sixteenth of the matrix, between 32 and 256
-// KiB (many blocks, so a thread that falls behind on a busy machine is covered by the others, but
-// long enough that the kernel's read-ahead stays inside the block: see MatVec); block-type weights
-// in about 32 KiB. For a prefill each block meets every row of x: 16-bit and f32 weights in blocks
-// of the kernels' prefill group, 64 rows (simd_generic.h, kGroupRows: widened once per slice of
-// columns and chunk of rows of x); block types in about 128 KiB (the block stays in L2 while the
-// rows of x stream past), a multiple of the AMX kernels' 32-row panels: the
-// rows a block leaves over run on the slower VNNI tiles (with blocks of 120 rows of a 1024-wide
-// q8_0 matrix, a fifth of its rows did).
+// Output rows per block handed out to the threads, a multiple of the kernels' tiles (4 rows; 16
+// for the 32-value block types). For a decode step: blocks of a sixteenth of the matrix, between
+// 32 and 256 KiB (many blocks, so a thread that falls behind on a busy machine is covered by the
+// others, but long enough that a 16-bit kernel's read-ahead stays inside the block: see MatVec).
+// Block types had 32 KiB until 2026-11-27: with 2048 x 8192 q8_0 that was 4 rows, a quarter of a
+// 16-row tile, and nielsd-quant-bench decoded it at 9 GB/s against 23 with whole tiles (8192 x
+// 2048 q4_k 17 -> 21 GB/s with the larger blocks; medians of three alternations). For a prefill
+// each block meets every row of x: 16-bit and f32 weights in blocks of the kernels' prefill group,
+// 64 rows (simd_generic.h, kGroupRows: widened once per slice of columns and chunk of rows of x);
+// block types in about 128 KiB (the block stays in L2 while the rows of x stream past), a multiple
+// of the AMX kernels' 32-row panels: the rows a block leaves over run on the slower VNNI tiles
+// (with blocks of 120 rows of a 1024-wide q8_0 matrix, a fifth of its rows did).
 int64_t BlockRows(int64_t out, int64_t in, Dtype dtype, int64_t rows) {
   const int64_t row_bytes = RowBytes(dtype, in);
   if (rows <= 16) {
-    const int64_t bytes =
-        IsQuantized(dtype) ? 32 * 1024 : std::clamp<int64_t>(out * row_bytes / 16, 32 * 1024, 256 * 1024);
-    return std::max<int64_t>(4, bytes / row_bytes / 4 * 4);
+    const int64_t bytes = std::clamp<int64_t>(out * row_bytes / 16, 32 * 1024, 256 * 1024);
+    // Whole tiles: the AVX-512 kernels of the 32-value block types run 16 weight rows at a time
+    // (in the lanes), and a block of 4 or 12 rows cost as many instructions as 16.
+    const int64_t tile = DtypeBlockElements(dtype) == 32 ? 16 : 4;
+    return std::max<int64_t>(tile, bytes / row_bytes / tile * tile);
   }
   if (!IsQuantized(dtype)) return 64;  // the kernels' prefill group (simd_generic.h, kGroupRows)
   return std::max<int64_t>(32, 128 * 1024 / row_bytes / 32 * 32);
