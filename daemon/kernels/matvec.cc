@@ -37,7 +37,10 @@ int64_t BlockRows(int64_t out, int64_t in, Dtype dtype, int64_t rows) {
     return std::max<int64_t>(tile, bytes / row_bytes / tile * tile);
   }
   if (!IsQuantized(dtype)) return 64;  // the kernels' prefill group (simd_generic.h, kGroupRows)
-  return std::max<int64_t>(32, 128 * 1024 / row_bytes / 32 * 32);
+  // At most 128 KiB, and at least 8 blocks where the matrix has 8 panels: a 384-row q4_0 matrix
+  // was one block (one thread idle), a 1536-row one three.
+  const int64_t cap = std::max<int64_t>(32, 128 * 1024 / row_bytes / 32 * 32);
+  return std::clamp<int64_t>(out / 8 / 32 * 32, 32, cap);
 }
 
 // The calling thread's buffer for a product's quantized activations: 64-byte aligned, grown to the
