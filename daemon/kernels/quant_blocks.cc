@@ -101,9 +101,10 @@ void QuantizeQ8_0Block(const float* x, BlockQ8_0* out) {
   for (int j = 0; j < 32; ++j) out->qs[j] = static_cast<int8_t>(TruncateToInt32(std::round(x[j] * id)));
 }
 
-// q4_0: d = -(the value of largest magnitude, the first such) / 8, so that value maps to -8 (q 0);
-// q = min(15, trunc(x / d + 8.5)).
-void QuantizeQ4_0Block(const float* x, BlockQ4_0* out) {
+// The levels of q4_0 (offset 8) and q5_0 (offset 16) into q[32]: d = -(the value of largest
+// magnitude, the first such) / offset, so that value maps to -offset (level 0); q = min(2 offset -
+// 1, trunc(x / d + offset + 0.5)). Returns d.
+float OffsetLevels(const float* x, int offset, uint8_t* q) {
   float amax = 0.0f, max = 0.0f;
   for (int j = 0; j < 32; ++j) {
     if (amax < std::fabs(x[j])) {
@@ -111,38 +112,31 @@ void QuantizeQ4_0Block(const float* x, BlockQ4_0* out) {
       max = x[j];
     }
   }
-  const float d = max / -8.0f;
+  const float d = max / -static_cast<float>(offset);
   const float id = d != 0.0f ? 1.0f / d : 0.0f;
-  out->d = FloatToHalf(d);
-  auto level = [id](float v) {
-    const int q = static_cast<int8_t>(TruncateToInt32(v * id + 8.5f));
-    return static_cast<uint8_t>(q < 15 ? q : 15);
-  };
-  for (int j = 0; j < 16; ++j) out->qs[j] = static_cast<uint8_t>(level(x[j]) | level(x[j + 16]) << 4);
+  const int top = 2 * offset - 1;
+  for (int j = 0; j < 32; ++j) {
+    const int level = static_cast<int8_t>(TruncateToInt32(x[j] * id + (static_cast<float>(offset) + 0.5f)));
+    q[j] = static_cast<uint8_t>(level < top ? level : top);
+  }
+  return d;
 }
 
-// q5_0: as q4_0 over 32 levels: d = -(the value of largest magnitude, the first such) / 16;
-// q = min(31, trunc(x / d + 16.5)), its fifth bit in qh.
+// q4_0: OffsetLevels(x, 8), two per byte (value j low, j + 16 high).
+void QuantizeQ4_0Block(const float* x, BlockQ4_0* out) {
+  uint8_t q[32];
+  out->d = FloatToHalf(OffsetLevels(x, 8, q));
+  for (int j = 0; j < 16; ++j) out->qs[j] = static_cast<uint8_t>(q[j] | q[j + 16] << 4);
+}
+
+// q5_0: OffsetLevels(x, 16): the low four bits as q4_0's, the fifth of value j as bit j of qh.
 void QuantizeQ5_0Block(const float* x, BlockQ5_0* out) {
-  float amax = 0.0f, max = 0.0f;
-  for (int j = 0; j < 32; ++j) {
-    if (amax < std::fabs(x[j])) {
-      amax = std::fabs(x[j]);
-      max = x[j];
-    }
-  }
-  const float d = max / -16.0f;
-  const float id = d != 0.0f ? 1.0f / d : 0.0f;
-  out->d = FloatToHalf(d);
-  auto level = [id](float v) {
-    const int q = static_cast<int8_t>(TruncateToInt32(v * id + 16.5f));
-    return static_cast<uint32_t>(q < 31 ? q : 31);
-  };
+  uint8_t q[32];
+  out->d = FloatToHalf(OffsetLevels(x, 16, q));
   uint32_t qh = 0;
   for (int j = 0; j < 16; ++j) {
-    const uint32_t low = level(x[j]), high = level(x[j + 16]);
-    out->qs[j] = static_cast<uint8_t>((low & 15) | (high & 15) << 4);
-    qh |= (low >> 4 & 1) << j | (high >> 4 & 1) << (j + 16);
+    out->qs[j] = static_cast<uint8_t>((q[j] & 15) | (q[j + 16] & 15) << 4);
+    qh |= static_cast<uint32_t>(q[j] >> 4 & 1) << j | static_cast<uint32_t>(q[j + 16] >> 4 & 1) << (j + 16);
   }
   std::memcpy(out->qh, &qh, sizeof qh);  // little-endian, as the format
 }
