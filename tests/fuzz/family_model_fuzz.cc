@@ -6,7 +6,7 @@
 // Input: 1 selector byte, then the fuzzed bytes. selector % 3: 0 = a GGUF file (written to tmpfs
 // when /dev/shm exists, loaded with --max-context 64), 1 = config.json, 2 = generation_config.json.
 // The seeds are tiny llama, qwen2 and qwen3 models (family_model.h, at shapes whose GGUF fits in one
-// input), a llama with a SentencePiece vocabulary ("llama_spm") and their config.json files; with NIELS_FUZZ_WRITE_SEEDS=DIR the initialisation writes
+// input), a qwen2 with q8_0 and a llama with q5_0 matrices, a llama with a SentencePiece vocabulary ("llama_spm") and their config.json files; with NIELS_FUZZ_WRITE_SEEDS=DIR the initialisation writes
 // them to DIR.
 // Invariants: a refused GGUF names the file; a loaded one has a config that ValidateModelConfig
 // accepts and that is of the family, a tokenizer of V ids, stop ids in range, ascending and not
@@ -19,6 +19,7 @@
 #include <filesystem>
 #include <string>
 #include <string_view>
+#include <utility>
 
 #include "daemon/loaders/hf_config.h"
 #include "daemon/loaders/model_loader.h"
@@ -76,6 +77,20 @@ void WriteSeeds(const fs::path& dir) {
     const niels::testing::HfModelFiles hf = niels::testing::MakeHfModel(config, weights);
     niels::testing::WriteFile(dir / (name + "_config_json"), std::string(1, '\1') + hf.config.dump(2));
     niels::testing::WriteFile(dir / (name + "_generation_config_json"), std::string(1, '\2') + hf.generation_config.dump(2));
+  }
+  // Block-type matrices, as a quantized file holds them (rows of 32: a wider member): q8_0, and
+  // q5_0 (q4_k_m's type for rows that are not whole 256-blocks).
+  for (const auto& [a, dtype] : {std::pair{model::Architecture::kQwen2, niels::daemon::kernels::Dtype::kQ8_0},
+                                 std::pair{model::Architecture::kLlama, niels::daemon::kernels::Dtype::kQ5_0}}) {
+    model::ModelConfig config = SeedConfig(a);
+    config.width = 32;
+    config.head_size = 16;
+    const std::string name = std::string(model::ArchitectureName(a)) + "_" +
+                             std::string(niels::daemon::kernels::DtypeName(dtype));
+    const fs::path gguf = g_work / (name + ".gguf");
+    niels::testing::MakeGgufModel(config, niels::testing::TinyFamilyWeights(config, 1), dtype).Write(gguf);
+    FUZZ_CHECK(loaders::LoadModel(gguf).ok());
+    niels::testing::WriteFile(dir / (name + "_gguf"), std::string(1, '\0') + niels::testing::ReadFile(gguf));
   }
   // A SentencePiece vocabulary (tokenizer.ggml.model "llama", Llama 2's shape).
   model::ModelConfig config = SeedConfig(model::Architecture::kLlama);
