@@ -267,7 +267,7 @@ int Main(int argc, char** argv) {
   app.add_option("--decode-mib", o.decode_mib, "decode cycles through matrix copies of at least this size")
       ->capture_default_str();
   app.add_option("--shapes", o.shapes, "OUTxIN shapes")->delimiter(',');
-  app.add_option("--dtypes", o.dtypes, "f16, bf16, q8_0, q4_0, q4_k, q5_k, q6_k")->delimiter(',');
+  app.add_option("--dtypes", o.dtypes, "f16, bf16, q8_0, q4_0, q5_0, q4_k, q5_k, q6_k")->delimiter(',');
   app.add_option("--ggml-cpu-lib", o.ggml_cpu_lib, "libggml-cpu-*.so: print ggml's vec_dot decode GB/s beside ours");
   app.add_flag("--json", o.json, "one JSON line per (shape, dtype)");
   CLI11_PARSE(app, argc, argv);
