@@ -63,9 +63,15 @@ MODELS = {
 # difference that moves one activation across a rounding boundary changes its 8-bit level. Bounds
 # at ~2x the largest value measured (tools/quantize/README.md); qwen2-128's q4_k_m, 50 of its 65
 # matrices q5_0 fallbacks, measured 2.59 (niels-demo's 0.30).
+# f16 depends on which ggml CPU build node-llama-cpp loads: on an AVX-512/AMX Xeon (its
+# sapphirerapids build) the f16 files agreed to 0.0000; on an AVX2-only AMD EPYC (Zen 3, its
+# haswell build) they differ by 0.033-0.059 (random) and 0.012 (niels-demo), 0.016 already at
+# position 0, where attention plays no part: llama.cpp's AVX2 f16 products round the activations to
+# f16 (ggml's vec_dot_type for f16), nielsd's widen the weights and keep f32 activations. (Its f32
+# files agree with nielsd to 1e-3 on both CPUs: family_llamacpp_test.)
 NIELSD_TOL = {
-    "random": {"f16": 0.01, "q8_0": 3.0, "q4_0": 3.2, "q4_k_m": 5.0, "q5_k_m": 1.5},
-    "trained": {"f16": 0.01, "q8_0": 0.75, "q4_0": 0.7, "q4_k_m": 0.6},
+    "random": {"f16": 0.12, "q8_0": 3.0, "q4_0": 3.2, "q4_k_m": 5.0, "q5_k_m": 1.5},
+    "trained": {"f16": 0.03, "q8_0": 0.75, "q4_0": 0.7, "q4_k_m": 0.6},
 }
 # And nielsd's logits must be clearly closest to llama.cpp's on the same file: their rms distance at
 # most IDENTIFY_SHARE of the distance to llama.cpp's on any other file of the model (the f16 input
