@@ -102,29 +102,33 @@ const QuantKernelTable* active_quant = &QuantTableOf(kDetected);
 int Index(Dtype dtype) { return static_cast<int>(dtype); }
 int QuantIndex(Dtype dtype) { return static_cast<int>(dtype) - static_cast<int>(Dtype::kQ8_0); }
 
-// A buffer of at least `bytes` bytes, 64-byte aligned, owned by the calling thread: grown when a
-// larger one is asked for, never shrunk (so a steady stream of products allocates nothing).
-void* ThreadBuffer(int64_t bytes) {
-  thread_local std::vector<unsigned char> buffer;
+// At least `bytes` bytes of `buffer`, 64-byte aligned: grown when more is asked for, never shrunk
+// (so a steady stream of products allocates nothing).
+void* Aligned64(std::vector<unsigned char>& buffer, int64_t bytes) {
   if (static_cast<int64_t>(buffer.size()) < bytes + 64) buffer.resize(static_cast<size_t>(bytes + 64));
   const auto address = reinterpret_cast<uintptr_t>(buffer.data());
   return buffer.data() + ((64 - address % 64) % 64);
+}
+
+// The calling thread's buffer for the activations of a quantized product (apart from
+// ScratchBuffer's, which the kernels use while these activations are read).
+void* ActivationBuffer(int64_t bytes) {
+  thread_local std::vector<unsigned char> buffer;
+  return Aligned64(buffer, bytes);
 }
 
 }  // namespace
 
 void* ScratchBuffer(int64_t bytes) {
   thread_local std::vector<unsigned char> buffer;
-  if (static_cast<int64_t>(buffer.size()) < bytes + 64) buffer.resize(static_cast<size_t>(bytes + 64));
-  const auto address = reinterpret_cast<uintptr_t>(buffer.data());
-  return buffer.data() + ((64 - address % 64) % 64);
+  return Aligned64(buffer, bytes);
 }
 
 void DotRows(Matrix w, int64_t in, const float* x, int64_t x_stride, int64_t rows, const float* bias, float* y,
              int64_t y_stride, int64_t o_begin, int64_t o_end, int64_t w_rows) {
   if (rows <= 0 || o_begin >= o_end) return;
   if (IsQuantized(w.dtype)) {
-    void* xq = ThreadBuffer(rows * ActivationLayoutFor(w.dtype, in).row_bytes);
+    void* xq = ActivationBuffer(rows * ActivationLayoutFor(w.dtype, in).row_bytes);
     QuantizeActivations(w.dtype, x, x_stride, rows, in, xq);
     DotRowsQuantized(w, in, xq, rows, bias, y, y_stride, o_begin, o_end, w_rows);
     return;
