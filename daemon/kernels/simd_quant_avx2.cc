@@ -26,6 +26,7 @@
 
 #include "daemon/kernels/simd_table.h"
 
+
 namespace niels::daemon::kernels::simd {
 namespace {
 
@@ -65,43 +66,271 @@ __m256i FifthBits(const unsigned char* p) {
   return _mm256_and_si256(_mm256_cmpeq_epi8(_mm256_and_si256(spread, select), select), _mm256_set1_epi8(16));
 }
 
-// q8_0, q4_0 and q5_0: a unit is one 32-block.
+// A block's 32 weights (at p) as bytes in value order: q4_0's nibbles (w + 8), q5_0's five-bit
+// levels (w + 16), q8_0's signed values themselves.
 template <Block32Type kType>
-struct Block32Kernel : Common {
-  static constexpr bool kOffsetLevels = kType != Block32Type::kQ8_0;  // fed as w + 8 / w + 16, undone by `starts`
-  static constexpr int64_t kUnit = 32, kUnitBytes = kType == Block32Type::kQ8_0 ? 34 : kType == Block32Type::kQ4_0 ? 18 : 22;
-  static constexpr int64_t kTailUnit = 0;
-  static constexpr int kWeightRows = 2, kDecodeWeightRows = 2, kTileRows = 4;  // 8 accumulators + levels, scales, constants, temporaries
+__m256i BlockBytes(const unsigned char* p) {
+  if constexpr (kType == Block32Type::kQ8_0) {
+    return Load256(p + 2);
+  } else {
+    constexpr int kNibbles = kType == Block32Type::kQ4_0 ? 2 : 6;
+    const __m128i packed = _mm_loadu_si128(reinterpret_cast<const __m128i*>(p + kNibbles));
+    __m256i levels = _mm256_and_si256(_mm256_set_m128i(_mm_srli_epi16(packed, 4), packed), _mm256_set1_epi8(0x0f));
+    if constexpr (kType == Block32Type::kQ5_0) levels = _mm256_or_si256(levels, FifthBits(p + 2));
+    return levels;
+  }
+}
 
-  template <int RM, int RN>
-  static void Unit(const unsigned char* const (&w)[RM], const XRow (&x)[RN], int64_t u, Acc (&acc)[RM][RN]) {
+// The 8 weight rows' d of the block at byte `at` of each.
+__m256 RowScales(const unsigned char* const (&w)[8], int64_t at) {
+  return _mm256_cvtph_ps(_mm_setr_epi16(static_cast<short>(LoadU16(w[0] + at)), static_cast<short>(LoadU16(w[1] + at)),
+                                        static_cast<short>(LoadU16(w[2] + at)), static_cast<short>(LoadU16(w[3] + at)),
+                                        static_cast<short>(LoadU16(w[4] + at)), static_cast<short>(LoadU16(w[5] + at)),
+                                        static_cast<short>(LoadU16(w[6] + at)), static_cast<short>(LoadU16(w[7] + at))));
+}
+
+// v[c]: 8 int32 partial sums of row c. Returns lane c = their total (exact: integers).
+__m256i SumRows(const __m256i (&v)[8]) {
+  // hadd(a, b) per 128-bit half: a's two pair sums, then b's.
+  const __m256i abcd = _mm256_hadd_epi32(_mm256_hadd_epi32(v[0], v[1]), _mm256_hadd_epi32(v[2], v[3]));
+  const __m256i efgh = _mm256_hadd_epi32(_mm256_hadd_epi32(v[4], v[5]), _mm256_hadd_epi32(v[6], v[7]));
+  return _mm256_add_epi32(_mm256_permute2x128_si256(abcd, efgh, 0x20), _mm256_permute2x128_si256(abcd, efgh, 0x31));
+}
+
+// t[k] = dword k of each of the 8 rows r[0..7] (an 8 x 8 transpose of dwords).
+void Transpose8(const __m256i (&r)[8], __m256i (&t)[8]) {
+  __m256i a[8], b[8];
+#pragma GCC unroll 4
+  for (int k = 0; k < 4; ++k) {
+    a[2 * k] = _mm256_unpacklo_epi32(r[2 * k], r[2 * k + 1]);      // dwords 0, 1 | 4, 5 of both
+    a[2 * k + 1] = _mm256_unpackhi_epi32(r[2 * k], r[2 * k + 1]);  // 2, 3 | 6, 7
+  }
+#pragma GCC unroll 2
+  for (int h = 0; h < 2; ++h) {  // rows 4h .. 4h + 3
+    b[4 * h + 0] = _mm256_unpacklo_epi64(a[4 * h], a[4 * h + 2]);      // dword 0 | 4
+    b[4 * h + 1] = _mm256_unpackhi_epi64(a[4 * h], a[4 * h + 2]);      // 1 | 5
+    b[4 * h + 2] = _mm256_unpacklo_epi64(a[4 * h + 1], a[4 * h + 3]);  // 2 | 6
+    b[4 * h + 3] = _mm256_unpackhi_epi64(a[4 * h + 1], a[4 * h + 3]);  // 3 | 7
+  }
+#pragma GCC unroll 4
+  for (int k = 0; k < 4; ++k) {
+    t[k] = _mm256_permute2x128_si256(b[k], b[4 + k], 0x20);
+    t[k + 4] = _mm256_permute2x128_si256(b[k], b[4 + k], 0x31);
+  }
+}
+
+// The activation bytes a panel kernel keeps in L2 while a panel meets them (256 KiB and 1 MiB
+// measured alike on a Zen 3 with 512 KiB of L2).
+constexpr int64_t kPanelChunkBytes = 384 * 1024;
+
+// q8_0, q4_0 and q5_0 with the lanes over weight rows: 8 weight rows at a time and, per 32-block b,
+// the exact int32 dot s of each with one activation row, folded as acc = fma(float(s), d_w * d_x,
+// acc) in block order: simd_quant_avx512.cc's chain, so the same bits as the AVX-512 and AMX kernels.
+//   Few activation rows (decode): each weight row's block unpacked in place, VPMADDUBSW + VPMADDWD
+//   into 8 partial sums per row, totalled across rows by SumRows.
+//   Prefill: 8 weight rows repacked once into a panel (per block, 8 steps of 32 bytes: dword c of
+//   step t = row c's levels 4t .. 4t + 3; then the rows' d as floats) that every activation row
+//   meets: per step one VPMADDUBSW against the row's 4 levels broadcast gives 2 int16 per weight row,
+//   summed in int16 over the block's steps (never saturating: 8 steps of q4_0, 4 of q5_0; q8_0 goes
+//   to int32 each step) and then by VPMADDWD into the row's lane.
+// q8_0's signed weights meet VPMADDUBSW as |w| against q with w's sign; q4_0 and q5_0's offset
+// levels are undone per block with -8 or -16 times the block's sum of q (quant_activations.h).
+template <Block32Type kType>
+struct Block32Rows {
+  static constexpr int64_t kBlockBytes = kType == Block32Type::kQ8_0 ? 34 : kType == Block32Type::kQ4_0 ? 18 : 22;
+  static constexpr int kOffset = kType == Block32Type::kQ4_0 ? 8 : kType == Block32Type::kQ5_0 ? 16 : 0;
+  static constexpr int64_t kPanelBlockBytes = 8 * 32 + 8 * 4;
+  static constexpr int64_t kPanelMinRows = 4;  // fewer activation rows: the in-place (decode) tiles
+  static constexpr int kTileRows = 4;           // activation rows per panel tile (5, 6: slower, spilled)
+
+  static void Rows8(const QuantDotArgs& a, int64_t o, int n, const unsigned char* (&w)[8]) {
+    const auto* w0 = static_cast<const unsigned char*>(a.w) + o * a.w_row_bytes;
+#pragma GCC unroll 8
+    for (int c = 0; c < 8; ++c) w[c] = w0 + (c < n ? c : n - 1) * a.w_row_bytes;  // past n: the last row again
+  }
+
+  // The exact int32 dot of each lane's weight row with x's block b, from the integer products.
+  static __m256i Undo(__m256i s, const XRow& x, int64_t b) {
+    if constexpr (kOffset != 0) s = _mm256_add_epi32(s, _mm256_set1_epi32(-kOffset * x.sums[b]));
+    return s;
+  }
+
+  // y[r + j, o .. o + n - 1] = acc[j] (+ bias).
+  template <int RN>
+  static void Store(const QuantDotArgs& a, int64_t o, int n, int64_t r, const __m256 (&acc)[RN]) {
+    const __m256i mask = _mm256_cmpgt_epi32(_mm256_set1_epi32(n), _mm256_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7));
+    const __m256 bias = a.bias != nullptr ? _mm256_maskload_ps(a.bias + o, mask) : _mm256_setzero_ps();
+#pragma GCC unroll 4
+    for (int j = 0; j < RN; ++j) {
+      const __m256 out = a.bias != nullptr ? _mm256_add_ps(acc[j], bias) : acc[j];
+      _mm256_maskstore_ps(a.y + (r + j) * a.y_stride + o, mask, out);
+    }
+  }
+
+  // Decode: weight rows o .. o + n - 1 (n <= 8) in place against activation rows r .. r + RN - 1.
+  // With `prefetch`, each block of the next 8 weight rows is asked into L2 as this tile reads its own
+  // (as simd_quant_tile.h's kPrefetchRows).
+  template <int RN>
+  static void InPlaceTile(const QuantDotArgs& a, int64_t o, int n, int64_t r, bool prefetch) {
+    const unsigned char* w[8];
+    Rows8(a, o, n, w);
+    const int64_t ahead = prefetch ? 8 * a.w_row_bytes : 0;
+    XRow x[RN];
+    __m256 acc[RN];
+#pragma GCC unroll 4
+    for (int j = 0; j < RN; ++j) {
+      x[j] = XRowAt(a, r + j);
+      acc[j] = _mm256_setzero_ps();
+    }
     const __m256i ones = _mm256_set1_epi16(1);
+    const int64_t blocks = a.in / 32;
+    for (int64_t b = 0; b < blocks; ++b) {
+      const int64_t at = b * kBlockBytes;
+      __m256i levels[8];
 #pragma GCC unroll 8
-    for (int i = 0; i < RM; ++i) {
-      const __m256 dw = _mm256_set1_ps(HalfAt(w[i]));
-      __m256i levels, signs;
-      if constexpr (kOffsetLevels) {
-        constexpr int kNibbles = kType == Block32Type::kQ4_0 ? 2 : 6;
-        const __m128i packed = _mm_loadu_si128(reinterpret_cast<const __m128i*>(w[i] + kNibbles));
-        levels = _mm256_and_si256(_mm256_set_m128i(_mm_srli_epi16(packed, 4), packed), _mm256_set1_epi8(0x0f));
-        if constexpr (kType == Block32Type::kQ5_0) levels = _mm256_or_si256(levels, FifthBits(w[i] + 2));
-      } else {
-        signs = Load256(w[i] + 2);
-        levels = _mm256_sign_epi8(signs, signs);  // |w| (128 for -128, read unsigned)
+      for (int c = 0; c < 8; ++c) {
+        __builtin_prefetch(w[c] + ahead + at, 0, 2);
+        levels[c] = BlockBytes<kType>(w[c] + at);
       }
-#pragma GCC unroll 8
+      const __m256 dw = RowScales(w, at);
+#pragma GCC unroll 4
       for (int j = 0; j < RN; ++j) {
-        __m256i q = Load256(x[j].q + 32 * u);
-        if constexpr (!kOffsetLevels) q = _mm256_sign_epi8(q, signs);
-        __m256i isum = _mm256_madd_epi16(_mm256_maddubs_epi16(levels, q), ones);
-        if constexpr (kOffsetLevels) isum = _mm256_add_epi32(isum, Load256(x[j].starts + 8 * u));
-        const __m256 scale = _mm256_mul_ps(dw, _mm256_loadu_ps(x[j].d + 8 * u));
-        acc[i][j] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(isum), scale, acc[i][j]);
+        const __m256i q = Load256(x[j].q + 32 * b);
+        __m256i partial[8];
+#pragma GCC unroll 8
+        for (int c = 0; c < 8; ++c) {
+          if constexpr (kType == Block32Type::kQ8_0) {
+            partial[c] = _mm256_madd_epi16(_mm256_maddubs_epi16(_mm256_sign_epi8(levels[c], levels[c]), _mm256_sign_epi8(q, levels[c])), ones);
+          } else {
+            partial[c] = _mm256_madd_epi16(_mm256_maddubs_epi16(levels[c], q), ones);
+          }
+        }
+        const __m256 s = _mm256_cvtepi32_ps(Undo(SumRows(partial), x[j], b));
+        acc[j] = _mm256_fmadd_ps(s, _mm256_mul_ps(dw, _mm256_set1_ps(x[j].d[8 * b])), acc[j]);
+      }
+    }
+    Store<RN>(a, o, n, r, acc);
+  }
+
+  // Weight rows o .. o + n - 1 (n <= 8) into `panel` (see the top of this struct).
+  static void Pack(const QuantDotArgs& a, int64_t o, int n, unsigned char* panel) {
+    const unsigned char* w[8];
+    Rows8(a, o, n, w);
+    const int64_t blocks = a.in / 32;
+    for (int64_t b = 0; b < blocks; ++b) {
+      const int64_t at = b * kBlockBytes;
+      __m256i rows[8], steps[8];
+#pragma GCC unroll 8
+      for (int c = 0; c < 8; ++c) rows[c] = BlockBytes<kType>(w[c] + at);
+      Transpose8(rows, steps);
+      unsigned char* out = panel + b * kPanelBlockBytes;
+#pragma GCC unroll 8
+      for (int t = 0; t < 8; ++t) _mm256_store_si256(reinterpret_cast<__m256i*>(out + 32 * t), steps[t]);
+      _mm256_store_ps(reinterpret_cast<float*>(out + 256), RowScales(w, at));
+    }
+  }
+
+  // Prefill: the panel of weight rows o .. o + n - 1 against activation rows r .. r + RN - 1.
+  template <int RN>
+  static void PanelTile(const QuantDotArgs& a, const unsigned char* panel, int64_t o, int n, int64_t r) {
+    XRow x[RN];
+    __m256 acc[RN];
+#pragma GCC unroll 4
+    for (int j = 0; j < RN; ++j) {
+      x[j] = XRowAt(a, r + j);
+      acc[j] = _mm256_setzero_ps();
+    }
+    const __m256i ones = _mm256_set1_epi16(1);
+    const int64_t blocks = a.in / 32;
+    for (int64_t b = 0; b < blocks; ++b) {
+      const unsigned char* p = panel + b * kPanelBlockBytes;
+      __m256i s[RN];
+      auto levels_of = [&](int j, int t) {
+        int32_t four;
+        std::memcpy(&four, x[j].q + 32 * b + 4 * t, 4);
+        return _mm256_set1_epi32(four);
+      };
+      if constexpr (kType == Block32Type::kQ8_0) {
+#pragma GCC unroll 4
+        for (int j = 0; j < RN; ++j) s[j] = _mm256_setzero_si256();
+#pragma GCC unroll 8
+        for (int t = 0; t < 8; ++t) {
+          const __m256i wt = _mm256_load_si256(reinterpret_cast<const __m256i*>(p + 32 * t));
+          const __m256i magnitude = _mm256_sign_epi8(wt, wt);
+#pragma GCC unroll 4
+          for (int j = 0; j < RN; ++j) {
+            const __m256i pairs = _mm256_maddubs_epi16(magnitude, _mm256_sign_epi8(levels_of(j, t), wt));
+            s[j] = _mm256_add_epi32(s[j], _mm256_madd_epi16(pairs, ones));
+          }
+        }
+      } else {
+        constexpr int kSpan = 4;  // steps summed in int16 (q4_0 could take 8: measured slower)
+#pragma GCC unroll 4
+        for (int j = 0; j < RN; ++j) s[j] = _mm256_setzero_si256();
+#pragma GCC unroll 2
+        for (int t0 = 0; t0 < 8; t0 += kSpan) {
+          __m256i s16[RN];
+#pragma GCC unroll 4
+          for (int j = 0; j < RN; ++j) s16[j] = _mm256_setzero_si256();
+#pragma GCC unroll 8
+          for (int t = t0; t < t0 + kSpan; ++t) {
+            const __m256i wt = _mm256_load_si256(reinterpret_cast<const __m256i*>(p + 32 * t));
+#pragma GCC unroll 4
+            for (int j = 0; j < RN; ++j) s16[j] = _mm256_add_epi16(s16[j], _mm256_maddubs_epi16(wt, levels_of(j, t)));
+          }
+#pragma GCC unroll 4
+          for (int j = 0; j < RN; ++j) s[j] = _mm256_add_epi32(s[j], _mm256_madd_epi16(s16[j], ones));
+        }
+      }
+      const __m256 dw = _mm256_load_ps(reinterpret_cast<const float*>(p + 256));
+#pragma GCC unroll 4
+      for (int j = 0; j < RN; ++j) {
+        const __m256 total = _mm256_cvtepi32_ps(Undo(s[j], x[j], b));
+        acc[j] = _mm256_fmadd_ps(total, _mm256_mul_ps(dw, _mm256_set1_ps(x[j].d[8 * b])), acc[j]);
+      }
+    }
+    Store<RN>(a, o, n, r, acc);
+  }
+
+  // PanelTile of exactly `rows` (1 <= rows <= N) activation rows.
+  template <int N>
+  static void PanelTileOf(const QuantDotArgs& a, const unsigned char* panel, int64_t o, int n, int64_t r, int64_t rows) {
+    if constexpr (N >= 1) {
+      if (rows == N) {
+        PanelTile<N>(a, panel, o, n, r);
+      } else {
+        PanelTileOf<N - 1>(a, panel, o, n, r, rows);
       }
     }
   }
-  template <int RM, int RN>
-  static void TailUnit(const unsigned char* const (&)[RM], const XRow (&)[RN], int64_t, Acc (&)[RM][RN]) {}
+
+  static void Dot(const QuantDotArgs& a, int64_t o_begin, int64_t o_end) {
+    if (a.rows < kPanelMinRows) {
+      for (int64_t o = o_begin; o < o_end; o += 8) {
+        const int n = static_cast<int>(o_end - o < 8 ? o_end - o : 8);
+        const bool prefetch = o + 16 <= a.prefetch_end;
+        int64_t r = 0;
+        for (; r + 2 <= a.rows; r += 2) InPlaceTile<2>(a, o, n, r, prefetch);
+        if (r < a.rows) InPlaceTile<1>(a, o, n, r, prefetch);
+      }
+      return;
+    }
+    auto* panel = static_cast<unsigned char*>(ScratchBuffer(a.in / 32 * kPanelBlockBytes));
+    // Activation rows in chunks whose q and d (2 * in bytes a row) stay in L2 while every group of
+    // 8 weight rows is packed once and meets all of them.
+    int64_t chunk = kPanelChunkBytes / (2 * a.in);
+    chunk = chunk < kTileRows ? kTileRows : chunk / kTileRows * kTileRows;
+    for (int64_t r0 = 0; r0 < a.rows; r0 += chunk) {
+      const int64_t r_end = r0 + chunk < a.rows ? r0 + chunk : a.rows;
+      for (int64_t o = o_begin; o < o_end; o += 8) {
+        const int n = static_cast<int>(o_end - o < 8 ? o_end - o : 8);
+        Pack(a, o, n, panel);
+        int64_t r = r0;
+        for (; r + kTileRows <= r_end; r += kTileRows) PanelTile<kTileRows>(a, panel, o, n, r);
+        if (r < r_end) PanelTileOf<kTileRows - 1>(a, panel, o, n, r, r_end - r);
+      }
+    }
+  }
 };
 
 // The six-bit scales and mins of a q4_k / q5_k block (quant_blocks.h ScaleMinK4), 8 bytes each.
@@ -216,6 +445,217 @@ struct Block256Kernel : Common {
   static void TailUnit(const unsigned char* const (&)[RM], const XRow (&)[RN], int64_t, Acc (&)[RM][RN]) {}
 };
 
+// q4_k and q5_k with the lanes over weight rows, one chain per (weight row, activation row) over
+// the 256-blocks in order: A = sum_k sc_k * (exact dot of sub-block k) and M = sum_k m_k s_k totalled
+// as integers, then block = float(A) * d; block = fma(-float(M), dmin, block); acc = fma(block, d_x,
+// acc): simd_quant_avx512.cc's chain, so the same bits as the AVX-512 kernels.
+//   Few activation rows (decode): Block256Kernel's per-row unpacking, 8 lanes of A's partial sums
+//   per row totalled across 8 rows by SumRows.
+//   Prefill: 8 weight rows repacked once per unit into a panel (64 steps of 32 bytes: dword c of step
+//   8k + i = row c's levels 32k + 4i .. + 3; then per sub-block k the rows' scales as int16 pairs; the
+//   mins of sub-blocks 2i, 2i + 1 as int16 pairs; d; dmin) that every activation row meets with its
+//   4 levels of each step broadcast (int16 sums over 8 steps of q4_k, 4 of q5_k, then VPMADDWD by the
+//   sub-block's scales into A).
+template <int kType>  // 0 q4_k, 1 q5_k
+struct Block256Rows {
+  using K = Block256Kernel<kType>;
+  static constexpr int64_t kUnitPanelBytes = 64 * 32 + 8 * 32 + 4 * 32 + 2 * 32;
+  static constexpr int64_t kPanelMinRows = 4;
+  static constexpr int kTileRows = 4;  // 3: measured alike
+
+  static void Rows8(const QuantDotArgs& a, int64_t o, int n, const unsigned char* (&w)[8]) {
+    const auto* w0 = static_cast<const unsigned char*>(a.w) + o * a.w_row_bytes;
+#pragma GCC unroll 8
+    for (int c = 0; c < 8; ++c) w[c] = w0 + (c < n ? c : n - 1) * a.w_row_bytes;
+  }
+
+  template <int RN>
+  static void Store(const QuantDotArgs& a, int64_t o, int n, int64_t r, const __m256 (&acc)[RN]) {
+    const __m256i mask = _mm256_cmpgt_epi32(_mm256_set1_epi32(n), _mm256_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7));
+    const __m256 bias = a.bias != nullptr ? _mm256_maskload_ps(a.bias + o, mask) : _mm256_setzero_ps();
+#pragma GCC unroll 4
+    for (int j = 0; j < RN; ++j) {
+      const __m256 out = a.bias != nullptr ? _mm256_add_ps(acc[j], bias) : acc[j];
+      _mm256_maskstore_ps(a.y + (r + j) * a.y_stride + o, mask, out);
+    }
+  }
+
+  // block = float(A) * d; block = fma(-float(M), dmin, block); acc = fma(block, d_x, acc).
+  static __m256 Fold(__m256i sum_a, __m256i sum_m, __m256 d, __m256 dmin, float dx, __m256 acc) {
+    const __m256 block = _mm256_fnmadd_ps(_mm256_cvtepi32_ps(sum_m), dmin, _mm256_mul_ps(_mm256_cvtepi32_ps(sum_a), d));
+    return _mm256_fmadd_ps(block, _mm256_set1_ps(dx), acc);
+  }
+
+  // Decode: weight rows o .. o + n - 1 (n <= 8) in place against activation row r.
+  static void InPlaceTile(const QuantDotArgs& a, int64_t o, int n, int64_t r, bool prefetch) {
+    const unsigned char* w[8];
+    Rows8(a, o, n, w);
+    const int64_t ahead = prefetch ? 8 * a.w_row_bytes : 0;
+    const XRow x = XRowAt(a, r);
+    __m256 acc = _mm256_setzero_ps();
+    const int64_t units = a.in / 256;
+    for (int64_t u = 0; u < units; ++u) {
+      __m256i partial_a[8], partial_m[8];
+      alignas(32) float d[8], dmin[8];
+      const __m128i block_sums = _mm_loadu_si128(reinterpret_cast<const __m128i*>(x.sums + 8 * u));
+#pragma GCC unroll 1
+      for (int c = 0; c < 8; ++c) {
+        const unsigned char* p = w[c] + u * K::kUnitBytes;
+#pragma GCC unroll 4
+        for (int64_t line = 0; line < K::kUnitBytes; line += 64) __builtin_prefetch(p + ahead + line, 0, 2);
+        typename K::Row row;
+        K::Prepare(p, &row);
+        __m256i sum = _mm256_setzero_si256();
+#pragma GCC unroll 8
+        for (int s = 0; s < 8; ++s) {
+          __m256i scale;
+          const __m256i levels = K::Levels(p, row, s, &scale);
+          sum = _mm256_add_epi32(sum, _mm256_madd_epi16(_mm256_maddubs_epi16(levels, Load256(x.q + 256 * u + 32 * s)), scale));
+        }
+        partial_a[c] = sum;
+        partial_m[c] = _mm256_zextsi128_si256(_mm_madd_epi16(block_sums, row.mins));
+        d[c] = row.d;
+        dmin[c] = row.dmin;
+      }
+      acc = Fold(SumRows(partial_a), SumRows(partial_m), _mm256_load_ps(d), _mm256_load_ps(dmin), x.d[u], acc);
+    }
+    const __m256 out[1] = {acc};
+    Store<1>(a, o, n, r, out);
+  }
+
+  // Weight rows o .. o + n - 1 (n <= 8), every 256-block, into `panel`.
+  static void Pack(const QuantDotArgs& a, int64_t o, int n, unsigned char* panel) {
+    const unsigned char* w[8];
+    Rows8(a, o, n, w);
+    const int64_t units = a.in / 256;
+    for (int64_t u = 0; u < units; ++u) {
+      unsigned char* out = panel + u * kUnitPanelBytes;
+      typename K::Row rows[8];
+      alignas(32) int16_t scales[8][8][2], mins[4][8][2];
+      alignas(32) float d[8], dmin[8];
+#pragma GCC unroll 1
+      for (int c = 0; c < 8; ++c) {
+        K::Prepare(w[c] + u * K::kUnitBytes, &rows[c]);
+        alignas(16) int16_t m[8];
+        _mm_store_si128(reinterpret_cast<__m128i*>(m), rows[c].mins);
+        for (int k = 0; k < 8; ++k) {
+          scales[k][c][0] = scales[k][c][1] = rows[c].scales[k];
+          mins[k / 2][c][k % 2] = m[k];
+        }
+        d[c] = rows[c].d;
+        dmin[c] = rows[c].dmin;
+      }
+#pragma GCC unroll 1
+      for (int k = 0; k < 8; ++k) {
+        __m256i levels[8], steps[8];
+#pragma GCC unroll 8
+        for (int c = 0; c < 8; ++c) {
+          __m256i unused;
+          levels[c] = K::Levels(w[c] + u * K::kUnitBytes, rows[c], k, &unused);
+        }
+        Transpose8(levels, steps);
+#pragma GCC unroll 8
+        for (int i = 0; i < 8; ++i) _mm256_store_si256(reinterpret_cast<__m256i*>(out + 32 * (8 * k + i)), steps[i]);
+      }
+      std::memcpy(out + 2048, scales, sizeof scales);
+      std::memcpy(out + 2048 + 256, mins, sizeof mins);
+      std::memcpy(out + 2048 + 384, d, sizeof d);
+      std::memcpy(out + 2048 + 416, dmin, sizeof dmin);
+    }
+  }
+
+  // Prefill: the panel of weight rows o .. o + n - 1 against activation rows r .. r + RN - 1.
+  template <int RN>
+  static void PanelTile(const QuantDotArgs& a, const unsigned char* panel, int64_t o, int n, int64_t r) {
+    XRow x[RN];
+    __m256 acc[RN];
+#pragma GCC unroll 4
+    for (int j = 0; j < RN; ++j) {
+      x[j] = XRowAt(a, r + j);
+      acc[j] = _mm256_setzero_ps();
+    }
+    constexpr int kSpan = 4;  // steps summed in int16 (q4_k could take 8: measured slower)
+    const int64_t units = a.in / 256;
+    for (int64_t u = 0; u < units; ++u) {
+      const unsigned char* p = panel + u * kUnitPanelBytes;
+      __m256i sum_a[RN];
+#pragma GCC unroll 4
+      for (int j = 0; j < RN; ++j) sum_a[j] = _mm256_setzero_si256();
+#pragma GCC unroll 1
+      for (int k = 0; k < 8; ++k) {
+        const __m256i scale = _mm256_load_si256(reinterpret_cast<const __m256i*>(p + 2048 + 32 * k));
+#pragma GCC unroll 2
+        for (int i0 = 0; i0 < 8; i0 += kSpan) {
+          __m256i s16[RN];
+#pragma GCC unroll 4
+          for (int j = 0; j < RN; ++j) s16[j] = _mm256_setzero_si256();
+#pragma GCC unroll 8
+          for (int i = i0; i < i0 + kSpan; ++i) {
+            const __m256i wt = _mm256_load_si256(reinterpret_cast<const __m256i*>(p + 32 * (8 * k + i)));
+#pragma GCC unroll 4
+            for (int j = 0; j < RN; ++j) {
+              int32_t four;
+              std::memcpy(&four, x[j].q + 256 * u + 32 * k + 4 * i, 4);
+              s16[j] = _mm256_add_epi16(s16[j], _mm256_maddubs_epi16(wt, _mm256_set1_epi32(four)));
+            }
+          }
+#pragma GCC unroll 4
+          for (int j = 0; j < RN; ++j) sum_a[j] = _mm256_add_epi32(sum_a[j], _mm256_madd_epi16(s16[j], scale));
+        }
+      }
+      const __m256 d = _mm256_load_ps(reinterpret_cast<const float*>(p + 2048 + 384));
+      const __m256 dmin = _mm256_load_ps(reinterpret_cast<const float*>(p + 2048 + 416));
+#pragma GCC unroll 4
+      for (int j = 0; j < RN; ++j) {
+        __m256i sum_m = _mm256_setzero_si256();
+#pragma GCC unroll 4
+        for (int i = 0; i < 4; ++i) {
+          int32_t pair;
+          std::memcpy(&pair, x[j].sums + 8 * u + 2 * i, 4);
+          const __m256i mins = _mm256_load_si256(reinterpret_cast<const __m256i*>(p + 2048 + 256 + 32 * i));
+          sum_m = _mm256_add_epi32(sum_m, _mm256_madd_epi16(mins, _mm256_set1_epi32(pair)));
+        }
+        acc[j] = Fold(sum_a[j], sum_m, d, dmin, x[j].d[u], acc[j]);
+      }
+    }
+    Store<RN>(a, o, n, r, acc);
+  }
+
+  template <int N>
+  static void PanelTileOf(const QuantDotArgs& a, const unsigned char* panel, int64_t o, int n, int64_t r, int64_t rows) {
+    if constexpr (N >= 1) {
+      if (rows == N) {
+        PanelTile<N>(a, panel, o, n, r);
+      } else {
+        PanelTileOf<N - 1>(a, panel, o, n, r, rows);
+      }
+    }
+  }
+
+  static void Dot(const QuantDotArgs& a, int64_t o_begin, int64_t o_end) {
+    if (a.rows < kPanelMinRows) {
+      for (int64_t o = o_begin; o < o_end; o += 8) {
+        const int n = static_cast<int>(o_end - o < 8 ? o_end - o : 8);
+        for (int64_t r = 0; r < a.rows; ++r) InPlaceTile(a, o, n, r, o + 16 <= a.prefetch_end);
+      }
+      return;
+    }
+    auto* panel = static_cast<unsigned char*>(ScratchBuffer(a.in / 256 * kUnitPanelBytes));
+    int64_t chunk = kPanelChunkBytes / (a.in + a.in / 256 * 32);  // q and sums (d: 4 bytes a unit)
+    chunk = chunk < kTileRows ? kTileRows : chunk / kTileRows * kTileRows;
+    for (int64_t r0 = 0; r0 < a.rows; r0 += chunk) {
+      const int64_t r_end = r0 + chunk < a.rows ? r0 + chunk : a.rows;
+      for (int64_t o = o_begin; o < o_end; o += 8) {
+        const int n = static_cast<int>(o_end - o < 8 ? o_end - o : 8);
+        Pack(a, o, n, panel);
+        int64_t r = r0;
+        for (; r + kTileRows <= r_end; r += kTileRows) PanelTile<kTileRows>(a, panel, o, n, r);
+        if (r < r_end) PanelTileOf<kTileRows - 1>(a, panel, o, n, r, r_end - r);
+      }
+    }
+  }
+};
+
 // quant_activations.h's quantization of one row, 8 values at a time, with QuantizeActivationRow's
 // operations (so its bytes): an integer max of |x|'s bits, d and 1 / d in scalar, x * id rounded
 // to nearest even by VCVTPS2DQ.
@@ -276,8 +716,8 @@ void QuantizeRows(const QuantizeActsArgs& l, const float* x, int64_t x_stride, i
 
 constexpr QuantKernelTable kTable = {
     "avx2",
-    {QuantDotImpl<Block32Kernel<Block32Type::kQ8_0>>, QuantDotImpl<Block32Kernel<Block32Type::kQ4_0>>, QuantDotImpl<Block256Kernel<0>>,
-     QuantDotImpl<Block256Kernel<1>>, QuantDotImpl<Block256Kernel<2>>, QuantDotImpl<Block32Kernel<Block32Type::kQ5_0>>},
+    {Block32Rows<Block32Type::kQ8_0>::Dot, Block32Rows<Block32Type::kQ4_0>::Dot, Block256Rows<0>::Dot,
+     Block256Rows<1>::Dot, QuantDotImpl<Block256Kernel<2>>, Block32Rows<Block32Type::kQ5_0>::Dot},
     QuantizeRows,
 };
 
