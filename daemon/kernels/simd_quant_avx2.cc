@@ -1,21 +1,16 @@
 // The AVX2 kernels of the block types (no VNNI): VPMADDUBSW multiplies 32 unsigned 8-bit weight
 // levels by 32 signed activation levels (quant_activations.h) into 16 int16 pair sums (never
-// saturating: |level| <= 63 or q8_0's |w| <= 128 against |q| <= 127), VPMADDWD adds pairs into 8
+// saturating: |level| <= 63 or q8_0's |w| <= 128 against |q| <= 127), VPMADDWD adds pairs into
 // int32 lanes. Compiled with -mavx2 -mfma -mf16c (daemon/CMakeLists.txt). Includes nothing that
 // defines inline functions (simd_table.h).
 //
-// Per (weight row o, activation row r), per lane l < 8 (the same operations whatever the tile):
-//   q8_0, q4_0, q5_0 (a unit = one 32-block): isum_l = the exact dot of values 4l..4l+3 (q8_0: |w|
-//     times q with w's sign; q4_0: nibbles (w + 8) times q, then + the start value -8 * sum of q;
-//     q5_0 likewise with its five-bit levels (w + 16) and -16 * sum of q);
-//     acc_l = fma(float(isum_l), d_w * d_x, acc_l)
-//   q4_k, q5_k, q6_k (a unit = one 256-block in 8 steps of 32 values):
-//     A_l = sum over the steps of (the exact dot of the lane's values) * (their sub-block's / group's
-//     scale)                                      exact: |A_l| < 2^24
-//     acc_l = fma(float(A_l), d * d_x, acc_l)
-//     q4_k, q5_k: acc_l = fnmadd(float(m_2l s_2l + m_2l+1 s_2l+1), dmin * d_x, acc_l) for l < 4,
-//     m_k the min of sub-block k, s_k the sum of its activation levels
-// and y = the lanes summed in a fixed tree + bias.
+// Every type (Block32Rows, Block256Rows) follows simd_quant_avx512.cc's chain, the same
+// operations in the same order, so the same bits as the AVX-512 and AMX kernels: per (weight row,
+// activation row) the exact integer total of each block (K types: A and M), then one float chain
+// over the blocks in order. The lanes hold 8 weight rows. Decode unpacks each row's
+// blocks in place and totals the rows' partial sums across lanes; prefill (4+ activation rows)
+// repacks 8 weight rows at a time into a per-thread panel (ScratchBuffer) whose steps are met by
+// each activation row's levels broadcast, so the row totals come out in the lanes.
 
 #if defined(__x86_64__)
 
@@ -26,14 +21,11 @@
 
 #include "daemon/kernels/simd_table.h"
 
-
 namespace niels::daemon::kernels::simd {
 namespace {
 
 #define NIELS_KERNELS_SIMD_QUANT_INCLUDED_BY_AN_ISA_FILE
 #include "daemon/kernels/simd_quant_tile.h"
-
-using Acc = __m256;
 
 uint16_t LoadU16(const unsigned char* p) {
   uint16_t v;
@@ -42,16 +34,6 @@ uint16_t LoadU16(const unsigned char* p) {
 }
 float HalfAt(const unsigned char* p) { return _cvtsh_ss(LoadU16(p)); }
 __m256i Load256(const void* p) { return _mm256_loadu_si256(static_cast<const __m256i*>(p)); }
-
-struct Common {
-  using Acc = __m256;
-  static Acc Zero() { return _mm256_setzero_ps(); }
-  // ((l0+l1)+(l2+l3)) + ((l4+l5)+(l6+l7)) of each, as simd_avx2.cc's Sum4.
-  static void Reduce4(Acc a, Acc b, Acc c, Acc d, float* out) {
-    const __m256 ab_cd = _mm256_hadd_ps(_mm256_hadd_ps(a, b), _mm256_hadd_ps(c, d));
-    _mm_storeu_ps(out, _mm_add_ps(_mm256_castps256_ps128(ab_cd), _mm256_extractf128_ps(ab_cd, 1)));
-  }
-};
 
 // 32 bits (little-endian at p) as 32 bytes: byte i is 16 where bit i is set, else 0 (q5_0's fifth
 // bits, in value order).
@@ -343,13 +325,11 @@ void ScalesAndMinsK4(const unsigned char* packed, uint8_t* scales, uint8_t* mins
   std::memcpy(mins, m, 8);
 }
 
-// q4_k, q5_k, q6_k: a unit is one 256-block in 8 steps of 32 values.
+// The unpacking of one q4_k, q5_k or q6_k 256-block in 8 steps of 32 values (Block256Rows').
 template <int kType>  // 0 q4_k, 1 q5_k, 2 q6_k
-struct Block256Kernel : Common {
+struct Block256Kernel {
   static constexpr bool kMins = kType != 2;
-  static constexpr int64_t kUnit = 256, kTailUnit = 0;
   static constexpr int64_t kUnitBytes = kType == 0 ? 144 : kType == 1 ? 176 : 210;
-  static constexpr int kWeightRows = 2, kDecodeWeightRows = 2, kTileRows = 3;  // 6 int + 6 float accumulators
 
   struct Row {
     int16_t scales[16];  // per sub-block (8) or group (16)
@@ -395,71 +375,31 @@ struct Block256Kernel : Common {
       return _mm256_or_si256(low, _mm256_and_si256(bits, _mm256_set1_epi8(0x30)));
     }
   }
-
-  template <int RM, int RN>
-  static void Unit(const unsigned char* const (&w)[RM], const XRow (&x)[RN], int64_t u, Acc (&acc)[RM][RN]) {
-    Row rows[RM];
-#pragma GCC unroll 8
-    for (int i = 0; i < RM; ++i) Prepare(w[i], &rows[i]);
-    __m256i sums[RM][RN];
-#pragma GCC unroll 8
-    for (int i = 0; i < RM; ++i) {
-#pragma GCC unroll 8
-      for (int j = 0; j < RN; ++j) sums[i][j] = _mm256_setzero_si256();
-    }
-    const __m256i ones = _mm256_set1_epi16(1);
-#pragma GCC unroll 1
-    for (int s = 0; s < 8; ++s) {
-#pragma GCC unroll 8
-      for (int i = 0; i < RM; ++i) {
-        __m256i scale;
-        const __m256i levels = Levels(w[i], rows[i], s, &scale);
-#pragma GCC unroll 8
-        for (int j = 0; j < RN; ++j) {
-          const __m256i pairs = _mm256_maddubs_epi16(levels, Load256(x[j].q + 256 * u + 32 * s));
-          if constexpr (kMins) {
-            sums[i][j] = _mm256_add_epi32(sums[i][j], _mm256_madd_epi16(pairs, scale));
-          } else {
-            // The exact dot of 4 values (levels - 32) first (|.| <= 16256), then times the scale.
-            const __m256i fours = _mm256_add_epi32(_mm256_madd_epi16(pairs, ones), Load256(x[j].starts + 64 * u + 8 * s));
-            sums[i][j] = _mm256_add_epi32(sums[i][j], _mm256_madd_epi16(fours, scale));
-          }
-        }
-      }
-    }
-#pragma GCC unroll 8
-    for (int i = 0; i < RM; ++i) {
-#pragma GCC unroll 8
-      for (int j = 0; j < RN; ++j) {
-        const float dx = x[j].d[u];
-        acc[i][j] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(sums[i][j]), _mm256_set1_ps(rows[i].d * dx), acc[i][j]);
-        if constexpr (kMins) {
-          const __m128i block_sums = _mm_loadu_si128(reinterpret_cast<const __m128i*>(x[j].sums + 8 * u));
-          const __m256i min_sums = _mm256_zextsi128_si256(_mm_madd_epi16(block_sums, rows[i].mins));
-          acc[i][j] = _mm256_fnmadd_ps(_mm256_cvtepi32_ps(min_sums), _mm256_set1_ps(rows[i].dmin * dx), acc[i][j]);
-        }
-      }
-    }
-  }
-  template <int RM, int RN>
-  static void TailUnit(const unsigned char* const (&)[RM], const XRow (&)[RN], int64_t, Acc (&)[RM][RN]) {}
 };
 
-// q4_k and q5_k with the lanes over weight rows, one chain per (weight row, activation row) over
-// the 256-blocks in order: A = sum_k sc_k * (exact dot of sub-block k) and M = sum_k m_k s_k totalled
-// as integers, then block = float(A) * d; block = fma(-float(M), dmin, block); acc = fma(block, d_x,
-// acc): simd_quant_avx512.cc's chain, so the same bits as the AVX-512 kernels.
+// q4_k, q5_k and q6_k with the lanes over weight rows, one chain per (weight row, activation row)
+// over the 256-blocks in order: A = sum_k sc_k * (exact dot of sub-block / group k, q6_k's levels
+// minus 32) and (q4_k, q5_k) M = sum_k m_k s_k totalled as integers, then block = float(A) * d;
+// block = fma(-float(M), dmin, block) (q4_k, q5_k); acc = fma(block, d_x, acc):
+// simd_quant_avx512.cc's chain, so the same bits as the AVX-512 kernels.
 //   Few activation rows (decode): Block256Kernel's per-row unpacking, 8 lanes of A's partial sums
 //   per row totalled across 8 rows by SumRows.
-//   Prefill: 8 weight rows repacked once per unit into a panel (64 steps of 32 bytes: dword c of step
-//   8k + i = row c's levels 32k + 4i .. + 3; then per sub-block k the rows' scales as int16 pairs; the
-//   mins of sub-blocks 2i, 2i + 1 as int16 pairs; d; dmin) that every activation row meets with its
-//   4 levels of each step broadcast (int16 sums over 8 steps of q4_k, 4 of q5_k, then VPMADDWD by the
-//   sub-block's scales into A).
-template <int kType>  // 0 q4_k, 1 q5_k
+//   Prefill: 8 weight rows repacked once per unit into a panel: 64 steps of 32 bytes (dword c of
+//   step 8k + i = row c's levels 32k + 4i .. + 3), then per sub-block (q4_k, q5_k) or 16-value group
+//   (q6_k) the rows' scales as int16 pairs, then pairs of the mins of sub-blocks 2i, 2i + 1 (q4_k,
+//   q5_k) or of the scales of groups 2i, 2i + 1 (q6_k), then d (and dmin). Every activation row
+//   meets it with its 4 levels of each step broadcast: int16 sums over 4 steps (2 for q6_k's
+//   six-bit levels), then VPMADDWD by the scales into A. q6_k's offset comes off as a whole:
+//   A -= 32 * sum_g sc_g * (the sum of q over group g), those sums taken once per activation row.
+template <int kType>  // 0 q4_k, 1 q5_k, 2 q6_k
 struct Block256Rows {
   using K = Block256Kernel<kType>;
-  static constexpr int64_t kUnitPanelBytes = 64 * 32 + 8 * 32 + 4 * 32 + 2 * 32;
+  static constexpr bool kMins = K::kMins;
+  static constexpr int kScaleVectors = kMins ? 8 : 16;  // per sub-block / group
+  static constexpr int64_t kScalesAt = 64 * 32, kPairsAt = kScalesAt + kScaleVectors * 32;
+  static constexpr int64_t kPairVectors = kMins ? 4 : 8;
+  static constexpr int64_t kDAt = kPairsAt + kPairVectors * 32, kDminAt = kDAt + 32;
+  static constexpr int64_t kUnitPanelBytes = kDminAt + 32;
   static constexpr int64_t kPanelMinRows = 4;
   static constexpr int kTileRows = 4;  // 3: measured alike
 
@@ -480,9 +420,10 @@ struct Block256Rows {
     }
   }
 
-  // block = float(A) * d; block = fma(-float(M), dmin, block); acc = fma(block, d_x, acc).
+  // block = float(A) * d; block = fma(-float(M), dmin, block) (q4_k, q5_k); acc = fma(block, d_x, acc).
   static __m256 Fold(__m256i sum_a, __m256i sum_m, __m256 d, __m256 dmin, float dx, __m256 acc) {
-    const __m256 block = _mm256_fnmadd_ps(_mm256_cvtepi32_ps(sum_m), dmin, _mm256_mul_ps(_mm256_cvtepi32_ps(sum_a), d));
+    __m256 block = _mm256_mul_ps(_mm256_cvtepi32_ps(sum_a), d);
+    if constexpr (kMins) block = _mm256_fnmadd_ps(_mm256_cvtepi32_ps(sum_m), dmin, block);
     return _mm256_fmadd_ps(block, _mm256_set1_ps(dx), acc);
   }
 
@@ -510,10 +451,16 @@ struct Block256Rows {
         for (int s = 0; s < 8; ++s) {
           __m256i scale;
           const __m256i levels = K::Levels(p, row, s, &scale);
-          sum = _mm256_add_epi32(sum, _mm256_madd_epi16(_mm256_maddubs_epi16(levels, Load256(x.q + 256 * u + 32 * s)), scale));
+          const __m256i pairs = _mm256_maddubs_epi16(levels, Load256(x.q + 256 * u + 32 * s));
+          if constexpr (kMins) {
+            sum = _mm256_add_epi32(sum, _mm256_madd_epi16(pairs, scale));
+          } else {  // q6_k: the exact dot of 4 values (levels - 32) first (|.| <= 16256), then times the scale
+            const __m256i fours = _mm256_add_epi32(_mm256_madd_epi16(pairs, _mm256_set1_epi16(1)), Load256(x.starts + 64 * u + 8 * s));
+            sum = _mm256_add_epi32(sum, _mm256_madd_epi16(fours, scale));
+          }
         }
         partial_a[c] = sum;
-        partial_m[c] = _mm256_zextsi128_si256(_mm_madd_epi16(block_sums, row.mins));
+        partial_m[c] = kMins ? _mm256_zextsi128_si256(_mm_madd_epi16(block_sums, row.mins)) : _mm256_setzero_si256();
         d[c] = row.d;
         dmin[c] = row.dmin;
       }
@@ -531,19 +478,22 @@ struct Block256Rows {
     for (int64_t u = 0; u < units; ++u) {
       unsigned char* out = panel + u * kUnitPanelBytes;
       typename K::Row rows[8];
-      alignas(32) int16_t scales[8][8][2], mins[4][8][2];
-      alignas(32) float d[8], dmin[8];
+      alignas(32) int16_t scales[kScaleVectors][8][2], pairs[kPairVectors][8][2];
+      alignas(32) float d[8], dmin[8] = {};
 #pragma GCC unroll 1
       for (int c = 0; c < 8; ++c) {
         K::Prepare(w[c] + u * K::kUnitBytes, &rows[c]);
-        alignas(16) int16_t m[8];
-        _mm_store_si128(reinterpret_cast<__m128i*>(m), rows[c].mins);
-        for (int k = 0; k < 8; ++k) {
+        for (int k = 0; k < kScaleVectors; ++k) {
           scales[k][c][0] = scales[k][c][1] = rows[c].scales[k];
-          mins[k / 2][c][k % 2] = m[k];
+          if constexpr (!kMins) pairs[k / 2][c][k % 2] = rows[c].scales[k];
+        }
+        if constexpr (kMins) {
+          alignas(16) int16_t m[8];
+          _mm_store_si128(reinterpret_cast<__m128i*>(m), rows[c].mins);
+          for (int k = 0; k < 8; ++k) pairs[k / 2][c][k % 2] = m[k];
+          dmin[c] = rows[c].dmin;
         }
         d[c] = rows[c].d;
-        dmin[c] = rows[c].dmin;
       }
 #pragma GCC unroll 1
       for (int k = 0; k < 8; ++k) {
@@ -557,16 +507,46 @@ struct Block256Rows {
 #pragma GCC unroll 8
         for (int i = 0; i < 8; ++i) _mm256_store_si256(reinterpret_cast<__m256i*>(out + 32 * (8 * k + i)), steps[i]);
       }
-      std::memcpy(out + 2048, scales, sizeof scales);
-      std::memcpy(out + 2048 + 256, mins, sizeof mins);
-      std::memcpy(out + 2048 + 384, d, sizeof d);
-      std::memcpy(out + 2048 + 416, dmin, sizeof dmin);
+      std::memcpy(out + kScalesAt, scales, sizeof scales);
+      std::memcpy(out + kPairsAt, pairs, sizeof pairs);
+      std::memcpy(out + kDAt, d, sizeof d);
+      std::memcpy(out + kDminAt, dmin, sizeof dmin);
     }
   }
 
-  // Prefill: the panel of weight rows o .. o + n - 1 against activation rows r .. r + RN - 1.
+  // q6_k: per activation row and unit, the sums of q over groups 2i and 2i + 1 as an int16 pair
+  // (|sum| <= 16 * 127), i < 8, for rows r0 .. r_end - 1 into `table`.
+  static void GroupSums(const QuantDotArgs& a, int64_t r0, int64_t r_end, int32_t* table) {
+    const int64_t units = a.in / 256;
+    const __m256i ones8 = _mm256_set1_epi8(1), ones16 = _mm256_set1_epi16(1);
+    for (int64_t r = r0; r < r_end; ++r) {
+      const int8_t* q = XRowAt(a, r).q;
+      for (int64_t u = 0; u < units; ++u) {
+        __m256i halves[2];  // 128-bit half 0: the sums of groups 2i, half 1: of 2i + 1, i = 4h .. 4h + 3
+#pragma GCC unroll 2
+        for (int h = 0; h < 2; ++h) {
+          __m256i fours[4];  // lanes 0-3: values 0..15 of 32 values 32i.., lanes 4-7: values 16..31
+#pragma GCC unroll 4
+          for (int k = 0; k < 4; ++k) {
+            fours[k] = _mm256_madd_epi16(_mm256_maddubs_epi16(ones8, Load256(q + 256 * u + 32 * (4 * h + k))), ones16);
+          }
+          halves[h] = _mm256_hadd_epi32(_mm256_hadd_epi32(fours[0], fours[1]), _mm256_hadd_epi32(fours[2], fours[3]));
+        }
+#pragma GCC unroll 2
+        for (int h = 0; h < 2; ++h) {
+          const __m128i even = _mm256_castsi256_si128(halves[h]), odd = _mm256_extracti128_si256(halves[h], 1);
+          const __m128i pairs = _mm_or_si128(_mm_and_si128(even, _mm_set1_epi32(0xffff)), _mm_slli_epi32(odd, 16));
+          _mm_storeu_si128(reinterpret_cast<__m128i*>(&table[((r - r0) * units + u) * 8 + 4 * h]), pairs);
+        }
+      }
+    }
+  }
+
+  // Prefill: the panel of weight rows o .. o + n - 1 against activation rows r .. r + RN - 1
+  // (q6_k: `groups`, GroupSums' table from row r on).
   template <int RN>
-  static void PanelTile(const QuantDotArgs& a, const unsigned char* panel, int64_t o, int n, int64_t r) {
+  static void PanelTile(const QuantDotArgs& a, const unsigned char* panel, int64_t o, int n, int64_t r,
+                        const int32_t* groups) {
     XRow x[RN];
     __m256 acc[RN];
 #pragma GCC unroll 4
@@ -574,7 +554,8 @@ struct Block256Rows {
       x[j] = XRowAt(a, r + j);
       acc[j] = _mm256_setzero_ps();
     }
-    constexpr int kSpan = 4;  // steps summed in int16 (q4_k could take 8: measured slower)
+    // Steps summed in int16: 4 of levels < 32 (q4_k could take 8: measured slower), 2 of q6_k's < 64.
+    constexpr int kSpan = kMins ? 4 : 2;
     const int64_t units = a.in / 256;
     for (int64_t u = 0; u < units; ++u) {
       const unsigned char* p = panel + u * kUnitPanelBytes;
@@ -583,9 +564,11 @@ struct Block256Rows {
       for (int j = 0; j < RN; ++j) sum_a[j] = _mm256_setzero_si256();
 #pragma GCC unroll 1
       for (int k = 0; k < 8; ++k) {
-        const __m256i scale = _mm256_load_si256(reinterpret_cast<const __m256i*>(p + 2048 + 32 * k));
-#pragma GCC unroll 2
+#pragma GCC unroll 4
         for (int i0 = 0; i0 < 8; i0 += kSpan) {
+          // Sub-block k's scales, or those of group 2k + i0 / 4.
+          const int64_t scale_at = kScalesAt + 32 * (kMins ? k : 2 * k + i0 / 4);
+          const __m256i scale = _mm256_load_si256(reinterpret_cast<const __m256i*>(p + scale_at));
           __m256i s16[RN];
 #pragma GCC unroll 4
           for (int j = 0; j < RN; ++j) s16[j] = _mm256_setzero_si256();
@@ -603,31 +586,38 @@ struct Block256Rows {
           for (int j = 0; j < RN; ++j) sum_a[j] = _mm256_add_epi32(sum_a[j], _mm256_madd_epi16(s16[j], scale));
         }
       }
-      const __m256 d = _mm256_load_ps(reinterpret_cast<const float*>(p + 2048 + 384));
-      const __m256 dmin = _mm256_load_ps(reinterpret_cast<const float*>(p + 2048 + 416));
+      const __m256 d = _mm256_load_ps(reinterpret_cast<const float*>(p + kDAt));
+      const __m256 dmin = _mm256_load_ps(reinterpret_cast<const float*>(p + kDminAt));
 #pragma GCC unroll 4
       for (int j = 0; j < RN; ++j) {
-        __m256i sum_m = _mm256_setzero_si256();
-#pragma GCC unroll 4
-        for (int i = 0; i < 4; ++i) {
+        // M (q4_k, q5_k: the mins against the sums of q per sub-block) or q6_k's sum_g sc_g * sum_g q.
+        __m256i pair_sum = _mm256_setzero_si256();
+#pragma GCC unroll 8
+        for (int i = 0; i < kPairVectors; ++i) {
           int32_t pair;
-          std::memcpy(&pair, x[j].sums + 8 * u + 2 * i, 4);
-          const __m256i mins = _mm256_load_si256(reinterpret_cast<const __m256i*>(p + 2048 + 256 + 32 * i));
-          sum_m = _mm256_add_epi32(sum_m, _mm256_madd_epi16(mins, _mm256_set1_epi32(pair)));
+          if constexpr (kMins) {
+            std::memcpy(&pair, x[j].sums + 8 * u + 2 * i, 4);
+          } else {
+            pair = groups[(j * units + u) * 8 + i];
+          }
+          const __m256i weights = _mm256_load_si256(reinterpret_cast<const __m256i*>(p + kPairsAt + 32 * i));
+          pair_sum = _mm256_add_epi32(pair_sum, _mm256_madd_epi16(weights, _mm256_set1_epi32(pair)));
         }
-        acc[j] = Fold(sum_a[j], sum_m, d, dmin, x[j].d[u], acc[j]);
+        if constexpr (!kMins) sum_a[j] = _mm256_sub_epi32(sum_a[j], _mm256_slli_epi32(pair_sum, 5));
+        acc[j] = Fold(sum_a[j], pair_sum, d, dmin, x[j].d[u], acc[j]);
       }
     }
     Store<RN>(a, o, n, r, acc);
   }
 
   template <int N>
-  static void PanelTileOf(const QuantDotArgs& a, const unsigned char* panel, int64_t o, int n, int64_t r, int64_t rows) {
+  static void PanelTileOf(const QuantDotArgs& a, const unsigned char* panel, int64_t o, int n, int64_t r, int64_t rows,
+                          const int32_t* groups) {
     if constexpr (N >= 1) {
       if (rows == N) {
-        PanelTile<N>(a, panel, o, n, r);
+        PanelTile<N>(a, panel, o, n, r, groups);
       } else {
-        PanelTileOf<N - 1>(a, panel, o, n, r, rows);
+        PanelTileOf<N - 1>(a, panel, o, n, r, rows, groups);
       }
     }
   }
@@ -640,17 +630,22 @@ struct Block256Rows {
       }
       return;
     }
-    auto* panel = static_cast<unsigned char*>(ScratchBuffer(a.in / 256 * kUnitPanelBytes));
-    int64_t chunk = kPanelChunkBytes / (a.in + a.in / 256 * 32);  // q and sums (d: 4 bytes a unit)
+    const int64_t units = a.in / 256;
+    int64_t chunk = kPanelChunkBytes / (a.in + units * 32);  // q and sums (d: 4 bytes a unit)
     chunk = chunk < kTileRows ? kTileRows : chunk / kTileRows * kTileRows;
+    const int64_t panel_bytes = units * kUnitPanelBytes;
+    const int64_t table_bytes = kMins ? 0 : chunk * units * 32;
+    auto* panel = static_cast<unsigned char*>(ScratchBuffer(panel_bytes + table_bytes));
+    auto* groups = reinterpret_cast<int32_t*>(panel + panel_bytes);
     for (int64_t r0 = 0; r0 < a.rows; r0 += chunk) {
       const int64_t r_end = r0 + chunk < a.rows ? r0 + chunk : a.rows;
+      if constexpr (!kMins) GroupSums(a, r0, r_end, groups);
       for (int64_t o = o_begin; o < o_end; o += 8) {
         const int n = static_cast<int>(o_end - o < 8 ? o_end - o : 8);
         Pack(a, o, n, panel);
         int64_t r = r0;
-        for (; r + kTileRows <= r_end; r += kTileRows) PanelTile<kTileRows>(a, panel, o, n, r);
-        if (r < r_end) PanelTileOf<kTileRows - 1>(a, panel, o, n, r, r_end - r);
+        for (; r + kTileRows <= r_end; r += kTileRows) PanelTile<kTileRows>(a, panel, o, n, r, groups + (r - r0) * units * 8);
+        if (r < r_end) PanelTileOf<kTileRows - 1>(a, panel, o, n, r, r_end - r, groups + (r - r0) * units * 8);
       }
     }
   }
@@ -717,7 +712,7 @@ void QuantizeRows(const QuantizeActsArgs& l, const float* x, int64_t x_stride, i
 constexpr QuantKernelTable kTable = {
     "avx2",
     {Block32Rows<Block32Type::kQ8_0>::Dot, Block32Rows<Block32Type::kQ4_0>::Dot, Block256Rows<0>::Dot,
-     Block256Rows<1>::Dot, QuantDotImpl<Block256Kernel<2>>, Block32Rows<Block32Type::kQ5_0>::Dot},
+     Block256Rows<1>::Dot, Block256Rows<2>::Dot, Block32Rows<Block32Type::kQ5_0>::Dot},
     QuantizeRows,
 };
 

@@ -16,7 +16,7 @@
 // Batch invariance: every acc[i][j] goes through the same operations whatever RM, RN, the tile's
 // place, the o range and the thread are (Unit treats each pair alike), so y[r, o] depends only on
 // weight row o and activation row r.
-// Users: the AVX2 and portable kernels of every block type. AVX-512's (weight rows in the lanes,
+// Users: the portable kernels of every block type. AVX-512's and AVX2's (weight rows in the lanes,
 // integer totals per block, so that AMX can follow them) take only XRow and kPrefetchRows from here.
 
 #ifndef NIELS_KERNELS_SIMD_QUANT_INCLUDED_BY_AN_ISA_FILE

@@ -4,10 +4,12 @@
 // implementation this CPU picks, with AMX on and (where it was on) off, then the others it runs:
 //   - every row bitwise the same alone (decode) and in batches of 2..64 rows (odd counts, and counts
 //     that leave rows and output columns over from the 16 x 32 tiles), over any range of outputs;
-//   - q8_0 / q4_0 / q5_0 under AVX-512 (VNNI or AMX) and portable bitwise equal to a naive scalar
-//     evaluation of the documented chain (simd_quant_avx512.cc, simd_quant_portable.cc): exact
-//     integer block sums, then acc = fma(float(s), d_w * d_x, acc) (AVX-512) or acc + float(s) *
-//     (d_w * d_x) (portable) block by block, + bias;
+//   - q8_0 / q4_0 / q5_0 under AVX-512 (VNNI or AMX), AVX2 and portable bitwise equal to a naive
+//     scalar evaluation of the documented chain (simd_quant_avx512.cc, simd_quant_portable.cc):
+//     exact integer block sums, then acc = fma(float(s), d_w * d_x, acc) (AVX-512, AVX2) or acc +
+//     float(s) * (d_w * d_x) (portable) block by block, + bias; q4_k / q5_k / q6_k under AVX-512
+//     and AVX2 likewise to their chain (exact A and M per 256-block, then three float operations;
+//     q6_k: A only, two);
 //   - every type within 1e-5 of the sum of |terms| of a double-precision sum over the dequantized
 //     weights times the quantized activations.
 
@@ -70,6 +72,58 @@ float Block32Chain(Dtype dtype, const unsigned char* w_row, const ActivationRow&
   return bias != nullptr ? acc + bias[o] : acc;
 }
 
+// q4_k / q5_k / q6_k y[r, o] by simd_quant_avx512.cc's chain, one scalar operation at a time: per
+// 256-block the exact A = sum_k sc_k * (dot of sub-block k's levels with q; q6_k: of 16-value group
+// k's levels - 32) and M = sum_k m_k * (sum of q over sub-block k; q6_k: 0), then block = float(A)
+// * d; block = fma(-float(M), dmin, block) (not q6_k); acc = fma(block, d_x, acc); + bias.
+float Block256Chain(Dtype dtype, const unsigned char* w_row, const ActivationRow& x, int64_t in, const float* bias,
+                    int64_t o) {
+  const int64_t block_bytes = DtypeBlockBytes(dtype);
+  float acc = 0.0f;
+  for (int64_t u = 0; u < in / 256; ++u) {
+    const unsigned char* p = w_row + u * block_bytes;
+    if (dtype == Dtype::kQ6_K) {
+      int64_t a = 0;
+      for (int g = 0; g < 16; ++g) {
+        int64_t dot = 0;
+        for (int v = 16 * g; v < 16 * g + 16; ++v) {
+          const int h = v / 128, l = v % 32, quarter = v % 128 / 32;
+          const unsigned char low = p[64 * h + l + (quarter % 2) * 32];
+          const int level = (quarter < 2 ? low & 15 : low >> 4) | (p[128 + 32 * h + l] >> (2 * quarter) & 3) << 4;
+          dot += (level - 32) * x.q[256 * u + v];
+        }
+        a += static_cast<int8_t>(p[192 + g]) * dot;
+      }
+      uint16_t half;
+      std::memcpy(&half, p + 208, 2);
+      acc = std::fma(static_cast<float>(a) * HalfToFloat(half), x.d[u], acc);
+      continue;
+    }
+    const unsigned char* qs = p + (dtype == Dtype::kQ4_K ? 16 : 48);
+    int64_t a = 0, m = 0;
+    for (int k = 0; k < 8; ++k) {
+      uint8_t scale, min;
+      ScaleMinK4(p + 4, k, &scale, &min);
+      int64_t dot = 0, sum = 0;
+      for (int l = 0; l < 32; ++l) {
+        const int v = 32 * k + l, c = v / 64;
+        int level = (v % 64 < 32 ? qs[32 * c + l] & 15 : qs[32 * c + l] >> 4);
+        if (dtype == Dtype::kQ5_K) level |= (p[16 + l] >> k & 1) << 4;  // bit 2c (+1) of qh[l] = bit k
+        dot += level * x.q[256 * u + v];
+        sum += x.q[256 * u + v];
+      }
+      a += scale * dot;
+      m += min * sum;
+    }
+    uint16_t halves[2];
+    std::memcpy(halves, p, 4);
+    float block = static_cast<float>(a) * HalfToFloat(halves[0]);
+    block = std::fma(-static_cast<float>(m), HalfToFloat(halves[1]), block);
+    acc = std::fma(block, x.d[u], acc);
+  }
+  return bias != nullptr ? acc + bias[o] : acc;
+}
+
 class QuantPrefillTest : public ::testing::TestWithParam<Dtype> {
  protected:
   void TearDown() override {
@@ -85,6 +139,7 @@ class QuantPrefillTest : public ::testing::TestWithParam<Dtype> {
     const std::string name = simd::QuantName();
     const bool block32 = k == 32;
     const bool exact_chain = block32 && (name.rfind("avx512", 0) == 0 || name == "avx2" || name == "portable");
+    const bool k_chain = !block32 && (name.rfind("avx512", 0) == 0 || name == "avx2");
     for (int64_t out : {int64_t{1}, int64_t{31}, int64_t{33}, int64_t{97}}) {
       std::vector<unsigned char> w(static_cast<size_t>(out * RowBytes(dtype, in)));
       const auto floats = Normal(out * in, static_cast<uint32_t>(out));
@@ -110,6 +165,10 @@ class QuantPrefillTest : public ::testing::TestWithParam<Dtype> {
           if (exact_chain) {
             const float chain = Block32Chain(dtype, w.data() + o * RowBytes(dtype, in), row, in, bias.data(), o,
                                              name != "portable");
+            ASSERT_EQ(got, chain) << label << " out " << out << " at " << r << "," << o;
+          }
+          if (k_chain) {
+            const float chain = Block256Chain(dtype, w.data() + o * RowBytes(dtype, in), row, in, bias.data(), o);
             ASSERT_EQ(got, chain) << label << " out " << out << " at " << r << "," << o;
           }
           double sum = bias[o], magnitude = 0;
