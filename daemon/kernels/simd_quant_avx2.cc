@@ -182,7 +182,8 @@ struct Block32Rows {
 #pragma GCC unroll 8
         for (int c = 0; c < 8; ++c) {
           if constexpr (kType == Block32Type::kQ8_0) {
-            partial[c] = _mm256_madd_epi16(_mm256_maddubs_epi16(_mm256_sign_epi8(levels[c], levels[c]), _mm256_sign_epi8(q, levels[c])), ones);
+            const __m256i magnitude = _mm256_sign_epi8(levels[c], levels[c]);
+            partial[c] = _mm256_madd_epi16(_mm256_maddubs_epi16(magnitude, _mm256_sign_epi8(q, levels[c])), ones);
           } else {
             partial[c] = _mm256_madd_epi16(_mm256_maddubs_epi16(levels[c], q), ones);
           }
@@ -455,7 +456,8 @@ struct Block256Rows {
           if constexpr (kMins) {
             sum = _mm256_add_epi32(sum, _mm256_madd_epi16(pairs, scale));
           } else {  // q6_k: the exact dot of 4 values (levels - 32) first (|.| <= 16256), then times the scale
-            const __m256i fours = _mm256_add_epi32(_mm256_madd_epi16(pairs, _mm256_set1_epi16(1)), Load256(x.starts + 64 * u + 8 * s));
+            const __m256i start = Load256(x.starts + 64 * u + 8 * s);
+            const __m256i fours = _mm256_add_epi32(_mm256_madd_epi16(pairs, _mm256_set1_epi16(1)), start);
             sum = _mm256_add_epi32(sum, _mm256_madd_epi16(fours, scale));
           }
         }
@@ -644,7 +646,9 @@ struct Block256Rows {
         const int n = static_cast<int>(o_end - o < 8 ? o_end - o : 8);
         Pack(a, o, n, panel);
         int64_t r = r0;
-        for (; r + kTileRows <= r_end; r += kTileRows) PanelTile<kTileRows>(a, panel, o, n, r, groups + (r - r0) * units * 8);
+        for (; r + kTileRows <= r_end; r += kTileRows) {
+          PanelTile<kTileRows>(a, panel, o, n, r, groups + (r - r0) * units * 8);
+        }
         if (r < r_end) PanelTileOf<kTileRows - 1>(a, panel, o, n, r, r_end - r, groups + (r - r0) * units * 8);
       }
     }

@@ -1,5 +1,5 @@
 // The prefill path of the block-type products (many activation rows: AMX-INT8 tiles for every type
-// where the CPU has them and the kernel grants them, the VNNI / AVX2 / portable register tiles
+// where the CPU has them and the kernel grants them, the VNNI / portable register tiles and AVX2 panels
 // elsewhere) against the decode path (one activation row) and against references, under the
 // implementation this CPU picks, with AMX on and (where it was on) off, then the others it runs:
 //   - every row bitwise the same alone (decode) and in batches of 2..64 rows (odd counts, and counts
