@@ -101,6 +101,36 @@ void Transpose8(const __m256i (&r)[8], __m256i (&t)[8]) {
   }
 }
 
+// The 8 weight rows o .. o + 7 of a tile with n of them real (1 <= n <= 8): past n, the last row
+// again (read, never stored).
+void Rows8(const QuantDotArgs& a, int64_t o, int n, const unsigned char* (&w)[8]) {
+  const auto* w0 = static_cast<const unsigned char*>(a.w) + o * a.w_row_bytes;
+#pragma GCC unroll 8
+  for (int c = 0; c < 8; ++c) w[c] = w0 + (c < n ? c : n - 1) * a.w_row_bytes;
+}
+
+// Activation rows r .. r + RN - 1 and their accumulators, zeroed.
+template <int RN>
+void StartRows(const QuantDotArgs& a, int64_t r, XRow (&x)[RN], __m256 (&acc)[RN]) {
+#pragma GCC unroll 4
+  for (int j = 0; j < RN; ++j) {
+    x[j] = XRowAt(a, r + j);
+    acc[j] = _mm256_setzero_ps();
+  }
+}
+
+// y[r + j, o .. o + n - 1] = the first n lanes of acc[j] (+ bias).
+template <int RN>
+void StoreLanes(const QuantDotArgs& a, int64_t o, int n, int64_t r, const __m256 (&acc)[RN]) {
+  const __m256i mask = _mm256_cmpgt_epi32(_mm256_set1_epi32(n), _mm256_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7));
+  const __m256 bias = a.bias != nullptr ? _mm256_maskload_ps(a.bias + o, mask) : _mm256_setzero_ps();
+#pragma GCC unroll 4
+  for (int j = 0; j < RN; ++j) {
+    const __m256 out = a.bias != nullptr ? _mm256_add_ps(acc[j], bias) : acc[j];
+    _mm256_maskstore_ps(a.y + (r + j) * a.y_stride + o, mask, out);
+  }
+}
+
 // The activation bytes a panel kernel keeps in L2 while a panel meets them (256 KiB and 1 MiB
 // measured alike on a Zen 3 with 512 KiB of L2).
 constexpr int64_t kPanelChunkBytes = 384 * 1024;
@@ -125,28 +155,10 @@ struct Block32Rows {
   static constexpr int64_t kPanelMinRows = 4;  // fewer activation rows: the in-place (decode) tiles
   static constexpr int kTileRows = 4;           // activation rows per panel tile (5, 6: slower, spilled)
 
-  static void Rows8(const QuantDotArgs& a, int64_t o, int n, const unsigned char* (&w)[8]) {
-    const auto* w0 = static_cast<const unsigned char*>(a.w) + o * a.w_row_bytes;
-#pragma GCC unroll 8
-    for (int c = 0; c < 8; ++c) w[c] = w0 + (c < n ? c : n - 1) * a.w_row_bytes;  // past n: the last row again
-  }
-
   // The exact int32 dot of each lane's weight row with x's block b, from the integer products.
   static __m256i Undo(__m256i s, const XRow& x, int64_t b) {
     if constexpr (kOffset != 0) s = _mm256_add_epi32(s, _mm256_set1_epi32(-kOffset * x.sums[b]));
     return s;
-  }
-
-  // y[r + j, o .. o + n - 1] = acc[j] (+ bias).
-  template <int RN>
-  static void Store(const QuantDotArgs& a, int64_t o, int n, int64_t r, const __m256 (&acc)[RN]) {
-    const __m256i mask = _mm256_cmpgt_epi32(_mm256_set1_epi32(n), _mm256_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7));
-    const __m256 bias = a.bias != nullptr ? _mm256_maskload_ps(a.bias + o, mask) : _mm256_setzero_ps();
-#pragma GCC unroll 4
-    for (int j = 0; j < RN; ++j) {
-      const __m256 out = a.bias != nullptr ? _mm256_add_ps(acc[j], bias) : acc[j];
-      _mm256_maskstore_ps(a.y + (r + j) * a.y_stride + o, mask, out);
-    }
   }
 
   // Decode: weight rows o .. o + n - 1 (n <= 8) in place against activation rows r .. r + RN - 1.
@@ -159,11 +171,7 @@ struct Block32Rows {
     const int64_t ahead = prefetch ? 8 * a.w_row_bytes : 0;
     XRow x[RN];
     __m256 acc[RN];
-#pragma GCC unroll 4
-    for (int j = 0; j < RN; ++j) {
-      x[j] = XRowAt(a, r + j);
-      acc[j] = _mm256_setzero_ps();
-    }
+    StartRows<RN>(a, r, x, acc);
     const __m256i ones = _mm256_set1_epi16(1);
     const int64_t blocks = a.in / 32;
     for (int64_t b = 0; b < blocks; ++b) {
@@ -192,7 +200,7 @@ struct Block32Rows {
         acc[j] = _mm256_fmadd_ps(s, _mm256_mul_ps(dw, _mm256_set1_ps(x[j].d[8 * b])), acc[j]);
       }
     }
-    Store<RN>(a, o, n, r, acc);
+    StoreLanes<RN>(a, o, n, r, acc);
   }
 
   // Weight rows o .. o + n - 1 (n <= 8) into `panel` (see the top of this struct).
@@ -218,11 +226,7 @@ struct Block32Rows {
   static void PanelTile(const QuantDotArgs& a, const unsigned char* panel, int64_t o, int n, int64_t r) {
     XRow x[RN];
     __m256 acc[RN];
-#pragma GCC unroll 4
-    for (int j = 0; j < RN; ++j) {
-      x[j] = XRowAt(a, r + j);
-      acc[j] = _mm256_setzero_ps();
-    }
+    StartRows<RN>(a, r, x, acc);
     const __m256i ones = _mm256_set1_epi16(1);
     const int64_t blocks = a.in / 32;
     for (int64_t b = 0; b < blocks; ++b) {
@@ -272,7 +276,7 @@ struct Block32Rows {
         acc[j] = _mm256_fmadd_ps(total, _mm256_mul_ps(dw, _mm256_set1_ps(x[j].d[8 * b])), acc[j]);
       }
     }
-    Store<RN>(a, o, n, r, acc);
+    StoreLanes<RN>(a, o, n, r, acc);
   }
 
   // PanelTile of exactly `rows` (1 <= rows <= N) activation rows.
@@ -404,23 +408,6 @@ struct Block256Rows {
   static constexpr int64_t kPanelMinRows = 4;
   static constexpr int kTileRows = 4;  // 3: measured alike
 
-  static void Rows8(const QuantDotArgs& a, int64_t o, int n, const unsigned char* (&w)[8]) {
-    const auto* w0 = static_cast<const unsigned char*>(a.w) + o * a.w_row_bytes;
-#pragma GCC unroll 8
-    for (int c = 0; c < 8; ++c) w[c] = w0 + (c < n ? c : n - 1) * a.w_row_bytes;
-  }
-
-  template <int RN>
-  static void Store(const QuantDotArgs& a, int64_t o, int n, int64_t r, const __m256 (&acc)[RN]) {
-    const __m256i mask = _mm256_cmpgt_epi32(_mm256_set1_epi32(n), _mm256_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7));
-    const __m256 bias = a.bias != nullptr ? _mm256_maskload_ps(a.bias + o, mask) : _mm256_setzero_ps();
-#pragma GCC unroll 4
-    for (int j = 0; j < RN; ++j) {
-      const __m256 out = a.bias != nullptr ? _mm256_add_ps(acc[j], bias) : acc[j];
-      _mm256_maskstore_ps(a.y + (r + j) * a.y_stride + o, mask, out);
-    }
-  }
-
   // block = float(A) * d; block = fma(-float(M), dmin, block) (q4_k, q5_k); acc = fma(block, d_x, acc).
   static __m256 Fold(__m256i sum_a, __m256i sum_m, __m256 d, __m256 dmin, float dx, __m256 acc) {
     __m256 block = _mm256_mul_ps(_mm256_cvtepi32_ps(sum_a), d);
@@ -469,7 +456,7 @@ struct Block256Rows {
       acc = Fold(SumRows(partial_a), SumRows(partial_m), _mm256_load_ps(d), _mm256_load_ps(dmin), x.d[u], acc);
     }
     const __m256 out[1] = {acc};
-    Store<1>(a, o, n, r, out);
+    StoreLanes<1>(a, o, n, r, out);
   }
 
   // Weight rows o .. o + n - 1 (n <= 8), every 256-block, into `panel`.
@@ -551,11 +538,7 @@ struct Block256Rows {
                         const int32_t* groups) {
     XRow x[RN];
     __m256 acc[RN];
-#pragma GCC unroll 4
-    for (int j = 0; j < RN; ++j) {
-      x[j] = XRowAt(a, r + j);
-      acc[j] = _mm256_setzero_ps();
-    }
+    StartRows<RN>(a, r, x, acc);
     // Steps summed in int16: 4 of levels < 32 (q4_k could take 8: measured slower), 2 of q6_k's < 64.
     constexpr int kSpan = kMins ? 4 : 2;
     const int64_t units = a.in / 256;
@@ -609,7 +592,7 @@ struct Block256Rows {
         acc[j] = Fold(sum_a[j], pair_sum, d, dmin, x[j].d[u], acc[j]);
       }
     }
-    Store<RN>(a, o, n, r, acc);
+    StoreLanes<RN>(a, o, n, r, acc);
   }
 
   template <int N>
