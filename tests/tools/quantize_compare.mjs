@@ -3,14 +3,18 @@
 //
 //   node quantize_compare.mjs NODE_MODULES_DIR REQUEST.json
 //
-// REQUEST: {"files": [[GGUF, OUT.bin], ...], "prompts": [[ids], ...], "context_size": N (default 256)}
+// REQUEST: {"files": [[GGUF, OUT.bin], ...], "prompts": [[ids], ...], "context_size": N (default 256),
+//           "report": REPORT.json (optional)}
 // Each OUT gets, for every position of every prompt in order, one row of V float32 (little-endian)
 // = log(p / p_max) = logit - max(logit), as llamacpp_reference.mjs writes them (node-llama-cpp hands
 // out the greedy sampler's probabilities, softmax of llama.cpp's logits over the whole vocabulary,
 // not the logits). F32 KV cache, no flash attention, one thread, one sequence, a fresh context per
-// file. Exit status 0, or 1 with the error on stderr.
+// file. REPORT, when given, gets {"ggml_cpu_variant": NAME}: the ggml CPU backend this process
+// mapped after loading the first model (libggml-cpu-NAME.so in /proc/self/maps: ggml picks the
+// variant with the best score for this CPU), which decides how llama.cpp computes f16 matrices
+// (quantize_reference_test.py, F16_TOL). Exit status 0, or 1 with the error on stderr.
 
-import {closeSync, openSync, readFileSync, writeSync} from "node:fs";
+import {closeSync, openSync, readFileSync, writeFileSync, writeSync} from "node:fs";
 import {join} from "node:path";
 import {pathToFileURL} from "node:url";
 
@@ -20,8 +24,25 @@ const request = JSON.parse(readFileSync(requestPath, "utf8"));
 const llama = await getLlama({gpu: false, build: "never", logLevel: LlamaLogLevel.error});
 const greedyNext = {token: true, probabilities: true, options: {temperature: 0}};
 
+// The ggml CPU variants mapped into this process (libggml-cpu-NAME.so), in the order of the maps.
+function mappedCpuVariants() {
+  const names = new Set();
+  for (const line of readFileSync("/proc/self/maps", "utf8").split("\n")) {
+    const m = line.match(/libggml-cpu-([A-Za-z0-9_.-]+?)\.so/);
+    if (m) names.add(m[1]);
+  }
+  return [...names];
+}
+let reported = false;
+
 for (const [path, out] of request.files) {
   const model = await llama.loadModel({modelPath: path});
+  if (request.report && !reported) {
+    const variants = mappedCpuVariants();
+    if (variants.length !== 1) throw new Error(`expected one ggml CPU variant mapped, found [${variants.join(", ")}]`);
+    writeFileSync(request.report, JSON.stringify({ggml_cpu_variant: variants[0]}));
+    reported = true;
+  }
   const vocab = model.tokens.vocabularySize ?? model.fileInfo.metadata.tokenizer.ggml.tokens.length;
   const context = await model.createContext({
     contextSize: request.context_size ?? 256, batchSize: 256, threads: 1,
