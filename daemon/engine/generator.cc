@@ -83,8 +83,9 @@ GenerationTask::GenerationTask(const model::LanguageModel& model, Sequence& sequ
       sequence_(sequence),
       options_(std::move(options)),
       sampler_(options_.sampling),
-      stops_(options_.stop_ids),
-      banned_(options_.sampling.banned_ids) {
+      stops_(options_.stop_ids) {
+  // The sampler holds the banned ids distinct and ascending: the set costs one pass.
+  if (options_.constraint.grammar != nullptr) banned_ = sampling::TokenIdSet(sampler_.params().banned_ids);
   if (options_.constraint.grammar != nullptr && options_.constraint.vocabulary != nullptr) {
     constraint_ = std::make_unique<OutputConstraint>(options_.constraint, options_.stop_ids);
     for (int32_t stop : options_.stop_ids) {

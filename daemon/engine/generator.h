@@ -215,7 +215,7 @@ class GenerationTask {
   sampling::Sampler sampler_;
   // The stop and banned ids as sets, built once: a step looks an id up in O(log n), never scans.
   sampling::TokenIdSet stops_;
-  sampling::TokenIdSet banned_;
+  sampling::TokenIdSet banned_;                   // with a constraint (the sampler has its own)
   std::unique_ptr<OutputConstraint> constraint_;  // null without a constraint
   grammar::TokenBitset mask_;                     // this step's allowed ids (with a constraint)
   grammar::TokenBitset unbanned_;                 // with a constraint: every id of [0, V) not banned
