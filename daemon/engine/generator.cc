@@ -39,9 +39,10 @@ std::vector<float> TraceRow(model::AttentionTrace& trace) {
   return std::move(trace.rows[0]);
 }
 
-// Throws (before anything changes) when a REQUIRES of Generate does not hold.
-void CheckRequires(const model::ModelConfig& config, const Sequence& sequence,
-                   std::span<const int32_t> input, const GenerateOptions& options) {
+// Throws (before anything changes) when a REQUIRES of Generate does not hold. `banned`: the
+// options' banned ids as a set.
+void CheckRequires(const model::ModelConfig& config, const Sequence& sequence, std::span<const int32_t> input,
+                   const GenerateOptions& options, const sampling::TokenIdSet& banned) {
   for (int32_t id : input) {
     if (id < 0 || id >= config.vocab_size) {
       throw std::out_of_range("Generate: input id " + std::to_string(id) + " outside [0, " +
@@ -69,9 +70,7 @@ void CheckRequires(const model::ModelConfig& config, const Sequence& sequence,
       throw std::invalid_argument("Generate: the constraint's vocabulary does not cover the model's output rows");
     }
     if (options.stop_ids.empty()) throw std::invalid_argument("Generate: a constraint needs a stop id");
-    const auto& banned = options.sampling.banned_ids;
-    if (std::all_of(options.stop_ids.begin(), options.stop_ids.end(),
-                    [&](int32_t id) { return std::find(banned.begin(), banned.end(), id) != banned.end(); })) {
+    if (std::all_of(options.stop_ids.begin(), options.stop_ids.end(), [&](int32_t id) { return banned.Contains(id); })) {
       throw std::invalid_argument("Generate: a constraint needs a stop id that is not banned");
     }
   }
@@ -80,14 +79,35 @@ void CheckRequires(const model::ModelConfig& config, const Sequence& sequence,
 }  // namespace
 
 GenerationTask::GenerationTask(const model::LanguageModel& model, Sequence& sequence, GenerateOptions options)
-    : model_(model), sequence_(sequence), options_(std::move(options)), sampler_(options_.sampling) {
+    : model_(model),
+      sequence_(sequence),
+      options_(std::move(options)),
+      sampler_(options_.sampling),
+      stops_(options_.stop_ids) {
+  // The sampler holds the banned ids distinct and ascending: the set costs one pass.
+  if (options_.constraint.grammar != nullptr) banned_ = sampling::TokenIdSet(sampler_.params().banned_ids);
   if (options_.constraint.grammar != nullptr && options_.constraint.vocabulary != nullptr) {
     constraint_ = std::make_unique<OutputConstraint>(options_.constraint, options_.stop_ids);
+    for (int32_t stop : options_.stop_ids) {
+      if (!banned_.Contains(stop)) {
+        forced_stop_ = stop;
+        break;
+      }
+    }
+    // Every id but the banned ones (ids past the vocabulary are never set: the mask has V bits).
+    const int64_t vocab = model_.config().vocab_size;
+    unbanned_.Reset(static_cast<int32_t>(vocab));
+    std::vector<uint64_t>& words = unbanned_.mutable_words();
+    std::fill(words.begin(), words.end(), ~uint64_t{0});
+    if (vocab % 64 != 0) words.back() = (uint64_t{1} << (vocab % 64)) - 1;
+    for (int32_t id : banned_.ids()) {
+      if (id >= 0 && id < vocab) unbanned_.Clear(id);
+    }
   }
 }
 
 void GenerationTask::Start(std::span<const int32_t> input, int64_t prefill_chunk) {
-  CheckRequires(model_.config(), sequence_, input, options_);
+  CheckRequires(model_.config(), sequence_, input, options_, banned_);
   if (prefill_chunk < 0) throw std::invalid_argument("Generate: prefill_chunk < 0");
   start_time_ = Clock::now();
   prefill_chunk_ = prefill_chunk;
@@ -263,14 +283,9 @@ void GenerationTask::SampleAndEmit(std::span<const float> logits, std::vector<fl
   }
   Append(id, row, std::move(attention));
   // Forced end: the text is complete and nothing may follow it; the stop id needs no forward.
-  if (!done_ && constraint_ && constraint_->MustEnd()) {
-    const auto& banned = options_.sampling.banned_ids;
-    for (int32_t stop : options_.stop_ids) {
-      if (std::find(banned.begin(), banned.end(), stop) != banned.end()) continue;
-      (void)constraint_->Accept(stop);
-      Append(stop, {}, {});
-      break;
-    }
+  if (!done_ && constraint_ && constraint_->MustEnd() && forced_stop_ >= 0) {
+    (void)constraint_->Accept(forced_stop_);
+    Append(forced_stop_, {}, {});
   }
 }
 
@@ -279,9 +294,10 @@ bool GenerationTask::MaskStep() {
     Fail(masked);
     return false;
   }
-  for (int32_t id : options_.sampling.banned_ids) {
-    if (id >= 0 && id < mask_.size()) mask_.Clear(id);
-  }
+  // The banned ids off the mask: one AND per word, however many ids are banned.
+  std::vector<uint64_t>& words = mask_.mutable_words();
+  const std::vector<uint64_t>& unbanned = unbanned_.words();
+  for (size_t w = 0; w < words.size() && w < unbanned.size(); ++w) words[w] &= unbanned[w];
   if (mask_.Count() == 0) {
     Fail(common::Status::InvalidArgument(fmt::format(
         "the constraint allows only banned ids after {} bytes of output", constraint_->text().size())));
@@ -316,8 +332,7 @@ void GenerationTask::Append(int32_t id, std::span<const float> row, std::vector<
 }
 
 std::optional<StopReason> GenerationTask::StopAfter(int32_t id) const {
-  const auto& stops = options_.stop_ids;
-  if (std::find(stops.begin(), stops.end(), id) != stops.end()) return StopReason::kStopToken;
+  if (stops_.Contains(id)) return StopReason::kStopToken;
   const bool incomplete = constraint_ && !constraint_->IsComplete();
   if (static_cast<int64_t>(result_.new_tokens.size()) >= options_.max_new_tokens) {
     return incomplete ? StopReason::kConstraintIncomplete : StopReason::kMaxTokens;

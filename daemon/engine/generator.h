@@ -25,6 +25,7 @@
 #include "daemon/model/kv_cache.h"
 #include "daemon/model/sequence.h"
 #include "daemon/sampling/sampler.h"
+#include "daemon/sampling/token_id_set.h"
 #include "daemon/model/language_model.h"
 
 namespace niels::daemon::engine {
@@ -109,6 +110,10 @@ struct GenerateResult {
 // call stops with kStopToken; max_new_tokens or the context before the text is complete stop it
 // with kConstraintIncomplete; a matcher limit (or a mask left empty by banned ids) with kFailed.
 // A sequence already at T with max_new_tokens > 0 gets its input processed, then kContextFull.
+// Stop and banned ids cost O(S + B) once per call (their sets, for ascending lists; O(n log n)
+// otherwise) and per step O(log S) for the stop rule, O(V / 64) for the banned ids in a constraint's
+// mask, and the Sampler's O(V + B) (sampler.h), B <= V distinct ids: never S x B, never a scan of a
+// list per lookup.
 // REQUIRES (else std::invalid_argument / std::out_of_range, nothing changed): every id in input in
 // [0, V); tokens.size() + input.size() <= T; a non-empty sequence when max_new_tokens > 0;
 // max_new_tokens >= 0; cache.length() <= tokens.size(); sampling params valid for V.
@@ -208,8 +213,13 @@ class GenerationTask {
   Sequence& sequence_;
   GenerateOptions options_;
   sampling::Sampler sampler_;
+  // The stop and banned ids as sets, built once: a step looks an id up in O(log n), never scans.
+  sampling::TokenIdSet stops_;
+  sampling::TokenIdSet banned_;                   // with a constraint (the sampler has its own)
   std::unique_ptr<OutputConstraint> constraint_;  // null without a constraint
   grammar::TokenBitset mask_;                     // this step's allowed ids (with a constraint)
+  grammar::TokenBitset unbanned_;                 // with a constraint: every id of [0, V) not banned
+  int32_t forced_stop_ = -1;                      // with a constraint: the first stop id not banned
   GenerateResult result_;
   bool done_ = false;
   bool prefilling_ = false;

@@ -46,11 +46,9 @@ common::StatusOr<std::shared_ptr<const ConstraintVocabulary>> ConstraintVocabula
 }
 
 OutputConstraint::OutputConstraint(const ConstraintSpec& spec, std::vector<int32_t> stop_ids)
-    : spec_(spec), stop_ids_(std::move(stop_ids)), matcher_(spec.grammar, spec.limits) {}
+    : spec_(spec), stops_(stop_ids), matcher_(spec.grammar, spec.limits) {}
 
-bool OutputConstraint::IsStop(int32_t id) const {
-  return std::find(stop_ids_.begin(), stop_ids_.end(), id) != stop_ids_.end();
-}
+bool OutputConstraint::IsStop(int32_t id) const { return stops_.Contains(id); }
 
 Status OutputConstraint::AllowedIds(grammar::TokenBitset* out) {
   if (ended_) {
@@ -64,7 +62,7 @@ Status OutputConstraint::AllowedIds(grammar::TokenBitset* out) {
     if (!IsStop(id)) out->Clear(id);
   }
   if (matcher_.IsComplete()) {
-    for (int32_t id : stop_ids_) {
+    for (int32_t id : stops_.ids()) {
       if (id >= 0 && id < out->size()) out->Set(id);
     }
   }

@@ -35,6 +35,7 @@
 #include "daemon/grammar/matcher.h"
 #include "daemon/grammar/token_bitset.h"
 #include "daemon/grammar/vocabulary.h"
+#include "daemon/sampling/token_id_set.h"
 #include "daemon/text/tokenizer.h"
 
 namespace niels::daemon::engine {
@@ -90,7 +91,7 @@ class OutputConstraint {
   const grammar::Vocabulary& vocab() const { return at_start_ ? *spec_.vocabulary->at_start : *spec_.vocabulary->after; }
 
   ConstraintSpec spec_;
-  std::vector<int32_t> stop_ids_;
+  sampling::TokenIdSet stops_;  // the turn's stop ids: IsStop in O(log n)
   grammar::Matcher matcher_;
   bool at_start_ = true;
   bool ended_ = false;

@@ -23,8 +23,8 @@
 // so a repeated situation (the next character of a JSON string) costs a table lookup, and its token
 // mask is cached. A new state's mask walks the vocabulary trie once, except inside strings and
 // other "runs" (matcher_core.h), whose masks come from a per-vocabulary table of which tokens stay
-// inside the run's characters (Vocabulary::LoopTable, built once per process and character set,
-// ~20 ms at 151,936 ids) plus the few tokens that leave it. nielsd-grammar-bench has the numbers.
+// inside the run's characters (Vocabulary::LoopTable, built once per character set and kept in
+// the vocabulary's bounded LRU cache, ~20 ms at 151,936 ids) plus the few tokens that leave it. nielsd-grammar-bench has the numbers.
 //
 // Threading: a Matcher and all its clones share one cache: use them from one thread. The
 // CompiledGrammar and Vocabulary may be shared by any threads.

@@ -82,13 +82,31 @@ common::StatusOr<std::shared_ptr<const Vocabulary>> Vocabulary::Create(std::vect
   return std::shared_ptr<const Vocabulary>(std::move(v));
 }
 
+namespace {
+
+// The heap bytes of a loop table (capacities, as allocated) and of its cache key.
+size_t LoopTableBytes(const Vocabulary::LoopTable& table, size_t key_ranges) {
+  size_t bytes = sizeof(Vocabulary::LoopTable) + table.inside.words().capacity() * sizeof(uint64_t) +
+                 table.inside_by_chars.capacity() * sizeof(std::vector<int32_t>) +
+                 table.exits.capacity() * sizeof(Vocabulary::LoopExit);
+  for (const std::vector<int32_t>& ids : table.inside_by_chars) bytes += ids.capacity() * sizeof(int32_t);
+  return bytes + key_ranges * sizeof(std::pair<uint32_t, uint32_t>);
+}
+
+}  // namespace
+
 std::shared_ptr<const Vocabulary::LoopTable> Vocabulary::LoopTableFor(const CodePointSet& loop) const {
-  std::vector<std::pair<uint32_t, uint32_t>> key;
+  LoopKey key;
+  key.reserve(loop.ranges().size());
   for (const CodePointRange& r : loop.ranges()) key.emplace_back(r.lo, r.hi);
   {
     std::lock_guard<std::mutex> lock(loop_mutex_);
     auto it = loop_tables_.find(key);
-    if (it != loop_tables_.end()) return it->second;
+    if (it != loop_tables_.end()) {
+      it->second.last_use = ++loop_clock_;
+      ++loop_stats_.hits;
+      return it->second.table;
+    }
   }
   auto table = std::make_shared<LoopTable>();
   table->inside.Reset(size());
@@ -114,9 +132,34 @@ std::shared_ptr<const Vocabulary::LoopTable> Vocabulary::LoopTableFor(const Code
       table->exits.push_back({id, static_cast<uint32_t>(pos), chars});
     }
   }
+  const size_t bytes = LoopTableBytes(*table, key.size());
   std::lock_guard<std::mutex> lock(loop_mutex_);
-  if (loop_tables_.size() < kMaxLoopTables) loop_tables_.emplace(std::move(key), table);
+  ++loop_stats_.builds;
+  if (bytes > kMaxLoopTableCacheBytes) return table;
+  auto [it, inserted] = loop_tables_.try_emplace(std::move(key));
+  if (!inserted) {  // another thread built the same set meanwhile: keep the cached one
+    it->second.last_use = ++loop_clock_;
+    return it->second.table;
+  }
+  it->second = {table, bytes, ++loop_clock_};
+  loop_stats_.bytes += bytes;
+  // Least recently used out until both bounds hold (the new table, the most recent, stays).
+  while (loop_tables_.size() > kMaxLoopTables || loop_stats_.bytes > kMaxLoopTableCacheBytes) {
+    auto oldest = loop_tables_.end();
+    for (auto e = loop_tables_.begin(); e != loop_tables_.end(); ++e) {
+      if (e != it && (oldest == loop_tables_.end() || e->second.last_use < oldest->second.last_use)) oldest = e;
+    }
+    loop_stats_.bytes -= oldest->second.bytes;
+    loop_tables_.erase(oldest);
+    ++loop_stats_.evictions;
+  }
+  loop_stats_.tables = loop_tables_.size();
   return table;
+}
+
+Vocabulary::LoopTableCacheStats Vocabulary::loop_table_cache_stats() const {
+  std::lock_guard<std::mutex> lock(loop_mutex_);
+  return loop_stats_;
 }
 
 }  // namespace niels::daemon::grammar

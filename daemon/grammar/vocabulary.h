@@ -7,7 +7,7 @@
 // ids have no bytes: kEndOfOutput ids (end of turn, end of text) are allowed exactly where the
 // output is complete; kNever ids (chat-template markers and the like) are never allowed. An
 // ordinary token with no bytes is never allowed either (it could be sampled forever).
-// Immutable after Create (but for LoopTableFor's internal, mutex-guarded cache); share it
+// Immutable after Create (but for LoopTableFor's internal, mutex-guarded, bounded cache); share it
 // (shared_ptr) between every matcher of the model and any threads.
 
 #include <cstdint>
@@ -56,8 +56,15 @@ class Vocabulary {
   // way on every character of L, like the inside of a JSON string): `inside` holds the tokens made
   // only of whole characters of L, also listed by their number of characters; every other text
   // token is in `exits` with the byte offset of its first character that is not a whole character
-  // of L (invalid or incomplete UTF-8 included) and the number of characters before it. Computed
-  // once per set and kept (at most kMaxLoopTables sets; thread-safe).
+  // of L (invalid or incomplete UTF-8 included) and the number of characters before it. Building
+  // one costs a pass over every token's bytes (O(total token bytes x log ranges of L)).
+  //
+  // The tables are kept in one cache per vocabulary, shared by every matcher (every request) of
+  // the model: at most kMaxLoopTables tables and kMaxLoopTableCacheBytes bytes (the tables and
+  // their keys, the ranges of L), least recently used out first; a table larger than the byte
+  // bound is built and returned but not kept. So no request can pin the cache: a set used again
+  // moves to the front, and a request that brings many new sets only pushes out the ones used
+  // least recently (each comes back at the cost of one build). Thread-safe.
   struct LoopExit {
     int32_t id;
     uint32_t offset;  // bytes before the exit
@@ -70,13 +77,32 @@ class Vocabulary {
     uint32_t max_chars = 0;  // most characters of L before the end or exit of any token
   };
   static constexpr size_t kMaxLoopTables = 64;
+  static constexpr size_t kMaxLoopTableCacheBytes = size_t{64} << 20;
   std::shared_ptr<const LoopTable> LoopTableFor(const CodePointSet& loop) const;
+
+  // What the loop-table cache holds now and has done since Create.
+  struct LoopTableCacheStats {
+    size_t tables = 0;    // <= kMaxLoopTables
+    size_t bytes = 0;     // <= kMaxLoopTableCacheBytes
+    uint64_t builds = 0;  // LoopTableFor calls that built a table (the set was not cached)
+    uint64_t hits = 0;    // LoopTableFor calls answered from the cache
+    uint64_t evictions = 0;
+  };
+  LoopTableCacheStats loop_table_cache_stats() const;
 
  private:
   Vocabulary() = default;
 
+  using LoopKey = std::vector<std::pair<uint32_t, uint32_t>>;  // the ranges of L
+  struct LoopCacheEntry {
+    std::shared_ptr<const LoopTable> table;
+    size_t bytes = 0;       // the table's and the key's
+    uint64_t last_use = 0;  // loop_clock_ at the last lookup
+  };
   mutable std::mutex loop_mutex_;
-  mutable std::map<std::vector<std::pair<uint32_t, uint32_t>>, std::shared_ptr<const LoopTable>> loop_tables_;
+  mutable std::map<LoopKey, LoopCacheEntry> loop_tables_;
+  mutable uint64_t loop_clock_ = 0;
+  mutable LoopTableCacheStats loop_stats_;
 
   std::vector<VocabularyToken> tokens_;
   std::vector<TrieNode> trie_;

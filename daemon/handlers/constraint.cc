@@ -6,6 +6,7 @@
 #include <fmt/format.h>
 
 #include "daemon/grammar/json_schema.h"
+#include "daemon/sampling/token_id_set.h"
 
 namespace niels::daemon::handlers {
 
@@ -57,6 +58,7 @@ Status CheckConstraintUsable(const engine::EngineState& state, const sampling::S
                              std::span<const int32_t> stop_ids) {
   const engine::ConstraintVocabulary* vocabulary = state.constraint_vocabulary.get();
   if (vocabulary == nullptr) return Status::Unimplemented("this model's vocabulary cannot be used with a constraint");
+  const sampling::TokenIdSet banned(sampling.banned_ids);  // O(n) for SamplingFromProto's ascending ids
   bool any_unbanned = false;
   for (size_t i = 0; i < stop_ids.size(); ++i) {
     const int32_t id = stop_ids[i];
@@ -64,8 +66,7 @@ Status CheckConstraintUsable(const engine::EngineState& state, const sampling::S
       return Status::InvalidArgument(fmt::format(
           "stop_ids[{}] = {} is a text id; with a constraint the output may end only on a special id", i, id));
     }
-    const auto& banned = sampling.banned_ids;
-    any_unbanned = any_unbanned || std::find(banned.begin(), banned.end(), id) == banned.end();
+    any_unbanned = any_unbanned || !banned.Contains(id);
   }
   if (!any_unbanned) return Status::InvalidArgument("with a constraint, some stop id must not be banned");
   return Status::Ok();

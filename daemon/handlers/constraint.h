@@ -41,7 +41,8 @@ common::StatusOr<std::shared_ptr<const grammar::CompiledGrammar>> CompileConstra
 // the model's vocabulary): UNIMPLEMENTED when the model has no vocabulary for constraints
 // (EngineState::constraint_vocabulary); INVALID_ARGUMENT naming the id when a stop id is a text id
 // (the output may end only on a special id, where the text is complete) or when every stop id is
-// banned.
+// banned. Cost: O(banned ids) to build their set (linear for ascending ids, as SamplingFromProto
+// gives them) and O(log banned) per stop id.
 common::Status CheckConstraintUsable(const engine::EngineState& state, const sampling::SamplingParams& sampling,
                                      std::span<const int32_t> stop_ids);
 

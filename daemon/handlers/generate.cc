@@ -54,8 +54,11 @@ StatusOr<engine::GenerateTurnArgs> GenerateArgs(const engine::EngineState& state
   if (!sampling.ok()) return sampling.status();
   options.sampling = std::move(sampling).value();
   options.stop_ids.assign(request.stop_ids().begin(), request.stop_ids().end());
-  if (options.stop_ids.empty()) options.stop_ids = state.model->stop_ids;
-  NIELS_RETURN_IF_ERROR(CheckIds(options.stop_ids, config.vocab_size, "stop_ids"));
+  NIELS_RETURN_IF_ERROR(CheckStopIds(options.stop_ids, config.vocab_size));
+  if (options.stop_ids.empty()) {
+    options.stop_ids = state.model->stop_ids;  // the model's own
+    NIELS_RETURN_IF_ERROR(CheckIds(options.stop_ids, config.vocab_size, "stop_ids"));
+  }
   if (request.top_logprobs() < 0 || request.top_logprobs() > kMaxTopLogprobs) {
     return Status::InvalidArgument(
         fmt::format("top_logprobs = {} must be in [0, {}]", request.top_logprobs(), kMaxTopLogprobs));

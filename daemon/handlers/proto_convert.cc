@@ -18,11 +18,25 @@ common::StatusOr<sampling::SamplingParams> SamplingFromProto(const v1::Sampling&
   if (sampling.has_top_p()) params.top_p = sampling.top_p();
   if (sampling.has_repetition_penalty()) params.repetition_penalty = sampling.repetition_penalty();
   if (sampling.has_seed()) params.seed = sampling.seed();
-  params.banned_ids.assign(sampling.banned_ids().begin(), sampling.banned_ids().end());
+  const auto& requested = sampling.banned_ids();
+  if (static_cast<int64_t>(requested.size()) > vocab_size) {
+    return Status::InvalidArgument(fmt::format("sampling.banned_ids: {} ids (the limit is the vocabulary size, {})",
+                                               requested.size(), vocab_size));
+  }
+  params.banned_ids.assign(requested.begin(), requested.end());
   if (!sampling.allow_special_tokens()) {
     params.banned_ids.insert(params.banned_ids.end(), default_banned.begin(), default_banned.end());
   }
   NIELS_RETURN_IF_ERROR(sampling::ValidateSamplingParams(params, vocab_size));
+  // Distinct and ascending, in one pass over the ids and one over the vocabulary (every id is in
+  // [0, vocab_size) now).
+  if (params.banned_ids.empty()) return params;
+  std::vector<bool> banned(static_cast<size_t>(vocab_size), false);
+  for (int32_t id : params.banned_ids) banned[id] = true;
+  params.banned_ids.clear();
+  for (int32_t id = 0; id < vocab_size; ++id) {
+    if (banned[id]) params.banned_ids.push_back(id);
+  }
   return params;
 }
 
@@ -34,6 +48,13 @@ Status CheckIds(std::span<const int32_t> ids, int64_t vocab_size, const char* wh
     }
   }
   return Status::Ok();
+}
+
+Status CheckStopIds(std::span<const int32_t> ids, int64_t vocab_size) {
+  if (ids.size() > kMaxStopIds) {
+    return Status::InvalidArgument(fmt::format("stop_ids: {} ids (the limit is {})", ids.size(), kMaxStopIds));
+  }
+  return CheckIds(ids, vocab_size, "stop_ids");
 }
 
 v1::StopReason StopReasonToProto(StopReason reason) {

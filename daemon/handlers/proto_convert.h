@@ -19,16 +19,29 @@ namespace niels::daemon::handlers {
 // Bounds of per-request values.
 inline constexpr int32_t kMaxNewTokensLimit = 1 << 16;  // a sane upper bound; T stops earlier anyway
 inline constexpr int32_t kMaxTopLogprobs = 20;
+// The longest GenerateRequest.stop_ids list (repeats counted). Every sampled id is looked up in the
+// stop ids (a set built once per request, O(log n) per lookup), and with a constraint every stop id
+// is checked against the banned ids once.
+inline constexpr size_t kMaxStopIds = 64;
+// Sampling.banned_ids holds at most the model's vocabulary size (ModelConfig::vocab_size, the
+// output rows) of ids, repeats counted: no list needs more, and so the banned ids cost at most
+// O(V) per request to validate and make distinct, and O(V) per step (SamplingParams, Sampler).
 
 // Sampling with the defaults of common/defaults.h for unset fields, banned = sampling.banned_ids +
-// `default_banned` unless allow_special_tokens. INVALID_ARGUMENT (naming the field) when out of
-// range for `vocab_size`.
+// `default_banned` unless allow_special_tokens, distinct and ascending. INVALID_ARGUMENT (naming the
+// field) when out of range for `vocab_size`, and for more than `vocab_size` sampling.banned_ids
+// ("sampling.banned_ids: 200000 ids (the limit is the vocabulary size, 151936)"). Cost O(V + the
+// ids given).
 common::StatusOr<sampling::SamplingParams> SamplingFromProto(const niels::v1::Sampling& sampling,
                                                           int64_t vocab_size,
                                                           std::span<const int32_t> default_banned);
 
 // INVALID_ARGUMENT naming `what` and the first id outside [0, vocab_size).
 common::Status CheckIds(std::span<const int32_t> ids, int64_t vocab_size, const char* what);
+
+// A request's stop ids: INVALID_ARGUMENT for more than kMaxStopIds ("stop_ids: 65 ids (the limit is
+// 64)"), or as CheckIds(ids, vocab_size, "stop_ids").
+common::Status CheckStopIds(std::span<const int32_t> ids, int64_t vocab_size);
 
 niels::v1::StopReason StopReasonToProto(engine::StopReason reason);
 

@@ -6,6 +6,8 @@
 #include <string>
 #include <utility>
 
+#include "daemon/sampling/token_id_set.h"
+
 namespace niels::daemon::sampling {
 namespace {
 
@@ -43,13 +45,15 @@ std::vector<float> PenalisedLogits(std::span<const float> logits, std::span<cons
   return out;
 }
 
-// The first id that is allowed and not in banned_ids (the fallback when no logit is selectable).
+// The first id that is allowed and not in banned_ids (the fallback when no logit is selectable):
+// one pass over banned_ids and one over the ids, O(V + banned).
 int32_t FirstAllowedId(const SamplingParams& params, int64_t vocab, AllowedMask allowed) {
+  std::vector<bool> banned(static_cast<size_t>(std::max<int64_t>(vocab, 0)), false);
+  for (int32_t id : params.banned_ids) {
+    if (id >= 0 && id < vocab) banned[id] = true;
+  }
   for (int32_t id = 0; id < vocab; ++id) {
-    if (InMask(allowed, id) &&
-        std::find(params.banned_ids.begin(), params.banned_ids.end(), id) == params.banned_ids.end()) {
-      return id;
-    }
+    if (InMask(allowed, id) && !banned[id]) return id;
   }
   return 0;
 }
@@ -171,7 +175,11 @@ std::vector<SamplingCandidate> SamplingDistribution(std::span<const float> logit
   return cands;
 }
 
-Sampler::Sampler(SamplingParams params) : params_(std::move(params)), rng_(params_.seed) {}
+Sampler::Sampler(SamplingParams params) : params_(std::move(params)), rng_(params_.seed) {
+  // Each step sets the banned logits to -inf: once per distinct id, however often the list repeats it.
+  const TokenIdSet banned(params_.banned_ids);
+  params_.banned_ids.assign(banned.ids().begin(), banned.ids().end());
+}
 
 int32_t Sampler::Sample(std::span<const float> logits, std::span<const int32_t> history, AllowedMask allowed) {
   const std::vector<SamplingCandidate> dist = SamplingDistribution(logits, history, params_, allowed);

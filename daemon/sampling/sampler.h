@@ -61,9 +61,12 @@ std::vector<SamplingCandidate> SamplingDistribution(std::span<const float> logit
                                                     std::span<const int32_t> history,
                                                     const SamplingParams& params, AllowedMask allowed = {});
 
+// Cost per Sample: O(V + distinct banned ids + history) (V the logits row), plus the sort of the
+// candidates when temperature > 0; the banned list is made distinct once, at construction.
 class Sampler {
  public:
   // REQUIRES: ValidateSamplingParams(params, V).ok() for the V of the logits given to Sample.
+  // params().banned_ids holds the distinct banned ids, ascending.
   explicit Sampler(SamplingParams params);
 
   // logits: [V] (not modified). history: ids the repetition penalty applies to. allowed: see

@@ -244,5 +244,43 @@ TEST(OutputConstraintTest, AMatcherLimitFailsTheCall) {
   EXPECT_EQ(result.error.code(), common::StatusCode::kResourceExhausted) << result.error.ToString();
 }
 
+// Banned ids given with repeats and in any order act as their set: every id that could spell "yes"
+// banned (twice, descending) leaves the grammar only "no"; the forced end takes the first stop id
+// that is not banned (here the second one given).
+TEST(OutputConstraintTest, BannedIdsAndStopIdsActAsSets) {
+  const loaders::Model& m = DemoModel();
+  const grammar::Vocabulary& after = *DemoVocabulary()->after;
+  const grammar::Vocabulary& start = *DemoVocabulary()->at_start;
+  std::vector<int32_t> banned;
+  for (int copy = 0; copy < 2; ++copy) {
+    for (int32_t id = after.size() - 1; id >= 0; --id) {
+      if (after.token(id).bytes.find('y') != std::string::npos || start.token(id).bytes.find('y') != std::string::npos) {
+        banned.push_back(id);
+      }
+    }
+    banned.push_back(m.special.usr);
+  }
+  ASSERT_GT(banned.size(), 4u);
+  for (uint64_t seed = 1; seed <= 4; ++seed) {
+    model::Sequence seq(m.config);
+    GenerateOptions options;
+    options.sampling.temperature = 1.0f;
+    options.sampling.top_k = 0;
+    options.sampling.seed = seed;
+    options.sampling.banned_ids = banned;
+    options.max_new_tokens = 20;
+    options.stop_ids = {m.special.usr, m.special.eot};
+    options.constraint = {OutputGbnf("root ::= \"yes\" | \"no\"\n"), DemoVocabulary(), {}};
+    const GenerateResult result = Generate(*m.transformer, seq, *m.tokenizer->Encode("yes or no?"), options);
+    ASSERT_EQ(result.stop_reason, StopReason::kStopToken) << result.error.ToString();
+    ASSERT_FALSE(result.new_tokens.empty());
+    EXPECT_EQ(result.new_tokens.back(), m.special.eot);
+    std::vector<int32_t> ids = result.new_tokens;
+    ids.pop_back();
+    EXPECT_EQ(m.tokenizer->Decode(ids), "no") << seed;
+    for (int32_t id : result.new_tokens) EXPECT_EQ(std::find(banned.begin(), banned.end(), id), banned.end()) << id;
+  }
+}
+
 }  // namespace
 }  // namespace niels::daemon::engine

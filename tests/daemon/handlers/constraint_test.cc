@@ -5,6 +5,7 @@
 
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <atomic>
 #include <condition_variable>
 #include <memory>
@@ -12,8 +13,11 @@
 #include <string>
 #include <vector>
 
+#include <fmt/format.h>
+
 #include "daemon/grammar/matcher.h"
 #include "daemon/handlers/constraint.h"
+#include "daemon/handlers/proto_convert.h"
 #include "tests/daemon/handlers/service_fixture.h"
 
 namespace niels::daemon::handlers::testing {
@@ -318,6 +322,85 @@ TEST(ConstraintTest, CancelledConstrainedTurnLeavesTheSessionAsItWas) {
   ASSERT_TRUE(next.has_chat()) << next.DebugString();
   EXPECT_EQ(next.chat().reply(), "ok");
   EXPECT_EQ(next.chat().stop_reason(), v1::EOT);
+}
+
+// Stop ids (at most kMaxStopIds) and banned ids (at most the vocabulary size, repeats counted):
+// requests at the bounds are accepted and run -- with a constraint, the forced end takes the first
+// stop id that is not banned, and no banned id is ever sampled -- and one id past a bound is refused
+// with the limit named, before any token and with the session unchanged.
+TEST(ConstraintTest, StopAndBannedIdListsAreBoundedAndRunAtTheBound) {
+  auto engine = StartEngine(kContext);
+  const std::string session = CreateSession(*engine);
+  const auto model = LoadTinyModel(kContext);
+  const int32_t vocab = static_cast<int32_t>(model->config.vocab_size);
+  const text::SpecialTokens special = model->special;
+  const std::vector<int32_t> others = {special.usr, special.sys, special.asst};
+  const v1::Constraint yes_no = Gbnf("root ::= \"yes\" | \"no\"\n");
+  // 64 stop ids, banned usr first, then eot, then the other specials, repeated.
+  std::vector<int32_t> stops = {special.usr, special.eot};
+  while (stops.size() < kMaxStopIds) stops.push_back(others[stops.size() % others.size()]);
+  // V banned ids: the three non-stop specials, repeated (the distinct list is small, the wire list is
+  // at its bound).
+  std::vector<int32_t> banned_specials;
+  while (banned_specials.size() < static_cast<size_t>(vocab)) banned_specials.push_back(others[banned_specials.size() % 3]);
+
+  // Generate with a constraint at both bounds: runs, ends by the forced stop on eot.
+  v1::Request generate = GenerateRequest(session, {5, 6}, 20);
+  *generate.mutable_generate()->mutable_constraint() = yes_no;
+  generate.mutable_generate()->mutable_stop_ids()->Add(stops.begin(), stops.end());
+  generate.mutable_generate()->mutable_sampling()->mutable_banned_ids()->Add(banned_specials.begin(), banned_specials.end());
+  v1::Response response = Call(*engine, generate);
+  ASSERT_TRUE(response.has_generate()) << response.DebugString().substr(0, 400);
+  EXPECT_EQ(response.generate().stop_reason(), v1::EOT);
+  ASSERT_FALSE(response.generate().new_ids().empty());
+  EXPECT_EQ(response.generate().new_ids(response.generate().new_ids_size() - 1), special.eot);
+
+  // Chat with a constraint and V banned ids.
+  v1::Request chat = ConstrainedChat(session, "go", 20, yes_no, 7);
+  chat.mutable_chat()->mutable_sampling()->mutable_banned_ids()->Add(banned_specials.begin(), banned_specials.end());
+  response = Call(*engine, chat);
+  ASSERT_TRUE(response.has_chat()) << response.DebugString().substr(0, 400);
+  EXPECT_TRUE(response.chat().reply() == "yes" || response.chat().reply() == "no") << response.chat().reply();
+  EXPECT_EQ(response.chat().stop_reason(), v1::EOT);
+
+  // Unconstrained, V banned ids, nearly all distinct: only the few unbanned ids are sampled.
+  const std::vector<int32_t> allowed = {special.eot, 20, 21, 22, 23, 24};
+  std::vector<int32_t> banned_most;
+  for (int32_t id = 0; id < vocab; ++id) {
+    if (std::find(allowed.begin(), allowed.end(), id) == allowed.end()) banned_most.push_back(id);
+  }
+  while (banned_most.size() < static_cast<size_t>(vocab)) banned_most.push_back(special.usr);
+  v1::Request free = GenerateRequest(session, {7}, 12);
+  free.mutable_generate()->mutable_sampling()->set_temperature(1.0f);
+  free.mutable_generate()->mutable_sampling()->set_seed(3);
+  free.mutable_generate()->mutable_sampling()->mutable_banned_ids()->Add(banned_most.begin(), banned_most.end());
+  response = Call(*engine, free);
+  ASSERT_TRUE(response.has_generate()) << response.DebugString().substr(0, 400);
+  ASSERT_FALSE(response.generate().new_ids().empty());
+  for (int32_t id : response.generate().new_ids()) {
+    EXPECT_NE(std::find(allowed.begin(), allowed.end(), id), allowed.end()) << id;
+  }
+
+  // One past a bound: refused, naming the limit.
+  const std::string banned_limit = fmt::format("the limit is the vocabulary size, {})", vocab);
+  v1::Request long_banned = generate;
+  long_banned.mutable_generate()->mutable_sampling()->mutable_banned_ids()->Add(special.usr);
+  ExpectRefused(*engine, session, long_banned, v1::INVALID_ARGUMENT,
+                {fmt::format("sampling.banned_ids: {} ids", vocab + 1), banned_limit});
+  v1::Request long_banned_chat = chat;
+  long_banned_chat.mutable_chat()->mutable_sampling()->add_banned_ids(special.usr);
+  ExpectRefused(*engine, session, long_banned_chat, v1::INVALID_ARGUMENT,
+                {fmt::format("sampling.banned_ids: {} ids", vocab + 1), banned_limit});
+  v1::Request hostile = GenerateRequest(session, {5}, 20);
+  for (int i = 0; i < 200000; ++i) hostile.mutable_generate()->mutable_sampling()->add_banned_ids(i % vocab);
+  ExpectRefused(*engine, session, hostile, v1::INVALID_ARGUMENT, {"sampling.banned_ids: 200000 ids", banned_limit});
+  v1::Request long_stops = generate;
+  long_stops.mutable_generate()->add_stop_ids(special.eot);
+  ExpectRefused(*engine, session, long_stops, v1::INVALID_ARGUMENT,
+                {fmt::format("stop_ids: {} ids (the limit is {})", kMaxStopIds + 1, kMaxStopIds)});
+  v1::Request long_stops_free = GenerateRequest(session, {5}, 20);  // no constraint: the same bound
+  for (size_t i = 0; i <= kMaxStopIds; ++i) long_stops_free.mutable_generate()->add_stop_ids(special.eot);
+  ExpectRefused(*engine, session, long_stops_free, v1::INVALID_ARGUMENT, {"stop_ids: 65 ids (the limit is 64)"});
 }
 
 }  // namespace constraint_test
