@@ -164,15 +164,22 @@ void Engine::Run() {
     }
     ExpireIdleSessions();
     AnswerCancelledWaiting();
+    iteration_ = IterationWork{};
+    const uint64_t prefilled_before = state_->tokens_prefilled_total;
     ServeWaiting();
+    iteration_.start_prefill_tokens = static_cast<int64_t>(state_->tokens_prefilled_total - prefilled_before);
     UpdateFigures();
-    if (!running_.empty()) {
+    const bool model_work = !running_.empty();
+    if (model_work) {
       const Clock::time_point start = Clock::now();
       RunModelWork();
       heap_to_release_ = true;
       RetireFinished();
       ++state_->iterations;
       state_->busy_s += std::chrono::duration<double>(Clock::now() - start).count();
+    }
+    if (options_.on_iteration && (model_work || iteration_.quick_answered > 0 || iteration_.admitted > 0)) {
+      options_.on_iteration(iteration_);
     }
   }
 }
@@ -296,6 +303,8 @@ Status Catching(Call&& call) {
 
 void Engine::ExecuteQuick(Work& work) {
   ++state_->requests_total;
+  ++iteration_.quick_answered;
+  iteration_.started_bytes += work.request_bytes;
   MarkStarted(work);
   state_->queued_requests = static_cast<uint32_t>(waiting_.size());  // Stats sees the live figures
   state_->running_sequences = static_cast<uint32_t>(running_.size());
@@ -336,6 +345,8 @@ bool Engine::TryAdmit(Work& work) {
   });
   if (must_wait) return false;  // stays in the waiting list, unchanged
   ++state_->requests_total;
+  ++iteration_.admitted;
+  iteration_.started_bytes += work.request_bytes;
   if (!failed.ok()) {
     turn.reset();
     FinishWithError(work, failed);
@@ -371,6 +382,12 @@ void Engine::RunModelWork() {
   std::vector<Turn*> running;
   for (auto& turn : running_) running.push_back(turn.get());
   const StepPlan plan = planner_.Plan(running, running_.size() == 1 && waiting_.empty());
+  for (const auto& turn : running_) ++iteration_.running_per_uid[turn->work().uid];
+  for (size_t i = 0; i < plan.rows.size(); ++i) {
+    if (plan.rows[i].prefill) iteration_.prefill_tokens += static_cast<int64_t>(plan.inputs[i].tokens.size());
+  }
+  iteration_.decode_rows += plan.decode_rows;
+  for (const auto& [layer, group] : plan.traced_decodes) iteration_.decode_rows += static_cast<int64_t>(group.size());
   if (plan.traced_prefill != nullptr) RunTracedPrefill(*plan.traced_prefill, failed);
   if (plan.uncached != nullptr) RunUncached(*plan.uncached, failed);
   if (!plan.inputs.empty()) RunBatchedStep(plan, failed);
@@ -384,10 +401,13 @@ void Engine::RunModelWork() {
 
 void Engine::RunTracedPrefill(Turn& turn, Failures& failed) {
   // Its last position goes through Decode to record the attention row.
+  const int64_t before = turn.task().cache().length();
   Guarded(turn, [&] { turn.task().PrefillChunk(); }, failed);
+  iteration_.prefill_tokens += turn.task().cache().length() - before;
 }
 
 void Engine::RunUncached(Turn& turn, Failures& failed) {
+  iteration_.prefill_tokens += static_cast<int64_t>(turn.session().length());  // its full forward
   Guarded(turn, [&] { turn.task().Step(); }, failed);
 }
 

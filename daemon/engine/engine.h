@@ -68,6 +68,11 @@
 
 namespace niels::daemon::engine {
 
+// The request bytes (Work::request_bytes) an iteration starts at most before its model step: quick
+// requests answered and generating requests admitted, at least one per iteration (engine.h,
+// "Scheduling" 2b).
+inline constexpr uint64_t kStartBytesPerIteration = uint64_t{128} << 10;
+
 struct EngineState;  // engine_state.h: what the code run for a request works on
 class Turn;          // turn.h: an admitted generation, owning its Work
 
@@ -147,6 +152,7 @@ class Engine {
   // Model work ran since the heap's free pages were last released (engine thread only): released
   // once the engine has waited a whole idle period (up to a second) with nothing to do.
   bool heap_to_release_ = false;
+  IterationWork iteration_;  // what this iteration did so far (engine thread only; on_iteration)
 };
 
 // Loads the model directory and starts an engine on it. Errors are LoadModelDir's (they name the
