@@ -59,6 +59,7 @@ struct Flags {
   size_t max_connections_per_uid = server::DaemonOptions{}.max_connections_per_uid;
   bool allow_root = false;
   uint32_t max_batch = engine::EngineOptions{}.max_batch;
+  uint32_t max_running_per_uid = 0;  // 0: max_batch - 1 (EngineOptions)
   int64_t prefill_chunk = engine::EngineOptions{}.prefill_chunk;
   double context_keep = engine::EngineOptions{}.context_keep;
   std::string log_level = "info";
@@ -128,6 +129,10 @@ void AddFlags(CLI::App& app, Flags& flags) {
   app.add_flag("--allow-root", flags.allow_root, "let uid 0 use every user's sessions");
   app.add_option("--max-batch", flags.max_batch, "Chat/Generate requests running at once (rows of a decode step)")
       ->check(CLI::Range(1u, 256u))->capture_default_str();
+  app.add_option("--max-running-per-uid", flags.max_running_per_uid,
+                 "Chat/Generate requests (and system-prompt prefills) of one user running at once; 0 = "
+                 "--max-batch minus 1 (at least 1), so that one row is always left to the other users")
+      ->check(CLI::Range(0u, 256u))->capture_default_str();
   app.add_option("--prefill-chunk", flags.prefill_chunk,
                  "prompt tokens prefilled per scheduler iteration, all turns together (long prompts do not stall other streams; 4x for a turn running alone)")
       ->check(CLI::Range(int64_t{1}, int64_t{1} << 20))->capture_default_str();
@@ -272,6 +277,7 @@ engine::EngineOptions EngineOptionsFrom(const Flags& flags, state::DurableStore*
   options.kv_budget_bytes = flags.kv_budget_mb << 20;
   options.threads = flags.threads;
   options.max_batch = flags.max_batch;
+  options.max_running_per_uid = flags.max_running_per_uid;
   options.prefill_chunk = flags.prefill_chunk;
   options.context_keep = flags.context_keep;
   if (flags.dtype != "file") options.model_options.dtype = niels::daemon::kernels::ParseDtype(flags.dtype);

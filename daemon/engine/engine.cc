@@ -84,6 +84,7 @@ Engine::Engine(std::unique_ptr<loaders::Model> model, EngineOptions options)
       state_(std::make_unique<EngineState>(std::move(model), options_)),
       planner_(std::max<int64_t>(options_.prefill_chunk, 1)) {
   options_.max_batch = std::max<uint32_t>(options_.max_batch, 1);
+  if (options_.max_running_per_uid == 0) options_.max_running_per_uid = std::max<uint32_t>(options_.max_batch - 1, 1);
   options_.prefill_chunk = std::max<int64_t>(options_.prefill_chunk, 1);
   thread_ = std::thread([this] { Run(); });
 }
@@ -164,15 +165,22 @@ void Engine::Run() {
     }
     ExpireIdleSessions();
     AnswerCancelledWaiting();
+    iteration_ = IterationWork{};
+    const uint64_t prefilled_before = state_->tokens_prefilled_total;
     ServeWaiting();
+    iteration_.start_prefill_tokens = static_cast<int64_t>(state_->tokens_prefilled_total - prefilled_before);
     UpdateFigures();
-    if (!running_.empty()) {
+    const bool model_work = !running_.empty();
+    if (model_work) {
       const Clock::time_point start = Clock::now();
       RunModelWork();
       heap_to_release_ = true;
       RetireFinished();
       ++state_->iterations;
       state_->busy_s += std::chrono::duration<double>(Clock::now() - start).count();
+    }
+    if (options_.on_iteration && (model_work || iteration_.quick_answered > 0 || iteration_.admitted > 0)) {
+      options_.on_iteration(iteration_);
     }
   }
 }
@@ -228,29 +236,49 @@ void Engine::ServeWaiting() {
     const bool blocked = !session.empty() && !named.insert(session).second;
     by_uid[it->uid].push_back({it, blocked});
   }
-  // Fairness between users: round robin over the uids, starting after the uid admitted last.
+  // Fairness between users: round robin over the uids, starting after the uid served last.
   std::vector<uint32_t> uids;
-  auto start = last_admitted_uid_ ? by_uid.upper_bound(*last_admitted_uid_) : by_uid.begin();
+  auto start = last_served_uid_ ? by_uid.upper_bound(*last_served_uid_) : by_uid.begin();
   for (auto it = start; it != by_uid.end(); ++it) uids.push_back(it->first);
   for (auto it = by_uid.begin(); it != start; ++it) uids.push_back(it->first);
   size_t most = 0;
   for (const auto& [uid, jobs] : by_uid) most = std::max(most, jobs.size());
+  // What starting requests may cost this iteration: at least one request, then no more once the
+  // next would pass kStartBytesPerIteration; the rest wait for the next iteration (after a step).
+  uint64_t started_bytes = 0;
+  bool started_any = false;
+  std::set<uint32_t> deferred;  // uids whose next request waits for the next iteration
+  auto affordable = [&](const Work& work) {
+    return !started_any || started_bytes + work.request_bytes <= kStartBytesPerIteration;
+  };
+  auto started = [&](uint64_t bytes, uint32_t uid) {
+    started_any = true;
+    started_bytes += bytes;
+    last_served_uid_ = uid;
+  };
   for (size_t round = 0; round < most; ++round) {
     for (uint32_t uid : uids) {
       std::vector<Candidate>& jobs = by_uid[uid];
       if (round >= jobs.size() || jobs[round].blocked) continue;
       Candidate& candidate = jobs[round];
+      if (deferred.count(uid) != 0) continue;  // keeps its order behind its deferred request
+      if (!affordable(*candidate.it)) {
+        deferred.insert(uid);  // waits for the next iteration
+        continue;
+      }
+      const uint64_t bytes = candidate.it->request_bytes;
       if (candidate.it->quick) {
         Work work = std::move(*candidate.it);
         Unwait(candidate.it);
         ExecuteQuick(work);
+        started(bytes, uid);
         continue;
       }
       // Work that must keep waiting also holds back later work on its session (marked blocked
       // above, being later in submission order).
       if (TryAdmit(*candidate.it)) {
         Unwait(candidate.it);
-        last_admitted_uid_ = uid;
+        started(bytes, uid);
       }
     }
   }
@@ -296,6 +324,8 @@ Status Catching(Call&& call) {
 
 void Engine::ExecuteQuick(Work& work) {
   ++state_->requests_total;
+  ++iteration_.quick_answered;
+  iteration_.started_bytes += work.request_bytes;
   MarkStarted(work);
   state_->queued_requests = static_cast<uint32_t>(waiting_.size());  // Stats sees the live figures
   state_->running_sequences = static_cast<uint32_t>(running_.size());
@@ -307,6 +337,11 @@ void Engine::ExecuteQuick(Work& work) {
 
 bool Engine::TryAdmit(Work& work) {
   if (running_.size() >= options_.max_batch) return false;
+  const auto of_uid = [&](const std::unique_ptr<Turn>& turn) { return turn->work().uid == work.uid; };
+  if (static_cast<uint32_t>(std::count_if(running_.begin(), running_.end(), of_uid)) >=
+      options_.max_running_per_uid) {
+    return false;  // the uid's share of the rows is taken; other uids' work goes first
+  }
   MarkStarted(work);
   bool must_wait = false;
   std::unique_ptr<Turn> turn;
@@ -326,6 +361,7 @@ bool Engine::TryAdmit(Work& work) {
       return Status::Ok();
     }
     turn = std::move(started->turn);
+    if (turn == nullptr) return Status::Ok();  // answered at admission: nothing to run
     try {
       turn->Start(options_.prefill_chunk);
     } catch (...) {
@@ -336,9 +372,15 @@ bool Engine::TryAdmit(Work& work) {
   });
   if (must_wait) return false;  // stays in the waiting list, unchanged
   ++state_->requests_total;
+  ++iteration_.admitted;
+  iteration_.started_bytes += work.request_bytes;
   if (!failed.ok()) {
     turn.reset();
     FinishWithError(work, failed);
+    return true;
+  }
+  if (turn == nullptr) {
+    Release(work);
     return true;
   }
   turn->Adopt(std::move(work));
@@ -371,8 +413,13 @@ void Engine::RunModelWork() {
   std::vector<Turn*> running;
   for (auto& turn : running_) running.push_back(turn.get());
   const StepPlan plan = planner_.Plan(running, running_.size() == 1 && waiting_.empty());
+  for (const auto& turn : running_) ++iteration_.running_per_uid[turn->work().uid];
+  for (size_t i = 0; i < plan.rows.size(); ++i) {
+    if (plan.rows[i].prefill) iteration_.prefill_tokens += static_cast<int64_t>(plan.inputs[i].tokens.size());
+  }
+  iteration_.decode_rows += plan.decode_rows;
+  for (const auto& [layer, group] : plan.traced_decodes) iteration_.decode_rows += static_cast<int64_t>(group.size());
   if (plan.traced_prefill != nullptr) RunTracedPrefill(*plan.traced_prefill, failed);
-  if (plan.uncached != nullptr) RunUncached(*plan.uncached, failed);
   if (!plan.inputs.empty()) RunBatchedStep(plan, failed);
   for (const auto& [layer, group] : plan.traced_decodes) RunTracedDecodes(layer, group, failed);
   for (auto& [turn, why] : failed) {
@@ -384,11 +431,9 @@ void Engine::RunModelWork() {
 
 void Engine::RunTracedPrefill(Turn& turn, Failures& failed) {
   // Its last position goes through Decode to record the attention row.
+  const int64_t before = turn.task().cache().length();
   Guarded(turn, [&] { turn.task().PrefillChunk(); }, failed);
-}
-
-void Engine::RunUncached(Turn& turn, Failures& failed) {
-  Guarded(turn, [&] { turn.task().Step(); }, failed);
+  iteration_.prefill_tokens += turn.task().cache().length() - before;
 }
 
 void Engine::RunBatchedStep(const StepPlan& plan, Failures& failed) {

@@ -12,23 +12,32 @@
 //     CANCELLED at once, wherever it is in the list.
 //  2. Waiting work is taken in submission order, except that work naming a session waits while
 //     that session has a running turn or earlier waiting work (per-session order; a turn is
-//     atomic). Quick work (Info, Stats, Tokenize, Detokenize, session operations) is answered
-//     right there, never waiting for any generation. Generating work is admitted as a running
-//     Turn when fewer than max_batch turns run and the KV budget can hold what it may grow to
-//     (SessionStore::Admit); otherwise it waits (or fails with RESOURCE_EXHAUSTED when it alone
-//     exceeds the budget).
+//     atomic). Quick work (Info, Stats, Tokenize, Detokenize, session operations but a
+//     CreateSession with a system prompt, whose prefill is a turn) is answered right there, never
+//     waiting for any generation. Generating work is admitted as a running
+//     Turn when fewer than max_batch turns run, fewer than max_running_per_uid of them are its
+//     uid's, and the KV budget can hold what it may grow to (SessionStore::Admit); otherwise it
+//     waits (or fails with RESOURCE_EXHAUSTED when it alone exceeds the budget). A start may also
+//     answer the request itself and run nothing (TurnStart without a turn).
 //  3. Model work, as the StepPlanner plans it (step_planner.h): ONE batched forward step with the
-//     next prefill chunks of the prefilling turns and a decode row for every decoding turn, each
-//     sampled with its own sampler; beside it one step of one uncached turn, and the turns that
-//     trace attention.
+//     next prefill chunks of the prefilling turns -- prompts, a new session's system prompt, and
+//     the forward windows of uncached turns alike -- and a decode row for every decoding turn,
+//     each sampled with its own sampler; beside it the turns that trace attention.
 //  4. Finished turns (stop rule, cancel, disconnect) are committed or restored and answered.
 // A cancelled running turn therefore stops within one iteration. Equal requests started together
-// decode in the same steps and finish together; nothing starves (round robin over prefills and
-// uncached steps, every decoding turn in every step).
+// decode in the same steps and finish together; nothing starves (round robin over prefills, every
+// decoding turn in every step).
 //  2a. Fairness between users: the waiting list is taken round robin over the uids that have
 //     waiting requests (each uid's own requests in submission order), starting after the uid
-//     admitted last, so a user with many queued requests delays another user's by at most one
-//     admission.
+//     served last, so a user with many queued requests delays another user's by at most one
+//     request; when rows free up they go to the uids in turn, and no uid holds more than
+//     max_running_per_uid rows (default max_batch - 1: one row is always left to the others).
+//  2b. Bounded start: step 2 starts requests (answers quick ones, admits generating ones) only
+//     while the request bytes started in this iteration (Work::request_bytes) stay within
+//     kStartBytesPerIteration, at least one request per iteration; the rest wait for the next
+//     iteration, after the model step. With the handlers' per-request limits (a Tokenize text, a
+//     system prompt, a Detokenize's ids) one iteration's requests cost the engine thread about one
+//     such request before the next decode step.
 //
 // Limits: at most `max_queue` queued requests in all and `max_queued_per_uid` per uid (RESOURCE_EXHAUSTED
 // beyond either); sessions per uid and in all (SessionRegistry); sessions unused for
@@ -67,6 +76,11 @@
 #include "daemon/loaders/model_loader.h"
 
 namespace niels::daemon::engine {
+
+// The request bytes (Work::request_bytes) an iteration starts at most before its model step: quick
+// requests answered and generating requests admitted, at least one per iteration (engine.h,
+// "Scheduling" 2b).
+inline constexpr uint64_t kStartBytesPerIteration = uint64_t{128} << 10;
 
 struct EngineState;  // engine_state.h: what the code run for a request works on
 class Turn;          // turn.h: an admitted generation, owning its Work
@@ -108,7 +122,6 @@ class Engine {
   bool TryAdmit(Work& work);
   // Executes the parts of a plan; a turn whose part throws is added to `failed` with the reason.
   void RunTracedPrefill(Turn& turn, std::vector<std::pair<Turn*, common::Status>>& failed);
-  void RunUncached(Turn& turn, std::vector<std::pair<Turn*, common::Status>>& failed);
   void RunBatchedStep(const StepPlan& plan, std::vector<std::pair<Turn*, common::Status>>& failed);
   void RunTracedDecodes(int64_t layer, const std::vector<Turn*>& group,
                         std::vector<std::pair<Turn*, common::Status>>& failed);
@@ -137,7 +150,7 @@ class Engine {
   std::list<Work> waiting_;                     // seen, not yet admitted or answered
   std::vector<std::unique_ptr<Turn>> running_;  // admitted turns, in admission order
   StepPlanner planner_;
-  std::optional<uint32_t> last_admitted_uid_;  // where the uid round robin resumes
+  std::optional<uint32_t> last_served_uid_;  // where the uid round robin resumes
   // Guarded by mutex_: work in waiting_ (for Submit's queue limits), in all and per uid.
   size_t waiting_count_ = 0;
   std::map<uint32_t, size_t> waiting_per_uid_;
@@ -147,6 +160,7 @@ class Engine {
   // Model work ran since the heap's free pages were last released (engine thread only): released
   // once the engine has waited a whole idle period (up to a second) with nothing to do.
   bool heap_to_release_ = false;
+  IterationWork iteration_;  // what this iteration did so far (engine thread only; on_iteration)
 };
 
 // Loads the model directory and starts an engine on it. Errors are LoadModelDir's (they name the

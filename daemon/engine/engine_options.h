@@ -5,6 +5,8 @@
 #include <chrono>
 #include <cstddef>
 #include <cstdint>
+#include <functional>
+#include <map>
 
 #include "daemon/loaders/model_loader.h"
 #include "daemon/sessions/session_registry.h"
@@ -14,6 +16,20 @@ class DurableStore;
 }  // namespace niels::daemon::state
 
 namespace niels::daemon::engine {
+
+// What one iteration of the engine thread did (EngineOptions::on_iteration): the work the scheduler
+// let into it, counted, so that tests and benchmarks can check its bounds without timing anything.
+struct IterationWork {
+  int64_t quick_answered = 0;      // quick requests answered in the iteration
+  int64_t admitted = 0;            // generating requests admitted (or answered at admission)
+  uint64_t started_bytes = 0;      // Work::request_bytes of those two summed
+  // Positions the model computed while requests were answered or admitted (before the model step;
+  // counted from EngineState::tokens_prefilled_total).
+  int64_t start_prefill_tokens = 0;
+  int64_t prefill_tokens = 0;      // positions of prompts and uncached forwards in the model step
+  int64_t decode_rows = 0;         // decode rows of the model step
+  std::map<uint32_t, int64_t> running_per_uid;  // running turns per uid during the model step
+};
 
 struct EngineOptions {
   // Sessions in memory, in all and per uid, and whether root may use everyone's (SessionLimits has
@@ -30,6 +46,9 @@ struct EngineOptions {
   // How the model and the KV caches are kept in memory (nielsd --dtype, --kv-dtype; MakeEngine).
   loaders::LoadOptions model_options;
   uint32_t max_batch = 16;                // running turns (rows of a batched decode step) at most
+  // Running turns of one uid at most (--max-running-per-uid); 0: max_batch - 1 (at least 1), so
+  // that one user never holds every row and another user's request is admitted beside them.
+  uint32_t max_running_per_uid = 0;
   int64_t prefill_chunk = 256;            // prompt tokens prefilled per iteration (all turns
                                           // together; 4x for a turn running alone)
   // Context limit (chat_turn.h): a chat turn that does not fit drops the oldest turns until the
@@ -40,6 +59,8 @@ struct EngineOptions {
   // it, the session limits count loaded sessions, idle_session_timeout unloads sessions from memory
   // and the store's session TTL deletes them.
   state::DurableStore* durable = nullptr;
+  // Called on the engine thread after every iteration that did anything; empty: nothing is called.
+  std::function<void(const IterationWork&)> on_iteration;
 };
 
 }  // namespace niels::daemon::engine

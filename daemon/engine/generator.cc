@@ -155,6 +155,13 @@ void GenerationTask::PrefillChunk() {
     Finish(StopReason::kCancelled);
     return;
   }
+  if (!options_.use_kv_cache) {  // the next chunk of this id's forward window
+    const std::span<const int32_t> chunk = PendingChunk(prefill_chunk_);
+    const bool samples = ChunkSamples(static_cast<int64_t>(chunk.size()));
+    const std::vector<float> logits = model_.Prefill(chunk, *window_cache_);
+    AcceptPrefilled(samples ? std::span<const float>(logits) : std::span<const float>());
+    return;
+  }
   const std::vector<int32_t>& tokens = sequence_.tokens;
   model::KvCache& cache = sequence_.cache;
   const int64_t length = static_cast<int64_t>(tokens.size());
@@ -184,16 +191,26 @@ void GenerationTask::PrefillChunk() {
 
 std::span<const int32_t> GenerationTask::PendingChunk(int64_t budget) const {
   const std::vector<int32_t>& tokens = sequence_.tokens;
-  const int64_t begin = sequence_.cache.length();
+  const int64_t begin = WindowBegin() + filled_cache().length();
   const int64_t n = std::max<int64_t>(0, std::min(static_cast<int64_t>(tokens.size()) - begin, budget));
   return std::span<const int32_t>(tokens.data() + begin, static_cast<size_t>(n));
 }
 
 bool GenerationTask::ChunkSamples(int64_t n) const {
-  return will_sample_ && sequence_.cache.length() + n == static_cast<int64_t>(sequence_.tokens.size());
+  const bool ends = WindowBegin() + filled_cache().length() + n == static_cast<int64_t>(sequence_.tokens.size());
+  return ends && (will_sample_ || !options_.use_kv_cache);
 }
 
 void GenerationTask::AcceptPrefilled(std::span<const float> logits) {
+  if (!options_.use_kv_cache) {  // a forward window
+    if (WindowBegin() + window_cache_->length() < static_cast<int64_t>(sequence_.tokens.size())) return;
+    if (logits.empty()) throw std::logic_error("GenerationTask::AcceptPrefilled without the logits to sample");
+    prefilling_ = false;
+    window_cache_->Clear();  // the next id's window is computed afresh, as a full forward is
+    SampleAndEmit(logits, {});
+    if (!done_) prefilling_ = true;
+    return;
+  }
   if (sequence_.cache.length() < static_cast<int64_t>(sequence_.tokens.size())) return;  // more chunks
   prefilling_ = false;
   if (!will_sample_) {  // only inject the input; the logits are not needed
@@ -215,7 +232,18 @@ void GenerationTask::StartUncached() {
     return;
   }
   result_.prefilled_tokens = length;
+  if (prefill_chunk_ > 0) {  // every forward in chunks, into a window cache (see Start)
+    window_cache_.emplace(model_.NewForwardCache());
+    prefilling_ = true;
+    return;
+  }
   SampleAndEmit(ForwardWindow(), {});
+}
+
+int64_t GenerationTask::WindowBegin() const {
+  if (options_.use_kv_cache) return 0;
+  const int64_t length = static_cast<int64_t>(sequence_.tokens.size());
+  return length - std::min<int64_t>(length, model_.config().context);
 }
 
 // Full forward over the last T tokens of the sequence: logits of the last position [V].
@@ -356,7 +384,10 @@ void GenerationTask::Finish(StopReason reason) {
   if (n >= 1) result_.time_to_first_token_s = Seconds(first_token_time_ - start_time_);
   const double decode_s = Seconds(last_token_time_ - first_token_time_);
   if (n >= 2 && decode_s > 0) result_.decode_tokens_per_s = static_cast<double>(n - 1) / decode_s;
-  if (!options_.use_kv_cache) sequence_.cache.Clear();  // the next cached call re-prefills
+  if (!options_.use_kv_cache) {
+    sequence_.cache.Clear();  // the next cached call re-prefills
+    window_cache_.reset();    // its blocks go back
+  }
 }
 
 bool GenerationTask::Cancelled() const {

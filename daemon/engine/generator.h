@@ -132,6 +132,10 @@ GenerateResult Generate(const model::LanguageModel& model, Sequence& sequence,
 // while prefilling(), each PrefillChunk() (or Step()) prefills the next `chunk` pending tokens, and
 // the last one samples the first id. The chunk boundaries depend only on this task (its cache
 // length and `chunk`), never on other sequences, so the result does not depend on what else runs.
+// Chunked uncached path: with chunk > 0 every id's full forward over the last T tokens is computed
+// the same way, as a prefill of that window into a window cache (LanguageModel::NewForwardCache) in
+// chunks, sampled at its end, after which the window cache is emptied (prefilling() stays true
+// until the task is done). Its logits equal Forward's (the forward step is chunk-invariant).
 //   GenerateResult result = task.TakeResult();
 //
 // Batched, for tasks with use_kv_cache (and the same trace_layer): for every task where
@@ -157,15 +161,22 @@ class GenerationTask {
   void PrefillChunk();
   // Ends the task with kCancelled now if its cancel flag is set, in any phase. Returns done().
   bool PollCancel();
-  // Mixed steps (cached path): instead of PrefillChunk(), an engine may put the next chunk of the
-  // prefill into one LanguageModel::Step with other sequences' rows -- except for a traced task
-  // (trace_layer >= 0), whose last prefill position must go through Decode (use PrefillChunk()).
+  // Mixed steps (cached path, and the chunked uncached path's windows): instead of PrefillChunk(),
+  // an engine may put the next chunk of the prefill into one LanguageModel::Step with other
+  // sequences' rows, as an input into filled_cache() -- except for a traced task (trace_layer >= 0),
+  // whose last prefill position must go through Decode (use PrefillChunk()).
   //   chunk = PendingChunk(budget): the next pending tokens, at most `budget` (the engine's
   //   per-iteration prefill budget; PrefillChunk() uses the task's own prefill_chunk);
   //   ChunkSamples(chunk.size()): whether that chunk ends the prefill and needs its last logits;
-  //   after the Step wrote the chunk into cache(): AcceptPrefilled(logits_row [V] or an empty span).
+  //   after the Step wrote the chunk into filled_cache(): AcceptPrefilled(logits_row [V] or an empty
+  //   span).
   // Results do not depend on how the prefill was split (the forward step is chunk-invariant).
-  bool mixable_prefill() const { return prefilling_ && options_.trace_layer < 0; }
+  bool mixable_prefill() const { return prefilling_ && (options_.trace_layer < 0 || !options_.use_kv_cache); }
+  // The cache a prefill chunk goes into: the sequence's (cached path) or the window cache.
+  model::KvCache& filled_cache() { return options_.use_kv_cache ? sequence_.cache : *window_cache_; }
+  const model::KvCache& filled_cache() const { return options_.use_kv_cache ? sequence_.cache : *window_cache_; }
+  // Chunked uncached path: part of a forward window is computed (its window cache holds positions).
+  bool forward_in_flight() const { return window_cache_.has_value() && window_cache_->length() > 0; }
   std::span<const int32_t> PendingChunk(int64_t budget) const;
   bool ChunkSamples(int64_t n) const;
   // Ends the prefill when the cache holds every token: samples the first id from `logits` [V]
@@ -197,6 +208,8 @@ class GenerationTask {
   void StartCached();
   void StartUncached();
   std::vector<float> ForwardWindow() const;
+  // The first position of the tokens a prefill covers: 0 (cached), else where the window starts.
+  int64_t WindowBegin() const;
   void SampleAndEmit(std::span<const float> logits, std::vector<float> attention);
   // Appends `id` and emits its event; ends the task when a stop rule applies. `row` empty: a forced
   // id (no logprobs).
@@ -225,6 +238,7 @@ class GenerationTask {
   bool prefilling_ = false;
   bool will_sample_ = false;    // the cached prefill ends by sampling the first id
   int64_t prefill_chunk_ = 0;   // 0: the whole prefill at once
+  std::optional<model::KvCache> window_cache_;  // chunked uncached path: the forward window so far
   std::chrono::steady_clock::time_point start_time_;
   std::chrono::steady_clock::time_point first_token_time_;
   std::chrono::steady_clock::time_point last_token_time_;

@@ -23,11 +23,13 @@ StepPlan StepPlanner::Plan(std::span<Turn* const> running, bool alone_and_idle) 
     return t.prefilling() && !t.task().mixable_prefill();
   });
   if (traced >= 0) plan.traced_prefill = running[traced];
-  const int64_t uncached = NextRoundRobin(running, next_uncached_, [](Turn& t) { return !t.cached() && !t.done(); });
-  if (uncached >= 0) {
-    plan.uncached = running[uncached];
-    next_uncached_ = static_cast<size_t>(uncached) + 1;
+  // Uncached turns' forward windows share one window pool (LanguageModel::NewForwardCache): only
+  // the turn whose window is begun may go on, else the first uncached turn the round robin reaches.
+  const Turn* window_owner = nullptr;
+  for (Turn* turn : running) {
+    if (!turn->cached() && turn->task().forward_in_flight()) window_owner = turn;
   }
+  bool window_taken = false;
 
   // Prefill chunks, round robin from next_prefill_, until the budget is spent. A turn running alone
   // prefills in pieces four times as large: the pieces only exist so that others get steps in
@@ -38,10 +40,14 @@ StepPlan StepPlanner::Plan(std::span<Turn* const> running, bool alone_and_idle) 
     const size_t i = (next_prefill_ + k) % running.size();
     GenerationTask& task = running[i]->task();
     if (!task.mixable_prefill()) continue;
+    if (!task.use_kv_cache()) {
+      if (window_owner != nullptr ? running[i] != window_owner : window_taken) continue;
+      window_taken = true;
+    }
     const std::span<const int32_t> chunk = task.PendingChunk(budget);
     if (chunk.empty()) continue;
     const bool samples = task.ChunkSamples(static_cast<int64_t>(chunk.size()));
-    plan.inputs.push_back({&task.cache(), chunk, samples});
+    plan.inputs.push_back({&task.filled_cache(), chunk, samples});
     plan.rows.push_back({running[i], /*prefill=*/true, samples});
     budget -= static_cast<int64_t>(chunk.size());
     last_prefilled = i;
@@ -68,7 +74,6 @@ StepPlan StepPlanner::Plan(std::span<Turn* const> running, bool alone_and_idle) 
 
 void StepPlanner::Retired(size_t running) {
   if (next_prefill_ >= running) next_prefill_ = 0;
-  if (next_uncached_ >= running) next_uncached_ = 0;
 }
 
 }  // namespace niels::daemon::engine

@@ -1,6 +1,7 @@
 #include "daemon/engine/turn.h"
 
 #include <algorithm>
+#include <string>
 #include <utility>
 
 namespace niels::daemon::engine {
@@ -37,7 +38,13 @@ Turn::Turn(EngineState& state, const Work& work, sessions::Session& session, ses
   task_ = std::make_unique<GenerationTask>(state_.language_model(), session_.sequence(), std::move(options));
 }
 
-Turn::~Turn() { session_.ClearBusy(); }
+Turn::~Turn() {
+  session_.ClearBusy();
+  if (delete_unless_committed_ && !committed_) {
+    const std::string id = session_.id();  // a copy: Delete destroys the session
+    (void)state_.sessions.Delete(id, session_.owner());
+  }
+}
 
 void Turn::Start(int64_t prefill_chunk) { task_->Start(input_, prefill_chunk); }
 
@@ -63,6 +70,7 @@ Status Turn::Complete() {
     session_.Restore(std::move(snapshot_));
     return stored;
   }
+  committed_ = true;
   if (callbacks_.on_commit) {
     callbacks_.on_commit(TurnOutcome{result, session_, truncated_turns_, queue_ms_});
   }

@@ -70,8 +70,9 @@ class Turn {
   Turn(const Turn&) = delete;
   Turn& operator=(const Turn&) = delete;
 
-  // Appends the input; prefill_chunk > 0 leaves the cached prefill to PrefillChunk calls. The
-  // uncached path runs its first forward here. Throws like GenerationTask::Start.
+  // Appends the input; prefill_chunk > 0 leaves the cached prefill and every uncached forward to
+  // prefill chunks (GenerationTask::Start), 0 runs the cached prefill or the first uncached forward
+  // here. Throws like GenerationTask::Start.
   void Start(int64_t prefill_chunk);
   GenerationTask& task() { return *task_; }
   bool done() const { return task_->done(); }
@@ -87,6 +88,9 @@ class Turn {
   void Abort();
   // Complete() or Abort() ran.
   bool finished() const { return finished_; }
+  // For a turn that fills a session created for it (CreateSession's system prompt): unless the turn
+  // commits, the session is deleted when the turn is destroyed (its creator never learns its id).
+  void DeleteSessionUnlessCommitted() { delete_unless_committed_ = true; }
 
  private:
   EngineState& state_;
@@ -101,11 +105,14 @@ class Turn {
   int32_t truncated_turns_;
   std::unique_ptr<GenerationTask> task_;
   bool finished_ = false;  // Complete() or Abort() ran
+  bool committed_ = false;
+  bool delete_unless_committed_ = false;
 };
 
 // What a generating request's start returns when the request is valid: the Turn to start, or
 // wait_for_memory when running turns hold the KV memory it needs (the session is unchanged and the
-// engine retries when a turn ends).
+// engine retries when a turn ends), or neither when the start answered the request itself and
+// there is nothing to run.
 struct TurnStart {
   std::unique_ptr<Turn> turn;
   bool wait_for_memory = false;

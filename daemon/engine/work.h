@@ -43,6 +43,9 @@ struct Work {
   // Answers the request with an error: refused by Submit, cancelled before it ran, failed, or a
   // turn that was cancelled or failed (its session restored).
   std::function<void(const common::Status& status)> fail;
+  // The request's size on the wire (bytes): what starting it may cost the engine thread (texts to
+  // encode, ids to decode); the scheduler bounds the bytes it starts per iteration (engine.h).
+  uint64_t request_bytes = 0;
 
   // Set by the engine: when Submit took the work, and how long it then waited for the engine
   // thread to start it (milliseconds; set before quick or start runs).

@@ -1,27 +1,83 @@
-// CreateSession: a new session owned by the caller, with an optional system prompt.
+// CreateSession: a new session owned by the caller, with an optional system prompt. With a system
+// prompt (StartCreateSession) what the session starts with is prefilled by a turn of the scheduler
+// (one of the caller's rows, in --prefill-chunk pieces between other sessions' steps) and the
+// response goes out once it is cached; at once when there is nothing to prefill or no KV memory for
+// it now. Without one (HandleCreateSession, quick) nothing is prefilled. Whatever is not, the first
+// request on the session prefills.
 #include <optional>
 #include <string>
+#include <utility>
 
-#include "daemon/sessions/session_ops.h"
+#include <fmt/format.h>
+
+#include "daemon/engine/generate_turn.h"
 #include "daemon/handlers/handlers.h"
+#include "daemon/handlers/proto_convert.h"
+#include "daemon/sessions/session_ops.h"
 
 namespace niels::daemon::handlers {
 
 namespace v1 = niels::v1;
 
-HandlerResult HandleCreateSession(engine::EngineState& state, server::Job& job,
-                                  const v1::CreateSessionRequest& request) {
+namespace {
+
+v1::Response CreatedResponse(const sessions::Session& session) {
+  v1::Response response;
+  response.mutable_create_session()->set_session_id(session.id());
+  response.mutable_create_session()->set_length(session.length());
+  return response;
+}
+
+// The new session (nothing prefilled yet), after the checks that need no encoding.
+common::StatusOr<sessions::Session*> NewSession(engine::EngineState& state, server::Job& job,
+                                               const v1::CreateSessionRequest& request) {
   std::optional<std::string> system_prompt;
-  if (request.has_system_prompt()) system_prompt = request.system_prompt();
+  if (request.has_system_prompt()) {
+    if (request.system_prompt().size() > kMaxSystemPromptBytes) {
+      return common::Status::InvalidArgument(fmt::format("system_prompt is {} bytes; the limit is {} bytes",
+                                                         request.system_prompt().size(), kMaxSystemPromptBytes));
+    }
+    system_prompt = request.system_prompt();
+  }
   if (system_prompt && state.chat_format() == nullptr) return state.chat_format_status;
   common::StatusOr<sessions::CreatedSession> created =
       sessions::CreateSession(state.sessions, state.language_model(), state.chat_format(), job.uid(), system_prompt);
   if (!created.ok()) return created.status();
-  state.tokens_prefilled_total += static_cast<uint64_t>(created->prefilled_tokens);
-  v1::Response response;
-  response.mutable_create_session()->set_session_id(created->session->id());
-  response.mutable_create_session()->set_length(created->session->length());
-  return response;
+  return created->session;
+}
+
+}  // namespace
+
+HandlerResult HandleCreateSession(engine::EngineState& state, server::Job& job,
+                                  const v1::CreateSessionRequest& request) {
+  common::StatusOr<sessions::Session*> session = NewSession(state, job, request);
+  if (!session.ok()) return session.status();
+  return CreatedResponse(**session);
+}
+
+engine::TurnResult StartCreateSession(engine::EngineState& state, const engine::Work& work, server::Job& job,
+                                      const v1::CreateSessionRequest& request, const Prepared&) {
+  common::StatusOr<sessions::Session*> created = NewSession(state, job, request);
+  if (!created.ok()) return created.status();
+  sessions::Session& session = **created;
+  if (session.length() == 0) {
+    job.Finish(CreatedResponse(session));
+    return engine::TurnStart{};
+  }
+  // The prefill: a turn that only processes what the session holds (no input, no new tokens).
+  engine::GenerateTurnArgs args;
+  args.session_id = session.id();
+  args.options.max_new_tokens = 0;
+  engine::TurnCallbacks callbacks;
+  callbacks.on_commit = [&job](const engine::TurnOutcome& outcome) { job.Finish(CreatedResponse(outcome.session)); };
+  engine::TurnResult started = engine::StartGenerateTurn(state, work, std::move(args), std::move(callbacks));
+  if (!started.ok() || started->wait_for_memory) {
+    // No KV memory for it now (or ever, alone): the session is made; its first request prefills.
+    job.Finish(CreatedResponse(session));
+    return engine::TurnStart{};
+  }
+  started->turn->DeleteSessionUnlessCommitted();
+  return started;
 }
 
 }  // namespace niels::daemon::handlers

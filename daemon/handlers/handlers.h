@@ -31,6 +31,7 @@ HandlerResult HandleTokenize(engine::EngineState& state, server::Job& job,
                              const niels::v1::TokenizeRequest& request);
 HandlerResult HandleDetokenize(engine::EngineState& state, server::Job& job,
                                const niels::v1::DetokenizeRequest& request);
+// CreateSession without a system prompt (with one: StartCreateSession).
 HandlerResult HandleCreateSession(engine::EngineState& state, server::Job& job,
                                   const niels::v1::CreateSessionRequest& request);
 HandlerResult HandleGetSession(engine::EngineState& state, server::Job& job,
@@ -57,5 +58,10 @@ engine::TurnResult StartChat(engine::EngineState& state, const engine::Work& wor
                              const niels::v1::ChatRequest& request, const Prepared& prepared);
 engine::TurnResult StartGenerate(engine::EngineState& state, const engine::Work& work, server::Job& job,
                                  const niels::v1::GenerateRequest& request, const Prepared& prepared);
+// CreateSession with a system prompt is generating: the session's start is prefilled by a turn of
+// the scheduler, like any prompt; a session with nothing to prefill is answered at once (TurnStart
+// without a turn).
+engine::TurnResult StartCreateSession(engine::EngineState& state, const engine::Work& work, server::Job& job,
+                                      const niels::v1::CreateSessionRequest& request, const Prepared& prepared);
 
 }  // namespace niels::daemon::handlers

@@ -30,6 +30,9 @@ const Method kTokenize{"Tokenize", NoSession, NIELS_QUICK(HandleTokenize, tokeni
 const Method kDetokenize{"Detokenize", NoSession, NIELS_QUICK(HandleDetokenize, detokenize), nullptr, nullptr};
 const Method kCreateSession{"CreateSession", NoSession, NIELS_QUICK(HandleCreateSession, create_session),
                             nullptr, nullptr};
+// With a system prompt: its prefill runs as a turn of the scheduler (create_session.cc).
+const Method kCreateSessionWithPrompt{"CreateSession", NoSession, nullptr,
+                                      NIELS_GENERATING(StartCreateSession, create_session), nullptr};
 const Method kListSessions{"ListSessions", NoSession, NIELS_QUICK(HandleListSessions, list_sessions), nullptr, nullptr};
 const Method kGetSession{"GetSession", NIELS_SESSION(get_session), NIELS_QUICK(HandleGetSession, get_session),
                          nullptr, nullptr};
@@ -54,7 +57,8 @@ const Method kGenerate{"Generate", NIELS_SESSION(generate), nullptr, NIELS_GENER
 const Method* FindMethod(const v1::Request& request) {
   switch (request.kind_case()) {
     case v1::Request::kInfo: return &kInfo;
-    case v1::Request::kCreateSession: return &kCreateSession;
+    case v1::Request::kCreateSession:
+      return request.create_session().has_system_prompt() ? &kCreateSessionWithPrompt : &kCreateSession;
     case v1::Request::kChat: return &kChat;
     case v1::Request::kGenerate: return &kGenerate;
     case v1::Request::kTokenize: return &kTokenize;

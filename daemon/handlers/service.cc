@@ -33,6 +33,7 @@ void Service::Submit(server::Job submitted) {
   work.uid = job->uid();
   work.session_id = method->session(request);
   work.cancel = job->cancel();
+  work.request_bytes = request.ByteSizeLong();
   work.fail = [job](const Status& status) { job->Fail(status); };
   if (method->quick != nullptr) {
     work.quick = [job, method](engine::EngineState& state, const engine::Work&) -> Status {

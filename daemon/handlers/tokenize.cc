@@ -1,11 +1,18 @@
 // Tokenize: the tokenizer as a service (plain text; special-token literals stay text).
+#include <fmt/format.h>
+
 #include "daemon/handlers/handlers.h"
+#include "daemon/handlers/proto_convert.h"
 
 namespace niels::daemon::handlers {
 
 namespace v1 = niels::v1;
 
 HandlerResult HandleTokenize(engine::EngineState& state, server::Job&, const v1::TokenizeRequest& request) {
+  if (request.text().size() > kMaxTokenizeTextBytes) {
+    return common::Status::InvalidArgument(
+        fmt::format("text is {} bytes; the limit of a Tokenize is {} bytes", request.text().size(), kMaxTokenizeTextBytes));
+  }
   const text::Tokenizer& tokenizer = state.tokenizer();
   v1::Response response;
   v1::TokenizeResponse& result = *response.mutable_tokenize();

@@ -63,6 +63,13 @@ class LanguageModel {
   // REQUIRES: 1 <= n <= T, ids in [0, V) (else std::invalid_argument).
   virtual std::vector<float> Forward(std::span<const int32_t> tokens, bool last_only = false) const = 0;
 
+  // A cache for computing an uncached forward in pieces (Prefill or Step inputs into it, from
+  // position 0, then Clear): its logits at the end equal Forward's over the same tokens. The
+  // Transformer's come from one pool of T positions kept for them (beside Forward's own), so AT MOST
+  // ONE of them may hold positions at a time (a second one's write throws KvExhausted). The default
+  // gives a cache with a small pool of its own.
+  virtual KvCache NewForwardCache() const { return KvCache(config()); }
+
   // One forward pass over the new tokens of several sequences at once (prefill chunks and decode
   // tokens together). Returns the logits rows the inputs asked for, input after input [n, V].
   // Same REQUIREs as Prefill for each input; distinct caches. The default runs Prefill per input.

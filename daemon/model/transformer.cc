@@ -169,4 +169,11 @@ std::vector<float> Transformer::Forward(std::span<const int32_t> tokens, bool la
   return Prefill(tokens, scratch, /*all_logits=*/!last_only);  // the scratch blocks go back on return
 }
 
+KvCache Transformer::NewForwardCache() const {
+  if (!window_pool_) {
+    window_pool_ = std::make_shared<KvPool>(config_, KvPool::BytesForOneSequence(config_, kv_dtype()), kv_dtype());
+  }
+  return KvCache(window_pool_);
+}
+
 }  // namespace niels::daemon::model

@@ -58,6 +58,7 @@ class Transformer final : public LanguageModel {
                             AttentionTrace* trace = nullptr) const override;
   std::vector<float> Forward(std::span<const int32_t> tokens, bool last_only = false) const override;
   std::vector<float> Step(std::span<const SequenceInput> inputs, int64_t trace_layer = -1) const override;
+  KvCache NewForwardCache() const override;
   void ReleaseScratch() const override { step_.ReleaseScratch(); }
 
  private:
@@ -73,6 +74,8 @@ class Transformer final : public LanguageModel {
   kernels::WeightViews views_;
   mutable kernels::ForwardStep step_;     // its scratch is reused from call to call
   std::shared_ptr<KvPool> scratch_pool_;  // Forward's cache: T positions
+  // NewForwardCache's pool: T positions, made at the first call (only the uncached path uses it).
+  mutable std::shared_ptr<KvPool> window_pool_;
   mutable std::vector<kernels::StepSequence> sequences_;  // the inputs of the last step, reused
   mutable std::vector<std::vector<void*>> block_pointers_;
 };

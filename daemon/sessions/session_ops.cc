@@ -1,6 +1,5 @@
 #include "daemon/sessions/session_ops.h"
 
-#include <span>
 #include <utility>
 #include <vector>
 
@@ -11,31 +10,6 @@ namespace niels::daemon::sessions {
 
 using common::Status;
 using common::StatusOr;
-
-namespace {
-
-// Gives the new session's cache its system prompt: the blocks of an equal prompt that the pool
-// holds already (prefix sharing), and a prefill of the rest when the KV pool has room (otherwise the
-// first request on the session does it). Returns the positions prefilled.
-int64_t PrefillSystemPrompt(const model::LanguageModel& model, Session& session) {
-  const int64_t length = session.length();
-  if (length == 0) return 0;
-  model::Sequence& sequence = session.sequence();
-  const int64_t reused = sequence.cache.AttachPrefix(sequence.tokens, length);
-  if (reused == length) return 0;
-  session.MarkBusy(0);  // not a victim of the blocks its own prefill takes
-  int64_t prefilled = 0;
-  try {
-    model.Prefill(std::span<const int32_t>(sequence.tokens).subspan(reused), sequence.cache);
-    prefilled = length - reused;
-  } catch (const model::KvExhausted&) {
-    // Every block is in use by running turns: the first request on the session prefills instead.
-  }
-  session.ClearBusy();
-  return prefilled;
-}
-
-}  // namespace
 
 StatusOr<CreatedSession> CreateSession(SessionRegistry& registry, const model::LanguageModel& model,
                                        const text::ChatFormat* format, uint32_t uid,
@@ -57,16 +31,7 @@ StatusOr<CreatedSession> CreateSession(SessionRegistry& registry, const model::L
   }
   StatusOr<Session*> created = registry.Create(uid, system_prompt, std::move(system_ids));
   if (!created.ok()) return created.status();
-  CreatedSession result{*created, 0};
-  if (result.session->length() > 0) {
-    try {
-      result.prefilled_tokens = PrefillSystemPrompt(model, *result.session);
-    } catch (...) {
-      (void)registry.Delete(result.session->id(), uid);
-      throw;
-    }
-  }
-  return result;
+  return CreatedSession{*created};
 }
 
 }  // namespace niels::daemon::sessions

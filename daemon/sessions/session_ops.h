@@ -1,6 +1,6 @@
 #pragma once
 // Session operations that need more than the SessionRegistry: a new session with its system prompt
-// (encoded with the chat format and prefilled). The other operations (get, list, fork, reset,
+// (encoded with the chat format). The other operations (get, list, fork, reset,
 // delete) are SessionRegistry's and Session's own. Engine thread only.
 
 #include <cstdint>
@@ -17,18 +17,16 @@ namespace niels::daemon::sessions {
 // What CreateSession did.
 struct CreatedSession {
   Session* session = nullptr;
-  int64_t prefilled_tokens = 0;  // system-prompt positions computed (not found as shared blocks)
 };
 
 // A new session owned by `uid`. What every conversation of the session starts with
 // (ChatFormat::SessionStart: niels_gpt's [sys] text [eot]; with a Jinja template the rendering up to
-// the first user message, which may exist without a system prompt) becomes the start of the history
-// and is prefilled into the session's cache with `model` when the KV pool has room (blocks of an
-// equal prompt the pool holds for this user are shared instead; otherwise the first request on the
+// the first user message, which may exist without a system prompt) becomes the start of the history;
+// nothing is prefilled here (the caller runs the prefill as a turn of the engine's scheduler, in
+// chunks between other sessions' steps: handlers/create_session.cc; else the first request on the
 // session prefills it). `format` is null for a model without a chat format: then the session starts
-// empty. INVALID_ARGUMENT when that start does not leave room in the model's context or the
-// template refuses it; RESOURCE_EXHAUSTED at a session limit (SessionRegistry::Create) or a renderer
-// limit.
+// empty. INVALID_ARGUMENT when that start does not leave room in `model`'s context or the template
+// refuses it; RESOURCE_EXHAUSTED at a session limit (SessionRegistry::Create) or a renderer limit.
 common::StatusOr<CreatedSession> CreateSession(SessionRegistry& registry, const model::LanguageModel& model,
                                                const text::ChatFormat* format, uint32_t uid,
                                                const std::optional<std::string>& system_prompt);

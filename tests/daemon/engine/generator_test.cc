@@ -39,6 +39,7 @@ class ScriptedModel final : public model::LanguageModel {
     ++prefill_calls;
     const int64_t start = cache.length();
     const int64_t n = static_cast<int64_t>(tokens.size());
+    largest_call = std::max(largest_call, n);
     EXPECT_LE(start + n, config_.context);
     Append(cache, tokens);
     return all_logits ? LogitsAt(start, n) : LogitsAt(start + n - 1, 1);
@@ -64,6 +65,7 @@ class ScriptedModel final : public model::LanguageModel {
   std::vector<float> Forward(std::span<const int32_t> tokens, bool last_only) const override {
     ++forward_calls;
     const int64_t n = static_cast<int64_t>(tokens.size());
+    largest_call = std::max(largest_call, n);
     EXPECT_LE(n, config_.context);
     return last_only ? LogitsAt(n - 1, 1) : LogitsAt(0, n);
   }
@@ -72,6 +74,7 @@ class ScriptedModel final : public model::LanguageModel {
   mutable int prefill_calls = 0;
   mutable int decode_calls = 0;
   mutable int forward_calls = 0;
+  mutable int64_t largest_call = 0;  // positions of the largest Prefill or Forward
 
  private:
   // Appends the positions (their storage left as it is: nothing reads it).
@@ -327,6 +330,29 @@ TEST(GeneratorScriptedTest, UncachedPathDropsCacheAndUsesFullForward) {
   EXPECT_EQ(r2.new_tokens, (std::vector<int32_t>{full[15]}));
 }
 
+// Chunked uncached path: every id's forward over the whole sequence is computed in prefill chunks,
+// so no model call takes more than the chunk (it took the whole sequence, Forward, before).
+TEST(GeneratorScriptedTest, ChunkedUncachedPathForwardsInChunks) {
+  std::vector<int32_t> full;
+  for (int i = 0; i < 30; ++i) full.push_back(4 + i % 11);
+  ScriptedModel m(ScriptConfig(32, 64), ScriptOf(full));
+  Sequence seq(m.config());
+  GenerationTask task(m, seq, Greedy(5, /*cached=*/false));
+  task.Start(std::span(full).first(10), /*prefill_chunk=*/4);
+  int steps = 0;
+  while (!task.done()) {
+    task.Step();
+    ++steps;
+  }
+  const GenerateResult r = task.TakeResult();
+  EXPECT_EQ(r.new_tokens, std::vector<int32_t>(full.begin() + 10, full.begin() + 15));
+  EXPECT_FALSE(r.used_kv_cache);
+  EXPECT_LE(m.largest_call, 4);
+  EXPECT_EQ(m.forward_calls, 0);
+  EXPECT_EQ(steps, 3 + 3 + 3 + 4 + 4);  // ceil(10/4), ceil(11/4), ceil(12/4), ceil(13/4), ceil(14/4)
+  EXPECT_EQ(seq.cache.length(), 0);
+}
+
 TEST(GeneratorScriptedTest, CancelStopsBeforeTheNextForward) {
   std::vector<int32_t> full;
   for (int i = 0; i < 40; ++i) full.push_back(4 + i % 13);
@@ -512,6 +538,24 @@ TEST_F(GeneratorTransformerTest, SplitCallsEqualOneCall) {
   EXPECT_EQ(r2.new_tokens, ReferenceGreedy(history, 10));
   EXPECT_EQ(r2.reused_tokens, 29);
   EXPECT_EQ(r2.prefilled_tokens, 7);
+}
+
+// The chunked uncached path gives bitwise the logprobs of the full forward it replaces.
+TEST_F(GeneratorTransformerTest, ChunkedUncachedForwardEqualsTheFullForward) {
+  const std::vector<int32_t> prompt = RandomPrompt(37, 11);
+  std::vector<float> whole, chunked;
+  for (int64_t chunk : {int64_t{0}, int64_t{5}}) {
+    GenerateOptions options = Greedy(8, /*cached=*/false);
+    options.want_logprobs = true;
+    std::vector<float>& out = chunk == 0 ? whole : chunked;
+    options.on_token = [&out](const StepEvent& event) { out.push_back(event.logprob.value_or(1.0f)); };
+    Sequence seq(model_->config());
+    GenerationTask task(*model_, seq, options);
+    task.Start(prompt, chunk);
+    while (!task.done()) task.Step();
+  }
+  ASSERT_EQ(whole.size(), 8u);
+  EXPECT_EQ(whole, chunked);
 }
 
 TEST_F(GeneratorTransformerTest, ContextFullAtTBothPaths) {

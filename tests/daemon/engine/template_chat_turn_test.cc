@@ -91,6 +91,9 @@ class TemplateChatTurnTest : public ::testing::Test {
       auto created = sessions::CreateSession(state.sessions, state.language_model(), state.chat_format(), work.uid,
                                              system);
       if (!created.ok()) return created.status();
+      // Cached as CreateSession's prefill turn leaves it (handlers/create_session.cc).
+      model::Sequence& sequence = created->session->sequence();
+      if (!sequence.tokens.empty()) state.language_model().Prefill(sequence.tokens, sequence.cache);
       *id = created->session->id();
       record->session_tokens = created->session->tokens();
       record->Set(Status::Ok());
