@@ -21,8 +21,8 @@ grammar::GrammarLimits ConstraintGrammarLimits() {
 
 namespace {
 
-Status TooLarge(const char* field, size_t bytes, size_t limit) {
-  return Status::InvalidArgument(fmt::format("{}: too large: {} bytes (the limit is {} bytes)", field, bytes, limit));
+Status TooLarge(common::BudgetId budget, const char* field, size_t bytes, size_t limit) {
+  return common::Refuse(budget, fmt::format("{}: too large: {} bytes (the limit is {} bytes)", field, bytes, limit));
 }
 
 }  // namespace
@@ -36,13 +36,13 @@ common::StatusOr<std::shared_ptr<const grammar::CompiledGrammar>> CompileConstra
     case v1::Constraint::kJsonSchema:
       field = "constraint.json_schema";
       if (constraint.json_schema().size() > kMaxJsonSchemaBytes) {
-        return TooLarge("constraint.json_schema", constraint.json_schema().size(), kMaxJsonSchemaBytes);
+        return TooLarge(common::BudgetId::kJsonSchemaBytes, "constraint.json_schema", constraint.json_schema().size(), kMaxJsonSchemaBytes);
       }
       compiled = grammar::CompileJsonSchema(constraint.json_schema());
       break;
     case v1::Constraint::kGbnf:
       field = "constraint.gbnf";
-      if (constraint.gbnf().size() > kMaxGbnfBytes) return TooLarge("constraint.gbnf", constraint.gbnf().size(), kMaxGbnfBytes);
+      if (constraint.gbnf().size() > kMaxGbnfBytes) return TooLarge(common::BudgetId::kGbnfBytes, "constraint.gbnf", constraint.gbnf().size(), kMaxGbnfBytes);
       compiled = grammar::CompiledGrammar::FromGbnf(constraint.gbnf(), ConstraintGrammarLimits());
       break;
     case v1::Constraint::kAnyJson:

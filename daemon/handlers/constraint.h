@@ -9,6 +9,7 @@
 #include <memory>
 #include <span>
 
+#include "common/budgets.h"
 #include "common/status.h"
 #include "daemon/engine/engine_state.h"
 #include "daemon/sampling/sampler.h"
@@ -22,8 +23,8 @@ namespace niels::daemon::handlers {
 // bound what one request can make an IO thread spend compiling: measured with
 // nielsd-constraint-bench, a hostile 64 KiB schema (2460 properties, all required) compiles in
 // ~60 ms, a 256 KiB GBNF in ~30 ms; typical schemas in 0.3-0.6 ms.
-inline constexpr size_t kMaxJsonSchemaBytes = size_t{64} << 10;
-inline constexpr size_t kMaxGbnfBytes = size_t{256} << 10;
+inline constexpr size_t kMaxJsonSchemaBytes = common::kJsonSchemaBytesLimit;
+inline constexpr size_t kMaxGbnfBytes = common::kGbnfBytesLimit;
 
 // The GrammarLimits a constraint's grammar is compiled with (daemon/grammar/rule_set.h documents
 // each bound): the grammar room's defaults, GBNF text at most kMaxGbnfBytes. A schema's generated

@@ -34,8 +34,9 @@ common::StatusOr<sessions::Session*> NewSession(engine::EngineState& state, serv
   std::optional<std::string> system_prompt;
   if (request.has_system_prompt()) {
     if (request.system_prompt().size() > kMaxSystemPromptBytes) {
-      return common::Status::InvalidArgument(fmt::format("system_prompt is {} bytes; the limit is {} bytes",
-                                                         request.system_prompt().size(), kMaxSystemPromptBytes));
+      return common::Refuse(common::BudgetId::kSystemPromptBytes,
+                            fmt::format("system_prompt is {} bytes; the limit is {} bytes",
+                                        request.system_prompt().size(), kMaxSystemPromptBytes));
     }
     system_prompt = request.system_prompt();
   }

@@ -12,8 +12,9 @@ namespace v1 = niels::v1;
 
 HandlerResult HandleDetokenize(engine::EngineState& state, server::Job&, const v1::DetokenizeRequest& request) {
   if (static_cast<size_t>(request.ids_size()) > kMaxDetokenizeIds) {
-    return common::Status::InvalidArgument(
-        fmt::format("ids has {} entries; the limit of a Detokenize is {} ids", request.ids_size(), kMaxDetokenizeIds));
+    return common::Refuse(common::BudgetId::kDetokenizeIds,
+                          fmt::format("ids has {} entries; the limit of a Detokenize is {} ids", request.ids_size(),
+                                      kMaxDetokenizeIds));
   }
   const std::vector<int32_t> ids(request.ids().begin(), request.ids().end());
   NIELS_RETURN_IF_ERROR(CheckIds(ids, state.config().vocab_size, "ids"));

@@ -1,5 +1,7 @@
 // Info: the model nielsd serves and the limits a client must respect.
+#include "common/budgets.h"
 #include "common/defaults.h"
+#include "common/wire_status.h"
 #include "daemon/handlers/constraint.h"
 #include "daemon/handlers/handlers.h"
 #include "daemon/kernels/dtype.h"
@@ -55,6 +57,17 @@ HandlerResult HandleInfo(engine::EngineState& state, server::Job& job, const v1:
     for (const char* kind : kConstraintKinds) info.add_constraint_kinds(kind);
     info.set_max_json_schema_bytes(kMaxJsonSchemaBytes);
     info.set_max_gbnf_bytes(kMaxGbnfBytes);
+  }
+  for (const common::Budget& budget : common::Budgets()) {
+    v1::Budget& out = *info.add_budgets();
+    out.set_name(std::string(budget.name));
+    out.set_unit(std::string(budget.unit));
+    out.set_per_request_byte(budget.per_request_byte);
+    out.set_per_new_token(budget.per_new_token);
+    // The banned ids' limit is the model's vocabulary size.
+    out.set_fixed(budget.id == common::BudgetId::kBannedIds ? static_cast<uint64_t>(config.vocab_size) : budget.fixed);
+    out.set_refusal(common::ToProtoCode(budget.refusal));
+    out.set_bounds(std::string(budget.bounds));
   }
   info.set_default_max_new_tokens(common::kDefaultMaxNewTokens);
   v1::Sampling& sampling = *info.mutable_default_sampling();

@@ -20,7 +20,7 @@ common::StatusOr<sampling::SamplingParams> SamplingFromProto(const v1::Sampling&
   if (sampling.has_seed()) params.seed = sampling.seed();
   const auto& requested = sampling.banned_ids();
   if (static_cast<int64_t>(requested.size()) > vocab_size) {
-    return Status::InvalidArgument(fmt::format("sampling.banned_ids: {} ids (the limit is the vocabulary size, {})",
+    return common::Refuse(common::BudgetId::kBannedIds, fmt::format("sampling.banned_ids: {} ids (the limit is the vocabulary size, {})",
                                                requested.size(), vocab_size));
   }
   params.banned_ids.assign(requested.begin(), requested.end());
@@ -52,7 +52,8 @@ Status CheckIds(std::span<const int32_t> ids, int64_t vocab_size, const char* wh
 
 Status CheckStopIds(std::span<const int32_t> ids, int64_t vocab_size) {
   if (ids.size() > kMaxStopIds) {
-    return Status::InvalidArgument(fmt::format("stop_ids: {} ids (the limit is {})", ids.size(), kMaxStopIds));
+    return common::Refuse(common::BudgetId::kStopIds,
+                          fmt::format("stop_ids: {} ids (the limit is {})", ids.size(), kMaxStopIds));
   }
   return CheckIds(ids, vocab_size, "stop_ids");
 }

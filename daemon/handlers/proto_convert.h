@@ -7,6 +7,7 @@
 #include <span>
 #include <vector>
 
+#include "common/budgets.h"
 #include "common/status.h"
 #include "daemon/engine/generator.h"
 #include "daemon/sessions/session.h"
@@ -23,7 +24,7 @@ inline constexpr int32_t kMaxTopLogprobs = 20;
 // The longest GenerateRequest.stop_ids list (repeats counted). Every sampled id is looked up in the
 // stop ids (a set built once per request, O(log n) per lookup), and with a constraint every stop id
 // is checked against the banned ids once.
-inline constexpr size_t kMaxStopIds = 64;
+inline constexpr size_t kMaxStopIds = common::kStopIdsLimit;
 // Sampling.banned_ids holds at most the model's vocabulary size (ModelConfig::vocab_size, the
 // output rows) of ids, repeats counted: no list needs more, and so the banned ids cost at most
 // O(V) per request to validate and make distinct, and O(V) per step (SamplingParams, Sampler).
@@ -32,9 +33,9 @@ inline constexpr size_t kMaxStopIds = 64;
 // Tokenize text and a CreateSession system prompt at most 128 KiB (about 32k tokens of English), a
 // Detokenize at most 65536 ids (more than the context of every supported model). INVALID_ARGUMENT
 // beyond, naming the limit.
-inline constexpr size_t kMaxTokenizeTextBytes = size_t{128} << 10;
-inline constexpr size_t kMaxSystemPromptBytes = size_t{128} << 10;
-inline constexpr size_t kMaxDetokenizeIds = size_t{1} << 16;
+inline constexpr size_t kMaxTokenizeTextBytes = common::kTokenizeTextBytesLimit;
+inline constexpr size_t kMaxSystemPromptBytes = common::kSystemPromptBytesLimit;
+inline constexpr size_t kMaxDetokenizeIds = common::kDetokenizeIdsLimit;
 
 // Sampling with the defaults of common/defaults.h for unset fields, banned = sampling.banned_ids +
 // `default_banned` unless allow_special_tokens, distinct and ascending. INVALID_ARGUMENT (naming the

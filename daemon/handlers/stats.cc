@@ -1,6 +1,8 @@
 // Stats: how busy nielsd is (sessions, KV memory, counters, the scheduler's figures).
 #include <chrono>
 
+#include "common/budgets.h"
+
 #include "daemon/handlers/handlers.h"
 
 namespace niels::daemon::handlers {
@@ -46,6 +48,11 @@ HandlerResult HandleStats(engine::EngineState& state, server::Job&, const v1::St
   }
   if (state.busy_s > 0) stats.set_iterations_per_s(static_cast<double>(state.iterations) / state.busy_s);
   FillKvPoolStats(state, stats);
+  for (const common::Budget& budget : common::Budgets()) {
+    v1::BudgetRefusals& refusals = *stats.add_budget_refusals();
+    refusals.set_name(std::string(budget.name));
+    refusals.set_refused(common::Refusals(budget.id));
+  }
   if (state::DurableStore* durable = state.sessions.durable_store()) {
     auto stored = durable->Count();
     if (stored.ok()) stats.set_stored_sessions(static_cast<uint32_t>(*stored));

@@ -10,8 +10,9 @@ namespace v1 = niels::v1;
 
 HandlerResult HandleTokenize(engine::EngineState& state, server::Job&, const v1::TokenizeRequest& request) {
   if (request.text().size() > kMaxTokenizeTextBytes) {
-    return common::Status::InvalidArgument(
-        fmt::format("text is {} bytes; the limit of a Tokenize is {} bytes", request.text().size(), kMaxTokenizeTextBytes));
+    return common::Refuse(common::BudgetId::kTokenizeTextBytes,
+                          fmt::format("text is {} bytes; the limit of a Tokenize is {} bytes", request.text().size(),
+                                      kMaxTokenizeTextBytes));
   }
   const text::Tokenizer& tokenizer = state.tokenizer();
   v1::Response response;

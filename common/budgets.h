@@ -1,0 +1,75 @@
+#pragma once
+// Budgets: the documented bounds on what one request can make nielsd do or hold (proto/PROTOCOL.md,
+// "Limits"). This file is the one list of them: InfoResponse.budgets reports it, each room that
+// enforces a budget reads its numbers from here, and every refusal is counted here for
+// StatsResponse.budget_refusals.
+//
+// A budget counts units of work or memory (comparisons, steps, rules, states, bytes, ids) and
+// allows
+//
+//     per_request_byte x (the bytes of what it bounds) + per_new_token x max_new_tokens + fixed
+//
+// of them; a plain count limit (a list's length) has only `fixed`. A request past a budget fails
+// before it has changed anything, with RESOURCE_EXHAUSTED for work and memory budgets and
+// INVALID_ARGUMENT for length limits; the message says what was over and ends with the budget's
+// name ("stop_ids: 65 ids (the limit is 64) (budget stop_ids)"). Refuse() builds that status and
+// counts the refusal.
+//
+// Thread-safe: the table is constant; the refusal counters are atomics any thread may bump.
+
+#include <cstddef>
+#include <cstdint>
+#include <span>
+#include <string>
+#include <string_view>
+
+#include "common/status.h"
+
+namespace niels::common {
+
+// The numbers. Rooms alias them under their own names (handlers' kMaxStopIds, ...).
+inline constexpr size_t kStopIdsLimit = 64;                        // GenerateRequest.stop_ids
+inline constexpr size_t kJsonSchemaBytesLimit = size_t{64} << 10;  // Constraint.json_schema
+inline constexpr size_t kGbnfBytesLimit = size_t{256} << 10;       // Constraint.gbnf
+inline constexpr size_t kTokenizeTextBytesLimit = size_t{128} << 10;
+inline constexpr size_t kSystemPromptBytesLimit = size_t{128} << 10;
+inline constexpr size_t kDetokenizeIdsLimit = size_t{1} << 16;
+
+enum class BudgetId : uint8_t {
+  kBannedIds,          // Sampling.banned_ids of one request: at most the vocabulary size
+  kStopIds,            // GenerateRequest.stop_ids of one request
+  kJsonSchemaBytes,    // Constraint.json_schema text
+  kGbnfBytes,          // Constraint.gbnf text
+  kTokenizeTextBytes,  // TokenizeRequest.text
+  kSystemPromptBytes,  // CreateSessionRequest.system_prompt
+  kDetokenizeIds,      // DetokenizeRequest.ids
+  kCount,
+};
+
+struct Budget {
+  BudgetId id;
+  std::string_view name;  // as InfoResponse.budgets and error messages spell it
+  std::string_view unit;  // "bytes", "ids", "steps", "requests", ...
+  uint64_t per_request_byte;
+  uint64_t per_new_token;
+  uint64_t fixed;
+  StatusCode refusal;     // the code a request past it gets
+  std::string_view bounds;  // one line: what it bounds
+};
+
+// Every budget, in BudgetId order.
+std::span<const Budget> Budgets();
+const Budget& GetBudget(BudgetId id);
+
+// The allowance for a request: per_request_byte x request_bytes + per_new_token x max_new_tokens +
+// fixed, saturating at UINT64_MAX.
+uint64_t Allowance(BudgetId id, uint64_t request_bytes, uint64_t max_new_tokens = 0);
+
+// Counts one refusal under `id` and returns its status: the budget's code, and the message
+// "<what> (budget <name>)".
+Status Refuse(BudgetId id, std::string_view what);
+
+// Refusals counted under `id` since the process started.
+uint64_t Refusals(BudgetId id);
+
+}  // namespace niels::common
