@@ -5,8 +5,8 @@
 //
 // A connection nielsd refuses (over --max-connections or --max-connections-per-uid, or while nielsd
 // is out of file descriptors) gets one Response{request_id: 0, error: RESOURCE_EXHAUSTED} and is
-// closed before nielsd reads anything from it (proto/PROTOCOL.md, "Limits per connection and per
-// user"). Read() reports that frame as refused(), not as a response: whatever was sent on the
+// closed before nielsd reads anything from it (proto/PROTOCOL.md, "Limits").
+// Read() reports that frame as refused(), not as a response: whatever was sent on the
 // connection did not take effect, and the caller may retry it later on a new connection.
 //
 // Not thread-safe; one per thread. Every wait is bounded; a failure is reported, never thrown.
