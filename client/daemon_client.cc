@@ -217,9 +217,11 @@ StatusOr<v1::GenerateResponse> DaemonClient::Generate(const v1::GenerateRequest&
   return Unwrap(Call(std::move(r), on_token), v1::Response::kGenerate, &v1::Response::generate);
 }
 
-StatusOr<v1::TokenizeResponse> DaemonClient::Tokenize(const std::string& text) {
+StatusOr<v1::TokenizeResponse> DaemonClient::Tokenize(const std::string& text, TokenizeOptions options) {
   v1::Request r;
   r.mutable_tokenize()->set_text(text);
+  r.mutable_tokenize()->set_add_special(options.add_special);
+  r.mutable_tokenize()->set_parse_special(options.parse_special);
   return Unwrap(Call(std::move(r)), v1::Response::kTokenize, &v1::Response::tokenize);
 }
 

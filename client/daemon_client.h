@@ -68,7 +68,15 @@ class DaemonClient {
   StatusOr<v1::ChatResponse> Chat(const v1::ChatRequest& request, const TokenCallback& on_token = nullptr);
   StatusOr<v1::GenerateResponse> Generate(const v1::GenerateRequest& request,
                                           const TokenCallback& on_token = nullptr);
-  StatusOr<v1::TokenizeResponse> Tokenize(const std::string& text);
+  // The ids of `text`. TokenizeOptions::add_special puts the model's BOS in front when its tokenizer
+  // adds one (InfoResponse.add_bos); parse_special reads special-token literals as their ids
+  // (TokenizeRequest). By default neither: the ids of the text alone, literals as text.
+  struct TokenizeOptions {
+    bool add_special = false;
+    bool parse_special = false;
+  };
+  StatusOr<v1::TokenizeResponse> Tokenize(const std::string& text, TokenizeOptions options);
+  StatusOr<v1::TokenizeResponse> Tokenize(const std::string& text) { return Tokenize(text, TokenizeOptions{}); }
   StatusOr<v1::DetokenizeResponse> Detokenize(const std::vector<int32_t>& ids);
   StatusOr<v1::GetSessionResponse> GetSession(const std::string& session_id);
   StatusOr<v1::ListSessionsResponse> ListSessions();

@@ -40,6 +40,8 @@ HandlerResult HandleInfo(engine::EngineState& state, server::Job& job, const v1:
   info.set_head_size(config.head_dim());
   info.set_kv_bytes_per_token(static_cast<uint64_t>(loaders::KvBytesPerToken(config, state.kv.pool().dtype())));
   info.set_mapped_weight_bytes(static_cast<uint64_t>(loaders::MappedWeightBytes(*state.model)));
+  info.set_bos_id(state.model->bos_id.value_or(-1));
+  info.set_add_bos(state.model->add_bos_id.has_value());
   info.set_default_system_prompt(std::string(common::kDefaultSystemPrompt));
   if (const state::DurableStore* durable = state.sessions.durable_store()) {
     info.set_durable_sessions(true);

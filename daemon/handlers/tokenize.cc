@@ -1,4 +1,5 @@
-// Tokenize: the tokenizer as a service (plain text; special-token literals stay text).
+// Tokenize: the tokenizer as a service. Special-token literals stay text unless the request sets
+// parse_special; the model's BOS goes in front only with add_special (when the tokenizer adds one).
 #include <fmt/format.h>
 
 #include "daemon/handlers/handlers.h"
@@ -17,8 +18,10 @@ HandlerResult HandleTokenize(engine::EngineState& state, server::Job&, const v1:
   const text::Tokenizer& tokenizer = state.tokenizer();
   v1::Response response;
   v1::TokenizeResponse& result = *response.mutable_tokenize();
-  common::StatusOr<std::vector<int32_t>> ids = tokenizer.Encode(request.text());
+  common::StatusOr<std::vector<int32_t>> ids =
+      request.parse_special() ? tokenizer.EncodeRendered(request.text()) : tokenizer.Encode(request.text());
   if (!ids.ok()) return ids.status();
+  if (request.add_special() && state.model->add_bos_id) ids->insert(ids->begin(), *state.model->add_bos_id);
   for (int32_t id : *ids) {
     result.add_ids(id);
     result.add_pieces(tokenizer.Piece(id));

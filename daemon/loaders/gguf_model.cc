@@ -131,6 +131,7 @@ Status AttachTokenizer(const std::filesystem::path& path, GgufTokenizer data, Mo
   }
   if (special.bos) model->bos_token = model->tokenizer->Piece(*special.bos);
   if (special.eos) model->eos_token = model->tokenizer->Piece(*special.eos);
+  model->bos_id = special.bos;
   if (special.add_bos && special.bos) model->add_bos_id = special.bos;
   return Status::Ok();
 }

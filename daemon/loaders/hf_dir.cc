@@ -319,6 +319,7 @@ StatusOr<std::unique_ptr<Model>> LoadHfDir(const std::filesystem::path& dir, std
   model->chat_template = (*tokenizer)->chat_template();
   if (special.bos) model->bos_token = (*tokenizer)->Piece(*special.bos);
   if (special.eos) model->eos_token = (*tokenizer)->Piece(*special.eos);
+  model->bos_id = special.bos;
   if (special.add_bos && special.bos) model->add_bos_id = special.bos;
   model->tokenizer = std::move(tokenizer).value();
   std::vector<std::shared_ptr<const formats::MappedFile>> files(checkpoint->files.begin(), checkpoint->files.end());

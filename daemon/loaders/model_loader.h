@@ -58,6 +58,9 @@ struct Model {
   // What the template's context calls bos_token and eos_token (their text; "" when none).
   std::string bos_token;
   std::string eos_token;
+  // The vocabulary's beginning-of-sequence id (tokenizer.json / tokenizer_config.json's bos token,
+  // GGUF tokenizer.ggml.bos_token_id); nullopt when it names none (InfoResponse.bos_id).
+  std::optional<int32_t> bos_id;
   // The BOS id when the tokenizer prepends one to an encoded prompt (tokenizer.json's
   // post-processor, tokenizer_config.json add_bos_token, GGUF tokenizer.ggml.add_bos_token); the
   // engine adds it once to a rendered chat prompt that does not already start with it.

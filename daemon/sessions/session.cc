@@ -40,13 +40,6 @@ void Session::SetSystemPrompt(std::vector<int32_t> ids, std::string text) {
   turns_.clear();
 }
 
-void Session::SetStart(std::vector<int32_t> ids) {
-  sequence_.tokens = std::move(ids);
-  sequence_.cache.Clear();
-  system_end_ = length();
-  turns_.clear();
-}
-
 void Session::AddTurn(TokenSpan span) { turns_.push_back(span); }
 
 void Session::AppendToLastTurn(int32_t id) {

@@ -21,7 +21,10 @@
 // its conversation after the system prompt as messages (user/assistant pairs), from which every
 // chat turn renders its prompt again; its token history is then the last rendering plus the reply,
 // what the KV cache was computed from, and it has no turn spans. system_end() is the prefix every
-// rendering starts with (kept by Reset).
+// rendering starts with (kept by Reset): the system prompt's ChatFormat::SessionStart, 0 without a
+// system prompt. A session stored by an earlier nielsd may hold the template's start there without
+// a system prompt (it prefilled one at CreateSession); it is a chat session already started: its
+// next Chat turn renders the same start and reuses it as a prefix, and Reset keeps it.
 //
 // Not thread-safe: sessions live on the engine thread.
 
@@ -90,10 +93,6 @@ class Session {
 
   // Makes `ids` (encoded from `text`) the system prompt span. REQUIRES: the session is empty.
   void SetSystemPrompt(std::vector<int32_t> ids, std::string text = "");
-  // Makes `ids` the start of the history without a system prompt: what a chat template writes
-  // before the first user message of every conversation (a default system message, a BOS).
-  // REQUIRES: the session is empty.
-  void SetStart(std::vector<int32_t> ids);
   // Records a completed turn. REQUIRES: span within the history, after every earlier turn.
   void AddTurn(TokenSpan span);
   // Appends `id` to the history as the last token of the last turn.

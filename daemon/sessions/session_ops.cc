@@ -18,7 +18,10 @@ StatusOr<CreatedSession> CreateSession(SessionRegistry& registry, const model::L
   if (format == nullptr && system_prompt) {
     return Status::InvalidArgument("the model has no chat format, so a system prompt cannot be encoded");
   }
-  if (format != nullptr) {
+  // Without a system prompt the session stays empty: what a chat template writes before the first
+  // user message (a BOS, a default system block) is rendered by the first Chat turn, and a raw
+  // Generate conditions on nothing but the ids its caller sends.
+  if (format != nullptr && system_prompt) {
     StatusOr<std::vector<int32_t>> encoded = format->SessionStart(system_prompt);
     if (!encoded.ok()) return encoded.status();
     system_ids = std::move(*encoded);

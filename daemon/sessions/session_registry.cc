@@ -142,11 +142,7 @@ StatusOr<Session*> SessionRegistry::Create(uint32_t owner, const std::optional<s
   NIELS_RETURN_IF_ERROR(MakeRoomFor(owner));
   std::string id = UniqueId();
   auto session = std::make_unique<Session>(id, owner, pool_);
-  if (system_text) {
-    session->SetSystemPrompt(std::move(system_ids), *system_text);
-  } else if (!system_ids.empty()) {
-    session->SetStart(std::move(system_ids));
-  }
+  if (system_text) session->SetSystemPrompt(std::move(system_ids), *system_text);
   if (durable_) {
     std::vector<std::string> evicted;
     NIELS_RETURN_IF_ERROR(durable_->Create(ToStored(*session, *durable_), &evicted));

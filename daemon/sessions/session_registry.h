@@ -76,8 +76,8 @@ class SessionRegistry {
   SessionRegistry& operator=(const SessionRegistry&) = delete;
 
   // A new session owned by `owner`, with `system_ids` (encoded from `system_text`) as its system
-  // prompt when `system_text` is set (without it, as the start every conversation of the chat
-  // template has). RESOURCE_EXHAUSTED when max_sessions exist, or when `owner`
+  // prompt when `system_text` is set (without it the session is empty and `system_ids` must be
+  // empty). RESOURCE_EXHAUSTED when max_sessions exist, or when `owner`
   // already has max_sessions_per_uid (durable: when no idle loaded session can make room), or when
   // the database cannot take it.
   common::StatusOr<Session*> Create(uint32_t owner, const std::optional<std::string>& system_text = std::nullopt,

@@ -106,8 +106,8 @@ std::pair<size_t, int32_t> AddedTokenMatcher::LongestAt(std::string_view text, s
 }
 
 bool AddedTokenMatcher::Accept(const Token& token, std::string_view text, size_t start, size_t stop,
-                               bool parse_special) const {
-  if (token.special && !parse_special) return false;
+                               bool parse_special, std::span<const TextRange> plain) const {
+  if (token.special && (!parse_special || OverlapsAny(plain, start, stop))) return false;
   if (token.flags.single_word) {
     const bool word_before = start > 0 && classes_->word.At(text, PreviousCodePoint(text, start));
     const bool word_after = stop < text.size() && classes_->word.At(text, stop);
@@ -116,7 +116,8 @@ bool AddedTokenMatcher::Accept(const Token& token, std::string_view text, size_t
   return true;
 }
 
-void AddedTokenMatcher::Split(std::string_view text, bool parse_special, std::vector<Segment>* out) const {
+void AddedTokenMatcher::Split(std::string_view text, bool parse_special, std::vector<Segment>* out,
+                              std::span<const TextRange> plain) const {
   size_t emitted = 0;  // end of the last segment pushed (HF's start_offset)
   size_t pos = 0;
   while (pos < text.size()) {
@@ -132,7 +133,7 @@ void AddedTokenMatcher::Split(std::string_view text, bool parse_special, std::ve
     const Token& token = tokens_[static_cast<size_t>(index)];
     size_t start = pos, stop = pos + length;
     pos = stop;  // the next search starts after this match whatever becomes of it
-    if (!Accept(token, text, start, stop, parse_special)) continue;
+    if (!Accept(token, text, start, stop, parse_special, plain)) continue;
     if (token.flags.lstrip) {
       while (start > emitted) {
         const size_t prev = PreviousCodePoint(text, start);

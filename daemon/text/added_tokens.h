@@ -21,6 +21,7 @@
 #include <vector>
 
 #include "daemon/text/bpe_spec.h"
+#include "daemon/text/tokenizer.h"
 
 namespace niels::daemon::text {
 
@@ -50,14 +51,17 @@ class AddedTokenMatcher {
 
   // Appends the segments of `text` to *out, in order. They cover `text` (a segment may overlap the
   // one before it only where an rstrip token took whitespace that starts the next token, as in
-  // Hugging Face). REQUIRES: text is valid UTF-8.
-  void Split(std::string_view text, bool parse_special, std::vector<Segment>* out) const;
+  // Hugging Face). With parse_special, a special token whose text overlaps one of `plain` (sorted,
+  // disjoint byte ranges of `text`) is left as text all the same. REQUIRES: text is valid UTF-8.
+  void Split(std::string_view text, bool parse_special, std::vector<Segment>* out,
+             std::span<const TextRange> plain = {}) const;
 
  private:
   struct CharClasses;
   // Length of the longest token starting at text[pos] and its index in tokens_, or {0, -1}.
   std::pair<size_t, int32_t> LongestAt(std::string_view text, size_t pos) const;
-  bool Accept(const Token& token, std::string_view text, size_t start, size_t stop, bool parse_special) const;
+  bool Accept(const Token& token, std::string_view text, size_t start, size_t stop, bool parse_special,
+              std::span<const TextRange> plain) const;
 
   struct Node {
     std::vector<std::pair<uint8_t, int32_t>> children;  // byte -> node index

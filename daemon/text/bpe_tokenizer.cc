@@ -135,6 +135,43 @@ common::Status BpeTokenizer::EncodeGap(std::string_view gap, bool parse_special,
 }
 
 common::StatusOr<std::vector<int32_t>> BpeTokenizer::Encode(std::string_view text, bool parse_special) const {
+  return EncodeWithPlain(text, parse_special, {});
+}
+
+common::StatusOr<std::vector<int32_t>> BpeTokenizer::EncodeRenderedKeepingText(std::string_view text,
+                                                                               std::span<const TextRange> plain) const {
+  return EncodeWithPlain(text, true, plain);
+}
+
+std::vector<TextRange> BpeTokenizer::FindSpecialLiterals(std::string_view text) const {
+  std::vector<TextRange> found;
+  if (text.size() > kMaxTextBytes || !IsValidUtf8(text)) return found;
+  std::vector<AddedTokenMatcher::Segment> segments, inner;
+  raw_tokens_->Split(text, true, &segments);
+  for (const auto& segment : segments) {
+    if (segment.id >= 0) {
+      if (!IsSpecial(segment.id)) continue;
+      // The segment holds the literal and any whitespace lstrip/rstrip took.
+      const std::string_view literal = pieces_[static_cast<size_t>(segment.id)];
+      const size_t at = text.substr(0, segment.end).find(literal, segment.begin);
+      if (at != std::string_view::npos) found.push_back({at, at + literal.size()});
+      continue;
+    }
+    if (normalized_tokens_->empty()) continue;
+    inner.clear();
+    normalized_tokens_->Split(text.substr(segment.begin, segment.end - segment.begin), true, &inner);
+    for (const auto& piece : inner) {
+      if (piece.id < 0 || !IsSpecial(piece.id)) continue;
+      const std::string_view literal = pieces_[static_cast<size_t>(piece.id)];
+      const size_t at = text.substr(0, segment.begin + piece.end).find(literal, segment.begin + piece.begin);
+      if (at != std::string_view::npos) found.push_back({at, at + literal.size()});
+    }
+  }
+  return found;
+}
+
+common::StatusOr<std::vector<int32_t>> BpeTokenizer::EncodeWithPlain(std::string_view text, bool parse_special,
+                                                                     std::span<const TextRange> plain) const {
   if (text.size() > kMaxTextBytes) {
     return common::Status::InvalidArgument(
         fmt::format("text of {} bytes is longer than the tokenizer's limit of {}", text.size(), kMaxTextBytes));
@@ -143,18 +180,22 @@ common::StatusOr<std::vector<int32_t>> BpeTokenizer::Encode(std::string_view tex
   if (!IsValidUtf8(text)) {
     repaired = RepairUtf8(text);
     text = repaired;
+    // The ranges were of the text before its repair: keep every literal text.
+    if (!plain.empty()) parse_special = false;
+    plain = {};
   }
   std::vector<int32_t> ids;
   ids.reserve(text.size() / 3 + 1);
   BpeModel::Scratch scratch;
   std::vector<AddedTokenMatcher::Segment> segments;
-  raw_tokens_->Split(text, parse_special, &segments);
+  raw_tokens_->Split(text, parse_special, &segments, plain);
   for (const auto& segment : segments) {
     if (segment.id >= 0) {
       ids.push_back(segment.id);
     } else {
+      const bool gap_special = parse_special && !OverlapsAny(plain, segment.begin, segment.end);
       NIELS_RETURN_IF_ERROR(
-          EncodeGap(text.substr(segment.begin, segment.end - segment.begin), parse_special, &scratch, &ids));
+          EncodeGap(text.substr(segment.begin, segment.end - segment.begin), gap_special, &scratch, &ids));
     }
   }
   return ids;

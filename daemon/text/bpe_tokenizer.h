@@ -75,6 +75,15 @@ class BpeTokenizer final : public Tokenizer {
   common::StatusOr<std::vector<int32_t>> EncodeRendered(std::string_view text) const override {
     return Encode(text, true);
   }
+  // Encode(text, true) with the special literals that overlap `plain` left as text. A normalized
+  // special token (matched after NFC) is read as text in every gap between raw added tokens that
+  // overlaps `plain` (its offsets there are those of the normalized text). Text that is not valid
+  // UTF-8 is repaired and then encoded as Encode(text, false) when `plain` is not empty.
+  common::StatusOr<std::vector<int32_t>> EncodeRenderedKeepingText(std::string_view text,
+                                                                   std::span<const TextRange> plain) const override;
+  // The special added tokens the raw matcher finds with parse_special, then the normalized ones in
+  // the gaps between them (on the text as given: a literal only NFC would form is not found).
+  std::vector<TextRange> FindSpecialLiterals(std::string_view text) const override;
   std::string Decode(std::span<const int32_t> ids) const override { return Decode(ids, true); }
   // Every id in range but an unused or special one: each decodes to its own fixed bytes.
   bool IsTextPiece(int32_t id) const override;
@@ -107,6 +116,8 @@ class BpeTokenizer final : public Tokenizer {
   // Encodes text between added tokens.
   common::Status EncodeGap(std::string_view gap, bool parse_special, BpeModel::Scratch* scratch,
                            std::vector<int32_t>* ids) const;
+  common::StatusOr<std::vector<int32_t>> EncodeWithPlain(std::string_view text, bool parse_special,
+                                                         std::span<const TextRange> plain) const;
   common::Status EncodeNormalized(std::string_view text, BpeModel::Scratch* scratch,
                                   std::vector<int32_t>* ids) const;
 

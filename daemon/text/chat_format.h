@@ -66,8 +66,8 @@ class ChatFormat {
   virtual std::string_view name() const = 0;
 
   // The ids every conversation of a session with `system_prompt` (nullopt: none) starts with, so
-  // that CreateSession can prefill them once. kTokenNative: [sys] text [eot] (nothing without a
-  // system prompt). kTemplate: the longest common prefix of two renderings that differ only in the
+  // that CreateSession can prefill a system prompt once (it asks only with one: a session without
+  // one starts empty). kTokenNative: [sys] text [eot] (nothing without a system prompt). kTemplate: the longest common prefix of two renderings that differ only in the
   // user's text (the system prompt and whatever the template puts before the first user message),
   // cut back to its last special id (text before the user's message may merge with it).
   // Errors: INVALID_ARGUMENT when the template refuses the conversation (naming why) or the text
@@ -77,8 +77,9 @@ class ChatFormat {
   // The ids of a turn in which the user says `user_text`. kTokenNative: [usr] text [eot] [asst]
   // (system_prompt and conversation are not used: the history holds them). kTemplate: the system
   // prompt, `conversation` and the user's message rendered with the generation prompt, then
-  // encoded (special-token literals parsed; the BOS id added once when the tokenizer adds one and
-  // the rendering does not start with it). Errors as SessionStart.
+  // encoded (the template's special-token literals parsed, the contents' kept as text; the BOS id
+  // added once when the tokenizer adds one and the rendering does not start with it). Errors as
+  // SessionStart.
   virtual common::StatusOr<ChatPrompt> EncodeTurn(const std::optional<std::string>& system_prompt,
                                                   std::span<const ChatMessage> conversation,
                                                   std::string_view user_text, const ChatOptions& options) const = 0;

@@ -35,6 +35,22 @@ Status TemplateStatus(const Status& status) {
   return Status(status.code(), "the model's chat template: " + status.message());
 }
 
+// The UTF-8 bytes of a code point of the Basic Multilingual Plane at or above U+0800.
+std::string ThreeByteUtf8(char32_t c) {
+  return {static_cast<char>(0xE0 | (c >> 12)), static_cast<char>(0x80 | ((c >> 6) & 0x3F)),
+          static_cast<char>(0x80 | (c & 0x3F))};
+}
+
+// The first private-use code point (U+E000...) the template's source does not write: what marks
+// the special-token literals of message contents while the template renders them.
+std::string PickContentMarker(const std::string& source) {
+  for (char32_t c = 0xE000; c <= 0xF8FF; ++c) {
+    std::string marker = ThreeByteUtf8(c);
+    if (source.find(marker) == std::string::npos) return marker;
+  }
+  return ThreeByteUtf8(0xE000);  // a template that writes all 6400 of them: contents may mislead it
+}
+
 }  // namespace
 
 JinjaChatFormat::JinjaChatFormat(const ChatFormatSource& source, jinja::Template chat_template,
@@ -42,7 +58,8 @@ JinjaChatFormat::JinjaChatFormat(const ChatFormatSource& source, jinja::Template
     : tokenizer_(*source.tokenizer),
       template_(std::move(chat_template)),
       options_(std::move(options)),
-      add_bos_id_(source.add_bos_id) {
+      add_bos_id_(source.add_bos_id),
+      marker_(PickContentMarker(source.chat_template)) {
   if (!source.bos_token.empty()) bos_token_ = source.bos_token;
   if (!source.eos_token.empty()) eos_token_ = source.eos_token;
 }
@@ -56,18 +73,87 @@ StatusOr<std::unique_ptr<JinjaChatFormat>> JinjaChatFormat::Create(const ChatFor
   return format;
 }
 
+std::string JinjaChatFormat::MarkContent(std::string_view content, std::vector<std::string>* literals) const {
+  const std::vector<TextRange> found = tokenizer_.FindSpecialLiterals(content);
+  if (found.empty() && content.find(marker_) == std::string_view::npos) return std::string(content);
+  std::string marked;
+  marked.reserve(content.size() + 8 * found.size());
+  auto append_text = [&](std::string_view text) {
+    for (size_t at = text.find(marker_); at != std::string_view::npos; at = text.find(marker_)) {
+      marked.append(text.substr(0, at + marker_.size()));
+      marked += '_';
+      text.remove_prefix(at + marker_.size());
+    }
+    marked.append(text);
+  };
+  size_t done = 0;
+  for (const TextRange& literal : found) {
+    append_text(content.substr(done, literal.begin - done));
+    marked += marker_;
+    marked += std::to_string(literals->size());
+    marked += ';';
+    literals->emplace_back(content.substr(literal.begin, literal.end - literal.begin));
+    done = literal.end;
+  }
+  append_text(content.substr(done));
+  return marked;
+}
+
+JinjaChatFormat::MarkedRendering JinjaChatFormat::Unmark(std::string_view rendered,
+                                                         const std::vector<std::string>& literals) const {
+  MarkedRendering out;
+  out.text.reserve(rendered.size());
+  size_t pos = 0;
+  for (size_t at = rendered.find(marker_, pos); at != std::string_view::npos; at = rendered.find(marker_, pos)) {
+    out.text.append(rendered.substr(pos, at - pos));
+    const size_t after = at + marker_.size();
+    if (after < rendered.size() && rendered[after] == '_') {  // a marker character of the content itself
+      out.text += marker_;
+      pos = after + 1;
+      continue;
+    }
+    size_t end = after;
+    size_t index = 0;
+    while (end < rendered.size() && end - after < 12 && rendered[end] >= '0' && rendered[end] <= '9') {
+      index = index * 10 + static_cast<size_t>(rendered[end] - '0');
+      ++end;
+    }
+    if (end > after && end < rendered.size() && rendered[end] == ';' && index < literals.size()) {
+      out.plain.push_back({out.text.size(), out.text.size() + literals[index].size()});
+      out.text += literals[index];
+      pos = end + 1;
+      continue;
+    }
+    out.text += marker_;  // not one of ours (the template took a content apart): text as it stands
+    pos = after;
+  }
+  out.text.append(rendered.substr(pos));
+  return out;
+}
+
 StatusOr<std::string> JinjaChatFormat::Render(const std::optional<std::string>& system_prompt,
                                               std::span<const ChatMessage> conversation,
                                               const std::optional<std::string_view>& user_text,
                                               bool add_generation_prompt, const ChatOptions& options) const {
+  StatusOr<MarkedRendering> rendered = RenderMarked(system_prompt, conversation, user_text, add_generation_prompt, options);
+  if (!rendered.ok()) return rendered.status();
+  return std::move(rendered->text);
+}
+
+StatusOr<JinjaChatFormat::MarkedRendering> JinjaChatFormat::RenderMarked(
+    const std::optional<std::string>& system_prompt, std::span<const ChatMessage> conversation,
+    const std::optional<std::string_view>& user_text, bool add_generation_prompt, const ChatOptions& options) const {
+  std::vector<std::string> literals;
   jinja::ChatTemplateInputs inputs;
-  if (system_prompt) inputs.messages.push_back(MessageJson(Role::kSystem, *system_prompt));
+  if (system_prompt) inputs.messages.push_back(MessageJson(Role::kSystem, MarkContent(*system_prompt, &literals)));
   for (const ChatMessage& message : conversation) {
-    ordered_json json = MessageJson(message.role, message.content);
-    if (reasoning_tags_ && !message.reasoning.empty()) json["reasoning_content"] = message.reasoning;
+    ordered_json json = MessageJson(message.role, MarkContent(message.content, &literals));
+    if (reasoning_tags_ && !message.reasoning.empty()) {
+      json["reasoning_content"] = MarkContent(message.reasoning, &literals);
+    }
     inputs.messages.push_back(std::move(json));
   }
-  if (user_text) inputs.messages.push_back(MessageJson(Role::kUser, *user_text));
+  if (user_text) inputs.messages.push_back(MessageJson(Role::kUser, MarkContent(*user_text, &literals)));
   inputs.add_generation_prompt = add_generation_prompt;
   inputs.bos_token = bos_token_;
   inputs.eos_token = eos_token_;
@@ -77,11 +163,16 @@ StatusOr<std::string> JinjaChatFormat::Render(const std::optional<std::string>& 
   if (options_.now) render_options.now = options_.now();
   StatusOr<std::string> rendered = jinja::RenderChat(template_, inputs, render_options);
   if (!rendered.ok()) return TemplateStatus(rendered.status());
-  return rendered;
+  return Unmark(*rendered, literals);
 }
 
 StatusOr<std::vector<int32_t>> JinjaChatFormat::Encode(std::string_view rendered) const {
-  StatusOr<std::vector<int32_t>> ids = tokenizer_.EncodeRendered(rendered);
+  return EncodeKeepingText(rendered, {});
+}
+
+StatusOr<std::vector<int32_t>> JinjaChatFormat::EncodeKeepingText(std::string_view rendered,
+                                                                  std::span<const TextRange> plain) const {
+  StatusOr<std::vector<int32_t>> ids = tokenizer_.EncodeRenderedKeepingText(rendered, plain);
   if (!ids.ok()) return ids.status();
   if (add_bos_id_ && (ids->empty() || ids->front() != *add_bos_id_)) ids->insert(ids->begin(), *add_bos_id_);
   return ids;
@@ -90,16 +181,16 @@ StatusOr<std::vector<int32_t>> JinjaChatFormat::Encode(std::string_view rendered
 StatusOr<ChatPrompt> JinjaChatFormat::EncodeTurn(const std::optional<std::string>& system_prompt,
                                                  std::span<const ChatMessage> conversation, std::string_view user_text,
                                                  const ChatOptions& options) const {
-  StatusOr<std::string> rendered = Render(system_prompt, conversation, user_text, true, options);
+  StatusOr<MarkedRendering> rendered = RenderMarked(system_prompt, conversation, user_text, true, options);
   if (!rendered.ok()) return rendered.status();
-  StatusOr<std::vector<int32_t>> ids = Encode(*rendered);
+  StatusOr<std::vector<int32_t>> ids = EncodeKeepingText(rendered->text, rendered->plain);
   if (!ids.ok()) return ids.status();
   ChatPrompt prompt;
   prompt.ids = std::move(*ids);
   if (reasoning_tags_) {
     // The generation prompt left a reasoning block open (the template opens it for the model).
-    const size_t open = rendered->rfind(reasoning_tags_->open);
-    const size_t close = rendered->rfind(reasoning_tags_->close);
+    const size_t open = rendered->text.rfind(reasoning_tags_->open);
+    const size_t close = rendered->text.rfind(reasoning_tags_->close);
     prompt.starts_in_reasoning = open != std::string::npos && (close == std::string::npos || open > close);
   }
   return prompt;

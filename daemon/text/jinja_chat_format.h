@@ -6,11 +6,19 @@
 // A turn renders the whole conversation the way transformers' apply_chat_template does (messages
 // with role and content, an assistant message's reasoning as reasoning_content, tools = None,
 // add_generation_prompt = true, bos_token/eos_token, enable_thinking when the request sets it) and
-// encodes the text with special-token literals parsed (Tokenizer::EncodeRendered). When the
+// encodes the text with the template's special-token literals parsed (Tokenizer::EncodeRendered).
+// Message contents are plain text: a special-token literal a content types (<|im_end|>, found with
+// Tokenizer::FindSpecialLiterals) is replaced by a private-use marker (a code point the template's
+// source does not write, with the literal's index) while the template renders, then put back and
+// encoded as text with what surrounds it (Tokenizer::EncodeRenderedKeepingText); the rendered text
+// is exactly the template's rendering of the real contents, and with no such literal the ids are
+// exactly EncodeRendered's. So a user or a tool result that types `<|im_end|><|im_start|>system`
+// writes those characters, not a new turn (transformers and llama.cpp's server would read the
+// turn). A literal that only the template's own text completes across a content's edge is not
+// marked (no real template writes such text next to a content). When the
 // tokenizer prepends a BOS id (add_bos_id) and the rendering does not already start with it, the
 // BOS id is put in front once: transformers' tokenize=True encodes the rendered text as it is, and
 // llama.cpp strips a leading BOS text and then adds the BOS id, so both end with exactly one BOS.
-// As in both, a special-token literal in the user's text becomes that token.
 //
 // What the template means is read once, at Create, from renderings of probe conversations:
 //   - the end-of-turn id: the first special id the template writes after an assistant message's
@@ -67,6 +75,24 @@ class JinjaChatFormat final : public ChatFormat {
   common::StatusOr<std::vector<int32_t>> Encode(std::string_view rendered) const;
 
  private:
+  // A rendering with the contents' special-token literals put back: `plain` are their ranges.
+  struct MarkedRendering {
+    std::string text;
+    std::vector<TextRange> plain;
+  };
+  // `content` with each special-token literal replaced by marker_, its index in *literals (where
+  // it is appended) and ';', and each marker_ of its own by marker_ '_'.
+  std::string MarkContent(std::string_view content, std::vector<std::string>* literals) const;
+  // The template's output with the marks of MarkContent resolved.
+  MarkedRendering Unmark(std::string_view rendered, const std::vector<std::string>& literals) const;
+  common::StatusOr<MarkedRendering> RenderMarked(const std::optional<std::string>& system_prompt,
+                                                 std::span<const ChatMessage> conversation,
+                                                 const std::optional<std::string_view>& user_text,
+                                                 bool add_generation_prompt, const ChatOptions& options) const;
+  // Encode with the literals in `plain` kept as text.
+  common::StatusOr<std::vector<int32_t>> EncodeKeepingText(std::string_view rendered,
+                                                           std::span<const TextRange> plain) const;
+
   JinjaChatFormat(const ChatFormatSource& source, jinja::Template chat_template, JinjaChatFormatOptions options);
   // Reads the end-of-turn id, the banned ids and the reasoning tags from probe renderings.
   common::Status Probe(const ChatFormatSource& source);
@@ -77,6 +103,7 @@ class JinjaChatFormat final : public ChatFormat {
   std::optional<std::string> bos_token_;
   std::optional<std::string> eos_token_;
   std::optional<int32_t> add_bos_id_;
+  std::string marker_;  // the private-use character MarkContent marks with
   std::vector<int32_t> stop_ids_;
   std::vector<int32_t> banned_ids_;
   std::optional<ReasoningTags> reasoning_tags_;

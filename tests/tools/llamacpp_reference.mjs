@@ -16,13 +16,17 @@
 //                                         (transformers.js' tokenizer on tokenizer.json: another
 //                                         implementation, to check the GGUF's vocabulary)
 //           "chats": [{"messages": [{"role", "content"}], "add_generation_prompt": true,
-//                      "vars": {...}}]}   extra template variables (bos_token, date_string, ...)
+//                      "vars": {...}}],   extra template variables (bos_token, date_string, ...)
+//           "special_literals": ["<|im_start|>", ...]}  the vocabulary's special tokens (for
+//                                         "text_prompt")
 // RESULT: {"metadata": {...}, "vocab": V, "logits_rows": n,
 //          "greedy": [[ids]], "texts": [[ids]], "texts_special": [[ids]] (special-token text parsed),
 //          "hf_texts": [[ids]] (transformers.js parses special-token text, as HF tokenizers do),
 //          "chats": [{"native": text | null, "native_error": msg | null, "js": text | null,
 //                     "js_error": msg | null, "prompt": [ids of native, special tokens parsed],
-//                     "server_prompt": [the ids llama.cpp's server makes of native: serverPrompt]}]}
+//                     "server_prompt": [the ids llama.cpp's server makes of native: serverPrompt],
+//                     "text_prompt": [ids as serverPrompt's, but special-token literals that a
+//                                     message content types stay text: textPrompt]}]}
 //
 // Logits: node-llama-cpp 3.21.1 gives no raw logits, only the probabilities of its sampler; with
 // temperature 0 (the greedy sampler alone, which changes nothing) they are softmax(logits) over the
@@ -129,10 +133,67 @@ function serverPrompt(text) {
   return [model.tokens.bos, ...model.tokenize(rest, true)];
 }
 
+// The ids of a chat whose message contents are plain text (what nielsd gives): only the template's
+// own special-token literals are special ids. Every special literal a content types is replaced by
+// a sentinel while llama.cpp's Jinja engine renders (the rendering with them put back must be
+// `native`); the text is then cut at the template's literals, each text piece tokenized without
+// parsing special tokens and each literal tokenized as its id (llama.cpp partitions a text at its
+// special tokens and tokenizes the pieces apart, so this is its parse of the same text with the
+// contents' literals left unparsed), and the server's BOS rule applied.
+const SENTINEL = "\u{F0000}";  // a supplementary private-use character no template or test writes
+const escapeRegExp = (text) => text.replace(/[.*+?^${}()|[\]\\]/g, "\\$&");
+function textPrompt(template, chat, native, literals) {
+  if (native === null) return null;
+  if (literals.length === 0) return serverPrompt(native);
+  const alternatives = [...literals].sort((a, b) => b.length - a.length).map(escapeRegExp).join("|");
+  const typed = [];
+  const mark = (text) => (typeof text !== "string" ? text : text.replace(new RegExp(alternatives, "gu"), (m) => {
+    typed.push(m);
+    return `${SENTINEL}${typed.length - 1};`;
+  }));
+  const messages = chat.messages.map((message) => {
+    const copy = {...message};
+    for (const key of ["content", "reasoning_content"]) if (key in copy) copy[key] = mark(copy[key]);
+    return copy;
+  });
+  const [marked, error] = render(template, {...chat, messages}, true);
+  if (marked === null) throw new Error(`the marked rendering fails: ${error}`);
+  let text = "", pos = 0;
+  const plain = [];
+  for (const m of marked.matchAll(new RegExp(`${SENTINEL}(\\d+);`, "gu"))) {
+    text += marked.slice(pos, m.index);
+    const literal = typed[Number(m[1])];
+    plain.push([text.length, text.length + literal.length]);
+    text += literal;
+    pos = m.index + m[0].length;
+  }
+  text += marked.slice(pos);
+  if (text !== native) throw new Error("the marked rendering differs from the rendering");
+  const pieces = [];
+  pos = 0;
+  for (const m of text.matchAll(new RegExp(alternatives, "gu"))) {
+    const begin = m.index, end = m.index + m[0].length;
+    if (plain.some(([b, e]) => b < end && begin < e)) continue;  // a content's literal: text
+    if (begin > pos) pieces.push([text.slice(pos, begin), false]);
+    pieces.push([m[0], true]);
+    pos = end;
+  }
+  if (pos < text.length) pieces.push([text.slice(pos), false]);
+  const ids = [];
+  if (model.tokens.shouldPrependBosToken) {
+    const bos = model.tokens.bosString ?? "";
+    if (pieces.length > 0 && pieces[0][1] && pieces[0][0] === bos) pieces.shift();
+    ids.push(model.tokens.bos);
+  }
+  for (const [piece, special] of pieces) ids.push(...model.tokenize(piece, special));
+  return ids;
+}
+
 const meta = model.fileInfo.metadata;
 const result = {
   metadata: {architecture: meta.general.architecture, bos: model.tokens.bos, eos: model.tokens.eos,
-             eot: model.tokens.eot ?? null, train_context: model.trainContextSize},
+             eot: model.tokens.eot ?? null, train_context: model.trainContextSize,
+             add_bos: Boolean(model.tokens.shouldPrependBosToken)},
   vocab, logits_rows: 0, greedy: [], texts: [], texts_special: [], hf_texts: [], chats: [],
 };
 if ((request.logits ?? []).length > 0) {
@@ -172,7 +233,8 @@ for (const chat of request.chats ?? []) {
   const [jsText, jsError] = render(template, chat, false);
   result.chats.push({native: nativeText, native_error: nativeError, js: jsText, js_error: jsError,
                      prompt: nativeText === null ? null : model.tokenize(nativeText, true),
-                     server_prompt: nativeText === null ? null : serverPrompt(nativeText)});
+                     server_prompt: nativeText === null ? null : serverPrompt(nativeText),
+                     text_prompt: textPrompt(template, chat, nativeText, request.special_literals ?? [])});
 }
 writeFileSync(resultPath, JSON.stringify(result));
 await context.dispose();

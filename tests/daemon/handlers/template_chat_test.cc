@@ -2,8 +2,10 @@
 // with the real tokenizer: tests/support/reference_chat_model.h): Info names the format, a streamed
 // reply's reasoning and answer come apart in the events and the response, enable_thinking reaches
 // the template, and a model without any chat format refuses Chat but serves Generate.
+#include <algorithm>
 #include <memory>
 #include <string>
+#include <vector>
 
 #include <gtest/gtest.h>
 
@@ -144,6 +146,99 @@ TEST(TemplateChatTest, ModelWithoutAChatFormatRefusesChatButGenerates) {
   const v1::Response generated = Call(*service, GenerateRequest(session, {9707, 1879}, 3));
   ASSERT_TRUE(generated.has_generate()) << generated.DebugString();
   EXPECT_GE(generated.generate().new_ids_size(), 1);
+}
+
+std::unique_ptr<Service> StartFamilyService(const std::string& name, bool no_chat_format = false) {
+  std::unique_ptr<loaders::Model> model = niels::testing::ReferenceChatModel(name, kSeed);
+  if (model == nullptr) return nullptr;
+  if (no_chat_format) model->chat_template.clear();
+  EngineOptions options;
+  options.threads = 1;
+  return std::make_unique<Service>(std::make_unique<engine::Engine>(std::move(model), options));
+}
+
+// A session holds what its caller put there: a fresh session of a template model is empty, and
+// Generate on it conditions on its input ids alone, exactly as on the same model served without a
+// chat format (whose sessions always started empty). A system prompt is still the session's start.
+TEST(TemplateChatTest, AFreshSessionIsEmptyAndGenerateSeesOnlyItsIds) {
+  for (const char* name : {"qwen3", "llama3_2"}) {
+    std::unique_ptr<Service> templated = StartFamilyService(name);
+    std::unique_ptr<Service> bare = StartFamilyService(name, /*no_chat_format=*/true);
+    ASSERT_NE(templated, nullptr);
+    ASSERT_NE(bare, nullptr);
+    const v1::Response created = Call(*templated, CreateRequest());
+    ASSERT_TRUE(created.has_create_session()) << created.DebugString();
+    EXPECT_EQ(created.create_session().length(), 0) << name;
+    const std::string session = created.create_session().session_id();
+    EXPECT_EQ(Call(*templated, GetRequest(session)).get_session().session().length(), 0) << name;
+    const std::vector<int32_t> ids = {9707, 1879, 315, 279};
+    const v1::Response generated = Call(*templated, GenerateRequest(session, ids, 6));
+    const v1::Response reference = Call(*bare, GenerateRequest(CreateSession(*bare), ids, 6));
+    ASSERT_TRUE(generated.has_generate() && reference.has_generate()) << generated.DebugString();
+    EXPECT_EQ(generated.generate().stats().prompt_tokens(), static_cast<int64_t>(ids.size())) << name;
+    const std::vector<int32_t> got(generated.generate().new_ids().begin(), generated.generate().new_ids().end());
+    const std::vector<int32_t> want(reference.generate().new_ids().begin(), reference.generate().new_ids().end());
+    EXPECT_EQ(got, want) << name;
+
+    // With a system prompt the session starts with the template's rendering up to the first user
+    // message, and a Chat turn on a fresh session renders the whole start itself.
+    text::testing::ReferenceChat chat = text::testing::LoadReferenceChat(name);
+    ASSERT_NE(chat.tokenizer, nullptr);
+    auto format = text::JinjaChatFormat::Create(chat.source);
+    ASSERT_TRUE(format.ok()) << format.status().ToString();
+    const std::string system = "be brief";
+    const v1::Response with_system = Call(*templated, CreateRequest(&system));
+    ASSERT_TRUE(with_system.has_create_session());
+    EXPECT_EQ(with_system.create_session().length(),
+              static_cast<int64_t>((*format)->SessionStart(system).value().size())) << name;
+    const std::string fresh = CreateSession(*templated);
+    const v1::Response replied = Call(*templated, ChatRequest(fresh, "hello", 2));
+    ASSERT_TRUE(replied.has_chat()) << replied.DebugString();
+    auto prompt = (*format)->EncodeTurn(std::nullopt, {}, "hello", {});
+    ASSERT_TRUE(prompt.ok());
+    // Llama 3.2 writes today's date: the day may turn between the two renderings, not their length.
+    EXPECT_EQ(replied.chat().stats().prompt_tokens(), static_cast<int64_t>(prompt->ids.size())) << name;
+  }
+}
+
+// Info states the BOS and whether the tokenizer adds it; Tokenize adds it with add_special (only
+// when the tokenizer adds one) and reads special literals only with parse_special.
+TEST(TemplateChatTest, InfoStatesTheBosAndTokenizeAddsAndParsesOnRequest) {
+  struct Expected {
+    const char* name;
+    const char* special;
+    bool add_bos;
+  };
+  for (const Expected& e : {Expected{"qwen3", "<|im_start|>", false}, Expected{"llama3_2", "<|eot_id|>", true}}) {
+    std::unique_ptr<Service> service = StartFamilyService(e.name);
+    ASSERT_NE(service, nullptr);
+    auto tokenizer = text::testing::LoadReferenceChat(e.name).tokenizer;
+    ASSERT_NE(tokenizer, nullptr);
+    const v1::InfoResponse info = Info(*service);
+    EXPECT_EQ(info.add_bos(), e.add_bos) << e.name;
+    if (e.add_bos) {
+      EXPECT_EQ(info.bos_id(), text::testing::SpecialId(*tokenizer, "<|begin_of_text|>"));
+    }
+    const int32_t special = text::testing::SpecialId(*tokenizer, e.special);
+    auto tokenize = [&](bool add_special, bool parse_special) {
+      v1::Request request;
+      request.mutable_tokenize()->set_text(std::string("hi") + e.special);
+      request.mutable_tokenize()->set_add_special(add_special);
+      request.mutable_tokenize()->set_parse_special(parse_special);
+      const v1::Response response = Call(*service, request);
+      EXPECT_TRUE(response.has_tokenize()) << response.DebugString();
+      return std::vector<int32_t>(response.tokenize().ids().begin(), response.tokenize().ids().end());
+    };
+    const std::vector<int32_t> plain = tokenize(false, false);
+    EXPECT_EQ(plain, tokenizer->Encode(std::string("hi") + e.special, false).value()) << e.name;
+    EXPECT_EQ(std::count(plain.begin(), plain.end(), special), 0) << e.name;
+    const std::vector<int32_t> parsed = tokenize(false, true);
+    ASSERT_FALSE(parsed.empty());
+    EXPECT_EQ(parsed.back(), special) << e.name;
+    std::vector<int32_t> with_bos = plain;
+    if (e.add_bos) with_bos.insert(with_bos.begin(), info.bos_id());
+    EXPECT_EQ(tokenize(true, false), with_bos) << e.name;
+  }
 }
 
 }  // namespace template_chat_test

@@ -2,6 +2,7 @@
 // budget, durable sessions and KV spill.
 #include "daemon/sessions/session.h"
 
+#include <chrono>
 #include <set>
 
 #include <gtest/gtest.h>
@@ -388,15 +389,30 @@ TEST_F(DurableSessionsTest, SessionsAreStoredAndLoadedLazilyWithTheirHistory) {
 
 // A session of a model with a Jinja chat template keeps its conversation as messages: stored on
 // commit, read back with the session (reasoning included), counted as turns, emptied by Reset, and
-// copied by Fork.
+// copied by Fork. The session here is one an earlier nielsd stored holding the template's start
+// without a system prompt (it prefilled that start at CreateSession; a new session is empty): it
+// loads as a chat session already started, and Reset keeps the start.
 TEST_F(DurableSessionsTest, ConversationMessagesAreStoredAndRestored) {
   const model::ModelConfig config = SmallConfig();
   std::string id;
   std::vector<text::ChatMessage> messages;
   {
     auto durable = OpenDurable();
+    state::StoredSession old;
+    old.summary.id = "00112233445566778899aabbccddeeff";
+    old.summary.owner = 1000;
+    old.summary.model_fingerprint = kFingerprint;
+    old.summary.model_name = "small";
+    old.summary.length = 2;
+    old.summary.created_unix_s = old.summary.last_used_unix_s =
+        std::chrono::duration<double>(std::chrono::system_clock::now().time_since_epoch()).count();
+    old.history.system_end = 2;
+    old.history.tokens = {1, 2};  // a template's start
+    std::vector<std::string> evicted;
+    ASSERT_TRUE(durable->Create(old, &evicted).ok());
     Sessions s(config, 1ull << 30, {}, durable.get());
-    Session* session = s.registry.Create(1000, std::nullopt, {1, 2}).value();  // a template's start
+    Session* session = s.registry.Find(old.summary.id, 1000).value();
+    EXPECT_EQ(session->tokens(), (std::vector<int32_t>{1, 2}));
     id = session->id();
     EXPECT_FALSE(session->has_system_prompt());
     EXPECT_EQ(session->system_end(), 2);

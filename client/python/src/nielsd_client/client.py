@@ -256,8 +256,11 @@ class Client:
             req.use_kv_cache = use_kv_cache
         return self.call("generate", req, on_token)
 
-    def tokenize(self, text):
-        return self.call("tokenize", pb.TokenizeRequest(text=text))
+    def tokenize(self, text, add_special=False, parse_special=False):
+        """The ids of text. add_special: the model's BOS in front when its tokenizer adds one
+        (InfoResponse.add_bos); parse_special: special-token literals become their ids."""
+        return self.call("tokenize", pb.TokenizeRequest(text=text, add_special=add_special,
+                                                        parse_special=parse_special))
 
     def detokenize(self, ids):
         return self.call("detokenize", pb.DetokenizeRequest(ids=list(ids)))
