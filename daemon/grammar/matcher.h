@@ -19,9 +19,9 @@
 // Output is valid UTF-8 by construction: classes match Unicode scalar values, and bytes are
 // checked strictly (no overlong forms, no surrogates).
 //
-// Cost: states and their transitions are built on first use and shared by clones (matcher_core.h),
-// so a repeated situation (the next character of a JSON string) costs a table lookup, and its token
-// mask is cached. A new state's mask walks the vocabulary trie once, except inside strings and
+// Cost: states (sets of stack ids, O(stacks) memory each) and their transitions are built on first
+// use and shared by clones (matcher_core.h), so a repeated situation (the next character of a JSON
+// string) costs a table lookup, and its token mask is cached. A new state's mask walks the vocabulary trie once, except inside strings and
 // other "runs" (matcher_core.h), whose masks come from a per-vocabulary table of which tokens stay
 // inside the run's characters (Vocabulary::LoopTable, built once per process and character set,
 // ~20 ms at 151,936 ids) plus the few tokens that leave it. nielsd-grammar-bench has the numbers.

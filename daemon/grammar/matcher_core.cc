@@ -50,6 +50,7 @@ int32_t MatcherCore::Fail(std::string message) {
 }
 
 bool MatcherCore::Charge(uint64_t n) {
+  if (!status_.ok()) return false;  // failed: nothing more is done, or counted
   stats_.steps += n;
   stats_.steps_this_token += n;
   stats_.max_steps_in_a_token = std::max(stats_.max_steps_in_a_token, stats_.steps_this_token);
@@ -179,15 +180,24 @@ int32_t MatcherCore::InternState() {
   s.accepting = scratch_accepting_;
   s.min_bytes = s.accepting ? 0 : UINT32_MAX;
   std::fill(std::begin(s.ascii), std::end(s.ascii), kUnknown);
-  std::vector<uint32_t> classes;
-  classes.reserve(s.stacks.size());
+  std::vector<std::pair<uint32_t, uint32_t>> by_class;  // (class, stack)
+  by_class.reserve(s.stacks.size());
   for (uint32_t f : s.stacks) {
     s.min_bytes = std::min(s.min_bytes, frames_[f].min_bytes);
-    classes.push_back(grammar_->elements()[frames_[f].pos].arg);
+    by_class.emplace_back(grammar_->elements()[frames_[f].pos].arg, f);
   }
-  std::sort(classes.begin(), classes.end());
-  classes.erase(std::unique(classes.begin(), classes.end()), classes.end());
-  s.classes.assign(classes.begin(), classes.end());
+  std::sort(by_class.begin(), by_class.end());
+  s.stacks_by_class.reserve(by_class.size());
+  for (size_t i = 0; i < by_class.size(); ++i) {
+    if (i == 0 || by_class[i].first != by_class[i - 1].first) {
+      s.classes.push_back(by_class[i].first);
+      s.class_begin.push_back(static_cast<uint32_t>(i));
+    }
+    s.stacks_by_class.push_back(by_class[i].second);
+  }
+  s.class_begin.push_back(static_cast<uint32_t>(by_class.size()));
+  s.classes.shrink_to_fit();
+  s.class_begin.shrink_to_fit();
   size_t union_ranges = 0;
   for (uint32_t c : s.classes) {
     union_ranges += grammar_->char_class(c).ranges().size();
@@ -203,7 +213,7 @@ int32_t MatcherCore::InternState() {
     s.has_union = true;
   }
   const size_t ranges = s.union_of_classes.ranges().size();
-  if (!Hold(sizeof(State) + kStateIndexBytes + (s.stacks.size() + s.classes.size()) * sizeof(uint32_t) +
+  if (!Hold(sizeof(State) + kStateIndexBytes + (2 * s.stacks.size() + 2 * s.classes.size() + 1) * sizeof(uint32_t) +
             ranges * sizeof(CodePointRange))) {
     return kError;
   }
@@ -218,16 +228,25 @@ int32_t MatcherCore::InternState() {
 int32_t MatcherCore::Step(int32_t state, uint32_t cp) {
   if (!status_.ok()) return kError;
   ++stats_.transitions;
-  if (!Charge(states_[state].stacks.size() + 1)) return kError;
+  // Each class is tested once; only the stacks of the classes holding cp go on (their expansion
+  // counts its own steps).
+  if (!Charge(states_[state].classes.size() + 1)) return kError;
   scratch_.clear();
   scratch_accepting_ = false;
   visited_.clear();
-  const std::vector<Element>& elements = grammar_->elements();
-  // Copy: Expand may grow frames_, and InternState states_.
-  const std::vector<uint32_t> stacks = states_[state].stacks;
-  for (uint32_t f : stacks) {
+  std::vector<uint32_t> taking;  // the stacks whose class holds cp
+  {
+    const State& s = states_[state];
+    for (size_t i = 0; i < s.classes.size(); ++i) {
+      if (!grammar_->char_class(s.classes[i]).Contains(cp)) continue;
+      taking.insert(taking.end(), s.stacks_by_class.begin() + s.class_begin[i],
+                    s.stacks_by_class.begin() + s.class_begin[i + 1]);
+    }
+  }
+  // Expand may grow frames_ (and InternState states_): frames are copied, `taking` is our own.
+  for (uint32_t f : taking) {
     const Frame frame = frames_[f];
-    if (grammar_->char_class(elements[frame.pos].arg).Contains(cp)) Expand(frame.pos + 1, frame.parent);
+    Expand(frame.pos + 1, frame.parent);
     if (!status_.ok()) return kError;
   }
   const int32_t next = InternState();
