@@ -55,8 +55,8 @@ bool MatcherCore::Charge(uint64_t n) {
   stats_.steps_this_token += n;
   stats_.max_steps_in_a_token = std::max(stats_.max_steps_in_a_token, stats_.steps_this_token);
   if (stats_.steps_this_token <= limits_.max_steps_per_token) return true;
-  Fail(fmt::format("grammar matcher step budget exceeded: more than {} steps for one token "
-                   "(budget max_steps_per_token; the grammar keeps too many parses alive)",
+  Fail(fmt::format("grammar matcher: more than {} steps for one token, the grammar keeps too many "
+                   "parses alive (budget matcher_steps_per_token)",
                    limits_.max_steps_per_token));
   return false;
 }
@@ -65,7 +65,7 @@ bool MatcherCore::Hold(size_t bytes) {
   memory_bytes_ += bytes;
   peak_memory_bytes_ = std::max(peak_memory_bytes_, memory_bytes_);
   if (memory_bytes_ <= limits_.max_memory_bytes) return true;
-  Fail(fmt::format("grammar matcher memory budget exceeded: more than {} bytes (budget max_memory_bytes)",
+  Fail(fmt::format("grammar matcher: more than {} bytes held (budget matcher_memory_bytes)",
                    limits_.max_memory_bytes));
   return false;
 }

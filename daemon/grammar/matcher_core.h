@@ -16,8 +16,9 @@
 // classes on top of them (never copies of the classes); the union of those classes is kept only
 // when it is small (kMaxUnionRanges), and non-ASCII transitions are kept per interval actually met.
 //
-// Budgets (MatcherLimits), each a sticky RESOURCE_EXHAUSTED error naming it, never a hang or
-// unbounded memory:
+// Budgets (MatcherLimits), each a sticky RESOURCE_EXHAUSTED error whose message ends with
+// "(budget matcher_steps_per_token)" or "(budget matcher_memory_bytes)", never a hang or unbounded
+// memory:
 //   - work: matcher steps per token (max_steps_per_token). A step is one unit of work whose cost
 //     does not grow with the input (O(1), or one binary search in a class): a stack tested against
 //     a character, a stack reached while expanding rules, a stack or class entered into a new

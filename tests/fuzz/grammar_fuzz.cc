@@ -54,9 +54,9 @@ void CheckMatcherBudget(const grammar::Matcher& m, const grammar::MatcherLimits&
   FUZZ_CHECK(s.steps >= s.transitions);
   FUZZ_CHECK(s.peak_memory_bytes <= limits.max_memory_bytes + (size_t{1} << 20));
   if (s.max_steps_in_a_token > limits.max_steps_per_token) {
-    FUZZ_CHECK(m.status().message().find("max_steps_per_token") != std::string::npos);
+    FUZZ_CHECK(m.status().message().find("(budget matcher_steps_per_token)") != std::string::npos);
   } else if (s.peak_memory_bytes > limits.max_memory_bytes) {
-    FUZZ_CHECK(m.status().message().find("max_memory_bytes") != std::string::npos);
+    FUZZ_CHECK(m.status().message().find("(budget matcher_memory_bytes)") != std::string::npos);
   }
 }
 

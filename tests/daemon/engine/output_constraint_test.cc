@@ -264,7 +264,7 @@ TEST(OutputConstraintTest, AMatcherBudgetFailsTheCallWithItsName) {
     if (result.stop_reason == StopReason::kFailed) {
       ++failed;
       EXPECT_EQ(result.error.code(), common::StatusCode::kResourceExhausted) << result.error.ToString();
-      EXPECT_NE(result.error.message().find("max_steps_per_token"), std::string::npos) << result.error.ToString();
+      EXPECT_NE(result.error.message().find("(budget matcher_steps_per_token)"), std::string::npos) << result.error.ToString();
     } else {
       ++finished;
     }
