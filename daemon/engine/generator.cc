@@ -305,7 +305,11 @@ void GenerationTask::SampleAndEmit(std::span<const float> logits, std::vector<fl
   const int32_t id = sampler_.Sample(row, sequence_.tokens, allowed);  // repetition history = the sequence so far
   if (constraint_) {
     if (common::Status accepted = constraint_->Accept(id); !accepted.ok()) {
-      Fail(common::Status::Internal("constraint: the sampled id was not allowed: " + accepted.message()));
+      // A matcher budget may run out while it advances (RESOURCE_EXHAUSTED, kept as it is); any
+      // other refusal of an id the mask allowed is a bug.
+      Fail(accepted.code() == common::StatusCode::kResourceExhausted
+               ? accepted
+               : common::Status::Internal("constraint: the sampled id was not allowed: " + accepted.message()));
       return;
     }
   }

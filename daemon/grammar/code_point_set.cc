@@ -28,15 +28,18 @@ void CodePointSet::Normalize() {
     }
   }
   std::sort(split.begin(), split.end(), [](auto a, auto b) { return a.lo < b.lo; });
-  ranges_.clear();
+  // Merge overlapping or adjacent ranges in place (0xD7FF and 0xE000 stay apart; nothing lies
+  // between), then keep exactly the merged ranges: the input may have been far larger than the set
+  // (a union of many copies of one class), and its capacity must not stay with the set.
+  size_t kept = 0;
   for (const CodePointRange& r : split) {
-    // Merge overlapping or adjacent ranges (0xD7FF and 0xE000 stay apart; nothing lies between).
-    if (!ranges_.empty() && r.lo <= ranges_.back().hi + 1) {
-      ranges_.back().hi = std::max(ranges_.back().hi, r.hi);
+    if (kept > 0 && r.lo <= split[kept - 1].hi + 1) {
+      split[kept - 1].hi = std::max(split[kept - 1].hi, r.hi);
     } else {
-      ranges_.push_back(r);
+      split[kept++] = r;
     }
   }
+  ranges_ = std::vector<CodePointRange>(split.begin(), split.begin() + static_cast<std::ptrdiff_t>(kept));
   ascii_[0] = ascii_[1] = 0;
   for (const CodePointRange& r : ranges_) {
     for (uint32_t c = r.lo; c <= std::min<uint32_t>(r.hi, 127); ++c) ascii_[c >> 6] |= uint64_t{1} << (c & 63);
@@ -61,7 +64,56 @@ CodePointSet CodePointSet::Union(const CodePointSet& other) const {
 }
 
 CodePointSet CodePointSet::Minus(const CodePointSet& other) const {
-  return other.Union(Complement()).Complement();
+  // One pass over both sorted range lists.
+  std::vector<CodePointRange> out;
+  size_t j = 0;
+  const std::vector<CodePointRange>& cut = other.ranges_;
+  for (CodePointRange r : ranges_) {
+    while (j < cut.size() && cut[j].hi < r.lo) ++j;
+    uint32_t lo = r.lo;
+    size_t k = j;
+    bool open = true;
+    for (; k < cut.size() && cut[k].lo <= r.hi; ++k) {
+      if (cut[k].lo > lo) out.push_back({lo, cut[k].lo - 1});
+      if (cut[k].hi >= r.hi) {
+        open = false;
+        break;
+      }
+      lo = cut[k].hi + 1;
+    }
+    if (open) out.push_back({lo, r.hi});
+  }
+  CodePointSet result;
+  result.ranges_ = std::move(out);
+  for (const CodePointRange& r : result.ranges_) {
+    for (uint32_t c = r.lo; c <= std::min<uint32_t>(r.hi, 127); ++c) result.ascii_[c >> 6] |= uint64_t{1} << (c & 63);
+  }
+  return result;
+}
+
+bool CodePointSet::Intersects(const CodePointSet& other) const {
+  size_t i = 0, j = 0;
+  while (i < ranges_.size() && j < other.ranges_.size()) {
+    const CodePointRange& a = ranges_[i];
+    const CodePointRange& b = other.ranges_[j];
+    if (a.hi < b.lo) {
+      ++i;
+    } else if (b.hi < a.lo) {
+      ++j;
+    } else {
+      return true;
+    }
+  }
+  return false;
+}
+
+bool CodePointSet::ContainsAll(const CodePointSet& other) const {
+  size_t i = 0;
+  for (const CodePointRange& b : other.ranges_) {
+    while (i < ranges_.size() && ranges_[i].hi < b.lo) ++i;
+    if (i == ranges_.size() || ranges_[i].lo > b.lo || ranges_[i].hi < b.hi) return false;
+  }
+  return true;
 }
 
 bool CodePointSet::ContainsSlow(uint32_t cp) const {
@@ -75,6 +127,22 @@ bool CodePointSet::Intersects(uint32_t lo, uint32_t hi) const {
   auto it = std::lower_bound(ranges_.begin(), ranges_.end(), lo,
                              [](const CodePointRange& r, uint32_t v) { return r.hi < v; });
   return it != ranges_.end() && it->lo <= hi;
+}
+
+void CodePointSet::NarrowToConstantAround(uint32_t cp, uint32_t* lo, uint32_t* hi) const {
+  // The first range starting after cp; the one before it holds cp or ends before it.
+  auto it = std::upper_bound(ranges_.begin(), ranges_.end(), cp,
+                             [](uint32_t v, const CodePointRange& r) { return v < r.lo; });
+  uint32_t from = 0, to = UINT32_MAX;
+  if (it != ranges_.begin() && cp <= std::prev(it)->hi) {
+    from = std::prev(it)->lo;
+    to = std::prev(it)->hi;
+  } else {
+    if (it != ranges_.begin()) from = std::prev(it)->hi + 1;
+    if (it != ranges_.end()) to = it->lo - 1;
+  }
+  *lo = std::max(*lo, from);
+  *hi = std::min(*hi, to);
 }
 
 uint64_t CodePointSet::Size() const {

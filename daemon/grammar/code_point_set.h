@@ -1,7 +1,8 @@
 #pragma once
 // CodePointSet: a set of Unicode scalar values as sorted, disjoint, non-adjacent closed ranges,
 // with a 128-bit map of its ASCII part for the matcher's hot path. Surrogates are never members.
-// A value type; immutable once built (Normalize is the only mutator after construction).
+// A value type; immutable once built (Normalize is the only mutator after construction). A set
+// holds exactly its ranges: building one from many overlapping ranges keeps no larger buffer.
 
 #include <cstdint>
 #include <string>
@@ -27,6 +28,7 @@ class CodePointSet {
 
   CodePointSet Complement() const;
   CodePointSet Union(const CodePointSet& other) const;
+  // One pass over both range lists: O(ranges of both).
   CodePointSet Minus(const CodePointSet& other) const;
 
   bool Contains(uint32_t cp) const {
@@ -35,6 +37,13 @@ class CodePointSet {
   }
   // True when some member lies in [lo, hi].
   bool Intersects(uint32_t lo, uint32_t hi) const;
+  // True when the sets share a member / every member of `other` is a member of this set. One pass
+  // over both range lists: O(ranges of both).
+  bool Intersects(const CodePointSet& other) const;
+  bool ContainsAll(const CodePointSet& other) const;
+  // The largest interval [*lo, *hi] around `cp` on which membership does not change (all members
+  // or none), clipped to the interval passed in. O(log ranges).
+  void NarrowToConstantAround(uint32_t cp, uint32_t* lo, uint32_t* hi) const;
   bool empty() const { return ranges_.empty(); }
   // The smallest member. REQUIRES: !empty().
   uint32_t Min() const { return ranges_.front().lo; }

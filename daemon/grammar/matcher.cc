@@ -43,6 +43,12 @@ bool Matcher::Advance(uint8_t byte, Snapshot* at) {
 }
 
 common::Status Matcher::AcceptBytes(std::string_view bytes) {
+  common::Status status = Advance(bytes);
+  core_->EndTokenWindow();
+  return status;
+}
+
+common::Status Matcher::Advance(std::string_view bytes) {
   NIELS_RETURN_IF_ERROR(core_->status());
   Snapshot s = now_;
   for (size_t i = 0; i < bytes.size(); ++i) {
@@ -130,11 +136,13 @@ void Matcher::WalkTrie(const Vocabulary& vocab, TokenBitset* out) {
   std::vector<Snapshot> at(vocab.max_token_bytes() + 1);
   at[0] = now_;
   const size_t n = trie.size();
+  uint64_t visited = 0;
   for (size_t i = 0; i < n;) {
     const Vocabulary::TrieNode& node = trie[i];
+    ++visited;
     Snapshot s = at[node.depth - 1];
     if (!Advance(node.byte, &s)) {
-      if (!core_->status().ok()) return;
+      if (!core_->status().ok()) break;
       i = node.subtree_end;
       continue;
     }
@@ -142,6 +150,7 @@ void Matcher::WalkTrie(const Vocabulary& vocab, TokenBitset* out) {
     for (int32_t id = node.token; id >= 0; id = vocab.same_bytes_next(id)) out->Set(id);
     ++i;
   }
+  core_->CountTrieNodes(visited);
 }
 
 bool Matcher::MaskFromRun(const Vocabulary::LoopTable& table, const Vocabulary& vocab, TokenBitset* out) {
@@ -169,6 +178,7 @@ bool Matcher::MaskFromRun(const Vocabulary::LoopTable& table, const Vocabulary& 
     }
   }
   // Exits: the characters before the exit lead along the run; the rest is advanced from there.
+  core_->CountTrieNodes(table.exits.size());
   for (const Vocabulary::LoopExit& e : table.exits) {
     if (e.chars > alive) continue;
     Snapshot s;

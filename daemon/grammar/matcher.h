@@ -19,9 +19,9 @@
 // Output is valid UTF-8 by construction: classes match Unicode scalar values, and bytes are
 // checked strictly (no overlong forms, no surrogates).
 //
-// Cost: states and their transitions are built on first use and shared by clones (matcher_core.h),
-// so a repeated situation (the next character of a JSON string) costs a table lookup, and its token
-// mask is cached. A new state's mask walks the vocabulary trie once, except inside strings and
+// Cost: states (sets of stack ids, O(stacks) memory each) and their transitions are built on first
+// use and shared by clones (matcher_core.h), so a repeated situation (the next character of a JSON
+// string) costs a table lookup, and its token mask is cached. A new state's mask walks the vocabulary trie once, except inside strings and
 // other "runs" (matcher_core.h), whose masks come from a per-vocabulary table of which tokens stay
 // inside the run's characters (Vocabulary::LoopTable, built once per character set and kept in
 // the vocabulary's bounded LRU cache, ~20 ms at 151,936 ids) plus the few tokens that leave it. nielsd-grammar-bench has the numbers.
@@ -30,6 +30,10 @@
 // CompiledGrammar and Vocabulary may be shared by any threads.
 // Errors: a matcher that exceeds a MatcherLimits bound stays failed (status() and every later
 // call report RESOURCE_EXHAUSTED); the request should end.
+// Budgets (matcher_core.h): at most MatcherLimits::max_steps_per_token matcher steps from the end
+// of one AcceptToken/AcceptBytes to the end of the next (the masks and byte sets asked for in
+// between, and the start state in the first window, included), plus at most one walk of the
+// vocabulary's trie per mask; at most max_memory_bytes held by the matcher and its clones.
 
 #include <bitset>
 #include <cstdint>
@@ -66,7 +70,8 @@ class Matcher {
   void Restore(const Snapshot& s) { now_ = s; }
 
   // Advances by `bytes`. INVALID_ARGUMENT (naming the byte offset) when they are not allowed; the
-  // matcher is then unchanged. RESOURCE_EXHAUSTED when a limit is exceeded.
+  // matcher is then unchanged. RESOURCE_EXHAUSTED when a limit is exceeded. Ends a token's window
+  // of the step budget.
   common::Status AcceptBytes(std::string_view bytes);
   // Advances by token `id`: its bytes, or for an end-of-output token, ends the output (allowed
   // only when IsComplete()). INVALID_ARGUMENT when not allowed (unchanged) or id out of range.
@@ -94,10 +99,14 @@ class Matcher {
   // Size of the shared cache (for tests and benchmarks).
   size_t state_count() const { return core_->state_count(); }
   size_t run_count() const { return core_->run_count(); }
+  // Work done and memory held by the shared cache (the budgets' counters).
+  MatcherStats stats() const { return core_->stats(); }
 
  private:
   // One byte from `at`; false when not allowed. May set a core error (then also false).
   bool Advance(uint8_t byte, Snapshot* at);
+  // AcceptBytes without ending the token's window.
+  common::Status Advance(std::string_view bytes);
   void WalkTrie(const Vocabulary& vocab, TokenBitset* out);
   // The mask of a state on a run (matcher_core.h): tokens inside the run's characters by their
   // character count, the others advanced from their exit. False when the run stops being uniform

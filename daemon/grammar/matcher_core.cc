@@ -10,6 +10,37 @@ namespace niels::daemon::grammar {
 
 using Element = CompiledGrammar::Element;
 
+namespace {
+
+// Estimated bytes of what the core keeps (the memory budget): a frame with its index entry, a
+// state's fixed part with its index entry, a node of a state's non-ASCII transitions, a cached
+// mask's fixed part.
+constexpr size_t kFrameBytes = 56;
+constexpr size_t kStateIndexBytes = 48;
+constexpr size_t kEdgeBytes = 64;
+constexpr size_t kMaskOverheadBytes = 64;
+// Expansion scratch larger than this is given back after the step that grew it.
+constexpr size_t kKeptScratchEntries = 1024;
+
+uint64_t HashStacks(const std::vector<uint32_t>& stacks, bool accepting) {
+  uint64_t h = 0x9E3779B97F4A7C15ull ^ (accepting ? 1 : 0);
+  for (uint32_t f : stacks) {
+    h ^= f;
+    h *= 0xFF51AFD7ED558CCDull;
+    h ^= h >> 33;
+  }
+  return h;
+}
+
+size_t LoopTableBytes(const Vocabulary::LoopTable& t) {
+  size_t ids = 0;
+  for (const auto& v : t.inside_by_chars) ids += v.size();
+  return t.inside.words().size() * sizeof(uint64_t) + ids * sizeof(int32_t) +
+         t.exits.size() * sizeof(Vocabulary::LoopExit);
+}
+
+}  // namespace
+
 MatcherCore::MatcherCore(std::shared_ptr<const CompiledGrammar> grammar, const MatcherLimits& limits)
     : grammar_(std::move(grammar)), limits_(limits) {}
 
@@ -18,14 +49,55 @@ int32_t MatcherCore::Fail(std::string message) {
   return kError;
 }
 
+bool MatcherCore::Charge(uint64_t n) {
+  if (!status_.ok()) return false;  // failed: nothing more is done, or counted
+  stats_.steps += n;
+  stats_.steps_this_token += n;
+  stats_.max_steps_in_a_token = std::max(stats_.max_steps_in_a_token, stats_.steps_this_token);
+  if (stats_.steps_this_token <= limits_.max_steps_per_token) return true;
+  Fail(fmt::format("grammar matcher: more than {} steps for one token, the grammar keeps too many "
+                   "parses alive (budget matcher_steps_per_token)",
+                   limits_.max_steps_per_token));
+  return false;
+}
+
+bool MatcherCore::Hold(size_t bytes) {
+  memory_bytes_ += bytes;
+  peak_memory_bytes_ = std::max(peak_memory_bytes_, memory_bytes_);
+  if (memory_bytes_ <= limits_.max_memory_bytes) return true;
+  Fail(fmt::format("grammar matcher: more than {} bytes held (budget matcher_memory_bytes)",
+                   limits_.max_memory_bytes));
+  return false;
+}
+
+void MatcherCore::ReleaseScratch() {
+  if (scratch_.capacity() > kKeptScratchEntries) std::vector<uint32_t>().swap(scratch_);
+  if (work_.capacity() > kKeptScratchEntries) std::vector<std::pair<uint32_t, uint32_t>>().swap(work_);
+  if (visited_.bucket_count() > kKeptScratchEntries) std::unordered_set<uint64_t>().swap(visited_);
+}
+
+MatcherStats MatcherCore::stats() const {
+  MatcherStats s = stats_;
+  s.states = states_.size();
+  s.frames = frames_.size();
+  s.stacks_held = stacks_held_;
+  s.ranges_held = ranges_held_;
+  s.memory_bytes = memory_bytes_;
+  s.peak_memory_bytes = peak_memory_bytes_;
+  return s;
+}
+
 int32_t MatcherCore::Start() {
   if (start_ != kUnknown) return start_;
   if (!status_.ok()) return kError;
   scratch_.clear();
   scratch_accepting_ = false;
   visited_.clear();
-  for (uint32_t alt : grammar_->alternatives(grammar_->root())) Expand(alt, kNoFrame);
+  const auto roots = grammar_->alternatives(grammar_->root());
+  if (!Charge(roots.size())) return kError;
+  for (uint32_t alt : roots) Expand(alt, kNoFrame);
   start_ = status_.ok() ? InternState() : kError;
+  ReleaseScratch();
   return start_;
 }
 
@@ -42,6 +114,7 @@ uint32_t MatcherCore::InternFrame(uint32_t pos, uint32_t parent) {
     Fail(fmt::format("grammar matcher needs more than {} stack frames", limits_.max_frames));
     return kNoFrame;
   }
+  if (!Hold(kFrameBytes)) return kNoFrame;
   const uint32_t below = parent == kNoFrame ? 0 : frames_[parent].min_bytes;
   const uint32_t own = grammar_->suffix_min_bytes(pos);
   const uint64_t sum = uint64_t{own} + below;
@@ -56,6 +129,7 @@ void MatcherCore::Expand(uint32_t pos, uint32_t parent) {
   work_.clear();
   work_.emplace_back(pos, parent);
   while (!work_.empty() && status_.ok()) {
+    if (!Charge(1)) return;
     const auto [p, below] = work_.back();
     work_.pop_back();
     if (!visited_.insert((uint64_t{p} << 32) | below).second) continue;
@@ -83,6 +157,7 @@ void MatcherCore::Expand(uint32_t pos, uint32_t parent) {
 }
 
 int32_t MatcherCore::InternState() {
+  if (!Charge(scratch_.size() + 1)) return kError;
   std::sort(scratch_.begin(), scratch_.end());
   scratch_.erase(std::unique(scratch_.begin(), scratch_.end()), scratch_.end());
   if (scratch_.empty() && !scratch_accepting_) return kDead;
@@ -90,117 +165,202 @@ int32_t MatcherCore::InternState() {
     return Fail(fmt::format("grammar matcher has more than {} parses alive at once",
                             limits_.max_stacks_per_state));
   }
-  std::string key(scratch_.size() * sizeof(uint32_t) + 1, '\0');
-  if (!scratch_.empty()) std::memcpy(key.data(), scratch_.data(), scratch_.size() * sizeof(uint32_t));
-  key.back() = scratch_accepting_ ? 1 : 0;
-  auto it = state_ids_.find(key);
-  if (it != state_ids_.end()) return it->second;
+  const uint64_t hash = HashStacks(scratch_, scratch_accepting_);
+  for (auto [it, end] = state_ids_.equal_range(hash); it != end; ++it) {
+    const State& known = states_[it->second];
+    if (known.accepting == scratch_accepting_ && known.stacks == scratch_) return it->second;
+  }
   if (states_.size() >= limits_.max_states) {
     return Fail(fmt::format("grammar matcher needs more than {} states", limits_.max_states));
   }
+  // The state refers to the grammar's classes by id: its size is O(stacks), whatever the classes.
   State s;
-  s.stacks = scratch_;
+  s.stacks = scratch_;  // exactly sized
+  s.hash = hash;
   s.accepting = scratch_accepting_;
   s.min_bytes = s.accepting ? 0 : UINT32_MAX;
   std::fill(std::begin(s.ascii), std::end(s.ascii), kUnknown);
-  std::vector<CodePointRange> ranges;
-  std::vector<uint32_t> bounds = {0x80};
+  std::vector<std::pair<uint32_t, uint32_t>> by_class;  // (class, stack)
+  by_class.reserve(s.stacks.size());
   for (uint32_t f : s.stacks) {
     s.min_bytes = std::min(s.min_bytes, frames_[f].min_bytes);
-    const CodePointSet& cls = grammar_->char_class(grammar_->elements()[frames_[f].pos].arg);
-    for (const CodePointRange& r : cls.ranges()) {
-      ranges.push_back(r);
-      if (r.lo > 0x80) bounds.push_back(r.lo);
-      if (r.hi + 1 > 0x80 && r.hi < kMaxCodePoint) bounds.push_back(r.hi + 1);
-    }
+    by_class.emplace_back(grammar_->elements()[frames_[f].pos].arg, f);
   }
-  s.first = CodePointSet(std::move(ranges));
-  std::sort(bounds.begin(), bounds.end());
-  bounds.erase(std::unique(bounds.begin(), bounds.end()), bounds.end());
-  s.bounds = std::move(bounds);
-  s.bound_next.assign(s.bounds.size(), kUnknown);
+  std::sort(by_class.begin(), by_class.end());
+  s.stacks_by_class.reserve(by_class.size());
+  for (size_t i = 0; i < by_class.size(); ++i) {
+    if (i == 0 || by_class[i].first != by_class[i - 1].first) {
+      s.classes.push_back(by_class[i].first);
+      s.class_begin.push_back(static_cast<uint32_t>(i));
+    }
+    s.stacks_by_class.push_back(by_class[i].second);
+  }
+  s.class_begin.push_back(static_cast<uint32_t>(by_class.size()));
+  s.classes.shrink_to_fit();
+  s.class_begin.shrink_to_fit();
+  size_t union_ranges = 0;
+  for (uint32_t c : s.classes) {
+    union_ranges += grammar_->char_class(c).ranges().size();
+    if (union_ranges > kMaxUnionRanges) break;
+  }
+  if (union_ranges <= kMaxUnionRanges) {
+    std::vector<CodePointRange> ranges;
+    for (uint32_t c : s.classes) {
+      const auto& r = grammar_->char_class(c).ranges();
+      ranges.insert(ranges.end(), r.begin(), r.end());
+    }
+    s.union_of_classes = CodePointSet(std::move(ranges));
+    s.has_union = true;
+  }
+  const size_t ranges = s.union_of_classes.ranges().size();
+  if (!Hold(sizeof(State) + kStateIndexBytes + (2 * s.stacks.size() + 2 * s.classes.size() + 1) * sizeof(uint32_t) +
+            ranges * sizeof(CodePointRange))) {
+    return kError;
+  }
+  stacks_held_ += s.stacks.size();
+  ranges_held_ += ranges;
   states_.push_back(std::move(s));
   const auto id = static_cast<int32_t>(states_.size() - 1);
-  state_ids_.emplace(std::move(key), id);
+  state_ids_.emplace(hash, id);
   return id;
 }
 
 int32_t MatcherCore::Step(int32_t state, uint32_t cp) {
   if (!status_.ok()) return kError;
+  ++stats_.transitions;
+  // Each class is tested once; only the stacks of the classes holding cp go on (their expansion
+  // counts its own steps).
+  if (!Charge(states_[state].classes.size() + 1)) return kError;
   scratch_.clear();
   scratch_accepting_ = false;
   visited_.clear();
-  const std::vector<Element>& elements = grammar_->elements();
-  // Copy: Expand may grow frames_, and InternState states_.
-  const std::vector<uint32_t> stacks = states_[state].stacks;
-  for (uint32_t f : stacks) {
+  std::vector<uint32_t> taking;  // the stacks whose class holds cp
+  {
+    const State& s = states_[state];
+    for (size_t i = 0; i < s.classes.size(); ++i) {
+      if (!grammar_->char_class(s.classes[i]).Contains(cp)) continue;
+      taking.insert(taking.end(), s.stacks_by_class.begin() + s.class_begin[i],
+                    s.stacks_by_class.begin() + s.class_begin[i + 1]);
+    }
+  }
+  // Expand may grow frames_ (and InternState states_): frames are copied, `taking` is our own.
+  for (uint32_t f : taking) {
     const Frame frame = frames_[f];
-    if (grammar_->char_class(elements[frame.pos].arg).Contains(cp)) Expand(frame.pos + 1, frame.parent);
+    Expand(frame.pos + 1, frame.parent);
     if (!status_.ok()) return kError;
   }
-  return InternState();
-}
-
-int32_t MatcherCore::NextSlow(int32_t state, uint32_t cp) {
-  const std::vector<uint32_t>& bounds = states_[state].bounds;
-  const size_t i = std::upper_bound(bounds.begin(), bounds.end(), cp) - bounds.begin() - 1;
-  int32_t next = states_[state].bound_next[i];
-  if (next == kUnknown) {
-    next = Step(state, cp);  // every code point of the interval leads to the same state
-    states_[state].bound_next[i] = next;
-  }
+  const int32_t next = InternState();
+  ReleaseScratch();
   return next;
 }
 
-uint32_t MatcherCore::MinBytesAfterCurrentChar(int32_t state) const {
+bool MatcherCore::CanTakeAnyOfSlow(int32_t state, uint32_t lo, uint32_t hi) {
+  const std::vector<uint32_t>& classes = states_[state].classes;
+  if (!Charge(classes.size())) return false;
+  for (uint32_t c : classes) {
+    if (grammar_->char_class(c).Intersects(lo, hi)) return true;
+  }
+  return false;
+}
+
+int32_t MatcherCore::NextSlow(int32_t state, uint32_t cp) {
+  {
+    const std::map<uint32_t, NonAsciiEdge>& edges = states_[state].edges;
+    auto it = edges.lower_bound(cp);  // the first interval ending at or after cp
+    if (it != edges.end() && it->second.lo <= cp) return it->second.next;
+  }
+  if (!status_.ok()) return kError;
+  // The interval around cp that none of the state's classes tells apart: every code point in it
+  // leads to the same state.
+  uint32_t lo = 0x80, hi = kMaxCodePoint;
+  if (!Charge(states_[state].classes.size())) return kError;
+  for (uint32_t c : states_[state].classes) grammar_->char_class(c).NarrowToConstantAround(cp, &lo, &hi);
+  const int32_t next = Step(state, cp);
+  if (next == kError) return kError;
+  states_[state].edges.emplace(hi, NonAsciiEdge{lo, next});
+  if (!Hold(kEdgeBytes)) return kError;
+  return next;
+}
+
+uint32_t MatcherCore::MinBytesAfterCurrentChar(int32_t state) {
   uint32_t best = UINT32_MAX;
+  (void)Charge(states_[state].stacks.size());
   for (uint32_t f : states_[state].stacks) {
     const Frame& frame = frames_[f];
-    const uint32_t cls = grammar_->elements()[frame.pos].arg;
-    const uint32_t own = Utf8Length(grammar_->char_class(cls).Min());
+    const uint32_t own = Utf8Length(ClassOfFrame(f).Min());
     best = std::min(best, frame.min_bytes - std::min(frame.min_bytes, own));
   }
   return best;
 }
 
 // Every top class of the state either holds all of `chars` or none of them, so all of `chars` move
-// the state the same way.
-bool MatcherCore::Uniform(int32_t state, const CodePointSet& chars) const {
-  for (uint32_t f : states_[state].stacks) {
-    const CodePointSet& cls = grammar_->char_class(grammar_->elements()[frames_[f].pos].arg);
-    const CodePointSet outside = chars.Minus(cls);
-    if (!outside.empty() && outside.Size() != chars.Size()) return false;
+// the state the same way. False (the run stops) also when that takes more than kMaxRunCheckRanges
+// range comparisons.
+bool MatcherCore::Uniform(int32_t state, const CodePointSet& chars) {
+  const std::vector<uint32_t>& classes = states_[state].classes;
+  if (!Charge(classes.size())) return false;
+  size_t cost = 0;
+  for (uint32_t c : classes) cost += chars.ranges().size() + grammar_->char_class(c).ranges().size();
+  if (cost > kMaxRunCheckRanges || !Charge(cost)) return false;
+  for (uint32_t c : classes) {
+    const CodePointSet& cls = grammar_->char_class(c);
+    if (cls.Intersects(chars) && !cls.ContainsAll(chars)) return false;
   }
   return true;
 }
 
+int32_t MatcherCore::FindOrAddRunSet(CodePointSet chars, const Vocabulary& vocab) {
+  for (size_t i = 0; i < run_sets_.size(); ++i) {
+    if (run_sets_[i].chars == chars) return static_cast<int32_t>(i);
+  }
+  if (run_sets_.size() >= limits_.max_run_sets) return -1;
+  RunSet set;
+  set.table = vocab.LoopTableFor(chars);
+  ++stats_.loop_table_scans;
+  set.worth_it = set.table->exits.size() * 4 < static_cast<size_t>(vocab.size());
+  const size_t bytes = sizeof(RunSet) + chars.ranges().size() * sizeof(CodePointRange) + LoopTableBytes(*set.table);
+  ranges_held_ += chars.ranges().size();
+  set.chars = std::move(chars);
+  run_sets_.push_back(std::move(set));
+  run_bytes_ += bytes;
+  if (!Hold(bytes)) return -1;
+  return static_cast<int32_t>(run_sets_.size() - 1);
+}
+
 // A new run from `state`: L is the state's largest top class less every part another top class
-// splits off; worth it when L holds most printable ASCII and most tokens stay inside it.
+// splits off; worth it when L holds most printable ASCII and most tokens stay inside it. No run
+// when deciding takes more than kMaxRunCheckRanges range comparisons.
 int32_t MatcherCore::StartRun(int32_t state, const Vocabulary& vocab) {
-  const std::vector<uint32_t>& stacks = states_[state].stacks;
-  if (stacks.empty()) return -1;
-  auto class_of = [&](uint32_t f) -> const CodePointSet& {
-    return grammar_->char_class(grammar_->elements()[frames_[f].pos].arg);
-  };
-  const CodePointSet* biggest = &class_of(stacks[0]);
-  for (uint32_t f : stacks) {
-    if (class_of(f).Size() > biggest->Size()) biggest = &class_of(f);
+  const std::vector<uint32_t> classes = states_[state].classes;
+  if (classes.empty() || !Charge(classes.size())) return -1;
+  size_t cost = 0;
+  for (uint32_t c : classes) cost += grammar_->char_class(c).ranges().size();
+  if (cost > kMaxRunCheckRanges || !Charge(cost)) return -1;
+  const CodePointSet* biggest = &grammar_->char_class(classes[0]);
+  for (uint32_t c : classes) {
+    if (grammar_->char_class(c).Size() > biggest->Size()) biggest = &grammar_->char_class(c);
   }
   CodePointSet chars = *biggest;
-  for (uint32_t f : stacks) {
-    const CodePointSet& d = class_of(f);
+  for (uint32_t c : classes) {
+    const CodePointSet& d = grammar_->char_class(c);
+    const size_t step_cost = chars.ranges().size() + d.ranges().size();
+    cost += step_cost;
+    if (cost > kMaxRunCheckRanges || !Charge(step_cost)) return -1;
     const CodePointSet outside = chars.Minus(d);
     if (!outside.empty() && outside.Size() != chars.Size()) chars = outside;
   }
   int printable = 0;
   for (uint32_t c = 0x20; c < 0x7F; ++c) printable += chars.Contains(c);
   if (printable < 48) return -1;
+  const uint32_t representative = chars.Min();
+  const int32_t set = FindOrAddRunSet(std::move(chars), vocab);
+  if (set < 0 || !run_sets_[set].worth_it) return -1;
   Run run;
-  run.table = vocab.LoopTableFor(chars);
-  if (run.table->exits.size() * 4 >= static_cast<size_t>(vocab.size())) return -1;
-  run.representative = chars.Min();
-  run.chars = std::move(chars);
+  run.set = static_cast<uint32_t>(set);
+  run.representative = representative;
   run.states.push_back(state);
+  run_bytes_ += sizeof(Run) + sizeof(int32_t);
+  if (!Hold(sizeof(Run) + sizeof(int32_t))) return -1;
   runs_.push_back(std::move(run));
   return static_cast<int32_t>(runs_.size() - 1);
 }
@@ -209,6 +369,10 @@ const Vocabulary::LoopTable* MatcherCore::RunTable(int32_t state, const Vocabula
   if (loop_vocab_ != &vocab) {  // another vocabulary: decide again
     for (State& s : states_) s.run_decided = false, s.run = -1;
     runs_.clear();
+    for (const RunSet& set : run_sets_) ranges_held_ -= set.chars.ranges().size();
+    run_sets_.clear();
+    Release(run_bytes_);
+    run_bytes_ = 0;
     loop_vocab_ = &vocab;
   }
   State& s = states_[state];
@@ -221,13 +385,13 @@ const Vocabulary::LoopTable* MatcherCore::RunTable(int32_t state, const Vocabula
     }
   }
   const int32_t run = states_[state].run;
-  return run < 0 ? nullptr : runs_[run].table.get();
+  return run < 0 ? nullptr : run_sets_[runs_[run].set].table.get();
 }
 
 void MatcherCore::ExtendRun(int32_t id, size_t upto) {
   while (runs_[id].states.size() <= upto && runs_[id].end == Run::kOpen && status_.ok()) {
     const int32_t last = runs_[id].states.back();
-    if (!Uniform(last, runs_[id].chars)) {
+    if (!Uniform(last, run_sets_[runs_[id].set].chars)) {
       runs_[id].end = Run::kBroken;
       return;
     }
@@ -245,6 +409,8 @@ void MatcherCore::ExtendRun(int32_t id, size_t upto) {
       states_[next].run = id;
       states_[next].run_index = static_cast<uint32_t>(run.states.size());
       run.states.push_back(next);
+      run_bytes_ += sizeof(int32_t);
+      if (!Hold(sizeof(int32_t))) return;
     }
   }
 }
@@ -275,9 +441,15 @@ const TokenBitset* MatcherCore::CachedMask(int32_t state, const void* vocab_key)
 void MatcherCore::CacheMask(int32_t state, const void* vocab_key, const TokenBitset& mask) {
   if (vocab_key != mask_vocab_ || masks_.size() >= limits_.max_cached_masks) {
     masks_.clear();
+    Release(mask_bytes_);
+    mask_bytes_ = 0;
     mask_vocab_ = vocab_key;
   }
-  if (limits_.max_cached_masks > 0) masks_.emplace(state, mask);
+  if (limits_.max_cached_masks == 0) return;
+  const size_t bytes = kMaskOverheadBytes + mask.words().size() * sizeof(uint64_t);
+  if (!Hold(bytes)) return;
+  mask_bytes_ += bytes;
+  masks_.emplace(state, mask);
 }
 
 }  // namespace niels::daemon::grammar

@@ -6,8 +6,9 @@
 // Invariants: a refused grammar has an INVALID_ARGUMENT with a message; for an accepted one, at
 // every 8th step AllowedBytes() agrees with what AcceptBytes takes, a token mask over a small
 // vocabulary (every single byte, some multi-byte strings, an end token) equals advancing a copy by
-// each token, IsComplete() <=> MinBytesToComplete() == 0, and a limit ends in RESOURCE_EXHAUSTED
-// (small limits keep each run fast).
+// each token, IsComplete() <=> MinBytesToComplete() == 0, a limit ends in RESOURCE_EXHAUSTED
+// (small limits keep each run fast), and the matcher's work and memory budgets hold
+// (CheckMatcherBudget).
 #include <string>
 #include <string_view>
 
@@ -36,6 +37,29 @@ const grammar::Vocabulary& SmallVocabulary() {
   return **vocab;
 }
 
+// Token windows the harness opened (each AcceptBytes call ends one: matcher_core.h).
+uint64_t g_token_windows = 0;
+
+// The matcher's budgets (matcher_core.h), from its own counters: no token's window goes past
+// max_steps_per_token by more than the one charge that crossed it (at most a window's worth of
+// stacks, or kMaxRunCheckRanges), so the whole run costs at most that per window opened; every
+// transition computed was counted; the memory held passes its budget by at most one item (a state,
+// a run set with its loop table, a mask of this small vocabulary); within the budgets the matcher
+// is fine, past one it failed with RESOURCE_EXHAUSTED naming the budget.
+void CheckMatcherBudget(const grammar::Matcher& m, const grammar::MatcherLimits& limits) {
+  const grammar::MatcherStats s = m.stats();
+  const uint64_t per_window = 2 * limits.max_steps_per_token + grammar::MatcherCore::kMaxRunCheckRanges + 1;
+  FUZZ_CHECK(s.max_steps_in_a_token <= per_window);
+  FUZZ_CHECK(s.steps <= (g_token_windows + 1) * per_window);
+  FUZZ_CHECK(s.steps >= s.transitions);
+  FUZZ_CHECK(s.peak_memory_bytes <= limits.max_memory_bytes + (size_t{1} << 20));
+  if (s.max_steps_in_a_token > limits.max_steps_per_token) {
+    FUZZ_CHECK(m.status().message().find("(budget matcher_steps_per_token)") != std::string::npos);
+  } else if (s.peak_memory_bytes > limits.max_memory_bytes) {
+    FUZZ_CHECK(m.status().message().find("(budget matcher_memory_bytes)") != std::string::npos);
+  }
+}
+
 void CheckMask(grammar::Matcher& m) {
   const grammar::Vocabulary& vocab = SmallVocabulary();
   grammar::TokenBitset mask;
@@ -52,6 +76,7 @@ void CheckMask(grammar::Matcher& m) {
       ok = m.IsComplete();
     } else if (t.kind == grammar::TokenKind::kText) {
       ok = m.AcceptBytes(t.bytes).ok();
+      ++g_token_windows;
       m.Restore(start);
     }
     if (!m.status().ok()) return;
@@ -81,6 +106,9 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
   matcher_limits.max_states = 1000;
   matcher_limits.max_stacks_per_state = 500;
   matcher_limits.max_stack_depth = 200;
+  matcher_limits.max_steps_per_token = 20000;
+  matcher_limits.max_memory_bytes = size_t{4} << 20;
+  g_token_windows = 0;
   grammar::Matcher m(*g, matcher_limits);
   if (!m.status().ok()) {
     FUZZ_CHECK(m.status().code() == StatusCode::kResourceExhausted);
@@ -99,11 +127,13 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
       expected = allowed[b];
     }
     const auto status = m.AcceptBytes(std::string_view(&output[i], 1));
+    ++g_token_windows;
     if (!m.status().ok()) break;
     if (i % 8 == 0) FUZZ_CHECK(status.ok() == expected);
     if (!status.ok()) break;
     if (i % 32 == 31) CheckMask(m);
   }
   if (!m.status().ok()) FUZZ_CHECK(m.status().code() == StatusCode::kResourceExhausted);
+  CheckMatcherBudget(m, matcher_limits);
   return 0;
 }

@@ -280,6 +280,34 @@ TEST(OutputConstraintTest, BannedIdsAndStopIdsActAsSets) {
     EXPECT_EQ(m.tokenizer->Decode(ids), "no") << seed;
     for (int32_t id : result.new_tokens) EXPECT_EQ(std::find(banned.begin(), banned.end(), id), banned.end()) << id;
   }
+
+TEST(OutputConstraintTest, AMatcherBudgetFailsTheCallWithItsName) {
+  // Budgets from tiny to enough: past it the turn fails RESOURCE_EXHAUSTED naming the budget,
+  // whether the mask or the advance by the sampled id crossed it (never INTERNAL); within it the
+  // turn runs as usual.
+  const loaders::Model& m = DemoModel();
+  int failed = 0, finished = 0;
+  for (uint64_t budget = 10; budget <= 20'000; budget = budget * 3 / 2) {
+    SCOPED_TRACE(budget);
+    model::Sequence seq(m.config);
+    GenerateOptions options;
+    options.sampling.seed = 11;
+    options.max_new_tokens = 12;
+    options.stop_ids = {m.special.eot};
+    grammar::MatcherLimits limits;
+    limits.max_steps_per_token = budget;
+    options.constraint = {CompiledGrammar::AnyJson(), DemoVocabulary(), limits};
+    const GenerateResult result = Generate(*m.transformer, seq, *m.tokenizer->Encode("hi"), options);
+    if (result.stop_reason == StopReason::kFailed) {
+      ++failed;
+      EXPECT_EQ(result.error.code(), common::StatusCode::kResourceExhausted) << result.error.ToString();
+      EXPECT_NE(result.error.message().find("(budget matcher_steps_per_token)"), std::string::npos) << result.error.ToString();
+    } else {
+      ++finished;
+    }
+  }
+  EXPECT_GT(failed, 0);
+  EXPECT_GT(finished, 0);
 }
 
 }  // namespace
