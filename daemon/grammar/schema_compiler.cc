@@ -317,12 +317,16 @@ bool SchemaCompiler::Types(const Json& s, const std::string& ptr, std::vector<st
   if (s.contains("type")) {
     const Json& t = s["type"];
     std::vector<Json> list = t.is_array() ? std::vector<Json>(t.begin(), t.end()) : std::vector<Json>{t};
+    if (!Work(list.size())) return false;
     if (list.empty()) return Fail(ptr + "/type", "empty type list"), false;
     for (const Json& one : list) {
       if (!one.is_string() || kTypes.count(one.get<std::string>()) == 0) {
         return Fail(ptr + "/type", fmt::format("unknown type {}", one.dump())), false;
       }
-      out->push_back(one.get<std::string>());
+      // Each type once (at most seven): a repeated "object" would compile the properties again.
+      if (std::find(out->begin(), out->end(), one.get<std::string>()) == out->end()) {
+        out->push_back(one.get<std::string>());
+      }
     }
     return true;
   }

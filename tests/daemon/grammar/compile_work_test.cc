@@ -60,7 +60,9 @@ void ExpectLinear(const Measured& small, const Measured& large) {
   }
   EXPECT_LE(large.work.grammar_units, 2.5 * small.work.grammar_units)
       << small.work.grammar_units << " -> " << large.work.grammar_units;
-  if (small.rules > 0) EXPECT_LE(large.rules, 2.5 * small.rules) << small.rules << " -> " << large.rules;
+  if (small.rules > 0) {
+    EXPECT_LE(large.rules, 2.5 * small.rules) << small.rules << " -> " << large.rules;
+  }
   // And both far inside their budgets.
   EXPECT_LE(large.work.schema_units, large.work.schema_budget / 4);
   EXPECT_LE(large.work.grammar_units, large.work.grammar_budget / 4);
@@ -137,6 +139,15 @@ TEST(CompileWorkTest, SpellingsOfOneRefTargetShareOneRule) {
   ExpectLinear(small, large);
   // One rule for the target (3 per property of it, 3 per property of the root, and a few more).
   EXPECT_LE(large.rules, 3u * (256 + 256) + 60);
+}
+
+TEST(CompileWorkTest, ARepeatedTypeCompilesItsSchemaOnce) {
+  // "type": ["object", "object", ...] compiled the properties once per entry: N x P rules.
+  std::string types, props;
+  for (int i = 0; i < 200; ++i) types += i ? ",\"object\"" : "\"object\"";
+  for (int k = 0; k < 50; ++k) props += fmt::format("{}\"k{}\":{{\"type\":\"integer\"}}", k ? "," : "", k);
+  const Measured m = CompileSchema("{\"type\":[" + types + "],\"properties\":{" + props + "}}");
+  EXPECT_LE(m.rules, 3u * 50 + 40);
 }
 
 // root ::= r1 "a", r1 ::= r2 "a", ..., rN ::= "a": every rule refers to one with a higher index.
