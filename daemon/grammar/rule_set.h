@@ -34,8 +34,8 @@ struct GrammarLimits {
 
   // Work budgets, in work units (what one unit is: WorkMeter below), each of the form
   // a x input bytes + b. Every step of both compilers is linear in its input and its output, so a
-  // realistic grammar or schema stays far below them (json_schema_test, gbnf_parser_test: the
-  // reference grammars and schemas use under 1/20 of theirs); what passes them is an input whose
+  // realistic grammar or schema stays far below them (compile_work_test: llama.cpp's reference
+  // grammars and realistic schemas use under 1/20 of theirs); what passes them is an input whose
   // output is much larger than itself (e.g. `x{10000}` many times, or one big $defs entry merged
   // into many allOf), refused before its work is done.
   //
