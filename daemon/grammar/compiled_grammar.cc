@@ -1,6 +1,8 @@
 #include "daemon/grammar/compiled_grammar.h"
 
 #include <algorithm>
+#include <functional>
+#include <queue>
 
 #include "daemon/grammar/gbnf_parser.h"
 #include "daemon/grammar/json_grammar.h"
@@ -36,29 +38,82 @@ std::vector<bool> Reachable(const RuleSet& rs) {
   return seen;
 }
 
-// Fewest bytes each rule can match (kInfinite: none), by fixpoint iteration. Nullable = 0.
-std::vector<uint32_t> RuleMinBytes(const RuleSet& rs) {
-  std::vector<uint32_t> min(rs.rules.size(), CompiledGrammar::kInfinite);
-  for (bool changed = true; changed;) {
-    changed = false;
-    for (size_t r = 0; r < rs.rules.size(); ++r) {
-      for (const auto& alt : rs.rules[r].alternatives) {
-        uint32_t total = 0;
-        for (const Symbol& s : alt) {
-          const uint32_t m = s.kind == Symbol::kClass ? Utf8Length(rs.classes[s.id].Min()) : min[s.id];
-          if (m == CompiledGrammar::kInfinite) {
-            total = m;
-            break;
-          }
-          total = SaturatingAdd(total, m);
-        }
-        if (total < min[r]) {
-          min[r] = total;
-          changed = true;
-        }
+// Symbols, alternatives and rules of a rule set: the work units of one linear pass over it.
+uint64_t PassUnits(const RuleSet& rs) {
+  uint64_t units = rs.rules.size();
+  for (const RuleDef& r : rs.rules) {
+    units += r.alternatives.size();
+    for (const auto& alt : r.alternatives) units += alt.size();
+  }
+  return units;
+}
+
+// Fewest bytes each rule can match (kInfinite: none; nullable = 0), as a shortest derivation:
+// Knuth's generalisation of Dijkstra's algorithm (an alternative's cost is the sum of its
+// symbols', which is never below any of them). A rule is settled when it leaves the queue with its
+// least cost; each alternative waits for its rule symbols to settle (one count per occurrence), and
+// once all have, offers its total to its rule. Every symbol is touched once and every alternative
+// enters the queue once: O(S + A log A) for S symbols and A alternatives, whatever the order of the
+// rules. Charges `meter` one unit per symbol, alternative, rule and queue operation.
+std::vector<uint32_t> RuleMinBytes(const RuleSet& rs, WorkMeter* meter) {
+  const size_t n = rs.rules.size();
+  std::vector<uint32_t> min(n, CompiledGrammar::kInfinite);
+  if (!meter->Charge(PassUnits(rs))) return min;
+  // Alternatives flattened: owner rule, rule symbols not yet settled, total of the settled ones.
+  std::vector<uint32_t> alt_rule;
+  std::vector<uint32_t> alt_pending;
+  std::vector<uint32_t> alt_total;
+  // uses[use_begin[r] .. use_begin[r+1]): the alternative of each occurrence of rule r.
+  std::vector<uint32_t> use_begin(n + 1, 0);
+  for (const RuleDef& rule : rs.rules) {
+    for (const auto& alt : rule.alternatives) {
+      for (const Symbol& s : alt) {
+        if (s.kind == Symbol::kRule) ++use_begin[s.id + 1];
       }
     }
   }
+  for (size_t r = 0; r < n; ++r) use_begin[r + 1] += use_begin[r];
+  std::vector<uint32_t> uses(use_begin[n]);
+  std::vector<uint32_t> fill(use_begin.begin(), use_begin.end() - 1);
+  using Offer = std::pair<uint32_t, uint32_t>;  // (bytes, rule)
+  std::priority_queue<Offer, std::vector<Offer>, std::greater<>> queue;
+  for (size_t r = 0; r < n; ++r) {
+    for (const auto& alt : rs.rules[r].alternatives) {
+      const auto a = static_cast<uint32_t>(alt_rule.size());
+      uint32_t pending = 0, total = 0;
+      for (const Symbol& s : alt) {
+        if (s.kind == Symbol::kRule) {
+          ++pending;
+          uses[fill[s.id]++] = a;
+        } else {
+          total = SaturatingAdd(total, Utf8Length(rs.classes[s.id].Min()));
+        }
+      }
+      alt_rule.push_back(static_cast<uint32_t>(r));
+      alt_pending.push_back(pending);
+      alt_total.push_back(total);
+      if (pending == 0) queue.push({total, static_cast<uint32_t>(r)});
+    }
+  }
+  std::vector<bool> settled(n, false);
+  uint64_t queue_ops = 0;
+  while (!queue.empty()) {
+    const auto [bytes, r] = queue.top();
+    queue.pop();
+    ++queue_ops;
+    if (settled[r]) continue;
+    settled[r] = true;
+    min[r] = bytes;
+    for (uint32_t u = use_begin[r]; u < use_begin[r + 1]; ++u) {
+      const uint32_t a = uses[u];
+      alt_total[a] = SaturatingAdd(alt_total[a], bytes);
+      if (--alt_pending[a] == 0 && !settled[alt_rule[a]]) {
+        queue.push({alt_total[a], alt_rule[a]});
+        ++queue_ops;
+      }
+    }
+  }
+  meter->Charge(queue_ops);
   return min;
 }
 
@@ -93,7 +148,8 @@ std::vector<uint32_t> FindLeftRecursion(const RuleSet& rs, const std::vector<uin
       const uint32_t to = edges[r][next++];
       if (color[to] == kGrey) {  // a cycle: to -> ... -> r -> to
         std::vector<uint32_t> cycle = {to};
-        for (uint32_t x = r; x != to; x = parent[x]) cycle.insert(cycle.begin() + 1, x);
+        for (uint32_t x = r; x != to; x = parent[x]) cycle.push_back(x);
+        std::reverse(cycle.begin() + 1, cycle.end());
         cycle.push_back(to);
         return cycle;
       }
@@ -114,8 +170,16 @@ Status LeftRecursionError(const RuleSet& rs, std::string_view text, const std::v
         "grammar {}: the repetition '{}' repeats something that can match the empty string",
         LineColumn(text, first.offset), first.offset < text.size() ? text[first.offset] : '?'));
   }
+  // At most kShown rules of a long cycle are named (each description scans the text for its
+  // line and column), then how many more there are, then the first again.
+  constexpr size_t kShown = 8;
   std::string path;
   for (size_t i = 0; i < cycle.size(); ++i) {
+    if (i >= kShown && i + 1 < cycle.size()) {
+      path += fmt::format(" -> ... ({} more)", cycle.size() - 1 - i);
+      i = cycle.size() - 2;
+      continue;
+    }
     if (i > 0) path += " -> ";
     const RuleDef& r = rs.rules[cycle[i]];
     path += r.origin == RuleDef::kNamed ? "'" + r.name + "'" : DescribeRule(rs, cycle[i], text);
@@ -124,9 +188,12 @@ Status LeftRecursionError(const RuleSet& rs, std::string_view text, const std::v
       "grammar {}: left recursion: {} (a rule may not begin with itself)", LineColumn(text, first.offset), path));
 }
 
-Status CheckRules(const RuleSet& rs, std::string_view text, const std::vector<uint32_t>& min) {
+Status CheckRules(const RuleSet& rs, std::string_view text, const std::vector<uint32_t>& min, WorkMeter* meter) {
+  // Each check is one pass over the symbols (the cycle search visits every "starts with" edge once).
+  if (!meter->Charge(PassUnits(rs))) return meter->status();
   const std::vector<uint32_t> cycle = FindLeftRecursion(rs, min);
   if (!cycle.empty()) return LeftRecursionError(rs, text, cycle);
+  if (!meter->Charge(PassUnits(rs))) return meter->status();
   const std::vector<bool> reachable = Reachable(rs);
   // Report a named rule before the generated ones inside it.
   for (int pass = 0; pass < 2; ++pass) {
@@ -144,16 +211,34 @@ Status CheckRules(const RuleSet& rs, std::string_view text, const std::vector<ui
 }  // namespace
 
 common::StatusOr<std::shared_ptr<const CompiledGrammar>> CompiledGrammar::FromGbnf(
-    std::string_view text, const GrammarLimits& limits) {
-  auto rules = ParseGbnf(text, limits);
-  if (!rules.ok()) return rules.status();
-  return FromRuleSet(std::move(*rules), text);
+    std::string_view text, const GrammarLimits& limits, CompileWork* work) {
+  WorkMeter meter = GrammarCompileMeter(limits, text.size());
+  auto compile = [&]() -> common::StatusOr<std::shared_ptr<const CompiledGrammar>> {
+    auto rules = ParseGbnf(text, limits, &meter);
+    if (!rules.ok()) return rules.status();
+    return FromRuleSet(std::move(*rules), text, &meter);
+  };
+  auto g = compile();
+  if (work != nullptr) {
+    work->grammar_units = meter.used();
+    work->grammar_budget = meter.budget();
+  }
+  return g;
 }
 
 common::StatusOr<std::shared_ptr<const CompiledGrammar>> CompiledGrammar::FromRuleSet(
     RuleSet rs, std::string_view text) {
-  const std::vector<uint32_t> min = RuleMinBytes(rs);
-  NIELS_RETURN_IF_ERROR(CheckRules(rs, text, min));
+  WorkMeter meter = GrammarCompileMeter(GrammarLimits(), text.size());
+  return FromRuleSet(std::move(rs), text, &meter);
+}
+
+common::StatusOr<std::shared_ptr<const CompiledGrammar>> CompiledGrammar::FromRuleSet(
+    RuleSet rs, std::string_view text, WorkMeter* meter) {
+  const std::vector<uint32_t> min = RuleMinBytes(rs, meter);
+  if (meter->exhausted()) return meter->status();
+  NIELS_RETURN_IF_ERROR(CheckRules(rs, text, min, meter));
+  // Flattening and the suffix minima: one pass each.
+  if (!meter->Charge(2 * PassUnits(rs))) return meter->status();
 
   std::shared_ptr<CompiledGrammar> g(new CompiledGrammar());
   g->root_ = rs.root;

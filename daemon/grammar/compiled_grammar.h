@@ -10,6 +10,9 @@
 //   - a rule reachable from root that can never match anything (every way through it recurses
 //     without end), root included (an empty language).
 // Together these make the matcher exact: every prefix it accepts can be completed.
+// Cost: every step is linear in the grammar's symbols, alternatives and rules (the rule minima
+// near-linear: a priority queue), charged to the "grammar compile work budget" of GrammarLimits
+// (rule_set.h); past it, RESOURCE_EXHAUSTED naming that budget.
 //
 // Form: every rule is a list of alternatives; an alternative is a run of elements in `elements()`
 // ending with a kEnd element. A kClass element matches one character of `char_class(arg)`; a kRule
@@ -37,12 +40,17 @@ class CompiledGrammar {
   };
   static constexpr uint32_t kInfinite = UINT32_MAX;
 
-  // Parses and compiles GBNF text (gbnf_parser.h has the syntax).
+  // Parses and compiles GBNF text (gbnf_parser.h has the syntax) under the grammar compile work
+  // budget of `limits` for text.size() bytes. `work`, when given, receives the units used and the
+  // budget (also when it fails).
   static common::StatusOr<std::shared_ptr<const CompiledGrammar>> FromGbnf(
-      std::string_view text, const GrammarLimits& limits = {});
-  // Compiles a parsed rule set; `text` is the grammar it came from (for error positions).
+      std::string_view text, const GrammarLimits& limits = {}, CompileWork* work = nullptr);
+  // Compiles a parsed rule set; `text` is the grammar it came from (for error positions). The
+  // first form has the default budget for text.size() bytes; the second charges `meter`.
   static common::StatusOr<std::shared_ptr<const CompiledGrammar>> FromRuleSet(RuleSet rules,
                                                                               std::string_view text);
+  static common::StatusOr<std::shared_ptr<const CompiledGrammar>> FromRuleSet(RuleSet rules, std::string_view text,
+                                                                              WorkMeter* meter);
   // Any single JSON value, with llama.cpp's JSON whitespace convention (json_schema.h).
   static std::shared_ptr<const CompiledGrammar> AnyJson();
 

@@ -53,13 +53,15 @@ int HexValue(char c) {
 
 class GbnfParser {
  public:
-  GbnfParser(std::string_view text, const GrammarLimits& limits) : text_(text), limits_(limits) {}
+  GbnfParser(std::string_view text, const GrammarLimits& limits, WorkMeter* meter)
+      : text_(text), limits_(limits), meter_(meter) {}
 
   common::StatusOr<RuleSet> Parse() {
     if (text_.size() > limits_.max_text_bytes) {
       return common::Status::InvalidArgument(fmt::format(
           "grammar too large: {} bytes (the limit is {})", text_.size(), limits_.max_text_bytes));
     }
+    if (!Work(text_.size())) return status_;
     SkipSpace(true);
     while (ok() && !AtEnd()) ParseRule();
     if (!ok()) return status_;
@@ -76,6 +78,12 @@ class GbnfParser {
 
  private:
   bool ok() const { return status_.ok(); }
+  // Charges `units` to the work meter; false (with the budget's error) once it is exhausted.
+  bool Work(uint64_t units) {
+    if (meter_->Charge(units)) return true;
+    if (status_.ok()) status_ = meter_->status();
+    return false;
+  }
   bool AtEnd() const { return pos_ >= text_.size(); }
   char Peek(size_t ahead = 0) const { return pos_ + ahead < text_.size() ? text_[pos_ + ahead] : '\0'; }
 
@@ -141,6 +149,7 @@ class GbnfParser {
   }
 
   void CheckRuleCount(size_t offset) {
+    Work(1);
     if (rs_.rules.size() > limits_.max_rules) {
       Fail(offset, fmt::format("grammar too large: more than {} rules after expanding groups and "
                                "repetitions", limits_.max_rules));
@@ -148,6 +157,7 @@ class GbnfParser {
   }
 
   void CountSymbols(size_t n, size_t offset) {
+    Work(n);
     symbols_ += n;
     if (symbols_ > limits_.max_symbols) {
       Fail(offset, fmt::format("grammar too large: more than {} symbols after expanding repetitions",
@@ -156,6 +166,7 @@ class GbnfParser {
   }
 
   uint32_t InternClass(CodePointSet set) {
+    Work(set.ranges().size());
     std::vector<std::pair<uint32_t, uint32_t>> key;
     for (const CodePointRange& r : set.ranges()) key.emplace_back(r.lo, r.hi);
     auto [it, inserted] = class_ids_.emplace(std::move(key), static_cast<uint32_t>(rs_.classes.size()));
@@ -464,6 +475,7 @@ class GbnfParser {
 
   std::string_view text_;
   const GrammarLimits& limits_;
+  WorkMeter* meter_;
   size_t pos_ = 0;
   size_t symbols_ = 0;
   common::Status status_;
@@ -475,7 +487,12 @@ class GbnfParser {
 }  // namespace
 
 common::StatusOr<RuleSet> ParseGbnf(std::string_view text, const GrammarLimits& limits) {
-  return GbnfParser(text, limits).Parse();
+  WorkMeter meter = GrammarCompileMeter(limits, text.size());
+  return ParseGbnf(text, limits, &meter);
+}
+
+common::StatusOr<RuleSet> ParseGbnf(std::string_view text, const GrammarLimits& limits, WorkMeter* meter) {
+  return GbnfParser(text, limits, meter).Parse();
 }
 
 }  // namespace niels::daemon::grammar

@@ -23,7 +23,9 @@
 // Errors (INVALID_ARGUMENT, "grammar line L, column C: reason"): syntax, unknown escapes, invalid
 // UTF-8, an unknown rule (at its first use), a missing root, sizes beyond GrammarLimits. The
 // semantic checks (left recursion, rules that match nothing) are CompiledGrammar's.
-// Thread-safe (no shared state).
+// Cost: one pass over the text, charged to the grammar compile work budget (rule_set.h): a unit per
+// byte, per symbol and rule made and per range of each class; past the budget, RESOURCE_EXHAUSTED
+// naming it. Thread-safe (no shared state).
 
 #include <string_view>
 
@@ -32,6 +34,9 @@
 
 namespace niels::daemon::grammar {
 
+// The first form charges a meter of its own (GrammarCompileMeter(limits, text.size())); the second
+// charges `meter`, which the caller then passes on to CompiledGrammar::FromRuleSet.
 common::StatusOr<RuleSet> ParseGbnf(std::string_view text, const GrammarLimits& limits = {});
+common::StatusOr<RuleSet> ParseGbnf(std::string_view text, const GrammarLimits& limits, WorkMeter* meter);
 
 }  // namespace niels::daemon::grammar

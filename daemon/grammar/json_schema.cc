@@ -4,20 +4,30 @@
 
 namespace niels::daemon::grammar {
 
-common::StatusOr<std::string> JsonSchemaToGbnf(std::string_view schema_json, const GrammarLimits& limits) {
+common::StatusOr<std::string> JsonSchemaToGbnf(std::string_view schema_json, const GrammarLimits& limits,
+                                               CompileWork* work) {
+  WorkMeter meter = SchemaCompileMeter(limits, schema_json.size());
+  common::StatusOr<std::string> gbnf = common::Status::Internal("json schema: not compiled");
   try {
-    return internal::SchemaCompiler(limits).Compile(schema_json);
+    gbnf = internal::SchemaCompiler(limits, &meter).Compile(schema_json);
   } catch (const nlohmann::json::exception& e) {  // a shape the checks above missed: still an error value
-    return common::Status::InvalidArgument(std::string("json schema: ") + e.what());
+    gbnf = common::Status::InvalidArgument(std::string("json schema: ") + e.what());
   }
+  if (work != nullptr) {
+    work->schema_units = meter.used();
+    work->schema_budget = meter.budget();
+  }
+  return gbnf;
 }
 
 common::StatusOr<std::shared_ptr<const CompiledGrammar>> CompileJsonSchema(std::string_view schema_json,
-                                                                           const GrammarLimits& limits) {
-  auto gbnf = JsonSchemaToGbnf(schema_json, limits);
+                                                                           const GrammarLimits& limits,
+                                                                           CompileWork* work) {
+  auto gbnf = JsonSchemaToGbnf(schema_json, limits, work);
   if (!gbnf.ok()) return gbnf.status();
-  auto g = CompiledGrammar::FromGbnf(*gbnf, limits);
+  auto g = CompiledGrammar::FromGbnf(*gbnf, limits, work);
   if (!g.ok()) {
+    if (g.status().code() == common::StatusCode::kResourceExhausted) return g.status();
     return common::Status::InvalidArgument("json schema cannot be satisfied or is too large: " + g.status().message());
   }
   return g;

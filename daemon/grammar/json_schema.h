@@ -34,7 +34,12 @@
 //   to other validating keywords; pattern together with minLength/maxLength or format.
 // Whitespace: json_grammar.h (llama.cpp's convention). Numbers: JsonPrimitiveRules().
 // Limits: the schema text (1 MiB), its nesting (64 levels of JSON), counts (minItems, maxLength,
-// ... at most GrammarLimits::max_repetition), and the grammar's own GrammarLimits.
+// ... at most GrammarLimits::max_repetition), and the grammar's own GrammarLimits, checked while
+// the grammar is written. Work: linear in the schema and the grammar it writes (schema_compiler.h
+// has what is counted), under the json schema compile work budget of GrammarLimits (rule_set.h);
+// the GBNF is then compiled under the grammar compile work budget for its own size. Past either,
+// RESOURCE_EXHAUSTED naming the budget: "json schema compile work budget exhausted: more than
+// 2048576 work units (256 x 4096 input bytes + 1000000)".
 
 #include <memory>
 #include <string>
@@ -46,12 +51,16 @@
 
 namespace niels::daemon::grammar {
 
-// The GBNF text for a schema (root ::= the schema's value).
-common::StatusOr<std::string> JsonSchemaToGbnf(std::string_view schema_json, const GrammarLimits& limits = {});
+// The GBNF text for a schema (root ::= the schema's value). `work`, when given, receives the
+// schema stage's units and budget (also when it fails).
+common::StatusOr<std::string> JsonSchemaToGbnf(std::string_view schema_json, const GrammarLimits& limits = {},
+                                               CompileWork* work = nullptr);
 
 // JsonSchemaToGbnf + CompiledGrammar::FromGbnf. A grammar the schema cannot be satisfied by
-// (e.g. a required property that recurses forever) is INVALID_ARGUMENT too.
+// (e.g. a required property that recurses forever) is INVALID_ARGUMENT too; a work budget stays
+// RESOURCE_EXHAUSTED. `work` receives both stages' units and budgets.
 common::StatusOr<std::shared_ptr<const CompiledGrammar>> CompileJsonSchema(std::string_view schema_json,
-                                                                           const GrammarLimits& limits = {});
+                                                                           const GrammarLimits& limits = {},
+                                                                           CompileWork* work = nullptr);
 
 }  // namespace niels::daemon::grammar

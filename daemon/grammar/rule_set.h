@@ -4,14 +4,18 @@
 // rewritten into generated rules; string literals are sequences of one-character classes.
 //
 // GrammarLimits bounds everything an untrusted grammar controls; both the parser and the compiler
-// enforce it (INVALID_ARGUMENT "... too large ...").
+// enforce it (INVALID_ARGUMENT "... too large ..."). It also holds the two compile work budgets
+// (WorkMeter below): RESOURCE_EXHAUSTED "... work budget exhausted ...".
 
 #include <cstdint>
 #include <string>
 #include <string_view>
+#include <utility>
 #include <vector>
 
+#include "common/status.h"
 #include "daemon/grammar/code_point_set.h"
+#include "fmt/format.h"
 
 namespace niels::daemon::grammar {
 
@@ -27,6 +31,72 @@ struct GrammarLimits {
   uint32_t max_repetition = 10'000;
   // Deepest nesting of parentheses. Default 200.
   int max_group_depth = 200;
+
+  // Work budgets, in work units (what one unit is: WorkMeter below), each of the form
+  // a x input bytes + b. Every step of both compilers is linear in its input and its output, so a
+  // realistic grammar or schema stays far below them (compile_work_test: llama.cpp's reference
+  // grammars and realistic schemas use under 1/20 of theirs); what passes them is an input whose
+  // output is much larger than itself (e.g. `x{10000}` many times, or one big $defs entry merged
+  // into many allOf), refused before its work is done.
+  //
+  // "grammar compile work budget": GBNF text -> CompiledGrammar (ParseGbnf + FromRuleSet), at most
+  // grammar_work_per_byte x grammar text bytes + grammar_work_base units.
+  uint64_t grammar_work_per_byte = 64;
+  uint64_t grammar_work_base = 2'000'000;
+  // "json schema compile work budget": JSON Schema text -> GBNF text (json_schema.h), at most
+  // schema_work_per_byte x schema bytes + schema_work_base units. The GBNF it produces is then
+  // compiled under the grammar compile work budget of its own size.
+  uint64_t schema_work_per_byte = 256;
+  uint64_t schema_work_base = 1'000'000;
+};
+
+// The work one compilation did, in work units, for tests and statistics. A field stays 0 when
+// that stage did not run.
+struct CompileWork {
+  uint64_t schema_units = 0;   // JSON Schema -> GBNF
+  uint64_t schema_budget = 0;  // its budget for this input
+  uint64_t grammar_units = 0;  // GBNF -> CompiledGrammar
+  uint64_t grammar_budget = 0;
+};
+
+// Counts the work units of one compilation stage against its budget. A unit is one elementary
+// step of the compilers: a byte of input scanned or of output written, a symbol, alternative or
+// rule created or visited by a pass, a hash lookup or probe, a JSON value copied or compared, a
+// priority-queue operation. Charge() returns false once the total passes the budget; from then on
+// status() is RESOURCE_EXHAUSTED naming the budget, e.g. "grammar compile work budget exhausted:
+// more than 4065536 work units (64 x 1024 input bytes + 4000000)".
+class WorkMeter {
+ public:
+  WorkMeter(std::string budget_name, uint64_t per_byte, uint64_t base, size_t input_bytes)
+      : name_(std::move(budget_name)),
+        per_byte_(per_byte),
+        base_(base),
+        input_bytes_(input_bytes),
+        budget_(SaturatingBudget(per_byte, base, input_bytes)) {}
+
+  bool Charge(uint64_t units) {
+    used_ = units > UINT64_MAX - used_ ? UINT64_MAX : used_ + units;
+    return used_ <= budget_;
+  }
+  bool exhausted() const { return used_ > budget_; }
+  uint64_t used() const { return used_; }
+  uint64_t budget() const { return budget_; }
+  common::Status status() const {
+    if (!exhausted()) return common::Status::Ok();
+    return common::Status::ResourceExhausted(
+        fmt::format("{} exhausted: more than {} work units ({} x {} input bytes + {})", name_, budget_, per_byte_,
+                    input_bytes_, base_));
+  }
+
+ private:
+  static uint64_t SaturatingBudget(uint64_t per_byte, uint64_t base, uint64_t bytes) {
+    if (bytes != 0 && per_byte > (UINT64_MAX - base) / bytes) return UINT64_MAX;
+    return per_byte * bytes + base;
+  }
+
+  std::string name_;
+  uint64_t per_byte_, base_, input_bytes_, budget_;
+  uint64_t used_ = 0;
 };
 
 struct Symbol {
@@ -51,6 +121,16 @@ struct RuleSet {
   std::vector<CodePointSet> classes;
   uint32_t root = 0;
 };
+
+// The meters of the two budgets of `limits` for an input of `input_bytes`.
+inline WorkMeter GrammarCompileMeter(const GrammarLimits& limits, size_t input_bytes) {
+  return WorkMeter("grammar compile work budget", limits.grammar_work_per_byte, limits.grammar_work_base,
+                   input_bytes);
+}
+inline WorkMeter SchemaCompileMeter(const GrammarLimits& limits, size_t input_bytes) {
+  return WorkMeter("json schema compile work budget", limits.schema_work_per_byte, limits.schema_work_base,
+                   input_bytes);
+}
 
 // "line 3, column 7" of a byte offset of `text` (columns count characters, both are 1-based).
 std::string LineColumn(std::string_view text, size_t offset);

@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <cctype>
 #include <cmath>
+#include <optional>
 
 #include "daemon/grammar/json_grammar.h"
 #include "daemon/grammar/schema_integer.h"
@@ -72,6 +73,22 @@ std::string PointerToken(std::string_view key) {
 
 namespace {
 
+// Values in `v` (itself, its members and elements, recursively): the cost of copying or comparing
+// it. Iterative (`v` may be nested as deep as the schema allows).
+uint64_t JsonValueCount(const Json& v) {
+  uint64_t n = 0;
+  std::vector<const Json*> todo = {&v};
+  while (!todo.empty()) {
+    const Json* j = todo.back();
+    todo.pop_back();
+    ++n;
+    if (j->is_structured()) {
+      for (const Json& child : *j) todo.push_back(&child);
+    }
+  }
+  return n;
+}
+
 // Deepest nesting of [ and { in JSON text (strings skipped); scanned before parsing so that a deep
 // document never reaches nlohmann's recursive code.
 int JsonNesting(std::string_view text) {
@@ -110,12 +127,72 @@ common::StatusOr<std::string> SchemaCompiler::Compile(std::string_view text) {
     const size_t offset = std::min<size_t>(e.byte > 0 ? e.byte - 1 : 0, text.size());
     return Status::InvalidArgument(fmt::format("json schema is not valid JSON: {}", LineColumn(text, offset)));
   }
+  if (!Work(text.size()) || !Output(JsonPrimitiveRules().size())) return status_;
   const std::string expr = Visit(root_, "", "root");
   if (!status_.ok()) return status_;
   std::string out = "root ::= " + expr + "\n";
+  if (!Output(out.size())) return status_;
+  out.reserve(output_bytes_);
   for (const auto& [name, body] : rules_) out += name + " ::= " + body + "\n";
   out += JsonPrimitiveRules();
   return out;
+}
+
+bool SchemaCompiler::Work(uint64_t units) {
+  if (meter_->Charge(units)) return true;
+  if (status_.ok()) status_ = meter_->status();
+  return false;
+}
+
+bool SchemaCompiler::Output(size_t bytes) {
+  output_bytes_ += bytes;
+  if (!Work(bytes)) return false;
+  if (output_bytes_ > limits_.max_text_bytes) {
+    if (status_.ok()) {
+      status_ = Status::InvalidArgument(fmt::format(
+          "json schema too large as a grammar: its GBNF would pass the limit of {} bytes", limits_.max_text_bytes));
+    }
+    return false;
+  }
+  return true;
+}
+
+void SchemaCompiler::AddRule(std::string name, std::string body) {
+  if (!Output(name.size() + body.size() + 6)) return;  // "name ::= body\n"
+  if (rules_.size() + 1 > limits_.max_rules) {
+    if (status_.ok()) {
+      status_ = Status::InvalidArgument(
+          fmt::format("json schema too large as a grammar: more than {} rules", limits_.max_rules));
+    }
+    return;
+  }
+  rules_.emplace_back(std::move(name), std::move(body));
+}
+
+std::string SchemaCompiler::Hint(std::string_view base, std::string_view a, std::string_view b, std::string_view c) {
+  std::string out(base.substr(0, kNameBaseBytes));
+  for (std::string_view part : {a, b, c}) {
+    if (out.size() >= kNameBaseBytes) break;
+    out.append(part.substr(0, kNameBaseBytes - out.size()));
+  }
+  return out;
+}
+
+const Json* SchemaCompiler::Member(const Json& object, const std::string& key) {
+  constexpr size_t kScanned = 8;  // smaller objects are searched member by member
+  if (!Work(1 + key.size())) return nullptr;
+  if (object.size() <= kScanned) {
+    Work(object.size());
+    const auto it = object.find(key);
+    return it == object.end() ? nullptr : &*it;
+  }
+  auto [index, built] = member_index_.try_emplace(&object);
+  if (built) {
+    if (!Work(object.size())) return nullptr;
+    for (auto it = object.begin(); it != object.end(); ++it) index->second.emplace(it.key(), &it.value());
+  }
+  const auto found = index->second.find(key);
+  return found == index->second.end() ? nullptr : found->second;
 }
 
 std::string SchemaCompiler::Fail(const std::string& pointer, const std::string& why) {
@@ -127,19 +204,27 @@ std::string SchemaCompiler::Fail(const std::string& pointer, const std::string& 
 }
 
 std::string SchemaCompiler::NewRule(const std::string& hint, const std::string& body) {
-  const std::string name = NewName(hint);
-  rules_.emplace_back(name, body);
+  std::string name = NewName(hint);
+  AddRule(name, body);
   return name;
 }
 
+// The first free name of base, base-1, base-2, ...: the counter of the base remembers where the
+// last one was found, so each probe that fails skips a name for good (O(1) amortized per rule).
 std::string SchemaCompiler::NewName(const std::string& hint) {
   std::string base;
-  for (char c : hint) base.push_back(std::isalnum(static_cast<unsigned char>(c)) ? c : '-');
-  if (base.empty() || base.size() > 40) base = base.empty() ? "r" : base.substr(0, 40);
-  std::string name = base;
-  for (int i = 1; kReserved.count(name) != 0 || !names_.insert(name).second; ++i) {
-    name = fmt::format("{}-{}", base, i);
+  for (size_t i = 0; i < hint.size() && i < kNameBaseBytes; ++i) {
+    base.push_back(std::isalnum(static_cast<unsigned char>(hint[i])) ? hint[i] : '-');
   }
+  if (base.empty()) base = "r";
+  uint32_t& next = next_suffix_[base];
+  std::string name = next == 0 ? base : fmt::format("{}-{}", base, next);
+  Work(1 + base.size());
+  while (kReserved.count(name) != 0 || !names_.insert(name).second) {
+    name = fmt::format("{}-{}", base, ++next);
+    Work(1 + name.size());
+  }
+  ++next;
   return name;
 }
 
@@ -149,7 +234,7 @@ void SchemaCompiler::UseFormat(const std::string& format) {
     UseFormat("date");
     UseFormat("time");
   }
-  rules_.emplace_back(format, kFormats.at(format));
+  AddRule(format, kFormats.at(format));
 }
 
 uint32_t SchemaCompiler::Count(const Json& v, const std::string& pointer) {
@@ -171,6 +256,7 @@ uint32_t SchemaCompiler::Count(const Json& v, const std::string& pointer) {
 
 std::string SchemaCompiler::Visit(const Json& s, const std::string& ptr, const std::string& hint) {
   if (!status_.ok()) return "";
+  if (!Work(1 + ptr.size() + kKeywordLookups * (s.is_object() ? s.size() : 0))) return "";
   if (++depth_ > kMaxJsonNesting * 4) return Fail(ptr, "schema nested too deeply");
   std::string out = VisitInner(s, ptr, hint);
   --depth_;
@@ -213,8 +299,15 @@ std::string SchemaCompiler::VisitInner(const Json& s, const std::string& ptr, co
 }
 
 std::string SchemaCompiler::Join(const std::vector<std::string>& alternatives) {
+  size_t bytes = 2;
+  for (const std::string& a : alternatives) bytes += a.size() + 3;
+  if (!Work(bytes)) return "";
   std::string out = "(";
-  for (size_t i = 0; i < alternatives.size(); ++i) out += (i ? " | " : "") + alternatives[i];
+  out.reserve(bytes);
+  for (size_t i = 0; i < alternatives.size(); ++i) {
+    if (i) out += " | ";
+    out += alternatives[i];
+  }
   return out + ")";
 }
 
@@ -224,12 +317,16 @@ bool SchemaCompiler::Types(const Json& s, const std::string& ptr, std::vector<st
   if (s.contains("type")) {
     const Json& t = s["type"];
     std::vector<Json> list = t.is_array() ? std::vector<Json>(t.begin(), t.end()) : std::vector<Json>{t};
+    if (!Work(list.size())) return false;
     if (list.empty()) return Fail(ptr + "/type", "empty type list"), false;
     for (const Json& one : list) {
       if (!one.is_string() || kTypes.count(one.get<std::string>()) == 0) {
         return Fail(ptr + "/type", fmt::format("unknown type {}", one.dump())), false;
       }
-      out->push_back(one.get<std::string>());
+      // Each type once (at most seven): a repeated "object" would compile the properties again.
+      if (std::find(out->begin(), out->end(), one.get<std::string>()) == out->end()) {
+        out->push_back(one.get<std::string>());
+      }
     }
     return true;
   }
@@ -294,7 +391,9 @@ std::string SchemaCompiler::String(const Json& s, const std::string& ptr, const 
   if (s.contains("pattern")) {
     if (lengths) return Fail(ptr, "pattern together with minLength/maxLength is not supported");
     if (!s["pattern"].is_string()) return Fail(ptr + "/pattern", "must be a string");
-    auto g = PatternToGbnf(s["pattern"].get<std::string>(), limits_.max_repetition);
+    const std::string& pattern = s["pattern"].get_ref<const std::string&>();
+    if (!Work(pattern.size())) return "";
+    auto g = PatternToGbnf(pattern, limits_.max_repetition, limits_.max_text_bytes);
     if (!g.ok()) return Fail(ptr + "/pattern", g.status().message());
     return NewRule(hint, "\"\\\"\" " + *g + " \"\\\"\" space");
   }
@@ -322,6 +421,7 @@ std::string SchemaCompiler::Enum(const Json& s, const std::string& ptr) {
   for (const Json& v : values) {
     if (!types.empty() && !HasType(v, types)) continue;
     alternatives.push_back(GbnfLiteral(v.dump(-1, ' ', false, Json::error_handler_t::strict)) + " space");
+    if (!Work(alternatives.back().size())) return "";
   }
   if (alternatives.empty()) return Fail(ptr, "enum/const leaves no value (of the given type)");
   return Join(alternatives);
@@ -342,7 +442,7 @@ std::string SchemaCompiler::Union(const Json& list, const std::string& ptr, cons
   if (!list.is_array() || list.empty()) return Fail(ptr, "must be a non-empty array of schemas");
   std::vector<std::string> alternatives;
   for (size_t i = 0; i < list.size(); ++i) {
-    alternatives.push_back(Visit(list[i], fmt::format("{}/{}", ptr, i), fmt::format("{}-{}", hint, i)));
+    alternatives.push_back(Visit(list[i], fmt::format("{}/{}", ptr, i), Hint(hint, "-", std::to_string(i))));
     if (!status_.ok()) return "";
   }
   return Join(alternatives);
@@ -365,8 +465,10 @@ const Json* SchemaCompiler::Resolve(const std::string& ref, const std::string& p
         key.push_back(token[k]);
       }
     }
-    if (at->is_object() && at->contains(key)) {
-      at = &(*at)[key];
+    const Json* member = at->is_object() ? Member(*at, key) : nullptr;
+    if (!status_.ok()) return nullptr;
+    if (member != nullptr) {
+      at = member;
     } else if (at->is_array() && !key.empty() && key.find_first_not_of("0123456789") == std::string::npos &&
                key.size() < 9 && std::stoul(key) < at->size()) {
       at = &(*at)[std::stoul(key)];
@@ -378,63 +480,112 @@ const Json* SchemaCompiler::Resolve(const std::string& ref, const std::string& p
   return at;
 }
 
+// One rule per target: every spelling of a pointer to the same value ("#/a/0", "#/a/00", ...)
+// shares it.
 std::string SchemaCompiler::Ref(const Json& ref, const std::string& ptr) {
   if (!ref.is_string()) return Fail(ptr, "must be a string");
-  const std::string target = ref.get<std::string>();
-  auto it = ref_rules_.find(target);
-  if (it != ref_rules_.end()) return it->second;
+  const std::string& target = ref.get_ref<const std::string&>();
   const Json* schema = Resolve(target, ptr);
   if (schema == nullptr) return "";
+  auto it = ref_rules_.find(schema);
+  if (it != ref_rules_.end()) return it->second;
   const size_t slash = target.rfind('/');
-  const std::string name = NewName(slash == std::string::npos || slash + 1 >= target.size() ? "ref" : target.substr(slash + 1));
-  ref_rules_.emplace(target, name);  // before visiting: recursion refers to the name
+  const std::string name = NewName(slash == std::string::npos || slash + 1 >= target.size()
+                                       ? std::string("ref")
+                                       : target.substr(slash + 1, kNameBaseBytes));
+  ref_rules_.emplace(schema, name);  // before visiting: recursion refers to the name
   const size_t index = rules_.size();
-  rules_.emplace_back(name, "");
+  AddRule(name, "");
+  if (!status_.ok()) return "";
   const std::string body = Visit(*schema, target.substr(1), name);
+  if (!status_.ok() || !Output(body.size())) return "";
   rules_[index].second = body;
   return name;
 }
 
+// The merged schema: the members of `s` but allOf (in their order), then type, properties and
+// required as the parts extend them. Properties are found by name through a hash index while
+// merging, and a part that resolves to a value already merged is skipped (merging it again changes
+// nothing), so the merge is linear in the parts' sizes.
 std::string SchemaCompiler::AllOf(const Json& s, const std::string& ptr, const std::string& hint) {
   const Json& parts = s["allOf"];
   if (!parts.is_array() || parts.empty()) return Fail(ptr + "/allOf", "must be a non-empty array of schemas");
   Json merged = Json::object();
-  for (const auto& [key, value] : s.items()) {
-    if (key != "allOf") merged[key] = value;
+  Json::object_t& members = merged.get_ref<Json::object_t&>();
+  std::optional<Json> type, properties, required;
+  for (auto it = s.begin(); it != s.end(); ++it) {
+    if (!Work(1 + JsonValueCount(it.value()))) return "";
+    if (it.key() == "allOf") continue;
+    if (it.key() == "type") {
+      type = it.value();
+    } else if (it.key() == "properties") {
+      properties = it.value();
+    } else if (it.key() == "required") {
+      required = it.value();
+    } else {
+      members.emplace_back(it.key(), it.value());  // the keys of `s` are distinct already
+    }
   }
+  // properties' members by name (positions in its object), built when a part first adds one.
+  std::unordered_map<std::string, size_t> property_index;
+  bool indexed = false;
+  std::unordered_set<const Json*> merged_parts;
   for (size_t i = 0; i < parts.size(); ++i) {
     const std::string part_ptr = fmt::format("{}/allOf/{}", ptr, i);
     const Json* part = &parts[i];
     for (int hops = 0; part->is_object() && part->contains("$ref") && hops < 32; ++hops) {
+      if (!Work(1 + part->size())) return "";
       part = Resolve((*part)["$ref"].is_string() ? (*part)["$ref"].get<std::string>() : "", part_ptr);
       if (part == nullptr) return "";
     }
     if (!part->is_object()) return Fail(part_ptr, "allOf parts must be object schemas");
-    for (const auto& [key, value] : part->items()) {
+    if (!merged_parts.insert(part).second) continue;
+    for (auto member = part->begin(); member != part->end(); ++member) {
+      const std::string& key = member.key();
+      const Json& value = member.value();
+      if (!Work(1)) return "";
       if (kAnnotations.count(key) != 0) continue;
       if (key == "type" && value == "object") {
-        merged["type"] = "object";
+        type = "object";
       } else if (key == "properties" && value.is_object()) {
-        if (merged.contains("properties") && !merged["properties"].is_object()) {
-          return Fail(ptr + "/properties", "must be an object");
+        if (!properties) properties = Json::object();
+        if (!properties->is_object()) return Fail(ptr + "/properties", "must be an object");
+        // The object's members as the vector they are (positions, and appending without a search).
+        Json::object_t::Container& merged_props = properties->get_ref<Json::object_t&>();
+        if (!indexed) {
+          if (!Work(merged_props.size())) return "";
+          for (size_t k = 0; k < merged_props.size(); ++k) property_index.emplace(merged_props[k].first, k);
+          indexed = true;
         }
-        for (const auto& [name, sub] : value.items()) {
-          if (merged["properties"].contains(name) && merged["properties"][name] != sub) {
-            return Fail(part_ptr + "/properties/" + PointerToken(name), "the property differs between allOf parts");
+        for (auto prop = value.begin(); prop != value.end(); ++prop) {
+          const Json& sub = prop.value();
+          if (!Work(1 + prop.key().size() + JsonValueCount(sub))) return "";
+          const auto found = property_index.find(prop.key());
+          if (found != property_index.end()) {
+            if (merged_props[found->second].second != sub) {
+              return Fail(part_ptr + "/properties/" + PointerToken(prop.key()), "the property differs between allOf parts");
+            }
+            continue;
           }
-          merged["properties"][name] = sub;
+          // Appended to the underlying vector: the name is known to be new (the index keeps
+          // positions, which stay valid as the vector grows).
+          merged_props.emplace_back(prop.key(), sub);
+          property_index.emplace(prop.key(), merged_props.size() - 1);
         }
       } else if (key == "required" && value.is_array()) {
-        if (merged.contains("required") && !merged["required"].is_array()) {
-          return Fail(ptr + "/required", "must be an array of strings");
-        }
-        for (const Json& r : value) merged["required"].push_back(r);
+        if (!required) required = Json::array();
+        if (!required->is_array()) return Fail(ptr + "/required", "must be an array of strings");
+        if (!Work(1 + value.size())) return "";
+        for (const Json& r : value) required->push_back(r);
       } else {
         return Fail(part_ptr + "/" + PointerToken(key),
                     fmt::format("keyword '{}' in an allOf part is not supported (only object properties and required)", key));
       }
     }
   }
+  if (type) members.emplace_back("type", std::move(*type));
+  if (properties) members.emplace_back("properties", std::move(*properties));
+  if (required) members.emplace_back("required", std::move(*required));
   return Visit(merged, ptr, hint);
 }
 

@@ -1,5 +1,6 @@
 #include <algorithm>
 #include <map>
+#include <unordered_set>
 
 #include "daemon/grammar/code_point_set.h"
 #include "daemon/grammar/schema_compiler.h"
@@ -15,15 +16,22 @@ std::string SchemaCompiler::Object(const Json& s, const std::string& ptr, const 
   const Json empty = Json::object();
   const Json& props = s.contains("properties") ? s["properties"] : empty;
   if (!props.is_object()) return Fail(ptr + "/properties", "must be an object");
+  // Names are looked up in hash sets: required ones (deduplicated, in their order) and properties.
   std::vector<std::string> required;
+  std::unordered_set<std::string_view> required_set;
   if (s.contains("required")) {
     if (!s["required"].is_array()) return Fail(ptr + "/required", "must be an array of strings");
     for (const Json& r : s["required"]) {
       if (!r.is_string()) return Fail(ptr + "/required", "must be an array of strings");
-      if (std::find(required.begin(), required.end(), r.get<std::string>()) == required.end()) {
-        required.push_back(r.get<std::string>());
-      }
+      const std::string& name = r.get_ref<const std::string&>();
+      if (!Work(1 + name.size())) return "";
+      if (required_set.insert(name).second) required.push_back(name);
     }
+  }
+  std::unordered_set<std::string_view> property_names;
+  for (auto it = props.begin(); it != props.end(); ++it) {
+    if (!Work(1 + it.key().size())) return "";
+    property_names.insert(it.key());
   }
   enum { kNoExtra, kAnyExtra, kSchemaExtra } extra = s.contains("properties") ? kNoExtra : kAnyExtra;
   std::string extra_value = "value";
@@ -33,8 +41,15 @@ std::string SchemaCompiler::Object(const Json& s, const std::string& ptr, const 
       extra = ap.get<bool>() ? kAnyExtra : kNoExtra;
     } else {
       extra = kSchemaExtra;
-      extra_value = Visit(ap, ptr + "/additionalProperties", hint + "-additional");
+      extra_value = Visit(ap, ptr + "/additionalProperties", Hint(hint, "-additional"));
       if (!status_.ok()) return "";
+      // Written once per required name outside properties and for the extra members: a rule of its
+      // own unless it is one name already.
+      if (extra_value.find_first_not_of("abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ0123456789-") !=
+          std::string::npos) {
+        extra_value = NewRule(Hint(hint, "-additional"), extra_value);
+        if (!status_.ok()) return "";
+      }
     }
   }
   if (props.empty() && required.empty() && extra == kAnyExtra) return "object";
@@ -45,30 +60,30 @@ std::string SchemaCompiler::Object(const Json& s, const std::string& ptr, const 
   };
   std::vector<Member> members;
   std::vector<std::string> names;
-  auto is_required = [&](const std::string& n) {
-    return std::find(required.begin(), required.end(), n) != required.end();
-  };
   for (const auto& [name, sub] : props.items()) {
-    const std::string value = Visit(sub, ptr + "/properties/" + PointerToken(name), hint + "-" + name);
+    const std::string value = Visit(sub, ptr + "/properties/" + PointerToken(name), Hint(hint, "-", name));
     if (!status_.ok()) return "";
     const std::string key = GbnfLiteral(Json(name).dump(-1, ' ', false, Json::error_handler_t::replace));
-    members.push_back({NewRule(hint + "-" + name + "-kv", key + " space \":\" space " + value),
-                       is_required(name) ? 'R' : 'O'});
+    members.push_back({NewRule(Hint(hint, "-", name, "-kv"), key + " space \":\" space " + value),
+                       required_set.count(name) != 0 ? 'R' : 'O'});
+    if (!status_.ok()) return "";
     names.push_back(name);
   }
   for (const std::string& name : required) {
-    if (props.contains(name)) continue;
+    if (property_names.count(name) != 0) continue;
     if (extra == kNoExtra) {
       return Fail(ptr + "/required", fmt::format("required property '{}' is neither in properties nor allowed by "
                                                  "additionalProperties", name));
     }
     const std::string key = GbnfLiteral(Json(name).dump(-1, ' ', false, Json::error_handler_t::replace));
-    members.push_back({NewRule(hint + "-" + name + "-kv", key + " space \":\" space " + extra_value), 'R'});
+    members.push_back({NewRule(Hint(hint, "-", name, "-kv"), key + " space \":\" space " + extra_value), 'R'});
+    if (!status_.ok()) return "";
     names.push_back(name);
   }
   if (extra != kNoExtra) {
-    const std::string key = NotNamesKey(names, hint + "-extra");
-    members.push_back({NewRule(hint + "-extra-kv", key + " \":\" space " + extra_value), 'S'});
+    const std::string key = NotNamesKey(names, Hint(hint, "-extra"));
+    if (!status_.ok()) return "";
+    members.push_back({NewRule(Hint(hint, "-extra-kv"), key + " \":\" space " + extra_value), 'S'});
   }
   std::string after = "\"\"", first = "\"\"";
   for (size_t i = members.size(); i-- > 0;) {
@@ -84,8 +99,9 @@ std::string SchemaCompiler::Object(const Json& s, const std::string& ptr, const 
       new_after = "(\",\" space " + m.kv + ")* " + after;
       new_first = m.kv + " " + "(\",\" space " + m.kv + ")* " + after + " | " + first;
     }
-    after = NewRule(fmt::format("{}-after{}", hint, i), new_after);
-    first = NewRule(fmt::format("{}-from{}", hint, i), new_first);
+    after = NewRule(Hint(hint, "-after", std::to_string(i)), new_after);
+    first = NewRule(Hint(hint, "-from", std::to_string(i)), new_first);
+    if (!status_.ok()) return "";
   }
   return NewRule(hint, "\"{\" space " + first + " \"}\" space");
 }
@@ -94,13 +110,14 @@ std::string SchemaCompiler::Object(const Json& s, const std::string& ptr, const 
 // that no spelling of a name slips through. One rule per node of the names' trie.
 std::string SchemaCompiler::NotNamesKey(const std::vector<std::string>& names, const std::string& hint) {
   const CodePointSet plain = CodePointSet({{0, 0x1F}, {'"', '"'}, {'\\', '\\'}, {0x7F, 0x7F}}).Complement();
-  const std::string plain_rule = NewRule(hint + "-char", plain.ToGbnfClass());
+  const std::string plain_rule = NewRule(Hint(hint, "-char"), plain.ToGbnfClass());
   struct Node {
     std::map<uint32_t, size_t> children;
     bool terminal = false;
   };
   std::vector<Node> trie(1);
   for (const std::string& name : names) {
+    if (!Work(1 + name.size())) return "";
     std::vector<uint32_t> cps;
     size_t pos = 0;
     uint32_t cp = 0;
@@ -138,7 +155,8 @@ std::string SchemaCompiler::NotNamesKey(const std::vector<std::string>& names, c
     if (!rest.empty()) alternatives.push_back(rest.ToGbnfClass() + " " + plain_rule + "*");
     std::string body;
     for (size_t k = 0; k < alternatives.size(); ++k) body += (k ? " | " : "") + alternatives[k];
-    rule[i] = NewRule(fmt::format("{}{}", hint, i), body);
+    rule[i] = NewRule(Hint(hint, std::to_string(i)), body);
+    if (!status_.ok()) return "";
   }
   return "\"\\\"\" " + rule[0] + " \"\\\"\" space";
 }
@@ -149,7 +167,7 @@ std::string SchemaCompiler::Array(const Json& s, const std::string& ptr, const s
     const Json& p = s["prefixItems"];
     if (!p.is_array()) return Fail(ptr + "/prefixItems", "must be an array of schemas");
     for (size_t i = 0; i < p.size(); ++i) {
-      prefix.push_back(Visit(p[i], fmt::format("{}/prefixItems/{}", ptr, i), fmt::format("{}-{}", hint, i)));
+      prefix.push_back(Visit(p[i], fmt::format("{}/prefixItems/{}", ptr, i), Hint(hint, "-", std::to_string(i))));
       if (!status_.ok()) return "";
     }
   }
@@ -161,7 +179,7 @@ std::string SchemaCompiler::Array(const Json& s, const std::string& ptr, const s
     if (it.is_boolean()) {
       extra_allowed = it.get<bool>();
     } else {
-      item = Visit(it, ptr + "/items", hint + "-item");
+      item = Visit(it, ptr + "/items", Hint(hint, "-item"));
       if (!status_.ok()) return "";
     }
   }

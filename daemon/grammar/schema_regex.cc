@@ -39,7 +39,8 @@ CodePointSet PrintableAscii() { return CodePointSet({{0x20, 0x7E}}); }
 
 class PatternParser {
  public:
-  PatternParser(std::string_view p, uint32_t max_repetition) : p_(p), max_rep_(max_repetition) {}
+  PatternParser(std::string_view p, uint32_t max_repetition, size_t max_bytes)
+      : p_(p), max_rep_(max_repetition), max_bytes_(max_bytes) {}
 
   common::StatusOr<std::string> Parse() {
     bool anchored_start = false, anchored_end = false;
@@ -90,6 +91,7 @@ class PatternParser {
     while (status_.ok() && Peek() == '|') {
       ++pos_;
       out += " | " + Sequence(depth);
+      CheckSize(out);
     }
     return out + ")";
   }
@@ -101,32 +103,41 @@ class PatternParser {
       if (!status_.ok()) break;
       atom = Quantifiers(std::move(atom));
       out += atom + " ";
+      if (!CheckSize(out)) break;
     }
     return out.empty() ? "\"\"" : out;
   }
 
+  // Fails once an expression being built passes max_bytes_ (every part of the result is built in
+  // one of them, so nothing grows past it).
+  bool CheckSize(const std::string& expr) {
+    if (expr.size() <= max_bytes_) return true;
+    Fail(pos_, fmt::format("the pattern's grammar passes {} bytes", max_bytes_));
+    return false;
+  }
+
+  // The atom with its quantifier (and a lazy `?`, which changes nothing here). A quantifier after
+  // that is refused, as ECMA-262 and Python do ("a???", "a+*"): one wrap per atom.
   std::string Quantifiers(std::string atom) {
-    while (status_.ok() && !AtEnd()) {
-      const char c = Peek();
-      const size_t at = pos_;
-      std::string q;
-      if (c == '*' || c == '+' || c == '?') {
-        q = std::string(1, c);
-        ++pos_;
-      } else if (c == '{') {
-        q = Braces();
-      } else {
-        break;
-      }
-      if (!status_.ok()) break;
-      if (Peek() == '?') ++pos_;  // lazy: the same language
-      if (Peek() == '+' || Peek() == '*' || Peek() == '{') {
-        Fail(at, "a quantifier may not follow another quantifier");
-        break;
-      }
-      atom = "(" + atom + ")" + q;
+    if (!status_.ok() || AtEnd()) return atom;
+    const char c = Peek();
+    const size_t at = pos_;
+    std::string q;
+    if (c == '*' || c == '+' || c == '?') {
+      q = std::string(1, c);
+      ++pos_;
+    } else if (c == '{') {
+      q = Braces();
+    } else {
+      return atom;
     }
-    return atom;
+    if (!status_.ok()) return atom;
+    if (Peek() == '?') ++pos_;  // lazy: the same language
+    if (Peek() == '+' || Peek() == '*' || Peek() == '{' || Peek() == '?') {
+      Fail(at, "a quantifier may not follow another quantifier");
+      return atom;
+    }
+    return "(" + atom + ")" + q;
   }
 
   std::string Braces() {
@@ -308,6 +319,7 @@ class PatternParser {
 
   std::string_view p_;
   uint32_t max_rep_;
+  size_t max_bytes_;
   size_t pos_ = 0;
   size_t end_ = 0;
   Status status_;
@@ -329,8 +341,8 @@ std::string JsonCharFragment(const CodePointSet& set) {
   return out + ")";
 }
 
-common::StatusOr<std::string> PatternToGbnf(std::string_view pattern, uint32_t max_repetition) {
-  return PatternParser(pattern, max_repetition).Parse();
+common::StatusOr<std::string> PatternToGbnf(std::string_view pattern, uint32_t max_repetition, size_t max_bytes) {
+  return PatternParser(pattern, max_repetition, max_bytes).Parse();
 }
 
 }  // namespace niels::daemon::grammar

@@ -12,7 +12,8 @@
 // anything after it.
 // Refused with INVALID_ARGUMENT naming the offset: anchors elsewhere, backreferences, lookaround
 // and other (?...) groups, \b \B \p{..} and other letter escapes, shorthand classes inside a
-// negated class, a `{` that is not a quantifier, quantifiers above GrammarLimits::max_repetition.
+// negated class, a `{` that is not a quantifier, a quantifier after a quantifier (`a???`, `a+*`;
+// a lazy `?` is not one), quantifiers above GrammarLimits::max_repetition.
 //
 // The result matches the JSON encoding (between the quotes) of the strings it describes: `"`, `\`
 // and control characters appear escaped (\" \\ \n ... or \u00XX), every other character raw, one
@@ -27,8 +28,12 @@
 
 namespace niels::daemon::grammar {
 
-// A GBNF expression (parenthesized) for the JSON string contents described by `pattern`.
-common::StatusOr<std::string> PatternToGbnf(std::string_view pattern, uint32_t max_repetition);
+// A GBNF expression (parenthesized) for the JSON string contents described by `pattern`; at most
+// about `max_bytes` (INVALID_ARGUMENT "... the pattern's grammar passes N bytes" beyond). Linear in
+// the pattern and its result, but for a copy of each group's text per enclosing group (at most
+// 100 levels).
+common::StatusOr<std::string> PatternToGbnf(std::string_view pattern, uint32_t max_repetition,
+                                            size_t max_bytes = size_t{1} << 20);
 
 // A GBNF expression matching the JSON encoding of exactly one character of `set` (see above).
 // REQUIRES: !set.empty().

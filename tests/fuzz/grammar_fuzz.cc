@@ -9,6 +9,10 @@
 // each token, IsComplete() <=> MinBytesToComplete() == 0, a limit ends in RESOURCE_EXHAUSTED
 // (small limits keep each run fast), and the matcher's work and memory budgets hold
 // (CheckMatcherBudget).
+// Work budgets (rule_set.h): a compile refused for work is RESOURCE_EXHAUSTED naming its budget;
+// an accepted one used at most a x input bytes + b units in each stage (the documented budgets:
+// the schema stage for the schema's bytes, the GBNF stage for the GBNF's bytes), and the GBNF
+// stage's count is linear in what it built: at most 8 x text bytes + 10 x (rules + elements).
 #include <string>
 #include <string_view>
 
@@ -96,11 +100,26 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
   limits.max_rules = 2000;
   limits.max_symbols = 10000;
   limits.max_repetition = 64;
-  auto g = schema ? grammar::CompileJsonSchema(text, limits) : grammar::CompiledGrammar::FromGbnf(text, limits);
+  grammar::CompileWork work;
+  auto g = schema ? grammar::CompileJsonSchema(text, limits, &work)
+                  : grammar::CompiledGrammar::FromGbnf(text, limits, &work);
   if (!g.ok()) {
-    FUZZ_CHECK(g.status().code() == StatusCode::kInvalidArgument && !g.status().message().empty());
+    const niels::common::Status status = g.status();
+    if (status.code() == StatusCode::kResourceExhausted) {
+      FUZZ_CHECK(status.message().find("work budget exhausted") != std::string::npos);
+      FUZZ_CHECK(work.schema_units > work.schema_budget || work.grammar_units > work.grammar_budget);
+    } else {
+      FUZZ_CHECK(status.code() == StatusCode::kInvalidArgument && !status.message().empty());
+    }
     return 0;
   }
+  const grammar::CompiledGrammar& compiled = **g;
+  const uint64_t gbnf_bytes = compiled.source().size();
+  if (schema) {
+    FUZZ_CHECK(work.schema_units <= limits.schema_work_per_byte * text.size() + limits.schema_work_base);
+  }
+  FUZZ_CHECK(work.grammar_units <= limits.grammar_work_per_byte * gbnf_bytes + limits.grammar_work_base);
+  FUZZ_CHECK(work.grammar_units <= 8 * gbnf_bytes + 10 * (compiled.rule_count() + compiled.elements().size()));
   grammar::MatcherLimits matcher_limits;
   matcher_limits.max_frames = 20000;
   matcher_limits.max_states = 1000;

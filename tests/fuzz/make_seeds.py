@@ -360,6 +360,23 @@ def grammar_seeds():
         "anyOf": [{"$ref": "#/$defs/n"}, {"type": "string", "pattern": "^(ab|c[d-f]+)\\d{2}$"}, {"type": ["null", "boolean"]}]}),
       '{"v": 1, "kids": [{"kids": []}]}')
     g("schema_bad", True, '{"type": "object", "not": {}, "properties": {"a": {"$ref": "#/nowhere"}}}', "{}")
+    # The shapes the compile work budgets are about (compile_work_test.cc), at fuzz size.
+    shared = {f"a{k}": {"type": "integer"} for k in range(20)}
+    g("schema_allof", True, json.dumps({"allOf": [
+        {"type": "object", "properties": {**shared, **{f"p{i}_{k}": {"type": "string"} for k in range(5)}},
+         "required": ["a0", f"p{i}_0"]} for i in range(6)]}), '{"a0": 1, "p0_0": "x"}')
+    g("schema_long_names", True, json.dumps({"type": "object", "properties": {
+        "n" * 60 + str(i): {"type": "array", "items": {"type": "string", "maxLength": 3}} for i in range(30)}}), "{}")
+    g("schema_ref_spellings", True, json.dumps({
+        "type": "object",
+        "properties": {f"r{i}": {"$ref": "#/$defs/t/" + "0" * (1 + i % 8) + "/" + "0" * (1 + i // 8)} for i in range(24)},
+        "$defs": {"t": [[{"type": "object", "properties": {f"f{k}": {"type": "integer"} for k in range(10)}}]]}}), "{}")
+    defs = {f"d{i}": {"type": "object", "properties": {
+        "x": {"allOf": [{"$ref": f"#/$defs/d{i + 1}"}]}, "y": {"allOf": [{"$ref": f"#/$defs/d{i + 1}"}]}}} for i in range(24)}
+    defs["d24"] = {"type": "object", "properties": {"z": {"type": "integer"}}}
+    g("schema_allof_doubling", True, json.dumps({"$ref": "#/$defs/d0", "$defs": defs}), "{}")
+    g("gbnf_chain", False, 'root ::= r1 "a"\n' + "".join(f'r{i} ::= r{i + 1} "a" | "b" r{i + 1}\n' for i in range(1, 300))
+      + 'r300 ::= "a"\n', "b" * 10 + "a" * 20)
 
 
 if __name__ == "__main__":
