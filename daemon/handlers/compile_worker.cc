@@ -21,7 +21,7 @@ Status CompileWorker::Submit(Task task) {
   {
     std::lock_guard lock(mutex_);
     if (stopping_) return Status::Unavailable("the daemon is shutting down");
-    size_t& of_uid = per_uid_[task.uid];
+    size_t& of_uid = per_uid_[task.uid].tasks;
     Status refused;
     if (waiting_.size() + compiling_.size() >= options_.max_tasks) {
       refused = Status::ResourceExhausted(fmt::format(
@@ -55,7 +55,7 @@ void CompileWorker::Shutdown() {
       stop_flag_.store(true);
       left.swap(waiting_);
       for (const Task& task : left) {
-        if (--per_uid_[task.uid] == 0) per_uid_.erase(task.uid);
+        if (--per_uid_[task.uid].tasks == 0) per_uid_.erase(task.uid);
       }
       counts_.cancelled += left.size();
     }
@@ -79,7 +79,7 @@ std::vector<CompileWorker::Task> CompileWorker::TakeCancelled() {
       ++it;
       continue;
     }
-    if (--per_uid_[it->uid] == 0) per_uid_.erase(it->uid);
+    if (--per_uid_[it->uid].tasks == 0) per_uid_.erase(it->uid);
     cancelled.push_back(std::move(*it));
     it = waiting_.erase(it);
   }
@@ -88,8 +88,18 @@ std::vector<CompileWorker::Task> CompileWorker::TakeCancelled() {
 }
 
 std::list<CompileWorker::Task>::iterator CompileWorker::NextRunnable() {
-  return std::find_if(waiting_.begin(), waiting_.end(),
-                      [this](const Task& task) { return !compiling_.contains(task.uid); });
+  auto best = waiting_.end();
+  uint64_t best_start = 0;
+  for (auto it = waiting_.begin(); it != waiting_.end(); ++it) {
+    if (compiling_.contains(it->uid)) continue;
+    const uint64_t last_start = per_uid_[it->uid].last_start;
+    // Strictly older only: of one uid's tasks, the first in submission order.
+    if (best == waiting_.end() || last_start < best_start) {
+      best = it;
+      best_start = last_start;
+    }
+  }
+  return best;
 }
 
 void CompileWorker::Run() {
@@ -118,12 +128,13 @@ void CompileWorker::Run() {
     Task task = std::move(*next);
     waiting_.erase(next);
     compiling_.insert(task.uid);
+    per_uid_[task.uid].last_start = ++starts_;
     lock.unlock();
     const std::atomic<bool>& cancel = *task.cancel;
     const Status status = task.run([this, &cancel] { return cancel.load() || stop_flag_.load(); });
     lock.lock();
     compiling_.erase(task.uid);
-    if (--per_uid_[task.uid] == 0) per_uid_.erase(task.uid);
+    if (--per_uid_[task.uid].tasks == 0) per_uid_.erase(task.uid);
     ++counts_.compiled;
     if (status.code() == common::StatusCode::kCancelled) ++counts_.cancelled;
     if (status.code() == common::StatusCode::kResourceExhausted) ++counts_.exhausted;

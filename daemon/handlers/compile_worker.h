@@ -10,6 +10,10 @@
 // beyond either limit with RESOURCE_EXHAUSTED naming it. How much one compile may do is the
 // compiler's own step budget (daemon/grammar); the worker bounds how many run and wait.
 //
+// Fairness: a free thread takes the oldest waiting task of the uid whose last compile started
+// longest ago (a uid new to the worker first), so a uid with many queued compiles delays another
+// uid's by at most one compile per thread.
+//
 // Cancellation: a task carries its request's cancel flag (set by Cancel, a disconnect or a refused
 // event). A queued task whose flag is set is answered CANCELLED without compiling: looked for
 // whenever a thread takes a task, and every `cancel_poll` while tasks wait. A compiling task gets a
@@ -41,8 +45,10 @@ namespace niels::daemon::handlers {
 
 struct CompileWorkerOptions {
   int threads = 2;                // compiles running at once (of different uids), at least 1
-  size_t max_tasks = 16;          // queued + compiling, in all
-  size_t max_tasks_per_uid = 4;   // queued + compiling of one uid (one compiling, three waiting)
+  size_t max_tasks = 64;          // queued + compiling, in all
+  // Queued + compiling of one uid (one compiling, the others waiting): a client's batch of
+  // structured requests as large as a decode batch (EngineOptions::max_batch) is taken whole.
+  size_t max_tasks_per_uid = 16;
   // How often waiting tasks' cancel flags are looked at while no thread is free to take them.
   std::chrono::milliseconds cancel_poll{50};
 };
@@ -91,15 +97,21 @@ class CompileWorker {
   void Run();
   // Takes the waiting tasks whose cancel flag is set out of the queue. REQUIRES: mutex_ held.
   std::vector<Task> TakeCancelled();
-  // The first waiting task whose uid has no compile running, or end(). REQUIRES: mutex_ held.
+  // The task to run next (see Fairness) among those whose uid has no compile running, or end().
+  // REQUIRES: mutex_ held.
   std::list<Task>::iterator NextRunnable();
 
   const CompileWorkerOptions options_;
   mutable std::mutex mutex_;
   std::condition_variable wake_;
+  struct UidShare {
+    size_t tasks = 0;         // waiting + compiling
+    uint64_t last_start = 0;  // starts_ when its last compile started; 0: none since it came
+  };
   std::list<Task> waiting_;                // guarded by mutex_, in submission order
-  std::map<uint32_t, size_t> per_uid_;     // guarded by mutex_: waiting + compiling per uid
+  std::map<uint32_t, UidShare> per_uid_;   // guarded by mutex_: uids with tasks
   std::set<uint32_t> compiling_;           // guarded by mutex_: uids with a compile running
+  uint64_t starts_ = 0;                    // guarded by mutex_: compiles started
   bool stopping_ = false;                  // guarded by mutex_
   std::atomic<bool> stop_flag_{false};     // read by running compiles' `cancelled`
   Counts counts_;                          // guarded by mutex_

@@ -52,6 +52,11 @@ class CompileGate {
     hold_.erase(id);
     cv_.notify_all();
   }
+  void ReleaseAll() {
+    std::lock_guard lock(mutex_);
+    hold_.clear();
+    cv_.notify_all();
+  }
   // Waits until the compile of `id` started (fails the test after 60 s instead of hanging).
   bool WaitStarted(uint64_t id) {
     std::unique_lock lock(mutex_);
@@ -81,10 +86,19 @@ class CompileGate {
   bool ran_on_submitting_thread_ = false;
 };
 
-std::unique_ptr<Service> StartWithGate(const std::shared_ptr<CompileGate>& gate, EngineOptions engine_options = {}) {
+// Releases every held compile when the test ends, also after a failed ASSERT (declared after the
+// service, so before the service's destructor waits for its compiles).
+struct ReleaseOnExit {
+  std::shared_ptr<CompileGate> gate;
+  ~ReleaseOnExit() { gate->ReleaseAll(); }
+};
+
+std::unique_ptr<Service> StartWithGate(const std::shared_ptr<CompileGate>& gate,
+                                       CompileWorkerOptions compile_options = {}) {
   ServiceOptions options;
+  options.compile = compile_options;
   options.on_compile_start = [gate](const server::Job& job) { gate->OnStart(job); };
-  return StartEngine(kContext, std::move(engine_options), std::move(options));
+  return StartEngine(kContext, {}, std::move(options));
 }
 
 std::string NewSession(Service& service, uint32_t uid = kUid) {
@@ -114,6 +128,7 @@ void ExpectYesOrNo(const v1::Response& response) {
 TEST(CompileWorkerTest, SubmitReturnsWhileTheConstraintCompilesOnTheWorker) {
   auto gate = std::make_shared<CompileGate>(std::set<uint64_t>{1});
   auto service = StartWithGate(gate);
+  const ReleaseOnExit release{gate};
   const std::string session = NewSession(*service);
   auto held = SubmitAsync(*service, YesNoChat(1, session));
   // Submit returned while the compile is held: it runs on another thread.
@@ -133,7 +148,10 @@ TEST(CompileWorkerTest, SubmitReturnsWhileTheConstraintCompilesOnTheWorker) {
 
 TEST(CompileWorkerTest, OneCompilePerUidAtATimeWhileAnotherUidsProceeds) {
   auto gate = std::make_shared<CompileGate>(std::set<uint64_t>{1});
-  auto service = StartWithGate(gate);
+  CompileWorkerOptions options;
+  options.max_tasks_per_uid = 4;
+  auto service = StartWithGate(gate, options);
+  const ReleaseOnExit release{gate};
   const std::string first = NewSession(*service);
   const std::string second = NewSession(*service);
   const std::string others = NewSession(*service, kOtherUid);
@@ -163,9 +181,35 @@ TEST(CompileWorkerTest, OneCompilePerUidAtATimeWhileAnotherUidsProceeds) {
   EXPECT_EQ(service->compile_counts().compiled, 5u);
 }
 
+TEST(CompileWorkerTest, AUidWithQueuedCompilesDelaysAnotherUidsByOneCompileAtMost) {
+  constexpr uint32_t kThirdUid = 1001;
+  auto gate = std::make_shared<CompileGate>(std::set<uint64_t>{1, 2});
+  auto service = StartWithGate(gate);
+  const std::string a = NewSession(*service);
+  const std::string c = NewSession(*service, kOtherUid);
+  const std::string b = NewSession(*service, kThirdUid);
+  // Both threads busy: uid A's and uid C's first compiles are held.
+  auto a1 = SubmitAsync(*service, YesNoChat(1, a));
+  ASSERT_TRUE(gate->WaitStarted(1));
+  auto c1 = SubmitAsync(*service, YesNoChat(2, c), kOtherUid);
+  ASSERT_TRUE(gate->WaitStarted(2));
+  // A queues two more and C one; then B's first arrives, last in the queue.
+  auto a2 = SubmitAsync(*service, YesNoChat(3, a));
+  auto a3 = SubmitAsync(*service, YesNoChat(4, a));
+  auto c2 = SubmitAsync(*service, YesNoChat(5, c), kOtherUid);
+  auto b1 = SubmitAsync(*service, YesNoChat(6, b), kThirdUid);
+  // A's thread frees up: B, which has not compiled yet, goes before A's own next compiles.
+  gate->Release(1);
+  for (const auto& sink : {a1, b1, a2, a3}) ExpectYesOrNo(sink->Wait());
+  gate->Release(2);
+  for (const auto& sink : {c1, c2}) ExpectYesOrNo(sink->Wait());
+  EXPECT_EQ(gate->started(), (std::vector<uint64_t>{1, 2, 6, 3, 4, 5}));
+}
+
 TEST(CompileWorkerTest, CancelledCompilesAreAnsweredWithoutCompiling) {
   auto gate = std::make_shared<CompileGate>(std::set<uint64_t>{1});
   auto service = StartWithGate(gate);
+  const ReleaseOnExit release{gate};
   const std::string session = NewSession(*service);
   ASSERT_TRUE(Call(*service, ChatRequest(session, "hello", 3)).has_chat());
   const v1::SessionInfo before = Call(*service, GetRequest(session)).get_session().session();
@@ -196,6 +240,7 @@ TEST(CompileWorkerTest, CancelledCompilesAreAnsweredWithoutCompiling) {
 TEST(CompileWorkerTest, RequestsOnACompilingSessionKeepTheirOrder) {
   auto gate = std::make_shared<CompileGate>(std::set<uint64_t>{1});
   auto service = StartWithGate(gate);
+  const ReleaseOnExit release{gate};
   const std::string session = NewSession(*service);
   const std::string other = NewSession(*service);
   auto chat = SubmitAsync(*service, YesNoChat(1, session));
@@ -225,6 +270,7 @@ TEST(CompileWorkerTest, RequestsOnACompilingSessionKeepTheirOrder) {
 TEST(CompileWorkerTest, AnInvalidGrammarIsStillInvalidArgumentFromTheWorker) {
   auto gate = std::make_shared<CompileGate>(std::set<uint64_t>{1});
   auto service = StartWithGate(gate);
+  const ReleaseOnExit release{gate};
   const std::string session = NewSession(*service);
   const int64_t length = Call(*service, GetRequest(session)).get_session().session().length();
   auto bad = SubmitAsync(*service, YesNoChat(1, session, "root ::= (\n"));
