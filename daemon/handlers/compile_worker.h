@@ -15,9 +15,10 @@
 // uid's by at most one compile per thread.
 //
 // Cancellation: a task carries its request's cancel flag (set by Cancel, a disconnect or a refused
-// event). A queued task whose flag is set is answered CANCELLED without compiling: looked for
-// whenever a thread takes a task, and every `cancel_poll` while tasks wait. A compiling task gets a
-// `cancelled` predicate (its flag, or the worker shutting down) that the compile polls.
+// event). A queued task whose flag is set is answered CANCELLED without compiling: looked for by
+// every thread that is free (before it takes a task, and every `cancel_poll` while the waiting
+// tasks' uids are all compiling). A compiling task gets a `cancelled` predicate (its flag, or the
+// worker shutting down) that the compile polls.
 //
 // Every task ends in exactly one call of `done`: after `run`, with its status (the counts and the
 // uid's slot already updated), or instead of it (CANCELLED while waiting or at Shutdown); on a
