@@ -61,9 +61,13 @@ v1::Response ChatResult(const engine::TurnOutcome& outcome, const engine::ChatRe
 
 }  // namespace
 
-StatusOr<Prepared> PrepareChat(const v1::ChatRequest& request) {
+bool ChatCompiles(const v1::ChatRequest& request) {
+  return ConstraintCompilesText(request.has_constraint(), request.constraint());
+}
+
+StatusOr<Prepared> PrepareChat(const v1::ChatRequest& request, const CompileCancelled& cancelled) {
   StatusOr<std::shared_ptr<const grammar::CompiledGrammar>> constraint =
-      CompileConstraint(request.has_constraint(), request.constraint());
+      CompileConstraint(request.has_constraint(), request.constraint(), cancelled);
   if (!constraint.ok()) return constraint.status();
   return Prepared{std::move(constraint).value()};
 }

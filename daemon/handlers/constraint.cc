@@ -27,9 +27,16 @@ Status TooLarge(common::BudgetId budget, const char* field, size_t bytes, size_t
 
 }  // namespace
 
-common::StatusOr<std::shared_ptr<const grammar::CompiledGrammar>> CompileConstraint(bool has_constraint,
-                                                                                  const v1::Constraint& constraint) {
+bool ConstraintCompilesText(bool has_constraint, const v1::Constraint& constraint) {
+  return has_constraint &&
+         (constraint.kind_case() == v1::Constraint::kJsonSchema || constraint.kind_case() == v1::Constraint::kGbnf);
+}
+
+common::StatusOr<std::shared_ptr<const grammar::CompiledGrammar>> CompileConstraint(
+    bool has_constraint, const v1::Constraint& constraint, const CompileCancelled& cancelled) {
   if (!has_constraint) return std::shared_ptr<const grammar::CompiledGrammar>();
+  const auto stopped = [&cancelled] { return cancelled && cancelled(); };
+  if (stopped()) return Status::Cancelled("the request was cancelled");
   common::StatusOr<std::shared_ptr<const grammar::CompiledGrammar>> compiled = Status::InvalidArgument("");
   std::string field;
   switch (constraint.kind_case()) {
@@ -51,6 +58,7 @@ common::StatusOr<std::shared_ptr<const grammar::CompiledGrammar>> CompileConstra
       return Status::InvalidArgument("constraint: set one of json_schema, gbnf or any_json");
   }
   if (!compiled.ok()) return Status(compiled.status().code(), field + ": " + compiled.status().message());
+  if (stopped()) return Status::Cancelled("the request was cancelled");
   return compiled;
 }
 

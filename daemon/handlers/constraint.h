@@ -1,11 +1,13 @@
 #pragma once
 // Structured output in the handlers (proto/PROTOCOL.md, "Structured output"): a request's Constraint
-// compiled to a grammar. Compiled on the thread that submits the request (an IO thread), before the
-// request is queued, so that an invalid grammar is answered at once and a large one never holds up
+// compiled to a grammar. A constraint with client-supplied text (ConstraintCompilesText) is compiled
+// on the compile worker (compile_worker.h) before the request joins the engine's queue, so that an
+// invalid grammar is answered without the engine and a large one holds up neither an IO thread nor
 // the engine thread, where every running request's decode steps are. Pure functions; any thread.
 
 #include <cstddef>
 #include <cstdint>
+#include <functional>
 #include <memory>
 #include <span>
 
@@ -20,7 +22,7 @@
 namespace niels::daemon::handlers {
 
 // The longest constraint texts accepted (InfoResponse.max_json_schema_bytes, max_gbnf_bytes). They
-// bound what one request can make an IO thread spend compiling: measured with
+// bound what one request can make the compile worker spend compiling: measured with
 // nielsd-constraint-bench, a hostile 64 KiB schema (2460 properties, all required) compiles in
 // ~60 ms, a 256 KiB GBNF in ~30 ms; typical schemas in 0.3-0.6 ms.
 inline constexpr size_t kMaxJsonSchemaBytes = common::kJsonSchemaBytesLimit;
@@ -31,12 +33,23 @@ inline constexpr size_t kMaxGbnfBytes = common::kGbnfBytesLimit;
 // grammar keeps the default 1 MiB.
 grammar::GrammarLimits ConstraintGrammarLimits();
 
+// Whether CompileConstraint compiles text the client sent (a json_schema or gbnf constraint), the
+// work that runs on the compile worker. False for no constraint, any_json (a grammar built once per
+// process) and a Constraint with no kind (refused at once).
+bool ConstraintCompilesText(bool has_constraint, const niels::v1::Constraint& constraint);
+
+// Polled by a compile: true once its request was cancelled (or the daemon stops). Empty: never.
+using CompileCancelled = std::function<bool()>;
+
 // The constraint's grammar, or null when the request has none. INVALID_ARGUMENT, the message
 // prefixed with the field ("constraint.gbnf: grammar line 3, column 7: ..."), for a Constraint with
 // no kind set, a grammar or schema that does not compile (the grammar room's messages name the
 // position and the reason), or one beyond the limits above ("too large", naming the limit).
+// CANCELLED ("the request was cancelled") when `cancelled` is true before the compile starts or
+// once it is done; the grammar compilers take no hook yet, so a compile that has started runs to
+// its end (bounded by the text limits above and the compilers' own limits).
 common::StatusOr<std::shared_ptr<const grammar::CompiledGrammar>> CompileConstraint(
-    bool has_constraint, const niels::v1::Constraint& constraint);
+    bool has_constraint, const niels::v1::Constraint& constraint, const CompileCancelled& cancelled = {});
 
 // Whether a compiled constraint can run with these stop ids and sampling (engine thread: it reads
 // the model's vocabulary): UNIMPLEMENTED when the model has no vocabulary for constraints

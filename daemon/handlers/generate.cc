@@ -84,9 +84,13 @@ StatusOr<engine::GenerateTurnArgs> GenerateArgs(const engine::EngineState& state
 
 }  // namespace
 
-StatusOr<Prepared> PrepareGenerate(const v1::GenerateRequest& request) {
+bool GenerateCompiles(const v1::GenerateRequest& request) {
+  return ConstraintCompilesText(request.has_constraint(), request.constraint());
+}
+
+StatusOr<Prepared> PrepareGenerate(const v1::GenerateRequest& request, const CompileCancelled& cancelled) {
   StatusOr<std::shared_ptr<const grammar::CompiledGrammar>> constraint =
-      CompileConstraint(request.has_constraint(), request.constraint());
+      CompileConstraint(request.has_constraint(), request.constraint(), cancelled);
   if (!constraint.ok()) return constraint.status();
   return Prepared{std::move(constraint).value()};
 }

@@ -8,7 +8,7 @@
 // is sent as Error. Generating handlers return the engine Turn to run; its callbacks stream the
 // events and send the final response through the request's server::Job, which outlives the Turn
 // (the Service's Work owns it, and the Turn owns the Work). Everything here runs on the engine
-// thread, except the Prepare functions, which run on the thread that submits the request.
+// thread, except the Prepare functions (see "Generating").
 
 #include <memory>
 
@@ -17,6 +17,7 @@
 #include "daemon/engine/engine_state.h"
 #include "daemon/engine/turn.h"
 #include "daemon/engine/work.h"
+#include "daemon/handlers/constraint.h"
 #include "daemon/server/job.h"
 #include "niels/v1/nielsd.pb.h"
 
@@ -45,15 +46,20 @@ HandlerResult HandleResetSession(engine::EngineState& state, server::Job& job,
 HandlerResult HandleDeleteSession(engine::EngineState& state, server::Job& job,
                                   const niels::v1::DeleteSessionRequest& request);
 
-// Generating. A generating request is first prepared on the thread that submits it, before it is
-// queued (Service::Submit): its constraint is compiled there (constraint.h), so an invalid one is
-// answered at once and a large one never holds up the engine thread. An error from Prepare is the
-// request's answer; nothing was queued or changed.
+// Generating. A generating request is first prepared, before it joins the engine's queue
+// (Service::Submit): its constraint is compiled (constraint.h), so an invalid one is answered without
+// the engine. When the request carries constraint text (ChatCompiles / GenerateCompiles), Prepare
+// runs on the compile worker (compile_worker.h) and polls `cancelled`; otherwise it is cheap and
+// runs on the submitting thread. An error from Prepare is the request's answer; nothing was queued
+// or changed.
 struct Prepared {
   std::shared_ptr<const grammar::CompiledGrammar> constraint;  // null: no constraint
 };
-common::StatusOr<Prepared> PrepareChat(const niels::v1::ChatRequest& request);
-common::StatusOr<Prepared> PrepareGenerate(const niels::v1::GenerateRequest& request);
+bool ChatCompiles(const niels::v1::ChatRequest& request);
+bool GenerateCompiles(const niels::v1::GenerateRequest& request);
+common::StatusOr<Prepared> PrepareChat(const niels::v1::ChatRequest& request, const CompileCancelled& cancelled);
+common::StatusOr<Prepared> PrepareGenerate(const niels::v1::GenerateRequest& request,
+                                           const CompileCancelled& cancelled);
 engine::TurnResult StartChat(engine::EngineState& state, const engine::Work& work, server::Job& job,
                              const niels::v1::ChatRequest& request, const Prepared& prepared);
 engine::TurnResult StartGenerate(engine::EngineState& state, const engine::Work& work, server::Job& job,

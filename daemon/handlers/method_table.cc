@@ -19,38 +19,44 @@ const std::string& NoSession(const v1::Request&) {
 #define NIELS_GENERATING(Handler, field)                                                              \
   [](engine::EngineState& state, const engine::Work& work, server::Job& job, const v1::Request& request, \
      const Prepared& prepared) -> engine::TurnResult { return Handler(state, work, job, request.field(), prepared); }
-#define NIELS_PREPARE(Prepare, field) \
-  [](const v1::Request& request) -> common::StatusOr<Prepared> { return Prepare(request.field()); }
+#define NIELS_PREPARE(Prepare, field)                                                              \
+  [](const v1::Request& request, const CompileCancelled& cancelled) -> common::StatusOr<Prepared> { \
+    return Prepare(request.field(), cancelled);                                                     \
+  }
+#define NIELS_COMPILES(Compiles, field) [](const v1::Request& request) { return Compiles(request.field()); }
 #define NIELS_SESSION(field) \
   [](const v1::Request& request) -> const std::string& { return request.field().session_id(); }
 
-const Method kInfo{"Info", NoSession, NIELS_QUICK(HandleInfo, info), nullptr, nullptr};
-const Method kStats{"Stats", NoSession, NIELS_QUICK(HandleStats, stats), nullptr, nullptr};
-const Method kTokenize{"Tokenize", NoSession, NIELS_QUICK(HandleTokenize, tokenize), nullptr, nullptr};
-const Method kDetokenize{"Detokenize", NoSession, NIELS_QUICK(HandleDetokenize, detokenize), nullptr, nullptr};
+const Method kInfo{"Info", NoSession, NIELS_QUICK(HandleInfo, info), nullptr, nullptr, nullptr};
+const Method kStats{"Stats", NoSession, NIELS_QUICK(HandleStats, stats), nullptr, nullptr, nullptr};
+const Method kTokenize{"Tokenize", NoSession, NIELS_QUICK(HandleTokenize, tokenize), nullptr, nullptr, nullptr};
+const Method kDetokenize{"Detokenize", NoSession, NIELS_QUICK(HandleDetokenize, detokenize), nullptr, nullptr,
+                         nullptr};
 const Method kCreateSession{"CreateSession", NoSession, NIELS_QUICK(HandleCreateSession, create_session),
-                            nullptr, nullptr};
+                            nullptr, nullptr, nullptr};
 // With a system prompt: its prefill runs as a turn of the scheduler (create_session.cc).
 const Method kCreateSessionWithPrompt{"CreateSession", NoSession, nullptr,
-                                      NIELS_GENERATING(StartCreateSession, create_session), nullptr};
-const Method kListSessions{"ListSessions", NoSession, NIELS_QUICK(HandleListSessions, list_sessions), nullptr, nullptr};
+                                      NIELS_GENERATING(StartCreateSession, create_session), nullptr, nullptr};
+const Method kListSessions{"ListSessions", NoSession, NIELS_QUICK(HandleListSessions, list_sessions), nullptr,
+                           nullptr, nullptr};
 const Method kGetSession{"GetSession", NIELS_SESSION(get_session), NIELS_QUICK(HandleGetSession, get_session),
-                         nullptr, nullptr};
+                         nullptr, nullptr, nullptr};
 const Method kForkSession{"ForkSession", NIELS_SESSION(fork_session),
-                          NIELS_QUICK(HandleForkSession, fork_session), nullptr, nullptr};
+                          NIELS_QUICK(HandleForkSession, fork_session), nullptr, nullptr, nullptr};
 const Method kResetSession{"ResetSession", NIELS_SESSION(reset_session),
-                           NIELS_QUICK(HandleResetSession, reset_session), nullptr, nullptr};
+                           NIELS_QUICK(HandleResetSession, reset_session), nullptr, nullptr, nullptr};
 const Method kDeleteSession{"DeleteSession", NIELS_SESSION(delete_session),
-                            NIELS_QUICK(HandleDeleteSession, delete_session), nullptr, nullptr};
+                            NIELS_QUICK(HandleDeleteSession, delete_session), nullptr, nullptr, nullptr};
 const Method kChat{"Chat", NIELS_SESSION(chat), nullptr, NIELS_GENERATING(StartChat, chat),
-                   NIELS_PREPARE(PrepareChat, chat)};
+                   NIELS_PREPARE(PrepareChat, chat), NIELS_COMPILES(ChatCompiles, chat)};
 const Method kGenerate{"Generate", NIELS_SESSION(generate), nullptr, NIELS_GENERATING(StartGenerate, generate),
-                       NIELS_PREPARE(PrepareGenerate, generate)};
+                       NIELS_PREPARE(PrepareGenerate, generate), NIELS_COMPILES(GenerateCompiles, generate)};
 
 #undef NIELS_QUICK
 #undef NIELS_GENERATING
 #undef NIELS_SESSION
 #undef NIELS_PREPARE
+#undef NIELS_COMPILES
 
 }  // namespace
 

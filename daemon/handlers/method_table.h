@@ -15,12 +15,14 @@ struct Method {
   const char* name;  // e.g. "Chat"
   // The session the request names ("" for none): the engine keeps requests on one session in order.
   const std::string& (*session)(const niels::v1::Request& request);
-  // Exactly one of quick and generating is set; prepare with generating.
+  // Exactly one of quick and generating is set; prepare and compiles with generating.
   HandlerResult (*quick)(engine::EngineState& state, server::Job& job, const niels::v1::Request& request);
   engine::TurnResult (*generating)(engine::EngineState& state, const engine::Work& work, server::Job& job,
                                    const niels::v1::Request& request, const Prepared& prepared);
-  // Runs on the submitting thread before the request is queued (handlers.h, "Generating").
-  common::StatusOr<Prepared> (*prepare)(const niels::v1::Request& request);
+  // Runs before the request is queued (handlers.h, "Generating"): on the compile worker when
+  // `compiles` says the request carries text to compile, else on the submitting thread.
+  common::StatusOr<Prepared> (*prepare)(const niels::v1::Request& request, const CompileCancelled& cancelled);
+  bool (*compiles)(const niels::v1::Request& request);
 };
 
 // The entry for the request's kind; nullptr for an unset kind and for Cancel (handled by the

@@ -1,6 +1,9 @@
 #include "daemon/handlers/service.h"
 
+#include <string>
 #include <utility>
+
+#include <fmt/format.h>
 
 #include "daemon/handlers/method_table.h"
 
@@ -9,11 +12,33 @@ namespace niels::daemon::handlers {
 namespace v1 = niels::v1;
 using common::Status;
 
-Service::Service(std::unique_ptr<engine::Engine> engine) : engine_(std::move(engine)) {}
+namespace {
+
+// Makes `work` start the method's generating handler with what its prepare step produced.
+void SetStart(engine::Work& work, const std::shared_ptr<server::Job>& job, const Method* method, Prepared prepared) {
+  work.start = [job, method, prepared = std::move(prepared)](engine::EngineState& state, const engine::Work& work) {
+    return method->generating(state, work, *job, job->request(), prepared);
+  };
+}
+
+}  // namespace
+
+Service::Service(std::unique_ptr<engine::Engine> engine, ServiceOptions options)
+    : engine_(std::move(engine)), options_(std::move(options)), compile_worker_(options_.compile) {}
 
 Service::~Service() { Shutdown(); }
 
-void Service::Shutdown() { engine_->Shutdown(); }
+void Service::Shutdown() {
+  // Every compile is answered (or its request passed on) before the engine stops taking work, so
+  // nothing held here is left unanswered.
+  compile_worker_.Shutdown();
+  engine_->Shutdown();
+}
+
+size_t Service::held_requests() const {
+  std::lock_guard lock(order_mutex_);
+  return held_;
+}
 
 void Service::Submit(server::Job submitted) {
   // Shared by the Work's callbacks; the Work (and, once admitted, the Turn owning it) keeps it alive
@@ -42,29 +67,133 @@ void Service::Submit(server::Job submitted) {
       job->Finish(std::move(result).value());
       return Status::Ok();
     };
+  } else if (method->compiles(request)) {
+    StartCompile(std::move(job), method, std::move(work));
+    return;
   } else {
-    // Before the queue, on this (the submitting) thread: e.g. the constraint's grammar is compiled.
-    Prepared prepared;
-    if (method->prepare != nullptr) {
-      common::StatusOr<Prepared> done = method->prepare(request);
-      if (!done.ok()) {
-        job->Fail(done.status());
-        return;
-      }
-      prepared = std::move(done).value();
+    // Nothing to compile (no constraint, any_json, or a malformed one): cheap, done right here.
+    common::StatusOr<Prepared> prepared = method->prepare(request, {});
+    if (!prepared.ok()) {
+      job->Fail(prepared.status());
+      return;
     }
-    work.start = [job, method, prepared = std::move(prepared)](engine::EngineState& state, const engine::Work& work) {
-      return method->generating(state, work, *job, job->request(), prepared);
-    };
+    SetStart(work, job, method, std::move(prepared).value());
   }
-  engine_->Submit(std::move(work));
+  Forward(std::move(work));
+}
+
+void Service::Forward(engine::Work work) {
+  if (work.session_id.empty()) {
+    engine_->Submit(std::move(work));
+    return;
+  }
+  Status refused;
+  {
+    std::lock_guard lock(order_mutex_);
+    auto it = pending_by_session_.find(work.session_id);
+    if (it == pending_by_session_.end()) {
+      // Under the lock, so that a compile on this session finishing meanwhile cannot overtake it.
+      // (Engine::Submit only enqueues; a refusal answers through the sink, which never blocks.)
+      engine_->Submit(std::move(work));
+      return;
+    }
+    const engine::EngineOptions& limits = engine_->options();
+    size_t& of_uid = held_per_uid_[work.uid];
+    if (held_ >= limits.max_queue) {
+      refused = Status::ResourceExhausted(fmt::format(
+          "{} requests already wait for a constraint compile ahead of them on their session, the "
+          "limit in all (--max-queue); try again later",
+          held_));
+    } else if (of_uid >= limits.max_queued_per_uid) {
+      refused = Status::ResourceExhausted(fmt::format(
+          "uid {} already has {} requests waiting for a constraint compile ahead of them on their "
+          "session, the limit per user (--max-queued-per-uid); wait for some to finish",
+          work.uid, of_uid));
+    }
+    if (refused.ok()) {
+      ++of_uid;
+      ++held_;
+      auto pending = std::make_shared<Pending>();
+      pending->work = std::move(work);
+      pending->held = true;
+      it->second.push_back(std::move(pending));
+      return;
+    }
+    if (of_uid == 0) held_per_uid_.erase(work.uid);
+  }
+  work.fail(refused);
+}
+
+void Service::StartCompile(std::shared_ptr<server::Job> job, const Method* method, engine::Work work) {
+  auto pending = std::make_shared<Pending>();
+  pending->work = std::move(work);
+  pending->compiling = true;
+  const std::string& session = pending->work.session_id;
+  if (!session.empty()) {
+    // In the session's order from now on: later requests on it wait for this one.
+    std::lock_guard lock(order_mutex_);
+    pending_by_session_[session].push_back(pending);
+  }
+  CompileWorker::Task task;
+  task.uid = pending->work.uid;
+  task.cancel = pending->work.cancel;
+  task.run = [this, job, method, pending](const CompileWorker::Cancelled& cancelled) -> Status {
+    if (options_.on_compile_start) options_.on_compile_start(*job);
+    common::StatusOr<Prepared> prepared = method->prepare(job->request(), cancelled);
+    const Status status = prepared.status();
+    // Only this thread touches a compiling request's work (Compiled publishes it under the lock).
+    if (prepared.ok()) SetStart(pending->work, job, method, std::move(prepared).value());
+    return status;
+  };
+  task.done = [this, pending](const Status& status) { Compiled(pending, status); };
+  const Status refused = compile_worker_.Submit(std::move(task));
+  if (!refused.ok()) Compiled(pending, refused);
+}
+
+void Service::Compiled(const std::shared_ptr<Pending>& pending, const Status& outcome) {
+  const std::string session = pending->work.session_id;  // a copy: the work may be handed on below
+  if (session.empty()) {
+    if (outcome.ok()) {
+      engine_->Submit(std::move(pending->work));
+    } else {
+      pending->work.fail(outcome);
+    }
+    return;
+  }
+  {
+    std::lock_guard lock(order_mutex_);
+    pending->compiling = false;
+    std::list<std::shared_ptr<Pending>>& order = pending_by_session_[session];
+    // A request that failed never reaches the engine, so it leaves the order at once, wherever it is.
+    if (!outcome.ok()) order.remove(pending);
+    SubmitReadyHeadsLocked(session);
+  }
+  // Answered outside the lock (the answer goes to the client's sink).
+  if (!outcome.ok()) pending->work.fail(outcome);
+}
+
+void Service::SubmitReadyHeadsLocked(const std::string& session) {
+  auto it = pending_by_session_.find(session);
+  if (it == pending_by_session_.end()) return;
+  std::list<std::shared_ptr<Pending>>& order = it->second;
+  while (!order.empty() && !order.front()->compiling) {
+    std::shared_ptr<Pending> head = std::move(order.front());
+    order.pop_front();
+    if (head->held) {
+      --held_;
+      if (--held_per_uid_[head->work.uid] == 0) held_per_uid_.erase(head->work.uid);
+    }
+    engine_->Submit(std::move(head->work));
+  }
+  if (order.empty()) pending_by_session_.erase(it);
 }
 
 common::StatusOr<std::unique_ptr<Service>> MakeService(const std::filesystem::path& model_dir,
-                                                       engine::EngineOptions engine_options) {
+                                                       engine::EngineOptions engine_options,
+                                                       ServiceOptions service_options) {
   common::StatusOr<std::unique_ptr<engine::Engine>> engine = engine::MakeEngine(model_dir, std::move(engine_options));
   if (!engine.ok()) return engine.status();
-  return std::make_unique<Service>(std::move(engine).value());
+  return std::make_unique<Service>(std::move(engine).value(), std::move(service_options));
 }
 
 }  // namespace niels::daemon::handlers

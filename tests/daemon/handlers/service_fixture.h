@@ -207,8 +207,9 @@ inline const std::filesystem::path& TinyModelDir(int64_t context) {
   return dir->path();
 }
 
-inline std::unique_ptr<Service> StartEngine(int64_t context, EngineOptions options = {}) {
-  auto engine = MakeService(TinyModelDir(context), std::move(options));
+inline std::unique_ptr<Service> StartEngine(int64_t context, EngineOptions options = {},
+                                            ServiceOptions service_options = {}) {
+  auto engine = MakeService(TinyModelDir(context), std::move(options), std::move(service_options));
   if (!engine.ok()) throw std::runtime_error(engine.status().ToString());
   return std::move(engine).value();
 }
