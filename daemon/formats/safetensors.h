@@ -6,7 +6,8 @@
 // then the data section; offsets are relative to the start of the data section.
 //
 // Open() validates everything before any tensor is touched, so a bad file can never make us read
-// out of bounds. Data() points into the mapping, valid while the SafetensorsFile lives (Weights keep
+// out of bounds; the header's JSON may nest at most common::kMaxJsonNesting levels
+// (common/bounded_json.h). Data() points into the mapping, valid while the SafetensorsFile lives (Weights keep
 // a shared_ptr to it). No libtorch. Immutable after Open(); const methods are safe from any thread.
 
 #include <sys/stat.h>

@@ -4,6 +4,7 @@
 #include <cstring>
 #include <random>
 
+#include <fmt/format.h>
 #include <gmock/gmock.h>
 #include <gtest/gtest.h>
 
@@ -152,6 +153,24 @@ TEST_F(SafetensorsTest, InvalidHeaderJson) {
   const std::string header = R"({"w":{"dtype":"F32","shape":[2],"data_offsets":[0,8])";
   niels::testing::WriteRawSafetensors(Path(), header, FloatBytes({1, 2}));
   ExpectInvalid({"header is not valid JSON"});
+}
+
+// A header nested 200,000 levels deep is refused while it is parsed (the limit every JSON file of
+// a model shares); 128 levels are only data (an unknown __metadata__ value).
+TEST_F(SafetensorsTest, HeaderNestedPastTheLimitIsRefused) {
+  const auto deep = [](size_t depth) { return std::string(depth, '[') + std::string(depth, ']'); };
+  for (size_t depth : {size_t{128}, size_t{200'000}}) {
+    SCOPED_TRACE(depth);
+    niels::testing::WriteRawSafetensors(Path(), R"({"w":{"dtype":"F32","shape":)" + deep(depth) + R"(,"data_offsets":[0,8]}})",
+                                        FloatBytes({1, 2}));
+    ExpectInvalid({": header: nested deeper than 128 levels"});
+  }
+  niels::testing::WriteRawSafetensors(
+      Path(), R"({"__metadata__":{"x":)" + deep(126) + R"(},"w":{"dtype":"F32","shape":[2],"data_offsets":[0,8]}})",
+      FloatBytes({1, 2}));
+  auto file = SafetensorsFile::Open(Path());
+  ASSERT_TRUE(file.ok()) << file.status().ToString();
+  EXPECT_NE((*file)->Find("w"), nullptr);
 }
 
 TEST_F(SafetensorsTest, MalformedEntries) {
