@@ -204,14 +204,15 @@ Status SafetensorsFile::ParseHeader() {
                                      " have overlapping data_offsets");
     }
   }
+  // Names are distinct (keys of one JSON object); the views point into tensors_, fixed from here on.
+  by_name_.reserve(tensors_.size());
+  for (size_t i = 0; i < tensors_.size(); ++i) by_name_.emplace(tensors_[i].name, i);
   return Status::Ok();
 }
 
 const SafetensorsTensorInfo* SafetensorsFile::Find(std::string_view name) const {
-  for (const auto& info : tensors_) {
-    if (info.name == name) return &info;
-  }
-  return nullptr;
+  const auto it = by_name_.find(name);
+  return it == by_name_.end() ? nullptr : &tensors_[it->second];
 }
 
 const std::byte* SafetensorsFile::Data(const SafetensorsTensorInfo& info) const {
