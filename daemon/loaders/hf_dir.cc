@@ -72,12 +72,14 @@ StatusOr<ShardIndex> ReadIndex(const std::filesystem::path& dir) {
   std::set<std::string> seen;
   for (auto it = map->begin(); it != map->end(); ++it) {
     if (!it->is_string()) {
-      return Status::InvalidArgument(fmt::format("{}: weight_map[\"{}\"] must be a file name", source, it.key()));
+      return Status::InvalidArgument(
+          fmt::format("{}: weight_map[{}] must be a file name", source, common::JsonExcerpt(Json(it.key()))));
     }
     const std::string file = it->get<std::string>();
     if (file.empty() || file.find('/') != std::string::npos || file == "." || file == "..") {
       return Status::InvalidArgument(
-          fmt::format("{}: weight_map[\"{}\"] = \"{}\" is not a file name in this directory", source, it.key(), file));
+          fmt::format("{}: weight_map[{}] = {} is not a file name in this directory", source,
+                      common::JsonExcerpt(Json(it.key())), common::JsonExcerpt(*it)));
     }
     if (seen.insert(file).second) index.files.push_back(file);
     if (index.files.size() > kMaxShards) {

@@ -188,6 +188,23 @@ TEST_F(FamilyErrorsTest, HfDeeplyNestedJsonIsRefusedWhileParsing) {
   EXPECT_TRUE(LoadModel(dir).ok());
 }
 
+// A shard name that is not a plain file name of the directory, and a key of a megabyte whose value
+// is not a name: the messages quote both, at most 80 bytes each.
+TEST_F(FamilyErrorsTest, HfIndexNamesOnlyFilesOfTheDirectoryAndIsQuotedBounded) {
+  const auto dir = Hf([](auto&) {}, 3);
+  const std::filesystem::path index = dir / "model.safetensors.index.json";
+  niels::testing::WriteFile(index, R"({"weight_map": {"model.norm.weight": "../model-00001-of-00003.safetensors"}})");
+  ExpectRefused(dir, {.mentions = {index.string() + ": weight_map[\"model.norm.weight\"] = "
+                                   "\"../model-00001-of-00003.safetensors\" is not a file name in this directory"}});
+  niels::testing::WriteFile(index, R"({"weight_map": {")" + std::string(1 << 20, 'k') + R"(": 7}})");
+  auto model = LoadModel(dir);
+  ASSERT_FALSE(model.ok());
+  EXPECT_NE(model.status().message().find(index.string() + ": weight_map[\"kkk"), std::string::npos)
+      << model.status().message().substr(0, 300);
+  EXPECT_NE(model.status().message().find("...] must be a file name"), std::string::npos);
+  EXPECT_LT(model.status().message().size(), index.string().size() + 200);
+}
+
 TEST_F(FamilyErrorsTest, GgufMissingTensor) {
   const auto path = Gguf([](testing::GgufModelFiles& f) {
     std::erase_if(f.tensors, [](const auto& t) { return t.file.name == "blk.1.ffn_down.weight"; });
