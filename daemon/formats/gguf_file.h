@@ -139,10 +139,13 @@ class GgufFile final : public MappedFile {
   // GetFloat: FLOAT32 or FLOAT64 (integers are refused: a float key written as one is a bug).
   common::StatusOr<double> GetFloat(std::string_view key) const;
   // Arrays: GetStringArray of STRINGs; GetIntArray of any integer type (each value must fit
-  // int64); GetFloatArray of FLOAT32 or FLOAT64.
+  // int64); GetFloatArray of FLOAT32 or FLOAT64. The element count is bounded by the file (checked
+  // at Open), but the result widens each element (an INT8 to 8 bytes, a FLOAT32 to 8), so the
+  // caller says how many it can use: INVALID_ARGUMENT "<file>: key "<key>" holds N elements, more
+  // than the M expected" when the array is longer than `max_count`, before anything is allocated.
   common::StatusOr<std::vector<std::string_view>> GetStringArray(std::string_view key) const;
-  common::StatusOr<std::vector<int64_t>> GetIntArray(std::string_view key) const;
-  common::StatusOr<std::vector<double>> GetFloatArray(std::string_view key) const;
+  common::StatusOr<std::vector<int64_t>> GetIntArray(std::string_view key, uint64_t max_count) const;
+  common::StatusOr<std::vector<double>> GetFloatArray(std::string_view key, uint64_t max_count) const;
 
   // The elements of an array value, in order (nested arrays are again GgufValues).
   // REQUIRES: value.type == kArray and `value` comes from this file.
@@ -166,6 +169,7 @@ class GgufFile final : public MappedFile {
   GgufFile() = default;
 
   common::Status TypeError(const GgufKeyValue& kv, std::string_view wanted) const;
+  common::Status ArrayLongerThan(const GgufKeyValue& kv, uint64_t max_count) const;
   common::StatusOr<const GgufKeyValue*> Lookup(std::string_view key) const;
 
   std::filesystem::path path_;

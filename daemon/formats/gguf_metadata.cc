@@ -127,12 +127,19 @@ StatusOr<std::vector<std::string_view>> GgufFile::GetStringArray(std::string_vie
   return out;
 }
 
-StatusOr<std::vector<int64_t>> GgufFile::GetIntArray(std::string_view key) const {
+Status GgufFile::ArrayLongerThan(const GgufKeyValue& kv, uint64_t max_count) const {
+  return Status::InvalidArgument(fmt::format("{}: key \"{}\" holds {} elements, more than the {} expected",
+                                             path_.string(), kv.key, kv.value.count, max_count));
+}
+
+StatusOr<std::vector<int64_t>> GgufFile::GetIntArray(std::string_view key, uint64_t max_count) const {
   StatusOr<const GgufKeyValue*> kv = Lookup(key);
   if (!kv.ok()) return kv.status();
   const GgufValue& v = (*kv)->value;
   if (v.type != GgufValueType::kArray || !IsInteger(v.element_type))
     return TypeError(**kv, "an ARRAY of integers");
+  // Before anything is allocated: the result takes 8 bytes per element, an INT8 array 1 in the file.
+  if (v.count > max_count) return ArrayLongerThan(**kv, max_count);
   const int size = FixedSize(static_cast<uint32_t>(v.element_type));
   std::vector<int64_t> out;
   out.reserve(v.count);
@@ -148,7 +155,7 @@ StatusOr<std::vector<int64_t>> GgufFile::GetIntArray(std::string_view key) const
   return out;
 }
 
-StatusOr<std::vector<double>> GgufFile::GetFloatArray(std::string_view key) const {
+StatusOr<std::vector<double>> GgufFile::GetFloatArray(std::string_view key, uint64_t max_count) const {
   StatusOr<const GgufKeyValue*> kv = Lookup(key);
   if (!kv.ok()) return kv.status();
   const GgufValue& v = (*kv)->value;
@@ -156,6 +163,7 @@ StatusOr<std::vector<double>> GgufFile::GetFloatArray(std::string_view key) cons
   if (v.type != GgufValueType::kArray || !(f32 || v.element_type == GgufValueType::kFloat64)) {
     return TypeError(**kv, "an ARRAY of FLOAT32 or FLOAT64");
   }
+  if (v.count > max_count) return ArrayLongerThan(**kv, max_count);
   std::vector<double> out;
   out.reserve(v.count);
   for (uint64_t i = 0; i < v.count; ++i) {

@@ -14,6 +14,7 @@
 
 #include <nlohmann/json.hpp>
 
+#include "common/bounded_json.h"
 #include "daemon/formats/atomic_write.h"
 
 namespace niels::daemon::formats {
@@ -172,10 +173,12 @@ Status SafetensorsFile::ParseHeader() {
   }
   data_start_ = 8 + header_length;
   const uint64_t data_size = mapping_size_ - data_start_;
-  Json header = Json::parse(reinterpret_cast<const char*>(bytes) + 8,
-                            reinterpret_cast<const char*>(bytes) + data_start_, nullptr,
-                            /*allow_exceptions=*/false);
-  if (header.is_discarded()) return Status::InvalidArgument(file + ": header is not valid JSON");
+  common::JsonParseFailure failure = common::JsonParseFailure::kNone;
+  StatusOr<Json> parsed = common::ParseJsonBounded(
+      std::string_view(reinterpret_cast<const char*>(bytes) + 8, header_length), file + ": header", &failure);
+  if (failure == common::JsonParseFailure::kSyntax) return Status::InvalidArgument(file + ": header is not valid JSON");
+  if (!parsed.ok()) return parsed.status();
+  const Json& header = *parsed;
   if (!header.is_object()) return Status::InvalidArgument(file + ": header is not a JSON object");
   for (const auto& [name, entry] : header.items()) {
     if (name == "__metadata__") continue;
@@ -201,14 +204,15 @@ Status SafetensorsFile::ParseHeader() {
                                      " have overlapping data_offsets");
     }
   }
+  // Names are distinct (keys of one JSON object); the views point into tensors_, fixed from here on.
+  by_name_.reserve(tensors_.size());
+  for (size_t i = 0; i < tensors_.size(); ++i) by_name_.emplace(tensors_[i].name, i);
   return Status::Ok();
 }
 
 const SafetensorsTensorInfo* SafetensorsFile::Find(std::string_view name) const {
-  for (const auto& info : tensors_) {
-    if (info.name == name) return &info;
-  }
-  return nullptr;
+  const auto it = by_name_.find(name);
+  return it == by_name_.end() ? nullptr : &tensors_[it->second];
 }
 
 const std::byte* SafetensorsFile::Data(const SafetensorsTensorInfo& info) const {

@@ -6,7 +6,8 @@
 // then the data section; offsets are relative to the start of the data section.
 //
 // Open() validates everything before any tensor is touched, so a bad file can never make us read
-// out of bounds. Data() points into the mapping, valid while the SafetensorsFile lives (Weights keep
+// out of bounds; the header's JSON may nest at most common::kMaxJsonNesting levels
+// (common/bounded_json.h). Data() points into the mapping, valid while the SafetensorsFile lives (Weights keep
 // a shared_ptr to it). No libtorch. Immutable after Open(); const methods are safe from any thread.
 
 #include <sys/stat.h>
@@ -17,6 +18,7 @@
 #include <memory>
 #include <string>
 #include <string_view>
+#include <unordered_map>
 #include <utility>
 #include <vector>
 
@@ -58,7 +60,8 @@ class SafetensorsFile final : public MappedFile, public std::enable_shared_from_
   const std::filesystem::path& path() const override { return path_; }
   // Tensors in the order of their data offsets.
   const std::vector<SafetensorsTensorInfo>& tensors() const { return tensors_; }
-  // nullptr when absent.
+  // nullptr when absent. One hash lookup (the index by name is built once at Open): finding every
+  // tensor of a header costs O(tensors), not O(tensors^2).
   const SafetensorsTensorInfo* Find(std::string_view name) const;
 
   // The first byte of the tensor's data in the mapping (any alignment; the mapping is private and
@@ -86,6 +89,7 @@ class SafetensorsFile final : public MappedFile, public std::enable_shared_from_
   size_t mapping_size_ = 0;
   uint64_t data_start_ = 0;  // 8 + header length
   std::vector<SafetensorsTensorInfo> tensors_;
+  std::unordered_map<std::string_view, size_t> by_name_;  // name (a view of tensors_[i].name) -> i
 };
 
 // One tensor to write: numel(shape) elements of `dtype` at `data`, row-major.

@@ -39,7 +39,7 @@ std::optional<int> BytePieceValue(std::string_view piece) {
 }
 
 Status ReadScores(const GgufFile& file, size_t count, text::SentencePieceVocabulary* out) {
-  auto scores = formats::RequiredKey(file.GetFloatArray(kScores), file, kScores, kVocabularyKeys);
+  auto scores = formats::RequiredKey(file.GetFloatArray(kScores, count), file, kScores, kVocabularyKeys);
   if (!scores.ok()) return scores.status();
   if (scores->size() != count) {
     return Refuse(file, kScores, fmt::format("{} scores for {} tokens", scores->size(), count));
@@ -56,7 +56,7 @@ Status ReadScores(const GgufFile& file, size_t count, text::SentencePieceVocabul
 }
 
 Status ReadTypes(const GgufFile& file, size_t count, text::SentencePieceVocabulary* out) {
-  auto types = formats::RequiredKey(file.GetIntArray(kTypes), file, kTypes, kVocabularyKeys);
+  auto types = formats::RequiredKey(file.GetIntArray(kTypes, count), file, kTypes, kVocabularyKeys);
   if (!types.ok()) return types.status();
   if (types->size() != count) {
     return Refuse(file, kTypes, fmt::format("{} entries for {} tokens", types->size(), count));

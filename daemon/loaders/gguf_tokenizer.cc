@@ -85,7 +85,7 @@ StatusOr<std::vector<std::string_view>> ReadTokens(const GgufFile& file, int64_t
 }
 
 Status ReadBpeVocabulary(const GgufFile& file, const std::vector<std::string_view>& tokens, BpeSpec* spec) {
-  auto types = formats::OptionalKey(file.GetIntArray("tokenizer.ggml.token_type"));
+  auto types = formats::OptionalKey(file.GetIntArray("tokenizer.ggml.token_type", tokens.size()));
   if (!types.ok()) return types.status();
   if (*types && (*types)->size() != tokens.size()) {
     return Status::InvalidArgument(fmt::format("{} has {} entries for {} tokens", Where(file, "tokenizer.ggml.token_type"),

@@ -6,6 +6,8 @@
 #include <fmt/format.h>
 #include <nlohmann/json.hpp>
 
+#include "common/bounded_json.h"
+
 namespace niels::daemon::loaders {
 namespace {
 
@@ -18,15 +20,11 @@ using Json = nlohmann::json;
 
 constexpr int64_t kMaxJsonValue = int64_t{1} << 40;  // ValidateModelConfig bounds each size further
 
-// Parses `text` as a JSON object.
+// Parses `text` as a JSON object (nested at most common::kMaxJsonNesting levels).
 StatusOr<Json> ParseObject(std::string_view text, const std::string& source) {
-  Json root;
-  try {
-    root = Json::parse(text);
-  } catch (const Json::exception& e) {
-    return Status::InvalidArgument(source + ": invalid JSON: " + e.what());
-  }
-  if (!root.is_object()) return Status::InvalidArgument(source + ": invalid JSON: expected an object");
+  StatusOr<Json> root = common::ParseJsonBounded(text, source);
+  if (!root.ok()) return root.status();
+  if (!root->is_object()) return Status::InvalidArgument(source + ": invalid JSON: expected an object");
   return root;
 }
 
@@ -37,8 +35,8 @@ const Json* Find(const Json& object, const char* key) {
 }
 
 Status KeyError(const std::string& source, std::string_view key, const Json& value, std::string_view expected) {
-  return Status::InvalidArgument(fmt::format("{}: key \"{}\" must be {}, found {}", source, key, expected,
-                                             value.dump(-1, ' ', false, Json::error_handler_t::replace)));
+  return Status::InvalidArgument(
+      fmt::format("{}: key \"{}\" must be {}, found {}", source, key, expected, common::JsonExcerpt(value)));
 }
 
 // A positive integer key; `fallback` when absent or null (required when there is none).
@@ -112,7 +110,7 @@ StatusOr<Architecture> ReadArchitecture(const Json& root, const std::string& sou
   return Status::InvalidArgument(fmt::format(
       "{}: key \"architectures\" names {}, which nielsd cannot run (supported: LlamaForCausalLM, "
       "Qwen2ForCausalLM, Qwen3ForCausalLM)",
-      source, value->dump(-1, ' ', false, Json::error_handler_t::replace)));
+      source, common::JsonExcerpt(*value)));
 }
 
 // rope_scaling (or transformers 5's rope_parameters) -> config.rope_scaling; `where` is its key.

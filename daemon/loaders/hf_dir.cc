@@ -13,6 +13,7 @@
 #include <fmt/format.h>
 #include <nlohmann/json.hpp>
 
+#include "common/bounded_json.h"
 #include "daemon/formats/safetensors.h"
 #include "daemon/loaders/hf_config.h"
 #include "daemon/loaders/tensor_import.h"
@@ -59,8 +60,10 @@ StatusOr<ShardIndex> ReadIndex(const std::filesystem::path& dir) {
   auto text = ReadText(path);
   if (!text.ok()) return text.status();
   const std::string source = path.string();
-  Json root = Json::parse(*text, nullptr, /*allow_exceptions=*/false);
-  if (root.is_discarded() || !root.is_object()) return Status::InvalidArgument(source + ": invalid JSON");
+  StatusOr<Json> parsed = common::ParseJsonBounded(*text, source);
+  if (!parsed.ok()) return parsed.status();
+  const Json& root = *parsed;
+  if (!root.is_object()) return Status::InvalidArgument(source + ": invalid JSON: expected an object");
   auto map = root.find("weight_map");
   if (map == root.end() || !map->is_object() || map->empty()) {
     return Status::InvalidArgument(source + ": key \"weight_map\" must be an object naming the shard of every tensor");
@@ -69,12 +72,14 @@ StatusOr<ShardIndex> ReadIndex(const std::filesystem::path& dir) {
   std::set<std::string> seen;
   for (auto it = map->begin(); it != map->end(); ++it) {
     if (!it->is_string()) {
-      return Status::InvalidArgument(fmt::format("{}: weight_map[\"{}\"] must be a file name", source, it.key()));
+      return Status::InvalidArgument(
+          fmt::format("{}: weight_map[{}] must be a file name", source, common::JsonExcerpt(Json(it.key()))));
     }
     const std::string file = it->get<std::string>();
     if (file.empty() || file.find('/') != std::string::npos || file == "." || file == "..") {
       return Status::InvalidArgument(
-          fmt::format("{}: weight_map[\"{}\"] = \"{}\" is not a file name in this directory", source, it.key(), file));
+          fmt::format("{}: weight_map[{}] = {} is not a file name in this directory", source,
+                      common::JsonExcerpt(Json(it.key())), common::JsonExcerpt(*it)));
     }
     if (seen.insert(file).second) index.files.push_back(file);
     if (index.files.size() > kMaxShards) {

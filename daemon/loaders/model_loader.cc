@@ -2,11 +2,14 @@
 
 #include <exception>
 #include <fstream>
+#include <iterator>
+#include <string>
 #include <system_error>
 
 #include <fmt/format.h>
 #include <nlohmann/json.hpp>
 
+#include "common/bounded_json.h"
 #include "daemon/formats/gguf_file.h"
 #include "daemon/loaders/gguf_model.h"
 #include "daemon/loaders/hf_dir.h"
@@ -39,12 +42,10 @@ StatusOr<ModelSource> FindDirectorySource(const std::filesystem::path& dir) {
   if (!in) {
     return Status::NotFound(fmt::format("{}: cannot read: {} is not a model directory", config.string(), dir.string()));
   }
-  nlohmann::json root;
-  try {
-    root = nlohmann::json::parse(in);
-  } catch (const nlohmann::json::exception& e) {
-    return Status::InvalidArgument(fmt::format("{}: invalid JSON: {}", config.string(), e.what()));
-  }
+  const std::string text((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
+  StatusOr<nlohmann::json> parsed = common::ParseJsonBounded(text, config.string());
+  if (!parsed.ok()) return parsed.status();
+  const nlohmann::json& root = *parsed;
   ModelSource source;
   source.path = dir;
   source.name = dir.filename().string();

@@ -4,6 +4,7 @@
 #include <cstring>
 #include <exception>
 #include <fstream>
+#include <iterator>
 #include <map>
 #include <string>
 #include <utility>
@@ -11,6 +12,7 @@
 #include <fmt/format.h>
 #include <nlohmann/json.hpp>
 
+#include "common/bounded_json.h"
 #include "daemon/formats/safetensors.h"
 #include "daemon/loaders/tensor_import.h"
 
@@ -235,8 +237,9 @@ std::vector<std::pair<std::string, std::string>> NielsTensorNames(int64_t layers
 bool IsNielsDir(const std::filesystem::path& dir) {
   std::ifstream in(dir / "config.json", std::ios::binary);
   if (!in) return false;
-  const nlohmann::json root = nlohmann::json::parse(in, nullptr, /*allow_exceptions=*/false);
-  return root.is_object() && root.contains("V");
+  const std::string text((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
+  const StatusOr<nlohmann::json> root = common::ParseJsonBounded(text, "config.json");
+  return root.ok() && root->is_object() && root->contains("V");
 }
 
 StatusOr<Weights> LoadNielsWeights(const std::filesystem::path& safetensors_path, const ModelConfig& config,

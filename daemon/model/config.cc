@@ -7,6 +7,8 @@
 #include <fmt/format.h>
 #include <nlohmann/json.hpp>
 
+#include "common/bounded_json.h"
+
 namespace niels::daemon::model {
 namespace {
 
@@ -22,12 +24,13 @@ Status ReadInt(const Json& root, const std::string& file, const char* key, int64
   auto it = root.find(key);
   if (it == root.end()) return Status::InvalidArgument(file + ": missing key \"" + key + "\"");
   if (!it->is_number_integer()) {
-    return Status::InvalidArgument(file + ": key \"" + key + "\" must be an integer, found " + it->dump());
+    return Status::InvalidArgument(file + ": key \"" + key + "\" must be an integer, found " +
+                                   common::JsonExcerpt(*it));
   }
   const int64_t value = it->is_number_unsigned() && it->get<uint64_t>() > uint64_t(max) ? max + 1 : it->get<int64_t>();
   if (value <= 0 || value > max) {
     return Status::InvalidArgument(file + ": key \"" + key + "\" must be in [1, " + std::to_string(max) +
-                                   "], found " + it->dump());
+                                   "], found " + common::JsonExcerpt(*it));
   }
   *out = value;
   return Status::Ok();
@@ -98,13 +101,9 @@ Status ValidateModelConfig(const ModelConfig& c, const std::string& where) {
 }
 
 StatusOr<ModelConfig> ParseModelConfig(std::string_view json_text, const std::string& file_name) {
-  Json root;
-  try {
-    root = Json::parse(json_text);
-  } catch (const Json::exception& e) {
-    // parse_error, and also out_of_range for a number too large for a double (e.g. 1E86666).
-    return Status::InvalidArgument(file_name + ": invalid JSON: " + e.what());
-  }
+  StatusOr<Json> parsed = common::ParseJsonBounded(json_text, file_name);
+  if (!parsed.ok()) return parsed.status();
+  const Json& root = *parsed;
   if (!root.is_object()) return Status::InvalidArgument(file_name + ": invalid JSON: expected an object");
   ModelConfig c;
   NIELS_RETURN_IF_ERROR(ReadInt(root, file_name, "V", kMaxDim, &c.vocab_size));
@@ -117,12 +116,13 @@ StatusOr<ModelConfig> ParseModelConfig(std::string_view json_text, const std::st
   if (theta == root.end()) return Status::InvalidArgument(file_name + ": missing key \"rope_theta\"");
   if (!theta->is_number() || !(theta->get<double>() > 0.0) || !std::isfinite(theta->get<double>())) {
     return Status::InvalidArgument(file_name + ": key \"rope_theta\" must be a positive number, found " +
-                                   theta->dump());
+                                   common::JsonExcerpt(*theta));
   }
   c.rope_theta = theta->get<double>();
   if (auto name = root.find("name"); name != root.end() && !name->is_null()) {
     if (!name->is_string()) {
-      return Status::InvalidArgument(file_name + ": key \"name\" must be a string, found " + name->dump());
+      return Status::InvalidArgument(file_name + ": key \"name\" must be a string, found " +
+                                     common::JsonExcerpt(*name));
     }
     c.name = name->get<std::string>();
   }

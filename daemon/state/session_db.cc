@@ -13,6 +13,7 @@
 #include <fmt/format.h>
 #include <nlohmann/json.hpp>
 
+#include "common/bounded_json.h"
 #include "common/log.h"
 
 namespace niels::daemon::state {
@@ -89,8 +90,11 @@ std::optional<std::string> EncodeMessages(const std::vector<StoredMessage>& mess
 
 // The stored conversation; an empty string when `text` is not what EncodeMessages writes.
 std::string DecodeMessages(std::string_view text, std::vector<StoredMessage>& messages) {
-  const nlohmann::json array = nlohmann::json::parse(text, nullptr, /*allow_exceptions=*/false);
-  if (!array.is_array()) return "the messages are not a JSON array";
+  common::JsonParseFailure failure = common::JsonParseFailure::kNone;
+  const common::StatusOr<nlohmann::json> parsed = common::ParseJsonBounded(text, "the messages", &failure);
+  if (failure == common::JsonParseFailure::kTooDeep) return parsed.status().message();
+  if (!parsed.ok() || !parsed->is_array()) return "the messages are not a JSON array";
+  const nlohmann::json& array = *parsed;
   for (const nlohmann::json& object : array) {
     const auto text_field = [&](const char* key, bool required, std::string& out) {
       const auto it = object.find(key);

@@ -2,6 +2,7 @@
 
 #include <nlohmann/json.hpp>
 
+#include "common/bounded_json.h"
 #include "daemon/text/json_diagnostics.h"
 
 namespace niels::daemon::text {
@@ -54,8 +55,11 @@ common::Status ReadChatTemplate(const JsonErrors& errors, const Json& config, Bp
 
 common::Status ApplyTokenizerConfigJson(std::string_view json, std::string_view source, BpeSpec* spec) {
   const JsonErrors errors(source);
-  Json config = Json::parse(json, nullptr, /*allow_exceptions=*/false);
-  if (config.is_discarded()) return JsonSyntaxError(json, source, "invalid JSON");
+  common::JsonParseFailure failure = common::JsonParseFailure::kNone;
+  common::StatusOr<Json> parsed = common::ParseJsonBounded(json, source, &failure);
+  if (failure == common::JsonParseFailure::kSyntax) return JsonSyntaxError(json, source, "invalid JSON");
+  if (!parsed.ok()) return parsed.status();
+  const Json& config = *parsed;
   if (!config.is_object()) return errors.Invalid("tokenizer_config", "expected an object");
   NIELS_RETURN_IF_ERROR(ReadSpecialName(errors, config, "bos_token", *spec, &spec->special.bos));
   NIELS_RETURN_IF_ERROR(ReadSpecialName(errors, config, "eos_token", *spec, &spec->special.eos));

@@ -7,6 +7,7 @@
 
 #include <fmt/format.h>
 
+#include "common/bounded_json.h"
 #include "daemon/text/bpe_tokenizer.h"
 #include "daemon/text/json_diagnostics.h"
 #include "daemon/text/tokenizer_config.h"
@@ -371,9 +372,16 @@ common::StatusOr<BpeSpec> FromRoot(const JsonErrors& errors, element root_value)
 
 // `padded`: json is followed by simdjson::SIMDJSON_PADDING readable bytes (no copy needed).
 common::StatusOr<BpeSpec> ParseTokenizerJson(std::string_view json, std::string_view source, bool padded) {
+  // The depth limit every JSON file of a model shares (common/bounded_json.h), kept by simdjson as
+  // it parses; the capacity grows to the text as needed and keeps the limit.
   simdjson::dom::parser parser;
+  if (parser.allocate(json.size(), common::kMaxJsonNesting) != simdjson::SUCCESS) {
+    return common::Status::ResourceExhausted(fmt::format("{}: cannot allocate the parser for {} bytes", source,
+                                                         json.size()));
+  }
   element root;
   const auto code = parser.parse(json.data(), json.size(), !padded).get(root);
+  if (code == simdjson::DEPTH_ERROR) return common::JsonNestingError(source);
   if (code != simdjson::SUCCESS) return JsonSyntaxError(json, source, simdjson::error_message(code));
   return FromRoot(JsonErrors(source), root);
 }

@@ -60,4 +60,30 @@ class Rng {
   uint64_t state_;
 };
 
+// The deepest nesting of brackets outside strings in `text`: its nesting of arrays and objects
+// when it is JSON, counted independently of any JSON parser.
+inline int JsonBracketDepth(std::string_view text) {
+  int depth = 0, deepest = 0;
+  bool in_string = false, escaped = false;
+  for (char c : text) {
+    if (in_string) {
+      if (escaped) {
+        escaped = false;
+      } else if (c == '\\') {
+        escaped = true;
+      } else if (c == '"') {
+        in_string = false;
+      }
+    } else if (c == '"') {
+      in_string = true;
+    } else if (c == '[' || c == '{') {
+      deepest = deepest > depth + 1 ? deepest : depth + 1;
+      ++depth;
+    } else if (c == ']' || c == '}') {
+      --depth;
+    }
+  }
+  return deepest;
+}
+
 }  // namespace niels::fuzz

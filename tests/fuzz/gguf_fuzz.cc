@@ -87,8 +87,8 @@ void ReadAllMetadata(const formats::GgufFile& f) {
     (void)f.GetInt(kv.key);
     (void)f.GetFloat(kv.key);
     (void)f.GetStringArray(kv.key);
-    (void)f.GetIntArray(kv.key);
-    (void)f.GetFloatArray(kv.key);
+    (void)f.GetIntArray(kv.key, kv.value.count);
+    (void)f.GetFloatArray(kv.key, kv.value.count);
     if (kv.value.type == GgufValueType::kArray) {
       uint64_t size = 12;
       for (const GgufValue& e : f.ArrayElements(kv.value)) size += e.size;

@@ -324,6 +324,9 @@ def main():
     gguf_seeds()
     quantize_seeds()
     grammar_seeds()
+    tokenizer_config_seeds()
+    hf_index_seeds()
+    state_files_seeds()
 
 
 def grammar_seeds():
@@ -377,6 +380,88 @@ def grammar_seeds():
     g("schema_allof_doubling", True, json.dumps({"$ref": "#/$defs/d0", "$defs": defs}), "{}")
     g("gbnf_chain", False, 'root ::= r1 "a"\n' + "".join(f'r{i} ::= r{i + 1} "a" | "b" r{i + 1}\n' for i in range(1, 300))
       + 'r300 ::= "a"\n', "b" * 10 + "a" * 20)
+
+
+def nested(depth):
+    return "[" * depth + "]" * depth
+
+
+def tokenizer_config_seeds():
+    """tokenizer_config: the file's text (tokenizer_config_fuzz.cc's vocabulary)."""
+    t = "tokenizer_config"
+    write(t, "qwen", json.dumps({
+        "add_bos_token": False, "bos_token": None, "eos_token": "<|im_end|>", "pad_token": "<|endoftext|>",
+        "model_max_length": 131072, "added_tokens_decoder": {"151643": {"content": "<|endoftext|>", "special": True}},
+        "chat_template": "{% for m in messages %}<|im_start|>{{ m.role }}\n{{ m.content }}<|im_end|>\n{% endfor %}"},
+        indent=2))
+    write(t, "llama", '{"bos_token": "<|begin_of_text|>", "eos_token": {"content": "<|eot_id|>", "lstrip": false, '
+          '"__type": "AddedToken"}, "add_bos_token": true, "model_max_length": 1000000000000000019884624838656, '
+          '"chat_template": [{"name": "tool_use", "template": "x"}, {"name": "default", "template": "{{ bos_token }}"}]}')
+    write(t, "unknown_token", '{"eos_token": "<nope>", "pad_token": 7}')
+    write(t, "syntax_error", '{"bos_token": "<|begin_of_text|>",\n "chat_template": [1,')
+    write(t, "nested_at_limit", '{"extra": %s}' % nested(127))
+    write(t, "nested_past_limit", '{"chat_template": %s}' % nested(128))
+
+
+def hf_index_seeds():
+    """hf_index: the index's text; the valid ones (valid_index, reordered_index) are written by the
+    target itself (NIELS_FUZZ_WRITE_SEEDS), since they name the tiny model's tensors."""
+    t = "hf_index"
+    write(t, "not_a_file_name", json.dumps({"weight_map": {"a": "../model-00001-of-00003.safetensors", "b": "x/y"}}))
+    write(t, "missing_shard", json.dumps({"metadata": {"total_size": 1}, "weight_map": {"model.norm.weight": "nowhere.safetensors"}}))
+    write(t, "empty_map", '{"weight_map": {}}')
+    write(t, "not_strings", '{"weight_map": {"model.norm.weight": 3, "lm_head.weight": null}}')
+    write(t, "nested_past_limit", '{"weight_map": {"model.norm.weight": %s}}' % nested(127))
+
+
+def state_files_seeds():
+    """state_files: see state_files_fuzz.cc for the layout."""
+    t = "state_files"
+
+    def spill_range(layer, kind, begin, count, heads, head_dim, element):
+        data = bytes((layer * 31 + kind * 7 + begin + i) % 251 for i in range(heads * count * head_dim * element))
+        return struct.pack("<IIQQ", layer, kind, begin, count) + data
+
+    # Whole-cache ranges: 2 layers, 2 heads, head dim 4, 5 positions, f32; the harness writes the
+    # header and the checksum (flags 0x06).
+    body = b"".join(spill_range(l, k, 0, 5, 2, 4, 4) for l in range(2) for k in range(2))
+    write(t, "spill_whole_cache", bytes([0x06, 1, 1, 3, 5]) + body)
+    # Blocks of 3 positions, keys and values interleaved, with an empty range: 1 layer, 1 head,
+    # head dim 2, 7 positions, f16 (flags 0x0e).
+    blocks = []
+    for begin in (0, 3, 6):
+        count = min(3, 7 - begin)
+        for k in (0, 1):
+            blocks.append(spill_range(0, k, begin, count, 1, 2, 2))
+    blocks.insert(2, spill_range(0, 1, 7, 0, 1, 2, 2))
+    write(t, "spill_blocks_f16", bytes([0x0E, 0, 0, 1, 7]) + b"".join(blocks))
+    # No positions: no ranges.
+    write(t, "spill_empty", bytes([0x06, 2, 0, 0, 0]))
+    # A whole file as the reader sees it (header given, checksum wrong): flags 0.
+    header = b"NIELSKV\0" + struct.pack("<IIIIIIQQ", 1, 1, 1, 1, 1, 0, 1, 0) + b"0123456789abcdef0123456789abcdef"
+    write(t, "spill_raw_bad_checksum", bytes([0x00, 0, 0, 0, 1]) + header + spill_range(0, 0, 0, 1, 1, 1, 4) +
+          spill_range(0, 1, 0, 1, 1, 1, 4) + b"\0" * 8)
+
+    def row(flags, system_end, tokens, turns, messages=b"", sizes=None):
+        out = bytes([flags]) + struct.pack("<H", system_end & 0xFFFF)
+        if sizes is not None:
+            out += struct.pack("<HH", *sizes)
+        token_blob = b"".join(struct.pack("<i", x) for x in tokens)
+        turn_blob = b"".join(struct.pack("<qq", a, b) for a, b in turns)
+        return out + struct.pack("<H", len(token_blob)) + token_blob + struct.pack("<H", len(turn_blob)) + turn_blob + messages
+
+    # Token-native: a 3-token system prompt and two turns; messages NULL (flags 0x07).
+    tokens = [100, 101, 102] + list(range(5)) + list(range(1000, 1006)) + [-7]
+    write(t, "row_turns", row(0x07, 3, tokens, [(3, 8), (8, 14)]))
+    # A conversation (flags 0x05: sizes computed).
+    chat = json.dumps([{"role": "user", "content": "Gr\u00fc\u00dfe \"q\"\n"},
+                       {"role": "assistant", "content": "hello", "reasoning": "first <think>"}]).encode()
+    write(t, "row_messages", row(0x05, 2, [1, 2, 3, 4, 5, 6], [], chat))
+    # Sizes that do not match the blobs (flags 0x03: given, messages NULL).
+    write(t, "row_wrong_sizes", row(0x03, 0, [1, 2, 3], [(0, 3)], sizes=(99, 1)))
+    # Turns out of order, and a conversation nested past the limit.
+    write(t, "row_bad_turns", row(0x07, 0, [1, 2, 3, 4], [(2, 4), (0, 2)]))
+    write(t, "row_nested_messages", row(0x05, 0, [1], [], nested(129).encode()))
 
 
 if __name__ == "__main__":

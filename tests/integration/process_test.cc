@@ -39,6 +39,25 @@ TEST_F(ProcessTest, BadModelDirIsOneClearLineAndExitCode1) {
   EXPECT_FALSE(std::filesystem::exists(socket_path()));  // the bound socket was removed again
 }
 
+// A model directory whose config.json holds a value nested 200,000 levels deep where an integer
+// belongs: one line naming the file and the limit, exit code 1. (nielsd died of SIGSEGV, exit 139,
+// in a recursive dump of the value for its error message.)
+TEST_F(ProcessTest, DeeplyNestedConfigIsOneClearLineAndExitCode1) {
+  std::string config = testing::ReadFile(model_dir() / "config.json");
+  config.erase(config.find_last_of('}'));
+  testing::WriteFile(model_dir() / "config.json",
+                     config + ", \"V\": " + std::string(200'000, '[') + std::string(200'000, ']') + "}");
+  testing::DaemonProcessOptions options = DaemonOptions();
+  options.wait_until_listening = false;
+  auto daemon = testing::DaemonProcess::Start(options);
+  std::optional<int> code = daemon->Wait(milliseconds(30000));
+  ASSERT_TRUE(code.has_value());
+  EXPECT_EQ(*code, 1) << daemon->log();
+  EXPECT_NE(daemon->log().find((model_dir() / "config.json").string() + ": nested deeper than 128 levels"),
+            std::string::npos)
+      << daemon->log();
+}
+
 TEST_F(ProcessTest, StaleSocketFileIsReplaced) {
   MakeStaleSocket(socket_path());
   ASSERT_TRUE(std::filesystem::is_socket(socket_path()));

@@ -30,7 +30,7 @@ StatusOr<int64_t> CountKey(const GgufFile& file, const std::string& key, int64_t
   }
   int64_t value = 0;
   if (kv->value.type == formats::GgufValueType::kArray) {
-    StatusOr<std::vector<int64_t>> values = file.GetIntArray(key);
+    StatusOr<std::vector<int64_t>> values = file.GetIntArray(key, GgufTensorSource::kMaxLayers);  // one per layer
     if (!values.ok()) return Invalid(file, values.status().message());
     value = values->empty() ? 0 : values->front();
   } else {

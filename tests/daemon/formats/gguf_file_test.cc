@@ -105,9 +105,9 @@ TEST_F(GgufRoundTripTest, EveryMetadataType) {
   EXPECT_EQ(*f->GetString("empty"), "");
   EXPECT_EQ(*f->GetStringArray("tokens"),
             (std::vector<std::string_view>{"a", "", "\xc4\xa0the", std::string_view("n\0ul", 4)}));
-  EXPECT_EQ(*f->GetIntArray("types"), (std::vector<int64_t>{1, -2, 3}));
-  EXPECT_EQ(*f->GetFloatArray("scores"), (std::vector<double>{0.5, -1.25}));
-  EXPECT_EQ(f->GetIntArray("u64s").status().code(), StatusCode::kInvalidArgument);  // ~0 > int64
+  EXPECT_EQ(*f->GetIntArray("types", 3), (std::vector<int64_t>{1, -2, 3}));
+  EXPECT_EQ(*f->GetFloatArray("scores", 2), (std::vector<double>{0.5, -1.25}));
+  EXPECT_EQ(f->GetIntArray("u64s", 100).status().code(), StatusCode::kInvalidArgument);  // ~0 > int64
 
   const GgufKeyValue* nested = f->FindKey("nested");
   ASSERT_NE(nested, nullptr);
@@ -149,8 +149,8 @@ TEST_F(GgufRoundTripTest, AccessorsNameMissingKeysAndWrongTypes) {
   auto not_strings = f->GetStringArray("ints");
   EXPECT_NE(not_strings.status().message().find("ARRAY of INT32, expected an ARRAY of STRING"), std::string::npos)
       << not_strings.status().message();
-  EXPECT_EQ(f->GetFloatArray("ints").status().code(), StatusCode::kInvalidArgument);
-  EXPECT_EQ(f->GetIntArray("name").status().code(), StatusCode::kInvalidArgument);
+  EXPECT_EQ(f->GetFloatArray("ints", 100).status().code(), StatusCode::kInvalidArgument);
+  EXPECT_EQ(f->GetIntArray("name", 100).status().code(), StatusCode::kInvalidArgument);
 }
 
 TEST_F(GgufRoundTripTest, TensorsOfPlainAndBlockTypesAtEveryAlignment) {

@@ -132,6 +132,39 @@ TEST_F(GgufMalformedTest, HugeCounts) {
   ExpectRefused(RawGguf().Header(0, 1).Str("k").U32(9).U32(8).U64(2).Str("x").U64(1000).bytes(), {"key \"k\"[1]"});
 }
 
+// An array's claimed count is bounded by the bytes the file has left (at Open): 2^40 INT8s in a
+// file of a few dozen bytes are refused before anything is allocated. GetIntArray and GetFloatArray
+// widen every element to 8 bytes (an INT8 array of N bytes becomes 8 N), so they also take the
+// count the caller can use and refuse a longer array before allocating: the result is at most 8 x
+// max_count bytes, whatever the file holds.
+TEST_F(GgufMalformedTest, WideningArraysAreBoundedByTheFileAndByTheCaller) {
+  ExpectRefused(RawGguf().Header(0, 1).Str("k").U32(9).U32(1).U64(uint64_t{1} << 40).Bytes(std::string(16, '\1')).bytes(),
+                {"key \"k\"", "array of 1099511627776 INT8", "but the file ends 16 bytes later"});
+  constexpr uint64_t kCount = 1'000'000;
+  const auto path = dir_ / "wide.gguf";
+  testing::WriteFile(path, RawGguf()
+                               .Header(0, 2)
+                               .Str("int8s").U32(9).U32(1).U64(kCount).Bytes(std::string(kCount, '\x7f'))
+                               .Str("f32s").U32(9).U32(6).U64(kCount).Bytes(std::string(4 * kCount, '\0'))
+                               .bytes());
+  auto f = GgufFile::Open(path);
+  ASSERT_TRUE(f.ok()) << f.status().ToString();
+  const auto ints = (*f)->GetIntArray("int8s", 1000);
+  EXPECT_EQ(ints.status().code(), StatusCode::kInvalidArgument);
+  EXPECT_EQ(ints.status().message(), path.string() + ": key \"int8s\" holds 1000000 elements, more than the 1000 expected");
+  const auto floats = (*f)->GetFloatArray("f32s", kCount - 1);
+  EXPECT_EQ(floats.status().message(),
+            path.string() + ": key \"f32s\" holds 1000000 elements, more than the 999999 expected");
+  // At the caller's count: every element.
+  const auto all_ints = (*f)->GetIntArray("int8s", kCount);
+  ASSERT_TRUE(all_ints.ok()) << all_ints.status().ToString();
+  EXPECT_EQ(all_ints->size(), kCount);
+  EXPECT_EQ(all_ints->back(), 127);
+  const auto all_floats = (*f)->GetFloatArray("f32s", kCount);
+  ASSERT_TRUE(all_floats.ok()) << all_floats.status().ToString();
+  EXPECT_EQ(all_floats->size(), kCount);
+}
+
 TEST_F(GgufMalformedTest, BadValues) {
   ExpectRefused(RawGguf().Header(0, 1).Str("k").U32(13).U32(0).bytes(), {"key \"k\"", "unknown value type 13"});
   ExpectRefused(RawGguf().Header(0, 1).Str("k").U32(9).U32(99).U64(0).bytes(), {"unknown array element type 99"});

@@ -200,13 +200,13 @@ TEST_F(GgufReferenceTest, ReadsNielsExportFiles) {
             for (size_t j = 0; j < got->size(); ++j)
               EXPECT_EQ((*got)[j], e[2][1][j].get<std::string>()) << key << j;
           } else if (etype == static_cast<uint32_t>(GgufValueType::kFloat32)) {
-            auto got = f.GetFloatArray(key);
+            auto got = f.GetFloatArray(key, e[2][1].size());
             ASSERT_TRUE(got.ok());
             ASSERT_EQ(got->size(), e[2][1].size());
             for (size_t j = 0; j < got->size(); ++j)
               EXPECT_EQ((*got)[j], static_cast<double>(e[2][1][j].get<float>()));
           } else {
-            auto got = f.GetIntArray(key);
+            auto got = f.GetIntArray(key, e[2][1].size());
             ASSERT_TRUE(got.ok());
             EXPECT_EQ(*got, e[2][1].get<std::vector<int64_t>>()) << key;
           }

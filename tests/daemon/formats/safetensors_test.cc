@@ -4,6 +4,7 @@
 #include <cstring>
 #include <random>
 
+#include <fmt/format.h>
 #include <gmock/gmock.h>
 #include <gtest/gtest.h>
 
@@ -152,6 +153,53 @@ TEST_F(SafetensorsTest, InvalidHeaderJson) {
   const std::string header = R"({"w":{"dtype":"F32","shape":[2],"data_offsets":[0,8])";
   niels::testing::WriteRawSafetensors(Path(), header, FloatBytes({1, 2}));
   ExpectInvalid({"header is not valid JSON"});
+}
+
+// A header nested 200,000 levels deep is refused while it is parsed (the limit every JSON file of
+// a model shares); 128 levels are only data (an unknown __metadata__ value).
+TEST_F(SafetensorsTest, HeaderNestedPastTheLimitIsRefused) {
+  const auto deep = [](size_t depth) { return std::string(depth, '[') + std::string(depth, ']'); };
+  for (size_t depth : {size_t{128}, size_t{200'000}}) {
+    SCOPED_TRACE(depth);
+    niels::testing::WriteRawSafetensors(Path(), R"({"w":{"dtype":"F32","shape":)" + deep(depth) + R"(,"data_offsets":[0,8]}})",
+                                        FloatBytes({1, 2}));
+    ExpectInvalid({": header: nested deeper than 128 levels"});
+  }
+  niels::testing::WriteRawSafetensors(
+      Path(), R"({"__metadata__":{"x":)" + deep(126) + R"(},"w":{"dtype":"F32","shape":[2],"data_offsets":[0,8]}})",
+      FloatBytes({1, 2}));
+  auto file = SafetensorsFile::Open(Path());
+  ASSERT_TRUE(file.ok()) << file.status().ToString();
+  EXPECT_NE((*file)->Find("w"), nullptr);
+}
+
+// Find goes through an index by name built once at Open (one hash lookup each, O(1) expected; it
+// was a scan of every tensor, so finding each of n tensors cost n^2 / 2 name comparisons): every
+// one of 20,000 tensors is found as itself, in any order, and names that are not there (prefixes,
+// extensions, the metadata key) are not.
+TEST_F(SafetensorsTest, FindLooksEveryTensorUpByName) {
+  constexpr int kTensors = 20'000;
+  std::string header = R"({"__metadata__":{"format":"pt"})";
+  for (int i = 0; i < kTensors; ++i) {
+    header += fmt::format(R"(,"layer.{}.w":{{"dtype":"F32","shape":[1],"data_offsets":[{},{}]}})", i, 4 * i, 4 * i + 4);
+  }
+  header += "}";
+  std::vector<float> values(kTensors);
+  for (int i = 0; i < kTensors; ++i) values[i] = static_cast<float>(i);
+  niels::testing::WriteRawSafetensors(Path(), header, FloatBytes(values));
+  auto file = SafetensorsFile::Open(Path());
+  ASSERT_TRUE(file.ok()) << file.status().ToString();
+  ASSERT_EQ((*file)->tensors().size(), size_t{kTensors});
+  for (int i = kTensors - 1; i >= 0; --i) {
+    const SafetensorsTensorInfo* info = (*file)->Find(fmt::format("layer.{}.w", i));
+    ASSERT_NE(info, nullptr) << i;
+    EXPECT_EQ(info->name, fmt::format("layer.{}.w", i));
+    EXPECT_EQ(info->begin, uint64_t(4 * i));
+    EXPECT_EQ(Floats(**file, *info), std::vector<float>{static_cast<float>(i)});
+  }
+  for (const char* absent : {"layer.1", "layer.1.w.x", "layer.20000.w", "__metadata__", "", "ayer.1.w"}) {
+    EXPECT_EQ((*file)->Find(absent), nullptr) << absent;
+  }
 }
 
 TEST_F(SafetensorsTest, MalformedEntries) {

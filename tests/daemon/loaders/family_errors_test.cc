@@ -147,6 +147,64 @@ TEST_F(FamilyErrorsTest, HfWithoutTokenizer) {
   EXPECT_NE(model.status().message().find("tokenizer.json"), std::string::npos) << model.status().message();
 }
 
+// Each JSON file of the directory with a value nested 200,000 levels deep where a number, an id
+// list, a template or a map belongs: refused while parsing, naming the file and the limit. (Before
+// the limit, config.json's and generation_config.json's error messages dumped the value recursively
+// and overflowed the stack: nielsd died of SIGSEGV at load.)
+TEST_F(FamilyErrorsTest, HfDeeplyNestedJsonIsRefusedWhileParsing) {
+  constexpr size_t kDepth = 200'000;
+  const std::string deep = std::string(kDepth, '[') + std::string(kDepth, ']');
+  // `file`'s JSON text with `key` (the last one, so it wins) set to the deep value.
+  const auto with_deep_key = [&](const nlohmann::json& valid, const std::string& key) {
+    std::string text = valid.dump();
+    text.pop_back();  // the closing brace
+    return text + ",\"" + key + "\": " + deep + "}";
+  };
+  const struct {
+    const char* file;
+    const char* key;
+    int shards;
+  } cases[] = {{"config.json", "hidden_size", 1},
+               {"generation_config.json", "eos_token_id", 1},
+               {"tokenizer_config.json", "chat_template", 1},
+               {"tokenizer.json", "model", 1},
+               {"model.safetensors.index.json", "weight_map", 3}};
+  for (const auto& c : cases) {
+    SCOPED_TRACE(c.file);
+    testing::HfModelFiles files = testing::MakeHfModel(config_, weights_);
+    const std::filesystem::path dir = dir_ / ("deep" + std::to_string(count_++));
+    files.Write(dir, c.shards);
+    const std::filesystem::path path = dir / c.file;
+    niels::testing::WriteFile(path, with_deep_key(nlohmann::json::parse(niels::testing::ReadFile(path)), c.key));
+    ExpectRefused(dir, {.mentions = {path.string() + ": nested deeper than 128 levels"}});
+  }
+  // Nesting up to the limit is only data: an unknown key of config.json nested 127 levels (128
+  // with the file's own object) loads.
+  const auto dir = Hf([](auto&) {});
+  const std::filesystem::path path = dir / "config.json";
+  std::string text = niels::testing::ReadFile(path);
+  text.erase(text.find_last_of('}'));
+  niels::testing::WriteFile(path, text + ",\"deep_but_allowed\": " + std::string(127, '[') + std::string(127, ']') + "}");
+  EXPECT_TRUE(LoadModel(dir).ok());
+}
+
+// A shard name that is not a plain file name of the directory, and a key of a megabyte whose value
+// is not a name: the messages quote both, at most 80 bytes each.
+TEST_F(FamilyErrorsTest, HfIndexNamesOnlyFilesOfTheDirectoryAndIsQuotedBounded) {
+  const auto dir = Hf([](auto&) {}, 3);
+  const std::filesystem::path index = dir / "model.safetensors.index.json";
+  niels::testing::WriteFile(index, R"({"weight_map": {"model.norm.weight": "../model-00001-of-00003.safetensors"}})");
+  ExpectRefused(dir, {.mentions = {index.string() + ": weight_map[\"model.norm.weight\"] = "
+                                   "\"../model-00001-of-00003.safetensors\" is not a file name in this directory"}});
+  niels::testing::WriteFile(index, R"({"weight_map": {")" + std::string(1 << 20, 'k') + R"(": 7}})");
+  auto model = LoadModel(dir);
+  ASSERT_FALSE(model.ok());
+  EXPECT_NE(model.status().message().find(index.string() + ": weight_map[\"kkk"), std::string::npos)
+      << model.status().message().substr(0, 300);
+  EXPECT_NE(model.status().message().find("...] must be a file name"), std::string::npos);
+  EXPECT_LT(model.status().message().size(), index.string().size() + 200);
+}
+
 TEST_F(FamilyErrorsTest, GgufMissingTensor) {
   const auto path = Gguf([](testing::GgufModelFiles& f) {
     std::erase_if(f.tensors, [](const auto& t) { return t.file.name == "blk.1.ffn_down.weight"; });

@@ -170,3 +170,14 @@ TEST(ConfigTest, NumberTooLargeForADoubleIsAnErrorNotACrash) {
     EXPECT_NE(c.status().message().find("config.json: invalid JSON"), std::string::npos) << c.status().message();
   }
 }
+
+// A value nested 200,000 levels deep where an integer belongs: the error message once dumped the
+// value recursively and overflowed the stack (SIGSEGV at load). Nesting is now refused while parsing.
+TEST(ConfigTest, DeeplyNestedValueIsRefusedWhileParsing) {
+  constexpr size_t kDepth = 200'000;
+  const std::string deep = std::string(kDepth, '[') + std::string(kDepth, ']');
+  auto c = niels::daemon::model::ParseModelConfig(R"({"V": )" + deep + "}", "/models/x/config.json");
+  ASSERT_FALSE(c.ok());
+  EXPECT_EQ(c.status().code(), niels::common::StatusCode::kInvalidArgument);
+  EXPECT_EQ(c.status().message(), "/models/x/config.json: nested deeper than 128 levels");
+}

@@ -325,6 +325,35 @@ TEST(SessionDbTest, VersionOneDatabaseMigratesAndThenKeepsConversations) {
   EXPECT_THAT(damaged.status().message(), HasSubstr("damaged"));
 }
 
+// A stored conversation nested 200,000 levels deep (a damaged or hostile database) is refused
+// while it is parsed, naming the limit; one within the limit but not a conversation is refused as
+// before.
+TEST(SessionDbTest, DeeplyNestedMessagesAreRefusedWhileParsed) {
+  testing::TempDir dir;
+  const fs::path path = dir / "sessions.db";
+  StoredSession chat = MakeSession("chat", 1, 2.0, 0);
+  chat.history.messages = {{"user", "hi", ""}, {"assistant", "hello", ""}};
+  chat.summary.turn_count = 1;
+  {
+    auto db = OpenOrDie(path);
+    ASSERT_TRUE(db);
+    ASSERT_TRUE(db->Insert(chat).ok());
+  }
+  const std::string deep = std::string(200'000, '[') + std::string(200'000, ']');
+  RawExec(path, "UPDATE sessions SET messages = '" + deep + "' WHERE id = 'chat'");
+  auto db = OpenOrDie(path);
+  ASSERT_TRUE(db);
+  const auto damaged = db->Load("chat");
+  EXPECT_EQ(damaged.status().code(), StatusCode::kInternal);
+  EXPECT_EQ(damaged.status().message(), "stored session chat is damaged: the messages: nested deeper than 128 levels");
+  db.reset();
+  RawExec(path, "UPDATE sessions SET messages = '[" + std::string(127, '[') + std::string(127, ']') + "]' WHERE id = 'chat'");
+  db = OpenOrDie(path);
+  ASSERT_TRUE(db);
+  EXPECT_EQ(db->Load("chat").status().message(),
+            "stored session chat is damaged: message 0 is not an object with string role and content");
+}
+
 TEST(SessionDbTest, FailedMigrationRollsBackCompletely) {
   testing::TempDir dir;
   const fs::path path = dir / "sessions.db";

@@ -170,6 +170,31 @@ TEST(TokenizerJsonTest, SyntaxErrorsNameLineAndColumn) {
   EXPECT_NE(nested.status().message().find("deep.json"), std::string::npos);
 }
 
+// tokenizer.json (simdjson) and tokenizer_config.json (nlohmann-json) refuse nesting past the
+// limit every JSON file of a model shares, with the same message; the limit itself is accepted.
+TEST(TokenizerJsonTest, NestingPastTheLimitIsRefusedWithTheSharedMessage) {
+  const auto deep = [](size_t depth) { return std::string(depth, '[') + std::string(depth, ']'); };
+  for (size_t depth : {size_t{129}, size_t{200'000}}) {
+    SCOPED_TRACE(depth);
+    const auto nested = BpeSpecFromTokenizerJson(deep(depth), "deep.json");
+    ASSERT_FALSE(nested.ok());
+    EXPECT_EQ(nested.status().message(), "deep.json: nested deeper than 128 levels");
+    // One level of the file's own object: 128 + 1 brackets inside it.
+    auto spec = Parse(SmallTokenizer());
+    ASSERT_TRUE(spec.ok());
+    const auto config = ApplyTokenizerConfigJson(R"({"chat_template": )" + deep(depth) + "}", "cfg.json", &*spec);
+    EXPECT_EQ(config.message(), "cfg.json: nested deeper than 128 levels");
+  }
+  // At the limit: tokenizer.json's own object holding an unknown key nested 127 levels reads.
+  json doc = SmallTokenizer();
+  std::string text = doc.dump();
+  text.pop_back();
+  EXPECT_TRUE(BpeSpecFromTokenizerJson(text + R"(, "extra": )" + deep(127) + "}", "tok.json").ok());
+  auto spec = Parse(SmallTokenizer());
+  ASSERT_TRUE(spec.ok());
+  EXPECT_TRUE(ApplyTokenizerConfigJson(R"({"extra": )" + deep(127) + "}", "cfg.json", &*spec).ok());
+}
+
 TEST(TokenizerJsonTest, ReadsTokenizerConfig) {
   auto spec = Parse(SmallTokenizer());
   ASSERT_TRUE(spec.ok());
