@@ -11,6 +11,7 @@ namespace niels::common {
 namespace {
 
 constexpr StatusCode kLength = StatusCode::kInvalidArgument;
+constexpr StatusCode kWork = StatusCode::kResourceExhausted;
 
 // In BudgetId order (checked below).
 constexpr std::array<Budget, static_cast<size_t>(BudgetId::kCount)> kBudgets = {{
@@ -27,6 +28,18 @@ constexpr std::array<Budget, static_cast<size_t>(BudgetId::kCount)> kBudgets = {
      "CreateSessionRequest.system_prompt, encoded on the engine thread"},
     {BudgetId::kDetokenizeIds, "detokenize_ids", "ids", 0, 0, kDetokenizeIdsLimit, kLength,
      "DetokenizeRequest.ids, decoded on the engine thread"},
+    {BudgetId::kSchemaCompileSteps, "schema_compile_steps", "steps", kSchemaCompileStepsPerByte, 0,
+     kSchemaCompileStepsFixed, kWork, "compiling a Constraint.json_schema to GBNF, per byte of the schema"},
+    {BudgetId::kGrammarCompileSteps, "grammar_compile_steps", "steps", kGrammarCompileStepsPerByte, 0,
+     kGrammarCompileStepsFixed, kWork, "compiling a GBNF grammar (given, or generated from a schema), per byte of it"},
+    {BudgetId::kMatcherStepsPerToken, "matcher_steps_per_token", "steps", 0, kMatcherStepsPerToken,
+     kMatcherStepsPerToken, kWork, "the grammar matcher's steps for each generated token (and the start state)"},
+    {BudgetId::kMatcherMemoryBytes, "matcher_memory_bytes", "bytes", 0, 0, kMatcherMemoryBytes, kWork,
+     "memory one constrained request's grammar matcher holds"},
+    {BudgetId::kCompileQueue, "compile_queue", "requests", 0, 0, kCompileQueueLimit, kWork,
+     "constraints queued or compiling on the compile worker, all users"},
+    {BudgetId::kCompileQueuePerUid, "compile_queue_per_uid", "requests", 0, 0, kCompileQueuePerUidLimit, kWork,
+     "constraints of one user queued or compiling (one compiles at a time)"},
 }};
 
 constexpr bool InIdOrder() {

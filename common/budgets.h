@@ -34,6 +34,19 @@ inline constexpr size_t kGbnfBytesLimit = size_t{256} << 10;       // Constraint
 inline constexpr size_t kTokenizeTextBytesLimit = size_t{128} << 10;
 inline constexpr size_t kSystemPromptBytesLimit = size_t{128} << 10;
 inline constexpr size_t kDetokenizeIdsLimit = size_t{1} << 16;
+// The constraint compilers' work units (daemon/grammar/rule_set.h, WorkMeter): JSON Schema -> GBNF
+// and GBNF -> grammar, each a x its input's bytes + b.
+inline constexpr uint64_t kSchemaCompileStepsPerByte = 256;
+inline constexpr uint64_t kSchemaCompileStepsFixed = 1'000'000;
+inline constexpr uint64_t kGrammarCompileStepsPerByte = 64;
+inline constexpr uint64_t kGrammarCompileStepsFixed = 2'000'000;
+// The grammar matcher (daemon/grammar/matcher_core.h, MatcherLimits): steps in one generated
+// token's window (the start state's window too: fixed) and the bytes it holds.
+inline constexpr uint64_t kMatcherStepsPerToken = 250'000;
+inline constexpr size_t kMatcherMemoryBytes = size_t{64} << 20;
+// The compile worker (daemon/handlers/compile_worker.h): constraints queued or compiling.
+inline constexpr size_t kCompileQueueLimit = 64;
+inline constexpr size_t kCompileQueuePerUidLimit = 16;
 
 enum class BudgetId : uint8_t {
   kBannedIds,          // Sampling.banned_ids of one request: at most the vocabulary size
@@ -43,6 +56,12 @@ enum class BudgetId : uint8_t {
   kTokenizeTextBytes,  // TokenizeRequest.text
   kSystemPromptBytes,  // CreateSessionRequest.system_prompt
   kDetokenizeIds,      // DetokenizeRequest.ids
+  kSchemaCompileSteps,   // the JSON Schema compiler's work on one schema
+  kGrammarCompileSteps,  // the GBNF compiler's work on one grammar (a schema's generated one too)
+  kMatcherStepsPerToken, // the grammar matcher's work per generated token
+  kMatcherMemoryBytes,   // the memory one request's grammar matcher holds
+  kCompileQueue,         // constraints queued or compiling, all users
+  kCompileQueuePerUid,   // constraints queued or compiling, one user
   kCount,
 };
 

@@ -44,6 +44,10 @@ size_t LoopTableBytes(const Vocabulary::LoopTable& t) {
 MatcherCore::MatcherCore(std::shared_ptr<const CompiledGrammar> grammar, const MatcherLimits& limits)
     : grammar_(std::move(grammar)), limits_(limits) {}
 
+void MatcherCore::FailOver(common::BudgetId budget, std::string_view what) {
+  if (status_.ok()) status_ = common::Refuse(budget, what);
+}
+
 int32_t MatcherCore::Fail(std::string message) {
   if (status_.ok()) status_ = common::Status::ResourceExhausted(std::move(message));
   return kError;
@@ -55,9 +59,9 @@ bool MatcherCore::Charge(uint64_t n) {
   stats_.steps_this_token += n;
   stats_.max_steps_in_a_token = std::max(stats_.max_steps_in_a_token, stats_.steps_this_token);
   if (stats_.steps_this_token <= limits_.max_steps_per_token) return true;
-  Fail(fmt::format("grammar matcher: more than {} steps for one token, the grammar keeps too many "
-                   "parses alive (budget matcher_steps_per_token)",
-                   limits_.max_steps_per_token));
+  FailOver(common::BudgetId::kMatcherStepsPerToken,
+           fmt::format("grammar matcher: more than {} steps for one token, the grammar keeps too many parses alive",
+                       limits_.max_steps_per_token));
   return false;
 }
 
@@ -65,8 +69,8 @@ bool MatcherCore::Hold(size_t bytes) {
   memory_bytes_ += bytes;
   peak_memory_bytes_ = std::max(peak_memory_bytes_, memory_bytes_);
   if (memory_bytes_ <= limits_.max_memory_bytes) return true;
-  Fail(fmt::format("grammar matcher: more than {} bytes held (budget matcher_memory_bytes)",
-                   limits_.max_memory_bytes));
+  FailOver(common::BudgetId::kMatcherMemoryBytes,
+           fmt::format("grammar matcher: more than {} bytes held", limits_.max_memory_bytes));
   return false;
 }
 

@@ -43,6 +43,7 @@
 #include <unordered_set>
 #include <vector>
 
+#include "common/budgets.h"
 #include "common/status.h"
 #include "daemon/grammar/code_point_set.h"
 #include "daemon/grammar/compiled_grammar.h"
@@ -69,10 +70,10 @@ struct MatcherLimits {
   // of CPU (the costliest steps, each making a new stack frame, take ~0.2-0.3 us on the 2-vCPU EPYC
   // guest); the JSON Schemas of the tests need at most ~6,500 per token on Qwen3's 151,936-id
   // vocabulary, an enum of 500 strings ~32,000.
-  uint64_t max_steps_per_token = 250'000;
+  uint64_t max_steps_per_token = common::kMatcherStepsPerToken;
   // Memory budget: estimated bytes the core holds. Default 64 MiB (a JSON Schema generation on
   // Qwen3's vocabulary holds a few MB, most of it cached masks).
-  size_t max_memory_bytes = size_t{64} << 20;
+  size_t max_memory_bytes = common::kMatcherMemoryBytes;
   // Distinct character sets of runs (each a loop table over the vocabulary, one scan of it to
   // build). A state whose run would need another set takes its masks from the trie. Default 8.
   size_t max_run_sets = 8;
@@ -234,6 +235,8 @@ class MatcherCore {
   uint32_t InternFrame(uint32_t pos, uint32_t parent);
   int32_t InternState();  // from scratch_ / scratch_accepting_
   int32_t Fail(std::string message);
+  // Fails with a budget's refusal (common::Refuse: counted, "... (budget NAME)"), unless failed already.
+  void FailOver(common::BudgetId budget, std::string_view what);
 
   std::shared_ptr<const CompiledGrammar> grammar_;
   MatcherLimits limits_;

@@ -8,11 +8,13 @@
 // (WorkMeter below): RESOURCE_EXHAUSTED "... work budget exhausted ...".
 
 #include <cstdint>
+#include <optional>
 #include <string>
 #include <string_view>
 #include <utility>
 #include <vector>
 
+#include "common/budgets.h"
 #include "common/status.h"
 #include "daemon/grammar/code_point_set.h"
 #include "fmt/format.h"
@@ -41,13 +43,13 @@ struct GrammarLimits {
   //
   // "grammar compile work budget": GBNF text -> CompiledGrammar (ParseGbnf + FromRuleSet), at most
   // grammar_work_per_byte x grammar text bytes + grammar_work_base units.
-  uint64_t grammar_work_per_byte = 64;
-  uint64_t grammar_work_base = 2'000'000;
+  uint64_t grammar_work_per_byte = common::kGrammarCompileStepsPerByte;
+  uint64_t grammar_work_base = common::kGrammarCompileStepsFixed;
   // "json schema compile work budget": JSON Schema text -> GBNF text (json_schema.h), at most
   // schema_work_per_byte x schema bytes + schema_work_base units. The GBNF it produces is then
   // compiled under the grammar compile work budget of its own size.
-  uint64_t schema_work_per_byte = 256;
-  uint64_t schema_work_base = 1'000'000;
+  uint64_t schema_work_per_byte = common::kSchemaCompileStepsPerByte;
+  uint64_t schema_work_base = common::kSchemaCompileStepsFixed;
 };
 
 // The work one compilation did, in work units, for tests and statistics. A field stays 0 when
@@ -67,8 +69,9 @@ struct CompileWork {
 // more than 4065536 work units (64 x 1024 input bytes + 4000000)".
 class WorkMeter {
  public:
-  WorkMeter(std::string budget_name, uint64_t per_byte, uint64_t base, size_t input_bytes)
-      : name_(std::move(budget_name)),
+  WorkMeter(common::BudgetId budget, std::string budget_name, uint64_t per_byte, uint64_t base, size_t input_bytes)
+      : budget_id_(budget),
+        name_(std::move(budget_name)),
         per_byte_(per_byte),
         base_(base),
         input_bytes_(input_bytes),
@@ -81,11 +84,14 @@ class WorkMeter {
   bool exhausted() const { return used_ > budget_; }
   uint64_t used() const { return used_; }
   uint64_t budget() const { return budget_; }
+  // The first call after exhaustion counts the refusal (common::Refuse); later calls repeat it.
   common::Status status() const {
     if (!exhausted()) return common::Status::Ok();
-    return common::Status::ResourceExhausted(
-        fmt::format("{} exhausted: more than {} work units ({} x {} input bytes + {})", name_, budget_, per_byte_,
-                    input_bytes_, base_));
+    if (!refusal_) {
+      refusal_ = common::Refuse(budget_id_, fmt::format("{} exhausted: more than {} work units ({} x {} input bytes + {})",
+                                                        name_, budget_, per_byte_, input_bytes_, base_));
+    }
+    return *refusal_;
   }
 
  private:
@@ -94,9 +100,11 @@ class WorkMeter {
     return per_byte * bytes + base;
   }
 
+  common::BudgetId budget_id_;
   std::string name_;
   uint64_t per_byte_, base_, input_bytes_, budget_;
   uint64_t used_ = 0;
+  mutable std::optional<common::Status> refusal_;
 };
 
 struct Symbol {
@@ -124,11 +132,11 @@ struct RuleSet {
 
 // The meters of the two budgets of `limits` for an input of `input_bytes`.
 inline WorkMeter GrammarCompileMeter(const GrammarLimits& limits, size_t input_bytes) {
-  return WorkMeter("grammar compile work budget", limits.grammar_work_per_byte, limits.grammar_work_base,
+  return WorkMeter(common::BudgetId::kGrammarCompileSteps, "grammar compile work budget", limits.grammar_work_per_byte, limits.grammar_work_base,
                    input_bytes);
 }
 inline WorkMeter SchemaCompileMeter(const GrammarLimits& limits, size_t input_bytes) {
-  return WorkMeter("json schema compile work budget", limits.schema_work_per_byte, limits.schema_work_base,
+  return WorkMeter(common::BudgetId::kSchemaCompileSteps, "json schema compile work budget", limits.schema_work_per_byte, limits.schema_work_base,
                    input_bytes);
 }
 

@@ -24,15 +24,15 @@ Status CompileWorker::Submit(Task task) {
     size_t& of_uid = per_uid_[task.uid].tasks;
     Status refused;
     if (waiting_.size() + compiling_.size() >= options_.max_tasks) {
-      refused = Status::ResourceExhausted(fmt::format(
-          "the constraint compile queue is full ({} compiles queued or running, the limit in all); "
-          "try again later",
-          options_.max_tasks));
+      refused = common::Refuse(common::BudgetId::kCompileQueue,
+                               fmt::format("the constraint compile queue is full ({} compiles queued or running, the "
+                                           "limit in all); try again later",
+                                           options_.max_tasks));
     } else if (of_uid >= options_.max_tasks_per_uid) {
-      refused = Status::ResourceExhausted(fmt::format(
-          "uid {} already has {} constraint compiles queued or running, the limit per user (one "
-          "compiles at a time); wait for them to finish",
-          task.uid, options_.max_tasks_per_uid));
+      refused = common::Refuse(common::BudgetId::kCompileQueuePerUid,
+                               fmt::format("uid {} already has {} constraint compiles queued or running, the limit "
+                                           "per user (one compiles at a time); wait for them to finish",
+                                           task.uid, options_.max_tasks_per_uid));
     }
     if (!refused.ok()) {
       if (of_uid == 0) per_uid_.erase(task.uid);

@@ -40,16 +40,17 @@
 #include <thread>
 #include <vector>
 
+#include "common/budgets.h"
 #include "common/status.h"
 
 namespace niels::daemon::handlers {
 
 struct CompileWorkerOptions {
   int threads = 2;                // compiles running at once (of different uids), at least 1
-  size_t max_tasks = 64;          // queued + compiling, in all
+  size_t max_tasks = common::kCompileQueueLimit;          // queued + compiling, in all
   // Queued + compiling of one uid (one compiling, the others waiting): a client's batch of
   // structured requests as large as a decode batch (EngineOptions::max_batch) is taken whole.
-  size_t max_tasks_per_uid = 16;
+  size_t max_tasks_per_uid = common::kCompileQueuePerUidLimit;
   // How often waiting tasks' cancel flags are looked at while no thread is free to take them.
   std::chrono::milliseconds cancel_poll{50};
 };

@@ -280,6 +280,7 @@ TEST(OutputConstraintTest, BannedIdsAndStopIdsActAsSets) {
     EXPECT_EQ(m.tokenizer->Decode(ids), "no") << seed;
     for (int32_t id : result.new_tokens) EXPECT_EQ(std::find(banned.begin(), banned.end(), id), banned.end()) << id;
   }
+}
 
 TEST(OutputConstraintTest, AMatcherBudgetFailsTheCallWithItsName) {
   // Budgets from tiny to enough: past it the turn fails RESOURCE_EXHAUSTED naming the budget,
