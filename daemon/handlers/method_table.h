@@ -15,7 +15,8 @@ struct Method {
   const char* name;  // e.g. "Chat"
   // The session the request names ("" for none): the engine keeps requests on one session in order.
   const std::string& (*session)(const niels::v1::Request& request);
-  // Exactly one of quick and generating is set; prepare and compiles with generating.
+  // Exactly one of quick and generating is set; prepare and compiles only with generating, and
+  // either may be null there (nothing to prepare: an empty Prepared; nothing to compile).
   HandlerResult (*quick)(engine::EngineState& state, server::Job& job, const niels::v1::Request& request);
   engine::TurnResult (*generating)(engine::EngineState& state, const engine::Work& work, server::Job& job,
                                    const niels::v1::Request& request, const Prepared& prepared);

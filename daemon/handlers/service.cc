@@ -67,12 +67,13 @@ void Service::Submit(server::Job submitted) {
       job->Finish(std::move(result).value());
       return Status::Ok();
     };
-  } else if (method->compiles(request)) {
+  } else if (method->compiles != nullptr && method->compiles(request)) {
     StartCompile(std::move(job), method, std::move(work));
     return;
   } else {
     // Nothing to compile (no constraint, any_json, or a malformed one): cheap, done right here.
-    common::StatusOr<Prepared> prepared = method->prepare(request, {});
+    common::StatusOr<Prepared> prepared =
+        method->prepare != nullptr ? method->prepare(request, {}) : common::StatusOr<Prepared>(Prepared{});
     if (!prepared.ok()) {
       job->Fail(prepared.status());
       return;
