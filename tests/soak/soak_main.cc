@@ -501,7 +501,7 @@ int main(int argc, char** argv) {
   d.extra_args = {"--threads", std::to_string(o.threads), "--max-sessions", std::to_string(4 * o.clients + 16)};
   if (o.second_uid != 0) d.extra_args.insert(d.extra_args.end(), {"--socket-group", o.socket_group});
   if (o.kv_budget_mb > 0) d.extra_args.insert(d.extra_args.end(), {"--kv-budget-mb", std::to_string(o.kv_budget_mb)});
-  // Per-uid limits (issue 8), when this nielsd has them: room for every client of one uid.
+  // Per-uid limits, when this nielsd has them: room for every client of one uid.
   if (SupportsFlag(o.nielsd, "--max-sessions-per-uid")) {
     d.extra_args.insert(d.extra_args.end(), {"--max-sessions-per-uid", std::to_string(2 * o.clients + 8)});
   }

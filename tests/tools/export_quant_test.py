@@ -1,5 +1,5 @@
 #!/usr/bin/python3
-"""export_quant ctest: niels-export's --quant and its Hugging Face input (issue 27).
+"""export_quant ctest: niels-export's --quant and its Hugging Face input.
 
 1. A random-weight niels_gpt directory (the demo model's tokenizer, C 256, d_ff 512) and a
    random-weight Llama 3.2 Hugging Face directory (make_family_model.py: the real tokenizer, hidden

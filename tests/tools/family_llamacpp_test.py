@@ -20,7 +20,7 @@ its real tokenizer: tests/tools/make_family_model.py writes a random-weight Hugg
      nielsd (both formats) equal llama.cpp's: as plain text and with special-token text parsed;
   5. what nielsd reads from both formats: architecture, stop ids (the eos/eot ids llama.cpp reads
      are among them), add-BOS;
-  6. the Chat path (issue 26): a real nielsd serving the GGUF, and one serving the HF directory,
+  6. the Chat path: a real nielsd serving the GGUF, and one serving the HF directory,
      each runs 8 conversations (no, empty and non-empty system messages, 1-4 turns, unicode,
      whitespace, special-token text in a message, enable_thinking unset/false/true) with greedy
      replies of a few tokens; at every turn the ids its model conditioned on (GetSession's ids up

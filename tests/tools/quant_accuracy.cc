@@ -1,5 +1,5 @@
 // niels_quant_accuracy: how far quantized weights move a model's predictions, measured with nielsd's
-// own loader and forward pass (LoadModel, model::Transformer) -- issue 27, driven by
+// own loader and forward pass (LoadModel, model::Transformer), driven by
 // quant_accuracy.py.
 //
 //   niels_quant_accuracy REFERENCE PROMPTS.json --tokens N --out RESULT.json [--threads K] [--dequantize] MODEL...

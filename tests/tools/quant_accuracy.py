@@ -1,5 +1,5 @@
 #!/usr/bin/python3
-"""How far quantized weights move a model's predictions in nielsd (issue 27): a markdown table.
+"""How far quantized weights move a model's predictions in nielsd: a markdown table.
 
 For each model -- the shipped demo model (models/niels-demo) and a random-weight niels_gpt model of
 the `base` shape (V 16000, T 1024, C 512, L 8, H 8, d_ff 1536) -- niels-export writes the f32 GGUF,

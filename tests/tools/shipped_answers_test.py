@@ -1,5 +1,5 @@
 #!/usr/bin/python3
-"""shipped_answers_q8_0 ctest: the shipped demo model's answers with Q8_0 weights (issue 27).
+"""shipped_answers_q8_0 ctest: the shipped demo model's answers with Q8_0 weights.
 
 integration_test's shipped_model_test.cc holds the shipped model (models/niels-demo) to its answers:
 paraphrased corpus questions get a reply with the corpus answer's key phrase and without
