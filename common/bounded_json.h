@@ -36,7 +36,8 @@ enum class JsonParseFailure { kNone, kSyntax, kTooDeep };
 //   "<source>: invalid JSON: <nlohmann-json's message>" for a syntax error or a number that does
 //   not fit a double.
 // `failure`, when not null, is set to which (kNone on success), for readers that word a syntax
-// error their own way. Work and memory are linear in text.size().
+// error their own way. Work and memory are linear in text.size(). As nlohmann-json's lexer does,
+// a NUL byte outside a string ends the text: what follows it is neither parsed nor built.
 StatusOr<nlohmann::json> ParseJsonBounded(std::string_view text, std::string_view source,
                                           JsonParseFailure* failure = nullptr);
 

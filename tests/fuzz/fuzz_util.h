@@ -60,12 +60,15 @@ class Rng {
   uint64_t state_;
 };
 
-// The deepest nesting of brackets outside strings in `text`: its nesting of arrays and objects
-// when it is JSON, counted independently of any JSON parser.
+// The deepest nesting of brackets outside strings in `text` up to its first NUL byte: its nesting
+// of arrays and objects when it is JSON, counted independently of any JSON parser. A NUL outside
+// a string ends the text as nlohmann's lexer ends it (common/bounded_json.h): nothing after it is
+// parsed, so nothing after it was accepted.
 inline int JsonBracketDepth(std::string_view text) {
   int depth = 0, deepest = 0;
   bool in_string = false, escaped = false;
   for (char c : text) {
+    if (c == '\0' && !in_string) break;
     if (in_string) {
       if (escaped) {
         escaped = false;
