@@ -40,6 +40,8 @@ constexpr std::array<Budget, static_cast<size_t>(BudgetId::kCount)> kBudgets = {
      "constraints queued or compiling on the compile worker, all users"},
     {BudgetId::kCompileQueuePerUid, "compile_queue_per_uid", "requests", 0, 0, kCompileQueuePerUidLimit, kWork,
      "constraints of one user queued or compiling (one compiles at a time)"},
+    {BudgetId::kUserTextBytes, "user_text_bytes", "bytes", 0, 0, kUserTextBytesLimit, kLength,
+     "ChatRequest.user_text, the new turn encoded on the engine thread"},
 }};
 
 constexpr bool InIdOrder() {

@@ -33,6 +33,7 @@ inline constexpr size_t kJsonSchemaBytesLimit = size_t{64} << 10;  // Constraint
 inline constexpr size_t kGbnfBytesLimit = size_t{256} << 10;       // Constraint.gbnf
 inline constexpr size_t kTokenizeTextBytesLimit = size_t{128} << 10;
 inline constexpr size_t kSystemPromptBytesLimit = size_t{128} << 10;
+inline constexpr size_t kUserTextBytesLimit = size_t{128} << 10;  // ChatRequest.user_text
 inline constexpr size_t kDetokenizeIdsLimit = size_t{1} << 16;
 // The constraint compilers' work units (daemon/grammar/rule_set.h, WorkMeter): JSON Schema -> GBNF
 // and GBNF -> grammar, each a x its input's bytes + b.
@@ -62,6 +63,7 @@ enum class BudgetId : uint8_t {
   kMatcherMemoryBytes,   // the memory one request's grammar matcher holds
   kCompileQueue,         // constraints queued or compiling, all users
   kCompileQueuePerUid,   // constraints queued or compiling, one user
+  kUserTextBytes,        // ChatRequest.user_text
   kCount,
 };
 

@@ -6,6 +6,7 @@
 
 #include <fmt/format.h>
 
+#include "common/budgets.h"
 #include "common/defaults.h"
 #include "daemon/engine/chat_turn.h"
 #include "daemon/handlers/constraint.h"
@@ -22,6 +23,11 @@ namespace {
 
 StatusOr<engine::ChatTurnArgs> ChatArgs(const engine::EngineState& state, const v1::ChatRequest& request,
                                         const Prepared& prepared) {
+  if (request.user_text().size() > kMaxUserTextBytes) {
+    return common::Refuse(common::BudgetId::kUserTextBytes,
+                          fmt::format("user_text is {} bytes; the limit is {} bytes", request.user_text().size(),
+                                      kMaxUserTextBytes));
+  }
   if (state.chat_format() == nullptr) return state.chat_format_status;
   if (request.user_text().empty()) return Status::InvalidArgument("user_text is empty");
   engine::ChatTurnArgs args;

@@ -30,11 +30,12 @@ inline constexpr size_t kMaxStopIds = common::kStopIdsLimit;
 // O(V) per request to validate and make distinct, and O(V) per step (SamplingParams, Sampler).
 // Texts the engine thread encodes or decodes for a request, bounded so that one request's share of
 // an iteration stays small (about 0.15 s of encoding at the demo model's ~1.2 us per byte):
-// Tokenize text and a CreateSession system prompt at most 128 KiB (about 32k tokens of English), a
+// Tokenize text, a CreateSession system prompt and a Chat turn's user text at most 128 KiB (about 32k tokens of English), a
 // Detokenize at most 65536 ids (more than the context of every supported model). INVALID_ARGUMENT
 // beyond, naming the limit.
 inline constexpr size_t kMaxTokenizeTextBytes = common::kTokenizeTextBytesLimit;
 inline constexpr size_t kMaxSystemPromptBytes = common::kSystemPromptBytesLimit;
+inline constexpr size_t kMaxUserTextBytes = common::kUserTextBytesLimit;
 inline constexpr size_t kMaxDetokenizeIds = common::kDetokenizeIdsLimit;
 
 // Sampling with the defaults of common/defaults.h for unset fields, banned = sampling.banned_ids +

@@ -78,6 +78,25 @@ TEST(BudgetsTest, ARefusalNamesItsBudgetAndIsCounted) {
   EXPECT_EQ(RefusedUnder(*engine, "tokenize_text_bytes"), before + 1);
 }
 
+TEST(BudgetsTest, AChatTurnsUserTextIsBoundedBeforeTheEngineEncodesIt) {
+  auto engine = StartEngine(kContext);
+  const v1::Response created = Call(*engine, CreateRequest());
+  ASSERT_TRUE(created.has_create_session()) << created.DebugString();
+  const std::string session = created.create_session().session_id();
+  const uint64_t before = RefusedUnder(*engine, "user_text_bytes");
+  const v1::Response refused =
+      Call(*engine, ChatRequest(session, std::string(common::kUserTextBytesLimit + 1, 'a'), 2));
+  ASSERT_EQ(ErrorOf(refused), v1::INVALID_ARGUMENT) << refused.DebugString();
+  EXPECT_NE(refused.error().message().find("(budget user_text_bytes)"), std::string::npos)
+      << refused.error().message();
+  EXPECT_NE(refused.error().message().find(std::to_string(common::kUserTextBytesLimit)), std::string::npos);
+  EXPECT_EQ(RefusedUnder(*engine, "user_text_bytes"), before + 1);
+  // The refusal changed nothing: the session is still empty, and an ordinary turn is served.
+  const v1::Response turn = Call(*engine, ChatRequest(session, "hello there", 2));
+  ASSERT_TRUE(turn.has_chat()) << turn.DebugString();
+  EXPECT_EQ(RefusedUnder(*engine, "user_text_bytes"), before + 1);
+}
+
 TEST(BudgetsTest, AllowanceIsLinearAndSaturates) {
   EXPECT_EQ(common::Allowance(common::BudgetId::kStopIds, 12345, 99), common::kStopIdsLimit);
   for (const common::Budget& budget : common::Budgets()) {
