@@ -27,7 +27,10 @@ common::StatusOr<std::shared_ptr<const CompiledGrammar>> CompileJsonSchema(std::
   if (!gbnf.ok()) return gbnf.status();
   auto g = CompiledGrammar::FromGbnf(*gbnf, limits, work);
   if (!g.ok()) {
-    if (g.status().code() == common::StatusCode::kResourceExhausted) return g.status();
+    if (g.status().code() == common::StatusCode::kResourceExhausted ||
+        g.status().code() == common::StatusCode::kCancelled) {
+      return g.status();
+    }
     return common::Status::InvalidArgument("json schema cannot be satisfied or is too large: " + g.status().message());
   }
   return g;

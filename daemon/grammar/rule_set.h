@@ -8,6 +8,7 @@
 // (WorkMeter below): RESOURCE_EXHAUSTED "... work budget exhausted ...".
 
 #include <cstdint>
+#include <functional>
 #include <optional>
 #include <string>
 #include <string_view>
@@ -50,7 +51,16 @@ struct GrammarLimits {
   // compiled under the grammar compile work budget of its own size.
   uint64_t schema_work_per_byte = common::kSchemaCompileStepsPerByte;
   uint64_t schema_work_base = common::kSchemaCompileStepsFixed;
+
+  // Stops a compile that has started: polled by both stages' WorkMeter each time the work done
+  // crosses a multiple of kCancelPollUnits; once it returns true the compile ends with CANCELLED
+  // ("the request was cancelled") at its next check, having done at most about kCancelPollUnits
+  // more units. Empty: never stopped. (The daemon sets it to the request's cancel flag.)
+  std::function<bool()> cancelled;
 };
+
+// Work units between two polls of GrammarLimits::cancelled (a few milliseconds of compiling).
+inline constexpr uint64_t kCancelPollUnits = uint64_t{1} << 16;
 
 // The work one compilation did, in work units, for tests and statistics. A field stays 0 when
 // that stage did not run.
@@ -66,26 +76,36 @@ struct CompileWork {
 // rule created or visited by a pass, a hash lookup or probe, a JSON value copied or compared, a
 // priority-queue operation. Charge() returns false once the total passes the budget; from then on
 // status() is RESOURCE_EXHAUSTED naming the budget, e.g. "grammar compile work budget exhausted:
-// more than 4065536 work units (64 x 1024 input bytes + 4000000)".
+// more than 4065536 work units (64 x 1024 input bytes + 4000000)". With a `cancelled` predicate
+// (GrammarLimits::cancelled) it is polled whenever the total crosses a multiple of
+// kCancelPollUnits; once true, Charge() returns false and status() is CANCELLED (not counted as a
+// refusal).
 class WorkMeter {
  public:
-  WorkMeter(common::BudgetId budget, std::string budget_name, uint64_t per_byte, uint64_t base, size_t input_bytes)
+  WorkMeter(common::BudgetId budget, std::string budget_name, uint64_t per_byte, uint64_t base, size_t input_bytes,
+            std::function<bool()> cancelled = {})
       : budget_id_(budget),
         name_(std::move(budget_name)),
         per_byte_(per_byte),
         base_(base),
         input_bytes_(input_bytes),
-        budget_(SaturatingBudget(per_byte, base, input_bytes)) {}
+        budget_(SaturatingBudget(per_byte, base, input_bytes)),
+        cancelled_(std::move(cancelled)) {}
 
   bool Charge(uint64_t units) {
+    const uint64_t before = used_;
     used_ = units > UINT64_MAX - used_ ? UINT64_MAX : used_ + units;
-    return used_ <= budget_;
+    if (cancelled_ && !stopped_ && before / kCancelPollUnits != used_ / kCancelPollUnits) stopped_ = cancelled_();
+    return !exhausted();
   }
-  bool exhausted() const { return used_ > budget_; }
+  bool exhausted() const { return stopped_ || used_ > budget_; }
+  bool stopped() const { return stopped_; }
   uint64_t used() const { return used_; }
   uint64_t budget() const { return budget_; }
-  // The first call after exhaustion counts the refusal (common::Refuse); later calls repeat it.
+  // CANCELLED once stopped; otherwise the first call after exhaustion counts the refusal
+  // (common::Refuse), later calls repeat it.
   common::Status status() const {
+    if (stopped_) return common::Status::Cancelled("the request was cancelled");
     if (!exhausted()) return common::Status::Ok();
     if (!refusal_) {
       refusal_ = common::Refuse(budget_id_, fmt::format("{} exhausted: more than {} work units ({} x {} input bytes + {})",
@@ -104,6 +124,8 @@ class WorkMeter {
   std::string name_;
   uint64_t per_byte_, base_, input_bytes_, budget_;
   uint64_t used_ = 0;
+  std::function<bool()> cancelled_;
+  bool stopped_ = false;
   mutable std::optional<common::Status> refusal_;
 };
 
@@ -133,11 +155,11 @@ struct RuleSet {
 // The meters of the two budgets of `limits` for an input of `input_bytes`.
 inline WorkMeter GrammarCompileMeter(const GrammarLimits& limits, size_t input_bytes) {
   return WorkMeter(common::BudgetId::kGrammarCompileSteps, "grammar compile work budget", limits.grammar_work_per_byte, limits.grammar_work_base,
-                   input_bytes);
+                   input_bytes, limits.cancelled);
 }
 inline WorkMeter SchemaCompileMeter(const GrammarLimits& limits, size_t input_bytes) {
   return WorkMeter(common::BudgetId::kSchemaCompileSteps, "json schema compile work budget", limits.schema_work_per_byte, limits.schema_work_base,
-                   input_bytes);
+                   input_bytes, limits.cancelled);
 }
 
 // "line 3, column 7" of a byte offset of `text` (columns count characters, both are 1-based).

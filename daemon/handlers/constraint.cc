@@ -45,19 +45,30 @@ common::StatusOr<std::shared_ptr<const grammar::CompiledGrammar>> CompileConstra
       if (constraint.json_schema().size() > kMaxJsonSchemaBytes) {
         return TooLarge(common::BudgetId::kJsonSchemaBytes, "constraint.json_schema", constraint.json_schema().size(), kMaxJsonSchemaBytes);
       }
-      compiled = grammar::CompileJsonSchema(constraint.json_schema());
+      {
+        grammar::GrammarLimits limits;  // the generated grammar keeps the default size limits
+        limits.cancelled = cancelled;
+        compiled = grammar::CompileJsonSchema(constraint.json_schema(), limits);
+      }
       break;
     case v1::Constraint::kGbnf:
       field = "constraint.gbnf";
       if (constraint.gbnf().size() > kMaxGbnfBytes) return TooLarge(common::BudgetId::kGbnfBytes, "constraint.gbnf", constraint.gbnf().size(), kMaxGbnfBytes);
-      compiled = grammar::CompiledGrammar::FromGbnf(constraint.gbnf(), ConstraintGrammarLimits());
+      {
+        grammar::GrammarLimits limits = ConstraintGrammarLimits();
+        limits.cancelled = cancelled;
+        compiled = grammar::CompiledGrammar::FromGbnf(constraint.gbnf(), limits);
+      }
       break;
     case v1::Constraint::kAnyJson:
       return grammar::CompiledGrammar::AnyJson();
     case v1::Constraint::KIND_NOT_SET:
       return Status::InvalidArgument("constraint: set one of json_schema, gbnf or any_json");
   }
-  if (!compiled.ok()) return Status(compiled.status().code(), field + ": " + compiled.status().message());
+  if (!compiled.ok()) {
+    if (compiled.status().code() == common::StatusCode::kCancelled) return compiled.status();
+    return Status(compiled.status().code(), field + ": " + compiled.status().message());
+  }
   if (stopped()) return Status::Cancelled("the request was cancelled");
   return compiled;
 }

@@ -45,9 +45,9 @@ using CompileCancelled = std::function<bool()>;
 // prefixed with the field ("constraint.gbnf: grammar line 3, column 7: ..."), for a Constraint with
 // no kind set, a grammar or schema that does not compile (the grammar room's messages name the
 // position and the reason), or one beyond the limits above ("too large", naming the limit).
-// CANCELLED ("the request was cancelled") when `cancelled` is true before the compile starts or
-// once it is done; the grammar compilers take no hook yet, so a compile that has started runs to
-// its end (bounded by the text limits above and the compilers' own limits).
+// CANCELLED ("the request was cancelled") when `cancelled` is true before the compile starts, while
+// it runs (the compilers poll it every grammar::kCancelPollUnits work units, GrammarLimits::
+// cancelled) or once it is done.
 common::StatusOr<std::shared_ptr<const grammar::CompiledGrammar>> CompileConstraint(
     bool has_constraint, const niels::v1::Constraint& constraint, const CompileCancelled& cancelled = {});
 

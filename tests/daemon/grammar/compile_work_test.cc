@@ -332,5 +332,57 @@ TEST(CompileWorkTest, GbnfPastItsWorkBudgetIsRefusedNamingIt) {
   EXPECT_LE(one.grammar_units * 4, one.grammar_budget);
 }
 
+// A compile that has started stops when its cancel predicate turns true: within about one poll
+// interval (kCancelPollUnits) of work, with CANCELLED, and no budget refusal counted.
+TEST(CompileWorkTest, ARunningCompileStopsSoonAfterItIsCancelled) {
+  const std::string schema = AllOfSchema(32, 80, 80);
+  CompileWork full;
+  ASSERT_TRUE(CompileJsonSchema(schema, {}, &full).ok());
+  ASSERT_GT(full.schema_units, 8 * kCancelPollUnits);  // long enough to be stopped midway
+  ASSERT_GT(full.grammar_units, 8 * kCancelPollUnits);
+
+  const uint64_t refusals = common::Refusals(common::BudgetId::kSchemaCompileSteps) +
+                            common::Refusals(common::BudgetId::kGrammarCompileSteps);
+  // Cancelled at the third poll of the schema stage.
+  int polls = 0;
+  GrammarLimits limits;
+  limits.cancelled = [&polls] { return ++polls >= 3; };
+  CompileWork stopped;
+  auto g = CompileJsonSchema(schema, limits, &stopped);
+  ASSERT_FALSE(g.ok());
+  EXPECT_EQ(g.status().code(), common::StatusCode::kCancelled) << g.status().ToString();
+  EXPECT_EQ(polls, 3);
+  EXPECT_LE(stopped.schema_units, 5 * kCancelPollUnits) << "of " << full.schema_units;
+  EXPECT_EQ(stopped.grammar_units, 0u);
+
+  // Cancelled in the GBNF stage at its first poll: the schema's generated grammar, compiled on its
+  // own. Its passes over all rules charge their units before they run, so the count can pass the
+  // poll point by one pass; the compile stops there, before doing it.
+  auto gbnf = JsonSchemaToGbnf(schema);
+  ASSERT_TRUE(gbnf.ok());
+  polls = 0;
+  limits.cancelled = [&polls] { return ++polls >= 1; };
+  CompileWork grammar_stopped;
+  auto h = CompiledGrammar::FromGbnf(*gbnf, limits, &grammar_stopped);
+  ASSERT_FALSE(h.ok());
+  EXPECT_EQ(h.status().code(), common::StatusCode::kCancelled) << h.status().ToString();
+  EXPECT_EQ(polls, 1);
+  std::printf("[ grammar ] cancelled compile: schema %llu of %llu units, grammar %llu of %llu units\n",
+              static_cast<unsigned long long>(stopped.schema_units), static_cast<unsigned long long>(full.schema_units),
+              static_cast<unsigned long long>(grammar_stopped.grammar_units),
+              static_cast<unsigned long long>(full.grammar_units));
+  EXPECT_LT(grammar_stopped.grammar_units, full.grammar_units / 2);
+  EXPECT_EQ(common::Refusals(common::BudgetId::kSchemaCompileSteps) +
+                common::Refusals(common::BudgetId::kGrammarCompileSteps),
+            refusals);
+
+  // A predicate that stays false changes nothing.
+  limits.cancelled = [] { return false; };
+  CompileWork again;
+  ASSERT_TRUE(CompileJsonSchema(schema, limits, &again).ok());
+  EXPECT_EQ(again.schema_units, full.schema_units);
+  EXPECT_EQ(again.grammar_units, full.grammar_units);
+}
+
 }  // namespace
 }  // namespace niels::daemon::grammar

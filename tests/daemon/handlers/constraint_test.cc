@@ -403,6 +403,30 @@ TEST(ConstraintTest, StopAndBannedIdListsAreBoundedAndRunAtTheBound) {
   ExpectRefused(*engine, session, long_stops_free, v1::INVALID_ARGUMENT, {"stop_ids: 65 ids (the limit is 64)"});
 }
 
+// A compile that has started is stopped by its request's cancel flag (the compile worker passes it
+// as `cancelled`): the compilers poll it while they run, not only before and after.
+TEST(ConstraintTest, ACompileInProgressStopsWhenItsRequestIsCancelled) {
+  std::string gbnf = "root ::= (item0";
+  for (int i = 1; i < 400; ++i) gbnf += fmt::format(" | item{}", i);
+  gbnf += ")*\n";
+  for (int i = 0; i < 400; ++i) gbnf += fmt::format("item{} ::= \"k{}\" [a-z]{{20}} | \"q{}\" [0-9]+\n", i, i, i);
+  v1::Constraint constraint;
+  constraint.set_gbnf(gbnf);
+  // The flag is looked at before the compile (call 1); it turns true at the first poll during it
+  // (call 2) and only there, so a compile that polled nothing would succeed.
+  int calls = 0;
+  auto compiled = CompileConstraint(true, constraint, [&calls] { return ++calls == 2; });
+  ASSERT_FALSE(compiled.ok());
+  EXPECT_EQ(compiled.status().code(), common::StatusCode::kCancelled) << compiled.status().ToString();
+  EXPECT_EQ(compiled.status().message(), "the request was cancelled");
+  EXPECT_EQ(calls, 2);
+  // Never cancelled: it compiles, and the flag was polled while it did.
+  calls = 0;
+  auto whole = CompileConstraint(true, constraint, [&calls] { ++calls; return false; });
+  ASSERT_TRUE(whole.ok()) << whole.status().ToString();
+  EXPECT_GT(calls, 2);
+}
+
 }  // namespace constraint_test
 }  // namespace
 }  // namespace niels::daemon::handlers::testing
