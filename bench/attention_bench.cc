@@ -1,4 +1,4 @@
-// nielsd-attention-bench: the forward step over a long cached prefix, in process (issue 26): the
+// nielsd-attention-bench: the forward step over a long cached prefix, in process: the
 // time of a follow-up prefill of --rows tokens after a cached prefix of each --depths length, on a
 // preset shape with random weights (default Qwen3-0.6B, f16 weights, f16 KV), and the same step's
 // attention alone (simd::Attend over the same blocks, as ForwardStep calls it, on the step's

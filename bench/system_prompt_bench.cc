@@ -1,4 +1,4 @@
-// nielsd-system-prompt-bench: what a long system prompt costs a chat (issue 26), measured through a
+// nielsd-system-prompt-bench: what a long system prompt costs a chat, measured through a
 // RUNNING nielsd's socket as a client sees it. It starts nothing itself: bench/vs_llamacpp.py
 // system-prompt starts nielsd on a Qwen3-0.6B-shaped model with the real tokenizer and runs it.
 //
@@ -15,7 +15,7 @@
 // Summary per length: the system prompt's prefill tokens/s (session length after CreateSession /
 // the CreateSession call's time), turn 1's time to first token, and the median time to first token
 // of turns 2..N (the cached path: only the new turn is prefilled); then the ratio of the longest length's
-// median to the shortest's (issue 26's target: <= 1.5x).
+// median to the shortest's (the target for a long system prompt: <= 1.5x).
 //
 // Output: a table, or with --json one JSON line per figure:
 //   {"bench":"system_prompt","system_tokens":N,"round":r,"turn":t,"ttft_ms":X,"daemon_ttft_ms":X,
