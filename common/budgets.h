@@ -34,6 +34,8 @@ inline constexpr size_t kGbnfBytesLimit = size_t{256} << 10;       // Constraint
 inline constexpr size_t kTokenizeTextBytesLimit = size_t{128} << 10;
 inline constexpr size_t kSystemPromptBytesLimit = size_t{128} << 10;
 inline constexpr size_t kUserTextBytesLimit = size_t{128} << 10;  // ChatRequest.user_text
+inline constexpr size_t kStopStringsLimit = 16;       // Chat/GenerateRequest.stop_strings
+inline constexpr size_t kStopStringBytesLimit = 128;  // each of them
 inline constexpr size_t kDetokenizeIdsLimit = size_t{1} << 16;
 // The constraint compilers' work units (daemon/grammar/rule_set.h, WorkMeter): JSON Schema -> GBNF
 // and GBNF -> grammar, each a x its input's bytes + b.
@@ -64,6 +66,8 @@ enum class BudgetId : uint8_t {
   kCompileQueue,         // constraints queued or compiling, all users
   kCompileQueuePerUid,   // constraints queued or compiling, one user
   kUserTextBytes,        // ChatRequest.user_text
+  kStopStrings,          // Chat/GenerateRequest.stop_strings of one request
+  kStopStringBytes,      // the bytes of one stop string
   kCount,
 };
 

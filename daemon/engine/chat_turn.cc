@@ -82,17 +82,19 @@ TurnResult StartNativeChatTurn(EngineState& state, const Work& work, const ChatT
     return TurnStart{nullptr, /*wait_for_memory=*/true};
   }
 
-  GenerateOptions options = ChatGenerateOptions(state, args, format);
-  // The turn's span is recorded when it commits; a reply cut by max_new_tokens gets its eot.
+  std::shared_ptr<StopStringRule> stop = MakeChatStopRule(state, args);
+  GenerateOptions options = ChatGenerateOptions(state, args, format, stop);
+  // The turn's span is recorded when it commits; a reply cut by max_new_tokens (or a stop string)
+  // gets its eot.
   const int64_t turn_begin = session.length();
   auto reply = std::make_shared<ChatReply>();
-  Turn::SessionCommit commit = [turn_begin, eot, context, reply, &state](sessions::Session& s,
-                                                                         const GenerateResult& result) {
-    *reply = MakeChatReply(state, result, /*starts_in_reasoning=*/false);
+  Turn::SessionCommit commit = [turn_begin, eot, context, reply, stop, &state](sessions::Session& s,
+                                                                               const GenerateResult& result) {
+    *reply = MakeChatReply(state, result, /*starts_in_reasoning=*/false, stop.get());
     s.AddTurn({turn_begin, s.length()});
     if (result.stop_reason != StopReason::kStopToken && s.length() < context) s.AppendToLastTurn(eot);
   };
-  TurnCallbacks turn_callbacks = MakeChatTurnCallbacks(state, std::move(callbacks), false, reply);
+  TurnCallbacks turn_callbacks = MakeChatTurnCallbacks(state, std::move(callbacks), false, reply, stop);
   return TurnStart{std::make_unique<Turn>(state, work, session, std::move(snapshot), std::move(turn),
                                           std::move(options), std::move(turn_callbacks), std::move(commit),
                                           static_cast<int32_t>(*dropped))};
@@ -100,8 +102,15 @@ TurnResult StartNativeChatTurn(EngineState& state, const Work& work, const ChatT
 
 }  // namespace
 
-GenerateOptions ChatGenerateOptions(const EngineState& state, const ChatTurnArgs& args, const text::ChatFormat& format) {
+std::shared_ptr<StopStringRule> MakeChatStopRule(const EngineState& state, const ChatTurnArgs& args) {
+  if (args.stop_strings.empty()) return nullptr;
+  return std::make_shared<StopStringRule>(state.tokenizer(), args.stop_strings);
+}
+
+GenerateOptions ChatGenerateOptions(const EngineState& state, const ChatTurnArgs& args, const text::ChatFormat& format,
+                                    std::shared_ptr<StopStringRule> stop) {
   GenerateOptions options;
+  options.text_stop = std::move(stop);
   options.sampling = args.sampling;
   options.max_new_tokens = args.max_new_tokens;
   options.use_kv_cache = args.use_kv_cache;
@@ -114,19 +123,23 @@ int64_t ChatReplyRoom(int32_t max_new_tokens, int64_t context) {
   return std::max<int64_t>(1, std::min<int64_t>(max_new_tokens, context / 4));
 }
 
-ChatReply MakeChatReply(const EngineState& state, const GenerateResult& result, bool starts_in_reasoning) {
+ChatReply MakeChatReply(const EngineState& state, const GenerateResult& result, bool starts_in_reasoning,
+                        const StopStringRule* stop) {
   ChatReply reply;
   reply.ids = result.new_tokens;
   if (result.stop_reason == StopReason::kStopToken && !reply.ids.empty()) reply.ids.pop_back();
+  const bool stopped_by_text = result.stop_reason == StopReason::kStopString && stop != nullptr;
+  if (stopped_by_text) reply.stop_string = stop->matched().value_or("");
   const text::ReplyDelta split = text::ReplySplitter::Split(
-      state.tokenizer().Decode(reply.ids), state.chat_format()->reasoning_tags(), starts_in_reasoning);
+      stopped_by_text ? stop->text() : state.tokenizer().Decode(reply.ids), state.chat_format()->reasoning_tags(),
+      starts_in_reasoning);
   reply.answer = split.answer;
   reply.reasoning = split.reasoning;
   return reply;
 }
 
 TurnCallbacks MakeChatTurnCallbacks(const EngineState& state, ChatCallbacks callbacks, bool starts_in_reasoning,
-                                    std::shared_ptr<const ChatReply> reply) {
+                                    std::shared_ptr<const ChatReply> reply, std::shared_ptr<StopStringRule> stop) {
   TurnCallbacks turn_callbacks;
   if (callbacks.on_token) {
     struct Stream {
@@ -136,9 +149,11 @@ TurnCallbacks MakeChatTurnCallbacks(const EngineState& state, ChatCallbacks call
     auto stream = std::make_shared<Stream>(
         Stream{text::TextStream(state.tokenizer()), text::ReplySplitter(state.chat_format()->reasoning_tags(),
                                                                          starts_in_reasoning)});
-    turn_callbacks.on_token = [stream, on_token = std::move(callbacks.on_token)](const StepEvent& event) {
-      // A stop id decodes to nothing: it only flushes.
-      text::ReplyDelta delta = stream->splitter.Add(stream->text.Add(event.id, event.last));
+    turn_callbacks.on_token = [stream, stop, on_token = std::move(callbacks.on_token)](const StepEvent& event) {
+      // A stop id decodes to nothing: it only flushes. With stop strings the rule (fed this id
+      // already) says what may be shown.
+      text::ReplyDelta delta =
+          stream->splitter.Add(stop != nullptr ? stop->TakeShown() : stream->text.Add(event.id, event.last));
       if (event.last) {
         const text::ReplyDelta rest = stream->splitter.Finish();
         delta.answer += rest.answer;

@@ -22,6 +22,7 @@
 #include <string>
 #include <vector>
 
+#include "daemon/engine/stop_string_rule.h"
 #include "daemon/engine/turn.h"
 #include "daemon/grammar/compiled_grammar.h"
 #include "daemon/sampling/sampler.h"
@@ -39,14 +40,19 @@ struct ChatTurnArgs {
   // Structured output: the reply follows this grammar (output_constraint.h); null = free text.
   // REQUIRES with one: EngineState::constraint_vocabulary set, the chat format's stop ids not banned.
   std::shared_ptr<const grammar::CompiledGrammar> constraint;
+  // The reply ends before the first of these (stop_string_rule.h): its text is the text before the
+  // match, the session keeps the reply's ids wholly before it and closes the turn as a reply cut by
+  // max_new_tokens is. REQUIRES: none empty; not with a constraint.
+  std::vector<std::string> stop_strings;
 };
 
 // A committed reply: its ids (the stop id that ended it not included) and its text split into the
-// answer and the reasoning (text/reply_splitter.h).
+// answer and the reasoning (text/reply_splitter.h); the stop string that ended it, if one did.
 struct ChatReply {
   std::vector<int32_t> ids;
   std::string answer;
   std::string reasoning;
+  std::string stop_string;
 };
 
 // How a chat turn talks to whoever started it (daemon/handlers). Both run on the engine thread.
@@ -72,18 +78,26 @@ TurnResult StartChatTurn(EngineState& state, const Work& work, const ChatTurnArg
 // The generation of a chat reply: the request's sampling, max_new_tokens and cache choice, the
 // format's stop ids, and the constraint, if any. A constraint covers the whole reply, a reasoning
 // model's reasoning included (ask it not to think: ChatOptions::enable_thinking false).
-GenerateOptions ChatGenerateOptions(const EngineState& state, const ChatTurnArgs& args, const text::ChatFormat& format);
+// With stop strings, `stop` is the rule the options carry (MakeChatStopRule).
+GenerateOptions ChatGenerateOptions(const EngineState& state, const ChatTurnArgs& args, const text::ChatFormat& format,
+                                    std::shared_ptr<StopStringRule> stop);
+
+// The rule for args.stop_strings; null when there are none.
+std::shared_ptr<StopStringRule> MakeChatStopRule(const EngineState& state, const ChatTurnArgs& args);
 
 // Tokens kept free for the reply when fitting a chat turn into the context.
 int64_t ChatReplyRoom(int32_t max_new_tokens, int64_t context);
 
 // The reply a generation committed, in `format`: ids without the stop id that ended it, decoded and
-// split (starts_in_reasoning: the prompt left a reasoning block open).
-ChatReply MakeChatReply(const EngineState& state, const GenerateResult& result, bool starts_in_reasoning);
+// split (starts_in_reasoning: the prompt left a reasoning block open); after a stop string, the text
+// before it (stop: the turn's rule, or null).
+ChatReply MakeChatReply(const EngineState& state, const GenerateResult& result, bool starts_in_reasoning,
+                        const StopStringRule* stop);
 
-// The Turn's callbacks for `callbacks`: on_token decodes and splits the reply's text as it grows;
-// on_commit hands over *reply, which the turn's SessionCommit fills (MakeChatReply) before.
+// The Turn's callbacks for `callbacks`: on_token decodes and splits the reply's text as it grows
+// (with a stop rule, the text it lets a stream show: never past a possible match); on_commit hands
+// over *reply, which the turn's SessionCommit fills (MakeChatReply) before.
 TurnCallbacks MakeChatTurnCallbacks(const EngineState& state, ChatCallbacks callbacks, bool starts_in_reasoning,
-                                    std::shared_ptr<const ChatReply> reply);
+                                    std::shared_ptr<const ChatReply> reply, std::shared_ptr<StopStringRule> stop);
 
 }  // namespace niels::daemon::engine

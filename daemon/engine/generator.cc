@@ -70,6 +70,7 @@ void CheckRequires(const model::ModelConfig& config, const Sequence& sequence, s
       throw std::invalid_argument("Generate: the constraint's vocabulary does not cover the model's output rows");
     }
     if (options.stop_ids.empty()) throw std::invalid_argument("Generate: a constraint needs a stop id");
+    if (options.text_stop != nullptr) throw std::invalid_argument("Generate: stop strings with a constraint");
     if (std::all_of(options.stop_ids.begin(), options.stop_ids.end(), [&](int32_t id) { return banned.Contains(id); })) {
       throw std::invalid_argument("Generate: a constraint needs a stop id that is not banned");
     }
@@ -344,7 +345,8 @@ void GenerationTask::Append(int32_t id, std::span<const float> row, std::vector<
   result_.new_tokens.push_back(id);
   last_token_time_ = Clock::now();
   if (result_.new_tokens.size() == 1) first_token_time_ = last_token_time_;
-  const std::optional<StopReason> stop = StopAfter(id);
+  std::optional<StopReason> stop = StopAfter(id);
+  if (options_.text_stop && options_.text_stop->Add(id, stop.has_value())) stop = StopReason::kStopString;
   if (options_.on_token) {
     StepEvent event;
     event.id = id;
@@ -384,6 +386,15 @@ void GenerationTask::Fail(common::Status error) {
 void GenerationTask::Finish(StopReason reason) {
   done_ = true;
   result_.stop_reason = reason;
+  if (reason == StopReason::kStopString) {
+    // Roll back the ids that reach into the match: the sequence ends with the last id before it.
+    const size_t kept = std::min(options_.text_stop->kept_tokens(), result_.new_tokens.size());
+    const size_t dropped = result_.new_tokens.size() - kept;
+    result_.new_tokens.resize(kept);
+    sequence_.tokens.resize(sequence_.tokens.size() - dropped);
+    const auto length = static_cast<int64_t>(sequence_.tokens.size());
+    if (sequence_.cache.length() > length) sequence_.cache.Truncate(length);
+  }
   const size_t n = result_.new_tokens.size();
   if (n >= 1) result_.time_to_first_token_s = Seconds(first_token_time_ - start_time_);
   const double decode_s = Seconds(last_token_time_ - first_token_time_);

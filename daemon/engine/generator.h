@@ -34,8 +34,23 @@ using model::Sequence;
 
 // kConstraintIncomplete: max_new_tokens or the context ended a constrained generation before its
 // text was a complete sentence of the grammar (in place of kMaxTokens / kContextFull).
+// kStopString: the generated text reached one of the request's stop strings (TextStopRule).
 // kFailed: the constraint could not go on (GenerateResult::error says why); the turn fails.
-enum class StopReason { kStopToken, kMaxTokens, kContextFull, kCancelled, kConstraintIncomplete, kFailed };
+enum class StopReason { kStopToken, kMaxTokens, kContextFull, kCancelled, kConstraintIncomplete, kStopString, kFailed };
+
+// A stop rule over the generated text (stop strings: stop_string_rule.h). The generator knows no
+// text: it hands the rule every new id, and when the rule reports a match it ends the call with
+// kStopString and rolls back the ids from kept_tokens() on -- sequence, cache and new_tokens -- so
+// the sequence ends with the last id wholly before the match.
+class TextStopRule {
+ public:
+  virtual ~TextStopRule() = default;
+  // Takes the next new id (`flush`: no id follows, so text held back for an incomplete character is
+  // complete now). True once the text holds a match.
+  virtual bool Add(int32_t id, bool flush) = 0;
+  // After a match: how many of the new ids lie wholly before it.
+  virtual size_t kept_tokens() const = 0;
+};
 
 struct TokenAlternative {
   int32_t id;
@@ -75,11 +90,16 @@ struct GenerateOptions {
   // spec.vocabulary built for the model's vocab_size (one entry per output row).
   ConstraintSpec constraint;
   const std::atomic<bool>* cancel = nullptr;  // checked before every forward
+  // Fed every new id before its event is emitted, so on_token can read the rule's state for it
+  // (e.g. the text a stream may show). Null: none. REQUIRES: no constraint with it.
+  std::shared_ptr<TextStopRule> text_stop;
   std::function<void(const StepEvent&)> on_token;  // may be empty
 };
 
 struct GenerateResult {
-  std::vector<int32_t> new_tokens;  // sampled ids (a stop id included when it ended the call)
+  // Sampled ids (a stop id included when it ended the call; with kStopString only those wholly
+  // before the match).
+  std::vector<int32_t> new_tokens;
   StopReason stop_reason = StopReason::kMaxTokens;
   int64_t prompt_tokens = 0;        // sequence length before sampling (after appending input)
   int64_t reused_tokens = 0;        // ids already in the cache at the start
@@ -101,7 +121,10 @@ struct GenerateResult {
 // cleared, so the next cached call re-prefills. No prefill happens when max_new_tokens = 0.
 // Stops, checked after each sampled id in this order: a stop id (kStopToken), max_new_tokens
 // (kMaxTokens), the sequence reaching T (kContextFull; it never exceeds T); the cancel flag is read
-// before every forward (kCancelled). max_new_tokens = 0 only processes the input (kMaxTokens).
+// before every forward (kCancelled). A text_stop rule that reports a match ends the call with
+// kStopString in place of any of these, its ids from kept_tokens() on rolled back (the sequence's
+// tokens and cache and new_tokens end before them; their StepEvents were emitted, the last with
+// last = true). max_new_tokens = 0 only processes the input (kMaxTokens).
 // With a constraint: every id is sampled from the logits masked by OutputConstraint::AllowedIds
 // (ids outside the mask at -inf, like banned ids; the sampling order is otherwise unchanged) and
 // the matcher then accepts it. When the text is complete and nothing may follow it

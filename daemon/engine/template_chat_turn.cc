@@ -143,15 +143,16 @@ TurnResult StartTemplateChatTurn(EngineState& state, const Work& work, const Cha
   session.TruncateHistory(static_cast<int64_t>(common), snapshot);
   std::vector<int32_t> input(prompt.ids.begin() + static_cast<std::ptrdiff_t>(common), prompt.ids.end());
 
-  GenerateOptions options = ChatGenerateOptions(state, args, format);
+  std::shared_ptr<StopStringRule> stop = MakeChatStopRule(state, args);
+  GenerateOptions options = ChatGenerateOptions(state, args, format, stop);
   auto reply = std::make_shared<ChatReply>();
   const bool starts_in_reasoning = prompt.starts_in_reasoning;
-  Turn::SessionCommit commit = [reply, &state, starts_in_reasoning, user_text = args.user_text](
+  Turn::SessionCommit commit = [reply, stop, &state, starts_in_reasoning, user_text = args.user_text](
                                    sessions::Session& s, const GenerateResult& result) {
-    *reply = MakeChatReply(state, result, starts_in_reasoning);
+    *reply = MakeChatReply(state, result, starts_in_reasoning, stop.get());
     s.AddExchange({text::Role::kUser, user_text, ""}, {text::Role::kAssistant, reply->answer, reply->reasoning});
   };
-  TurnCallbacks turn_callbacks = MakeChatTurnCallbacks(state, std::move(callbacks), starts_in_reasoning, reply);
+  TurnCallbacks turn_callbacks = MakeChatTurnCallbacks(state, std::move(callbacks), starts_in_reasoning, reply, stop);
   return TurnStart{std::make_unique<Turn>(state, work, session, std::move(snapshot), std::move(input),
                                           std::move(options), std::move(turn_callbacks), std::move(commit),
                                           static_cast<int32_t>(*dropped))};

@@ -44,6 +44,12 @@ StatusOr<engine::ChatTurnArgs> ChatArgs(const engine::EngineState& state, const 
       SamplingFromProto(request.sampling(), state.config().vocab_size, state.chat_format()->banned_ids());
   if (!sampling.ok()) return sampling.status();
   args.sampling = std::move(sampling).value();
+  StatusOr<std::vector<std::string>> stops = StopStringsFromProto(request.stop_strings());
+  if (!stops.ok()) return stops.status();
+  args.stop_strings = std::move(stops).value();
+  if (!args.stop_strings.empty() && prepared.constraint != nullptr) {
+    return Status::InvalidArgument("stop_strings cannot be combined with a constraint: a constrained reply ends where its grammar does");
+  }
   if (prepared.constraint != nullptr) {
     NIELS_RETURN_IF_ERROR(CheckConstraintUsable(state, args.sampling, state.chat_format()->stop_ids()));
     args.constraint = prepared.constraint;
@@ -59,6 +65,7 @@ v1::Response ChatResult(const engine::TurnOutcome& outcome, const engine::ChatRe
   chat.set_reasoning(reply.reasoning);
   chat.mutable_reply_ids()->Add(reply.ids.begin(), reply.ids.end());
   chat.set_stop_reason(StopReasonToProto(result.stop_reason));
+  chat.set_stop_string(reply.stop_string);
   chat.set_truncated_turns(outcome.truncated_turns);
   chat.set_session_length(outcome.session.length());
   *chat.mutable_stats() = StatsToProto(result, outcome.queue_ms);

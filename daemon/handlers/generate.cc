@@ -9,6 +9,7 @@
 
 #include "common/defaults.h"
 #include "daemon/engine/generate_turn.h"
+#include "daemon/engine/stop_string_rule.h"
 #include "daemon/handlers/constraint.h"
 #include "daemon/text/text_stream.h"
 #include "daemon/handlers/handlers.h"
@@ -74,6 +75,14 @@ StatusOr<engine::GenerateTurnArgs> GenerateArgs(const engine::EngineState& state
     NIELS_RETURN_IF_ERROR(CheckTraceFits(config, options.max_new_tokens));
     options.trace_layer = request.trace_layer();
   }
+  StatusOr<std::vector<std::string>> stops = StopStringsFromProto(request.stop_strings());
+  if (!stops.ok()) return stops.status();
+  if (!stops->empty()) {
+    if (prepared.constraint != nullptr) {
+      return Status::InvalidArgument("stop_strings cannot be combined with a constraint: constrained output ends where its grammar does");
+    }
+    options.text_stop = std::make_shared<engine::StopStringRule>(state.tokenizer(), std::move(stops).value());
+  }
   if (prepared.constraint != nullptr) {
     if (options.max_new_tokens < 1) return Status::InvalidArgument("a constraint needs max_new_tokens >= 1");
     NIELS_RETURN_IF_ERROR(CheckConstraintUsable(state, options.sampling, options.stop_ids));
@@ -103,11 +112,14 @@ engine::TurnResult StartGenerate(engine::EngineState& state, const engine::Work&
   const engine::GenerateOptions& options = args->options;
   const bool want_steps = options.want_logprobs || options.top_logprobs > 0 || options.trace_layer >= 0;
   const bool stream = request.stream();
+  // With stop strings, streamed text is what the rule lets a stream show (never past a possible
+  // match); it is fed each id before the id's event.
+  auto stop = std::static_pointer_cast<engine::StopStringRule>(options.text_stop);
   // Steps collected for the final response (and streamed with each event when streaming).
   auto steps = std::make_shared<std::vector<v1::StepInfo>>();
   engine::TurnCallbacks callbacks;
   if (stream || want_steps) {
-    callbacks.on_token = [&job, &tokenizer, steps, stream, want_steps,
+    callbacks.on_token = [&job, &tokenizer, steps, stream, want_steps, stop,
                           text = std::make_shared<text::TextStream>(tokenizer)](const engine::StepEvent& event) {
       if (want_steps) steps->push_back(StepToProto(event, tokenizer));
       if (!stream) return;
@@ -115,16 +127,21 @@ engine::TurnResult StartGenerate(engine::EngineState& state, const engine::Work&
       token.set_id(event.id);
       token.set_index(event.index);
       if (want_steps) *token.mutable_step() = steps->back();
-      token.set_text(text->Add(event.id, event.last));
+      token.set_text(stop != nullptr ? stop->TakeShown() : text->Add(event.id, event.last));
       job.SendEvent(std::move(token));
     };
   }
-  callbacks.on_commit = [&job, steps](const engine::TurnOutcome& outcome) {
+  callbacks.on_commit = [&job, steps, stop](const engine::TurnOutcome& outcome) {
     const engine::GenerateResult& result = outcome.generation;
     v1::Response response;
     v1::GenerateResponse& generate = *response.mutable_generate();
     generate.mutable_new_ids()->Add(result.new_tokens.begin(), result.new_tokens.end());
     generate.set_stop_reason(StopReasonToProto(result.stop_reason));
+    if (result.stop_reason == engine::StopReason::kStopString && stop != nullptr) {
+      generate.set_stop_string(stop->matched().value_or(""));
+      // The steps of the ids rolled back with the match are not part of the result.
+      if (steps->size() > result.new_tokens.size()) steps->resize(result.new_tokens.size());
+    }
     generate.set_session_length(outcome.session.length());
     for (v1::StepInfo& step : *steps) *generate.add_steps() = std::move(step);
     *generate.mutable_stats() = StatsToProto(result, outcome.queue_ms);

@@ -50,6 +50,25 @@ Status CheckIds(std::span<const int32_t> ids, int64_t vocab_size, const char* wh
   return Status::Ok();
 }
 
+common::StatusOr<std::vector<std::string>> StopStringsFromProto(
+    const google::protobuf::RepeatedPtrField<std::string>& stops) {
+  if (static_cast<size_t>(stops.size()) > common::kStopStringsLimit) {
+    return common::Refuse(common::BudgetId::kStopStrings, fmt::format("stop_strings: {} strings (the limit is {})",
+                                                                      stops.size(), common::kStopStringsLimit));
+  }
+  std::vector<std::string> out;
+  for (int i = 0; i < stops.size(); ++i) {
+    if (stops[i].empty()) return Status::InvalidArgument(fmt::format("stop_strings[{}] is empty", i));
+    if (stops[i].size() > common::kStopStringBytesLimit) {
+      return common::Refuse(common::BudgetId::kStopStringBytes,
+                            fmt::format("stop_strings[{}] is {} bytes (the limit is {})", i, stops[i].size(),
+                                        common::kStopStringBytesLimit));
+    }
+    out.push_back(stops[i]);
+  }
+  return out;
+}
+
 Status CheckStopIds(std::span<const int32_t> ids, int64_t vocab_size) {
   if (ids.size() > kMaxStopIds) {
     return common::Refuse(common::BudgetId::kStopIds,
@@ -65,6 +84,7 @@ v1::StopReason StopReasonToProto(StopReason reason) {
     case StopReason::kContextFull: return v1::CONTEXT_FULL;
     case StopReason::kCancelled: return v1::STOP_CANCELLED;
     case StopReason::kConstraintIncomplete: return v1::CONSTRAINT_INCOMPLETE;
+    case StopReason::kStopString: return v1::STOP_STRING;
     case StopReason::kFailed: break;  // a failed turn is answered with its error
   }
   return v1::STOP_REASON_UNSPECIFIED;

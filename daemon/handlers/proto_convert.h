@@ -5,6 +5,7 @@
 #include <cstddef>
 #include <cstdint>
 #include <span>
+#include <string>
 #include <vector>
 
 #include "common/budgets.h"
@@ -53,6 +54,12 @@ common::Status CheckIds(std::span<const int32_t> ids, int64_t vocab_size, const 
 // A request's stop ids: INVALID_ARGUMENT for more than kMaxStopIds ("stop_ids: 65 ids (the limit is
 // 64)"), or as CheckIds(ids, vocab_size, "stop_ids").
 common::Status CheckStopIds(std::span<const int32_t> ids, int64_t vocab_size);
+
+// A request's stop strings as the engine takes them: INVALID_ARGUMENT for more than
+// common::kStopStringsLimit (budget stop_strings), an empty one, or one longer than
+// common::kStopStringBytesLimit bytes (budget stop_string_bytes), naming its index.
+common::StatusOr<std::vector<std::string>> StopStringsFromProto(
+    const google::protobuf::RepeatedPtrField<std::string>& stops);
 
 niels::v1::StopReason StopReasonToProto(engine::StopReason reason);
 

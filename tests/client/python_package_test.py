@@ -70,6 +70,28 @@ class PackageTest(unittest.TestCase):
         self.client.delete_session(sid)
         self.client.delete_session(other)
 
+    def test_stop_strings(self):
+        full_sid = self.client.create_session("you are terse.").session_id
+        full = self.client.chat(full_sid, "how do i start nielsd?", max_new_tokens=24, temperature=0).reply
+        words = full.split()
+        self.assertGreaterEqual(len(words), 3, full)
+        stop = " " + words[2]                      # a word in the middle of the greedy reply
+        at = full.index(stop)
+        sid = self.client.create_session("you are terse.").session_id
+        events = []
+        reply = self.client.chat(sid, "how do i start nielsd?", on_token=events.append, max_new_tokens=24,
+                                 temperature=0, stop_strings=["never in the reply", stop])
+        self.assertEqual(reply.stop_reason, nielsd_client.pb.STOP_STRING)
+        self.assertEqual(reply.stop_string, stop)
+        self.assertEqual(reply.reply, full[:at])
+        self.assertEqual("".join(e.text for e in events), reply.reply)
+        with self.assertRaises(nielsd_client.NielsdError) as raised:
+            self.client.chat(sid, "x", stop_strings=["s%d" % i for i in range(17)])
+        self.assertEqual(raised.exception.code, "INVALID_ARGUMENT")
+        self.assertIn("budget stop_strings", str(raised.exception))
+        self.client.delete_session(full_sid)
+        self.client.delete_session(sid)
+
     def test_generate_with_logprobs(self):
         info = self.client.info()
         sid = self.client.create_session().session_id

@@ -220,15 +220,18 @@ class Client:
         return self.call("create_session", req)
 
     def chat(self, session_id, user_text, on_token=None, max_new_tokens=None, use_kv_cache=None,
-             enable_thinking=None, constraint=None, **sampling):
+             enable_thinking=None, constraint=None, stop_strings=(), **sampling):
         """One chat turn. With on_token the reply streams (one TokenEvent per token: .text adds to
         the answer, .reasoning to a reasoning model's reasoning; the response has both).
         enable_thinking: the chat template's switch (Qwen3); None leaves the model's default.
         constraint: structured output, json_schema(...), gbnf(...) or any_json(); a reply cut by
         max_new_tokens before it is complete has stop_reason CONSTRAINT_INCOMPLETE.
+        stop_strings: the reply ends before the first of these texts (stop_reason STOP_STRING, the
+        response's stop_string says which); not with a constraint.
         sampling: temperature, top_k, top_p, repetition_penalty, seed (niels.v1.Sampling)."""
         req = pb.ChatRequest(session_id=session_id, user_text=user_text,
-                             sampling=pb.Sampling(**sampling), stream=on_token is not None)
+                             sampling=pb.Sampling(**sampling), stream=on_token is not None,
+                             stop_strings=list(stop_strings))
         if constraint is not None:
             req.constraint.CopyFrom(constraint)
         if max_new_tokens is not None:
@@ -241,13 +244,15 @@ class Client:
 
     def generate(self, session_id, input_ids=(), on_token=None, max_new_tokens=None,
                  use_kv_cache=None, stop_ids=(), want_logprobs=False, top_logprobs=0, constraint=None,
-                 **sampling):
+                 stop_strings=(), **sampling):
         """The raw form: input_ids are appended and processed, then up to max_new_tokens sampled.
-        constraint: as for chat(); the new ids' text follows it."""
+        constraint: as for chat(); the new ids' text follows it.
+        stop_strings: generation ends before the first of these texts; new_ids then ends with the
+        last id wholly before it (the session too)."""
         req = pb.GenerateRequest(session_id=session_id, input_ids=list(input_ids),
                                  sampling=pb.Sampling(**sampling), stream=on_token is not None,
                                  stop_ids=list(stop_ids), want_logprobs=want_logprobs,
-                                 top_logprobs=top_logprobs)
+                                 top_logprobs=top_logprobs, stop_strings=list(stop_strings))
         if constraint is not None:
             req.constraint.CopyFrom(constraint)
         if max_new_tokens is not None:
