@@ -1,5 +1,7 @@
 #include "daemon/tool_calls/call_shapes.h"
 
+#include <algorithm>
+
 #include <nlohmann/json.hpp>
 
 #include "common/bounded_json.h"
@@ -31,7 +33,7 @@ const JsonMember* FindMember(const std::vector<JsonMember>& members, std::string
 // plus "type": "function" when `type_allowed`; no other key.
 std::optional<ToolCall> CallOf(std::string_view text, const std::vector<JsonMember>& members, const Json& object,
                                std::initializer_list<std::string_view> arguments_keys, bool type_allowed,
-                               const std::unordered_set<std::string>& tool_names) {
+                               const std::vector<std::string>& tool_names) {
   if (!object.is_object() || !KeysPlainAndDistinct(members, object)) return std::nullopt;
   size_t known_keys = 0;
   const JsonMember* name = FindMember(members, "name");
@@ -55,21 +57,30 @@ std::optional<ToolCall> CallOf(std::string_view text, const std::vector<JsonMemb
   }
   if (known_keys != members.size()) return std::nullopt;
   const Json& name_value = object["name"];
-  if (!name_value.is_string() || !tool_names.contains(name_value.get_ref<const std::string&>())) return std::nullopt;
+  if (!name_value.is_string() || !std::binary_search(tool_names.begin(), tool_names.end(), name_value.get_ref<const std::string&>())) return std::nullopt;
   if (!object[arguments_key].is_object()) return std::nullopt;
   return ToolCall{name_value.get<std::string>(), std::string(arguments->value.Of(text))};
+}
+
+// The keys as written could be the family's (the exact rules are CallOf's, on the parsed value).
+bool RawKeysFit(ToolCallFamily family, const std::vector<JsonMember>& members) {
+  if (family == ToolCallFamily::kGenericJson) return members.size() == 1 && members[0].raw_key == "tool_calls";
+  const size_t most = family == ToolCallFamily::kLlama3Json ? 3 : 2;
+  return members.size() >= 2 && members.size() <= most && FindMember(members, "name") != nullptr;
 }
 
 }  // namespace
 
 std::optional<std::vector<ToolCall>> CallsOfObject(ToolCallFamily family, std::string_view object,
-                                                   const std::unordered_set<std::string>& tool_names,
-                                                   uint64_t* work) {
+                                                   const std::vector<std::string>& tool_names, uint64_t* work) {
+  // The raw keys first (the walk stays inside the text whatever it holds): an object without the
+  // family's keys is refused before the JSON parser runs.
+  const std::vector<JsonMember> members = ObjectMembers(object, {0, object.size()}, work);
+  if (!RawKeysFit(family, members)) return std::nullopt;
   *work += object.size();
   common::StatusOr<Json> parsed = common::ParseJsonBounded(object, "tool call");
   if (!parsed.ok() || !parsed->is_object()) return std::nullopt;
   const Json& value = *parsed;
-  const std::vector<JsonMember> members = ObjectMembers(object, {0, object.size()}, work);
   std::vector<ToolCall> calls;
   switch (family) {
     case ToolCallFamily::kHermes:

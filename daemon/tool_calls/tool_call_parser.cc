@@ -1,6 +1,7 @@
 #include "daemon/tool_calls/tool_call_parser.h"
 
-#include <unordered_set>
+#include <algorithm>
+#include <array>
 #include <utility>
 
 #include "daemon/tool_calls/call_shapes.h"
@@ -13,17 +14,23 @@ constexpr std::string_view kHermesOpen = "<tool_call>";
 constexpr std::string_view kHermesClose = "</tool_call>";
 constexpr std::string_view kLlamaPythonTag = "<|python_tag|>";
 
-// KMP's failure table of `pattern`: entry i is the length of the longest proper prefix of
-// pattern[0..i] that is also its suffix.
-std::vector<size_t> FailureTable(std::string_view pattern) {
-  std::vector<size_t> table(pattern.size(), 0);
+// KMP's failure table of <tool_call>: entry i is the length of the longest proper prefix of
+// kHermesOpen[0..i] that is also its suffix.
+constexpr std::array<size_t, kHermesOpen.size()> OpenTagFailureTable() {
+  std::array<size_t, kHermesOpen.size()> table{};
   size_t k = 0;
-  for (size_t i = 1; i < pattern.size(); ++i) {
-    while (k > 0 && pattern[i] != pattern[k]) k = table[k - 1];
-    if (pattern[i] == pattern[k]) ++k;
+  for (size_t i = 1; i < kHermesOpen.size(); ++i) {
+    while (k > 0 && kHermesOpen[i] != kHermesOpen[k]) k = table[k - 1];
+    if (kHermesOpen[i] == kHermesOpen[k]) ++k;
     table[i] = k;
   }
   return table;
+}
+constexpr std::array<size_t, kHermesOpen.size()> kOpenTagFailure = OpenTagFailureTable();
+
+std::vector<std::string> Sorted(std::vector<std::string> names) {
+  std::sort(names.begin(), names.end());
+  return names;
 }
 
 // One reply's parser: a byte-at-a-time state machine shared by the families, which differ in where
@@ -34,9 +41,8 @@ class StreamingToolCallParser final : public ToolCallParser {
  public:
   StreamingToolCallParser(ToolCallFamily family, ToolCallParserOptions options)
       : family_(family),
-        tool_names_(options.tool_names.begin(), options.tool_names.end()),
-        max_call_bytes_(options.max_call_bytes < 1 ? 1 : options.max_call_bytes),
-        open_failure_(FailureTable(kHermesOpen)) {
+        tool_names_(Sorted(std::move(options.tool_names))),
+        max_call_bytes_(options.max_call_bytes < 1 ? 1 : options.max_call_bytes) {
     if (!options.calls_allowed) {
       state_ = State::kPlain;
     } else {
@@ -150,7 +156,7 @@ class StreamingToolCallParser final : public ToolCallParser {
   // possible start of the tag become content.
   void StepText(char c) {
     while (matched_ > 0 && c != kHermesOpen[matched_]) {
-      const size_t kept = open_failure_[matched_ - 1];
+      const size_t kept = kOpenTagFailure[matched_ - 1];
       content_.append(kHermesOpen.substr(0, matched_ - kept));
       matched_ = kept;
       ++work_;
@@ -234,8 +240,10 @@ class StreamingToolCallParser final : public ToolCallParser {
 
   Delta TakeDelta() {
     Delta delta;
-    delta.content = content_.substr(content_sent_);
-    content_sent_ = content_.size();
+    if (content_sent_ < content_.size()) {
+      delta.content.assign(content_, content_sent_);
+      content_sent_ = content_.size();
+    }
     for (; calls_sent_ < calls_.size(); ++calls_sent_) {
       delta.calls.push_back({calls_sent_, calls_[calls_sent_].name, calls_[calls_sent_].arguments});
     }
@@ -243,9 +251,8 @@ class StreamingToolCallParser final : public ToolCallParser {
   }
 
   const ToolCallFamily family_;
-  const std::unordered_set<std::string> tool_names_;
+  const std::vector<std::string> tool_names_;  // sorted
   const size_t max_call_bytes_;
-  const std::vector<size_t> open_failure_;  // FailureTable(kHermesOpen)
 
   State state_;
   size_t matched_ = 0;  // bytes of the tag being matched (kText, kPythonTag, kCloseTag)

@@ -25,7 +25,7 @@
 //     of "parameters", not both; an optional "type": "function" as Meta's tool_utils shows). After
 //     a call, whitespace is content, and another call may follow, directly or after a `;` (the
 //     separator vLLM's llama3_json parser accepts; Meta's template renders one call per message and
-//     documents no separator). The `;` belongs to the call that follows it. Any other character
+//     documents no separator). The `;` and the whitespace after it belong to the call that follows. Any other character
 //     after a call, and everything after it, is content; a reply whose first character is neither
 //     is all content (no call can start later).
 //   kGenericJson (templates without tool support; the daemon describes the tools in the system
