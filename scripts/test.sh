@@ -26,7 +26,7 @@ BUILD_DIR=${BUILD_DIR:-build}
 # and every fuzz replay; not the script-driven tests (Python converter and client, quickstart: they
 # run uninstrumented interpreters), nor soak_short_nofile (soak_short covers the same code), so not
 # the tools and client libraries only those use.
-ASAN_SUITES=(common_test state_test kernels_test kernels_ggml_test formats_test text_test sampling_test
+ASAN_SUITES=(common_test state_test kernels_test kernels_ggml_test formats_test text_test sampling_test tool_calls_test
              grammar_test jinja_test model_test loaders_test quantize_test sessions_test engine_test
              handlers_test server_test client_test integration_test fault_test)
 ASAN_TARGETS=("${ASAN_SUITES[@]}" nielsd niels-chat nielsd-soak niels_fuzz_targets)

@@ -327,6 +327,7 @@ def main():
     tokenizer_config_seeds()
     hf_index_seeds()
     state_files_seeds()
+    tool_calls_seeds()
 
 
 def grammar_seeds():
@@ -462,6 +463,37 @@ def state_files_seeds():
     # Turns out of order, and a conversation nested past the limit.
     write(t, "row_bad_turns", row(0x07, 0, [1, 2, 3, 4], [(2, 4), (0, 2)]))
     write(t, "row_nested_messages", row(0x05, 0, [1], [], nested(129).encode()))
+
+
+def tool_calls_seeds():
+    """tool_calls: options byte (family in bits 0-1, bit 2 calls not allowed), max_call_bytes / 2
+    (0 = default), split seed, then the reply (see tool_calls_fuzz.cc)."""
+    t = "tool_calls"
+
+    def hermes(name, args):
+        return '<tool_call>\n{"name": "%s", "arguments": %s}\n</tool_call>' % (name, args)
+
+    nested_args = json.dumps({"path": "a } b.txt", "content": {"lines": ["x", "{ \"q\" \\"],
+                                                               "meta": [1, 2.5e3, {"deep": [None, True]}]}})
+    unicode_args = json.dumps({"location": "Z\u00fcrich \u6771\u4eac \U0001f327"}, ensure_ascii=False)
+    # Hermes (Qwen3, Qwen2.5).
+    write(t, "hermes_two_calls", bytes([0, 0, 1]) + ("Checking both.\n" + hermes("get_weather", '{"location": "Paris"}')
+          + "\n" + hermes("search", nested_args) + "\nDone.").encode())
+    write(t, "hermes_unicode", bytes([0, 0, 2]) + ("Wetter: " + hermes("get_weather", unicode_args)).encode())
+    write(t, "hermes_malformed", bytes([0, 0, 3]) + (hermes("nope", "{}") + hermes("f", '{"a": x}') +
+          '<tool_call>{"name": "f", "arguments": {}}' + hermes("f", "{}") + " <tool_ca <tool_call>\n{").encode())
+    write(t, "hermes_small_limit", bytes([0, 40, 4]) + (hermes("f", "{}") + hermes("search", nested_args)).encode())
+    write(t, "hermes_not_allowed", bytes([4, 0, 5]) + hermes("f", "{}").encode())
+    # Llama 3.x JSON.
+    write(t, "llama_python_tag", bytes([1, 0, 6]) + b'<|python_tag|>{"name": "search", "parameters": {"query": "llama"}}')
+    write(t, "llama_semicolons", bytes([1, 0, 7]) + ('{"name": "get_time", "parameters": {}}; {"type": "function", '
+          '"name": "get_weather", "arguments": %s}\n{"name": "f", "parameters": {}} and text' % unicode_args).encode())
+    write(t, "llama_text", bytes([1, 0, 8]) + b"<|python_tag|>def f(n):\n    return n\n")
+    # The generic format.
+    write(t, "generic_calls", bytes([2, 0, 9]) + ('\n{"tool_calls": [{"name": "f", "arguments": {}}, {"arguments": %s, '
+          '"name": "search"}]} ok' % nested_args).encode())
+    write(t, "generic_answer", bytes([2, 0, 10]) + b'The answer is {"answer": 4}.')
+    write(t, "generic_deep", bytes([2, 0, 11]) + ('{"tool_calls": [{"name": "f", "arguments": {"x": %s}}]}' % nested(130)).encode())
 
 
 if __name__ == "__main__":
