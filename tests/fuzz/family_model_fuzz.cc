@@ -6,8 +6,10 @@
 // Input: 1 selector byte, then the fuzzed bytes. selector % 3: 0 = a GGUF file (written to tmpfs
 // when /dev/shm exists, loaded with --max-context 64), 1 = config.json, 2 = generation_config.json.
 // The seeds are tiny llama, qwen2 and qwen3 models (family_model.h, at shapes whose GGUF fits in one
-// input), a qwen2 with q8_0 and a llama with q5_0 matrices, a llama with a SentencePiece vocabulary ("llama_spm") and their config.json files; with NIELS_FUZZ_WRITE_SEEDS=DIR the initialisation writes
-// them to DIR.
+// input), a qwen2 with q8_0, a llama with q5_0 and a qwen3 with q4_0 matrices, a llama with q4_k, a
+// qwen3 with q5_k and a llama with q6_k ones (attn_output and ffn_down: see WriteSeeds), a llama
+// with a SentencePiece vocabulary ("llama_spm") and their config.json files; with
+// NIELS_FUZZ_WRITE_SEEDS=DIR the initialisation writes them to DIR (every seed within -max_len).
 // Invariants: a refused GGUF names the file; a loaded one has a config that ValidateModelConfig
 // accepts and that is of the family, a tokenizer of V ids, stop ids in range, ascending and not
 // empty, an add-BOS id in range, a tokenizer that encodes (plain and rendered) to ids in range,
@@ -19,7 +21,6 @@
 #include <filesystem>
 #include <string>
 #include <string_view>
-#include <utility>
 
 #include "daemon/loaders/hf_config.h"
 #include "daemon/loaders/model_loader.h"
@@ -34,6 +35,8 @@ namespace loaders = niels::daemon::loaders;
 namespace {
 
 fs::path g_work;
+// scripts/fuzz.sh's -max_len: a longer seed would be cut to this.
+constexpr size_t kMaxInputBytes = 65536;
 
 fs::path MakeWorkDir() {
   std::error_code ec;
@@ -78,19 +81,46 @@ void WriteSeeds(const fs::path& dir) {
     niels::testing::WriteFile(dir / (name + "_config_json"), std::string(1, '\1') + hf.config.dump(2));
     niels::testing::WriteFile(dir / (name + "_generation_config_json"), std::string(1, '\2') + hf.generation_config.dump(2));
   }
-  // Block-type matrices, as a quantized file holds them (rows of 32: a wider member): q8_0, and
-  // q5_0 (q4_k_m's type for rows that are not whole 256-blocks).
-  for (const auto& [a, dtype] : {std::pair{model::Architecture::kQwen2, niels::daemon::kernels::Dtype::kQ8_0},
-                                 std::pair{model::Architecture::kLlama, niels::daemon::kernels::Dtype::kQ5_0}}) {
-    model::ModelConfig config = SeedConfig(a);
+  // Block-type matrices, as a quantized file holds them. Rows of 32 (a wider member): every matrix
+  // in q8_0, q5_0 (q4_k_m's type for rows that are not whole 256-blocks) or q4_0. The k-quants need
+  // rows of whole 256-blocks: at width 32, only attn_output (rows of heads x head size = 4 x 64)
+  // and ffn_down (rows of d_ff = 256) have them; those are in the k-quant, every other matrix in
+  // the type llama.cpp's quantizer falls back to for such rows (q4_k: q5_0, q6_k: q8_0; q5_k: q5_0,
+  // as nielsd reads no q5_1).
+  using niels::daemon::kernels::Dtype;
+  struct BlockSeed {
+    model::Architecture architecture;
+    Dtype whole_blocks;  // the type of the matrices whose rows are whole blocks of it
+    Dtype others;        // the type of the other matrices
+  };
+  for (const BlockSeed& s : {BlockSeed{model::Architecture::kQwen2, Dtype::kQ8_0, Dtype::kQ8_0},
+                             BlockSeed{model::Architecture::kLlama, Dtype::kQ5_0, Dtype::kQ5_0},
+                             BlockSeed{model::Architecture::kQwen3, Dtype::kQ4_0, Dtype::kQ4_0},
+                             BlockSeed{model::Architecture::kLlama, Dtype::kQ4_K, Dtype::kQ5_0},
+                             BlockSeed{model::Architecture::kQwen3, Dtype::kQ5_K, Dtype::kQ5_0},
+                             BlockSeed{model::Architecture::kLlama, Dtype::kQ6_K, Dtype::kQ8_0}}) {
+    model::ModelConfig config = SeedConfig(s.architecture);
     config.width = 32;
     config.head_size = 16;
-    const std::string name = std::string(model::ArchitectureName(a)) + "_" +
-                             std::string(niels::daemon::kernels::DtypeName(dtype));
+    const bool k_quant = niels::daemon::kernels::DtypeBlockElements(s.whole_blocks) == 256;
+    if (k_quant) {
+      config.heads = 4;
+      config.head_size = 64;
+      config.d_ff = 256;
+    }
+    const std::string name = std::string(model::ArchitectureName(s.architecture)) + "_" +
+                             std::string(niels::daemon::kernels::DtypeName(s.whole_blocks));
+    niels::testing::GgufModelFiles files = niels::testing::MakeGgufModel(
+        config, niels::testing::TinyFamilyWeights(config, 1), s.others, [&](const std::string& gguf_name) {
+          const bool whole = !k_quant || gguf_name.ends_with(".attn_output.weight") || gguf_name.ends_with(".ffn_down.weight");
+          return whole ? s.whole_blocks : s.others;
+        });
     const fs::path gguf = g_work / (name + ".gguf");
-    niels::testing::MakeGgufModel(config, niels::testing::TinyFamilyWeights(config, 1), dtype).Write(gguf);
+    files.Write(gguf);
     FUZZ_CHECK(loaders::LoadModel(gguf).ok());
-    niels::testing::WriteFile(dir / (name + "_gguf"), std::string(1, '\0') + niels::testing::ReadFile(gguf));
+    const std::string bytes = std::string(1, '\0') + niels::testing::ReadFile(gguf);
+    FUZZ_CHECK(bytes.size() <= kMaxInputBytes);  // else libFuzzer would cut the seed
+    niels::testing::WriteFile(dir / (name + "_gguf"), bytes);
   }
   // A SentencePiece vocabulary (tokenizer.ggml.model "llama", Llama 2's shape).
   model::ModelConfig config = SeedConfig(model::Architecture::kLlama);

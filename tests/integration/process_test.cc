@@ -1,5 +1,6 @@
 // nielsd as a process: startup errors, stale socket replacement, refusal of a live socket, socket
-// activation, sd_notify READY=1/STOPPING=1, and SIGTERM in the middle of a stream.
+// activation, sd_notify READY=1/STOPPING=1, and SIGTERM in the middle of a stream; and the test
+// helpers' rule that a sanitizer report a spawned process writes fails the test.
 #include <poll.h>
 #include <signal.h>
 #include <sys/socket.h>
@@ -7,6 +8,8 @@
 #include <unistd.h>
 
 #include <cstring>
+
+#include <gtest/gtest-spi.h>
 
 #include "tests/integration/integration_fixture.h"
 
@@ -187,6 +190,41 @@ TEST_F(ProcessTest, MissingDefaultModelOrBadFlagsFail) {
   EXPECT_NE(version.out.find("nielsd"), std::string::npos);
   testing::ProcessResult bad = testing::RunProcess({NIELSD_BINARY, "--threads", "zero"});
   EXPECT_NE(bad.exit_code, 0);
+}
+
+// A report of any of the four sanitizers is found by its SUMMARY line, with what precedes it; other
+// lines that start alike are not reports.
+TEST(SanitizerReportTest, FindsEachSanitizersSummaryAndNothingElse) {
+  for (const char* name : {"ThreadSanitizer: data race engine.cc:12 in Step", "AddressSanitizer: heap-use-after-free x.cc:3",
+                           "AddressSanitizer: 24 byte(s) leaked in 1 allocation(s).",
+                           "UndefinedBehaviorSanitizer: undefined-behavior a.cc:5:7"}) {
+    const std::string output = std::string("listening\nWARNING: the report\nSUMMARY: ") + name + "\nmore\n";
+    const std::string report = testing::SanitizerReport(output);
+    EXPECT_EQ(report, std::string("listening\nWARNING: the report\nSUMMARY: ") + name) << name;
+  }
+  EXPECT_EQ(testing::SanitizerReport("SUMMARY: 3 requests, 0 refused\nSUMMARY: not a Sanitizer: line\n"), "");
+  EXPECT_EQ(testing::SanitizerReport(""), "");
+}
+
+// A process that writes a sanitizer report into its log fails the running test when it is seen to
+// exit (Wait here; Stop and the destructor alike), even though its exit code is not checked.
+TEST(SanitizerReportTest, AReportInADaemonsLogFailsTheTest) {
+  testing::TempDir dir("niels_sanitizer_report_");
+  testing::DaemonProcessOptions options;
+  options.prefix = {"/bin/sh", "-c", "echo 'WARNING: ThreadSanitizer: data race (pid=1)' >&2; "
+                                     "echo 'SUMMARY: ThreadSanitizer: data race engine.cc:12 in Step' >&2"};
+  options.binary = "nielsd";  // $0 of the script
+  options.log_file = dir.path() / "nielsd.log";
+  options.extra_args = {"--ephemeral"};
+  options.wait_until_listening = false;
+  const auto run_to_exit = [&options] {
+    auto process = testing::DaemonProcess::Start(options);
+    EXPECT_EQ(process->Wait(milliseconds(30000)), std::optional<int>(0));
+  };
+  EXPECT_NONFATAL_FAILURE(run_to_exit(), "SUMMARY: ThreadSanitizer: data race engine.cc:12 in Step");
+  // The same report on the stderr of a process run to completion.
+  EXPECT_NONFATAL_FAILURE(testing::RunProcess({"/bin/sh", "-c", "echo 'SUMMARY: AddressSanitizer: SEGV x.cc:1' >&2"}),
+                          "SUMMARY: AddressSanitizer: SEGV x.cc:1");
 }
 
 }  // namespace

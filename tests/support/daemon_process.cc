@@ -16,6 +16,8 @@
 #include <stdexcept>
 #include <thread>
 
+#include <gtest/gtest.h>
+
 namespace niels::testing {
 namespace {
 
@@ -51,6 +53,19 @@ std::optional<int> WaitPid(pid_t pid, Clock::time_point deadline) {
 }
 
 }  // namespace
+
+std::string SanitizerReport(std::string_view output) {
+  for (size_t at = output.find("SUMMARY: "); at != std::string_view::npos; at = output.find("SUMMARY: ", at + 1)) {
+    const size_t line_end = std::min(output.find('\n', at), output.size());
+    const std::string_view summary = output.substr(at, line_end - at);
+    const size_t name_end = summary.find("Sanitizer:");
+    // "SUMMARY: " then one word ending in "Sanitizer:" (AddressSanitizer, ThreadSanitizer, ...).
+    if (name_end == std::string_view::npos || summary.substr(9, name_end - 9).find(' ') != std::string_view::npos) continue;
+    const size_t start = at > 8192 ? at - 8192 : 0;
+    return std::string(output.substr(start, line_end - start));
+  }
+  return {};
+}
 
 bool CanConnect(const std::filesystem::path& path) {
   int fd = ::socket(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0);
@@ -90,6 +105,9 @@ std::unique_ptr<DaemonProcess> DaemonProcess::Start(DaemonProcessOptions options
   argv.insert(argv.end(), options.extra_args.begin(), options.extra_args.end());
 
   std::unique_ptr<DaemonProcess> process(new DaemonProcess(options));
+  std::error_code size_error;
+  const uintmax_t log_size = std::filesystem::file_size(options.log_file, size_error);
+  process->log_start_ = size_error ? 0 : static_cast<size_t>(log_size);
   int log_fd = ::open(options.log_file.c_str(), O_WRONLY | O_CREAT | O_APPEND | O_CLOEXEC, 0644);
   if (log_fd < 0) throw std::runtime_error("cannot open " + options.log_file.string());
   pid_t pid = ::fork();
@@ -123,6 +141,7 @@ bool DaemonProcess::WaitUntilListening(std::chrono::milliseconds timeout) {
     int status = 0;
     if (::waitpid(pid_, &status, WNOHANG) == pid_) {
       pid_ = -1;
+      CheckLogAfterExit();
       return false;
     }
     std::this_thread::sleep_for(std::chrono::milliseconds(10));
@@ -137,7 +156,10 @@ void DaemonProcess::Signal(int signal_number) {
 std::optional<int> DaemonProcess::Wait(std::chrono::milliseconds timeout) {
   if (!running()) return std::nullopt;
   std::optional<int> code = WaitPid(pid_, Clock::now() + timeout);
-  if (code) pid_ = -1;
+  if (code) {
+    pid_ = -1;
+    CheckLogAfterExit();
+  }
   return code;
 }
 
@@ -149,7 +171,16 @@ int DaemonProcess::Stop() {
   ::kill(pid_, SIGKILL);
   WaitPid(pid_, Clock::now() + std::chrono::seconds(10));
   pid_ = -1;
+  CheckLogAfterExit();
   return -1;
+}
+
+void DaemonProcess::CheckLogAfterExit() {
+  const std::string text = log();
+  const std::string report = SanitizerReport(std::string_view(text).substr(std::min(log_start_, text.size())));
+  if (!report.empty()) {
+    ADD_FAILURE() << options_.binary << " (" << options_.log_file.string() << ") reported:\n" << report;
+  }
 }
 
 std::string DaemonProcess::log() const {
@@ -223,6 +254,8 @@ ProcessResult RunProcess(const std::vector<std::string>& argv, const std::string
   } else {
     result.exit_code = *code;
   }
+  const std::string report = SanitizerReport(result.err);
+  if (!report.empty()) ADD_FAILURE() << argv[0] << " reported on its stderr:\n" << report;
   return result;
 }
 

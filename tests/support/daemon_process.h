@@ -4,6 +4,11 @@
 // socket accepts connections, and SIGTERMs it at the end; RunProcess runs a command to completion
 // with the given stdin and captures stdout, stderr and the exit code.
 //
+// A sanitizer report in what a process wrote (its log, RunProcess's stderr) is a GoogleTest failure
+// of the running test (ADD_FAILURE with the report), checked when the process has exited: in the
+// sanitizer trees nielsd and niels-chat are instrumented, and a report at shutdown (a race while
+// threads stop, a leak) would otherwise go unseen by every test that does not check the exit code.
+//
 // Failures to spawn throw std::runtime_error (GoogleTest reports it as a test failure). Every wait
 // is bounded. Not thread-safe per object.
 
@@ -15,6 +20,7 @@
 #include <memory>
 #include <optional>
 #include <string>
+#include <string_view>
 #include <vector>
 
 namespace niels::testing {
@@ -59,10 +65,18 @@ class DaemonProcess {
 
  private:
   explicit DaemonProcess(DaemonProcessOptions options) : options_(std::move(options)) {}
+  // The process has exited: ADD_FAILURE for a sanitizer report in what it wrote to the log.
+  void CheckLogAfterExit();
 
   DaemonProcessOptions options_;
   pid_t pid_ = -1;
+  size_t log_start_ = 0;  // the log file's size before this process wrote to it (it appends)
 };
+
+// The first sanitizer report in `output` (AddressSanitizer, LeakSanitizer, UndefinedBehaviorSanitizer
+// or ThreadSanitizer: each report ends with a line "SUMMARY: <name>Sanitizer: ..."): up to 8 KiB
+// before that line, through it. Empty when there is none.
+std::string SanitizerReport(std::string_view output);
 
 // True when a connect() to the Unix socket at `path` succeeds right now.
 bool CanConnect(const std::filesystem::path& path);
