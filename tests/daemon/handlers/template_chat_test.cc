@@ -3,6 +3,7 @@
 // reply's reasoning and answer come apart in the events and the response, enable_thinking reaches
 // the template, and a model without any chat format refuses Chat but serves Generate.
 #include <algorithm>
+#include <cctype>
 #include <memory>
 #include <string>
 #include <vector>
@@ -239,6 +240,54 @@ TEST(TemplateChatTest, InfoStatesTheBosAndTokenizeAddsAndParsesOnRequest) {
     if (e.add_bos) with_bos.insert(with_bos.begin(), info.bos_id());
     EXPECT_EQ(tokenize(true, false), with_bos) << e.name;
   }
+}
+
+// A stop string on a template model: the reply (the assistant message the session stores) is the
+// text before the match, the streamed deltas join to it, and the next turn renders that message and
+// reuses the cache up to where the rendering differs.
+TEST(TemplateChatTest, AStopStringEndsTheReplyAndTheNextTurnRendersWhatWasKept) {
+  std::unique_ptr<Service> service = StartTemplateService();
+  ASSERT_NE(service, nullptr);
+  auto request_for = [](const std::string& session, bool stream) {
+    v1::Request request = ChatRequest(session, "tell me about kittens", 40, /*use_kv_cache=*/true, stream);
+    request.mutable_chat()->set_enable_thinking(false);
+    request.mutable_chat()->mutable_sampling()->set_temperature(1.0f);
+    request.mutable_chat()->mutable_sampling()->set_seed(21);
+    return request;
+  };
+  const v1::Response full = Call(*service, request_for(CreateSession(*service), false));
+  ASSERT_TRUE(full.has_chat()) << full.DebugString();
+  const std::string reply = full.chat().reply();
+  // An ASCII letter pair first occurring past a third of the reply.
+  std::string stop;
+  size_t at = std::string::npos;
+  for (size_t i = reply.size() / 3; i + 2 <= reply.size() && at == std::string::npos; ++i) {
+    const std::string pair = reply.substr(i, 2);
+    if (std::isalpha(static_cast<unsigned char>(pair[0])) && std::isalpha(static_cast<unsigned char>(pair[1])) &&
+        reply.find(pair) == i) {
+      stop = pair;
+      at = i;
+    }
+  }
+  ASSERT_NE(at, std::string::npos) << "no ASCII letter pair in the sampled reply: " << reply;
+
+  const std::string session = CreateSession(*service);
+  v1::Request request = request_for(session, true);
+  request.mutable_chat()->add_stop_strings(stop);
+  auto sink = SubmitAsync(*service, request);
+  const v1::Response stopped = sink->Wait();
+  ASSERT_TRUE(stopped.has_chat()) << stopped.DebugString();
+  EXPECT_EQ(stopped.chat().stop_reason(), v1::STOP_STRING);
+  EXPECT_EQ(stopped.chat().reply(), reply.substr(0, at));
+  std::string streamed;
+  for (const v1::Response& event : sink->events()) streamed += event.token().text();
+  EXPECT_EQ(streamed, stopped.chat().reply());
+
+  const v1::Response next = Call(*service, ChatRequest(session, "and then?", 2));
+  ASSERT_TRUE(next.has_chat()) << next.DebugString();
+  EXPECT_GT(next.chat().stats().reused_tokens(), 0);
+  // The next turn's prompt is the whole history (the kept reply rendered as a message) and more.
+  EXPECT_GT(next.chat().stats().prompt_tokens(), stopped.chat().session_length());
 }
 
 }  // namespace template_chat_test
