@@ -341,6 +341,35 @@ TEST_F(ChatTest, RoleTokensAreBannedUnlessAllowed) {
   }
 }
 
+// GetSession reads the conversation back as messages: the system prompt, then each turn's user
+// text and reply, as the turns' tokens hold them (a reply cut by max_new_tokens included).
+TEST_F(ChatTest, GetSessionReadsTheConversationBackAsMessages) {
+  Start(256);
+  const std::string id = Create("you are terse.");
+  std::vector<std::string> replies;
+  for (int i = 0; i < 2; ++i) {
+    const v1::Response reply = Chat(id, kUserTexts[i], 6);
+    ASSERT_TRUE(reply.has_chat()) << reply.DebugString();
+    replies.push_back(reply.chat().reply());
+  }
+  const v1::Response got = Call(*engine_, GetRequest(id));
+  ASSERT_TRUE(got.has_get_session()) << got.DebugString();
+  const auto& messages = got.get_session().messages();
+  ASSERT_EQ(messages.size(), 5) << got.DebugString();
+  EXPECT_EQ(messages[0].role(), "system");
+  EXPECT_EQ(messages[0].content(), "you are terse.");
+  for (int i = 0; i < 2; ++i) {
+    EXPECT_EQ(messages[1 + 2 * i].role(), "user");
+    EXPECT_EQ(messages[1 + 2 * i].content(), kUserTexts[i]);
+    EXPECT_EQ(messages[2 + 2 * i].role(), "assistant");
+    EXPECT_EQ(messages[2 + 2 * i].content(), replies[i]);
+  }
+  // A session Generate filled has no conversation.
+  const std::string raw = Call(*engine_, CreateRequest()).create_session().session_id();
+  ASSERT_TRUE(Call(*engine_, GenerateRequest(raw, {5, 6, 7}, 2)).has_generate());
+  EXPECT_EQ(Call(*engine_, GetRequest(raw)).get_session().messages_size(), 0);
+}
+
 }  // namespace chat_test
 }  // namespace
 }  // namespace niels::daemon::handlers::testing

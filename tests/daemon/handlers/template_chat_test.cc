@@ -290,6 +290,31 @@ TEST(TemplateChatTest, AStopStringEndsTheReplyAndTheNextTurnRendersWhatWasKept) 
   EXPECT_GT(next.chat().stats().prompt_tokens(), stopped.chat().session_length());
 }
 
+// A template session's conversation read back: the system prompt, then the exchanges as stored
+// (the reply's reasoning apart from its answer).
+TEST(TemplateChatTest, GetSessionReadsTheConversationBackAsMessages) {
+  std::unique_ptr<Service> service = StartTemplateService();
+  ASSERT_NE(service, nullptr);
+  const std::string system = "be brief";
+  const std::string session = CreateSession(*service, &system);
+  const v1::Response first = Call(*service, ChatRequest(session, "hello", 6));
+  ASSERT_TRUE(first.has_chat()) << first.DebugString();
+  const v1::Response second = Call(*service, ChatRequest(session, "and then?", 6));
+  ASSERT_TRUE(second.has_chat()) << second.DebugString();
+  const v1::Response got = Call(*service, GetRequest(session));
+  ASSERT_TRUE(got.has_get_session()) << got.DebugString();
+  const auto& messages = got.get_session().messages();
+  ASSERT_EQ(messages.size(), 5);
+  EXPECT_EQ(messages[0].role(), "system");
+  EXPECT_EQ(messages[0].content(), system);
+  EXPECT_EQ(messages[1].content(), "hello");
+  EXPECT_EQ(messages[2].role(), "assistant");
+  EXPECT_EQ(messages[2].content(), first.chat().reply());
+  EXPECT_EQ(messages[2].reasoning(), first.chat().reasoning());
+  EXPECT_EQ(messages[3].content(), "and then?");
+  EXPECT_EQ(messages[4].content(), second.chat().reply());
+}
+
 }  // namespace template_chat_test
 }  // namespace
 }  // namespace niels::daemon::handlers::testing
