@@ -34,6 +34,11 @@ inline constexpr size_t kGbnfBytesLimit = size_t{256} << 10;       // Constraint
 inline constexpr size_t kTokenizeTextBytesLimit = size_t{128} << 10;
 inline constexpr size_t kSystemPromptBytesLimit = size_t{128} << 10;
 inline constexpr size_t kUserTextBytesLimit = size_t{128} << 10;  // ChatRequest.user_text
+// A constraint's grammar after rewriting (daemon/grammar/rule_set.h, GrammarLimits), and the GBNF a
+// JSON Schema may generate.
+inline constexpr size_t kGrammarRulesLimit = 100'000;
+inline constexpr size_t kGrammarSymbolsLimit = 1'000'000;
+inline constexpr size_t kSchemaGrammarBytesLimit = size_t{1} << 20;
 inline constexpr size_t kStopStringsLimit = 16;       // Chat/GenerateRequest.stop_strings
 inline constexpr size_t kStopStringBytesLimit = 128;  // each of them
 inline constexpr size_t kDetokenizeIdsLimit = size_t{1} << 16;
@@ -68,6 +73,9 @@ enum class BudgetId : uint8_t {
   kUserTextBytes,        // ChatRequest.user_text
   kStopStrings,          // Chat/GenerateRequest.stop_strings of one request
   kStopStringBytes,      // the bytes of one stop string
+  kGrammarRules,         // rules of a constraint's grammar after rewriting groups and repetitions
+  kGrammarSymbols,       // symbols of a constraint's grammar after expanding repetitions
+  kSchemaGrammarBytes,   // the GBNF a JSON Schema constraint generates
   kCount,
 };
 

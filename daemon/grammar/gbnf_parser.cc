@@ -94,6 +94,11 @@ class GbnfParser {
     }
     return status_;
   }
+  // Fail() past a size budget: the same message, counted as a refusal of `budget`.
+  common::Status FailOver(common::BudgetId budget, size_t offset, const std::string& reason) {
+    if (status_.ok()) status_ = common::Refuse(budget, fmt::format("grammar {}: {}", LineColumn(text_, offset), reason));
+    return status_;
+  }
 
   // What the character at the current position is, for "unexpected ..." messages.
   std::string Here() const {
@@ -151,7 +156,8 @@ class GbnfParser {
   void CheckRuleCount(size_t offset) {
     Work(1);
     if (rs_.rules.size() > limits_.max_rules) {
-      Fail(offset, fmt::format("grammar too large: more than {} rules after expanding groups and "
+      FailOver(common::BudgetId::kGrammarRules, offset,
+               fmt::format("grammar too large: more than {} rules after expanding groups and "
                                "repetitions", limits_.max_rules));
     }
   }
@@ -160,7 +166,8 @@ class GbnfParser {
     Work(n);
     symbols_ += n;
     if (symbols_ > limits_.max_symbols) {
-      Fail(offset, fmt::format("grammar too large: more than {} symbols after expanding repetitions",
+      FailOver(common::BudgetId::kGrammarSymbols, offset,
+               fmt::format("grammar too large: more than {} symbols after expanding repetitions",
                                limits_.max_symbols));
     }
   }

@@ -24,12 +24,12 @@ namespace niels::daemon::grammar {
 
 struct GrammarLimits {
   // Largest grammar text accepted (bytes). Default 1 MiB.
-  size_t max_text_bytes = size_t{1} << 20;
+  size_t max_text_bytes = common::kSchemaGrammarBytesLimit;
   // Most rules after rewriting groups and repetitions. Default 100,000.
-  size_t max_rules = 100'000;
+  size_t max_rules = common::kGrammarRulesLimit;
   // Most symbols in all alternatives together after rewriting (a string literal counts one per
   // character, `x{m,n}` copies x n times). Default 1,000,000.
-  size_t max_symbols = 1'000'000;
+  size_t max_symbols = common::kGrammarSymbolsLimit;
   // Largest m or n of a repetition `{m,n}`. Default 10,000.
   uint32_t max_repetition = 10'000;
   // Deepest nesting of parentheses. Default 200.

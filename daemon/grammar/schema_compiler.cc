@@ -149,8 +149,9 @@ bool SchemaCompiler::Output(size_t bytes) {
   if (!Work(bytes)) return false;
   if (output_bytes_ > limits_.max_text_bytes) {
     if (status_.ok()) {
-      status_ = Status::InvalidArgument(fmt::format(
-          "json schema too large as a grammar: its GBNF would pass the limit of {} bytes", limits_.max_text_bytes));
+      status_ = common::Refuse(common::BudgetId::kSchemaGrammarBytes,
+                               fmt::format("json schema too large as a grammar: its GBNF would pass the limit of {} bytes",
+                                           limits_.max_text_bytes));
     }
     return false;
   }
@@ -161,8 +162,8 @@ void SchemaCompiler::AddRule(std::string name, std::string body) {
   if (!Output(name.size() + body.size() + 6)) return;  // "name ::= body\n"
   if (rules_.size() + 1 > limits_.max_rules) {
     if (status_.ok()) {
-      status_ = Status::InvalidArgument(
-          fmt::format("json schema too large as a grammar: more than {} rules", limits_.max_rules));
+      status_ = common::Refuse(common::BudgetId::kGrammarRules,
+                               fmt::format("json schema too large as a grammar: more than {} rules", limits_.max_rules));
     }
     return;
   }

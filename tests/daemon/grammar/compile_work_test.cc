@@ -384,5 +384,44 @@ TEST(CompileWorkTest, ARunningCompileStopsSoonAfterItIsCancelled) {
   EXPECT_EQ(again.grammar_units, full.grammar_units);
 }
 
+// The grammar size limits are budgets too: a grammar past one is refused INVALID_ARGUMENT with the
+// budget's name, and the refusal is counted (Stats). Small limits here, the same code path as the
+// defaults (GrammarLimits takes them from common/budgets.h).
+TEST(CompileWorkTest, GrammarSizeLimitsAreCountedBudgets) {
+  GrammarLimits limits;
+  limits.max_rules = 8;
+  limits.max_symbols = 100;
+  const uint64_t rules_before = common::Refusals(common::BudgetId::kGrammarRules);
+  const uint64_t symbols_before = common::Refusals(common::BudgetId::kGrammarSymbols);
+  const uint64_t bytes_before = common::Refusals(common::BudgetId::kSchemaGrammarBytes);
+  std::string many = "root ::= r0";
+  for (int i = 1; i < 10; ++i) many += fmt::format(" r{}", i);
+  many += "\n";
+  for (int i = 0; i < 10; ++i) many += fmt::format("r{} ::= \"x\"\n", i);
+  auto rules = CompiledGrammar::FromGbnf(many, limits);
+  ASSERT_FALSE(rules.ok());
+  EXPECT_EQ(rules.status().code(), common::StatusCode::kInvalidArgument);
+  EXPECT_TRUE(rules.status().message().ends_with("(budget grammar_rules)")) << rules.status().message();
+  EXPECT_EQ(common::Refusals(common::BudgetId::kGrammarRules), rules_before + 1);
+
+  auto symbols = CompiledGrammar::FromGbnf("root ::= [a-z]{200}\n", limits);
+  ASSERT_FALSE(symbols.ok());
+  EXPECT_TRUE(symbols.status().message().ends_with("(budget grammar_symbols)")) << symbols.status().message();
+  EXPECT_EQ(common::Refusals(common::BudgetId::kGrammarSymbols), symbols_before + 1);
+
+  GrammarLimits small_text;
+  small_text.max_text_bytes = 200;
+  std::string schema = R"({"type":"object","properties":{)";
+  for (int i = 0; i < 20; ++i) schema += fmt::format("{}\"p{}\":{{\"type\":\"string\"}}", i ? "," : "", i);
+  schema += "}}";
+  auto generated = JsonSchemaToGbnf(schema, small_text);
+  ASSERT_FALSE(generated.ok());
+  EXPECT_TRUE(generated.status().message().ends_with("(budget schema_grammar_bytes)")) << generated.status().message();
+  EXPECT_EQ(common::Refusals(common::BudgetId::kSchemaGrammarBytes), bytes_before + 1);
+  // Within the limits the same grammar compiles, and nothing more is counted.
+  EXPECT_TRUE(CompiledGrammar::FromGbnf("root ::= [a-z]{30}\n", limits).ok());
+  EXPECT_EQ(common::Refusals(common::BudgetId::kGrammarSymbols), symbols_before + 1);
+}
+
 }  // namespace
 }  // namespace niels::daemon::grammar
