@@ -255,6 +255,13 @@ StatusOr<v1::ResetSessionResponse> DaemonClient::ResetSession(const std::string&
   return Unwrap(Call(std::move(r)), v1::Response::kResetSession, &v1::Response::reset_session);
 }
 
+StatusOr<v1::RewindSessionResponse> DaemonClient::RewindSession(const std::string& session_id, int32_t keep_messages) {
+  v1::Request r;
+  r.mutable_rewind_session()->set_session_id(session_id);
+  r.mutable_rewind_session()->set_keep_messages(keep_messages);
+  return Unwrap(Call(std::move(r)), v1::Response::kRewindSession, &v1::Response::rewind_session);
+}
+
 StatusOr<v1::DeleteSessionResponse> DaemonClient::DeleteSession(const std::string& session_id) {
   v1::Request r;
   r.mutable_delete_session()->set_session_id(session_id);

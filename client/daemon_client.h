@@ -82,6 +82,8 @@ class DaemonClient {
   StatusOr<v1::ListSessionsResponse> ListSessions();
   StatusOr<v1::ForkSessionResponse> ForkSession(const std::string& session_id);
   StatusOr<v1::ResetSessionResponse> ResetSession(const std::string& session_id);
+  // Keeps the first keep_messages messages of the conversation (even: whole turns) and drops the rest.
+  StatusOr<v1::RewindSessionResponse> RewindSession(const std::string& session_id, int32_t keep_messages);
   StatusOr<v1::DeleteSessionResponse> DeleteSession(const std::string& session_id);
   // An explicit Cancel as its own call (for requests in flight elsewhere on this connection).
   StatusOr<v1::CancelResponse> Cancel(uint64_t target_request_id);

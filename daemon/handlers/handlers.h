@@ -41,6 +41,8 @@ HandlerResult HandleListSessions(engine::EngineState& state, server::Job& job,
                                  const niels::v1::ListSessionsRequest& request);
 HandlerResult HandleForkSession(engine::EngineState& state, server::Job& job,
                                 const niels::v1::ForkSessionRequest& request);
+HandlerResult HandleRewindSession(engine::EngineState& state, server::Job& job,
+                                  const niels::v1::RewindSessionRequest& request);
 HandlerResult HandleResetSession(engine::EngineState& state, server::Job& job,
                                  const niels::v1::ResetSessionRequest& request);
 HandlerResult HandleDeleteSession(engine::EngineState& state, server::Job& job,

@@ -45,6 +45,8 @@ const Method kForkSession{"ForkSession", NIELS_SESSION(fork_session),
                           NIELS_QUICK(HandleForkSession, fork_session), nullptr, nullptr, nullptr};
 const Method kResetSession{"ResetSession", NIELS_SESSION(reset_session),
                            NIELS_QUICK(HandleResetSession, reset_session), nullptr, nullptr, nullptr};
+const Method kRewindSession{"RewindSession", NIELS_SESSION(rewind_session),
+                            NIELS_QUICK(HandleRewindSession, rewind_session), nullptr, nullptr, nullptr};
 const Method kDeleteSession{"DeleteSession", NIELS_SESSION(delete_session),
                             NIELS_QUICK(HandleDeleteSession, delete_session), nullptr, nullptr, nullptr};
 const Method kChat{"Chat", NIELS_SESSION(chat), nullptr, NIELS_GENERATING(StartChat, chat),
@@ -73,6 +75,7 @@ const Method* FindMethod(const v1::Request& request) {
     case v1::Request::kListSessions: return &kListSessions;
     case v1::Request::kForkSession: return &kForkSession;
     case v1::Request::kResetSession: return &kResetSession;
+    case v1::Request::kRewindSession: return &kRewindSession;
     case v1::Request::kDeleteSession: return &kDeleteSession;
     case v1::Request::kStats: return &kStats;
     case v1::Request::kCancel:

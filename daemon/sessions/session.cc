@@ -95,6 +95,13 @@ void Session::Reset() {
   messages_.clear();
 }
 
+void Session::Rewind(size_t keep, int64_t length) {
+  if (keep < turns_.size()) turns_.resize(keep);
+  if (2 * keep < messages_.size()) messages_.resize(2 * keep);
+  sequence_.tokens.resize(static_cast<size_t>(length));
+  sequence_.cache.Truncate(std::min(sequence_.cache.length(), length));
+}
+
 void Session::DropCache() { sequence_.cache.Clear(); }
 
 Session::Snapshot Session::TakeSnapshot() const {

@@ -121,6 +121,11 @@ class Session {
 
   // Back to the system prompt alone (cache truncated to it; the conversation emptied).
   void Reset();
+  // Keeps the first `keep` completed turns (token-native turns, or exchanges of the conversation)
+  // and the first `length` tokens of the history, the cache at most that much; the later turns
+  // are gone. REQUIRES: keep <= turns().size() + messages().size() / 2, one kind of turn only;
+  // system_end() <= length <= length().
+  void Rewind(size_t keep, int64_t length);
   // Frees the KV cache; the history stays and is re-prefilled on next use.
   void DropCache();
 

@@ -261,6 +261,14 @@ Status SessionRegistry::Reset(Session& session) {
   return committed;
 }
 
+Status SessionRegistry::Rewind(Session& session, size_t keep, int64_t length) {
+  Session::Snapshot snapshot = session.TakeSnapshot();
+  session.Rewind(keep, length);
+  Status committed = Commit(session);
+  if (!committed.ok()) session.Restore(std::move(snapshot));
+  return committed;
+}
+
 size_t SessionRegistry::ExpireIdle(std::chrono::steady_clock::time_point cutoff) {
   std::vector<Session*> idle;
   for (const auto& [id, session] : sessions_) {

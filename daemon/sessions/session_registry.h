@@ -105,6 +105,9 @@ class SessionRegistry {
   common::Status Commit(Session& session);
   // Back to the system prompt alone, durably; on a failed write the session is unchanged.
   common::Status Reset(Session& session);
+  // Session::Rewind(keep, length), stored (durable) before it returns; on a failed store the
+  // session is as it was.
+  common::Status Rewind(Session& session, size_t keep, int64_t length);
 
   bool durable() const { return durable_ != nullptr; }
   state::DurableStore* durable_store() const { return durable_; }

@@ -92,6 +92,20 @@ class PackageTest(unittest.TestCase):
         self.client.delete_session(full_sid)
         self.client.delete_session(sid)
 
+    def test_rewind_regenerates_the_last_turn(self):
+        sid = self.client.create_session("you are terse.").session_id
+        self.client.chat(sid, "hello", max_new_tokens=6, temperature=0)
+        second = self.client.chat(sid, "what is nielsd?", max_new_tokens=6, temperature=0)
+        self.assertEqual(len(self.client.get_session(sid).messages), 5)
+        rewound = self.client.rewind_session(sid, 2)
+        self.assertEqual(rewound.messages, 2)
+        messages = self.client.get_session(sid).messages
+        self.assertEqual([m.role for m in messages], ["system", "user", "assistant"])
+        again = self.client.chat(sid, "what is nielsd?", max_new_tokens=6, temperature=0)
+        self.assertEqual(again.reply, second.reply)
+        self.assertEqual(again.stats.reused_tokens, rewound.length)
+        self.client.delete_session(sid)
+
     def test_generate_with_logprobs(self):
         info = self.client.info()
         sid = self.client.create_session().session_id

@@ -370,6 +370,53 @@ TEST_F(ChatTest, GetSessionReadsTheConversationBackAsMessages) {
   EXPECT_EQ(Call(*engine_, GetRequest(raw)).get_session().messages_size(), 0);
 }
 
+v1::Request RewindRequest(const std::string& session, int keep) {
+  v1::Request request;
+  request.mutable_rewind_session()->set_session_id(session);
+  request.mutable_rewind_session()->set_keep_messages(keep);
+  return request;
+}
+
+// RewindSession drops the turns after the kept messages: the history is then exactly what it was
+// after those turns (tokens and cache), and the next turn regenerates as it did then, prefilling
+// only itself. Odd or too large counts are refused and change nothing.
+TEST_F(ChatTest, RewindDropsTheLaterTurnsAndTheNextTurnContinuesFromThere) {
+  Start(256);
+  const std::string id = Create("you are terse.");
+  std::vector<SessionView> after;
+  std::vector<std::string> replies;
+  for (int i = 0; i < 3; ++i) {
+    const v1::Response reply = Chat(id, kUserTexts[i], 6);
+    ASSERT_TRUE(reply.has_chat()) << reply.DebugString();
+    replies.push_back(reply.chat().reply());
+    after.push_back(View(*engine_, id));
+  }
+  const SessionView before = View(*engine_, id);
+  for (int bad : {3, 8, -2}) {
+    EXPECT_EQ(ErrorOf(Call(*engine_, RewindRequest(id, bad))), v1::INVALID_ARGUMENT) << bad;
+  }
+  EXPECT_EQ(View(*engine_, id).tokens, before.tokens);
+
+  const v1::Response rewound = Call(*engine_, RewindRequest(id, 2));  // keep the first turn
+  ASSERT_TRUE(rewound.has_rewind_session()) << rewound.DebugString();
+  EXPECT_EQ(rewound.rewind_session().messages(), 2);
+  const SessionView kept = View(*engine_, id);
+  EXPECT_EQ(kept.tokens, after[0].tokens);
+  EXPECT_EQ(kept.turns, 1);
+  EXPECT_LE(kept.cached, static_cast<int64_t>(kept.tokens.size()));
+  EXPECT_EQ(rewound.rewind_session().length(), static_cast<int64_t>(after[0].tokens.size()));
+  // Regenerate the second turn: the same greedy reply, only the new turn prefilled.
+  const v1::Response again = Chat(id, kUserTexts[1], 6);
+  ASSERT_TRUE(again.has_chat()) << again.DebugString();
+  EXPECT_EQ(again.chat().reply(), replies[1]);
+  EXPECT_EQ(View(*engine_, id).tokens, after[1].tokens);
+  EXPECT_LE(again.chat().stats().prefilled_tokens(), static_cast<int64_t>(UserTurn(kUserTexts[1]).size()) + 1);
+  // Back to the system prompt alone.
+  ASSERT_TRUE(Call(*engine_, RewindRequest(id, 0)).has_rewind_session());
+  EXPECT_EQ(View(*engine_, id).turns, 0);
+  EXPECT_EQ(Call(*engine_, GetRequest(id)).get_session().messages_size(), 1);  // the system prompt
+}
+
 }  // namespace chat_test
 }  // namespace
 }  // namespace niels::daemon::handlers::testing

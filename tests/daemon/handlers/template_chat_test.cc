@@ -315,6 +315,35 @@ TEST(TemplateChatTest, GetSessionReadsTheConversationBackAsMessages) {
   EXPECT_EQ(messages[4].content(), second.chat().reply());
 }
 
+// RewindSession on a template session: the conversation keeps its first exchange, and the next turn
+// renders from there, reusing the cache of what was kept, and regenerates the dropped turn's reply.
+TEST(TemplateChatTest, RewindKeepsTheFirstExchangesAndTheNextTurnRegenerates) {
+  std::unique_ptr<Service> service = StartTemplateService();
+  ASSERT_NE(service, nullptr);
+  const std::string system = "be brief";
+  const std::string session = CreateSession(*service, &system);
+  ASSERT_TRUE(Call(*service, ChatRequest(session, "hello", 4)).has_chat());
+  const v1::Response second = Call(*service, ChatRequest(session, "and then?", 4));
+  ASSERT_TRUE(second.has_chat()) << second.DebugString();
+  ASSERT_TRUE(Call(*service, ChatRequest(session, "one more", 4)).has_chat());
+
+  v1::Request rewind;
+  rewind.mutable_rewind_session()->set_session_id(session);
+  rewind.mutable_rewind_session()->set_keep_messages(2);
+  const v1::Response rewound = Call(*service, rewind);
+  ASSERT_TRUE(rewound.has_rewind_session()) << rewound.DebugString();
+  const v1::Response got = Call(*service, GetRequest(session));
+  ASSERT_EQ(got.get_session().messages_size(), 3);  // system, hello, its reply
+  EXPECT_EQ(got.get_session().messages(1).content(), "hello");
+  EXPECT_EQ(got.get_session().token_ids_size(), rewound.rewind_session().length());
+
+  const v1::Response again = Call(*service, ChatRequest(session, "and then?", 4));
+  ASSERT_TRUE(again.has_chat()) << again.DebugString();
+  EXPECT_EQ(again.chat().reply(), second.chat().reply());  // greedy: the same reply as before
+  EXPECT_EQ(again.chat().stats().reused_tokens(), rewound.rewind_session().length());
+  EXPECT_LT(again.chat().stats().prefilled_tokens(), again.chat().stats().prompt_tokens() / 2);
+}
+
 }  // namespace template_chat_test
 }  // namespace
 }  // namespace niels::daemon::handlers::testing

@@ -282,6 +282,12 @@ class Client:
     def reset_session(self, session_id):
         return self.call("reset_session", pb.ResetSessionRequest(session_id=session_id))
 
+    def rewind_session(self, session_id, keep_messages):
+        """Keeps the first keep_messages messages of the conversation (get_session().messages after
+        the system prompt; even: whole turns) and drops the rest, to edit, retry or undo a turn."""
+        return self.call("rewind_session", pb.RewindSessionRequest(session_id=session_id,
+                                                                   keep_messages=keep_messages))
+
     def delete_session(self, session_id):
         return self.call("delete_session", pb.DeleteSessionRequest(session_id=session_id))
 
