@@ -32,7 +32,8 @@
 //     waited (end mode 0, whole frames), exactly as many: the server neither closed early nor
 //     dropped an answer;
 //   - the connection ends: the server closes its end within 10 s of the client's half-close, of a
-//     framing error or of frame_timeout after a partial frame, and leaves the registry;
+//     framing error or of frame_timeout after a partial frame, leaves the registry and is
+//     destroyed;
 //   - afterwards the engine still answers an Info through a fresh Connection. The sessions of the
 //     input are deleted at its end.
 #include <fcntl.h>
@@ -336,6 +337,9 @@ std::vector<Response> DecodeResponses(const std::string& bytes, bool* partial) {
   return responses;
 }
 
+// The server's connections of the current input (each must be destroyed before the input ends).
+std::vector<std::weak_ptr<server::Connection>> g_made;
+
 // A connection of `uid` on a fresh socket pair; returns the client's fd. `short_timeouts`: the
 // frame and backlog timeouts of 100 ms, else 10 s (which a healthy run never reaches, so that a
 // client descheduled for a while on a loaded machine is not cut off where it waits for answers).
@@ -349,15 +353,26 @@ int Connect(uint32_t uid, bool short_timeouts) {
   auto connection = std::make_shared<server::Connection>(std::move(socket), uid, server::DispatchTo(*g->dispatcher),
                                                          g->registry, options);
   connection->Start();
+  g_made.push_back(connection);
   return fds[1];
 }
 
+// Every connection has left the registry and been destroyed (its coroutines ended, nothing keeps
+// it alive), so nothing of it is freed after the input (libFuzzer's leak check counts mallocs and
+// frees per input).
 void WaitForNoConnections() {
   const Clock::time_point deadline = Clock::now() + kCloseBound;
-  while (g->registry.size() != 0) {
+  auto alive = [] {
+    for (const auto& made : g_made) {
+      if (!made.expired()) return true;
+    }
+    return false;
+  };
+  while (g->registry.size() != 0 || alive()) {
     FUZZ_CHECK(Clock::now() < deadline);  // a connection that never ends
-    std::this_thread::sleep_for(std::chrono::microseconds(200));
+    std::this_thread::sleep_for(std::chrono::microseconds(100));
   }
+  g_made.clear();
 }
 
 // An Info through a fresh connection is answered.
