@@ -18,8 +18,9 @@
 // healthy run: a client descheduled on a loaded machine is not cut off where it waits for its
 // answers). Every Request frame that parses and names the session "$<any byte>" gets the id of a
 // session the harness created for the peer beforehand (ids are 128 random bits: the fuzzer could
-// never guess one), and a max_new_tokens above 8 is cut to 8; those frames are encoded again,
-// every other byte is sent as it is. The client writes the result in chunks of seed-chosen sizes
+// never guess one), and a Chat's or Generate's max_new_tokens is cut to at most 8 (unset: 8), and
+// to 1 after the stream's first 8 of them; those frames are encoded again, every other byte is
+// sent as it is. The client writes the result in chunks of seed-chosen sizes
 // (1 to 2^(seed % 8 + 1) bytes), reading what arrives meanwhile (unless bit 4), and reads its end
 // to the end of file.
 // Invariants:
@@ -34,8 +35,9 @@
 //   - the connection ends: the server closes its end within 10 s of the client's half-close, of a
 //     framing error or of frame_timeout after a partial frame, leaves the registry and is
 //     destroyed;
-//   - afterwards the engine still answers an Info through a fresh Connection. The sessions of the
-//     input are deleted at its end.
+//   - what the connection left in the engine ends (no request queued or running within 20 s),
+//     and afterwards the engine still answers an Info through a fresh Connection. The sessions of
+//     the input are deleted at its end.
 #include <fcntl.h>
 #include <poll.h>
 #include <sys/socket.h>
@@ -157,6 +159,21 @@ void DeleteAllSessions(uint32_t uid) {
   }
 }
 
+// Waits until the engine has no request queued or running: what a closed connection left behind
+// (cancelled) has ended, so the next input's requests are not refused for a full queue.
+void WaitForIdleEngine() {
+  const Clock::time_point deadline = Clock::now() + kAnswerBound;
+  for (;;) {
+    Request stats;
+    stats.set_request_id(4);
+    stats.mutable_stats();
+    const Response r = RunDirect(stats, 1000);
+    if (r.has_stats() && r.stats().queued_requests() == 0 && r.stats().running_sequences() == 0) return;
+    FUZZ_CHECK(Clock::now() < deadline);  // cancelled work that never ends
+    std::this_thread::sleep_for(std::chrono::microseconds(500));
+  }
+}
+
 std::string* SessionField(Request& r) {
   switch (r.kind_case()) {
     case Request::kChat: return r.mutable_chat()->mutable_session_id();
@@ -175,6 +192,7 @@ struct Sent {
   std::set<uint64_t> streaming;    // ids of streaming Chat/Generate requests
   size_t total = 0;
   bool creates = false;  // a CreateSession or ForkSession
+  bool generates = false;  // a Chat or Generate
   bool whole = true;  // every byte is part of a complete frame within the limit
   bool framing_error = false;
 };
@@ -199,6 +217,7 @@ Sent Expect(const std::string& wire) {
     const uint64_t id = niels::common::ParseFrame(payload, &request).ok() ? request.request_id() : 0;
     ++sent.frames[id];
     sent.creates = sent.creates || request.has_create_session() || request.has_fork_session();
+    sent.generates = sent.generates || request.has_chat() || request.has_generate();
     ++sent.total;
     if ((request.has_chat() && request.chat().stream()) || (request.has_generate() && request.generate().stream())) {
       sent.streaming.insert(id);
@@ -207,13 +226,14 @@ Sent Expect(const std::string& wire) {
   return sent;
 }
 
-// The input's stream with "$x" session ids replaced by `session` (made on first use) and
-// max_new_tokens cut to 8; other bytes as they are.
+// The input's stream with "$x" session ids replaced by a session of `uid` (made on first use) and
+// max_new_tokens cut; other bytes as they are.
 std::string Rewrite(std::string_view stream, uint32_t uid, bool* made_session) {
   niels::common::FrameDecoder decoder(kMaxFrameBytes);
   decoder.Feed(stream);
   std::string wire, payload, session;
   size_t consumed = 0;
+  int generating = 0;
   while (decoder.Next(&payload) == niels::common::FrameDecoder::Result::kFrame) {
     const size_t end = stream.size() - decoder.buffered_bytes();
     Request request;
@@ -225,9 +245,11 @@ std::string Rewrite(std::string_view stream, uint32_t uid, bool* made_session) {
         *field = session;
         changed = true;
       }
+      // At most 8 new tokens, and 1 after the stream's first 8 generating requests.
       auto cut = [&](auto* r) {
-        if (r->has_max_new_tokens() && r->max_new_tokens() > 8) {
-          r->set_max_new_tokens(8);
+        const int32_t most = ++generating > 8 ? 1 : 8;
+        if (!r->has_max_new_tokens() || r->max_new_tokens() > most) {
+          r->set_max_new_tokens(most);
           changed = true;
         }
       };
@@ -492,6 +514,7 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
     }
   }
 
+  if (sent.generates || sent.total > 16) WaitForIdleEngine();
   if (made_session || sent.creates) {
     DeleteAllSessions(uid);
   }
