@@ -14,15 +14,15 @@
 //             otherwise half-closes; 3 closes its socket at once, reading nothing;
 //   bit 4: the client reads only after it has written everything (the server's backlog bound).
 // The connection has small options: 2048-byte frames, 4 KiB / 16 frames of queued output, 64 KiB
-// responses; frame and backlog timeouts of 100 ms in end mode 2, else 10 s (never reached in a
-// healthy run: a client descheduled on a loaded machine is not cut off where it waits for its
-// answers). Every Request frame that parses and names the session "$<any byte>" gets the id of a
-// session the harness created for the peer beforehand (ids are 128 random bits: the fuzzer could
-// never guess one), and a Chat's or Generate's max_new_tokens is cut to at most 8 (unset: 8), and
-// to 1 after the stream's first 8 of them; those frames are encoded again, every other byte is
-// sent as it is. The client writes the result in chunks of seed-chosen sizes
-// (1 to 2^(seed % 8 + 1) bytes), reading what arrives meanwhile (unless bit 4), and reads its end
-// to the end of file.
+// responses; frame and backlog timeouts of 10 ms in end mode 2 (a stalled frame costs the input
+// that long), else 10 s (never reached in a healthy run: a client descheduled on a loaded machine
+// is not cut off where it waits for its answers). Every Request frame that parses and names the
+// session "$<any byte>" gets the id of a session the harness created for the peer beforehand (ids
+// are 128 random bits: the fuzzer could never guess one), and a Chat's or Generate's
+// max_new_tokens is cut to at most 8 (unset: 8), and to 1 after the stream's first 8 of them;
+// those frames are encoded again, every other byte is sent as it is. The client writes the result
+// in chunks of seed-chosen sizes (1 to 2^(seed % 8 + 1) bytes), reading what arrives meanwhile
+// (unless bit 4), and reads its end to the end of file.
 // Invariants:
 //   - every byte read back is a sequence of well-formed Response frames (a partial last one only
 //     when the server closed the connection for an error or the client went away early);
@@ -363,7 +363,7 @@ std::vector<Response> DecodeResponses(const std::string& bytes, bool* partial) {
 std::vector<std::weak_ptr<server::Connection>> g_made;
 
 // A connection of `uid` on a fresh socket pair; returns the client's fd. `short_timeouts`: the
-// frame and backlog timeouts of 100 ms, else 10 s (which a healthy run never reaches, so that a
+// frame and backlog timeouts of 10 ms, else 10 s (which a healthy run never reaches, so that a
 // client descheduled for a while on a loaded machine is not cut off where it waits for answers).
 int Connect(uint32_t uid, bool short_timeouts) {
   int fds[2];
@@ -443,8 +443,8 @@ extern "C" int LLVMFuzzerInitialize(int*, char***) {
   g->options.max_queued_bytes = 4096;
   g->options.max_queued_frames = 16;
   g->options.max_response_bytes = 64 << 10;
-  g->options.backlog_timeout = std::chrono::milliseconds(100);
-  g->options.frame_timeout = std::chrono::milliseconds(100);
+  g->options.backlog_timeout = std::chrono::milliseconds(10);
+  g->options.frame_timeout = std::chrono::milliseconds(10);
   g->thread = std::thread([] { g->io.run(); });
   g->thread.detach();  // runs until the process ends
   return 0;
