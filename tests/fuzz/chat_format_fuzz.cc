@@ -44,7 +44,9 @@
 //     out none when the conversation fits with the reply room, otherwise the chosen rendering fits
 //     with the room and within keep x context (or every exchange is left out) and leaving out one
 //     fewer would not; the chosen rendering is shorter than the context and still ends with the
-//     user's new message and the generation prompt; a refusal is INVALID_ARGUMENT;
+//     user's new message and the generation prompt; a refusal is INVALID_ARGUMENT (the two checks
+//     above run on the whole conversation and on the chosen rendering; the other candidates of
+//     the search are only encoded, and fail only with INVALID_ARGUMENT);
 //   - the ReplySplitter's parts fed in input-chosen cuts concatenate to Split() of the whole reply
 //     (its header's contract); without tags everything is answer; each part is a piece of the
 //     reply, and a reply that does not open with the tag (nor starts in reasoning) is all answer.
@@ -361,8 +363,17 @@ void CheckTruncation(TemplateKind kind, const text::JinjaChatFormat& format, con
     ++calls;
     auto it = asked.find(drop);
     if (it == asked.end()) {
-      it = asked.emplace(drop, CheckTurn(kind, format, c, std::span(c.messages).subspan(2 * drop), input_size,
-                                         &rendered[drop])).first;
+      // The whole conversation is checked in full; the other candidates only encoded (one render
+      // each), and the chosen one checked in full below.
+      const auto kept = std::span(c.messages).subspan(2 * drop);
+      if (drop == 0) {
+        it = asked.emplace(drop, CheckTurn(kind, format, c, kept, input_size, &rendered[drop])).first;
+      } else {
+        StatusOr<text::ChatPrompt> prompt = format.EncodeTurn(c.system, kept, c.user, c.options);
+        if (!prompt.ok()) CheckFailure(prompt.status());
+        it = asked.emplace(drop, prompt.ok() ? StatusOr<int64_t>(static_cast<int64_t>(prompt->ids.size()))
+                                             : StatusOr<int64_t>(prompt.status())).first;
+      }
     }
     return it->second;
   };
@@ -390,6 +401,11 @@ void CheckTruncation(TemplateKind kind, const text::JinjaChatFormat& format, con
     FUZZ_CHECK(fewer != asked.end() && fewer->second.ok());
     const int64_t length = *fewer->second;
     FUZZ_CHECK(length + room > context || (drop - 1 > 0 && length > low_water));
+  }
+  if (drop != 0) {
+    const StatusOr<int64_t> checked =
+        CheckTurn(kind, format, c, std::span(c.messages).subspan(2 * drop), input_size, &rendered[drop]);
+    FUZZ_CHECK(checked.ok() && *checked == kept);
   }
   CheckEndsWithUser(kind, rendered.at(drop), c);
 }
