@@ -9,7 +9,7 @@
 #
 # Usage: scripts/fuzz.sh [SECONDS] [TARGET...]     (targets: frame_decoder config tokenizer
 #        text_stream safetensors model_dir request gguf grammar tokenizer_json jinja family_model
-#        quantize tokenizer_config hf_index state_files tool_calls; default all)
+#        quantize tokenizer_config hf_index state_files tool_calls connection chat_format; default all)
 #        scripts/fuzz.sh --totals                 executions per target over every run so far:
 #                                                 the committed ledger tests/fuzz/executions.tsv
 #                                                 plus this machine's build-asan/fuzz-executions.tsv
@@ -35,9 +35,11 @@ BUILD=build-asan
 LEDGER="$BUILD/fuzz-executions.tsv"
 COMMITTED_LEDGER=tests/fuzz/executions.tsv   # campaigns of earlier machines (same columns)
 # `request` links the handlers and, through them, only the server's request contract (Job,
-# ResponseSink, RequestService: niels_server_contract), never the server's Asio coroutines, which
-# clang 14 with libstdc++ cannot compile (Boost 1.74 sees no co_await under clang).
-ALL_TARGETS=(frame_decoder config tokenizer text_stream safetensors model_dir request gguf grammar tokenizer_json jinja family_model quantize tokenizer_config hf_index state_files tool_calls)
+# ResponseSink, RequestService: niels_server_contract), never the server's Asio coroutines.
+# `connection` links the server itself (niels_server): Boost 1.74's Asio sees no co_await under
+# clang, so the root CMakeLists.txt says clang 14 has it, and the sanitizer build leaves out
+# -fsanitize=function, which cannot instrument coroutines.
+ALL_TARGETS=(frame_decoder config tokenizer text_stream safetensors model_dir request gguf grammar tokenizer_json jinja family_model quantize tokenizer_config hf_index state_files tool_calls connection chat_format)
 # Every campaign and merge: a single allocation above 64 MiB is a finding (nothing may be sized
 # from a client-supplied length before it is checked).
 LIMITS=(-malloc_limit_mb=64 -rss_limit_mb=2048 -timeout=30 -max_len=65536)

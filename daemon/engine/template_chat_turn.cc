@@ -1,6 +1,7 @@
 #include "daemon/engine/template_chat_turn.h"
 
 #include <algorithm>
+#include <functional>
 #include <map>
 #include <memory>
 #include <utility>
@@ -67,26 +68,23 @@ class TurnRenderer {
   std::map<size_t, text::ChatPrompt> rendered_;
 };
 
-// How many exchanges to leave out (at least `min_drop`): none beyond it when the rendering plus
-// `room` fits the context; otherwise the fewest for which it fits and the rendering is at most the
-// low-water mark keep x T (a binary search: leaving out more never makes a rendering longer), or
-// all. INVALID_ARGUMENT when even without any exchange the rendering leaves no room for a reply.
-StatusOr<size_t> ExchangesToDrop(TurnRenderer& render, size_t exchanges, size_t min_drop, int64_t room,
-                                 int64_t context, double keep) {
+}  // namespace
+
+StatusOr<size_t> ExchangesToDrop(const std::function<StatusOr<int64_t>(size_t drop)>& tokens_without,
+                                 size_t exchanges, size_t min_drop, int64_t room, int64_t context, double keep) {
   if (!(keep >= 0.0)) keep = 0.0;  // NaN too
   const int64_t low_water = static_cast<int64_t>(std::min(keep, 1.0) * static_cast<double>(context));
-  StatusOr<const text::ChatPrompt*> first = render.Without(min_drop);
+  StatusOr<int64_t> first = tokens_without(min_drop);
   if (!first.ok()) return first.status();
   size_t drop = min_drop;
-  if (static_cast<int64_t>((*first)->ids.size()) + room > context && min_drop < exchanges) {
+  if (*first + room > context && min_drop < exchanges) {
     size_t lo = min_drop + 1;
     size_t hi = exchanges;  // all of them when no count is good
     while (lo < hi) {
       const size_t mid = lo + (hi - lo) / 2;
-      StatusOr<const text::ChatPrompt*> prompt = render.Without(mid);
-      if (!prompt.ok()) return prompt.status();
-      const auto length = static_cast<int64_t>((*prompt)->ids.size());
-      if (length + room <= context && length <= low_water) {
+      StatusOr<int64_t> length = tokens_without(mid);
+      if (!length.ok()) return length.status();
+      if (*length + room <= context && *length <= low_water) {
         hi = mid;
       } else {
         lo = mid + 1;
@@ -94,18 +92,16 @@ StatusOr<size_t> ExchangesToDrop(TurnRenderer& render, size_t exchanges, size_t 
     }
     drop = hi;
   }
-  StatusOr<const text::ChatPrompt*> kept = render.Without(drop);
+  StatusOr<int64_t> kept = tokens_without(drop);
   if (!kept.ok()) return kept.status();
-  if (static_cast<int64_t>((*kept)->ids.size()) >= context) {
+  if (*kept >= context) {
     return Status::InvalidArgument(fmt::format(
         "this turn renders to {} tokens with the system prompt and no earlier exchange; that leaves no room for "
         "a reply in the model's context of {} tokens",
-        (*kept)->ids.size(), context));
+        *kept, context));
   }
   return drop;
 }
-
-}  // namespace
 
 TurnResult StartTemplateChatTurn(EngineState& state, const Work& work, const ChatTurnArgs& args,
                                  ChatCallbacks callbacks) {
@@ -119,7 +115,12 @@ TurnResult StartTemplateChatTurn(EngineState& state, const Work& work, const Cha
   StatusOr<size_t> min_drop = ExchangesOverBytes(session, args.user_text.size());
   if (!min_drop.ok()) return min_drop.status();
   TurnRenderer render(format, session, args);
-  StatusOr<size_t> dropped = ExchangesToDrop(render, session.messages().size() / 2, *min_drop,
+  const auto tokens_without = [&render](size_t drop) -> StatusOr<int64_t> {
+    StatusOr<const text::ChatPrompt*> prompt = render.Without(drop);
+    if (!prompt.ok()) return prompt.status();
+    return static_cast<int64_t>((*prompt)->ids.size());
+  };
+  StatusOr<size_t> dropped = ExchangesToDrop(tokens_without, session.messages().size() / 2, *min_drop,
                                              ChatReplyRoom(args.max_new_tokens, context), context,
                                              state.options.context_keep);
   if (!dropped.ok()) return dropped.status();

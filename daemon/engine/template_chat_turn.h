@@ -23,6 +23,8 @@
 // (raise_exception: INVALID_ARGUMENT), leaves the session as it was.
 
 #include <cstddef>
+#include <cstdint>
+#include <functional>
 
 #include "daemon/engine/chat_turn.h"
 
@@ -31,6 +33,18 @@ namespace niels::daemon::engine {
 // The bytes of message text (content and reasoning) a session's conversation keeps at most, the new
 // user message included: the renderer's bound on its output (jinja::RenderLimits).
 inline constexpr size_t kMaxConversationBytes = size_t{8} << 20;
+
+// The context policy above, as a function of the rendering's length: `tokens_without(k)` is the
+// length in ids of the turn rendered with the k oldest of `exchanges` exchanges left out (its
+// errors are returned as they are). Leaves out `min_drop` (at least) when that rendering plus `room`
+// fits `context`; otherwise the fewest k > min_drop whose rendering plus `room` fits and is at
+// most keep x context ids (keep clamped to [0, 1], NaN as 0), found by a binary search that
+// assumes leaving out more never lengthens the rendering, or all `exchanges` when none qualifies.
+// Asks `tokens_without` at most 2 + ceil(log2(exchanges - min_drop + 1)) times.
+// INVALID_ARGUMENT when the chosen rendering is `context` ids or longer (no room for a reply).
+common::StatusOr<size_t> ExchangesToDrop(const std::function<common::StatusOr<int64_t>(size_t drop)>& tokens_without,
+                                         size_t exchanges, size_t min_drop, int64_t room, int64_t context,
+                                         double keep);
 
 // REQUIRES: state.chat_format() is of kind kTemplate. Errors as StartChatTurn.
 TurnResult StartTemplateChatTurn(EngineState& state, const Work& work, const ChatTurnArgs& args,
