@@ -25,6 +25,7 @@
 #include "bench/bench_models.h"
 #include "daemon/kernels/simd_kernels.h"
 #include "daemon/kernels/worker_pool.h"
+#include "daemon/model/forward_step.h"
 #include "daemon/model/kv_cache.h"
 #include "daemon/model/kv_pool.h"
 #include "daemon/model/transformer.h"
@@ -74,12 +75,12 @@ double AttentionMs(const Transformer& model, KvCache& cache, int64_t depth, int6
   const int64_t size = daemon::kernels::DtypeSize(cache.pool().dtype());
   std::vector<const void*> blocks;
   for (auto id : cache.block_ids()) blocks.push_back(cache.pool().data(id));
-  const daemon::kernels::KvBlockLayout layout{KV, D, bt};
+  const daemon::model::KvBlockLayout layout{KV, D, bt};
   std::vector<float> q(static_cast<size_t>(rows * H * D), 0.5f), out(q.size());
   std::mt19937 rng(3);
   std::normal_distribution<float> normal(0.0f, 1.0f);
   for (auto& x : q) x = normal(rng);
-  const int64_t block = daemon::kernels::ForwardStep::kQueryBlock;
+  const int64_t block = daemon::model::ForwardStep::kQueryBlock;
   const int64_t group = H / KV;
   std::vector<float> scores(static_cast<size_t>(pool.threads() * group * block * (depth + rows)));
   const int64_t query_blocks = (rows + block - 1) / block, items = query_blocks * KV;

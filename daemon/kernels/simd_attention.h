@@ -16,14 +16,14 @@
 //           accumulators go back to its output between blocks (exactly: a store and a load).
 // No call per block: a decode step (one row per query head) is one call per key/value head and layer.
 //
-// Bits (batch invariance; forward_step.h relies on it): a row's score against key j is one chain --
-// an FMA per kLanes columns in column order (the last under a mask), then Isa::Sum4's fixed tree --
-// whatever rows or keys share its register tile; the softmax is SoftmaxImpl over the row's own
-// scores; output column c is one FMA chain over the row's positions in order starting from +0,
-// whichever block a position is in and whichever rows share its tile (a tile's positions stop at
-// its rows' smallest limit; each row then goes on alone up to its own). So a row's result depends
-// on its query, its position and the sequence's keys and values only: not on the other rows of the
-// call or their number, the group size, or how the positions are split into blocks.
+// Bits (batch invariance; daemon/model/forward_step.h relies on it): a row's score against key j is
+// one chain -- an FMA per kLanes columns in column order (the last under a mask), then Isa::Sum4's
+// fixed tree -- whatever rows or keys share its register tile; the softmax is SoftmaxImpl over the
+// row's own scores; output column c is one FMA chain over the row's positions in order starting
+// from +0, whichever block a position is in and whichever rows share its tile (a tile's positions
+// stop at its rows' smallest limit; each row then goes on alone up to its own). So a row's result
+// depends on its query, its position and the sequence's keys and values only: not on the other rows
+// of the call or their number, the group size, or how the positions are split into blocks.
 
 #ifndef NIELS_KERNELS_SIMD_GENERIC_INCLUDED_BY_AN_ISA_FILE
 #error "simd_attention.h is included only by simd_portable.cc, simd_avx2.cc and simd_avx512.cc"

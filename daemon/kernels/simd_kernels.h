@@ -4,7 +4,7 @@
 // a portable one. Weights (and KV rows) may be f32, f16 or bf16 (dtype.h): 16-bit elements are
 // widened to float as they are loaded (f16 with VCVTPH2PS, bf16 by a shift) and every sum is f32.
 // Plain pointers, row-major, no libtorch. Parallel callers split the work themselves (matvec.h,
-// forward_step.h).
+// daemon/model/forward_step.h).
 
 #include <cstdint>
 

@@ -9,48 +9,6 @@
 namespace niels::daemon::model {
 namespace {
 
-// An f32 tensor's data, or null when the model has none.
-const float* Floats(const Tensor& t) { return t.defined() ? t.f32() : nullptr; }
-
-kernels::WeightViews ViewsOf(const Weights& w, const float* rope) {
-  kernels::WeightViews views{w.tok_emb.matrix(), {}, w.final_norm.f32(), w.lm_head.matrix(), rope};
-  for (const BlockWeights& b : w.blocks) {
-    views.blocks.push_back({.attn_norm = b.attn_norm.f32(),
-                            .wqkv = b.wqkv.matrix(),
-                            .wq = b.wq.matrix(),
-                            .wk = b.wk.matrix(),
-                            .wv = b.wv.matrix(),
-                            .bq = Floats(b.bq),
-                            .bk = Floats(b.bk),
-                            .bv = Floats(b.bv),
-                            .q_norm = Floats(b.q_norm),
-                            .k_norm = Floats(b.k_norm),
-                            .wo = b.wo.matrix(),
-                            .ffn_norm = b.ffn_norm.f32(),
-                            .w_gate = b.w_gate.matrix(),
-                            .w_up = b.w_up.matrix(),
-                            .b_gate = Floats(b.b_gate),
-                            .b_up = Floats(b.b_up),
-                            .w_down = b.w_down.matrix(),
-                            .b_down = Floats(b.b_down)});
-  }
-  return views;
-}
-
-kernels::ModelShape ShapeOf(const ModelConfig& c) {
-  return {.layers = c.layers,
-          .width = c.width,
-          .heads = c.heads,
-          .kv_heads = c.kv_head_count(),
-          .head_dim = c.head_dim(),
-          .d_ff = c.d_ff,
-          .vocab = c.vocab_size,
-          .context = c.context,
-          .rms_norm_eps = c.rms_norm_eps,
-          .rope_halves = c.rope_pairs == RopePairs::kHalves,
-          .qk_rows_interleaved = c.qk_rows_interleaved};
-}
-
 [[noreturn]] void Fail(const std::string& message) { throw std::invalid_argument(message); }
 
 }  // namespace
@@ -75,8 +33,7 @@ Transformer::Transformer(ModelConfig config, Weights weights, std::shared_ptr<ke
       weights_(std::move(weights)),
       // Not value-initialized: FillRopeTo writes each row before a step reads it.
       rope_(new float[static_cast<size_t>(config_.context * config_.head_dim())]),
-      views_(ViewsOf(weights_, rope_.get())),
-      step_(ShapeOf(config_), KvPool::kBlockTokens, std::move(pool)),
+      step_(config_, KvPool::kBlockTokens, std::move(pool)),
       scratch_pool_(std::make_shared<KvPool>(config_, KvPool::BytesForOneSequence(config_, kv_dtype), kv_dtype)) {}
 
 void Transformer::FillRopeTo(int64_t end) const {
@@ -140,7 +97,7 @@ std::vector<float> Transformer::Step(std::span<const SequenceInput> inputs, int6
     rope_end = std::max(rope_end, input.cache->length() + static_cast<int64_t>(input.tokens.size()));
   }
   FillRopeTo(rope_end);
-  step_.Run(views_, sequences_, trace_layer, logits.data());
+  step_.Run(weights_, rope_.get(), sequences_, trace_layer, logits.data());
   for (const SequenceInput& input : inputs) input.cache->Commit(input.tokens);
   return logits;
 }

@@ -1,8 +1,8 @@
 #pragma once
 // Transformer: the forward pass of the family (docs/ARCHITECTURE.md, "Model math") for inference,
-// with and without a KV cache, on nielsd's own kernels (daemon/kernels/forward_step.h). No libtorch
-// (training's differentiable forward of niels_gpt is tools/torch/transformer_stages.h; tests hold
-// both to a scalar reference).
+// with and without a KV cache, run by one ForwardStep (forward_step.h) on nielsd's own kernels.
+// No libtorch (training's differentiable forward of niels_gpt is tools/torch/transformer_stages.h;
+// tests hold both to a scalar reference).
 //
 // A prefill chunk, a decode step and a mixed Step of several sequences are all rows of one
 // ForwardStep, so every position's logits and cached keys/values are bitwise the same however its
@@ -20,10 +20,9 @@
 #include <span>
 #include <vector>
 
-#include "daemon/kernels/forward_step.h"
-#include "daemon/kernels/model_views.h"
 #include "daemon/kernels/worker_pool.h"
 #include "daemon/model/config.h"
+#include "daemon/model/forward_step.h"
 #include "daemon/model/kv_cache.h"
 #include "daemon/model/language_model.h"
 #include "daemon/model/weights.h"
@@ -71,12 +70,11 @@ class Transformer final : public LanguageModel {
   static constexpr int64_t kRopeRows = 256;
   std::unique_ptr<float[]> rope_;
   mutable int64_t rope_filled_ = 0;  // rows [0, rope_filled_) are filled
-  kernels::WeightViews views_;
-  mutable kernels::ForwardStep step_;     // its scratch is reused from call to call
+  mutable ForwardStep step_;              // its scratch is reused from call to call
   std::shared_ptr<KvPool> scratch_pool_;  // Forward's cache: T positions
   // NewForwardCache's pool: T positions, made at the first call (only the uncached path uses it).
   mutable std::shared_ptr<KvPool> window_pool_;
-  mutable std::vector<kernels::StepSequence> sequences_;  // the inputs of the last step, reused
+  mutable std::vector<StepSequence> sequences_;  // the inputs of the last step, reused
   mutable std::vector<std::vector<void*>> block_pointers_;
 };
 

@@ -1,4 +1,4 @@
-// The forward step (daemon/kernels/forward_step.h, reached through Transformer's Prefill, Decode
+// The forward step (daemon/model/forward_step.h, reached through Transformer's Prefill, Decode
 // and Forward) on models large enough that its matrix products and attention are split across
 // worker threads, for 1-3 threads, head dims that exercise every branch of the SIMD kernels, f32,
 // f16 and bf16 weights, and f32 and f16 KV caches. The references are the naive scalar forward of

@@ -1,4 +1,4 @@
-// kernels::ForwardStep with block-quantized weight matrices (every GGUF block type, the token
+// model::ForwardStep with block-quantized weight matrices (every GGUF block type, the token
 // embedding and tied head included): the whole step's invariance holds bitwise as with f32/f16
 // weights -- a prompt prefilled at once, in chunks, decoded token by token, or beside another
 // sequence gives the same logits (==) -- and the logits stay close to those of the f32 model with
@@ -17,25 +17,40 @@
 #include <gtest/gtest.h>
 
 #include "daemon/kernels/dtype.h"
-#include "daemon/kernels/forward_step.h"
 #include "daemon/kernels/quant_blocks.h"
 #include "daemon/kernels/simd_kernels.h"
+#include "daemon/kernels/worker_pool.h"
+#include "daemon/model/config.h"
+#include "daemon/model/forward_step.h"
+#include "daemon/model/weights.h"
 
-namespace niels::daemon::kernels {
+namespace niels::daemon::model {
 namespace {
 namespace forward_step_quant_test {  // this file's own names: the suite compiles as one unity unit
 
-constexpr ModelShape kShape{.layers = 2,
-                             .width = 256,
-                             .heads = 4,
-                             .kv_heads = 4,
-                             .head_dim = 64,
-                             .d_ff = 512,
-                             .vocab = 300,
-                             .context = 64,
-                             .rms_norm_eps = 1e-5,
-                             .rope_halves = false,
-                             .qk_rows_interleaved = false};
+using kernels::DequantizeBlocks;
+using kernels::DtypeBlockElements;
+using kernels::DtypeName;
+using kernels::QuantizeBlocks;
+using kernels::RowBytes;
+using kernels::WorkerPool;
+
+// Fused q, k and v, biased SwiGLU, no q/k/v biases, adjacent-pair RoPE, a tied head.
+const ModelConfig kConfig = [] {
+  ModelConfig c;
+  c.layers = 2;
+  c.width = 256;
+  c.heads = 4;
+  c.kv_heads = 4;
+  c.head_size = 64;
+  c.d_ff = 512;
+  c.vocab_size = 300;
+  c.context = 64;
+  c.rms_norm_eps = 1e-5;
+  c.rope_pairs = RopePairs::kAdjacent;
+  c.qk_rows_interleaved = false;
+  return c;
+}();
 constexpr int64_t kBlockTokens = 16;
 
 // A random model whose matrices are stored in `dtype` (quantized from N(0, 0.06) floats), plus the
@@ -45,7 +60,7 @@ struct Model {
   std::vector<std::vector<float>> dequantized;       // their values, f32
   std::vector<std::vector<float>> vectors;           // norms and biases
   std::vector<float> rope;
-  WeightViews quantized_views, f32_views;
+  Weights quantized_weights, f32_weights;  // views of the buffers above
 };
 
 std::unique_ptr<Model> MakeModel(Dtype dtype) {
@@ -61,23 +76,24 @@ std::unique_ptr<Model> MakeModel(Dtype dtype) {
     m->matrices.push_back(std::move(bytes));
     m->dequantized.push_back(std::move(values));
     const size_t k = m->matrices.size() - 1;
-    return std::make_pair(Matrix{m->matrices[k].data(), dtype}, Matrix{m->dequantized[k].data(), Dtype::kF32});
+    return std::make_pair(Tensor{m->matrices[k].data(), dtype, {rows, cols}},
+                          Tensor{m->dequantized[k].data(), Dtype::kF32, {rows, cols}});
   };
   auto vector = [&](int64_t n, float center) {
     std::vector<float> v(static_cast<size_t>(n));
     for (float& x : v) x = center + 0.05f * normal(rng);
     m->vectors.push_back(std::move(v));
-    return static_cast<const float*>(m->vectors.back().data());
+    return Tensor{m->vectors.back().data(), Dtype::kF32, {n}};
   };
   m->matrices.reserve(32);
   m->dequantized.reserve(32);
   m->vectors.reserve(32);
-  const int64_t C = kShape.width, F = kShape.d_ff;
-  const auto tok_emb = matrix(kShape.vocab, C);
-  m->quantized_views.tok_emb = m->quantized_views.lm_head = tok_emb.first;
-  m->f32_views.tok_emb = m->f32_views.lm_head = tok_emb.second;
-  for (int64_t layer = 0; layer < kShape.layers; ++layer) {
-    BlockWeightViews q{}, f{};
+  const int64_t C = kConfig.width, F = kConfig.d_ff;
+  const auto tok_emb = matrix(kConfig.vocab_size, C);
+  m->quantized_weights.tok_emb = m->quantized_weights.lm_head = tok_emb.first;
+  m->f32_weights.tok_emb = m->f32_weights.lm_head = tok_emb.second;
+  for (int64_t layer = 0; layer < kConfig.layers; ++layer) {
+    BlockWeights q, f;
     q.attn_norm = f.attn_norm = vector(C, 1.0f);
     std::tie(q.wqkv, f.wqkv) = matrix(3 * C, C);
     std::tie(q.wo, f.wo) = matrix(C, C);
@@ -88,20 +104,19 @@ std::unique_ptr<Model> MakeModel(Dtype dtype) {
     q.b_gate = f.b_gate = vector(F, 0.0f);
     std::tie(q.w_down, f.w_down) = matrix(C, F);
     q.b_down = f.b_down = vector(C, 0.0f);
-    m->quantized_views.blocks.push_back(q);
-    m->f32_views.blocks.push_back(f);
+    m->quantized_weights.blocks.push_back(q);
+    m->f32_weights.blocks.push_back(f);
   }
-  m->quantized_views.final_norm = m->f32_views.final_norm = vector(C, 1.0f);
-  const int64_t D = kShape.head_dim;
-  m->rope.resize(static_cast<size_t>(kShape.context * D));
-  for (int64_t p = 0; p < kShape.context; ++p) {
+  m->quantized_weights.final_norm = m->f32_weights.final_norm = vector(C, 1.0f);
+  const int64_t D = kConfig.head_dim();
+  m->rope.resize(static_cast<size_t>(kConfig.context * D));
+  for (int64_t p = 0; p < kConfig.context; ++p) {
     for (int64_t i = 0; i < D / 2; ++i) {
       const double angle = static_cast<double>(p) * std::pow(10000.0, -2.0 * static_cast<double>(i) / static_cast<double>(D));
       m->rope[p * D + 2 * i] = static_cast<float>(std::cos(angle));
       m->rope[p * D + 2 * i + 1] = static_cast<float>(std::sin(angle));
     }
   }
-  m->quantized_views.rope = m->f32_views.rope = m->rope.data();
   return m;
 }
 
@@ -110,8 +125,8 @@ struct Cache {
   std::vector<std::vector<float>> storage;
   std::vector<void*> blocks;
   explicit Cache(const KvBlockLayout& layout) {
-    const int64_t elements = kShape.layers * 2 * layout.heads * layout.block_tokens * layout.head_dim;
-    for (int64_t b = 0; b < kShape.context / kBlockTokens; ++b) {
+    const int64_t elements = kConfig.layers * 2 * layout.heads * layout.block_tokens * layout.head_dim;
+    for (int64_t b = 0; b < kConfig.context / kBlockTokens; ++b) {
       storage.emplace_back(static_cast<size_t>(elements), 0.0f);
       blocks.push_back(storage.back().data());
     }
@@ -120,19 +135,19 @@ struct Cache {
 
 // Logits of every position of `tokens`, run in steps of the given sizes (the sequence alone, or
 // beside a second sequence that takes the same steps with its own tokens).
-std::vector<float> RunSteps(ForwardStep& step, const WeightViews& w, const std::vector<int32_t>& tokens,
-                       const std::vector<int64_t>& chunks, bool with_neighbour) {
+std::vector<float> RunSteps(ForwardStep& step, const Weights& w, const float* rope, const std::vector<int32_t>& tokens,
+                            const std::vector<int64_t>& chunks, bool with_neighbour) {
   Cache cache(step.layout()), other(step.layout());
   std::vector<int32_t> other_tokens(tokens.size());
-  for (size_t i = 0; i < tokens.size(); ++i) other_tokens[i] = static_cast<int32_t>((tokens[i] * 7 + 3) % kShape.vocab);
+  for (size_t i = 0; i < tokens.size(); ++i) other_tokens[i] = static_cast<int32_t>((tokens[i] * 7 + 3) % kConfig.vocab_size);
   std::vector<float> logits, out;
   int64_t start = 0;
   for (int64_t n : chunks) {
     std::vector<StepSequence> sequences;
     sequences.push_back({tokens.data() + start, n, start, cache.blocks.data(), Dtype::kF32, 0});
     if (with_neighbour) sequences.push_back({other_tokens.data() + start, n, start, other.blocks.data(), Dtype::kF32, n});
-    out.assign(static_cast<size_t>(n * kShape.vocab), 0.0f);
-    const int64_t rows = step.Run(w, sequences, -1, out.data());
+    out.assign(static_cast<size_t>(n * kConfig.vocab_size), 0.0f);
+    const int64_t rows = step.Run(w, rope, sequences, -1, out.data());
     EXPECT_EQ(rows, n);
     logits.insert(logits.end(), out.begin(), out.end());
     start += n;
@@ -144,22 +159,24 @@ class ForwardStepQuantTest : public ::testing::TestWithParam<Dtype> {};
 
 TEST_P(ForwardStepQuantTest, PrefillChunksDecodeAndBatchesGiveBitwiseTheSameLogits) {
   const auto model = MakeModel(GetParam());
-  ForwardStep step(kShape, kBlockTokens, std::make_shared<WorkerPool>(2));
+  ForwardStep step(kConfig, kBlockTokens, std::make_shared<WorkerPool>(2));
   std::vector<int32_t> tokens;
-  for (int i = 0; i < 23; ++i) tokens.push_back((i * 37 + 11) % kShape.vocab);
-  const auto whole = RunSteps(step, model->quantized_views, tokens, {23}, false);
-  const auto chunked = RunSteps(step, model->quantized_views, tokens, {7, 1, 15}, false);
-  const auto decoded = RunSteps(step, model->quantized_views, tokens, std::vector<int64_t>(23, 1), false);
-  const auto batched = RunSteps(step, model->quantized_views, tokens, {5, 18}, true);
+  for (int i = 0; i < 23; ++i) tokens.push_back(static_cast<int32_t>((i * 37 + 11) % kConfig.vocab_size));
+  const Weights& quantized = model->quantized_weights;
+  const float* rope = model->rope.data();
+  const auto whole = RunSteps(step, quantized, rope, tokens, {23}, false);
+  const auto chunked = RunSteps(step, quantized, rope, tokens, {7, 1, 15}, false);
+  const auto decoded = RunSteps(step, quantized, rope, tokens, std::vector<int64_t>(23, 1), false);
+  const auto batched = RunSteps(step, quantized, rope, tokens, {5, 18}, true);
   ASSERT_EQ(whole.size(), decoded.size());
   for (size_t i = 0; i < whole.size(); ++i) {
-    ASSERT_EQ(whole[i], chunked[i]) << "chunked, position " << i / kShape.vocab;
-    ASSERT_EQ(whole[i], decoded[i]) << "decoded, position " << i / kShape.vocab;
-    ASSERT_EQ(whole[i], batched[i]) << "beside another sequence, position " << i / kShape.vocab;
+    ASSERT_EQ(whole[i], chunked[i]) << "chunked, position " << i / kConfig.vocab_size;
+    ASSERT_EQ(whole[i], decoded[i]) << "decoded, position " << i / kConfig.vocab_size;
+    ASSERT_EQ(whole[i], batched[i]) << "beside another sequence, position " << i / kConfig.vocab_size;
   }
   // Against the f32 model of the dequantized weights: the 8-bit activations move the logits by
   // about 1% of their spread.
-  const auto f32 = RunSteps(step, model->f32_views, tokens, {23}, false);
+  const auto f32 = RunSteps(step, model->f32_weights, rope, tokens, {23}, false);
   double max_diff = 0, max_logit = 0;
   for (size_t i = 0; i < whole.size(); ++i) {
     max_diff = std::max(max_diff, std::fabs(static_cast<double>(whole[i]) - f32[i]));
@@ -175,4 +192,4 @@ INSTANTIATE_TEST_SUITE_P(EveryBlockType, ForwardStepQuantTest,
 
 }  // namespace forward_step_quant_test
 }  // namespace
-}  // namespace niels::daemon::kernels
+}  // namespace niels::daemon::model

@@ -1,4 +1,4 @@
-#include "daemon/kernels/forward_step.h"
+#include "daemon/model/forward_step.h"
 
 #include <algorithm>
 #include <atomic>
@@ -6,51 +6,63 @@
 #include <utility>
 
 #include "daemon/kernels/matvec.h"
-#include "daemon/kernels/row_ops.h"
 #include "daemon/kernels/simd_kernels.h"
+#include "daemon/model/row_ops.h"
 
-namespace niels::daemon::kernels {
+namespace niels::daemon::model {
+
+using kernels::MatVec;
+using kernels::WorkerPool;
+namespace simd = kernels::simd;
+
 namespace {
 
 // The element `offset` of a KV block of `dtype` elements.
-void* Element(void* block, int64_t offset, Dtype dtype) {
-  return static_cast<unsigned char*>(block) + offset * DtypeSize(dtype);
+void* KvBlockElement(void* block, int64_t offset, Dtype dtype) {
+  return static_cast<unsigned char*>(block) + offset * kernels::DtypeSize(dtype);
 }
+
+// A norm's or bias's floats (f32, weights.h), or null when the model has none.
+const float* F32OrNull(const Tensor& t) { return t.defined() ? t.f32() : nullptr; }
+
+// H D + 2 KV D: the columns of one row's q | k | v.
+int64_t QkvWidth(const ModelConfig& c) { return c.q_width() + 2 * c.kv_width(); }
 
 }  // namespace
 
-void FeedForward(const BlockWeightViews& block, const ModelShape& shape, const float* x, int64_t rows, float* a,
+void FeedForward(const BlockWeights& block, const ModelConfig& config, const float* x, int64_t rows, float* a,
                  float* g, float* out, WorkerPool& pool) {
-  MatVec(block.w_up, shape.d_ff, shape.width, block.b_up, x, rows, a, pool);      // [rows, F]
-  MatVec(block.w_gate, shape.d_ff, shape.width, block.b_gate, x, rows, g, pool);  // [rows, F]
-  const int64_t total = rows * shape.d_ff;
+  const int64_t C = config.width, F = config.d_ff;
+  MatVec(block.w_up.matrix(), F, C, F32OrNull(block.b_up), x, rows, a, pool);        // [rows, F]
+  MatVec(block.w_gate.matrix(), F, C, F32OrNull(block.b_gate), x, rows, g, pool);    // [rows, F]
+  const int64_t total = rows * F;
   if (rows == 1 || pool.threads() == 1) {
     simd::SiluMul(g, a, total);
   } else {
     pool.Run([&](int part, int parts) {
-      const int64_t begin = rows * part / parts * shape.d_ff, end = rows * (part + 1) / parts * shape.d_ff;
+      const int64_t begin = rows * part / parts * F, end = rows * (part + 1) / parts * F;
       simd::SiluMul(g + begin, a + begin, end - begin);
     });
   }
-  MatVec(block.w_down, shape.width, shape.d_ff, block.b_down, a, rows, out, pool);  // [rows, C]
+  MatVec(block.w_down.matrix(), C, F, F32OrNull(block.b_down), a, rows, out, pool);  // [rows, C]
 }
 
-ForwardStep::ForwardStep(ModelShape shape, int64_t block_tokens, std::shared_ptr<WorkerPool> pool)
-    : shape_(shape),
-      layout_{shape.kv_heads, shape.head_dim, block_tokens},
+ForwardStep::ForwardStep(ModelConfig config, int64_t block_tokens, std::shared_ptr<WorkerPool> pool)
+    : config_(std::move(config)),
+      layout_{config_.kv_head_count(), config_.head_dim(), block_tokens},
       pool_(pool != nullptr ? std::move(pool) : std::make_shared<WorkerPool>(1)) {}
 
 void ForwardStep::Reserve(int64_t rows, int64_t positions) {
   if (positions > scores_stride_) {  // every thread's [G kQueryBlock, P] scores; P in steps of 256
     scores_stride_ = (positions + 255) / 256 * 256;
-    const int64_t group = shape_.heads / shape_.kv_heads;
+    const int64_t group = config_.heads / config_.kv_head_count();
     s_.scores.resize(static_cast<size_t>(pool_->threads() * group * kQueryBlock * scores_stride_));
   }
   if (rows <= reserved_rows_) return;
-  const ModelShape& c = shape_;
+  const ModelConfig& c = config_;
   s_.h.resize(rows * c.width);
   s_.x.resize(rows * c.width);
-  s_.qkv.resize(rows * c.qkv_width());
+  s_.qkv.resize(rows * QkvWidth(c));
   s_.heads.resize(rows * c.q_width());
   s_.a.resize(rows * c.d_ff);
   s_.g.resize(rows * c.d_ff);
@@ -84,8 +96,9 @@ void ForwardStep::ForRows(int64_t n, Fn&& fn) {
 void ForwardStep::AttendBlock(std::span<const StepSequence> sequences, const QueryBlock& block, int64_t kv_head,
                               int64_t layer, int64_t trace_layer, float* scores) {
   const StepSequence& seq = sequences[block.sequence];
-  const int64_t D = shape_.head_dim, size = DtypeSize(seq.kv_dtype), G = shape_.heads / shape_.kv_heads;
-  const int64_t width = shape_.qkv_width(), stride = scores_stride_;
+  const int64_t D = config_.head_dim(), size = kernels::DtypeSize(seq.kv_dtype);
+  const int64_t G = config_.heads / config_.kv_head_count();
+  const int64_t width = QkvWidth(config_), stride = scores_stride_;
   const simd::AttendArgs args{
       .q = s_.qkv.data() + block.first_row * width + kv_head * G * D,
       .q_stride = width,
@@ -99,8 +112,8 @@ void ForwardStep::AttendBlock(std::span<const StepSequence> sequences, const Que
       .scale = static_cast<float>(1.0 / std::sqrt(static_cast<double>(D))),
       .scores = scores,
       .scores_stride = stride,
-      .out = s_.heads.data() + block.first_row * shape_.q_width() + kv_head * G * D,
-      .out_stride = shape_.q_width(),
+      .out = s_.heads.data() + block.first_row * config_.q_width() + kv_head * G * D,
+      .out_stride = config_.q_width(),
       .group = G,
       .q_group_stride = D,
       .out_group_stride = D,
@@ -115,27 +128,30 @@ void ForwardStep::AttendBlock(std::span<const StepSequence> sequences, const Que
   }
 }
 
-void ForwardStep::ProjectQkv(const BlockWeightViews& block) {
-  const int64_t R = static_cast<int64_t>(row_sequence_.size()), C = shape_.width, width = shape_.qkv_width();
+void ForwardStep::ProjectQkv(const BlockWeights& block) {
+  const int64_t R = static_cast<int64_t>(row_sequence_.size()), C = config_.width, width = QkvWidth(config_);
   if (block.wqkv.data != nullptr) {
-    MatVec(block.wqkv, width, C, nullptr, s_.x.data(), R, s_.qkv.data(), *pool_);  // [R, H D + 2 KV D]
+    MatVec(block.wqkv.matrix(), width, C, nullptr, s_.x.data(), R, s_.qkv.data(), *pool_);  // [R, H D + 2 KV D]
     return;
   }
-  const int64_t HD = shape_.q_width(), KVD = shape_.kv_width();
-  MatVec(block.wq, HD, C, block.bq, s_.x.data(), R, s_.qkv.data(), *pool_, width);              // q [R, H D]
-  MatVec(block.wk, KVD, C, block.bk, s_.x.data(), R, s_.qkv.data() + HD, *pool_, width);        // k [R, KV D]
-  MatVec(block.wv, KVD, C, block.bv, s_.x.data(), R, s_.qkv.data() + HD + KVD, *pool_, width);  // v [R, KV D]
+  const int64_t HD = config_.q_width(), KVD = config_.kv_width();
+  MatVec(block.wq.matrix(), HD, C, F32OrNull(block.bq), s_.x.data(), R, s_.qkv.data(), *pool_, width);  // q [R, H D]
+  MatVec(block.wk.matrix(), KVD, C, F32OrNull(block.bk), s_.x.data(), R, s_.qkv.data() + HD, *pool_,
+         width);  // k [R, KV D]
+  MatVec(block.wv.matrix(), KVD, C, F32OrNull(block.bv), s_.x.data(), R, s_.qkv.data() + HD + KVD, *pool_,
+         width);  // v [R, KV D]
 }
 
-void ForwardStep::PrepareQueryKey(const BlockWeightViews& block, const float* rope, float* q, float* k) const {
-  const int64_t H = shape_.heads, KV = shape_.kv_heads, D = shape_.head_dim;
-  if (shape_.qk_rows_interleaved) {
+void ForwardStep::PrepareQueryKey(const BlockWeights& block, const float* rope, float* q, float* k) const {
+  const int64_t H = config_.heads, KV = config_.kv_head_count(), D = config_.head_dim();
+  const double eps = config_.rms_norm_eps;
+  if (config_.qk_rows_interleaved) {
     UninterleaveHalves(q, H, D);
     UninterleaveHalves(k, KV, D);
   }
-  if (block.q_norm != nullptr) RmsNorm(q, block.q_norm, H, D, shape_.rms_norm_eps, q);
-  if (block.k_norm != nullptr) RmsNorm(k, block.k_norm, KV, D, shape_.rms_norm_eps, k);
-  if (shape_.rope_halves) {
+  if (const float* q_norm = F32OrNull(block.q_norm)) RmsNorm(q, q_norm, H, D, eps, q);
+  if (const float* k_norm = F32OrNull(block.k_norm)) RmsNorm(k, k_norm, KV, D, eps, k);
+  if (config_.rope_pairs == RopePairs::kHalves) {
     ApplyRopeHalves(q, rope, H, D);
     ApplyRopeHalves(k, rope, KV, D);
   } else {
@@ -149,24 +165,25 @@ void ForwardStep::PrepareQueryKey(const BlockWeightViews& block, const float* ro
 // the same sequence see them), then every (query block, key/value head) pair (with all the query
 // heads that read that key/value head), handed to whichever thread is free -- the last blocks (the
 // longest prefixes) first, so that no thread is left with a long one at the end. Fills heads.
-void ForwardStep::Attention(const WeightViews& w, std::span<const StepSequence> sequences, int64_t layer,
-                            int64_t trace_layer) {
-  const int64_t R = static_cast<int64_t>(row_sequence_.size()), H = shape_.heads, KV = shape_.kv_heads;
-  const int64_t D = shape_.head_dim, bt = layout_.block_tokens, width = shape_.qkv_width();
-  const BlockWeightViews& weights = w.blocks[layer];
+void ForwardStep::Attention(const BlockWeights& weights, const float* rope, std::span<const StepSequence> sequences,
+                            int64_t layer, int64_t trace_layer) {
+  const int64_t R = static_cast<int64_t>(row_sequence_.size()), H = config_.heads, KV = config_.kv_head_count();
+  const int64_t D = config_.head_dim(), bt = layout_.block_tokens, width = QkvWidth(config_);
   ForRows(R, [&](int64_t begin, int64_t end) {
     for (int64_t r = begin; r < end; ++r) {
       const int64_t position = row_position_[r];
       float* q = s_.qkv.data() + r * width;  // [H, D]
       float* k = q + H * D;                  // [KV, D]
       const float* v = k + KV * D;           // [KV, D]
-      PrepareQueryKey(weights, w.rope + position * D, q, k);  // rope row: [D/2, 2]
+      PrepareQueryKey(weights, rope + position * D, q, k);  // rope row: [D/2, 2]
       const StepSequence& seq = sequences[row_sequence_[r]];
       void* block = seq.blocks[position / bt];
       const int64_t slot = position % bt;
       for (int64_t h = 0; h < KV; ++h) {  // narrowed to the KV dtype as stored
-        simd::FromFloat(k + h * D, D, seq.kv_dtype, Element(block, layout_.Offset(layer, 0, h, slot), seq.kv_dtype));
-        simd::FromFloat(v + h * D, D, seq.kv_dtype, Element(block, layout_.Offset(layer, 1, h, slot), seq.kv_dtype));
+        simd::FromFloat(k + h * D, D, seq.kv_dtype,
+                        KvBlockElement(block, layout_.Offset(layer, 0, h, slot), seq.kv_dtype));
+        simd::FromFloat(v + h * D, D, seq.kv_dtype,
+                        KvBlockElement(block, layout_.Offset(layer, 1, h, slot), seq.kv_dtype));
       }
     }
   });
@@ -182,9 +199,11 @@ void ForwardStep::Attention(const WeightViews& w, std::span<const StepSequence> 
   });
 }
 
-int64_t ForwardStep::Run(const WeightViews& weights, std::span<const StepSequence> sequences, int64_t trace_layer,
-                         float* logits) {
-  const int64_t C = shape_.width;
+int64_t ForwardStep::Run(const Weights& weights, const float* rope, std::span<const StepSequence> sequences,
+                         int64_t trace_layer, float* logits) {
+  const int64_t C = config_.width;
+  const double eps = config_.rms_norm_eps;
+  const kernels::Matrix tok_emb = weights.tok_emb.matrix();
   row_sequence_.clear();
   row_position_.clear();
   query_blocks_.clear();
@@ -211,12 +230,12 @@ int64_t ForwardStep::Run(const WeightViews& weights, std::span<const StepSequenc
   ForRows(R, [&](int64_t begin, int64_t end) {  // h = tok_emb[token]
     for (int64_t r = begin; r < end; ++r) {
       const StepSequence& seq = sequences[row_sequence_[r]];
-      EmbedRow(weights.tok_emb, C, seq.tokens[row_position_[r] - seq.start], s.h.data() + r * C);
+      EmbedRow(tok_emb, C, seq.tokens[row_position_[r] - seq.start], s.h.data() + r * C);
     }
   });
   auto norm = [&](const float* weight) {
     ForRows(R, [&](int64_t begin, int64_t end) {
-      RmsNorm(s.h.data() + begin * C, weight, end - begin, C, shape_.rms_norm_eps, s.x.data() + begin * C);
+      RmsNorm(s.h.data() + begin * C, weight, end - begin, C, eps, s.x.data() + begin * C);
     });
   };
   auto add_x_into_h = [&] {
@@ -224,26 +243,25 @@ int64_t ForwardStep::Run(const WeightViews& weights, std::span<const StepSequenc
       AddInto(s.h.data() + begin * C, s.x.data() + begin * C, (end - begin) * C);
     });
   };
-  for (int64_t layer = 0; layer < shape_.layers; ++layer) {
-    const BlockWeightViews& block = weights.blocks[layer];
+  for (int64_t layer = 0; layer < config_.layers; ++layer) {
+    const BlockWeights& block = weights.blocks[layer];
     // h = h + wo(attention(RMSNorm_attn(h)))
-    norm(block.attn_norm);
-    ProjectQkv(block);                                                                    // [R, H D + 2 KV D]
-    Attention(weights, sequences, layer, trace_layer);                                    // [R, H D]
-    MatVec(block.wo, C, shape_.q_width(), nullptr, s.heads.data(), R, s.x.data(), pool);  // [R, C]
+    norm(block.attn_norm.f32());
+    ProjectQkv(block);                                                                              // [R, H D + 2 KV D]
+    Attention(block, rope, sequences, layer, trace_layer);                                          // [R, H D]
+    MatVec(block.wo.matrix(), C, config_.q_width(), nullptr, s.heads.data(), R, s.x.data(), pool);  // [R, C]
     add_x_into_h();
     // h = h + mlp(RMSNorm_ffn(h))
-    norm(block.ffn_norm);
-    FeedForward(block, shape_, s.x.data(), R, s.a.data(), s.g.data(), s.x.data(), pool);  // [R, C]
+    norm(block.ffn_norm.f32());
+    FeedForward(block, config_, s.x.data(), R, s.a.data(), s.g.data(), s.x.data(), pool);  // [R, C]
     add_x_into_h();
   }
   // logits = RMSNorm_final(h) @ lm_head^T, only for the rows that want them.
   const int64_t n = static_cast<int64_t>(logit_rows_.size());
-  for (int64_t k = 0; k < n; ++k) {
-    RmsNorm(s.h.data() + logit_rows_[k] * C, weights.final_norm, 1, C, shape_.rms_norm_eps, s.x.data() + k * C);
-  }
-  if (n > 0) MatVec(weights.lm_head, shape_.vocab, C, nullptr, s.x.data(), n, logits, pool);  // [n, V]
+  const float* final_norm = weights.final_norm.f32();
+  for (int64_t k = 0; k < n; ++k) RmsNorm(s.h.data() + logit_rows_[k] * C, final_norm, 1, C, eps, s.x.data() + k * C);
+  if (n > 0) MatVec(weights.lm_head.matrix(), config_.vocab_size, C, nullptr, s.x.data(), n, logits, pool);  // [n, V]
   return n;
 }
 
-}  // namespace niels::daemon::kernels
+}  // namespace niels::daemon::model

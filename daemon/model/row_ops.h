@@ -7,9 +7,8 @@
 #include <cstdint>
 
 #include "daemon/kernels/dtype.h"
-#include "daemon/kernels/model_views.h"
 
-namespace niels::daemon::kernels {
+namespace niels::daemon::model {
 
 // out = x / sqrt(mean(x^2) + eps) * weight for each of `rows` rows of width C (the sum of squares in
 // float64, in order).
@@ -21,7 +20,7 @@ void ApplyRope(float* x, const float* rope, int64_t heads, int64_t head_dim);
 // The same rotations on the pairs (x[i], x[i + D/2]) (Hugging Face's rotate_half).
 void ApplyRopeHalves(float* x, const float* rope, int64_t heads, int64_t head_dim);
 // Undoes llama.cpp's row order of q and k for its llama architecture in each of H heads [H, D]:
-// element 2i goes to i and 2i+1 to D/2 + i (model::ModelConfig::qk_rows_interleaved). A move of
+// element 2i goes to i and 2i+1 to D/2 + i (ModelConfig::qk_rows_interleaved). A move of
 // values, nothing rounded.
 void UninterleaveHalves(float* x, int64_t heads, int64_t head_dim);
 
@@ -29,6 +28,6 @@ void UninterleaveHalves(float* x, int64_t heads, int64_t head_dim);
 void AddInto(float* h, const float* x, int64_t n);
 
 // Row `token` of the embedding matrix as floats: out [C].
-void EmbedRow(Matrix tok_emb, int64_t width, int32_t token, float* out);
+void EmbedRow(kernels::Matrix tok_emb, int64_t width, int32_t token, float* out);
 
-}  // namespace niels::daemon::kernels
+}  // namespace niels::daemon::model

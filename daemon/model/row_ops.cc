@@ -1,11 +1,11 @@
-#include "daemon/kernels/row_ops.h"
+#include "daemon/model/row_ops.h"
 
 #include <algorithm>
 #include <cmath>
 
 #include "daemon/kernels/simd_kernels.h"
 
-namespace niels::daemon::kernels {
+namespace niels::daemon::model {
 
 void RmsNorm(const float* x, const float* weight, int64_t rows, int64_t width, double eps, float* out) {
   for (int64_t r = 0; r < rows; ++r) {
@@ -60,8 +60,8 @@ void AddInto(float* h, const float* x, int64_t n) {
   for (int64_t i = 0; i < n; ++i) h[i] += x[i];
 }
 
-void EmbedRow(Matrix tok_emb, int64_t width, int32_t token, float* out) {
-  simd::ToFloat(tok_emb.Row(token, width), tok_emb.dtype, width, out);
+void EmbedRow(kernels::Matrix tok_emb, int64_t width, int32_t token, float* out) {
+  kernels::simd::ToFloat(tok_emb.Row(token, width), tok_emb.dtype, width, out);
 }
 
-}  // namespace niels::daemon::kernels
+}  // namespace niels::daemon::model

@@ -1,7 +1,9 @@
 #pragma once
 // ForwardStep: one forward pass over new tokens of several sequences at once -- prefill chunks and
 // decode steps alike -- written as plain loops over float rows plus MatVec, with the model math of
-// docs/ARCHITECTURE.md ("Model math"; row_ops.h holds the per-row parts).
+// docs/ARCHITECTURE.md ("Model math"; row_ops.h holds the per-row parts). The kernels it calls
+// (daemon/kernels: MatVec, simd::Attend, simd::SiluMul, the dtype conversions) are primitives that
+// know nothing of a model.
 //
 // Every new token is a row. A row at position P of its sequence embeds its token, and in every layer
 // writes its key (after RoPE) and value into its sequence's KV block for P, then attends over
@@ -26,24 +28,26 @@
 // KV blocks hold f32 or f16 elements (StepSequence::kv_dtype): a key or value is narrowed once as
 // it is written (simd::FromFloat, dtype.h's rounding) and read widened; every sum stays f32.
 //
-// One forward pass serves the whole family (model_views.h): grouped-query attention (query head h
-// reads key/value head h / (H / KV)), q/k/v as one matrix or three, optional q/k/v biases, RMSNorm
-// over each head of q and k, RoPE over adjacent pairs or halves, biased or plain SwiGLU, a tied or
-// separate output projection.
+// One forward pass serves the whole family (config.h, weights.h): grouped-query attention (query
+// head h reads key/value head h / (H / KV)), q/k/v as one matrix or three, optional q/k/v biases,
+// RMSNorm over each head of q and k, RoPE over adjacent pairs or halves, biased or plain SwiGLU, a
+// tied or separate output projection.
 //
-// No libtorch: weights and the RoPE table come in as views (model_views.h), KV blocks as pointers
-// (daemon/model/kv_pool.h owns them). Shapes: C width, H query heads, KV key/value heads, D head
-// size, F = d_ff, V vocab, T context, bt = block tokens.
+// No libtorch: it reads the model's own ModelConfig and Weights (weights.h) and a RoPE table
+// (transformer.h, FillRopeTable), KV blocks as pointers (kv_pool.h owns them). Shapes: C width,
+// H query heads, KV key/value heads, D head size, F = d_ff, V vocab, T context, bt = block tokens.
 
 #include <cstdint>
 #include <memory>
 #include <span>
 #include <vector>
 
-#include "daemon/kernels/model_views.h"
+#include "daemon/kernels/dtype.h"
 #include "daemon/kernels/worker_pool.h"
+#include "daemon/model/config.h"
+#include "daemon/model/weights.h"
 
-namespace niels::daemon::kernels {
+namespace niels::daemon::model {
 
 // Where a position's keys and values live in a KV block: a block holds positions [i*bt, (i+1)*bt)
 // of one sequence as [L][2][KV][bt][D] elements (keys 0, values 1) of the sequence's KV dtype.
@@ -75,8 +79,8 @@ struct StepSequence {
 
 // down(silu(gate(x)) * up(x)) (with the biases the block has) for `rows` rows of x [rows, C] into
 // out [rows, C]; a and g are scratch [rows, F].
-void FeedForward(const BlockWeightViews& block, const ModelShape& shape, const float* x, int64_t rows, float* a,
-                 float* g, float* out, WorkerPool& pool);
+void FeedForward(const BlockWeights& block, const ModelConfig& config, const float* x, int64_t rows, float* a,
+                 float* g, float* out, kernels::WorkerPool& pool);
 
 // Runs steps for one model. Holds the activations of a step ([rows, ...]) and reuses them from step
 // to step: sized for the most rows seen so far, never shrinking, so a step allocates nothing once
@@ -89,17 +93,19 @@ class ForwardStep {
   // key/value head (each key and value is read once for all of them).
   static constexpr int64_t kQueryBlock = 16;
 
-  ForwardStep(ModelShape shape, int64_t block_tokens, std::shared_ptr<WorkerPool> pool);
+  // REQUIRES: config is valid (ValidateModelConfig); the weights given to Run match it (CheckShapes).
+  ForwardStep(ModelConfig config, int64_t block_tokens, std::shared_ptr<kernels::WorkerPool> pool);
 
-  const ModelShape& shape() const { return shape_; }
+  const ModelConfig& config() const { return config_; }
   const KvBlockLayout& layout() const { return layout_; }
-  WorkerPool& pool() const { return *pool_; }
+  kernels::WorkerPool& pool() const { return *pool_; }
 
   // Writes every new row's keys and values into its blocks, and the logits of the rows that want
   // them into `logits` [n, V], sequence after sequence, rows in order. Returns n. trace_layer < 0:
-  // no trace. REQUIRES: distinct sequences write distinct blocks.
-  int64_t Run(const WeightViews& weights, std::span<const StepSequence> sequences, int64_t trace_layer,
-              float* logits);
+  // no trace. rope: [T, D/2, 2], (cos, sin) of position p's angle for pair i (FillRopeTable), filled
+  // for every position of the step. REQUIRES: distinct sequences write distinct blocks.
+  int64_t Run(const Weights& weights, const float* rope, std::span<const StepSequence> sequences,
+              int64_t trace_layer, float* logits);
   // Frees the scratch (Run sizes it again for its rows).
   void ReleaseScratch();
 
@@ -126,16 +132,17 @@ class ForwardStep {
   template <typename Fn>
   void ForRows(int64_t n, Fn&& fn);
   // q, k and v of every row into s_.qkv (one product, or three with their biases).
-  void ProjectQkv(const BlockWeightViews& block);
+  void ProjectQkv(const BlockWeights& block);
   // What attention needs of one row's fresh q and k: llama order undone, per-head norms, RoPE.
-  void PrepareQueryKey(const BlockWeightViews& block, const float* rope, float* q, float* k) const;
-  void Attention(const WeightViews& w, std::span<const StepSequence> sequences, int64_t layer, int64_t trace_layer);
+  void PrepareQueryKey(const BlockWeights& block, const float* rope, float* q, float* k) const;
+  void Attention(const BlockWeights& block, const float* rope, std::span<const StepSequence> sequences, int64_t layer,
+                 int64_t trace_layer);
   void AttendBlock(std::span<const StepSequence> sequences, const QueryBlock& block, int64_t kv_head, int64_t layer,
                    int64_t trace_layer, float* scores);
 
-  ModelShape shape_;
+  ModelConfig config_;
   KvBlockLayout layout_;
-  std::shared_ptr<WorkerPool> pool_;
+  std::shared_ptr<kernels::WorkerPool> pool_;
   int64_t reserved_rows_ = 0;
   int64_t scores_stride_ = 0;  // P of Scratch::scores
   std::vector<int32_t> row_sequence_;   // [R] which sequence each row belongs to
@@ -145,4 +152,4 @@ class ForwardStep {
   Scratch s_;
 };
 
-}  // namespace niels::daemon::kernels
+}  // namespace niels::daemon::model
