@@ -131,6 +131,20 @@ common::Status ChatRepl::StartOver(const std::string& system_prompt) {
   return common::Status::Ok();
 }
 
+common::StatusOr<std::string> ChatRepl::DropLastTurn() {
+  auto session = client_->GetSession(session_id_);
+  if (!session.ok()) return session.status();
+  const auto& messages = session->messages();
+  const int first = !messages.empty() && messages[0].role() == "system" ? 1 : 0;
+  const int count = messages.size() - first;
+  if (count < 2) return common::Status::NotFound("the conversation has no turn yet");
+  std::string user_text = messages[first + count - 2].content();
+  auto rewound = client_->RewindSession(session_id_, count - 2);
+  if (!rewound.ok()) return rewound.status();
+  if (turns_ > 0) --turns_;
+  return user_text;
+}
+
 int ChatRepl::RunCommand(const SlashCommand& command) {
   using Kind = SlashCommand::Kind;
   switch (command.kind) {
@@ -153,6 +167,33 @@ int ChatRepl::RunCommand(const SlashCommand& command) {
       if (!reset.ok()) return ExitCodeFor(reset.status());
       turns_ = 0;
       err_ << "niels-chat: conversation cleared (system prompt kept)" << std::endl;
+      break;
+    }
+    case Kind::kRetry:
+    case Kind::kUndo:
+    case Kind::kEdit: {
+      if (command.kind == Kind::kEdit && command.argument.empty()) {
+        err_ << "niels-chat: /edit TEXT replaces your last message with TEXT" << std::endl;
+        break;
+      }
+      if (command.kind == Kind::kEdit && !IsValidUtf8(command.argument)) {
+        err_ << "niels-chat: the text is not valid UTF-8; nothing changed" << std::endl;
+        break;
+      }
+      common::StatusOr<std::string> last = DropLastTurn();
+      if (!last.ok()) {
+        if (last.status().code() == common::StatusCode::kNotFound) {
+          err_ << "niels-chat: " << last.status().message() << std::endl;
+          break;
+        }
+        return ExitCodeFor(last.status());
+      }
+      if (command.kind == Kind::kUndo) {
+        err_ << "niels-chat: last turn undone" << std::endl;
+        break;
+      }
+      const common::Status status = Turn(command.kind == Kind::kEdit ? command.argument : *last);
+      if (!status.ok()) return ExitCodeFor(status);
       break;
     }
     case Kind::kNew: {

@@ -102,6 +102,9 @@ class ChatRepl {
   bool LeaveSession();
   // Switches to a fresh session with `system_prompt`, leaving the current one.
   common::Status StartOver(const std::string& system_prompt);
+  // Drops the session's last turn (RewindSession) and returns the text of its user message; NOT_FOUND
+  // when the conversation has no turn.
+  common::StatusOr<std::string> DropLastTurn();
 
   DaemonClient* client_;
   ChatOptions options_;

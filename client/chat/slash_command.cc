@@ -20,9 +20,12 @@ SlashCommand ParseSlashCommand(std::string_view line) {
   const std::string_view rest =
       end == std::string_view::npos ? std::string_view() : TrimSpaces(line.substr(end));
   if (word == "/system") return {Kind::kSystem, std::string(rest)};
+  if (word == "/edit") return {Kind::kEdit, std::string(rest)};
   if (!rest.empty()) return {Kind::kUnknown, std::string(word)};  // e.g. "/reset now"
   if (word == "/help" || word == "/?") return {Kind::kHelp, ""};
   if (word == "/reset") return {Kind::kReset, ""};
+  if (word == "/retry") return {Kind::kRetry, ""};
+  if (word == "/undo") return {Kind::kUndo, ""};
   if (word == "/new") return {Kind::kNew, ""};
   if (word == "/session") return {Kind::kSession, ""};
   if (word == "/stats") return {Kind::kStats, ""};
@@ -34,6 +37,9 @@ std::string SlashCommandHelp() {
   return "commands:\n"
          "  /help          this list\n"
          "  /reset         clear the conversation (the system prompt stays)\n"
+         "  /retry         regenerate the last reply\n"
+         "  /undo          drop the last turn (your message and the reply)\n"
+         "  /edit TEXT     replace your last message with TEXT and get a new reply\n"
          "  /new           start a new conversation (the current one is kept)\n"
          "  /session       show this conversation's session id (niels-chat --session ID continues it)\n"
          "  /system TEXT   start over with a new system prompt (/system alone shows it)\n"
@@ -44,7 +50,8 @@ std::string SlashCommandHelp() {
 
 std::string UnknownCommandMessage(std::string_view command) {
   return "niels-chat: unknown command " + std::string(command) +
-         " (commands: /help /reset /new /session /system TEXT /stats /exit; //text sends text starting with /)";
+         " (commands: /help /reset /retry /undo /edit TEXT /new /session /system TEXT /stats /exit; //text sends "
+         "text starting with /)";
 }
 
 }  // namespace niels::client

@@ -3,6 +3,9 @@
 //
 //   /help          list the commands
 //   /reset         same session, its history cleared, the system prompt kept
+//   /retry         regenerate the last reply (the last turn is sent again)
+//   /undo          drop the last turn (its message and the reply)
+//   /edit TEXT     replace the last message with TEXT and reply to it
 //   /system TEXT   a new system prompt (a fresh session); "/system" alone shows the current one
 //   /new           a new conversation (a fresh session, same system prompt)
 //   /session       show the session id (to continue it later with --session)
@@ -17,9 +20,10 @@
 namespace niels::client {
 
 struct SlashCommand {
-  enum class Kind { kTurn, kHelp, kReset, kNew, kSession, kSystem, kStats, kExit, kUnknown };
+  enum class Kind { kTurn, kHelp, kReset, kRetry, kUndo, kEdit, kNew, kSession, kSystem, kStats, kExit, kUnknown };
   Kind kind = Kind::kTurn;
-  // kTurn: the text to send; kSystem: the new prompt ("" = show the current one);
+  // kTurn: the text to send; kSystem: the new prompt ("" = show the current one); kEdit: the new
+  // text of the last message ("" = nothing to send: a usage line);
   // kUnknown: the command word as typed (e.g. "/foo").
   std::string argument;
 };

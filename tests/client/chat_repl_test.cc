@@ -6,6 +6,7 @@
 
 #include <atomic>
 #include <functional>
+#include <map>
 #include <optional>
 #include <sstream>
 #include <string>
@@ -46,6 +47,21 @@ class EchoDaemon {
         for (const auto& info : stored) *r.mutable_list_sessions()->add_sessions() = info;
         return Send({r});
       case v1::Request::kGetSession:
+        if (auto it = conversations_.find(q.get_session().session_id()); it != conversations_.end()) {
+          r.mutable_get_session()->mutable_session()->set_session_id(it->first);
+          auto* system = r.mutable_get_session()->add_messages();
+          system->set_role("system");
+          system->set_content("sys prompt");
+          for (const auto& [user, reply] : it->second) {
+            auto* u = r.mutable_get_session()->add_messages();
+            u->set_role("user");
+            u->set_content(user);
+            auto* a = r.mutable_get_session()->add_messages();
+            a->set_role("assistant");
+            a->set_content(reply);
+          }
+          return Send({r});
+        }
         for (const auto& info : stored) {
           if (info.session_id() == q.get_session().session_id()) {
             *r.mutable_get_session()->mutable_session() = info;
@@ -59,8 +75,15 @@ class EchoDaemon {
         r.mutable_delete_session();
         return Send({r});
       case v1::Request::kResetSession:
+        conversations_[q.reset_session().session_id()].clear();
         r.mutable_reset_session();
         return Send({r});
+      case v1::Request::kRewindSession: {
+        auto& turns = conversations_[q.rewind_session().session_id()];
+        turns.resize(static_cast<size_t>(q.rewind_session().keep_messages() / 2));
+        r.mutable_rewind_session()->set_messages(q.rewind_session().keep_messages());
+        return Send({r});
+      }
       case v1::Request::kCancel: {
         r.mutable_cancel()->set_found(true);
         v1::Response cancelled = FakeDaemon::Reply(q.cancel().target_request_id());
@@ -105,6 +128,7 @@ class EchoDaemon {
         out.push_back(token);
       }
     }
+    conversations_[q.chat().session_id()].emplace_back(text, reply);
     r.mutable_chat()->set_reply(reply);
     r.mutable_chat()->set_reasoning(reasoning);
     r.mutable_chat()->set_stop_reason(v1::EOT);
@@ -114,6 +138,8 @@ class EchoDaemon {
   }
 
   int created_ = 0;
+  // Per created session: its completed turns (user text, reply), as GetSession lists them.
+  std::map<std::string, std::vector<std::pair<std::string, std::string>>> conversations_;
   FakeDaemon fake_;
 };
 
@@ -301,6 +327,24 @@ TEST(ChatReplTest, SigintDuringReplySendsCancel) {
   }
   ::signal(SIGINT, SIG_DFL);
   EXPECT_EQ(out.str(), "echo: next\n");
+}
+
+// /retry sends the last message again after dropping its turn, /edit sends new text in its place,
+// /undo only drops it; with no turn they say so and send nothing.
+TEST(ChatReplTest, RetryEditAndUndoRewindTheLastTurn) {
+  EchoDaemon daemon;
+  ReplRun run = RunLines(daemon, "/undo\none\ntwo\n/retry\n/edit deux\n/undo\n/undo\n/undo\nthree\n");
+  EXPECT_EQ(run.code, kExitOk) << run.err;
+  EXPECT_EQ(ChatTexts(run.requests), (std::vector<std::string>{"one", "two", "two", "deux", "three"}));
+  std::vector<int> rewinds;
+  for (const auto& r : run.requests) {
+    if (r.has_rewind_session()) rewinds.push_back(r.rewind_session().keep_messages());
+  }
+  // /retry and /edit drop turn 2 (keep 2 messages); the /undos drop "deux", then "one"; the last finds none.
+  EXPECT_EQ(rewinds, (std::vector<int>{2, 2, 2, 0}));
+  EXPECT_EQ(run.out, "echo: one\necho: two\necho: two\necho: deux\necho: three\n");
+  EXPECT_NE(run.err.find("niels-chat: last turn undone"), std::string::npos) << run.err;
+  EXPECT_NE(run.err.find("the conversation has no turn yet"), std::string::npos) << run.err;
 }
 
 TEST(ChatReplTest, OneShot) {

@@ -25,6 +25,13 @@ TEST(SlashCommandTest, KnownCommands) {
   EXPECT_EQ(ParseSlashCommand("/new chat").kind, Kind::kUnknown);
   EXPECT_EQ(ParseSlashCommand("/exit").kind, Kind::kExit);
   EXPECT_EQ(ParseSlashCommand("/reset  ").kind, Kind::kReset);
+  EXPECT_EQ(ParseSlashCommand("/retry").kind, Kind::kRetry);
+  EXPECT_EQ(ParseSlashCommand("/undo").kind, Kind::kUndo);
+  EXPECT_EQ(ParseSlashCommand("/undo 2").kind, Kind::kUnknown);
+  const SlashCommand edit = ParseSlashCommand("/edit  say it shorter ");
+  EXPECT_EQ(edit.kind, Kind::kEdit);
+  EXPECT_EQ(edit.argument, "say it shorter");
+  EXPECT_EQ(ParseSlashCommand("/edit").argument, "");
 }
 
 TEST(SlashCommandTest, SystemTakesTheRestOfTheLine) {
