@@ -66,6 +66,7 @@
 #include "daemon/server/connection.h"
 #include "daemon/server/connection_registry.h"
 #include "daemon/server/dispatcher.h"
+#include "tests/fuzz/fuzz_service.h"
 #include "tests/fuzz/fuzz_util.h"
 #include "tests/support/test_model.h"
 
@@ -421,20 +422,7 @@ extern "C" int LLVMFuzzerInitialize(int*, char***) {
   niels::common::SetLogLevel(niels::common::LogLevel::kError);
   niels::common::RouteProtobufLogs();
   g = new Globals();
-  const niels::testing::TempDir dir("niels_connection_fuzz_");
-  niels::daemon::model::ModelConfig config = niels::testing::TinyConfig();
-  config.context = 32;
-  niels::testing::WriteModelDir(dir.path(), config, 7);
-  engine::EngineOptions options;
-  options.threads = 1;
-  options.session_limits.max_sessions = 16;
-  options.max_queue = 64;
-  auto made = handlers::MakeService(dir.path(), options);
-  if (!made.ok()) {
-    std::fprintf(stderr, "connection_fuzz: %s\n", made.status().ToString().c_str());
-    std::abort();
-  }
-  g->service = std::move(made).value();
+  g->service = niels::fuzzing::MakeTinyFuzzService("connection");
   server::DispatcherOptions dispatcher_options;
   dispatcher_options.overflow_uid = kOverflowUid;
   dispatcher_options.max_frame_bytes = kMaxFrameBytes;

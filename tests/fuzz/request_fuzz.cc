@@ -28,6 +28,7 @@
 #include "daemon/grammar/matcher.h"
 #include "daemon/handlers/constraint.h"
 #include "daemon/handlers/service.h"
+#include "tests/fuzz/fuzz_service.h"
 #include "tests/fuzz/fuzz_util.h"
 #include "tests/support/test_model.h"
 
@@ -154,26 +155,7 @@ extern "C" int LLVMFuzzerInitialize(int*, char***) {
   // line per string field.
   niels::common::SetLogLevel(niels::common::LogLevel::kError);
   niels::common::RouteProtobufLogs();
-  // The model directory is removed when this function returns (the weights stay mapped, the rest is
-  // loaded): a campaign stopped by a signal, which libFuzzer ends without destructors, leaves no
-  // directory behind.
-  const niels::testing::TempDir dir("niels_request_fuzz_");
-  // A 32-token context: every limit (a turn that does not fit, a full context, old turns dropped
-  // to make room) is reached in a few tokens, and an uncached request, which runs the whole
-  // sequence again per sampled token, costs a quarter of what it would at 64.
-  niels::daemon::model::ModelConfig config = niels::testing::TinyConfig();
-  config.context = 32;
-  niels::testing::WriteModelDir(dir.path(), config, 7);
-  engine::EngineOptions options;
-  options.threads = 1;
-  options.session_limits.max_sessions = 16;
-  options.max_queue = 64;
-  auto made = handlers::MakeService(dir.path(), options);
-  if (!made.ok()) {
-    std::fprintf(stderr, "request_fuzz: %s\n", made.status().ToString().c_str());
-    std::abort();
-  }
-  g_engine = made->release();
+  g_engine = niels::fuzzing::MakeTinyFuzzService("request").release();
   return 0;
 }
 
