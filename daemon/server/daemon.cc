@@ -203,13 +203,15 @@ int Daemon::Serve(RequestService& service) {
       service, registry_,
       DispatcherOptions{.overflow_uid = options_.overflow_uid, .max_frame_bytes = options_.connection.max_frame_bytes});
   auto work = asio::make_work_guard(io_context_);
+  // Logged before the first accept can run: a socket-activated listener may already hold clients in
+  // its backlog, and they must not be answered before the log says where nielsd listens.
+  common::LogInfo("listening on {}{}", listener_->path(),
+                  listener_->socket_activated() ? " (socket-activated)" : "");
   asio::co_spawn(accept_strand_, AcceptLoop(), asio::detached);
   for (int i = 0; i < std::max(1, options_.io_threads); ++i) {
     io_threads_.emplace_back([this] { io_context_.run(); });
   }
   sd_notifyf(0, "READY=1\nSTATUS=listening on %s", listener_->path().c_str());
-  common::LogInfo("listening on {}{}", listener_->path(),
-                  listener_->socket_activated() ? " (socket-activated)" : "");
   WaitForStopRequest();
   sd_notify(0, "STOPPING=1\nSTATUS=shutting down");
   Shutdown(service);

@@ -13,6 +13,8 @@ std::string_view RoleName(Role role) {
       return "user";
     case Role::kAssistant:
       return "assistant";
+    case Role::kTool:
+      return "tool";
   }
   return "user";  // unreachable: every Role is handled above
 }

@@ -29,15 +29,36 @@
 
 namespace niels::daemon::text {
 
+// A call an assistant message made: the id the daemon gave it, the tool's name, and its arguments
+// (the text of a JSON object, as the model wrote it or the client sent it).
+struct ToolCall {
+  std::string id;
+  std::string name;
+  std::string arguments;
+  bool operator==(const ToolCall&) const = default;
+};
+
+// A tool the model may call, in the shape of the OpenAI API's function tools: its name, what it
+// does ("" = not given), and its parameters (the text of a JSON Schema object; "" = not given).
+struct ToolDefinition {
+  std::string name;
+  std::string description;
+  std::string parameters;
+  bool operator==(const ToolDefinition&) const = default;
+};
+
 // One message of a session's conversation after its system prompt (kTemplate formats).
 struct ChatMessage {
   Role role = Role::kUser;
   std::string content;
   std::string reasoning;  // an assistant reply's reasoning (its think block), "" when none
+  std::vector<ToolCall> tool_calls = {};  // kAssistant: the calls it made, in order
+  std::string tool_call_id = {};          // kTool: the id of the call this is the result of
+  std::string name = {};                  // kTool: the name of that call's tool ("" = not given)
   bool operator==(const ChatMessage&) const = default;
 };
 
-// "system", "user", "assistant" (what templates see as message.role).
+// "system", "user", "assistant", "tool" (what templates see as message.role).
 std::string_view RoleName(Role role);
 
 // Per-turn options of a chat request.
@@ -45,6 +66,10 @@ struct ChatOptions {
   // Qwen3's template variable; unset leaves it undefined (the template's default). Ignored by
   // templates that do not read it and by the token-native format.
   std::optional<bool> enable_thinking;
+  // The tools the template is given (its `tools` variable, a list of {"type": "function",
+  // "function": {name, description, parameters}} as transformers passes them); null or empty: none
+  // (`tools` is None).
+  std::shared_ptr<const std::vector<ToolDefinition>> tools;
 };
 
 // The ids of a chat turn.

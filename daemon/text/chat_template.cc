@@ -1,5 +1,9 @@
 #include "daemon/text/chat_template.h"
 
+#include <string>
+
+#include "daemon/text/chat_format.h"
+
 namespace niels::daemon::text {
 namespace {
 
@@ -11,6 +15,8 @@ int32_t RoleId(const text::SpecialTokens& special, Role role) {
       return special.usr;
     case Role::kAssistant:
       return special.asst;
+    case Role::kTool:
+      return -1;
   }
   return special.usr;  // unreachable: every Role is handled above
 }
@@ -19,6 +25,10 @@ int32_t RoleId(const text::SpecialTokens& special, Role role) {
 
 common::StatusOr<std::vector<int32_t>> EncodeMessage(const Tokenizer& tokenizer, const SpecialTokens& special, Role role,
                                                      std::string_view content) {
+  if (RoleId(special, role) < 0) {
+    return common::Status::InvalidArgument("the token-native chat format has no " + std::string(RoleName(role)) +
+                                           " role");
+  }
   common::StatusOr<std::vector<int32_t>> ids = tokenizer.Encode(content);  // special literals stay plain text
   if (!ids.ok()) return ids;
   ids->insert(ids->begin(), RoleId(special, role));

@@ -12,9 +12,11 @@
 
 namespace niels::daemon::text {
 
-enum class Role { kSystem, kUser, kAssistant };
+// kTool: a tool's result (template formats; the token-native format has no marker for it).
+enum class Role { kSystem, kUser, kAssistant, kTool };
 
 // [role] + tokenizer.Encode(content) + [eot]. Special literals in content stay plain text.
+// INVALID_ARGUMENT for Role::kTool (no marker).
 common::StatusOr<std::vector<int32_t>> EncodeMessage(const Tokenizer& tokenizer, const SpecialTokens& special, Role role,
                                                      std::string_view content);
 

@@ -25,6 +25,29 @@ ordered_json MessageJson(Role role, std::string_view content) {
   return ordered_json{{"role", RoleName(role)}, {"content", std::string(content)}};
 }
 
+// A JSON text as the value templates see (an object for a call's arguments or a tool's
+// parameters, as transformers passes them); text that does not parse stays a string.
+ordered_json JsonValue(const std::string& text) {
+  ordered_json value = ordered_json::parse(text, nullptr, /*allow_exceptions=*/false);
+  if (value.is_discarded()) return text;
+  return value;
+}
+
+// The `tools` variable: [{"type": "function", "function": {"name", "description", "parameters"}}]
+// with the keys a definition gives; null without tools.
+template <typename Mark>
+ordered_json ToolsJson(const std::shared_ptr<const std::vector<ToolDefinition>>& tools, const Mark& mark) {
+  if (!tools || tools->empty()) return nullptr;
+  ordered_json list = ordered_json::array();
+  for (const ToolDefinition& tool : *tools) {
+    ordered_json function{{"name", mark(ordered_json(tool.name))}};
+    if (!tool.description.empty()) function["description"] = mark(ordered_json(tool.description));
+    if (!tool.parameters.empty()) function["parameters"] = mark(JsonValue(tool.parameters));
+    list.push_back(ordered_json{{"type", "function"}, {"function", std::move(function)}});
+  }
+  return list;
+}
+
 // The length of the longest common prefix of two id lists.
 size_t CommonPrefix(const std::vector<int32_t>& a, const std::vector<int32_t>& b) {
   const auto mismatch = std::mismatch(a.begin(), a.end(), b.begin(), b.end());
@@ -99,6 +122,21 @@ std::string JinjaChatFormat::MarkContent(std::string_view content, std::vector<s
   return marked;
 }
 
+ordered_json JinjaChatFormat::MarkJson(const ordered_json& value, std::vector<std::string>* literals) const {
+  if (value.is_string()) return MarkContent(value.get_ref<const std::string&>(), literals);
+  if (value.is_array()) {
+    ordered_json out = ordered_json::array();
+    for (const ordered_json& item : value) out.push_back(MarkJson(item, literals));
+    return out;
+  }
+  if (value.is_object()) {
+    ordered_json out = ordered_json::object();
+    for (auto it = value.begin(); it != value.end(); ++it) out[MarkContent(it.key(), literals)] = MarkJson(it.value(), literals);
+    return out;
+  }
+  return value;
+}
+
 JinjaChatFormat::MarkedRendering JinjaChatFormat::Unmark(std::string_view rendered,
                                                          const std::vector<std::string>& literals) const {
   MarkedRendering out;
@@ -151,9 +189,25 @@ StatusOr<JinjaChatFormat::MarkedRendering> JinjaChatFormat::RenderMarked(
     if (reasoning_tags_ && !message.reasoning.empty()) {
       json["reasoning_content"] = MarkContent(message.reasoning, &literals);
     }
+    if (!message.tool_calls.empty()) {
+      ordered_json calls = ordered_json::array();
+      for (const ToolCall& call : message.tool_calls) {
+        calls.push_back(ordered_json{{"id", MarkContent(call.id, &literals)},
+                                     {"type", "function"},
+                                     {"function",
+                                      {{"name", MarkContent(call.name, &literals)},
+                                       {"arguments", MarkJson(JsonValue(call.arguments), &literals)}}}});
+      }
+      json["tool_calls"] = std::move(calls);
+    }
+    if (message.role == Role::kTool) {
+      json["tool_call_id"] = MarkContent(message.tool_call_id, &literals);
+      if (!message.name.empty()) json["name"] = MarkContent(message.name, &literals);
+    }
     inputs.messages.push_back(std::move(json));
   }
   if (user_text) inputs.messages.push_back(MessageJson(Role::kUser, MarkContent(*user_text, &literals)));
+  inputs.tools = ToolsJson(options.tools, [&](const ordered_json& value) { return MarkJson(value, &literals); });
   inputs.add_generation_prompt = add_generation_prompt;
   inputs.bos_token = bos_token_;
   inputs.eos_token = eos_token_;

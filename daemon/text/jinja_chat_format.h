@@ -83,6 +83,9 @@ class JinjaChatFormat final : public ChatFormat {
   // `content` with each special-token literal replaced by marker_, its index in *literals (where
   // it is appended) and ';', and each marker_ of its own by marker_ '_'.
   std::string MarkContent(std::string_view content, std::vector<std::string>* literals) const;
+  // MarkContent applied to every string (keys included) of a JSON value: tool definitions and
+  // call arguments, which templates print with tojson.
+  nlohmann::ordered_json MarkJson(const nlohmann::ordered_json& value, std::vector<std::string>* literals) const;
   // The template's output with the marks of MarkContent resolved.
   MarkedRendering Unmark(std::string_view rendered, const std::vector<std::string>& literals) const;
   common::StatusOr<MarkedRendering> RenderMarked(const std::optional<std::string>& system_prompt,
