@@ -323,7 +323,12 @@ void GenerationTask::SampleAndEmit(std::span<const float> logits, std::vector<fl
 }
 
 bool GenerationTask::MaskStep() {
-  if (common::Status masked = constraint_->AllowedIds(&mask_); !masked.ok()) {
+  // The ids left to this call, this one included: a text id is allowed only when the text can
+  // still be completed within them (OutputConstraint::AllowedIds).
+  const int64_t tokens_left =
+      std::min<int64_t>(options_.max_new_tokens - static_cast<int64_t>(result_.new_tokens.size()),
+                        model_.config().context - static_cast<int64_t>(sequence_.tokens.size()));
+  if (common::Status masked = constraint_->AllowedIds(&mask_, std::max<int64_t>(tokens_left, 1)); !masked.ok()) {
     Fail(masked);
     return false;
   }
@@ -386,6 +391,9 @@ void GenerationTask::Fail(common::Status error) {
 void GenerationTask::Finish(StopReason reason) {
   done_ = true;
   result_.stop_reason = reason;
+  result_.constraint_forced_end = constraint_ && constraint_->budget_narrowed() &&
+                                  (reason == StopReason::kStopToken || reason == StopReason::kMaxTokens ||
+                                   reason == StopReason::kContextFull);
   if (reason == StopReason::kStopString) {
     // Roll back the ids that reach into the match: the sequence ends with the last id before it.
     const size_t kept = std::min(options_.text_stop->kept_tokens(), result_.new_tokens.size());

@@ -108,6 +108,10 @@ struct GenerateResult {
   double decode_tokens_per_s = 0;   // sampled ids after the first / time after the first
   bool used_kv_cache = false;       // the call ran the cached path (options.use_kv_cache)
   common::Status error;             // why, with kFailed
+  // With a constraint: the text is complete and the budget shaped its end -- at some step the ids
+  // left (max_new_tokens, the context) took away an id the grammar allowed, because the text could
+  // not have been completed within them after it (OutputConstraint::AllowedIds).
+  bool constraint_forced_end = false;
 };
 
 // Runs the whole loop of one sequence (a GenerationTask driven to the end with Step()).
@@ -130,8 +134,13 @@ struct GenerateResult {
 // the matcher then accepts it. When the text is complete and nothing may follow it
 // (OutputConstraint::MustEnd) while max_new_tokens and the context leave room, the first stop id
 // that is not banned is appended at once without a forward (its StepEvent has no logprob) and the
-// call stops with kStopToken; max_new_tokens or the context before the text is complete stop it
-// with kConstraintIncomplete; a matcher limit (or a mask left empty by banned ids) with kFailed.
+// call stops with kStopToken. Each mask counts the ids left (min(max_new_tokens, context) less
+// those used): an id is allowed only if the text can still be completed within the rest
+// (OutputConstraint::AllowedIds(mask, tokens_left)), so a text whose completion fits from the start
+// ends complete (constraint_forced_end says when the budget shaped it); max_new_tokens or the
+// context before the text is complete (a budget too small for any completion the bound sees, or a
+// banned id on the way) stop it with kConstraintIncomplete; a matcher limit (or a mask left empty
+// by banned ids) with kFailed.
 // A sequence already at T with max_new_tokens > 0 gets its input processed, then kContextFull.
 // Stop and banned ids cost O(S + B) once per call (their sets, for ascending lists; O(n log n)
 // otherwise) and per step O(log S) for the stop rule, O(V / 64) for the banned ids in a constraint's

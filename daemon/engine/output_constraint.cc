@@ -50,12 +50,21 @@ OutputConstraint::OutputConstraint(const ConstraintSpec& spec, std::vector<int32
 
 bool OutputConstraint::IsStop(int32_t id) const { return stops_.Contains(id); }
 
-Status OutputConstraint::AllowedIds(grammar::TokenBitset* out) {
+Status OutputConstraint::AllowedIds(grammar::TokenBitset* out) { return AllowedIds(out, -1); }
+
+Status OutputConstraint::AllowedIds(grammar::TokenBitset* out, int64_t tokens_left) {
   if (ended_) {
     out->Reset(vocab().size());
     return Status::Ok();
   }
-  NIELS_RETURN_IF_ERROR(matcher_.AllowedTokens(vocab(), out));
+  if (tokens_left < 1) {  // no budget (or none given)
+    NIELS_RETURN_IF_ERROR(matcher_.AllowedTokens(vocab(), out));
+  } else {
+    const auto after_this = static_cast<uint32_t>(std::min<int64_t>(tokens_left - 1, grammar::Matcher::kNoBound - 1));
+    bool narrowed = false;
+    NIELS_RETURN_IF_ERROR(matcher_.AllowedTokensWithin(vocab(), *spec_.vocabulary->after, after_this, out, &narrowed));
+    budget_narrowed_ = budget_narrowed_ || narrowed;
+  }
   // The matcher allows the vocabulary's end-of-output ids (the model's stop ids) where the text is
   // complete; the turn's own stop ids take their place.
   for (int32_t id : vocab().end_of_output_ids()) {

@@ -73,6 +73,19 @@ class OutputConstraint {
   // The ids allowed next (bits over the vocabulary). RESOURCE_EXHAUSTED when the matcher exceeded a
   // MatcherLimits bound (the grammar is too costly to follow; the turn should fail).
   common::Status AllowedIds(grammar::TokenBitset* out);
+  // The same with `tokens_left` ids left to the turn, this one included (min(max_new_tokens left,
+  // context left)): a text id only when the fewest ids that complete the text after it, by the
+  // matcher's completion bound N over the `after` vocabulary (Matcher::AllowedTokensWithin), plus
+  // one fit in tokens_left; a stop id where the text is complete. So a text started within a budget
+  // that N says allows a completion always ends complete (a stop id, or a complete text cut by the
+  // budget). When no id leaves room (N of every id too large: the budget allows no completion N
+  // sees), the grammar's own mask, as AllowedIds. REQUIRES: tokens_left >= 1.
+  common::Status AllowedIds(grammar::TokenBitset* out, int64_t tokens_left);
+  // Some AllowedIds(out, tokens_left) took away an id the grammar allowed: the budget shaped the
+  // ending of the text.
+  bool budget_narrowed() const { return budget_narrowed_; }
+  // N at the current point (Matcher::CompletionBound over the `after` vocabulary).
+  uint32_t CompletionBound() { return matcher_.CompletionBound(*spec_.vocabulary->after); }
   // Advances by a sampled id: a stop id ends the output; a text id adds its bytes. INVALID_ARGUMENT
   // when the id was not allowed (the matcher is then unchanged).
   common::Status Accept(int32_t id);
@@ -95,6 +108,7 @@ class OutputConstraint {
   grammar::Matcher matcher_;
   bool at_start_ = true;
   bool ended_ = false;
+  bool budget_narrowed_ = false;
   std::string text_;
 };
 

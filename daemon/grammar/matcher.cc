@@ -93,7 +93,8 @@ bool Matcher::CanContinue() const {
 uint32_t Matcher::MinBytesToComplete() const {
   if (now_.state < 0 || now_.ended) return 0;
   if (!now_.partial.active()) return core_->MinBytes(now_.state);
-  return now_.partial.remaining + core_->MinBytesAfterCurrentChar(now_.state);
+  return now_.partial.remaining +
+         core_->MinBytesAfterCurrentChar(now_.state, now_.partial.Low(), now_.partial.High());
 }
 
 std::bitset<256> Matcher::AllowedBytes() {
@@ -105,33 +106,91 @@ std::bitset<256> Matcher::AllowedBytes() {
   return out;
 }
 
+uint32_t Matcher::MinBytesAt(const Snapshot& s) {
+  if (s.state < 0) return kNoBound;
+  if (s.ended) return 0;
+  if (!s.partial.active()) return core_->MinBytes(s.state);
+  const uint32_t rest = core_->MinBytesAfterCurrentChar(s.state, s.partial.Low(), s.partial.High());
+  if (rest >= kNoBound - 8) return kNoBound;
+  return rest + s.partial.remaining;
+}
+
+uint32_t Matcher::BoundAt(const Snapshot& s, const Vocabulary& after, const uint32_t* limit) {
+  if (s.state < 0 || s.ended) return kNoBound;
+  if (s.partial.active()) return after.every_byte_is_a_token() ? MinBytesAt(s) : kNoBound;
+  if (core_->Accepting(s.state)) return 0;
+  const uint32_t bytes = after.every_byte_is_a_token() ? core_->MinBytes(s.state) : kNoBound;
+  if (limit != nullptr) {
+    if (bytes <= *limit) return bytes;
+    // S >= the bytes over the longest id: it cannot fit either.
+    if (uint64_t{core_->MinBytes(s.state)} > uint64_t{*limit} * after.max_token_bytes()) return bytes;
+  }
+  return std::min(bytes, core_->SpellBound(s.state, after));
+}
+
+uint32_t Matcher::CompletionBound(const Vocabulary& after) { return BoundAt(now_, after, nullptr); }
+
 common::Status Matcher::AllowedTokens(const Vocabulary& vocab, TokenBitset* out) {
+  uint32_t worst = 0;
+  return MaskAndWorst(vocab, out, &worst);
+}
+
+common::Status Matcher::MaskAndWorst(const Vocabulary& vocab, TokenBitset* out, uint32_t* worst) {
   out->Reset(vocab.size());
+  *worst = 0;
   NIELS_RETURN_IF_ERROR(core_->status());
   if (now_.ended || now_.state < 0) return common::Status::Ok();
   const bool cacheable = !now_.partial.active();
   if (cacheable) {
-    if (const TokenBitset* hit = core_->CachedMask(now_.state, &vocab)) {
+    if (const TokenBitset* hit = core_->CachedMask(now_.state, &vocab, worst)) {
       *out = *hit;
       return common::Status::Ok();
     }
   }
-  const Vocabulary::LoopTable* run = cacheable ? core_->RunTable(now_.state, vocab) : nullptr;
-  if (run == nullptr || !MaskFromRun(*run, vocab, out)) {
-    out->Reset(vocab.size());
-    WalkTrie(vocab, out);
-  }
+  ComputeMask(vocab, nullptr, out, worst);
   NIELS_RETURN_IF_ERROR(core_->status());
   if (IsComplete()) {
     for (int32_t id : vocab.end_of_output_ids()) out->Set(id);
   }
-  if (cacheable) core_->CacheMask(now_.state, &vocab, *out);
+  if (cacheable) core_->CacheMask(now_.state, &vocab, *out, *worst);
   return common::Status::Ok();
+}
+
+common::Status Matcher::AllowedTokensWithin(const Vocabulary& vocab, const Vocabulary& after, uint32_t max_tokens_after,
+                                            TokenBitset* out, bool* narrowed) {
+  if (narrowed != nullptr) *narrowed = false;
+  uint32_t worst = 0;
+  NIELS_RETURN_IF_ERROR(MaskAndWorst(vocab, out, &worst));
+  if (now_.ended || now_.state < 0) return common::Status::Ok();
+  if (after.every_byte_is_a_token() && worst <= max_tokens_after) return common::Status::Ok();  // all leave room
+  TokenBitset within;
+  const Budget budget{&after, max_tokens_after};
+  ComputeMask(vocab, &budget, &within, nullptr);
+  NIELS_RETURN_IF_ERROR(core_->status());
+  if (IsComplete()) {
+    for (int32_t id : vocab.end_of_output_ids()) within.Set(id);
+  }
+  if (within.Count() == 0) return common::Status::Ok();  // no completion the bound sees fits: unbounded
+  if (narrowed != nullptr) *narrowed = within != *out;
+  *out = std::move(within);
+  return common::Status::Ok();
+}
+
+void Matcher::ComputeMask(const Vocabulary& vocab, const Budget* budget, TokenBitset* out, uint32_t* worst) {
+  out->Reset(vocab.size());
+  if (worst != nullptr) *worst = 0;
+  const bool cacheable = !now_.partial.active();
+  const Vocabulary::LoopTable* run = cacheable ? core_->RunTable(now_.state, vocab) : nullptr;
+  if (run == nullptr || !MaskFromRun(*run, vocab, out, budget, worst)) {
+    out->Reset(vocab.size());
+    if (worst != nullptr) *worst = 0;
+    WalkTrie(vocab, out, budget, worst);
+  }
 }
 
 // Walks the vocabulary trie in preorder, advancing a copy of the state per node; a node whose byte
 // is not allowed skips its whole subtree. Only ids of kText tokens are in the trie.
-void Matcher::WalkTrie(const Vocabulary& vocab, TokenBitset* out) {
+void Matcher::WalkTrie(const Vocabulary& vocab, TokenBitset* out, const Budget* budget, uint32_t* worst) {
   const std::vector<Vocabulary::TrieNode>& trie = vocab.trie();
   std::vector<Snapshot> at(vocab.max_token_bytes() + 1);
   at[0] = now_;
@@ -147,13 +206,19 @@ void Matcher::WalkTrie(const Vocabulary& vocab, TokenBitset* out) {
       continue;
     }
     at[node.depth] = s;
-    for (int32_t id = node.token; id >= 0; id = vocab.same_bytes_next(id)) out->Set(id);
+    if (node.token >= 0) {
+      if (worst != nullptr) *worst = std::max(*worst, MinBytesAt(s));
+      if (budget == nullptr || Fits(s, *budget)) {
+        for (int32_t id = node.token; id >= 0; id = vocab.same_bytes_next(id)) out->Set(id);
+      }
+    }
     ++i;
   }
   core_->CountTrieNodes(visited);
 }
 
-bool Matcher::MaskFromRun(const Vocabulary::LoopTable& table, const Vocabulary& vocab, TokenBitset* out) {
+bool Matcher::MaskFromRun(const Vocabulary::LoopTable& table, const Vocabulary& vocab, TokenBitset* out,
+                          const Budget* budget, uint32_t* worst) {
   // alive: the run's states after 0..alive characters all exist (the dead state absorbs).
   uint32_t alive = 0;
   while (alive < table.max_chars) {
@@ -162,18 +227,32 @@ bool Matcher::MaskFromRun(const Vocabulary::LoopTable& table, const Vocabulary& 
     if (next == MatcherCore::kDead) break;
     ++alive;
   }
-  // Inside tokens of at most `alive` characters: set those or clear the longer ones, whichever
-  // touches fewer ids.
+  // Inside tokens of n characters all lead to the run's state after n characters: they are taken
+  // together (n <= alive, and with a budget when that state leaves room). Set the taken ones or
+  // clear the others, whichever touches fewer ids.
   const auto& by_chars = table.inside_by_chars;
+  std::vector<bool> take(by_chars.size(), false);
   size_t short_ones = 0, long_ones = 0;
-  for (size_t n = 0; n < by_chars.size(); ++n) (n <= alive ? short_ones : long_ones) += by_chars[n].size();
+  for (size_t n = 0; n < by_chars.size(); ++n) {
+    take[n] = n <= alive;
+    if (take[n] && n > 0 && !by_chars[n].empty()) {
+      Snapshot s;
+      s.state = core_->RunStateAfter(now_.state, static_cast<uint32_t>(n));
+      if (worst != nullptr) *worst = std::max(*worst, MinBytesAt(s));
+      if (budget != nullptr) take[n] = Fits(s, *budget);
+      if (!core_->status().ok()) return true;  // the caller reports the error
+    }
+    (take[n] ? short_ones : long_ones) += by_chars[n].size();
+  }
   if (long_ones <= short_ones) {
     *out = table.inside;
-    for (size_t n = alive + 1; n < by_chars.size(); ++n) {
+    for (size_t n = 0; n < by_chars.size(); ++n) {
+      if (take[n]) continue;
       for (int32_t id : by_chars[n]) out->Clear(id);
     }
   } else {
-    for (size_t n = 1; n <= alive && n < by_chars.size(); ++n) {
+    for (size_t n = 1; n < by_chars.size(); ++n) {
+      if (!take[n]) continue;
       for (int32_t id : by_chars[n]) out->Set(id);
     }
   }
@@ -187,7 +266,8 @@ bool Matcher::MaskFromRun(const Vocabulary::LoopTable& table, const Vocabulary& 
     bool ok = true;
     for (size_t i = e.offset; i < bytes.size() && ok; ++i) ok = Advance(static_cast<uint8_t>(bytes[i]), &s);
     if (ok) {
-      out->Set(e.id);
+      if (worst != nullptr) *worst = std::max(*worst, MinBytesAt(s));
+      if (budget == nullptr || Fits(s, *budget)) out->Set(e.id);
     } else if (!core_->status().ok()) {
       return true;  // the caller reports the error
     }

@@ -94,6 +94,36 @@ class Matcher {
   // end-of-output token; it is a lower bound on the tokens any vocabulary needs.
   uint32_t MinBytesToComplete() const;
 
+  // Completion within a budget. The completion bound N(p) of a point p of the output (a state and
+  // a partial character), over the vocabulary `after` that the ids after the next one come from:
+  //   B(p), the bytes bound: MinBytesToComplete() at p, when after.every_byte_is_a_token(); else none;
+  //   S(p), the spelling bound: at a character boundary MatcherCore::SpellBound (the fewest ids of
+  //         `after` that spell the state's canonical shortest completion, split only at character
+  //         boundaries); inside a character none;
+  //   N(p) = min(B(p), S(p)); 0 when the output is complete; kNoBound when neither exists.
+  // N is an upper bound on the fewest ids that complete the output (never below the true fewest
+  // T(p)), and one that can be followed: when N(p) = n > 0 some id of `after` leads to a point p'
+  // with N(p') <= n - 1 (B: the next byte of a shortest completion; S: the first id of the
+  // spelling). So after an id t with N(after t) <= k the output can be completed within k ids, and
+  // at each of them an id with room again exists.
+  static constexpr uint32_t kNoBound = MatcherCore::kNoBound;
+  // N at the current point (kNoBound after an end-of-output token or an error).
+  uint32_t CompletionBound(const Vocabulary& after);
+  // The ids that leave room: those of AllowedTokens(vocab) whose point after them has
+  // N <= max_tokens_after (an end-of-output id where the output is complete, as there). Sound: it
+  // never admits an id after which no completion within max_tokens_after more ids exists. An
+  // approximation: an id after which the true fewest ids T fit but N does not is refused (N = T
+  // for byte-level vocabularies where single bytes are the only ids a completion can use, and
+  // whenever the shortest completion's best spelling is the best of all completions).
+  // When no id leaves room (the budget allows no completion the bound can see), it gives the
+  // unbounded mask. `narrowed` (optional): the budget took away some id the grammar allowed.
+  // Cost: as AllowedTokens while every allowed id leaves room (the most bytes any id of a state's
+  // mask leaves, B's worst case, is kept with its cached mask: one comparison); otherwise one more
+  // mask computation, not cached (the trie walk or the run's tables, each token's point checked
+  // with O(1) for B, a cached S per state, O(stacks) for a token ending inside a character).
+  common::Status AllowedTokensWithin(const Vocabulary& vocab, const Vocabulary& after, uint32_t max_tokens_after,
+                                     TokenBitset* out, bool* narrowed = nullptr);
+
   const common::Status& status() const { return core_->status(); }
   const CompiledGrammar& grammar() const { return core_->grammar(); }
   // Size of the shared cache (for tests and benchmarks).
@@ -107,11 +137,28 @@ class Matcher {
   bool Advance(uint8_t byte, Snapshot* at);
   // AcceptBytes without ending the token's window.
   common::Status Advance(std::string_view bytes);
-  void WalkTrie(const Vocabulary& vocab, TokenBitset* out);
+  // With a budget, a text token is set only if the point after it has N <= limit.
+  struct Budget {
+    const Vocabulary* after = nullptr;
+    uint32_t limit = 0;
+  };
+  // The mask of the current point into `out` (cleared first); with `budget` only the ids that
+  // leave room; `worst` (optional) gets the most bytes (MinBytesAt) that the point after an id of the
+  // unbudgeted mask leaves to complete.
+  void ComputeMask(const Vocabulary& vocab, const Budget* budget, TokenBitset* out, uint32_t* worst);
+  // AllowedTokens with the worst byte count of its ids (cached with the mask).
+  common::Status MaskAndWorst(const Vocabulary& vocab, TokenBitset* out, uint32_t* worst);
+  void WalkTrie(const Vocabulary& vocab, TokenBitset* out, const Budget* budget, uint32_t* worst);
   // The mask of a state on a run (matcher_core.h): tokens inside the run's characters by their
   // character count, the others advanced from their exit. False when the run stops being uniform
   // within the longest token (then the caller walks the trie).
-  bool MaskFromRun(const Vocabulary::LoopTable& table, const Vocabulary& vocab, TokenBitset* out);
+  bool MaskFromRun(const Vocabulary::LoopTable& table, const Vocabulary& vocab, TokenBitset* out, const Budget* budget,
+                   uint32_t* worst);
+  // The fewest bytes that complete the output from `s` (kNoBound for a failed point).
+  uint32_t MinBytesAt(const Snapshot& s);
+  // N at `s` (see above). With `limit`, S is only computed when B does not fit and S could.
+  uint32_t BoundAt(const Snapshot& s, const Vocabulary& after, const uint32_t* limit);
+  bool Fits(const Snapshot& s, const Budget& budget) { return BoundAt(s, *budget.after, &budget.limit) <= budget.limit; }
 
   std::shared_ptr<MatcherCore> core_;
   Snapshot now_;

@@ -286,15 +286,101 @@ int32_t MatcherCore::NextSlow(int32_t state, uint32_t cp) {
   return next;
 }
 
-uint32_t MatcherCore::MinBytesAfterCurrentChar(int32_t state) {
+uint32_t MatcherCore::MinBytesAfterCurrentChar(int32_t state, uint32_t lo, uint32_t hi) {
   uint32_t best = UINT32_MAX;
   (void)Charge(states_[state].stacks.size());
   for (uint32_t f : states_[state].stacks) {
-    const Frame& frame = frames_[f];
-    const uint32_t own = Utf8Length(ClassOfFrame(f).Min());
-    best = std::min(best, frame.min_bytes - std::min(frame.min_bytes, own));
+    const CodePointSet& cls = ClassOfFrame(f);
+    if (!cls.Intersects(lo, hi)) continue;
+    const uint32_t own = Utf8Length(cls.Min());  // frame.min_bytes = own + what follows the character
+    best = std::min(best, frames_[f].min_bytes - std::min(frames_[f].min_bytes, own));
   }
   return best;
+}
+
+uint32_t MatcherCore::CanonicalChar(int32_t state) {
+  const State& s = states_[state];
+  (void)Charge(s.stacks.size());
+  uint32_t best = UINT32_MAX;
+  for (uint32_t f : s.stacks) {
+    if (frames_[f].min_bytes == s.min_bytes) best = std::min(best, ClassOfFrame(f).Min());
+  }
+  return best;
+}
+
+uint32_t MatcherCore::SpellBound(int32_t state, const Vocabulary& vocab) {
+  if (states_[state].accepting) return 0;
+  if (spell_vocab_ != &vocab) {
+    for (State& s : states_) s.spell = kSpellUnknown;
+    spell_vocab_ = &vocab;
+  }
+  if (states_[state].spell != kSpellUnknown) return states_[state].spell;
+  if (states_[state].min_bytes > kMaxSpellBytes) {
+    states_[state].spell = kNoBound;
+    return kNoBound;
+  }
+  // w* and the states along it; the walk stops at an accepting state or at one whose bound is known.
+  std::string w;
+  std::vector<int32_t> path = {state};
+  std::vector<uint32_t> boundary = {0};
+  // Never more than half of what the token's window and the state limit leave.
+  const uint64_t steps_cap = stats_.steps_this_token +
+                             (limits_.max_steps_per_token - std::min(limits_.max_steps_per_token, stats_.steps_this_token)) / 2;
+  const size_t states_cap = states_.size() + (limits_.max_states - std::min(limits_.max_states, states_.size())) / 2;
+  int32_t st = state;
+  while (!states_[st].accepting && (st == state || states_[st].spell == kSpellUnknown)) {
+    if (!status_.ok() || stats_.steps_this_token > steps_cap || states_.size() >= states_cap ||
+        memory_bytes_ > limits_.max_memory_bytes / 2) {
+      return kNoBound;
+    }
+    if (w.size() > kMaxSpellBytes) break;
+    const uint32_t c = CanonicalChar(st);
+    if (c > kMaxCodePoint) return kNoBound;
+    AppendUtf8(c, &w);
+    st = Next(st, c);
+    if (st < 0) return kNoBound;
+    path.push_back(st);
+    boundary.push_back(static_cast<uint32_t>(w.size()));
+  }
+  if (w.size() > kMaxSpellBytes) {
+    states_[state].spell = kNoBound;
+    return kNoBound;
+  }
+  const size_t last = path.size() - 1;
+  std::vector<int32_t> at_byte(w.size() + 1, -1);  // byte offset -> index into path, at boundaries
+  for (size_t k = 0; k <= last; ++k) at_byte[boundary[k]] = static_cast<int32_t>(k);
+  std::vector<uint32_t> best(last + 1, kNoBound);
+  best[last] = states_[path[last]].accepting ? 0 : states_[path[last]].spell;
+  const std::vector<Vocabulary::TrieNode>& trie = vocab.trie();
+  uint64_t visited = 0;
+  for (size_t k = last; k-- > 0;) {
+    const size_t i = boundary[k];
+    int32_t node = vocab.root_child(static_cast<uint8_t>(w[i]));
+    while (node >= 0) {
+      ++visited;
+      const size_t j = i + trie[node].depth;
+      if (trie[node].token >= 0 && at_byte[j] >= 0 && best[at_byte[j]] < kNoBound - 1) {
+        best[k] = std::min(best[k], best[at_byte[j]] + 1);
+      }
+      if (j >= w.size()) break;
+      // The child of `node` with byte w[j]: its children follow it in preorder, each subtree whole.
+      const uint8_t want = static_cast<uint8_t>(w[j]);
+      int32_t child = -1;
+      for (uint32_t c = static_cast<uint32_t>(node) + 1; c < trie[node].subtree_end; c = trie[c].subtree_end) {
+        ++visited;
+        if (trie[c].byte == want) {
+          child = static_cast<int32_t>(c);
+          break;
+        }
+      }
+      node = child;
+    }
+  }
+  CountTrieNodes(visited);
+  for (size_t k = 0; k < last; ++k) {
+    if (states_[path[k]].spell == kSpellUnknown) states_[path[k]].spell = best[k] >= kSpellUnknown ? kNoBound : best[k];
+  }
+  return states_[state].spell == kSpellUnknown ? kNoBound : states_[state].spell;
 }
 
 // Every top class of the state either holds all of `chars` or none of them, so all of `chars` move
@@ -436,15 +522,18 @@ int32_t MatcherCore::RunStateAfter(int32_t state, uint32_t n) {
   }
 }
 
-const TokenBitset* MatcherCore::CachedMask(int32_t state, const void* vocab_key) const {
+const TokenBitset* MatcherCore::CachedMask(int32_t state, const void* vocab_key, uint32_t* worst_bytes_after) const {
   if (vocab_key != mask_vocab_) return nullptr;
   auto it = masks_.find(state);
-  return it == masks_.end() ? nullptr : &it->second;
+  if (it == masks_.end()) return nullptr;
+  if (worst_bytes_after != nullptr) *worst_bytes_after = mask_worst_.at(state);
+  return &it->second;
 }
 
-void MatcherCore::CacheMask(int32_t state, const void* vocab_key, const TokenBitset& mask) {
+void MatcherCore::CacheMask(int32_t state, const void* vocab_key, const TokenBitset& mask, uint32_t worst_bytes_after) {
   if (vocab_key != mask_vocab_ || masks_.size() >= limits_.max_cached_masks) {
     masks_.clear();
+    mask_worst_.clear();
     Release(mask_bytes_);
     mask_bytes_ = 0;
     mask_vocab_ = vocab_key;
@@ -454,6 +543,7 @@ void MatcherCore::CacheMask(int32_t state, const void* vocab_key, const TokenBit
   if (!Hold(bytes)) return;
   mask_bytes_ += bytes;
   masks_.emplace(state, mask);
+  mask_worst_.emplace(state, worst_bytes_after);
 }
 
 }  // namespace niels::daemon::grammar

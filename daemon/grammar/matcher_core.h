@@ -131,9 +131,24 @@ class MatcherCore {
   }
   // Fewest bytes that complete the output from `state` (0 when accepting).
   uint32_t MinBytes(int32_t state) const { return states_[state].min_bytes; }
-  // Fewest bytes after the character now begun, for a state in the middle of one (one step per
-  // stack).
-  uint32_t MinBytesAfterCurrentChar(int32_t state);
+  // Fewest bytes after the character now begun, for a state in the middle of one whose code point
+  // lies in [lo, hi]: over the stacks whose class meets [lo, hi] (one step per stack; UINT32_MAX
+  // when none does).
+  uint32_t MinBytesAfterCurrentChar(int32_t state, uint32_t lo, uint32_t hi);
+
+  // The spelling bound of `state` over `vocab` (see matcher.h, "Completion within a budget"): the
+  // fewest ids of `vocab` whose bytes, joined, are the state's canonical shortest completion w*,
+  // each id ending on a character boundary of w*; kNoBound when w* is longer than kMaxSpellBytes,
+  // when no such ids exist, or when computing it would take more than half of what is left of the
+  // token's step budget or of max_states. w*(s) is empty for an accepting s, else c(s) followed by
+  // w*(Next(s, c(s))), c(s) the least code point that begins a shortest completion (the least
+  // Min() of the top classes of the stacks whose completion is shortest). Computed once per state
+  // and vocabulary, for every state along w* at once (so the bound of the state after the first id
+  // of the spelling is the bound less one): O(|w*|) matcher steps plus a walk of the trie from each
+  // character boundary along w* (counted as trie nodes).
+  uint32_t SpellBound(int32_t state, const Vocabulary& vocab);
+  static constexpr uint32_t kNoBound = UINT32_MAX;
+  static constexpr size_t kMaxSpellBytes = 1024;
 
   // Runs: a run is a sequence of states S_0, S_1, ... that every character of one large set L
   // moves along (S_i --c--> S_(i+1) for all c in L, the same S_(i+1)), such as the inside of a JSON
@@ -148,9 +163,10 @@ class MatcherCore {
   // the run stops being uniform (then the caller walks the trie). REQUIRES: RunTable(state) != null.
   int32_t RunStateAfter(int32_t state, uint32_t n);
 
-  // The cached mask of a state for `vocab_key`, or null.
-  const TokenBitset* CachedMask(int32_t state, const void* vocab_key) const;
-  void CacheMask(int32_t state, const void* vocab_key, const TokenBitset& mask);
+  // The cached mask of a state for `vocab_key`, or null; with it the most bytes any of its ids
+  // leaves to complete (Matcher::AllowedTokensWithin).
+  const TokenBitset* CachedMask(int32_t state, const void* vocab_key, uint32_t* worst_bytes_after = nullptr) const;
+  void CacheMask(int32_t state, const void* vocab_key, const TokenBitset& mask, uint32_t worst_bytes_after);
 
   size_t state_count() const { return states_.size(); }
   size_t frame_count() const { return frames_.size(); }
@@ -195,6 +211,7 @@ class MatcherCore {
     CodePointSet union_of_classes;
     int32_t ascii[128];
     std::map<uint32_t, NonAsciiEdge> edges;  // by hi; disjoint
+    uint32_t spell = kSpellUnknown;  // SpellBound for spell_vocab_
     bool run_decided = false;  // for loop_vocab_
     int32_t run = -1;          // index into runs_, or -1
     uint32_t run_index = 0;    // this state is runs_[run].states[run_index]
@@ -219,7 +236,10 @@ class MatcherCore {
   bool Hold(size_t bytes);
   void Release(size_t bytes) { memory_bytes_ -= std::min(memory_bytes_, bytes); }
   void ReleaseScratch();
+  static constexpr uint32_t kSpellUnknown = UINT32_MAX - 1;
   bool CanTakeAnyOfSlow(int32_t state, uint32_t lo, uint32_t hi);
+  // c(s) of SpellBound: the least code point that begins a shortest completion.
+  uint32_t CanonicalChar(int32_t state);
   const CodePointSet& ClassOfFrame(uint32_t frame) const {
     return grammar_->char_class(grammar_->elements()[frames_[frame].pos].arg);
   }
@@ -267,6 +287,8 @@ class MatcherCore {
   const void* mask_vocab_ = nullptr;
   const void* loop_vocab_ = nullptr;
   std::unordered_map<int32_t, TokenBitset> masks_;
+  std::unordered_map<int32_t, uint32_t> mask_worst_;  // beside masks_
+  const void* spell_vocab_ = nullptr;                  // the vocabulary of State::spell
   size_t mask_bytes_ = 0;  // memory held by masks_
 };
 

@@ -79,6 +79,14 @@ common::StatusOr<std::shared_ptr<const Vocabulary>> Vocabulary::Create(std::vect
     prev_id = id;
   }
   for (uint32_t i : open) v->trie_[i].subtree_end = static_cast<uint32_t>(v->trie_.size());
+  std::fill(std::begin(v->root_child_), std::end(v->root_child_), -1);
+  for (size_t i = 0; i < v->trie_.size(); i = v->trie_[i].subtree_end) v->root_child_[v->trie_[i].byte] = static_cast<int32_t>(i);
+  v->every_byte_ = true;
+  for (int b = 0; b < 256; ++b) {
+    if (b == 0xC0 || b == 0xC1 || b > 0xF4) continue;  // never in UTF-8
+    const int32_t node = v->root_child_[b];
+    if (node < 0 || v->trie_[node].token < 0) v->every_byte_ = false;
+  }
   return std::shared_ptr<const Vocabulary>(std::move(v));
 }
 

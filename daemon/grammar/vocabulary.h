@@ -51,6 +51,11 @@ class Vocabulary {
   int32_t same_bytes_next(int32_t id) const { return same_next_[id]; }
   const std::vector<int32_t>& end_of_output_ids() const { return end_ids_; }
   size_t max_token_bytes() const { return max_len_; }
+  // Every byte that can occur in UTF-8 text (0x00-0xBF, 0xC2-0xF4) is the whole text of some id,
+  // so any text can be spelled one byte per id (byte-level BPE; SentencePiece with byte fallback).
+  bool every_byte_is_a_token() const { return every_byte_; }
+  // The trie node (index into trie()) of the one-byte string `b`, or -1 when no token starts with b.
+  int32_t root_child(uint8_t b) const { return root_child_[b]; }
 
   // The text tokens split by a set of characters L (a run of matcher states that all move the same
   // way on every character of L, like the inside of a JSON string): `inside` holds the tokens made
@@ -109,6 +114,8 @@ class Vocabulary {
   std::vector<int32_t> same_next_;
   std::vector<int32_t> end_ids_;
   size_t max_len_ = 0;
+  bool every_byte_ = false;
+  int32_t root_child_[256];
 };
 
 }  // namespace niels::daemon::grammar

@@ -100,6 +100,7 @@ v1::GenerationStats StatsToProto(const engine::GenerateResult& result, double qu
   stats.set_decode_tokens_per_s(result.decode_tokens_per_s);
   stats.set_used_kv_cache(result.used_kv_cache);
   stats.set_queue_ms(queue_ms);
+  stats.set_constraint_forced_end(result.constraint_forced_end);
   return stats;
 }
 

@@ -9,7 +9,8 @@
 //     all 151,936 rows (a fresh matcher advanced by each id's bytes).
 //   - Sampled generations (temperature 1.0) on a random-weight model with that output: the ids'
 //     text by BpeTokenizer::Decode is valid by python3-jsonschema (tests/daemon/grammar/
-//     validate_json.py) and equals the text the constraint followed; characters split over ids.
+//     validate_json.py) and equals the text the constraint followed; characters split over ids;
+//     every one ends complete within its max_new_tokens (the constraint's budget).
 
 #include <gtest/gtest.h>
 
@@ -228,13 +229,17 @@ TEST(BpeConstraintTest, SampledGenerationsDecodeToValidJson) {
       ++total;
       ASSERT_NE(r.stop_reason, StopReason::kFailed) << r.error.ToString();
       for (int32_t id : r.new_tokens) ASSERT_NE(id, q.stops[1]) << "only the turn's stop id ends it";
-      if (r.stop_reason != StopReason::kStopToken) continue;
-      ASSERT_EQ(r.new_tokens.back(), q.stops[0]);
+      // The budget steers every reply to a complete text: a stop id, or max_new_tokens on a complete one.
+      ASSERT_NE(r.stop_reason, StopReason::kConstraintIncomplete) << "schema " << f << " seed " << seed;
+      const bool stopped = r.stop_reason == StopReason::kStopToken;
+      if (stopped) ASSERT_EQ(r.new_tokens.back(), q.stops[0]);
       ++complete;
-      const std::string decoded = q.tok->Decode(r.new_tokens);  // the tokenizer's own decoding
+      std::vector<int32_t> text_ids = r.new_tokens;
+      if (stopped) text_ids.pop_back();
+      const std::string decoded = q.tok->Decode(text_ids);  // the tokenizer's own decoding
       std::string concatenated;
-      for (size_t i = 0; i + 1 < r.new_tokens.size(); ++i) {
-        const std::string& bytes = q.tok->Bytes(r.new_tokens[i]).bytes;
+      for (int32_t id : text_ids) {
+        const std::string& bytes = q.tok->Bytes(id).bytes;
         concatenated += bytes;
         split_ids += IsUtf8(bytes) ? 0 : 1;
       }
@@ -256,7 +261,7 @@ TEST(BpeConstraintTest, SampledGenerationsDecodeToValidJson) {
   std::printf("[ structured ] Qwen3 vocabulary, random-weight model: %d generations, %d complete, %d valid "
               "(%d with multi-byte characters, %d ids carrying part of a character)\n",
               total, complete, valid, non_ascii, split_ids);
-  EXPECT_GE(complete, total / 2);
+  EXPECT_EQ(complete, total);
   EXPECT_EQ(valid, complete);
   EXPECT_GT(non_ascii, 0) << "replies with multi-byte characters";
   EXPECT_GT(split_ids, 0) << "ids whose bytes are part of a character";

@@ -7,7 +7,10 @@
 //   - ids that span several grammar symbols, characters split over byte-fallback ids, special ids,
 //     the leading-space rule at the start;
 //   - generation with the demo model: the decoded new ids are the matcher's text, forced end,
-//     CONSTRAINT_INCOMPLETE, a matcher limit fails the call.
+//     CONSTRAINT_INCOMPLETE, a matcher limit fails the call;
+//   - ending within the budget: at temperature 1.0 over many seeds, every schema-constrained reply
+//     whose budget (max_new_tokens or the context) allows a completion ends complete and valid by
+//     python3-jsonschema; a budget that allows none is CONSTRAINT_INCOMPLETE.
 
 #include <gtest/gtest.h>
 
@@ -227,6 +230,97 @@ TEST(OutputConstraintTest, MaxNewTokensBeforeTheEndIsConstraintIncomplete) {
   const ConstrainedRun complete = Constrained(OutputGbnf("root ::= [a-z]+\n"), 3, 3);
   EXPECT_TRUE(complete.result.stop_reason == StopReason::kMaxTokens ||
               complete.result.stop_reason == StopReason::kStopToken);
+}
+
+// Ending within the budget: at temperature 1.0 the random demo model rarely closes a string by
+// itself, so without the budget most of these replies would end inside one. With it, every reply
+// whose budget allows a completion at the start (the completion bound N there fits) ends complete
+// and validates (Debian's python3-jsonschema), whether max_new_tokens or the context is the limit.
+TEST(OutputConstraintTest, EveryReplyWhoseBudgetAllowsACompletionEndsValid) {
+  const loaders::Model& m = DemoModel();
+  const char* kSchemas[] = {
+      R"({"type":"object","properties":{"name":{"type":"string"},"tags":{"type":"array","items":{"type":"string"}},)"
+      R"("n":{"type":"integer"}},"required":["name","tags","n"]})",
+      R"({"type":"array","items":{"type":"string"},"minItems":2})",
+      R"({"type":"object","properties":{"a":{"type":"object","properties":{"b":{"type":"string"}},"required":["b"]}},)"
+      R"("required":["a"]})",
+  };
+  nlohmann::json cases = nlohmann::json::array();
+  int total = 0, complete = 0, forced = 0, by_context = 0;
+  for (size_t s = 0; s < std::size(kSchemas); ++s) {
+    auto g = grammar::CompileJsonSchema(kSchemas[s]);
+    ASSERT_TRUE(g.ok()) << g.status().ToString();
+    OutputConstraint probe({*g, DemoVocabulary(), {}}, {m.special.eot});
+    const uint32_t n = probe.CompletionBound();
+    ASSERT_LT(n, 64u) << "the shortest completion of schema " << s;
+    nlohmann::json instances = nlohmann::json::array();
+    for (int budget : {static_cast<int>(n) + 1, static_cast<int>(n) + 3, static_cast<int>(n) + 8, 40}) {
+      for (uint64_t seed = 1; seed <= 10; ++seed) {
+        for (bool context_limits : {false, true}) {
+          SCOPED_TRACE(::testing::Message() << "schema " << s << " budget " << budget << " seed " << seed
+                                            << (context_limits ? " (context)" : ""));
+          model::Sequence seq(m.config);
+          GenerateOptions options;
+          options.sampling.temperature = 1.0f;
+          options.sampling.top_k = 0;
+          options.sampling.seed = 1000 * s + 10 * seed + budget;
+          options.stop_ids = {m.special.eot};
+          options.constraint = {*g, DemoVocabulary(), {}};
+          std::vector<int32_t> prompt = *m.tokenizer->Encode("Answer in JSON: what is nielsd?");
+          if (context_limits) {
+            // The context leaves `budget` ids: a prompt of T - budget ids, max_new_tokens larger.
+            const size_t want = static_cast<size_t>(m.config.context - budget);
+            while (prompt.size() < want) prompt.push_back(prompt[prompt.size() % 8]);
+            prompt.resize(want);
+            options.max_new_tokens = budget + 50;
+          } else {
+            options.max_new_tokens = budget;
+          }
+          const GenerateResult r = Generate(*m.transformer, seq, prompt, options);
+          ++total;
+          ASSERT_NE(r.stop_reason, StopReason::kFailed) << r.error.ToString();
+          EXPECT_NE(r.stop_reason, StopReason::kConstraintIncomplete);
+          EXPECT_LE(static_cast<int64_t>(r.new_tokens.size()), budget);
+          if (r.stop_reason == StopReason::kConstraintIncomplete) continue;
+          ++complete;
+          forced += r.constraint_forced_end ? 1 : 0;
+          by_context += context_limits && r.stop_reason == StopReason::kContextFull ? 1 : 0;
+          std::vector<int32_t> ids = r.new_tokens;
+          if (!ids.empty() && ids.back() == m.special.eot) ids.pop_back();
+          instances.push_back(m.tokenizer->Decode(ids));
+        }
+      }
+    }
+    cases.push_back({{"schema", nlohmann::json::parse(kSchemas[s])}, {"instances", instances}});
+  }
+  const nlohmann::json verdicts = grammar::testing::RunPython("validate_json.py", cases);
+  ASSERT_EQ(verdicts.size(), cases.size());
+  int valid = 0;
+  for (size_t c = 0; c < cases.size(); ++c) {
+    for (size_t i = 0; i < cases[c]["instances"].size(); ++i) {
+      EXPECT_TRUE(verdicts[c][i].is_null()) << cases[c]["instances"][i] << ": " << verdicts[c][i];
+      valid += verdicts[c][i].is_null() ? 1 : 0;
+    }
+  }
+  std::printf("[ budget ] demo model, temperature 1.0: %d replies with a budget that allows a completion, %d complete, "
+              "%d valid, %d shaped by the budget (constraint_forced_end), %d ended by the context\n",
+              total, complete, valid, forced, by_context);
+  EXPECT_EQ(complete, total);
+  EXPECT_EQ(valid, total);
+  EXPECT_GT(forced, total / 4) << "the budgets were tight: most endings are shaped by them";
+}
+
+// A budget too small for any completion the bound sees: the grammar's own mask, CONSTRAINT_INCOMPLETE.
+TEST(OutputConstraintTest, ABudgetThatAllowsNoCompletionIsConstraintIncomplete) {
+  auto g = grammar::CompileJsonSchema(R"({"type":"object","properties":{"name":{"type":"string"}},"required":["name"]})");
+  ASSERT_TRUE(g.ok());
+  OutputConstraint probe({*g, DemoVocabulary(), {}}, {DemoModel().special.eot});
+  const uint32_t n = probe.CompletionBound();
+  ASSERT_GT(n, 3u);
+  const ConstrainedRun run = Constrained(*g, 3, 7);
+  EXPECT_EQ(run.result.stop_reason, StopReason::kConstraintIncomplete);
+  EXPECT_FALSE(run.result.constraint_forced_end);
+  EXPECT_EQ(run.result.new_tokens.size(), 3u);
 }
 
 TEST(OutputConstraintTest, AMatcherLimitFailsTheCall) {
