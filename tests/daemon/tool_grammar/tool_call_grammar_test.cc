@@ -1,0 +1,275 @@
+// Tool-call grammars (daemon/tool_grammar/tool_call_grammar.h):
+//   - sentences derived from the grammar itself (SentenceGenerator, independent of the matcher),
+//     for each family and tool choice, parse with the family's ToolCallParser into calls of the
+//     tools, and every call's arguments validate against its tool's schema (python3-jsonschema);
+//     REQUIRED and NAMED sentences are calls only (no content), NAMED only of that tool;
+//   - sampled replies (temperature 1.0, many seeds) of a random-weight model with Qwen3's real
+//     vocabulary (151,936 rows) under the grammar, within max_new_tokens: every one complete, and
+//     parsed and validated the same way (Hermes, and the other two families on the same vocabulary);
+//   - refusals: no tools, duplicate or unwritable names, a schema that does not compile or allows
+//     non-objects, a NAMED choice of no tool.
+
+#include <gtest/gtest.h>
+
+#include <cstdio>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "daemon/engine/generator.h"
+#include "daemon/engine/output_constraint.h"
+#include "daemon/model/sequence.h"
+#include "daemon/model/transformer.h"
+#include "daemon/model/weights.h"
+#include "daemon/tool_calls/tool_call_parser.h"
+#include "daemon/tool_grammar/tool_call_grammar.h"
+#include "nlohmann/json.hpp"
+#include "tests/daemon/grammar/grammar_test_util.h"
+#include "tests/daemon/text/reference_tokenizers.h"
+
+namespace niels::daemon::tool_grammar {
+namespace {
+
+using tool_calls::ToolCallFamily;
+
+std::vector<text::ToolDefinition> Tools() {
+  return {
+      {"get_weather", "The weather at a place",
+       R"({"type":"object","properties":{"city":{"type":"string","maxLength":12},"unit":{"enum":["c","f"]}},"required":["city"]})"},
+      {"add", "Adds two integers",
+       R"({"type":"object","properties":{"a":{"type":"integer"},"b":{"type":"integer"}},"required":["a","b"]})"},
+      {"search", "Searches", R"({"type":"object","properties":{"query":{"type":"string"},"tags":{"type":"array","items":{"type":"string","maxLength":5},"maxItems":3}},"required":["query"]})"},
+      {"now", "The time (no parameters)", ""},
+  };
+}
+
+nlohmann::json SchemaOf(const text::ToolDefinition& tool) {
+  return tool.parameters.empty() ? nlohmann::json::parse(R"({"type":"object"})") : nlohmann::json::parse(tool.parameters);
+}
+
+const char* FamilyName(ToolCallFamily f) {
+  return f == ToolCallFamily::kHermes ? "hermes" : f == ToolCallFamily::kLlama3Json ? "llama3_json" : "generic_json";
+}
+
+// Parses `replies` with the family's parser; checks the calls against the choice, and collects the
+// arguments for the schema validator. Returns the number of calls.
+struct Checked {
+  int replies = 0, calls = 0, replies_with_calls = 0;
+  nlohmann::json cases = nlohmann::json::array();  // validate_json.py input
+  std::vector<std::string> where;                  // per case
+};
+
+void CheckReplies(const std::vector<std::string>& replies, ToolCallFamily family, const ToolChoice& choice,
+                  const std::vector<text::ToolDefinition>& tools, Checked* out) {
+  tool_calls::ToolCallParserOptions options;
+  for (const auto& t : tools) options.tool_names.push_back(t.name);
+  for (const std::string& reply : replies) {
+    ++out->replies;
+    const tool_calls::FinalReply parsed = tool_calls::ParseToolCalls(family, options, reply);
+    if (choice.mode != ToolChoiceMode::kAuto) {
+      EXPECT_FALSE(parsed.calls.empty()) << FamilyName(family) << ": no call in " << reply;
+      // Calls only: at most the "\n" between Hermes calls is content.
+      for (char c : parsed.content) {
+        EXPECT_EQ(c, '\n') << "content beside the calls: " << reply;
+      }
+    }
+    out->replies_with_calls += parsed.calls.empty() ? 0 : 1;
+    for (const tool_calls::ToolCall& call : parsed.calls) {
+      ++out->calls;
+      if (choice.mode == ToolChoiceMode::kNamed) {
+        EXPECT_EQ(call.name, choice.name) << reply;
+      }
+      const text::ToolDefinition* tool = nullptr;
+      for (const auto& t : tools) {
+        if (t.name == call.name) tool = &t;
+      }
+      ASSERT_NE(tool, nullptr) << call.name;
+      out->cases.push_back({{"schema", SchemaOf(*tool)}, {"instances", nlohmann::json::array({call.arguments})}});
+      out->where.push_back(reply);
+    }
+  }
+}
+
+void ValidateAll(const Checked& c) {
+  if (c.cases.empty()) return;
+  const nlohmann::json verdicts = grammar::testing::RunPython("validate_json.py", c.cases);
+  ASSERT_EQ(verdicts.size(), c.cases.size());
+  for (size_t i = 0; i < verdicts.size(); ++i) {
+    EXPECT_TRUE(verdicts[i][0].is_null()) << c.cases[i]["instances"][0] << " in " << c.where[i] << ": " << verdicts[i][0];
+  }
+}
+
+const std::vector<ToolChoice> kChoices = {
+    {ToolChoiceMode::kRequired, ""}, {ToolChoiceMode::kNamed, "search"}, {ToolChoiceMode::kAuto, ""}};
+const std::vector<ToolCallFamily> kFamilies = {ToolCallFamily::kHermes, ToolCallFamily::kLlama3Json,
+                                               ToolCallFamily::kGenericJson};
+
+TEST(ToolCallGrammarTest, DerivedSentencesParseIntoValidCalls) {
+  const auto tools = Tools();
+  for (ToolCallFamily family : kFamilies) {
+    for (const ToolChoice& choice : kChoices) {
+      for (bool reasoning : {false, true}) {
+        SCOPED_TRACE(::testing::Message() << FamilyName(family) << " mode " << static_cast<int>(choice.mode)
+                                          << (reasoning ? " with reasoning" : ""));
+        ToolGrammarOptions options;
+        options.max_calls = 3;
+        if (reasoning) options.reasoning = ReasoningTags{"<think>", "</think>"};
+        auto g = CompileToolCallGrammar(tools, family, choice, options);
+        ASSERT_TRUE(g.ok()) << g.status().ToString();
+        std::vector<std::string> replies;
+        for (uint64_t seed = 1; replies.size() < 150 && seed < 2000; ++seed) {
+          grammar::testing::SentenceGenerator gen(**g, seed, 200);
+          std::string s;
+          if (!gen.Generate(&s)) continue;
+          if (reasoning) {  // the parser is given the answer: the reasoning block is split off first
+            if (s.starts_with("<think>")) {
+              const size_t close = s.find("</think>");
+              ASSERT_NE(close, std::string::npos) << s;
+              const size_t answer = s.find_first_not_of(" \t\n\r", close + 8);
+              s = answer == std::string::npos ? std::string() : s.substr(answer);
+            }
+          }
+          replies.push_back(s);
+        }
+        ASSERT_GE(replies.size(), 100u);
+        if (choice.mode == ToolChoiceMode::kAuto && family == ToolCallFamily::kHermes) {
+          // Derivations rarely spell the 11 characters of the trigger by chance: splice calls (the
+          // REQUIRED grammar's sentences) into text, which the lazy grammar must take whole.
+          ToolGrammarOptions plain = options;
+          plain.reasoning.reset();
+          plain.max_calls = 1;  // two spliced: within the three the lazy grammar allows
+          auto calls = CompileToolCallGrammar(tools, family, {ToolChoiceMode::kRequired, ""}, plain);
+          ASSERT_TRUE(calls.ok());
+          for (uint64_t seed = 1; seed <= 60; ++seed) {
+            grammar::testing::SentenceGenerator gen(**calls, seed, 200);
+            std::string call;
+            if (!gen.Generate(&call)) continue;
+            const std::string reply = "Let me look <tool that up.\n" + call + "\nThen <tool_cal" + call;
+            EXPECT_TRUE(grammar::testing::Judge(*g, reply).full) << reply;
+            replies.push_back(reply);
+          }
+          // Inside free text the trigger opens a call: what follows must be one.
+          EXPECT_FALSE(grammar::testing::Judge(*g, "a <tool_call>\n{\"name\": \"nope").prefix);
+          EXPECT_FALSE(grammar::testing::Judge(*g, "a <tool_call> hello").prefix);
+          EXPECT_TRUE(grammar::testing::Judge(*g, "a <tool_call").full) << "a trigger's start at the end is text";
+        }
+        Checked checked;
+        CheckReplies(replies, family, choice, tools, &checked);
+        ValidateAll(checked);
+        if (choice.mode != ToolChoiceMode::kAuto) {
+          EXPECT_EQ(checked.replies_with_calls, checked.replies);
+        } else {
+          EXPECT_GT(checked.replies_with_calls, 0) << "no derived reply called a tool";
+          EXPECT_LT(checked.replies_with_calls, checked.replies) << "no derived reply was free text";
+        }
+      }
+    }
+  }
+}
+
+TEST(ToolCallGrammarTest, RefusalsNameTheField) {
+  const auto tools = Tools();
+  const ToolChoice required{ToolChoiceMode::kRequired, ""};
+  auto refused = [&](std::vector<text::ToolDefinition> t, ToolChoice c, const std::string& starts) {
+    auto g = CompileToolCallGrammar(t, ToolCallFamily::kHermes, c);
+    ASSERT_FALSE(g.ok()) << starts;
+    EXPECT_EQ(g.status().code(), common::StatusCode::kInvalidArgument) << g.status().ToString();
+    EXPECT_TRUE(g.status().message().starts_with(starts)) << g.status().ToString();
+  };
+  refused({}, required, "tools:");
+  auto dup = tools;
+  dup.push_back(tools[1]);
+  refused(dup, required, "tools[4].name: 'add' is given twice");
+  refused({{"bad\"name", "", ""}}, required, "tools[0].name:");
+  refused({{"", "", ""}}, required, "tools[0].name: empty");
+  refused({{"f", "", R"({"type":"string"})"}}, required, "tools[0].parameters: the schema allows values that are not JSON objects");
+  refused({{"f", "", R"({"type":"object","not":{}})"}}, required, "tools[0].parameters: json schema");
+  refused({{"f", "", "{nope"}}, required, "tools[0].parameters:");
+  refused(tools, {ToolChoiceMode::kNamed, "missing"}, "tool_choice.name: 'missing' is none of the tools");
+}
+
+// Sampling on Qwen3's real vocabulary with a random-weight model of its output size.
+constexpr int32_t kRows = 151936;
+
+struct Qwen {
+  std::unique_ptr<text::BpeTokenizer> tok;
+  std::vector<int32_t> stops;
+  std::shared_ptr<const engine::ConstraintVocabulary> vocab;
+};
+
+const Qwen& Qwen3() {
+  static const Qwen* q = [] {
+    auto* out = new Qwen;
+    out->tok = text::testing::LoadReferenceTokenizer("qwen3");
+    if (out->tok == nullptr) return out;
+    for (const char* literal : {"<|im_end|>", "<|endoftext|>"}) {
+      const auto ids = out->tok->EncodeRendered(literal);
+      if (ids.ok() && ids->size() == 1) out->stops.push_back(ids->front());
+    }
+    auto built = engine::ConstraintVocabulary::Build(*out->tok, kRows, out->stops);
+    EXPECT_TRUE(built.ok()) << built.status().ToString();
+    if (built.ok()) out->vocab = std::move(built).value();
+    return out;
+  }();
+  return *q;
+}
+
+const model::Transformer& RandomQwenShapedModel() {
+  static const model::Transformer* m = [] {
+    model::ModelConfig c;
+    c.vocab_size = kRows, c.context = 512, c.width = 32, c.layers = 1, c.heads = 4, c.d_ff = 64;
+    c.rope_theta = 10000.0, c.name = "random-qwen3-vocab";
+    return new model::Transformer(c, model::RandomWeights(c, 38, /*std=*/0.5));
+  }();
+  return *m;
+}
+
+TEST(ToolCallGrammarTest, SampledRepliesOnQwen3sVocabularyParseIntoValidCalls) {
+  const Qwen& q = Qwen3();
+  ASSERT_NE(q.vocab, nullptr) << grammar::testing::kMissingReferences;
+  const model::Transformer& m = RandomQwenShapedModel();
+  const auto tools = Tools();
+  const std::vector<int32_t> prompt = *q.tok->Encode("Call a tool:");
+  for (ToolCallFamily family : kFamilies) {
+    for (const ToolChoice& choice : kChoices) {
+      SCOPED_TRACE(::testing::Message() << FamilyName(family) << " mode " << static_cast<int>(choice.mode));
+      ToolGrammarOptions options;
+      options.max_calls = 2;
+      auto g = CompileToolCallGrammar(tools, family, choice, options);
+      ASSERT_TRUE(g.ok()) << g.status().ToString();
+      std::vector<std::string> replies;
+      int forced = 0;
+      const int seeds = choice.mode == ToolChoiceMode::kAuto ? 3 : 6;
+      for (int seed = 1; seed <= seeds; ++seed) {
+        model::Sequence seq(m.config());
+        engine::GenerateOptions go;
+        go.sampling.temperature = 1.0f;
+        go.sampling.top_k = 0;
+        go.sampling.seed = 7000 + 100 * static_cast<int>(family) + 10 * static_cast<int>(choice.mode) + seed;
+        go.max_new_tokens = 48;
+        go.stop_ids = {q.stops[0]};
+        go.constraint = {*g, q.vocab, {}};
+        const engine::GenerateResult r = engine::Generate(m, seq, prompt, go);
+        ASSERT_NE(r.stop_reason, engine::StopReason::kFailed) << r.error.ToString();
+        ASSERT_NE(r.stop_reason, engine::StopReason::kConstraintIncomplete) << "seed " << seed;
+        forced += r.constraint_forced_end ? 1 : 0;
+        std::vector<int32_t> ids = r.new_tokens;
+        if (!ids.empty() && ids.back() == q.stops[0]) ids.pop_back();
+        replies.push_back(q.tok->Decode(ids));
+      }
+      Checked checked;
+      CheckReplies(replies, family, choice, tools, &checked);
+      ValidateAll(checked);
+      std::printf("[ tool calls ] %s, %s: %d replies, %d with calls, %d calls, all valid; %d ended by the budget\n",
+                  FamilyName(family),
+                  choice.mode == ToolChoiceMode::kAuto ? "auto" : choice.mode == ToolChoiceMode::kNamed ? "named" : "required",
+                  checked.replies, checked.replies_with_calls, checked.calls, forced);
+      if (choice.mode != ToolChoiceMode::kAuto) {
+        EXPECT_EQ(checked.replies_with_calls, checked.replies);
+      }
+    }
+  }
+}
+
+}  // namespace
+}  // namespace niels::daemon::tool_grammar
