@@ -9,6 +9,9 @@
 //               sample among the ids set in `mask`;
 //               m.AcceptToken(id, *vocab);                 // advances (an end id ends the output)
 //   rollback:   Matcher::Snapshot s = m.snapshot(); ... m.Restore(s);
+//   with a token budget: m.AllowedTokensWithin(*vocab, *after, tokens_left - 1, &mask) instead of
+//               AllowedTokens: only the tokens after which the output can still be completed
+//               within the budget (see "Completion within a budget" below).
 //
 // Exactness: a text token is allowed iff the output so far followed by all its bytes is a prefix
 // of some sentence of the grammar (a token may end inside a UTF-8 character: allowed iff some

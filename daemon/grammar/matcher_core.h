@@ -32,6 +32,9 @@
 //     vocabulary for its loop table (at most max_run_sets per matcher).
 //   - memory: estimated bytes held by the core (frames, states, their transitions, runs, run
 //     sets, cached masks), max_memory_bytes; and the counts below.
+// The spelling bound (SpellBound) walks its states with the same steps, in the window of the mask
+// that asks for it, and gives up (no bound) rather than take more than half of what the window,
+// max_states or max_memory_bytes have left.
 // So a request's matcher work is at most max_steps_per_token x (max_new_tokens + 1) steps.
 // Not thread-safe: one core per request, used from one thread.
 

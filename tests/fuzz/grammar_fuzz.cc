@@ -6,7 +6,8 @@
 // Invariants: a refused grammar has an INVALID_ARGUMENT with a message; for an accepted one, at
 // every 8th step AllowedBytes() agrees with what AcceptBytes takes, a token mask over a small
 // vocabulary (every single byte, some multi-byte strings, an end token) equals advancing a copy by
-// each token, IsComplete() <=> MinBytesToComplete() == 0, a limit ends in RESOURCE_EXHAUSTED
+// each token, IsComplete() <=> MinBytesToComplete() == 0, budgeted masks keep room to complete
+// (CheckBudgetedMask), a limit ends in RESOURCE_EXHAUSTED
 // (small limits keep each run fast), and the matcher's work and memory budgets hold
 // (CheckMatcherBudget).
 // Work budgets (rule_set.h): a compile refused for work is RESOURCE_EXHAUSTED naming its budget;
@@ -64,6 +65,38 @@ void CheckMatcherBudget(const grammar::Matcher& m, const grammar::MatcherLimits&
   }
 }
 
+// Completion within a budget (matcher.h): the completion bound N is 0 exactly where the output is
+// complete, at most the fewest bytes (every byte is a token here) and at least those bytes over the
+// longest token; a budgeted mask is within the grammar's mask, and unless it is the fallback (the
+// whole mask) every text id in it leaves N <= the budget after it.
+void CheckBudgetedMask(grammar::Matcher& m, const grammar::TokenBitset& mask) {
+  const grammar::Vocabulary& vocab = SmallVocabulary();
+  const grammar::Matcher::Snapshot start = m.snapshot();
+  const uint32_t n = m.CompletionBound(vocab);
+  if (!m.status().ok()) return;
+  const uint32_t bytes = m.MinBytesToComplete();
+  FUZZ_CHECK((n == 0) == m.IsComplete());
+  FUZZ_CHECK(n <= bytes);
+  FUZZ_CHECK(uint64_t{n} * vocab.max_token_bytes() >= bytes);
+  for (uint32_t k : {0u, 1u, 3u}) {
+    grammar::TokenBitset within;
+    bool narrowed = false;
+    if (!m.AllowedTokensWithin(vocab, vocab, k, &within, &narrowed).ok()) return;
+    for (int32_t id = 0; id < vocab.size(); ++id) FUZZ_CHECK(!within.Test(id) || mask.Test(id));
+    FUZZ_CHECK(narrowed == (within != mask));
+    if (!narrowed) continue;
+    for (int32_t id = 0; id < vocab.size(); ++id) {
+      if (!within.Test(id) || vocab.token(id).kind != grammar::TokenKind::kText) continue;
+      if (!m.AcceptBytes(vocab.token(id).bytes).ok()) return;
+      ++g_token_windows;
+      const uint32_t after = m.CompletionBound(vocab);
+      m.Restore(start);
+      if (!m.status().ok()) return;
+      FUZZ_CHECK(after <= k);
+    }
+  }
+}
+
 void CheckMask(grammar::Matcher& m) {
   const grammar::Vocabulary& vocab = SmallVocabulary();
   grammar::TokenBitset mask;
@@ -86,6 +119,7 @@ void CheckMask(grammar::Matcher& m) {
     if (!m.status().ok()) return;
     FUZZ_CHECK(mask.Test(id) == ok);
   }
+  CheckBudgetedMask(m, mask);
 }
 
 }  // namespace

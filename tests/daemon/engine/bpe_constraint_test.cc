@@ -211,6 +211,7 @@ TEST(BpeConstraintTest, SampledGenerationsDecodeToValidJson) {
       // Rare characters (a crab, U+2000B, U+A4D0) that Qwen3 spells with ids holding part of one.
       {nlohmann::json::parse(kRare), Schema(kRare)},
   };
+  EXPECT_TRUE(q.vocab->after->every_byte_is_a_token()) << "byte-level BPE: the bytes bound applies";
   const std::vector<int32_t> prompt = *q.tok->Encode("Answer in JSON:");
   nlohmann::json cases = nlohmann::json::array();
   int total = 0, complete = 0, non_ascii = 0, split_ids = 0;
@@ -232,7 +233,9 @@ TEST(BpeConstraintTest, SampledGenerationsDecodeToValidJson) {
       // The budget steers every reply to a complete text: a stop id, or max_new_tokens on a complete one.
       ASSERT_NE(r.stop_reason, StopReason::kConstraintIncomplete) << "schema " << f << " seed " << seed;
       const bool stopped = r.stop_reason == StopReason::kStopToken;
-      if (stopped) ASSERT_EQ(r.new_tokens.back(), q.stops[0]);
+      if (stopped) {
+        ASSERT_EQ(r.new_tokens.back(), q.stops[0]);
+      }
       ++complete;
       std::vector<int32_t> text_ids = r.new_tokens;
       if (stopped) text_ids.pop_back();

@@ -245,6 +245,7 @@ TEST(OutputConstraintTest, EveryReplyWhoseBudgetAllowsACompletionEndsValid) {
       R"({"type":"object","properties":{"a":{"type":"object","properties":{"b":{"type":"string"}},"required":["b"]}},)"
       R"("required":["a"]})",
   };
+  EXPECT_TRUE(DemoVocabulary()->after->every_byte_is_a_token()) << "byte fallback: the bytes bound applies";
   nlohmann::json cases = nlohmann::json::array();
   int total = 0, complete = 0, forced = 0, by_context = 0;
   for (size_t s = 0; s < std::size(kSchemas); ++s) {

@@ -271,5 +271,51 @@ TEST(ToolCallGrammarTest, SampledRepliesOnQwen3sVocabularyParseIntoValidCalls) {
   }
 }
 
+// A reasoning block before a required call: the budget closes it in time for a whole call.
+TEST(ToolCallGrammarTest, TheBudgetClosesAReasoningBlockInTimeForTheCall) {
+  const Qwen& q = Qwen3();
+  ASSERT_NE(q.vocab, nullptr) << grammar::testing::kMissingReferences;
+  const model::Transformer& m = RandomQwenShapedModel();
+  const auto tools = Tools();
+  ToolGrammarOptions options;
+  options.reasoning = ReasoningTags{"<think>", "</think>"};
+  auto g = CompileToolCallGrammar(tools, ToolCallFamily::kHermes, {ToolChoiceMode::kRequired, ""}, options);
+  ASSERT_TRUE(g.ok()) << g.status().ToString();
+  const std::vector<int32_t> prompt = *q.tok->Encode("Think, then call a tool:");
+  std::vector<std::string> answers;
+  int thought = 0;
+  for (int seed = 1; seed <= 8; ++seed) {
+    model::Sequence seq(m.config());
+    engine::GenerateOptions go;
+    go.sampling.temperature = 1.0f;
+    go.sampling.top_k = 0;
+    go.sampling.seed = 9100 + seed;
+    go.max_new_tokens = 56;
+    go.stop_ids = {q.stops[0]};
+    go.constraint = {*g, q.vocab, {}};
+    const engine::GenerateResult r = engine::Generate(m, seq, prompt, go);
+    ASSERT_NE(r.stop_reason, engine::StopReason::kFailed) << r.error.ToString();
+    ASSERT_NE(r.stop_reason, engine::StopReason::kConstraintIncomplete) << "seed " << seed;
+    std::vector<int32_t> ids = r.new_tokens;
+    if (!ids.empty() && ids.back() == q.stops[0]) ids.pop_back();
+    std::string text = q.tok->Decode(ids);
+    if (text.starts_with("<think>")) {
+      ++thought;
+      const size_t close = text.find("</think>");
+      ASSERT_NE(close, std::string::npos) << text;
+      const size_t answer = text.find_first_not_of(" \t\n\r", close + 8);
+      text = answer == std::string::npos ? std::string() : text.substr(answer);
+    }
+    answers.push_back(text);
+  }
+  Checked checked;
+  CheckReplies(answers, ToolCallFamily::kHermes, {ToolChoiceMode::kRequired, ""}, tools, &checked);
+  ValidateAll(checked);
+  std::printf("[ tool calls ] hermes, required after reasoning: %d replies, %d began with a think block, %d calls\n",
+              checked.replies, thought, checked.calls);
+  EXPECT_EQ(checked.replies_with_calls, checked.replies);
+  EXPECT_GT(thought, 0);
+}
+
 }  // namespace
 }  // namespace niels::daemon::tool_grammar
