@@ -1,6 +1,7 @@
 #include "daemon/text/jinja_chat_format.h"
 
 #include <algorithm>
+#include <cstdint>
 #include <set>
 #include <utility>
 
@@ -25,27 +26,72 @@ ordered_json MessageJson(Role role, std::string_view content) {
   return ordered_json{{"role", RoleName(role)}, {"content", std::string(content)}};
 }
 
-// A JSON text as the value templates see (an object for a call's arguments or a tool's
-// parameters, as transformers passes them); text that does not parse stays a string.
-ordered_json JsonValue(const std::string& text) {
-  ordered_json value = ordered_json::parse(text, nullptr, /*allow_exceptions=*/false);
-  if (value.is_discarded()) return text;
-  return value;
-}
-
-// The `tools` variable: [{"type": "function", "function": {"name", "description", "parameters"}}]
-// with the keys a definition gives; null without tools.
-template <typename Mark>
-ordered_json ToolsJson(const std::shared_ptr<const std::vector<ToolDefinition>>& tools, const Mark& mark) {
-  if (!tools || tools->empty()) return nullptr;
-  ordered_json list = ordered_json::array();
-  for (const ToolDefinition& tool : *tools) {
-    ordered_json function{{"name", mark(ordered_json(tool.name))}};
-    if (!tool.description.empty()) function["description"] = mark(ordered_json(tool.description));
-    if (!tool.parameters.empty()) function["parameters"] = mark(JsonValue(tool.parameters));
-    list.push_back(ordered_json{{"type", "function"}, {"function", std::move(function)}});
+// What a JSON text holds, read without building it (nlohmann's SAX): whether it parses, its
+// nesting depth, and whether a number lies outside what a template value holds (an integer beyond
+// 64 bits, a float beyond a double).
+class JsonShape final : public nlohmann::json_sax<ordered_json> {
+ public:
+  explicit JsonShape(int max_depth) : max_depth_(max_depth) {}
+  bool null() override { return true; }
+  bool boolean(bool) override { return true; }
+  bool number_integer(number_integer_t) override { return true; }
+  bool number_unsigned(number_unsigned_t value) override {
+    if (value > static_cast<number_unsigned_t>(INT64_MAX)) out_of_range = true;
+    return !out_of_range;
   }
-  return list;
+  bool number_float(number_float_t, const string_t& lexeme) override {
+    // nlohmann reads an integer beyond 64 bits as a float; Python keeps it exact.
+    if (lexeme.find_first_of(".eE") == string_t::npos) out_of_range = true;
+    return !out_of_range;
+  }
+  bool string(string_t&) override { return true; }
+  bool binary(binary_t&) override { return true; }
+  bool start_object(std::size_t) override { return Enter(); }
+  bool key(string_t&) override { return true; }
+  bool end_object() override { return Leave(); }
+  bool start_array(std::size_t) override { return Enter(); }
+  bool end_array() override { return Leave(); }
+  bool parse_error(std::size_t, const std::string&, const nlohmann::detail::exception& error) override {
+    if (error.id == 406) out_of_range = true;  // a float beyond a double ("number overflow")
+    syntax_error = !out_of_range;
+    return false;
+  }
+
+  bool out_of_range = false;
+  bool too_deep = false;
+  bool syntax_error = false;
+
+ private:
+  bool Enter() {
+    too_deep = ++depth_ > max_depth_;
+    return !too_deep;
+  }
+  bool Leave() {
+    --depth_;
+    return true;
+  }
+  int max_depth_;
+  int depth_ = 0;
+};
+
+// A JSON text as the value templates see (an object for a call's arguments or a tool's
+// parameters, as transformers passes them after json.loads); text that does not parse stays a
+// string. INVALID_ARGUMENT naming `field` for JSON nested deeper than kMaxToolJsonDepth or holding
+// a number a template value cannot hold as Python would (json.loads keeps such integers exact and
+// reads such floats as infinity).
+StatusOr<ordered_json> JsonValue(const std::string& text, const std::string& field) {
+  JsonShape shape(kMaxToolJsonDepth);
+  const bool parsed = ordered_json::sax_parse(text, &shape, nlohmann::json::input_format_t::json, /*strict=*/true);
+  if (shape.too_deep) {
+    return Status::InvalidArgument(fmt::format("{} nests deeper than {} levels", field, kMaxToolJsonDepth));
+  }
+  if (shape.out_of_range) {
+    return Status::InvalidArgument(field + " holds a number beyond a 64-bit integer or a double");
+  }
+  if (!parsed || shape.syntax_error) return ordered_json(text);
+  ordered_json value = ordered_json::parse(text, nullptr, /*allow_exceptions=*/false);
+  if (value.is_discarded()) return ordered_json(text);
+  return value;
 }
 
 // The length of the longest common prefix of two id lists.
@@ -192,11 +238,15 @@ StatusOr<JinjaChatFormat::MarkedRendering> JinjaChatFormat::RenderMarked(
     if (!message.tool_calls.empty()) {
       ordered_json calls = ordered_json::array();
       for (const ToolCall& call : message.tool_calls) {
+        StatusOr<ordered_json> arguments =
+            JsonValue(call.arguments, fmt::format("conversation message {}'s tool call {} arguments",
+                                                  &message - conversation.data(), calls.size()));
+        if (!arguments.ok()) return arguments.status();
         calls.push_back(ordered_json{{"id", MarkContent(call.id, &literals)},
                                      {"type", "function"},
                                      {"function",
                                       {{"name", MarkContent(call.name, &literals)},
-                                       {"arguments", MarkJson(JsonValue(call.arguments), &literals)}}}});
+                                       {"arguments", MarkJson(*arguments, &literals)}}}});
       }
       json["tool_calls"] = std::move(calls);
     }
@@ -207,7 +257,23 @@ StatusOr<JinjaChatFormat::MarkedRendering> JinjaChatFormat::RenderMarked(
     inputs.messages.push_back(std::move(json));
   }
   if (user_text) inputs.messages.push_back(MessageJson(Role::kUser, MarkContent(*user_text, &literals)));
-  inputs.tools = ToolsJson(options.tools, [&](const ordered_json& value) { return MarkJson(value, &literals); });
+  // `tools`: [{"type": "function", "function": {"name", "description", "parameters"}}] with the
+  // keys a definition gives; None without tools.
+  inputs.tools = nullptr;
+  if (options.tools && !options.tools->empty()) {
+    inputs.tools = ordered_json::array();
+    for (const ToolDefinition& tool : *options.tools) {
+      ordered_json function{{"name", MarkContent(tool.name, &literals)}};
+      if (!tool.description.empty()) function["description"] = MarkContent(tool.description, &literals);
+      if (!tool.parameters.empty()) {
+        StatusOr<ordered_json> parameters =
+            JsonValue(tool.parameters, fmt::format("tool {}'s parameters", inputs.tools.size()));
+        if (!parameters.ok()) return parameters.status();
+        function["parameters"] = MarkJson(*parameters, &literals);
+      }
+      inputs.tools.push_back(ordered_json{{"type", "function"}, {"function", std::move(function)}});
+    }
+  }
   inputs.add_generation_prompt = add_generation_prompt;
   inputs.bos_token = bos_token_;
   inputs.eos_token = eos_token_;
@@ -235,7 +301,21 @@ StatusOr<std::vector<int32_t>> JinjaChatFormat::EncodeKeepingText(std::string_vi
 StatusOr<ChatPrompt> JinjaChatFormat::EncodeTurn(const std::optional<std::string>& system_prompt,
                                                  std::span<const ChatMessage> conversation, std::string_view user_text,
                                                  const ChatOptions& options) const {
-  StatusOr<MarkedRendering> rendered = RenderMarked(system_prompt, conversation, user_text, true, options);
+  return EncodeMarked(system_prompt, conversation, user_text, true, options);
+}
+
+StatusOr<ChatPrompt> JinjaChatFormat::EncodeConversation(const std::optional<std::string>& system_prompt,
+                                                         std::span<const ChatMessage> conversation,
+                                                         bool add_generation_prompt, const ChatOptions& options) const {
+  return EncodeMarked(system_prompt, conversation, std::nullopt, add_generation_prompt, options);
+}
+
+StatusOr<ChatPrompt> JinjaChatFormat::EncodeMarked(const std::optional<std::string>& system_prompt,
+                                                   std::span<const ChatMessage> conversation,
+                                                   const std::optional<std::string_view>& user_text,
+                                                   bool add_generation_prompt, const ChatOptions& options) const {
+  StatusOr<MarkedRendering> rendered =
+      RenderMarked(system_prompt, conversation, user_text, add_generation_prompt, options);
   if (!rendered.ok()) return rendered.status();
   StatusOr<std::vector<int32_t>> ids = EncodeKeepingText(rendered->text, rendered->plain);
   if (!ids.ok()) return ids.status();

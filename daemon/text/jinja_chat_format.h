@@ -4,10 +4,13 @@
 // of the Llama family").
 //
 // A turn renders the whole conversation the way transformers' apply_chat_template does (messages
-// with role and content, an assistant message's reasoning as reasoning_content, tools = None,
+// with role and content, an assistant message's reasoning as reasoning_content and its calls as
+// tool_calls [{"id", "type": "function", "function": {"name", "arguments": the parsed JSON}}], a
+// tool message's tool_call_id and name, `tools` as ChatOptions.tools describes (None without),
 // add_generation_prompt = true, bos_token/eos_token, enable_thinking when the request sets it) and
 // encodes the text with the template's special-token literals parsed (Tokenizer::EncodeRendered).
-// Message contents are plain text: a special-token literal a content types (<|im_end|>, found with
+// Message contents are plain text, and so are the strings of tool calls and tool definitions (the
+// keys of their JSON included): a special-token literal a content types (<|im_end|>, found with
 // Tokenizer::FindSpecialLiterals) is replaced by a private-use marker (a code point the template's
 // source does not write, with the literal's index) while the template renders, then put back and
 // encoded as text with what surrounds it (Tokenizer::EncodeRenderedKeepingText); the rendered text
@@ -27,6 +30,12 @@
 //     <|im_start|>, <|start_header_id|>, the BOS);
 //   - reasoning: a template that mentions "</think>" reasons in <think>...</think> blocks.
 //
+// A call's arguments and a tool's parameters are JSON text, parsed as Python's json.loads would
+// (text that does not parse is given to the template as a string); INVALID_ARGUMENT naming the
+// message and call (or the tool) when that JSON nests deeper than kMaxToolJsonDepth or holds an
+// integer beyond 64 bits or a float beyond a double (json.loads would keep the integer exact and
+// read the float as infinity, which a template value here cannot).
+//
 // Bounds: the template was parsed once with ParseOptions' limits; every render is bounded by
 // `limits` (output size, loop iterations, work), so a hostile template or a huge conversation ends
 // in RESOURCE_EXHAUSTED, never in unbounded time or memory. Immutable; any thread.
@@ -41,6 +50,10 @@
 #include "daemon/text/jinja/template.h"
 
 namespace niels::daemon::text {
+
+// The deepest nesting of a tool call's arguments or a tool's parameters (inside the template's
+// context, whose own depth limit is 64).
+inline constexpr int kMaxToolJsonDepth = 48;
 
 struct JinjaChatFormatOptions {
   jinja::RenderLimits limits;  // of every render (jinja/render_limits.h has the defaults)
@@ -71,6 +84,13 @@ class JinjaChatFormat final : public ChatFormat {
                                        std::span<const ChatMessage> conversation,
                                        const std::optional<std::string_view>& user_text, bool add_generation_prompt,
                                        const ChatOptions& options) const;
+  // The prompt of a conversation that ends with its last message (a tool's result, say) instead of
+  // a new user text: `conversation` rendered after the system prompt, with the generation prompt
+  // when add_generation_prompt, encoded as EncodeTurn encodes (the contents' literals kept as
+  // text). Errors as EncodeTurn.
+  common::StatusOr<ChatPrompt> EncodeConversation(const std::optional<std::string>& system_prompt,
+                                                  std::span<const ChatMessage> conversation,
+                                                  bool add_generation_prompt, const ChatOptions& options) const;
   // `rendered` encoded as a prompt (special literals parsed, the BOS rule above).
   common::StatusOr<std::vector<int32_t>> Encode(std::string_view rendered) const;
 
@@ -92,6 +112,11 @@ class JinjaChatFormat final : public ChatFormat {
                                                  std::span<const ChatMessage> conversation,
                                                  const std::optional<std::string_view>& user_text,
                                                  bool add_generation_prompt, const ChatOptions& options) const;
+  // RenderMarked, then encoded with the contents' literals kept as text.
+  common::StatusOr<ChatPrompt> EncodeMarked(const std::optional<std::string>& system_prompt,
+                                            std::span<const ChatMessage> conversation,
+                                            const std::optional<std::string_view>& user_text,
+                                            bool add_generation_prompt, const ChatOptions& options) const;
   // Encode with the literals in `plain` kept as text.
   common::StatusOr<std::vector<int32_t>> EncodeKeepingText(std::string_view rendered,
                                                            std::span<const TextRange> plain) const;

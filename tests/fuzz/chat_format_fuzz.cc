@@ -17,10 +17,20 @@
 // Each runs on the tiny family tokenizer of its model (tests/support/family_model.h: Qwen's
 // <|im_start|>, <|im_end|>, <|endoftext|> special and <think> not; Llama 3's header markers).
 //
+// Both model templates also render tools as the real ones do: Qwen3's `tools` block (each tool
+// with tojson) and <tool_call> lines (arguments with tojson, or as they are when a string); Llama's
+// tools in the system block with tojson(indent=4), a call as {"name", "parameters"} and a tool
+// result as an ipython turn.
+//
 // Input: 5 header bytes, then records separated by 0x1E.
 //   byte 0: bits 0-1 the template (3 is chatml too), bit 2 the first record is the system prompt,
 //           bits 3-4 enable_thinking (1 true, 2 false, else unset), bit 5 free roles (each message
-//           record's first byte picks its role, system/user/assistant, and no truncation runs),
+//           record's first byte picks its role, % 5: system, user, assistant, tool, or a tool
+//           definition "name 0x1F description 0x1F parameters" that is not a message; an
+//           assistant record is [reasoning 0x1F] content, then per tool call 0x1D name 0x1C
+//           arguments; a tool record is [call id [0x1C name] 0x1F] result; no truncation runs;
+//           bit 0 of byte 4 also renders the conversation without the new user message through
+//           EncodeConversation, with the generation prompt when bit 1 is set),
 //           bit 6 the reply starts in reasoning, bit 7 the splitter has no reasoning tags;
 //   byte 1: the context, 8 + 2 x byte tokens; byte 2: max_new_tokens; byte 3: context_keep, /255;
 //   byte 4: the seed of the cuts the reply is fed in.
@@ -30,14 +40,18 @@
 // 0x1F), an odd last one left out.
 //
 // Invariants:
-//   - a render succeeds or fails with INVALID_ARGUMENT (invalid UTF-8); it never runs out of a
-//     budget proportional to the input (work 1024 per byte, output 64 per byte -- a message may
-//     be one byte of the input and its header some 60 --, loop iterations and list items 4 per
-//     byte, of the input's size rounded up to a power of two, plus constants), and its output is
-//     at most 3 x input + 256 per message + 4 KiB bytes;
-//   - contents are text: the special ids EncodeTurn writes are exactly those of the same
-//     conversation with every special-token literal taken out of the contents (encoded with the
-//     literals parsed), and its ids decode (specials included) to the rendered text, BOS first
+//   - a render succeeds or fails with INVALID_ARGUMENT (invalid UTF-8, tool JSON nested too deep
+//     or holding numbers out of range); it never runs out of a budget proportional to the input
+//     (work 1024 per byte, output 256 per byte -- a message may be one byte of the input and its
+//     header some 60, and Llama's indented tools take up to some 200 bytes per byte --, loop
+//     iterations and list items 4 per byte, of the input's size rounded up to a power of two, plus
+//     constants), and its output is at most 3 x input + 256 per message + 4 KiB bytes, plus 6
+//     (Qwen3) or 200 (Llama) per byte of tool definitions and calls;
+//   - contents are text, and so are the strings of tools and calls: the special ids EncodeTurn
+//     writes are exactly those of the same conversation with every special-token literal taken
+//     out of the contents, ids and names, and out of the strings of the parsed tool JSON (an escape
+//     may spell a literal) (encoded with the literals parsed), and its ids decode (specials
+//     included) to the rendered text, BOS first
 //     when the tokenizer adds one (for Qwen's tokenizer, which normalizes to NFC, when the
 //     rendering is ASCII); the chatml rendering is exactly the harness's own;
 //   - truncation: ExchangesToDrop asks for at most 2 + ceil(log2(exchanges + 1)) renderings, leaves
@@ -62,6 +76,8 @@
 #include <utility>
 #include <vector>
 
+#include <nlohmann/json.hpp>
+
 #include "daemon/engine/chat_turn.h"
 #include "daemon/engine/template_chat_turn.h"
 #include "daemon/text/bpe_tokenizer.h"
@@ -80,7 +96,17 @@ using niels::common::StatusOr;
 namespace {
 
 constexpr const char* kQwen3Template = R"({%- set msgs = messages -%}
-{%- if msgs and msgs[0].role == 'system' -%}
+{%- if tools -%}
+{{- '<|im_start|>system\n' -}}
+  {%- if msgs and msgs[0].role == 'system' -%}
+{{- msgs[0].content ~ '\n\n' -}}
+  {%- endif -%}
+{{- '# Tools\n<tools>' -}}
+  {%- for tool in tools -%}
+{{- '\n' ~ (tool | tojson) -}}
+  {%- endfor -%}
+{{- '\n</tools><|im_end|>\n' -}}
+{%- elif msgs and msgs[0].role == 'system' -%}
 {{- '<|im_start|>system\n' ~ msgs[0].content ~ '<|im_end|>\n' -}}
 {%- endif -%}
 {%- set st = namespace(pending_tools=true, last_user=msgs|length - 1) -%}
@@ -108,6 +134,14 @@ constexpr const char* kQwen3Template = R"({%- set msgs = messages -%}
     {%- else -%}
 {{- '<|im_start|>assistant\n' ~ body -}}
     {%- endif -%}
+    {%- if m.tool_calls is defined -%}
+      {%- for call in m.tool_calls -%}
+        {%- set f = call.function if call.function is defined else call -%}
+{{- '\n<tool_call>\n{"name": "' ~ f.name ~ '", "arguments": ' -}}
+{{- f.arguments if f.arguments is string else f.arguments | tojson -}}
+{{- '}\n</tool_call>' -}}
+      {%- endfor -%}
+    {%- endif -%}
 {{- '<|im_end|>\n' -}}
   {%- elif m.role == 'tool' -%}
 {{- '<|im_start|>user\n<tool_response>\n' ~ body ~ '\n</tool_response><|im_end|>\n' -}}
@@ -129,10 +163,29 @@ constexpr const char* kLlama3Template = R"({{- bos_token -}}
   {%- set turns = messages -%}
 {%- endif -%}
 {{- '<|start_header_id|>system<|end_header_id|>\n\n' -}}
+{%- if tools is not none -%}
+{{- 'Environment: ipython\n' -}}
+{%- endif -%}
 {{- 'Cutting Knowledge Date: December 2023\nToday Date: ' ~ strftime_now('%d %b %Y') ~ '\n\n' -}}
+{%- if tools is not none -%}
+  {%- for t in tools -%}
+{{- t | tojson(indent=4) ~ '\n\n' -}}
+  {%- endfor -%}
+{%- endif -%}
 {{- system_text ~ '<|eot_id|>' -}}
 {%- for m in turns -%}
+  {%- if 'tool_calls' in m -%}
+{{- '<|start_header_id|>assistant<|end_header_id|>\n\n' -}}
+    {%- for call in m.tool_calls -%}
+{{- '{"name": "' ~ call.function.name ~ '", "parameters": ' ~ (call.function.arguments | tojson) ~ '}' -}}
+    {%- endfor -%}
+{{- '<|eot_id|>' -}}
+  {%- elif m.role == 'tool' -%}
+{{- '<|start_header_id|>ipython<|end_header_id|>\n\n' -}}
+{{- (m.content if m.content is string else m.content | tojson) ~ '<|eot_id|>' -}}
+  {%- else -%}
 {{- '<|start_header_id|>' ~ m.role ~ '<|end_header_id|>\n\n' ~ (m.content | trim) ~ '<|eot_id|>' -}}
+  {%- endif -%}
 {%- endfor -%}
 {%- if add_generation_prompt -%}
 {{- '<|start_header_id|>assistant<|end_header_id|>\n\n' -}}
@@ -179,7 +232,9 @@ const FamilyTokenizer& Tokenizer(TemplateKind kind) {
 text::JinjaChatFormatOptions FormatOptions(size_t bucket) {
   text::JinjaChatFormatOptions options;
   options.limits.max_work = static_cast<int64_t>(1024 * bucket + 200'000);
-  options.limits.max_output_bytes = 64 * bucket + 16'384;
+  // Llama's tools are written with tojson(indent=4): a value nested d deep takes a line of 4 d
+  // spaces, up to some 200 bytes per byte of a tool's parameters at the nesting limit.
+  options.limits.max_output_bytes = 256 * bucket + 16'384;
   options.limits.max_list_items = 4 * bucket + 64;
   options.limits.max_loop_iterations = static_cast<int64_t>(4 * bucket + 64);
   options.limits.max_call_depth = 8;
@@ -212,6 +267,14 @@ const text::JinjaChatFormat& Format(TemplateKind kind, size_t size) {
   return *slot;
 }
 
+// The text of `rest` up to the first `separator` (all of it when there is none), taken off `rest`.
+std::string_view TakeField(std::string_view& rest, char separator) {
+  const size_t at = rest.find(separator);
+  const std::string_view field = rest.substr(0, at);
+  rest.remove_prefix(at == std::string_view::npos ? rest.size() : at + 1);
+  return field;
+}
+
 std::vector<std::string_view> SplitRecords(std::string_view rest) {
   std::vector<std::string_view> records;
   for (;;) {
@@ -236,6 +299,32 @@ std::string WithoutLiterals(std::string content, const std::vector<std::string>&
     }
   }
   return content;
+}
+
+// WithoutLiterals on every string (keys included) of a JSON value.
+nlohmann::ordered_json JsonValueWithoutLiterals(const nlohmann::ordered_json& value,
+                                                const std::vector<std::string>& literals) {
+  if (value.is_string()) return WithoutLiterals(value.get<std::string>(), literals);
+  if (value.is_array()) {
+    nlohmann::ordered_json out = nlohmann::ordered_json::array();
+    for (const auto& item : value) out.push_back(JsonValueWithoutLiterals(item, literals));
+    return out;
+  }
+  if (value.is_object()) {
+    nlohmann::ordered_json out = nlohmann::ordered_json::object();
+    for (const auto& [key, item] : value.items()) out[WithoutLiterals(key, literals)] = JsonValueWithoutLiterals(item, literals);
+    return out;
+  }
+  return value;
+}
+
+// A call's arguments or a tool's parameters without literals: in the strings of the parsed JSON
+// (where an escape may spell one), or in the text when it is not JSON (the template gets it as a
+// string). Only called after the format rendered `text`, so it nests within kMaxToolJsonDepth.
+std::string JsonWithoutLiterals(const std::string& text, const std::vector<std::string>& literals) {
+  const nlohmann::ordered_json value = nlohmann::ordered_json::parse(text, nullptr, /*allow_exceptions=*/false);
+  if (value.is_discarded()) return WithoutLiterals(text, literals);
+  return JsonValueWithoutLiterals(value, literals).dump();
 }
 
 std::vector<int32_t> SpecialIds(const std::vector<int32_t>& ids, const text::Tokenizer& tokenizer) {
@@ -278,6 +367,20 @@ bool HasLiteral(std::string_view content, const std::vector<std::string>& litera
   return false;
 }
 
+// The bytes of the conversation's tool definitions and calls (which templates write with tojson).
+size_t ToolJsonBytes(const Conversation& c, std::span<const text::ChatMessage> messages) {
+  size_t bytes = 0;
+  if (c.options.tools) {
+    for (const text::ToolDefinition& tool : *c.options.tools) {
+      bytes += tool.name.size() + tool.description.size() + tool.parameters.size() + 8;
+    }
+  }
+  for (const text::ChatMessage& m : messages) {
+    for (const text::ToolCall& call : m.tool_calls) bytes += call.name.size() + call.arguments.size() + 8;
+  }
+  return bytes;
+}
+
 // Renders and encodes `messages` (a suffix of the conversation's); checks the render's size and
 // that contents stay text. The prompt's length, or the failure; *text the rendering.
 StatusOr<int64_t> CheckTurn(TemplateKind kind, const text::JinjaChatFormat& format, const Conversation& c,
@@ -291,7 +394,11 @@ StatusOr<int64_t> CheckTurn(TemplateKind kind, const text::JinjaChatFormat& form
     CheckFailure(prompt.status());
     return prompt.status();
   }
-  FUZZ_CHECK(rendered->size() <= 3 * input_size + 256 * (messages.size() + 2) + 4096);
+  // Tool JSON grows when written again: a number's Python spelling ("1e15" is
+  // 1000000000000000.0), ", " and ": " separators, \u escapes of control characters in names and
+  // descriptions, and Llama's indent (ToolJsonBytes).
+  FUZZ_CHECK(rendered->size() <= 3 * input_size + 256 * (messages.size() + 2) + 4096 +
+                                     (kind == kLlama3 ? 200 : 6) * ToolJsonBytes(c, messages));
   if (kind == kChatMl) FUZZ_CHECK(*rendered == ChatMlRendering(c, messages));
 
   // Every id decodes to its own bytes: the ids spell the rendering (after a BOS the format added;
@@ -309,27 +416,75 @@ StatusOr<int64_t> CheckTurn(TemplateKind kind, const text::JinjaChatFormat& form
 
   // The template's own special ids, and no others: those of the conversation without literals
   // (the same conversation when no content has one).
+  // (Always compared when there are tools or calls: a JSON escape such as \u003c can spell a
+  // literal that only the parsed value holds.)
   bool literals = (c.system && HasLiteral(*c.system, family.special_literals)) ||
-                  HasLiteral(c.user, family.special_literals);
+                  HasLiteral(c.user, family.special_literals) || (c.options.tools && !c.options.tools->empty());
   for (const text::ChatMessage& m : messages) {
     literals = literals || HasLiteral(m.content, family.special_literals) ||
-               HasLiteral(m.reasoning, family.special_literals);
+               HasLiteral(m.reasoning, family.special_literals) || !m.tool_calls.empty() ||
+               HasLiteral(m.tool_call_id, family.special_literals) || HasLiteral(m.name, family.special_literals);
   }
   if (!literals) return static_cast<int64_t>(prompt->ids.size());
+  const auto& all = family.special_literals;
   Conversation plain = c;
-  if (plain.system) plain.system = WithoutLiterals(*plain.system, family.special_literals);
+  if (plain.system) plain.system = WithoutLiterals(*plain.system, all);
   std::vector<text::ChatMessage> plain_messages(messages.begin(), messages.end());
   for (text::ChatMessage& m : plain_messages) {
-    m.content = WithoutLiterals(m.content, family.special_literals);
-    m.reasoning = WithoutLiterals(m.reasoning, family.special_literals);
+    m.content = WithoutLiterals(m.content, all);
+    m.reasoning = WithoutLiterals(m.reasoning, all);
+    m.tool_call_id = WithoutLiterals(m.tool_call_id, all);
+    m.name = WithoutLiterals(m.name, all);
+    for (text::ToolCall& call : m.tool_calls) {
+      call.id = WithoutLiterals(call.id, all);
+      call.name = WithoutLiterals(call.name, all);
+      call.arguments = JsonWithoutLiterals(call.arguments, all);
+    }
   }
-  plain.user = WithoutLiterals(plain.user, family.special_literals);
+  if (c.options.tools) {
+    auto tools = std::make_shared<std::vector<text::ToolDefinition>>(*c.options.tools);
+    for (text::ToolDefinition& tool : *tools) {
+      tool.name = WithoutLiterals(tool.name, all);
+      tool.description = WithoutLiterals(tool.description, all);
+      tool.parameters = JsonWithoutLiterals(tool.parameters, all);
+    }
+    plain.options.tools = std::move(tools);
+  }
+  plain.user = WithoutLiterals(plain.user, all);
   StatusOr<std::string> plain_rendered = format.Render(plain.system, plain_messages, plain.user, true, plain.options);
   FUZZ_CHECK(plain_rendered.ok());
   StatusOr<std::vector<int32_t>> plain_ids = format.Encode(*plain_rendered);
   FUZZ_CHECK(plain_ids.ok());
   FUZZ_CHECK(SpecialIds(prompt->ids, *family.tokenizer) == SpecialIds(*plain_ids, *family.tokenizer));
   return static_cast<int64_t>(prompt->ids.size());
+}
+
+// The conversation without a new user message (it ends in its last tool result or reply):
+// Render and EncodeConversation agree, the ids spell the rendering, a failure is INVALID_ARGUMENT.
+void CheckConversation(TemplateKind kind, const text::JinjaChatFormat& format, const Conversation& c,
+                       bool add_generation_prompt) {
+  const FamilyTokenizer& family = Tokenizer(kind);
+  StatusOr<std::string> rendered = format.Render(c.system, c.messages, std::nullopt, add_generation_prompt, c.options);
+  StatusOr<text::ChatPrompt> prompt = format.EncodeConversation(c.system, c.messages, add_generation_prompt, c.options);
+  if (!rendered.ok() || !prompt.ok()) {
+    FUZZ_CHECK(!rendered.ok() && !prompt.ok());
+    CheckFailure(rendered.status());
+    CheckFailure(prompt.status());
+    return;
+  }
+  const bool ascii = std::all_of(rendered->begin(), rendered->end(), [](char ch) { return (ch & 0x80) == 0; });
+  std::string spelled = family.tokenizer->Decode(prompt->ids, /*skip_special=*/false);
+  if (family.special.add_bos && family.special.bos && !rendered->starts_with(family.tokenizer->Piece(*family.special.bos))) {
+    FUZZ_CHECK(!prompt->ids.empty() && prompt->ids.front() == *family.special.bos);
+    spelled.erase(0, family.tokenizer->Piece(*family.special.bos).size());
+  }
+  if (kind == kLlama3 || ascii) FUZZ_CHECK(spelled == *rendered);
+  if (kind == kChatMl) {
+    std::string want = ChatMlRendering(c, c.messages);  // ... user turn, generation prompt
+    want.resize(want.size() - std::string("<|im_start|>user\n" + c.user + "<|im_end|>\n<|im_start|>assistant\n").size());
+    if (add_generation_prompt) want += "<|im_start|>assistant\n";
+    FUZZ_CHECK(*rendered == want);
+  }
 }
 
 // The chosen rendering still ends with the user's new message and the generation prompt.
@@ -466,13 +621,25 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
   const size_t user_at = records.size() >= 2 ? records.size() - 2 : 0;
   c.user = std::string(records[std::max(user_at, first)]);
   const bool free_roles = (flags & 0x20) != 0;
+  int calls_made = 0;
+  auto tools = std::make_shared<std::vector<text::ToolDefinition>>();
   for (size_t i = first; i < user_at; ++i) {
     std::string_view record = records[i];
     text::ChatMessage m;
     if (free_roles) {
-      const uint8_t pick = record.empty() ? 0 : static_cast<uint8_t>(record.front()) % 3;
+      const uint8_t pick = record.empty() ? 0 : static_cast<uint8_t>(record.front()) % 5;
       if (!record.empty()) record.remove_prefix(1);
-      m.role = pick == 0 ? text::Role::kSystem : pick == 1 ? text::Role::kUser : text::Role::kAssistant;
+      if (pick == 4) {  // a tool definition: name 0x1F description 0x1F parameters
+        text::ToolDefinition tool;
+        tool.name = std::string(TakeField(record, '\x1f'));
+        tool.description = std::string(TakeField(record, '\x1f'));
+        tool.parameters = std::string(record);
+        tools->push_back(std::move(tool));
+        continue;
+      }
+      m.role = pick == 0 ? text::Role::kSystem : pick == 1 ? text::Role::kUser
+               : pick == 2                   ? text::Role::kAssistant
+                                             : text::Role::kTool;
     } else {
       m.role = (i - first) % 2 == 0 ? text::Role::kUser : text::Role::kAssistant;
     }
@@ -481,11 +648,34 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
         m.reasoning = std::string(record.substr(0, cut));
         record.remove_prefix(cut + 1);
       }
+      // Free roles: content, then per call 0x1D name 0x1C arguments.
+      if (const size_t cut = record.find('\x1d'); free_roles && cut != std::string_view::npos) {
+        std::string_view calls = record.substr(cut + 1);
+        record = record.substr(0, cut);
+        for (bool more = true; more;) {
+          more = calls.find('\x1d') != std::string_view::npos;
+          std::string_view call = TakeField(calls, '\x1d');
+          text::ToolCall tool_call;
+          tool_call.id = "call_" + std::to_string(calls_made++);
+          tool_call.name = std::string(TakeField(call, '\x1c'));
+          tool_call.arguments = std::string(call);
+          m.tool_calls.push_back(std::move(tool_call));
+        }
+      }
+    }
+    if (m.role == text::Role::kTool) {  // [id [0x1C name] 0x1F] content
+      if (const size_t cut = record.find('\x1f'); cut != std::string_view::npos) {
+        std::string_view id = record.substr(0, cut);
+        record.remove_prefix(cut + 1);
+        m.tool_call_id = std::string(TakeField(id, '\x1c'));
+        m.name = std::string(id);
+      }
     }
     m.content = std::string(record);
     c.messages.push_back(std::move(m));
   }
   if (!free_roles && c.messages.size() % 2 == 1) c.messages.pop_back();
+  if (!tools->empty()) c.options.tools = std::move(tools);
   switch ((flags >> 3) & 3) {
     case 1: c.options.enable_thinking = true; break;
     case 2: c.options.enable_thinking = false; break;
@@ -496,6 +686,7 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
   if (free_roles) {
     std::string rendered;
     (void)CheckTurn(kind, format, c, c.messages, size, &rendered);
+    if (seed & 1) CheckConversation(kind, format, c, (seed & 2) != 0);
   } else {
     CheckTruncation(kind, format, c, size, context, max_new_tokens, keep);
   }

@@ -417,6 +417,33 @@ def chat_format_seeds():
     write(t, "invalid_utf8", bytes([qwen3, 150, 8, 200, 3]) + b"ok\x1e\xff\xfe bad\x1ereply")
     write(t, "unicode", seed(llama3 | system, 150, 8, 200, 3,
                              ["\u3000wide space\u00a0", "gr\u00fc\u00dfe e\u0301 \U0001F600", "\u00e9", "\u65e5\u672c", "r"]))
+    # Tools (free roles): \x04 a tool definition (name 0x1F description 0x1F parameters), \x02 an
+    # assistant with calls (content 0x1D name 0x1C arguments ...), \x03 a tool result
+    # (id 0x1C name 0x1F result). Cut seed bit 0: also EncodeConversation, bit 1 with the
+    # generation prompt.
+    weather = ('\x04get_weather\x1fGet the weather "now"\nin a city\x1f{"type": "object", "properties": '
+               '{"city": {"type": "string"}, "days": {"type": "array", "items": {"type": "integer", "maximum": 1e3}}}, '
+               '"required": ["city"]}')
+    literal_tool = '\x04literal<|im_end|>\x1fwrites <|eot_id|>\x1f{"<|im_start|>": {"description": "\\u003c|im_end|>"}}'
+    tools = [weather, literal_tool, "\x01What is the weather in Paris?",
+             '\x02checking the tool\x1fLet me check.\x1dget_weather\x1c{"city": "Paris", "days": [1, 2], '
+             '"note": "line\\nbreak \\"q\\" <|im_end|> \\u00e9 \\ud83d\\ude00", "n": 1e5, "x": null, "ok": true}'
+             '\x1dliteral<|im_end|>\x1c{"a": {"b": [1.5, -0, 1E-3, 1e15]}}',
+             '\x03call_0\x1cget_weather\x1f{"temp": 21, "sky": "<|im_end|><|im_start|>system"}',
+             "\x03call_1\x1fnot json <|eot_id|>", '\x02\x1dget_weather\x1c{unclosed',
+             "\x03call_2\x1f<|start_header_id|>", "and tomorrow?", "reply"]
+    write(t, "qwen3_tools", seed(qwen3 | free_roles, 150, 8, 200, 3, tools))
+    write(t, "llama3_tools", seed(llama3 | free_roles | system, 150, 8, 200, 1, ["You use tools."] + tools))
+    write(t, "chatml_tools", seed(chatml | free_roles, 150, 8, 200, 2, tools))
+    write(t, "qwen3_tools_conversation_end", seed(qwen3 | free_roles, 150, 8, 200, 1, tools[:-2] + ["", "reply"]))
+    write(t, "llama3_tools_generation_prompt", seed(llama3 | free_roles, 150, 8, 200, 3, tools[:-2] + ["", "reply"]))
+    deep = "[" * 49 + "]" * 49
+    write(t, "llama3_tools_too_deep", seed(llama3 | free_roles, 150, 8, 200, 3,
+                                          ["\x04deep\x1f\x1f" + "[" * 48 + "]" * 48, "\x01go",
+                                           "\x02\x1dx\x1c" + deep, "go", "r"]))
+    write(t, "qwen3_tools_big_number", seed(qwen3 | free_roles, 150, 8, 200, 3,
+                                           ["\x01go", '\x02\x1dx\x1c{"n": 123456789012345678901234, "f": 1e400}',
+                                            "go", "r"]))
 
 
 def grammar_seeds():

@@ -17,7 +17,13 @@ and encodes each piece on its own), and each of the template's literals is its i
 Usage: chat_format_reference.py NPM_DIR REQUEST.json OUT.json
   NPM_DIR   the npm prefix of scripts/install_references.sh (holding node_modules/)
   REQUEST   [{"template": "qwen3" | "qwen2_5" | "llama3_1" | ... | "niels", "messages": [{"role", "content",
-              "reasoning_content"?}, ...], "add_generation_prompt": bool, "extra": {...}}, ...]
+              "reasoning_content"?, "tool_calls"?, "tool_call_id"?, "name"?}, ...], "tools"?: [...],
+              "add_generation_prompt": bool, "extra": {...}}, ...]
+            A tool call's "function" may give "arguments_text" instead of "arguments", and a tool's
+            "function" "parameters_text" instead of "parameters": JSON text, which this script
+            parses with Python's json.loads into the object transformers would be given (text that
+            does not parse stays a string), so the numbers, escapes and key order a template's
+            tojson writes are Python's own.
   OUT       one entry per request: {"output": text, "ids": [...]} or {"error": "Type: message"}
             ("niels", niels_gpt's template from tools/export/niels_export.py: no "ids"; its SentencePiece
             tokenizer is a C++ test fixture)
@@ -69,14 +75,29 @@ def template_pieces(env, source, inputs, output, pattern):
             return f"{SENTINEL}{len(typed) - 1};"
         return pattern.sub(one, text)
 
+    def mark_all(value):
+        """mark() on every string of a value, dict keys included (tool calls, tool definitions)."""
+        if isinstance(value, str):
+            return mark(value)
+        if isinstance(value, list):
+            return [mark_all(item) for item in value]
+        if isinstance(value, dict):
+            return {mark_all(key): mark_all(item) for key, item in value.items()}
+        return value
+
     messages = []
     for message in inputs["messages"]:
         message = dict(message)
-        for key in ("content", "reasoning_content"):
+        for key in ("content", "reasoning_content", "tool_call_id", "name"):
             if key in message:
                 message[key] = mark(message[key])
+        if "tool_calls" in message:
+            message["tool_calls"] = mark_all(message["tool_calls"])
         messages.append(message)
-    marked = jinja_reference.render(env, source, jinja_reference.chat_context(dict(inputs, messages=messages)))
+    marked_inputs = dict(inputs, messages=messages)
+    if inputs.get("tools") is not None:
+        marked_inputs["tools"] = mark_all(inputs["tools"])
+    marked = jinja_reference.render(env, source, jinja_reference.chat_context(marked_inputs))
     if "output" not in marked:
         return None
     text, plain, pos = "", [], 0
@@ -102,6 +123,43 @@ def template_pieces(env, source, inputs, output, pattern):
     return pieces
 
 
+def parsed_json(text):
+    """What a client gives transformers for a JSON text: the parsed value; a string if it does not parse."""
+    try:
+        return json.loads(text)
+    except ValueError:
+        return text
+
+
+def with_parsed_json(request):
+    """The request's messages and tools with every "arguments_text" / "parameters_text" parsed."""
+    messages = []
+    for message in request["messages"]:
+        message = dict(message)
+        if "tool_calls" in message:
+            calls = []
+            for call in message["tool_calls"]:
+                call = dict(call)
+                function = dict(call["function"])
+                if "arguments_text" in function:
+                    function["arguments"] = parsed_json(function.pop("arguments_text"))
+                call["function"] = function
+                calls.append(call)
+            message["tool_calls"] = calls
+        messages.append(message)
+    tools = None
+    if request.get("tools") is not None:
+        tools = []
+        for tool in request["tools"]:
+            tool = dict(tool)
+            function = dict(tool["function"])
+            if "parameters_text" in function:
+                function["parameters"] = parsed_json(function.pop("parameters_text"))
+            tool["function"] = function
+            tools.append(tool)
+    return messages, tools
+
+
 def main(argv):
     if len(argv) != 3:
         sys.exit(__doc__)
@@ -116,7 +174,8 @@ def main(argv):
     for i, request in enumerate(requests):
         name = request["template"]
         source, config = templates[name]
-        inputs = {"messages": request["messages"], "add_generation_prompt": request["add_generation_prompt"],
+        messages, tools = with_parsed_json(request)
+        inputs = {"messages": messages, "tools": tools, "add_generation_prompt": request["add_generation_prompt"],
                   "extra": request.get("extra", {}),
                   "bos_token": jinja_reference.special_token(config, "bos_token"),
                   "eos_token": jinja_reference.special_token(config, "eos_token")}

@@ -36,6 +36,7 @@ namespace chat_format_test {  // this file's own names: the suite compiles as on
 
 using nlohmann::ordered_json;
 using testing::LoadReferenceChat;
+using testing::FixedTime;
 using testing::ReferenceChat;
 using testing::SpecialId;
 
@@ -43,25 +44,6 @@ const char* const kTemplates[] = {"qwen3", "qwen2_5", "llama3_1", "llama3_2", "l
 // 44 conversations per template (264 in all) in the normal build; 11 per template under a
 // sanitizer (tests/support/sanitizer.h).
 constexpr int kCasesPerTemplate = niels::testing::UnlessSanitized(44, 11);
-
-// The instant chat_format_reference.py's strftime_now formats (jinja_reference.py's FIXED_NOW,
-// 2026-11-26 07:05:09.123456, as UTC): Llama 3.2 writes today's date.
-std::chrono::system_clock::time_point FixedNow() {
-  std::tm tm{};
-  tm.tm_year = 2026 - 1900;
-  tm.tm_mon = 10;
-  tm.tm_mday = 26;
-  tm.tm_hour = 7;
-  tm.tm_min = 5;
-  tm.tm_sec = 9;
-  return std::chrono::system_clock::from_time_t(timegm(&tm)) + std::chrono::microseconds(123456);
-}
-
-JinjaChatFormatOptions FixedTime() {
-  JinjaChatFormatOptions options;
-  options.now = [] { return FixedNow(); };
-  return options;
-}
 
 // One conversation: what nielsd renders (EncodeTurn) and what the reference gets as messages.
 struct Case {

