@@ -235,6 +235,19 @@ StatusOr<std::vector<int32_t>> JinjaChatFormat::EncodeKeepingText(std::string_vi
 StatusOr<ChatPrompt> JinjaChatFormat::EncodeTurn(const std::optional<std::string>& system_prompt,
                                                  std::span<const ChatMessage> conversation, std::string_view user_text,
                                                  const ChatOptions& options) const {
+  return EncodePrompt(system_prompt, conversation, user_text, options);
+}
+
+StatusOr<ChatPrompt> JinjaChatFormat::EncodeConversation(const std::optional<std::string>& system_prompt,
+                                                         std::span<const ChatMessage> conversation,
+                                                         const ChatOptions& options) const {
+  return EncodePrompt(system_prompt, conversation, std::nullopt, options);
+}
+
+StatusOr<ChatPrompt> JinjaChatFormat::EncodePrompt(const std::optional<std::string>& system_prompt,
+                                                   std::span<const ChatMessage> conversation,
+                                                   const std::optional<std::string_view>& user_text,
+                                                   const ChatOptions& options) const {
   StatusOr<MarkedRendering> rendered = RenderMarked(system_prompt, conversation, user_text, true, options);
   if (!rendered.ok()) return rendered.status();
   StatusOr<std::vector<int32_t>> ids = EncodeKeepingText(rendered->text, rendered->plain);

@@ -61,6 +61,9 @@ class JinjaChatFormat final : public ChatFormat {
   common::StatusOr<ChatPrompt> EncodeTurn(const std::optional<std::string>& system_prompt,
                                           std::span<const ChatMessage> conversation, std::string_view user_text,
                                           const ChatOptions& options) const override;
+  common::StatusOr<ChatPrompt> EncodeConversation(const std::optional<std::string>& system_prompt,
+                                                  std::span<const ChatMessage> conversation,
+                                                  const ChatOptions& options) const override;
   const std::vector<int32_t>& stop_ids() const override { return stop_ids_; }
   const std::vector<int32_t>& banned_ids() const override { return banned_ids_; }
   const std::optional<ReasoningTags>& reasoning_tags() const override { return reasoning_tags_; }
@@ -92,6 +95,12 @@ class JinjaChatFormat final : public ChatFormat {
                                                  std::span<const ChatMessage> conversation,
                                                  const std::optional<std::string_view>& user_text,
                                                  bool add_generation_prompt, const ChatOptions& options) const;
+  // EncodeTurn and EncodeConversation: the rendering (with user_text as a last user message when
+  // set, and the generation prompt) encoded.
+  common::StatusOr<ChatPrompt> EncodePrompt(const std::optional<std::string>& system_prompt,
+                                            std::span<const ChatMessage> conversation,
+                                            const std::optional<std::string_view>& user_text,
+                                            const ChatOptions& options) const;
   // Encode with the literals in `plain` kept as text.
   common::StatusOr<std::vector<int32_t>> EncodeKeepingText(std::string_view rendered,
                                                            std::span<const TextRange> plain) const;
