@@ -91,7 +91,9 @@ v1::Response ChatResult(const engine::TurnOutcome& outcome, const engine::ChatRe
     out.set_name(call.name);
     out.set_arguments(call.arguments);
   }
-  chat.set_messages(static_cast<int32_t>(outcome.session.messages().size()));
+  // Token-native sessions keep turns (a user message and its reply each), template sessions messages.
+  const sessions::Session& session = outcome.session;
+  chat.set_messages(static_cast<int32_t>(session.messages().size() + 2 * session.turns().size()));
   chat.set_stop_string(reply.stop_string);
   chat.set_truncated_turns(outcome.truncated_turns);
   chat.set_session_length(outcome.session.length());

@@ -125,7 +125,7 @@ class Session {
   // `length` positions (the positions after it are written by the turn). REQUIRES: length <= length().
   void TruncateHistory(int64_t length, Snapshot& snapshot);
 
-  // Back to the system prompt alone (cache truncated to it; the conversation emptied).
+  // Back to the system prompt alone (cache truncated to it; the conversation emptied; the tools stay).
   void Reset();
   // Keeps the first `keep` token-native turns, or the first `keep` messages of the conversation,
   // and the first `length` tokens of the history, the cache at most that much; the later ones

@@ -113,6 +113,7 @@ class PackageTest(unittest.TestCase):
         by_message = self.client.chat(other, messages=[nielsd_client.message("user", "what is nielsd?")],
                                       max_new_tokens=6, temperature=0)
         self.assertEqual(by_message.reply, by_text.reply)
+        self.assertEqual(by_message.messages, 2)
         # Regenerate: keep nothing, send the same message again.
         again = self.client.chat(other, messages=[nielsd_client.message("user", "what is nielsd?")],
                                  keep_messages=0, max_new_tokens=6, temperature=0)
