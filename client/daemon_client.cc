@@ -198,9 +198,15 @@ StatusOr<v1::InfoResponse> DaemonClient::Info() {
 
 StatusOr<v1::CreateSessionResponse> DaemonClient::CreateSession(
     const std::optional<std::string>& system_prompt) {
+  return CreateSession(system_prompt, v1::ToolSet());
+}
+
+StatusOr<v1::CreateSessionResponse> DaemonClient::CreateSession(const std::optional<std::string>& system_prompt,
+                                                                const v1::ToolSet& tools) {
   v1::Request r;
   auto* create = r.mutable_create_session();
   if (system_prompt) create->set_system_prompt(*system_prompt);
+  if (tools.tools_size() > 0) *create->mutable_tools() = tools;
   return Unwrap(Call(std::move(r)), v1::Response::kCreateSession, &v1::Response::create_session);
 }
 

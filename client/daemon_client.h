@@ -62,6 +62,12 @@ class DaemonClient {
   StatusOr<v1::InfoResponse> Info();
   // `system_prompt` absent: no system message.
   StatusOr<v1::CreateSessionResponse> CreateSession(const std::optional<std::string>& system_prompt);
+  // With `tools` (proto/PROTOCOL.md "Tools"): the session's tools, rendered at every turn.
+  StatusOr<v1::CreateSessionResponse> CreateSession(const std::optional<std::string>& system_prompt,
+                                                    const v1::ToolSet& tools);
+  // Conversations and tools: request.messages (user, assistant with tool_calls, tool results with
+  // tool_call_id), keep_messages, append_only, tools and tool_choice; the response's tool_calls are
+  // the calls the reply made (stop_reason TOOL_CALLS), streamed as TokenEvent.tool_call.
   // With request.stream() set, each token is passed to `on_token` before the final response. With a
   // constraint, stop_reason CONSTRAINT_INCOMPLETE means max_new_tokens (or the context) cut the reply
   // before it was complete: it does not follow the constraint.
@@ -82,7 +88,8 @@ class DaemonClient {
   StatusOr<v1::ListSessionsResponse> ListSessions();
   StatusOr<v1::ForkSessionResponse> ForkSession(const std::string& session_id);
   StatusOr<v1::ResetSessionResponse> ResetSession(const std::string& session_id);
-  // Keeps the first keep_messages messages of the conversation (even: whole turns) and drops the rest.
+  // Keeps the first keep_messages messages of the conversation (token-native sessions: even, whole
+  // turns) and drops the rest.
   StatusOr<v1::RewindSessionResponse> RewindSession(const std::string& session_id, int32_t keep_messages);
   StatusOr<v1::DeleteSessionResponse> DeleteSession(const std::string& session_id);
   // An explicit Cancel as its own call (for requests in flight elsewhere on this connection).

@@ -52,6 +52,18 @@ constexpr std::array<Budget, static_cast<size_t>(BudgetId::kCount)> kBudgets = {
      "symbols of a constraint's grammar after its repetitions are expanded"},
     {BudgetId::kSchemaGrammarBytes, "schema_grammar_bytes", "bytes", 0, 0, kSchemaGrammarBytesLimit, kLength,
      "the GBNF text a JSON Schema constraint generates, checked while it is written"},
+    {BudgetId::kChatMessages, "chat_messages", "messages", 0, 0, kChatMessagesLimit, kLength,
+     "ChatRequest.messages of one request, rendered with the conversation on the engine thread"},
+    {BudgetId::kChatMessageBytes, "chat_message_bytes", "bytes", 0, 0, kChatMessageBytesLimit, kLength,
+     "the text of one request's messages: contents, reasoning, tool calls' ids, names and arguments"},
+    {BudgetId::kTools, "tools", "tools", 0, 0, kToolsLimit, kLength,
+     "tools of one CreateSession or Chat (ToolSet), each rendered at every turn of the session"},
+    {BudgetId::kToolBytes, "tool_bytes", "bytes", 0, 0, kToolBytesLimit, kLength,
+     "the text of one ToolSet (names, descriptions, parameters; each parameters schema also within "
+     "json_schema_bytes and compiled as a constraint is)"},
+    {BudgetId::kToolCallsPerReply, "tool_calls_per_reply", "calls", 0, 0, kToolCallsPerReplyLimit, kLength,
+     "tool calls of one assistant message: a message sent with more is refused, a reply's text after "
+     "that many calls is content"},
 }};
 
 constexpr bool InIdOrder() {

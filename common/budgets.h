@@ -55,6 +55,12 @@ inline constexpr size_t kMatcherMemoryBytes = size_t{64} << 20;
 // The compile worker (daemon/handlers/compile_worker.h): constraints queued or compiling.
 inline constexpr size_t kCompileQueueLimit = 64;
 inline constexpr size_t kCompileQueuePerUidLimit = 16;
+// Conversations and tools (ChatRequest.messages, CreateSession/ChatRequest.tools).
+inline constexpr size_t kChatMessagesLimit = 256;                  // ChatRequest.messages
+inline constexpr size_t kChatMessageBytesLimit = size_t{1} << 20;  // all their text
+inline constexpr size_t kToolsLimit = 64;                          // tools of a ToolSet
+inline constexpr size_t kToolBytesLimit = size_t{256} << 10;       // all their text
+inline constexpr size_t kToolCallsPerReplyLimit = 16;              // calls of one assistant message
 
 enum class BudgetId : uint8_t {
   kBannedIds,          // Sampling.banned_ids of one request: at most the vocabulary size
@@ -76,6 +82,11 @@ enum class BudgetId : uint8_t {
   kGrammarRules,         // rules of a constraint's grammar after rewriting groups and repetitions
   kGrammarSymbols,       // symbols of a constraint's grammar after expanding repetitions
   kSchemaGrammarBytes,   // the GBNF a JSON Schema constraint generates
+  kChatMessages,         // ChatRequest.messages of one request
+  kChatMessageBytes,     // the text of all of them (contents, reasoning, tool calls, ids)
+  kTools,                // tools of one ToolSet
+  kToolBytes,            // the text of all of them (names, descriptions, parameters)
+  kToolCallsPerReply,    // tool calls of one assistant message (sent, or made by a reply)
   kCount,
 };
 

@@ -7,8 +7,10 @@
 
 #include <CLI/CLI.hpp>
 #include <fmt/format.h>
+#include <nlohmann/json.hpp>
 
 #include "client/chat/render.h"
+#include "common/bounded_json.h"
 
 namespace niels::client {
 namespace {
@@ -80,6 +82,9 @@ std::variant<ChatOptions, int> ParseChatFlags(int argc, const char* const* argv,
   CLI::Option* grammar = app.add_option("--grammar", o.grammar_file,
                                         "every reply follows the GBNF grammar in FILE (llama.cpp syntax, start rule root)");
   CLI::Option* any_json = app.add_flag("--json", o.any_json, "every reply is a JSON value");
+  app.add_option("--tools", o.tools_file,
+                 "give the model the tools of FILE (OpenAI-style tools JSON); each call is shown and its result read "
+                 "from input");
   schema->excludes(grammar)->excludes(any_json);
   grammar->excludes(any_json);
   try {
@@ -131,6 +136,40 @@ common::StatusOr<std::optional<niels::v1::Constraint>> ResolveConstraint(const C
   return std::optional<niels::v1::Constraint>(std::move(constraint));
 }
 
+common::StatusOr<niels::v1::ToolSet> ParseOpenAiTools(const std::string& json_text, const std::string& source) {
+  common::StatusOr<nlohmann::json> parsed = common::ParseJsonBounded(json_text, source);
+  if (!parsed.ok()) return parsed.status();
+  if (!parsed->is_array()) return common::Status::InvalidArgument(source + ": not a JSON array of tools");
+  niels::v1::ToolSet tools;
+  for (size_t i = 0; i < parsed->size(); ++i) {
+    const nlohmann::json& entry = (*parsed)[i];
+    const std::string where = source + ": tool " + std::to_string(i);
+    if (!entry.is_object()) return common::Status::InvalidArgument(where + " is not an object");
+    const nlohmann::json& function = entry.contains("function") ? entry["function"] : entry;
+    if (!function.is_object() || !function.contains("name") || !function["name"].is_string()) {
+      return common::Status::InvalidArgument(where + " has no function name");
+    }
+    niels::v1::Tool& tool = *tools.add_tools();
+    tool.set_name(function["name"].get<std::string>());
+    if (function.contains("description") && function["description"].is_string()) {
+      tool.set_description(function["description"].get<std::string>());
+    }
+    if (function.contains("parameters") && !function["parameters"].is_null()) {
+      tool.set_parameters(function["parameters"].dump());
+    }
+  }
+  return tools;
+}
+
+common::StatusOr<std::optional<niels::v1::ToolSet>> ResolveTools(const ChatOptions& options) {
+  if (options.tools_file.empty()) return std::optional<niels::v1::ToolSet>();
+  auto text = ReadTextFile(options.tools_file, "--tools");
+  if (!text.ok()) return text.status();
+  auto tools = ParseOpenAiTools(*text, "--tools " + options.tools_file);
+  if (!tools.ok()) return tools.status();
+  return std::optional<niels::v1::ToolSet>(std::move(tools).value());
+}
+
 common::StatusOr<std::string> ResolveSystemPrompt(const ChatOptions& options) {
   if (!options.system_file.empty()) {
     std::ifstream in(options.system_file, std::ios::binary);
@@ -168,6 +207,7 @@ niels::v1::ChatRequest BuildChatRequest(const ChatOptions& options, const std::s
   request.set_stream(options.stream);
   if (options.enable_thinking) request.set_enable_thinking(*options.enable_thinking);
   if (options.constraint) *request.mutable_constraint() = *options.constraint;
+  if (options.tools) *request.mutable_tools() = *options.tools;
   return request;
 }
 

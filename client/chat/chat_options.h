@@ -42,6 +42,10 @@ struct ChatOptions {
   bool any_json = false;                    // --json: any JSON value
   // The constraint sent with every turn (ResolveConstraint fills it from the three above).
   std::optional<niels::v1::Constraint> constraint;
+  // Tools: --tools FILE, an OpenAI-style tools JSON; sent with every turn (ResolveTools fills
+  // `tools`). Each call a reply makes is shown and its result read from the user.
+  std::string tools_file;
+  std::optional<niels::v1::ToolSet> tools;
 };
 
 // Parses argv. Returns the options, or an exit code when the program should stop right away:
@@ -58,9 +62,17 @@ common::StatusOr<std::string> ResolveSystemPrompt(const ChatOptions& options);
 // UTF-8. (The daemon checks the schema or grammar itself, naming the line and column.)
 common::StatusOr<std::optional<niels::v1::Constraint>> ResolveConstraint(const ChatOptions& options);
 
+// The tools of an OpenAI-style tools JSON text: an array of {"type": "function", "function": {"name",
+// "description", "parameters"}} (or of the bare function objects); parameters kept as JSON text.
+// INVALID_ARGUMENT naming `source` and the entry otherwise. (The daemon checks names and schemas.)
+common::StatusOr<niels::v1::ToolSet> ParseOpenAiTools(const std::string& json_text, const std::string& source);
+
+// The tools of --tools FILE; nullopt without it. INVALID_ARGUMENT naming the file.
+common::StatusOr<std::optional<niels::v1::ToolSet>> ResolveTools(const ChatOptions& options);
+
 // The request for one turn: sampling from the options (greedy => temperature 0), max_new_tokens,
 // use_kv_cache (only sent when false, so the daemon default applies otherwise), stream,
-// enable_thinking (only when --think or --no-think was given) and the constraint.
+// enable_thinking (only when --think or --no-think was given), the constraint and the tools.
 niels::v1::ChatRequest BuildChatRequest(const ChatOptions& options, const std::string& session_id,
                                         const std::string& user_text);
 

@@ -136,10 +136,14 @@ common::StatusOr<std::string> ChatRepl::DropLastTurn() {
   if (!session.ok()) return session.status();
   const auto& messages = session->messages();
   const int first = !messages.empty() && messages[0].role() == "system" ? 1 : 0;
-  const int count = messages.size() - first;
-  if (count < 2) return common::Status::NotFound("the conversation has no turn yet");
-  std::string user_text = messages[first + count - 2].content();
-  auto rewound = client_->RewindSession(session_id_, count - 2);
+  // The last turn starts at the last user message (after it: the reply, tool calls and results).
+  int last_user = messages.size() - 1;
+  while (last_user >= first && messages[last_user].role() != "user") --last_user;
+  if (last_user < first || last_user + 1 >= messages.size()) {
+    return common::Status::NotFound("the conversation has no turn yet");
+  }
+  std::string user_text = messages[last_user].content();
+  auto rewound = client_->RewindSession(session_id_, last_user - first);
   if (!rewound.ok()) return rewound.status();
   if (turns_ > 0) --turns_;
   return user_text;
@@ -224,11 +228,25 @@ int ChatRepl::RunCommand(const SlashCommand& command) {
 }
 
 common::Status ChatRepl::Turn(const std::string& text) {
+  niels::v1::ChatRequest request = BuildChatRequest(options_, session_id_, text);
+  for (int round = 0; round < kMaxToolRounds; ++round) {
+    bool answered = false;
+    NIELS_RETURN_IF_ERROR(Reply(request, &answered));
+    if (!answered) break;
+    // The tool results go back as the next request's messages.
+    request = BuildChatRequest(options_, session_id_, "");
+    for (const niels::v1::ChatMessage& result : pending_results_) *request.add_messages() = result;
+    pending_results_.clear();
+  }
+  return common::Status::Ok();
+}
+
+common::Status ChatRepl::Reply(const niels::v1::ChatRequest& request, bool* answered_calls) {
+  *answered_calls = false;
   ReplyPrinter printer(out_, options_.stream, reasoning_display_);
   client_->ClearCancelRequest();
   g_in_reply = 1;
-  auto reply = client_->Chat(BuildChatRequest(options_, session_id_, text),
-                             [&](const niels::v1::TokenEvent& e) { printer.OnToken(e); });
+  auto reply = client_->Chat(request, [&](const niels::v1::TokenEvent& e) { printer.OnToken(e); });
   g_in_reply = 0;
   if (!reply.ok()) {
     printer.Abort();
@@ -236,6 +254,22 @@ common::Status ChatRepl::Turn(const std::string& text) {
   }
   printer.Finish(reply->reply(), reply->reasoning());
   ++turns_;
+  if (reply->tool_calls_size() > 0 && tool_result_reader_) {
+    for (const niels::v1::ToolCall& call : reply->tool_calls()) {
+      err_ << "[tool call " << call.name() << " " << call.arguments() << " (id " << call.id() << ")]" << std::endl;
+      std::optional<std::string> result = tool_result_reader_(call);
+      if (!result) {
+        pending_results_.clear();
+        return common::Status::Ok();
+      }
+      niels::v1::ChatMessage& message = pending_results_.emplace_back();
+      message.set_role("tool");
+      message.set_content(*result);
+      message.set_tool_call_id(call.id());
+      message.set_name(call.name());
+    }
+    *answered_calls = true;
+  }
   if (reply->stop_reason() == niels::v1::CONSTRAINT_INCOMPLETE) {
     err_ << "niels-chat: the reply was cut by --max-new-tokens (or the context) before it was complete: "
             "it does not follow the constraint"

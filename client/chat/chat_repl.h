@@ -26,8 +26,11 @@
 // talks to this REPL's client through an atomic pointer; at most one REPL per process uses it.
 
 #include <cstdint>
+#include <functional>
+#include <optional>
 #include <iosfwd>
 #include <string>
+#include <vector>
 
 #include "client/chat/chat_options.h"
 #include "client/chat/render.h"
@@ -43,6 +46,8 @@ inline constexpr int kExitOk = 0;
 inline constexpr int kExitTurnFailed = 1;
 inline constexpr int kExitUnreachable = 2;
 inline constexpr int kExitInterrupted = 130;
+// The most replies one user turn with tools makes (each after the previous one's tool results).
+inline constexpr int kMaxToolRounds = 8;
 
 // The one line printed when nielsd cannot be reached at `socket_path`: where it looked, why,
 // and how to start it (a hint that fits the path: user unit, system unit, or --socket).
@@ -66,6 +71,11 @@ class ChatRepl {
   // false (an older daemon): then the sessions this REPL created are deleted when left.
   void SetDurable(bool durable) { durable_ = durable; }
 
+  // Tools (--tools): reads the result of a call the model made, after the call was shown on `err`;
+  // nullopt (end of input) leaves the call unanswered and ends the turn.
+  using ToolResultReader = std::function<std::optional<std::string>(const niels::v1::ToolCall& call)>;
+  void SetToolResultReader(ToolResultReader reader) { tool_result_reader_ = std::move(reader); }
+
   // How replies show a reasoning model's reasoning (render.h); default: hidden with
   // --hide-reasoning, else between <think> tags (main() dims it on a terminal).
   void SetReasoningDisplay(ReasoningDisplay display) { reasoning_display_ = display; }
@@ -81,7 +91,10 @@ class ChatRepl {
   const std::string& session_id() const { return session_id_; }
 
   // One user turn: sends `text`, prints the reply (streamed with --stream) and, with --stats,
-  // the stats line. OK, CANCELLED after Ctrl-C (nothing more printed on `out`), or the error.
+  // the stats line. With tools, each call the reply makes is shown on `err` ("[tool call NAME ARGS]")
+  // and its result read (SetToolResultReader) and sent back as a tool message, and the model's
+  // next reply printed, until a reply makes no call (at most kMaxToolRounds replies). OK,
+  // CANCELLED after Ctrl-C (nothing more printed on `out`), or the error.
   common::Status Turn(const std::string& text);
 
   int RunOneShot(const std::string& prompt);
@@ -102,6 +115,9 @@ class ChatRepl {
   bool LeaveSession();
   // Switches to a fresh session with `system_prompt`, leaving the current one.
   common::Status StartOver(const std::string& system_prompt);
+  // Sends one request and prints its reply (Turn); *answered_calls: the reply made tool calls and
+  // every result was read (pending_results_ holds them).
+  common::Status Reply(const niels::v1::ChatRequest& request, bool* answered_calls);
   // Drops the session's last turn (RewindSession) and returns the text of its user message; NOT_FOUND
   // when the conversation has no turn.
   common::StatusOr<std::string> DropLastTurn();
@@ -117,6 +133,8 @@ class ChatRepl {
   int64_t turns_ = 0;       // completed turns the session holds
   bool durable_ = false;
   bool any_failed_ = false;
+  ToolResultReader tool_result_reader_;
+  std::vector<niels::v1::ChatMessage> pending_results_;
 };
 
 }  // namespace niels::client

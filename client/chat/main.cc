@@ -7,6 +7,8 @@
 #include <iostream>
 #include <variant>
 
+#include <editline/readline.h>
+
 #include "client/chat/chat_options.h"
 #include "client/chat/chat_repl.h"
 #include "client/chat/history_file.h"
@@ -34,6 +36,12 @@ int Run(ChatOptions options) {
     return kExitTurnFailed;
   }
   options.constraint = std::move(constraint).value();
+  auto tools = ResolveTools(options);
+  if (!tools.ok()) {
+    std::cerr << "niels-chat: " << tools.status().message() << std::endl;
+    return kExitTurnFailed;
+  }
+  options.tools = std::move(tools).value();
   auto client = DaemonClient::Connect(*path);
   if (!client.ok()) {
     std::cerr << UnreachableMessage(*path, client.status(), !options.socket.empty()) << std::endl;
@@ -67,6 +75,23 @@ int Run(ChatOptions options) {
     std::cerr << "niels-chat: cannot " << (options.session.empty() ? "create a chat session" : "continue session " + options.session)
               << ": " << started.ToString() << std::endl;
     return started.code() == niels::common::StatusCode::kUnavailable ? kExitUnreachable : kExitTurnFailed;
+  }
+  const bool terminal = ::isatty(STDIN_FILENO) != 0 && !options.prompt;
+  if (options.tools) {
+    // A call's result: one line typed at a "result> " prompt, or the next input line.
+    repl.SetToolResultReader([terminal](const niels::v1::ToolCall& call) -> std::optional<std::string> {
+      if (terminal) {
+        const std::string prompt = "result of " + call.name() + "> ";
+        char* raw = readline(prompt.c_str());
+        if (raw == nullptr) return std::nullopt;
+        std::string line(raw);
+        std::free(raw);
+        return line;
+      }
+      std::string line;
+      if (!std::getline(std::cin, line)) return std::nullopt;
+      return line;
+    });
   }
   if (options.prompt) return repl.RunOneShot(*options.prompt);
   if (::isatty(STDIN_FILENO)) {

@@ -60,12 +60,31 @@ TurnResult StartNativeChatTurn(EngineState& state, const Work& work, const ChatT
   const int32_t eot = format.stop_ids().front();
   const int64_t context = state.config().context;
 
-  StatusOr<text::ChatPrompt> encoded = format.EncodeTurn(std::nullopt, {}, args.user_text, args.options);
+  // A turn is one user message and its reply: the history is [usr] text [eot] [asst] reply [eot].
+  const bool with_tools = args.tools.has_value() && *args.tools != nullptr && !(*args.tools)->empty();
+  if (args.append_only || args.messages.size() > 1 ||
+      (args.messages.size() == 1 && args.messages.front().role != text::Role::kUser) || with_tools ||
+      args.tool_choice.mode == ToolChoice::Mode::kRequired || args.tool_choice.mode == ToolChoice::Mode::kNamed) {
+    return Status::InvalidArgument(
+        "messages: the token-native chat format takes one user message per Chat (no append_only, assistant or "
+        "tool messages, or tools)");
+  }
+  const std::string& user_text = args.messages.empty() ? args.user_text : args.messages.front().content;
+  if (args.keep_messages && (*args.keep_messages % 2 != 0 || *args.keep_messages > 2 * session.turns().size())) {
+    return Status::InvalidArgument(fmt::format(
+        "keep_messages = {} must be even (whole turns: a user message and its reply) and in [0, {}]",
+        *args.keep_messages, 2 * session.turns().size()));
+  }
+  StatusOr<text::ChatPrompt> encoded = format.EncodeTurn(std::nullopt, {}, user_text, args.options);
   if (!encoded.ok()) return encoded.status();
   std::vector<int32_t> turn = std::move(encoded->ids);
   const int64_t turn_length = static_cast<int64_t>(turn.size());
 
   sessions::Session::Snapshot snapshot = session.TakeSnapshot();
+  if (args.keep_messages && *args.keep_messages / 2 < session.turns().size()) {
+    const size_t keep = *args.keep_messages / 2;
+    session.Rewind(keep, keep == 0 ? session.system_end() : session.turns()[keep - 1].end);
+  }
   CloseLastTurn(session, eot);
   StatusOr<size_t> dropped = TurnsToDrop(session, turn_length, ChatReplyRoom(args.max_new_tokens, context), context,
                                          state.options.context_keep);
@@ -90,11 +109,11 @@ TurnResult StartNativeChatTurn(EngineState& state, const Work& work, const ChatT
   auto reply = std::make_shared<ChatReply>();
   Turn::SessionCommit commit = [turn_begin, eot, context, reply, stop, &state](sessions::Session& s,
                                                                                const GenerateResult& result) {
-    *reply = MakeChatReply(state, result, /*starts_in_reasoning=*/false, stop.get());
+    *reply = MakeChatReply(state, result, /*starts_in_reasoning=*/false, stop.get(), nullptr);
     s.AddTurn({turn_begin, s.length()});
     if (result.stop_reason != StopReason::kStopToken && s.length() < context) s.AppendToLastTurn(eot);
   };
-  TurnCallbacks turn_callbacks = MakeChatTurnCallbacks(state, std::move(callbacks), false, reply, stop);
+  TurnCallbacks turn_callbacks = MakeChatTurnCallbacks(state, std::move(callbacks), false, reply, stop, nullptr);
   return TurnStart{std::make_unique<Turn>(state, work, session, std::move(snapshot), std::move(turn),
                                           std::move(options), std::move(turn_callbacks), std::move(commit),
                                           static_cast<int32_t>(*dropped))};
@@ -124,7 +143,7 @@ int64_t ChatReplyRoom(int32_t max_new_tokens, int64_t context) {
 }
 
 ChatReply MakeChatReply(const EngineState& state, const GenerateResult& result, bool starts_in_reasoning,
-                        const StopStringRule* stop) {
+                        const StopStringRule* stop, const ReplyToolParsing* tools) {
   ChatReply reply;
   reply.ids = result.new_tokens;
   if (result.stop_reason == StopReason::kStopToken && !reply.ids.empty()) reply.ids.pop_back();
@@ -135,20 +154,29 @@ ChatReply MakeChatReply(const EngineState& state, const GenerateResult& result, 
       starts_in_reasoning);
   reply.answer = split.answer;
   reply.reasoning = split.reasoning;
+  if (tools != nullptr) {
+    auto [content, calls] =
+        ReplyToolCalls::Parse(tools->family, *tools->tools, tools->calls_allowed, tools->ids, reply.answer);
+    reply.answer = std::move(content);
+    reply.tool_calls = std::move(calls);
+  }
   return reply;
 }
 
 TurnCallbacks MakeChatTurnCallbacks(const EngineState& state, ChatCallbacks callbacks, bool starts_in_reasoning,
-                                    std::shared_ptr<const ChatReply> reply, std::shared_ptr<StopStringRule> stop) {
+                                    std::shared_ptr<const ChatReply> reply, std::shared_ptr<StopStringRule> stop,
+                                    const ReplyToolParsing* tools) {
   TurnCallbacks turn_callbacks;
   if (callbacks.on_token) {
     struct Stream {
       text::TextStream text;
       text::ReplySplitter splitter;
+      std::optional<ReplyToolCalls> calls;
     };
     auto stream = std::make_shared<Stream>(
-        Stream{text::TextStream(state.tokenizer()), text::ReplySplitter(state.chat_format()->reasoning_tags(),
-                                                                         starts_in_reasoning)});
+        Stream{text::TextStream(state.tokenizer()),
+               text::ReplySplitter(state.chat_format()->reasoning_tags(), starts_in_reasoning), std::nullopt});
+    if (tools != nullptr) stream->calls.emplace(tools->family, *tools->tools, tools->calls_allowed, tools->ids);
     turn_callbacks.on_token = [stream, stop, on_token = std::move(callbacks.on_token)](const StepEvent& event) {
       // A stop id decodes to nothing: it only flushes. With stop strings the rule (fed this id
       // already) says what may be shown.
@@ -159,7 +187,19 @@ TurnCallbacks MakeChatTurnCallbacks(const EngineState& state, ChatCallbacks call
         delta.answer += rest.answer;
         delta.reasoning += rest.reasoning;
       }
-      on_token(event, delta);
+      std::vector<ToolCallPiece> calls;
+      if (stream->calls) {
+        // The answer goes through the reply's tool-call parser: content and completed calls.
+        ReplyToolCalls::Piece piece = stream->calls->Feed(delta.answer);
+        if (event.last) {
+          ReplyToolCalls::Piece rest = stream->calls->Finish();
+          piece.content += rest.content;
+          for (ToolCallPiece& call : rest.calls) piece.calls.push_back(std::move(call));
+        }
+        delta.answer = std::move(piece.content);
+        calls = std::move(piece.calls);
+      }
+      on_token(event, delta, calls);
     };
   }
   if (callbacks.on_commit) {
@@ -167,6 +207,15 @@ TurnCallbacks MakeChatTurnCallbacks(const EngineState& state, ChatCallbacks call
                                    const TurnOutcome& outcome) { on_commit(outcome, *reply); };
   }
   return turn_callbacks;
+}
+
+StatusOr<const sessions::Session*> AppendChatMessages(EngineState& state, const Work& work, const ChatTurnArgs& args) {
+  const text::ChatFormat* format = state.chat_format();
+  if (format == nullptr) return state.chat_format_status;
+  if (format->kind() != text::ChatFormat::Kind::kTemplate) {
+    return Status::InvalidArgument("append_only: the token-native chat format takes one user message per Chat");
+  }
+  return AppendTemplateMessages(state, work, args);
 }
 
 TurnResult StartChatTurn(EngineState& state, const Work& work, const ChatTurnArgs& args, ChatCallbacks callbacks) {

@@ -19,9 +19,12 @@
 
 #include <cstdint>
 #include <functional>
+#include <optional>
+#include <span>
 #include <string>
 #include <vector>
 
+#include "daemon/engine/chat_tools.h"
 #include "daemon/engine/stop_string_rule.h"
 #include "daemon/engine/turn.h"
 #include "daemon/grammar/compiled_grammar.h"
@@ -32,7 +35,18 @@ namespace niels::daemon::engine {
 
 struct ChatTurnArgs {
   std::string session_id;
-  std::string user_text;            // REQUIRES: not empty
+  // The user's new message; "" when `messages` are given. REQUIRES: one of the two, not both.
+  std::string user_text;
+  // Conversations as messages: first the conversation is cut back to its first keep_messages
+  // messages after the system prompt (token-native: whole turns, an even count), then `messages`
+  // are appended (roles user, assistant, tool; a tool message's tool_call_id names a call of the
+  // conversation), then the model replies, unless append_only.
+  std::optional<size_t> keep_messages;
+  std::vector<text::ChatMessage> messages;
+  bool append_only = false;
+  // Set: the session's tools from this turn on (null: none); unset: the session keeps its own.
+  std::optional<std::shared_ptr<const std::vector<text::ToolDefinition>>> tools;
+  ToolChoice tool_choice;
   int32_t max_new_tokens = 0;       // REQUIRES: >= 1
   bool use_kv_cache = true;
   sampling::SamplingParams sampling;   // REQUIRES: valid for the model's vocabulary
@@ -48,19 +62,24 @@ struct ChatTurnArgs {
 
 // A committed reply: its ids (the stop id that ended it not included) and its text split into the
 // answer and the reasoning (text/reply_splitter.h); the stop string that ended it, if one did.
+// With tools, `answer` is the content beside the calls the reply made, `tool_calls` those calls
+// (chat_tools.h).
 struct ChatReply {
   std::vector<int32_t> ids;
   std::string answer;
   std::string reasoning;
   std::string stop_string;
+  std::vector<text::ToolCall> tool_calls;
 };
 
 // How a chat turn talks to whoever started it (daemon/handlers). Both run on the engine thread.
 struct ChatCallbacks {
   // Every sampled id with the text it adds to the reply's answer and reasoning (the concatenation
-  // of the deltas is the committed reply's answer and reasoning). May be empty. To stop the turn set
-  // the request's cancel flag.
-  std::function<void(const StepEvent& event, const text::ReplyDelta& delta)> on_token;
+  // of the deltas is the committed reply's answer and reasoning) and the pieces of the tool calls
+  // it completed (per index joined: the committed calls). May be empty. To stop the turn set the
+  // request's cancel flag.
+  std::function<void(const StepEvent& event, const text::ReplyDelta& delta, std::span<const ToolCallPiece> calls)>
+      on_token;
   // The turn committed (the session holds it): answer the request.
   std::function<void(const TurnOutcome& outcome, const ChatReply& reply)> on_commit;
 };
@@ -91,13 +110,31 @@ int64_t ChatReplyRoom(int32_t max_new_tokens, int64_t context);
 // The reply a generation committed, in `format`: ids without the stop id that ended it, decoded and
 // split (starts_in_reasoning: the prompt left a reasoning block open); after a stop string, the text
 // before it (stop: the turn's rule, or null).
+// How a reply's answer is parsed for tool calls (chat_tools.h): the family, the tools, whether
+// calls are allowed (tool_choice none: no), and the ids the stream and the commit share.
+struct ReplyToolParsing {
+  tool_calls::ToolCallFamily family = tool_calls::ToolCallFamily::kHermes;
+  std::shared_ptr<const std::vector<text::ToolDefinition>> tools;  // not null
+  bool calls_allowed = true;
+  std::shared_ptr<ToolCallIds> ids;
+};
+
+// With `tools` (null: none), the answer is split into content and calls.
 ChatReply MakeChatReply(const EngineState& state, const GenerateResult& result, bool starts_in_reasoning,
-                        const StopStringRule* stop);
+                        const StopStringRule* stop, const ReplyToolParsing* tools);
 
 // The Turn's callbacks for `callbacks`: on_token decodes and splits the reply's text as it grows
 // (with a stop rule, the text it lets a stream show: never past a possible match); on_commit hands
 // over *reply, which the turn's SessionCommit fills (MakeChatReply) before.
+// With `tools` (null: none) the streamed answer goes through the reply's tool-call parser.
 TurnCallbacks MakeChatTurnCallbacks(const EngineState& state, ChatCallbacks callbacks, bool starts_in_reasoning,
-                                    std::shared_ptr<const ChatReply> reply, std::shared_ptr<StopStringRule> stop);
+                                    std::shared_ptr<const ChatReply> reply, std::shared_ptr<StopStringRule> stop,
+                                    const ReplyToolParsing* tools);
+
+// Chat with append_only: the conversation cut to keep_messages and `messages` appended (and the
+// tools set), validated as a turn's, stored; nothing generated. Errors as StartChatTurn. The
+// session's tokens stay: the next turn reuses what its rendering shares with them.
+common::StatusOr<const sessions::Session*> AppendChatMessages(EngineState& state, const Work& work,
+                                                              const ChatTurnArgs& args);
 
 }  // namespace niels::daemon::engine

@@ -15,6 +15,7 @@
 
 #include "common/log.h"
 #include "daemon/engine/engine_state.h"
+#include "daemon/tool_calls/template_family.h"
 #include "daemon/engine/turn.h"
 #include "daemon/kernels/heap_tuning.h"
 
@@ -69,6 +70,9 @@ EngineState::EngineState(std::unique_ptr<loaders::Model> loaded, const EngineOpt
                engine_options.session_limits, spiller, engine_options.durable),
       kv(sessions, spiller),
       started(Clock::now()) {
+  if (chat_format_ != nullptr && chat_format_->kind() == text::ChatFormat::Kind::kTemplate) {
+    tool_call_family = tool_calls::ToolCallFamilyOfTemplate(model->chat_template);
+  }
   // Structured output's view of the tokenizer, once per model (output_constraint.h).
   auto vocabulary = ConstraintVocabulary::Build(*model->tokenizer, static_cast<int32_t>(model->config.vocab_size),
                                                   model->stop_ids);

@@ -6,6 +6,7 @@
 #include <chrono>
 #include <cstdint>
 #include <memory>
+#include <optional>
 
 #include "daemon/engine/engine_options.h"
 #include "daemon/engine/output_constraint.h"
@@ -14,6 +15,7 @@
 #include "daemon/sessions/kv_spill.h"
 #include "daemon/sessions/session_registry.h"
 #include "daemon/text/chat_format.h"
+#include "daemon/tool_calls/tool_call_parser.h"
 
 namespace niels::daemon::engine {
 
@@ -32,6 +34,9 @@ struct EngineState {
   EngineOptions options;
   common::Status chat_format_status;               // declared before chat_format_, which sets it
   std::unique_ptr<text::ChatFormat> chat_format_;  // refers to model's tokenizer
+  // The tool-call family of the model's chat template (tool_calls/template_family.h); nullopt when
+  // replies are not parsed for calls (no template, or one without tool support): tools are refused.
+  std::optional<tool_calls::ToolCallFamily> tool_call_family;
   sessions::KvSpiller spiller;       // KV caches to and from disk (durable sessions)
   sessions::SessionRegistry sessions;
   sessions::KvBudget kv;             // the KV pool: admission and eviction

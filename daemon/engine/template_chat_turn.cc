@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <functional>
 #include <map>
+#include <set>
 #include <memory>
 #include <utility>
 #include <vector>
@@ -22,21 +23,104 @@ size_t CommonPrefix(std::span<const int32_t> a, std::span<const int32_t> b) {
   return static_cast<size_t>(mismatch.first - a.begin());
 }
 
-// The fewest oldest exchanges to leave out so that the conversation's text, the system prompt and
-// the new user message stay within kMaxConversationBytes. INVALID_ARGUMENT when they do not even
-// without any exchange.
-StatusOr<size_t> ExchangesOverBytes(const sessions::Session& session, size_t user_bytes) {
+// The bytes of a message's text a conversation keeps.
+size_t MessageBytes(const text::ChatMessage& message) {
+  size_t bytes = message.content.size() + message.reasoning.size() + message.tool_call_id.size() + message.name.size();
+  for (const text::ToolCall& call : message.tool_calls) bytes += call.id.size() + call.name.size() + call.arguments.size();
+  return bytes;
+}
+
+// The conversation a turn renders: the session's messages kept (keep_messages), of which the
+// oldest exchanges may be left out, then the turn's new messages, and the tools.
+struct Conversation {
+  std::vector<text::ChatMessage> kept;
+  std::vector<text::ChatMessage> added;
+  std::shared_ptr<const std::vector<text::ToolDefinition>> tools;
+  // Where exchange k of `kept` begins: 0, then every user message after the first message. An
+  // exchange is a user message and all that follows it up to the next one (the reply, its tool
+  // calls and their results), so leaving one out never splits a call from its result.
+  std::vector<size_t> exchange_starts;
+
+  size_t exchanges() const { return exchange_starts.size(); }
+  // The index in `kept` where the rendering starts with `drop` exchanges left out.
+  size_t Cut(size_t drop) const { return drop < exchange_starts.size() ? exchange_starts[drop] : kept.size(); }
+  // The messages rendered with `drop` exchanges left out.
+  std::vector<text::ChatMessage> Without(size_t drop) const {
+    std::vector<text::ChatMessage> messages(kept.begin() + static_cast<std::ptrdiff_t>(Cut(drop)), kept.end());
+    messages.insert(messages.end(), added.begin(), added.end());
+    return messages;
+  }
+};
+
+StatusOr<Conversation> BuildConversation(const EngineState& state, const sessions::Session& session,
+                                         const ChatTurnArgs& args) {
+  Conversation conversation;
   const std::vector<text::ChatMessage>& messages = session.messages();
-  size_t bytes = user_bytes + session.system_prompt_text().size();
-  for (const text::ChatMessage& message : messages) bytes += message.content.size() + message.reasoning.size();
+  size_t keep = messages.size();
+  if (args.keep_messages) {
+    if (*args.keep_messages > messages.size()) {
+      return Status::InvalidArgument(fmt::format(
+          "keep_messages = {} must be in [0, {}] (the messages of the conversation after the system prompt)",
+          *args.keep_messages, messages.size()));
+    }
+    keep = *args.keep_messages;
+  }
+  conversation.kept.assign(messages.begin(), messages.begin() + static_cast<std::ptrdiff_t>(keep));
+  if (args.messages.empty() && !args.user_text.empty()) {
+    conversation.added.push_back({text::Role::kUser, args.user_text, ""});
+  } else {
+    conversation.added = args.messages;
+  }
+  conversation.tools = args.tools ? *args.tools : session.tools();
+  if (conversation.tools != nullptr && conversation.tools->empty()) conversation.tools = nullptr;
+  if (conversation.tools != nullptr && !state.tool_call_family) {
+    return Status::InvalidArgument(
+        "tools: this model's chat template has no tool-call format nielsd knows (InfoResponse.tool_call_format is "
+        "empty)");
+  }
+  // Every call id once; every tool result answers a call made before it.
+  std::set<std::string> ids;
+  for (const text::ChatMessage& message : conversation.kept) {
+    for (const text::ToolCall& call : message.tool_calls) ids.insert(call.id);
+  }
+  for (size_t i = 0; i < conversation.added.size(); ++i) {
+    const text::ChatMessage& message = conversation.added[i];
+    for (size_t j = 0; j < message.tool_calls.size(); ++j) {
+      if (!ids.insert(message.tool_calls[j].id).second) {
+        return Status::InvalidArgument(fmt::format(
+            "messages[{}].tool_calls[{}].id: \"{}\" is already the id of a call in the conversation", i, j,
+            message.tool_calls[j].id));
+      }
+    }
+    if (message.role == text::Role::kTool && !ids.contains(message.tool_call_id)) {
+      return Status::InvalidArgument(fmt::format(
+          "messages[{}].tool_call_id: \"{}\" names no call of the conversation before it", i, message.tool_call_id));
+    }
+  }
+  for (size_t i = 1; i < conversation.kept.size(); ++i) {
+    if (conversation.kept[i].role == text::Role::kUser) conversation.exchange_starts.push_back(i);
+  }
+  if (!conversation.kept.empty()) conversation.exchange_starts.insert(conversation.exchange_starts.begin(), 0);
+  return conversation;
+}
+
+// The fewest oldest exchanges to leave out so that the conversation's text, the system prompt and
+// the new messages stay within kMaxConversationBytes. INVALID_ARGUMENT when they do not even
+// without any exchange.
+StatusOr<size_t> ExchangesOverBytes(const sessions::Session& session, const Conversation& conversation) {
+  size_t bytes = session.system_prompt_text().size();
+  for (const text::ChatMessage& message : conversation.kept) bytes += MessageBytes(message);
+  for (const text::ChatMessage& message : conversation.added) bytes += MessageBytes(message);
   size_t drop = 0;
-  while (bytes > kMaxConversationBytes && 2 * drop < messages.size()) {
-    for (size_t i = 2 * drop; i < 2 * drop + 2; ++i) bytes -= messages[i].content.size() + messages[i].reasoning.size();
+  while (bytes > kMaxConversationBytes && drop < conversation.exchanges()) {
+    for (size_t i = conversation.Cut(drop); i < conversation.Cut(drop + 1); ++i) {
+      bytes -= MessageBytes(conversation.kept[i]);
+    }
     ++drop;
   }
   if (bytes > kMaxConversationBytes) {
     return Status::InvalidArgument(fmt::format(
-        "the system prompt and this message are {} bytes; a conversation keeps at most {} bytes of text", bytes,
+        "the system prompt and the new messages are {} bytes; a conversation keeps at most {} bytes of text", bytes,
         kMaxConversationBytes));
   }
   return drop;
@@ -45,16 +129,17 @@ StatusOr<size_t> ExchangesOverBytes(const sessions::Session& session, size_t use
 // Renders the turn with the oldest exchanges left out, each count at most once.
 class TurnRenderer {
  public:
-  TurnRenderer(const text::ChatFormat& format, const sessions::Session& session, const ChatTurnArgs& args)
-      : format_(format), session_(session), args_(args) {}
+  TurnRenderer(const text::ChatFormat& format, const sessions::Session& session, const Conversation& conversation,
+               const text::ChatOptions& options)
+      : format_(format), session_(session), conversation_(conversation), options_(options) {}
 
   StatusOr<const text::ChatPrompt*> Without(size_t drop) {
     auto it = rendered_.find(drop);
     if (it == rendered_.end()) {
       std::optional<std::string> system;
       if (session_.has_system_prompt()) system = session_.system_prompt_text();
-      const std::span<const text::ChatMessage> kept = std::span(session_.messages()).subspan(2 * drop);
-      StatusOr<text::ChatPrompt> prompt = format_.EncodeTurn(system, kept, args_.user_text, args_.options);
+      const std::vector<text::ChatMessage> messages = conversation_.Without(drop);
+      StatusOr<text::ChatPrompt> prompt = format_.EncodeConversation(system, messages, options_);
       if (!prompt.ok()) return prompt.status();
       it = rendered_.emplace(drop, std::move(prompt).value()).first;
     }
@@ -64,7 +149,8 @@ class TurnRenderer {
  private:
   const text::ChatFormat& format_;
   const sessions::Session& session_;
-  const ChatTurnArgs& args_;
+  const Conversation& conversation_;
+  const text::ChatOptions& options_;
   std::map<size_t, text::ChatPrompt> rendered_;
 };
 
@@ -103,6 +189,31 @@ StatusOr<size_t> ExchangesToDrop(const std::function<StatusOr<int64_t>(size_t dr
   return drop;
 }
 
+StatusOr<const sessions::Session*> AppendTemplateMessages(EngineState& state, const Work& work,
+                                                         const ChatTurnArgs& args) {
+  StatusOr<sessions::Session*> found = state.sessions.Find(args.session_id, work.uid);
+  if (!found.ok()) return found.status();
+  sessions::Session& session = **found;
+  StatusOr<Conversation> conversation = BuildConversation(state, session, args);
+  if (!conversation.ok()) return conversation.status();
+  StatusOr<size_t> dropped = ExchangesOverBytes(session, *conversation);
+  if (!dropped.ok()) return dropped.status();
+  text::ChatOptions options = args.options;
+  options.tools = conversation->tools;
+  // The template must take the conversation now, not fail at the next turn.
+  StatusOr<const text::ChatPrompt*> rendered =
+      TurnRenderer(*state.chat_format(), session, *conversation, options).Without(*dropped);
+  if (!rendered.ok()) return rendered.status();
+  sessions::Session::Snapshot snapshot = session.TakeSnapshot();
+  session.SetMessages(conversation->Without(*dropped));
+  session.SetTools(conversation->tools);
+  if (Status stored = state.sessions.Commit(session); !stored.ok()) {
+    session.Restore(std::move(snapshot));
+    return stored;
+  }
+  return &session;
+}
+
 TurnResult StartTemplateChatTurn(EngineState& state, const Work& work, const ChatTurnArgs& args,
                                  ChatCallbacks callbacks) {
   StatusOr<sessions::Session*> found = state.sessions.Find(args.session_id, work.uid);
@@ -112,24 +223,43 @@ TurnResult StartTemplateChatTurn(EngineState& state, const Work& work, const Cha
   const int64_t context = state.config().context;
 
   // Render first: a template error leaves the session untouched.
-  StatusOr<size_t> min_drop = ExchangesOverBytes(session, args.user_text.size());
+  StatusOr<Conversation> built = BuildConversation(state, session, args);
+  if (!built.ok()) return built.status();
+  const Conversation& conversation = *built;
+  text::ChatOptions chat_options = args.options;
+  chat_options.tools = conversation.tools;
+  static const std::vector<text::ToolDefinition> kNoTools;
+  StatusOr<std::shared_ptr<const grammar::CompiledGrammar>> tool_constraint =
+      ToolChoiceConstraint(state, conversation.tools ? *conversation.tools : kNoTools, args.tool_choice);
+  if (!tool_constraint.ok()) return tool_constraint.status();
+  ChatTurnArgs generation_args;  // the request's generation settings, with a tool choice's constraint
+  const ChatTurnArgs* generate = &args;
+  if (*tool_constraint != nullptr) {
+    if (args.constraint != nullptr) {
+      return Status::InvalidArgument("tool_choice: a reply constrained to tool calls cannot have a constraint too");
+    }
+    generation_args = args;
+    generation_args.constraint = *tool_constraint;
+    generate = &generation_args;
+  }
+  StatusOr<size_t> min_drop = ExchangesOverBytes(session, conversation);
   if (!min_drop.ok()) return min_drop.status();
-  TurnRenderer render(format, session, args);
+  TurnRenderer render(format, session, conversation, chat_options);
   const auto tokens_without = [&render](size_t drop) -> StatusOr<int64_t> {
     StatusOr<const text::ChatPrompt*> prompt = render.Without(drop);
     if (!prompt.ok()) return prompt.status();
     return static_cast<int64_t>((*prompt)->ids.size());
   };
-  StatusOr<size_t> dropped = ExchangesToDrop(tokens_without, session.messages().size() / 2, *min_drop,
+  StatusOr<size_t> dropped = ExchangesToDrop(tokens_without, conversation.exchanges(), *min_drop,
                                              ChatReplyRoom(args.max_new_tokens, context), context,
                                              state.options.context_keep);
   if (!dropped.ok()) return dropped.status();
   StatusOr<const text::ChatPrompt*> rendered = render.Without(*dropped);
   if (!rendered.ok()) return rendered.status();
   const text::ChatPrompt prompt = **rendered;  // a copy: the renderer refers to the session
+  std::vector<text::ChatMessage> messages = conversation.Without(*dropped);
 
   sessions::Session::Snapshot snapshot = session.TakeSnapshot();
-  session.DropOldestExchanges(*dropped);
   bool must_wait = false;
   const int64_t final_length = static_cast<int64_t>(prompt.ids.size()) + args.max_new_tokens;
   const Status ready = PrepareCache(state, session, snapshot, args.use_kv_cache, final_length, &must_wait);
@@ -145,15 +275,25 @@ TurnResult StartTemplateChatTurn(EngineState& state, const Work& work, const Cha
   std::vector<int32_t> input(prompt.ids.begin() + static_cast<std::ptrdiff_t>(common), prompt.ids.end());
 
   std::shared_ptr<StopStringRule> stop = MakeChatStopRule(state, args);
-  GenerateOptions options = ChatGenerateOptions(state, args, format, stop);
+  GenerateOptions options = ChatGenerateOptions(state, *generate, format, stop);
+  std::shared_ptr<const ReplyToolParsing> parsing;
+  if (conversation.tools != nullptr) {
+    parsing = std::make_shared<const ReplyToolParsing>(
+        ReplyToolParsing{*state.tool_call_family, conversation.tools,
+                         args.tool_choice.mode != ToolChoice::Mode::kNone, std::make_shared<ToolCallIds>(messages)});
+  }
   auto reply = std::make_shared<ChatReply>();
   const bool starts_in_reasoning = prompt.starts_in_reasoning;
-  Turn::SessionCommit commit = [reply, stop, &state, starts_in_reasoning, user_text = args.user_text](
-                                   sessions::Session& s, const GenerateResult& result) {
-    *reply = MakeChatReply(state, result, starts_in_reasoning, stop.get());
-    s.AddExchange({text::Role::kUser, user_text, ""}, {text::Role::kAssistant, reply->answer, reply->reasoning});
+  Turn::SessionCommit commit = [reply, stop, &state, starts_in_reasoning, messages, parsing,
+                                tools = conversation.tools](sessions::Session& s, const GenerateResult& result) {
+    *reply = MakeChatReply(state, result, starts_in_reasoning, stop.get(), parsing.get());
+    std::vector<text::ChatMessage> conversation = messages;
+    conversation.push_back({text::Role::kAssistant, reply->answer, reply->reasoning, reply->tool_calls});
+    s.SetMessages(std::move(conversation));
+    s.SetTools(tools);
   };
-  TurnCallbacks turn_callbacks = MakeChatTurnCallbacks(state, std::move(callbacks), starts_in_reasoning, reply, stop);
+  TurnCallbacks turn_callbacks =
+      MakeChatTurnCallbacks(state, std::move(callbacks), starts_in_reasoning, reply, stop, parsing.get());
   return TurnStart{std::make_unique<Turn>(state, work, session, std::move(snapshot), std::move(input),
                                           std::move(options), std::move(turn_callbacks), std::move(commit),
                                           static_cast<int32_t>(*dropped))};

@@ -2,25 +2,35 @@
 // StartTemplateChatTurn: a chat turn for a model with a Jinja chat template (docs/ARCHITECTURE.md,
 // "Chat templates of the Llama family"). Engine thread only; StartChatTurn (chat_turn.h) calls it.
 //
-// The session keeps its conversation as messages (Session::messages: user/assistant pairs after
-// the system prompt). A turn renders the system prompt, the conversation and the user's new message
-// with the generation prompt (ChatFormat::EncodeTurn) and reuses the session's KV cache for the
+// The session keeps its conversation as messages (Session::messages: user, assistant and tool
+// messages after the system prompt) and its tools. A turn cuts the conversation to keep_messages,
+// appends its new messages (or the user's text as one), and renders the system prompt, the tools
+// and the conversation with the generation prompt (ChatFormat::EncodeConversation); it reuses the
+// session's KV cache for the
 // longest common prefix of those ids with the cached ones: templates that write earlier turns
 // differently once a new one follows (Qwen3 drops old reasoning) re-prefill only from the first
 // difference, and a follow-up turn of a template that does not (Llama 3, Qwen2.5) prefills only its
 // new tokens. The tokens a raw Generate appended to the session belong to no message: the next
 // rendering leaves them out, so they are dropped from the history at the next turn.
 //
-// Context policy, as for the token-native format but in exchanges: when the rendering plus the
-// reply room R = min(max_new_tokens, T/4) exceeds T, the oldest user/assistant exchanges are left
+// Context policy, as for the token-native format but in exchanges (a user message and everything
+// up to the next one: the reply, its tool calls and their results, so a call and its result go
+// together; the turn's new messages always stay): when the rendering plus the
+// reply room R = min(max_new_tokens, T/4) exceeds T, the oldest exchanges are left
 // out (the system prompt stays) until the rendering plus R fits T and the rendering is at most
 // context_keep x T tokens, or no exchange is left; the outcome reports them as truncated_turns. The
 // messages a session keeps are also bounded in bytes (kMaxConversationBytes): older exchanges go
 // first. If the rendering without any exchange still leaves no room: INVALID_ARGUMENT.
 //
-// On commit the user's message and the reply (its answer, and its reasoning as the message's
-// reasoning_content) join the conversation; a cancelled or failed turn, or a template error
-// (raise_exception: INVALID_ARGUMENT), leaves the session as it was.
+// Tools (chat_tools.h): with tools and a template of a known tool-call family the reply's answer is
+// parsed for calls (not with tool_choice none); the calls get ids unique in the session.
+//
+// On commit the new messages and the reply (its content, its reasoning as the message's
+// reasoning_content, its tool calls) join the conversation and the tools are the session's; a
+// cancelled or failed turn, or a template error (raise_exception: INVALID_ARGUMENT), leaves the
+// session as it was. Errors besides StartChatTurn's: INVALID_ARGUMENT for keep_messages beyond the
+// conversation, a tool result whose tool_call_id names no earlier call, a call id used twice, tools
+// on a template without a tool-call family.
 
 #include <cstddef>
 #include <cstdint>
@@ -45,6 +55,10 @@ inline constexpr size_t kMaxConversationBytes = size_t{8} << 20;
 common::StatusOr<size_t> ExchangesToDrop(const std::function<common::StatusOr<int64_t>(size_t drop)>& tokens_without,
                                          size_t exchanges, size_t min_drop, int64_t room, int64_t context,
                                          double keep);
+
+// Chat with append_only on a template session (AppendChatMessages). REQUIRES: kind kTemplate.
+common::StatusOr<const sessions::Session*> AppendTemplateMessages(EngineState& state, const Work& work,
+                                                                  const ChatTurnArgs& args);
 
 // REQUIRES: state.chat_format() is of kind kTemplate. Errors as StartChatTurn.
 TurnResult StartTemplateChatTurn(EngineState& state, const Work& work, const ChatTurnArgs& args,

@@ -1,6 +1,7 @@
 // Chat: one user/assistant turn on a session (the engine's StartChatTurn), its reply streamed as
 // text (answer and reasoning) when asked, and the ChatResponse.
 #include <memory>
+#include <span>
 #include <utility>
 #include <vector>
 
@@ -9,6 +10,7 @@
 #include "common/budgets.h"
 #include "common/defaults.h"
 #include "daemon/engine/chat_turn.h"
+#include "daemon/handlers/chat_messages.h"
 #include "daemon/handlers/constraint.h"
 #include "daemon/handlers/handlers.h"
 #include "daemon/handlers/proto_convert.h"
@@ -29,10 +31,28 @@ StatusOr<engine::ChatTurnArgs> ChatArgs(const engine::EngineState& state, const 
                                       kMaxUserTextBytes));
   }
   if (state.chat_format() == nullptr) return state.chat_format_status;
-  if (request.user_text().empty()) return Status::InvalidArgument("user_text is empty");
   engine::ChatTurnArgs args;
   args.session_id = request.session_id();
   args.user_text = request.user_text();
+  if (!request.user_text().empty() && request.messages_size() > 0) {
+    return Status::InvalidArgument("user_text and messages: give the new messages one way, not both");
+  }
+  if (request.has_keep_messages()) {
+    if (request.keep_messages() < 0) {
+      return Status::InvalidArgument(fmt::format("keep_messages = {} is negative", request.keep_messages()));
+    }
+    args.keep_messages = static_cast<size_t>(request.keep_messages());
+  }
+  if (request.user_text().empty() && request.messages_size() == 0 && !request.has_keep_messages()) {
+    return Status::InvalidArgument(
+        "user_text is empty: give the user's text, messages, or keep_messages to reply to the kept conversation");
+  }
+  StatusOr<std::vector<text::ChatMessage>> messages = MessagesFromProto(request.messages());
+  if (!messages.ok()) return messages.status();
+  args.messages = std::move(messages).value();
+  args.append_only = request.append_only();
+  if (prepared.tools) args.tools = *prepared.tools;
+  args.tool_choice = ToolChoiceFromProto(request.tool_choice());
   args.max_new_tokens = request.has_max_new_tokens() ? request.max_new_tokens() : common::kDefaultMaxNewTokens;
   if (args.max_new_tokens < 1 || args.max_new_tokens > kMaxNewTokensLimit) {
     return Status::InvalidArgument(
@@ -64,7 +84,16 @@ v1::Response ChatResult(const engine::TurnOutcome& outcome, const engine::ChatRe
   chat.set_reply(reply.answer);
   chat.set_reasoning(reply.reasoning);
   chat.mutable_reply_ids()->Add(reply.ids.begin(), reply.ids.end());
-  chat.set_stop_reason(StopReasonToProto(result.stop_reason));
+  chat.set_stop_reason(reply.tool_calls.empty() ? StopReasonToProto(result.stop_reason) : v1::TOOL_CALLS);
+  for (const text::ToolCall& call : reply.tool_calls) {
+    v1::ToolCall& out = *chat.add_tool_calls();
+    out.set_id(call.id);
+    out.set_name(call.name);
+    out.set_arguments(call.arguments);
+  }
+  // Token-native sessions keep turns (a user message and its reply each), template sessions messages.
+  const sessions::Session& session = outcome.session;
+  chat.set_messages(static_cast<int32_t>(session.messages().size() + 2 * session.turns().size()));
   chat.set_stop_string(reply.stop_string);
   chat.set_truncated_turns(outcome.truncated_turns);
   chat.set_session_length(outcome.session.length());
@@ -75,29 +104,70 @@ v1::Response ChatResult(const engine::TurnOutcome& outcome, const engine::ChatRe
 }  // namespace
 
 bool ChatCompiles(const v1::ChatRequest& request) {
-  return ConstraintCompilesText(request.has_constraint(), request.constraint());
+  return ConstraintCompilesText(request.has_constraint(), request.constraint()) ||
+         (request.has_tools() && request.tools().tools_size() > 0);
 }
 
 StatusOr<Prepared> PrepareChat(const v1::ChatRequest& request, const CompileCancelled& cancelled) {
   StatusOr<std::shared_ptr<const grammar::CompiledGrammar>> constraint =
       CompileConstraint(request.has_constraint(), request.constraint(), cancelled);
   if (!constraint.ok()) return constraint.status();
-  return Prepared{std::move(constraint).value()};
+  Prepared prepared{std::move(constraint).value()};
+  if (request.has_tools()) {
+    StatusOr<std::shared_ptr<const std::vector<text::ToolDefinition>>> tools =
+        ToolsFromProto(request.tools(), "tools", cancelled);
+    if (!tools.ok()) return tools.status();
+    prepared.tools = std::move(tools).value();
+  }
+  return prepared;
 }
+
+namespace {
+
+// Chat with append_only: the messages join the conversation, nothing is generated.
+v1::Response AppendedResult(const sessions::Session& session) {
+  v1::Response response;
+  v1::ChatResponse& chat = *response.mutable_chat();
+  chat.set_session_length(session.length());
+  chat.set_messages(static_cast<int32_t>(session.messages().size()));
+  return response;
+}
+
+}  // namespace
 
 engine::TurnResult StartChat(engine::EngineState& state, const engine::Work& work, server::Job& job,
                              const v1::ChatRequest& request, const Prepared& prepared) {
   StatusOr<engine::ChatTurnArgs> args = ChatArgs(state, request, prepared);
   if (!args.ok()) return args.status();
+  if (args->append_only) {
+    StatusOr<const sessions::Session*> appended = engine::AppendChatMessages(state, work, *args);
+    if (!appended.ok()) return appended.status();
+    job.Finish(AppendedResult(**appended));
+    return engine::TurnStart{};
+  }
   engine::ChatCallbacks callbacks;
   if (request.stream()) {
-    callbacks.on_token = [&job](const engine::StepEvent& event, const text::ReplyDelta& delta) {
-      v1::TokenEvent token;
-      token.set_id(event.id);
-      token.set_index(event.index);
-      token.set_text(delta.answer);
-      token.set_reasoning(delta.reasoning);
-      job.SendEvent(std::move(token));
+    callbacks.on_token = [&job](const engine::StepEvent& event, const text::ReplyDelta& delta,
+                                std::span<const engine::ToolCallPiece> calls) {
+      // A token that completes several calls: one event per further call, with the same id and
+      // index and no text.
+      for (size_t i = 0; i == 0 || i < calls.size(); ++i) {
+        v1::TokenEvent token;
+        token.set_id(event.id);
+        token.set_index(event.index);
+        if (i == 0) {
+          token.set_text(delta.answer);
+          token.set_reasoning(delta.reasoning);
+        }
+        if (i < calls.size()) {
+          v1::ToolCallDelta& call = *token.mutable_tool_call();
+          call.set_index(static_cast<int32_t>(calls[i].index));
+          call.set_id(calls[i].id);
+          call.set_name(calls[i].name);
+          call.set_arguments(calls[i].arguments);
+        }
+        job.SendEvent(std::move(token));
+      }
     };
   }
   callbacks.on_commit = [&job](const engine::TurnOutcome& outcome, const engine::ChatReply& reply) {

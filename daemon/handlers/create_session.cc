@@ -4,13 +4,16 @@
 // response goes out once it is cached; at once when there is nothing to prefill or no KV memory for
 // it now. Without one (HandleCreateSession, quick) nothing is prefilled. Whatever is not, the first
 // request on the session prefills.
+#include <memory>
 #include <optional>
 #include <string>
 #include <utility>
+#include <vector>
 
 #include <fmt/format.h>
 
 #include "daemon/engine/generate_turn.h"
+#include "daemon/handlers/chat_messages.h"
 #include "daemon/handlers/handlers.h"
 #include "daemon/handlers/proto_convert.h"
 #include "daemon/sessions/session_ops.h"
@@ -28,9 +31,11 @@ v1::Response CreatedResponse(const sessions::Session& session) {
   return response;
 }
 
-// The new session (nothing prefilled yet), after the checks that need no encoding.
+// The new session (nothing prefilled yet), after the checks that need no encoding, with `tools`
+// (checked and compiled by PrepareCreateSession).
 common::StatusOr<sessions::Session*> NewSession(engine::EngineState& state, server::Job& job,
-                                               const v1::CreateSessionRequest& request) {
+                                               const v1::CreateSessionRequest& request,
+                                               std::shared_ptr<const std::vector<text::ToolDefinition>> tools = nullptr) {
   std::optional<std::string> system_prompt;
   if (request.has_system_prompt()) {
     if (request.system_prompt().size() > kMaxSystemPromptBytes) {
@@ -40,10 +45,22 @@ common::StatusOr<sessions::Session*> NewSession(engine::EngineState& state, serv
     }
     system_prompt = request.system_prompt();
   }
-  if (system_prompt && state.chat_format() == nullptr) return state.chat_format_status;
+  if ((system_prompt || tools != nullptr) && state.chat_format() == nullptr) return state.chat_format_status;
+  if (tools != nullptr && !state.tool_call_family) {
+    return common::Status::InvalidArgument(
+        "tools: this model's chat format has no tool-call format nielsd knows (InfoResponse.tool_call_format is "
+        "empty)");
+  }
   common::StatusOr<sessions::CreatedSession> created =
       sessions::CreateSession(state.sessions, state.language_model(), state.chat_format(), job.uid(), system_prompt);
   if (!created.ok()) return created.status();
+  if (tools != nullptr) {
+    created->session->SetTools(std::move(tools));
+    if (common::Status stored = state.sessions.Commit(*created->session); !stored.ok()) {
+      (void)state.sessions.Delete(created->session->id(), job.uid());
+      return stored;
+    }
+  }
   return created->session;
 }
 
@@ -56,9 +73,21 @@ HandlerResult HandleCreateSession(engine::EngineState& state, server::Job& job,
   return CreatedResponse(**session);
 }
 
+bool CreateSessionCompiles(const v1::CreateSessionRequest& request) { return request.tools().tools_size() > 0; }
+
+common::StatusOr<Prepared> PrepareCreateSession(const v1::CreateSessionRequest& request,
+                                                const CompileCancelled& cancelled) {
+  Prepared prepared;
+  common::StatusOr<std::shared_ptr<const std::vector<text::ToolDefinition>>> tools =
+      ToolsFromProto(request.tools(), "tools", cancelled);
+  if (!tools.ok()) return tools.status();
+  prepared.tools = std::move(tools).value();
+  return prepared;
+}
+
 engine::TurnResult StartCreateSession(engine::EngineState& state, const engine::Work& work, server::Job& job,
-                                      const v1::CreateSessionRequest& request, const Prepared&) {
-  common::StatusOr<sessions::Session*> created = NewSession(state, job, request);
+                                      const v1::CreateSessionRequest& request, const Prepared& prepared) {
+  common::StatusOr<sessions::Session*> created = NewSession(state, job, request, prepared.tools.value_or(nullptr));
   if (!created.ok()) return created.status();
   sessions::Session& session = **created;
   if (session.length() == 0) {

@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <span>
 
+#include "daemon/handlers/chat_messages.h"
 #include "daemon/handlers/handlers.h"
 #include "daemon/handlers/proto_convert.h"
 
@@ -58,9 +59,7 @@ HandlerResult HandleGetSession(engine::EngineState& state, server::Job& job,
                              static_cast<size_t>(turn.begin), static_cast<size_t>(turn.end - turn.begin)),
                   result);
   }
-  for (const text::ChatMessage& message : session.messages()) {
-    AddMessage(result, message.role, message.content, message.reasoning);
-  }
+  for (const text::ChatMessage& message : session.messages()) MessageToProto(message, *result.add_messages());
   return response;
 }
 

@@ -11,6 +11,8 @@
 // thread, except the Prepare functions (see "Generating").
 
 #include <memory>
+#include <optional>
+#include <vector>
 
 #include "common/status.h"
 #include "daemon/grammar/compiled_grammar.h"
@@ -18,6 +20,7 @@
 #include "daemon/engine/turn.h"
 #include "daemon/engine/work.h"
 #include "daemon/handlers/constraint.h"
+#include "daemon/text/chat_format.h"
 #include "daemon/server/job.h"
 #include "niels/v1/nielsd.pb.h"
 
@@ -56,6 +59,9 @@ HandlerResult HandleDeleteSession(engine::EngineState& state, server::Job& job,
 // or changed.
 struct Prepared {
   std::shared_ptr<const grammar::CompiledGrammar> constraint;  // null: no constraint
+  // The request's ToolSet, checked and compiled (chat_messages.h): unset when the request has none;
+  // set to null for an empty one.
+  std::optional<std::shared_ptr<const std::vector<text::ToolDefinition>>> tools;
 };
 bool ChatCompiles(const niels::v1::ChatRequest& request);
 bool GenerateCompiles(const niels::v1::GenerateRequest& request);
@@ -69,6 +75,9 @@ engine::TurnResult StartGenerate(engine::EngineState& state, const engine::Work&
 // CreateSession with a system prompt is generating: the session's start is prefilled by a turn of
 // the scheduler, like any prompt; a session with nothing to prefill is answered at once (TurnStart
 // without a turn).
+bool CreateSessionCompiles(const niels::v1::CreateSessionRequest& request);
+common::StatusOr<Prepared> PrepareCreateSession(const niels::v1::CreateSessionRequest& request,
+                                                const CompileCancelled& cancelled);
 engine::TurnResult StartCreateSession(engine::EngineState& state, const engine::Work& work, server::Job& job,
                                       const niels::v1::CreateSessionRequest& request, const Prepared& prepared);
 

@@ -52,6 +52,9 @@ HandlerResult HandleInfo(engine::EngineState& state, server::Job& job, const v1:
     info.set_chat_format(std::string(format->name()));
     info.set_reasoning(format->reasoning_tags().has_value());
     info.mutable_chat_stop_ids()->Add(format->stop_ids().begin(), format->stop_ids().end());
+    if (state.tool_call_family) {
+      info.set_tool_call_format(std::string(tool_calls::ToolCallFamilyName(*state.tool_call_family)));
+    }
   } else {
     info.set_chat_format_error(state.chat_format_status.message());
   }

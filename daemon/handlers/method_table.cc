@@ -34,9 +34,12 @@ const Method kDetokenize{"Detokenize", NoSession, NIELS_QUICK(HandleDetokenize, 
                          nullptr};
 const Method kCreateSession{"CreateSession", NoSession, NIELS_QUICK(HandleCreateSession, create_session),
                             nullptr, nullptr, nullptr};
-// With a system prompt: its prefill runs as a turn of the scheduler (create_session.cc).
+// With a system prompt: its prefill runs as a turn of the scheduler (create_session.cc); tools are
+// compiled first, on the compile worker.
 const Method kCreateSessionWithPrompt{"CreateSession", NoSession, nullptr,
-                                      NIELS_GENERATING(StartCreateSession, create_session), nullptr, nullptr};
+                                      NIELS_GENERATING(StartCreateSession, create_session),
+                                      NIELS_PREPARE(PrepareCreateSession, create_session),
+                                      NIELS_COMPILES(CreateSessionCompiles, create_session)};
 const Method kListSessions{"ListSessions", NoSession, NIELS_QUICK(HandleListSessions, list_sessions), nullptr,
                            nullptr, nullptr};
 const Method kGetSession{"GetSession", NIELS_SESSION(get_session), NIELS_QUICK(HandleGetSession, get_session),
@@ -66,7 +69,9 @@ const Method* FindMethod(const v1::Request& request) {
   switch (request.kind_case()) {
     case v1::Request::kInfo: return &kInfo;
     case v1::Request::kCreateSession:
-      return request.create_session().has_system_prompt() ? &kCreateSessionWithPrompt : &kCreateSession;
+      return request.create_session().has_system_prompt() || request.create_session().tools().tools_size() > 0
+                 ? &kCreateSessionWithPrompt
+                 : &kCreateSession;
     case v1::Request::kChat: return &kChat;
     case v1::Request::kGenerate: return &kGenerate;
     case v1::Request::kTokenize: return &kTokenize;

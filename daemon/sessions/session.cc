@@ -77,8 +77,17 @@ void Session::AddExchange(text::ChatMessage user, text::ChatMessage assistant) {
   messages_.push_back(std::move(assistant));
 }
 
-void Session::DropOldestExchanges(size_t count) {
-  messages_.erase(messages_.begin(), messages_.begin() + static_cast<std::ptrdiff_t>(2 * count));
+void Session::SetMessages(std::vector<text::ChatMessage> messages) { messages_ = std::move(messages); }
+
+int32_t Session::completed_turns() const {
+  const auto replies = std::count_if(messages_.begin(), messages_.end(),
+                                     [](const text::ChatMessage& m) { return m.role == text::Role::kAssistant; });
+  return static_cast<int32_t>(turns_.size()) + static_cast<int32_t>(replies);
+}
+
+void Session::SetTools(std::shared_ptr<const std::vector<text::ToolDefinition>> tools) {
+  if (tools != nullptr && tools->empty()) tools = nullptr;
+  tools_ = std::move(tools);
 }
 
 void Session::TruncateHistory(int64_t length, Snapshot& snapshot) {
@@ -97,7 +106,7 @@ void Session::Reset() {
 
 void Session::Rewind(size_t keep, int64_t length) {
   if (keep < turns_.size()) turns_.resize(keep);
-  if (2 * keep < messages_.size()) messages_.resize(2 * keep);
+  if (turns_.empty() && keep < messages_.size()) messages_.resize(keep);
   sequence_.tokens.resize(static_cast<size_t>(length));
   sequence_.cache.Truncate(std::min(sequence_.cache.length(), length));
 }
@@ -109,6 +118,7 @@ Session::Snapshot Session::TakeSnapshot() const {
   snapshot.tokens = sequence_.tokens;
   snapshot.turns = turns_;
   snapshot.messages = messages_;
+  snapshot.tools = tools_;
   snapshot.system_end = system_end_;
   snapshot.cache_length = sequence_.cache.length();
   return snapshot;
@@ -131,6 +141,7 @@ void Session::Restore(Snapshot snapshot) {
   sequence_.tokens = std::move(snapshot.tokens);
   turns_ = std::move(snapshot.turns);
   messages_ = std::move(snapshot.messages);
+  tools_ = std::move(snapshot.tools);
   system_end_ = snapshot.system_end;
   if (snapshot.stashed_cache) sequence_.cache = std::move(*snapshot.stashed_cache);
   // The history only grew since the snapshot (or the stashed cache is back): truncating suffices
@@ -147,6 +158,7 @@ std::unique_ptr<Session> Session::Fork(std::string new_id, uint32_t owner, bool 
   fork->system_end_ = system_end_;
   fork->turns_ = turns_;
   fork->messages_ = messages_;
+  fork->tools_ = tools_;
   return fork;
 }
 
@@ -158,7 +170,14 @@ state::StoredHistory Session::History() const {
   for (const TokenSpan& turn : turns_) history.turns.push_back({turn.begin, turn.end});
   history.messages.reserve(messages_.size());
   for (const text::ChatMessage& message : messages_) {
-    history.messages.push_back({std::string(text::RoleName(message.role)), message.content, message.reasoning});
+    state::StoredMessage stored{std::string(text::RoleName(message.role)), message.content, message.reasoning};
+    for (const text::ToolCall& call : message.tool_calls) stored.tool_calls.push_back({call.id, call.name, call.arguments});
+    stored.tool_call_id = message.tool_call_id;
+    stored.name = message.name;
+    history.messages.push_back(std::move(stored));
+  }
+  if (tools_ != nullptr) {
+    for (const text::ToolDefinition& tool : *tools_) history.tools.push_back({tool.name, tool.description, tool.parameters});
   }
   return history;
 }
@@ -171,8 +190,19 @@ std::unique_ptr<Session> Session::FromStored(const state::StoredSession& stored,
   session->system_end_ = stored.history.system_end;
   for (const state::TurnRange& turn : stored.history.turns) session->turns_.push_back({turn.begin, turn.end});
   for (const state::StoredMessage& message : stored.history.messages) {  // roles checked by HistoryProblem
-    const text::Role role = message.role == "assistant" ? text::Role::kAssistant : text::Role::kUser;
-    session->messages_.push_back({role, message.content, message.reasoning});
+    const text::Role role = message.role == "assistant" ? text::Role::kAssistant
+                            : message.role == "tool"    ? text::Role::kTool
+                                                        : text::Role::kUser;
+    text::ChatMessage restored{role, message.content, message.reasoning};
+    for (const state::StoredToolCall& call : message.tool_calls) restored.tool_calls.push_back({call.id, call.name, call.arguments});
+    restored.tool_call_id = message.tool_call_id;
+    restored.name = message.name;
+    session->messages_.push_back(std::move(restored));
+  }
+  if (!stored.history.tools.empty()) {
+    auto tools = std::make_shared<std::vector<text::ToolDefinition>>();
+    for (const state::StoredTool& tool : stored.history.tools) tools->push_back({tool.name, tool.description, tool.parameters});
+    session->tools_ = std::move(tools);
   }
   session->created_unix_s_ = stored.summary.created_unix_s;
   session->last_used_unix_s_ = stored.summary.last_used_unix_s;

@@ -18,7 +18,8 @@
 // prefills those positions again when next used.
 //
 // Conversations (a model with a Jinja chat template, text/chat_format.h): the session also keeps
-// its conversation after the system prompt as messages (user/assistant pairs), from which every
+// its conversation after the system prompt as messages (user, assistant and tool messages; the
+// system prompt is the session's own) and its tools (rendered before the conversation), from which every
 // chat turn renders its prompt again; its token history is then the last rendering plus the reply,
 // what the KV cache was computed from, and it has no turn spans. system_end() is the prefix every
 // rendering starts with (kept by Reset): the system prompt's ChatFormat::SessionStart, 0 without a
@@ -56,6 +57,7 @@ class Session {
     std::vector<int32_t> tokens;
     std::vector<TokenSpan> turns;
     std::vector<text::ChatMessage> messages;
+    std::shared_ptr<const std::vector<text::ToolDefinition>> tools;
     int64_t system_end = 0;
     int64_t cache_length = 0;
     std::optional<model::KvCache> stashed_cache;  // set by StashCache()
@@ -85,11 +87,15 @@ class Session {
   const std::string& system_prompt_text() const { return system_prompt_text_; }
   int64_t system_end() const { return system_end_; }
   const std::vector<TokenSpan>& turns() const { return turns_; }
-  // The conversation after the system prompt, user/assistant pairs (template chat formats; empty
-  // for token-native sessions).
+  // The conversation after the system prompt (template chat formats; empty for token-native
+  // sessions).
   const std::vector<text::ChatMessage>& messages() const { return messages_; }
-  // Completed chat turns: token-native turns plus user/assistant exchanges.
-  int32_t completed_turns() const { return static_cast<int32_t>(turns_.size() + messages_.size() / 2); }
+  // Completed chat turns: token-native turns plus the conversation's assistant messages.
+  int32_t completed_turns() const;
+  // The tools every rendering of the conversation is given; null when none.
+  const std::shared_ptr<const std::vector<text::ToolDefinition>>& tools() const { return tools_; }
+  // Replaces the tools (empty or null: none).
+  void SetTools(std::shared_ptr<const std::vector<text::ToolDefinition>> tools);
 
   // Makes `ids` (encoded from `text`) the system prompt span. REQUIRES: the session is empty.
   void SetSystemPrompt(std::vector<int32_t> ids, std::string text = "");
@@ -110,20 +116,20 @@ class Session {
 
   // Appends a completed exchange to the conversation: the user's message and the assistant's reply.
   void AddExchange(text::ChatMessage user, text::ChatMessage assistant);
-  // Drops the oldest `count` exchanges of the conversation (the system prompt stays). Tokens and
-  // cache are untouched: the next rendering no longer holds them. REQUIRES: count <= messages()/2.
-  void DropOldestExchanges(size_t count);
+  // Replaces the conversation after the system prompt. Tokens and cache are untouched: the next
+  // rendering is compared with them.
+  void SetMessages(std::vector<text::ChatMessage> messages);
   // Keeps the first `length` tokens of the history and at most that much of the cache (a new
   // rendering that agrees with the history up to `length` replaces the rest); system_end() drops
   // to `length` when it was beyond. Restore() brings back the tokens with the cache covering at most
   // `length` positions (the positions after it are written by the turn). REQUIRES: length <= length().
   void TruncateHistory(int64_t length, Snapshot& snapshot);
 
-  // Back to the system prompt alone (cache truncated to it; the conversation emptied).
+  // Back to the system prompt alone (cache truncated to it; the conversation emptied; the tools stay).
   void Reset();
-  // Keeps the first `keep` completed turns (token-native turns, or exchanges of the conversation)
-  // and the first `length` tokens of the history, the cache at most that much; the later turns
-  // are gone. REQUIRES: keep <= turns().size() + messages().size() / 2, one kind of turn only;
+  // Keeps the first `keep` token-native turns, or the first `keep` messages of the conversation,
+  // and the first `length` tokens of the history, the cache at most that much; the later ones
+  // are gone. REQUIRES: keep <= turns().size() (token-native) or messages().size(), one kind only;
   // system_end() <= length <= length().
   void Rewind(size_t keep, int64_t length);
   // Frees the KV cache; the history stays and is re-prefilled on next use.
@@ -185,6 +191,7 @@ class Session {
   double stored_last_used_unix_s_ = 0;
   std::vector<TokenSpan> turns_;
   std::vector<text::ChatMessage> messages_;
+  std::shared_ptr<const std::vector<text::ToolDefinition>> tools_;
   double created_unix_s_ = 0;
   double last_used_unix_s_ = 0;
   uint64_t last_use_tick_ = 0;

@@ -48,6 +48,12 @@ const std::vector<Migration>& SchemaMigrations() {
       {2, R"sql(
         ALTER TABLE sessions ADD COLUMN messages TEXT;
       )sql"},
+      // Version 3: the session's tools as JSON ([{"name", "description"?, "parameters"?}, ...]);
+      // NULL when it has none (older rows too). The messages may carry "tool_calls" ([{"id",
+      // "name", "arguments"}]), "tool_call_id" and "name" (role "tool").
+      {3, R"sql(
+        ALTER TABLE sessions ADD COLUMN tools TEXT;
+      )sql"},
   };
   return migrations;
 }
@@ -83,9 +89,28 @@ std::optional<std::string> EncodeMessages(const std::vector<StoredMessage>& mess
   for (const StoredMessage& message : messages) {
     nlohmann::json object = {{"role", message.role}, {"content", message.content}};
     if (!message.reasoning.empty()) object["reasoning"] = message.reasoning;
+    if (!message.tool_calls.empty()) {
+      nlohmann::json calls = nlohmann::json::array();
+      for (const StoredToolCall& call : message.tool_calls) {
+        calls.push_back({{"id", call.id}, {"name", call.name}, {"arguments", call.arguments}});
+      }
+      object["tool_calls"] = std::move(calls);
+    }
+    if (!message.tool_call_id.empty()) object["tool_call_id"] = message.tool_call_id;
+    if (!message.name.empty()) object["name"] = message.name;
     array.push_back(std::move(object));
   }
   return array.dump(-1, ' ', false, nlohmann::json::error_handler_t::replace);
+}
+
+// Reads the string `key` of `object` into *out: false when it is not a string, or missing and
+// `required`.
+bool TextField(const nlohmann::json& object, const char* key, bool required, std::string& out) {
+  const auto it = object.find(key);
+  if (it == object.end()) return !required;
+  if (!it->is_string()) return false;
+  out = it->get<std::string>();
+  return true;
 }
 
 // The stored conversation; an empty string when `text` is not what EncodeMessages writes.
@@ -96,21 +121,68 @@ std::string DecodeMessages(std::string_view text, std::vector<StoredMessage>& me
   if (!parsed.ok() || !parsed->is_array()) return "the messages are not a JSON array";
   const nlohmann::json& array = *parsed;
   for (const nlohmann::json& object : array) {
-    const auto text_field = [&](const char* key, bool required, std::string& out) {
-      const auto it = object.find(key);
-      if (it == object.end()) return !required;
-      if (!it->is_string()) return false;
-      out = it->get<std::string>();
-      return true;
-    };
     StoredMessage message;
-    if (!object.is_object() || !text_field("role", true, message.role) ||
-        !text_field("content", true, message.content) || !text_field("reasoning", false, message.reasoning)) {
+    if (!object.is_object() || !TextField(object, "role", true, message.role) ||
+        !TextField(object, "content", true, message.content) ||
+        !TextField(object, "reasoning", false, message.reasoning) ||
+        !TextField(object, "tool_call_id", false, message.tool_call_id) ||
+        !TextField(object, "name", false, message.name)) {
       return fmt::format("message {} is not an object with string role and content", messages.size());
+    }
+    if (const auto calls = object.find("tool_calls"); calls != object.end()) {
+      if (!calls->is_array()) return fmt::format("message {}: tool_calls is not an array", messages.size());
+      for (const nlohmann::json& call : *calls) {
+        StoredToolCall stored;
+        if (!call.is_object() || !TextField(call, "id", true, stored.id) || !TextField(call, "name", true, stored.name) ||
+            !TextField(call, "arguments", true, stored.arguments)) {
+          return fmt::format("message {}: a tool call is not an object with string id, name and arguments",
+                             messages.size());
+        }
+        message.tool_calls.push_back(std::move(stored));
+      }
     }
     messages.push_back(std::move(message));
   }
   return "";
+}
+
+// The tools as the tools column stores them: NULL (nullopt) when there are none.
+std::optional<std::string> EncodeTools(const std::vector<StoredTool>& tools) {
+  if (tools.empty()) return std::nullopt;
+  nlohmann::json array = nlohmann::json::array();
+  for (const StoredTool& tool : tools) {
+    nlohmann::json object = {{"name", tool.name}};
+    if (!tool.description.empty()) object["description"] = tool.description;
+    if (!tool.parameters.empty()) object["parameters"] = tool.parameters;
+    array.push_back(std::move(object));
+  }
+  return array.dump(-1, ' ', false, nlohmann::json::error_handler_t::replace);
+}
+
+// The stored tools; an empty string when `text` is not what EncodeTools writes.
+std::string DecodeTools(std::string_view text, std::vector<StoredTool>& tools) {
+  common::JsonParseFailure failure = common::JsonParseFailure::kNone;
+  const common::StatusOr<nlohmann::json> parsed = common::ParseJsonBounded(text, "the tools", &failure);
+  if (failure == common::JsonParseFailure::kTooDeep) return parsed.status().message();
+  if (!parsed.ok() || !parsed->is_array()) return "the tools are not a JSON array";
+  for (const nlohmann::json& object : *parsed) {
+    StoredTool tool;
+    if (!object.is_object() || !TextField(object, "name", true, tool.name) ||
+        !TextField(object, "description", false, tool.description) ||
+        !TextField(object, "parameters", false, tool.parameters)) {
+      return fmt::format("tool {} is not an object with a string name", tools.size());
+    }
+    tools.push_back(std::move(tool));
+  }
+  return "";
+}
+
+void BindTools(SqliteStatement& statement, int index, const std::vector<StoredTool>& tools) {
+  if (std::optional<std::string> json = EncodeTools(tools)) {
+    statement.BindText(index, *json);
+  } else {
+    statement.BindNull(index);
+  }
 }
 
 void BindMessages(SqliteStatement& statement, int index, const std::vector<StoredMessage>& messages) {
@@ -286,8 +358,8 @@ common::Status SessionDb::Insert(const StoredSession& session) {
   }
   auto statement = connection_.Prepare(
       "INSERT INTO sessions (id, owner, model_fingerprint, model_name, system_prompt, system_end, length, "
-      "turn_count, tokens, turns, created_unix_s, last_used_unix_s, messages) VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, "
-      "?8, ?9, ?10, ?11, ?12, ?13)");
+      "turn_count, tokens, turns, created_unix_s, last_used_unix_s, messages, tools) VALUES (?1, ?2, ?3, ?4, ?5, ?6, "
+      "?7, ?8, ?9, ?10, ?11, ?12, ?13, ?14)");
   if (!statement.ok()) return statement.status();
   const SessionSummary& s = session.summary;
   const StoredHistory& h = session.history;
@@ -308,6 +380,7 @@ common::Status SessionDb::Insert(const StoredSession& session) {
   statement->BindDouble(11, s.created_unix_s);
   statement->BindDouble(12, s.last_used_unix_s);
   BindMessages(*statement, 13, h.messages);
+  BindTools(*statement, 14, h.tools);
   return statement->Run();  // one statement in autocommit mode: one transaction
 }
 
@@ -317,7 +390,7 @@ common::Status SessionDb::SaveHistory(const std::string& id, const StoredHistory
   }
   auto statement = connection_.Prepare(
       "UPDATE sessions SET system_end = ?2, length = ?3, turn_count = ?4, tokens = ?5, turns = ?6, "
-      "last_used_unix_s = ?7, messages = ?8 WHERE id = ?1");
+      "last_used_unix_s = ?7, messages = ?8, tools = ?9 WHERE id = ?1");
   if (!statement.ok()) return statement.status();
   statement->BindText(1, id);
   statement->BindInt(2, history.system_end);
@@ -327,6 +400,7 @@ common::Status SessionDb::SaveHistory(const std::string& id, const StoredHistory
   statement->BindBlob(6, EncodeTurns(history.turns));
   statement->BindDouble(7, last_used_unix_s);
   BindMessages(*statement, 8, history.messages);
+  BindTools(*statement, 9, history.tools);
   NIELS_RETURN_IF_ERROR(statement->Run());
   if (connection_.Changes() == 0) return common::Status::NotFound(fmt::format("unknown session {}", id));
   return common::Status::Ok();
@@ -351,7 +425,7 @@ common::Status SessionDb::Delete(const std::string& id) {
 
 common::StatusOr<std::optional<StoredSession>> SessionDb::Load(const std::string& id) {
   auto statement = connection_.Prepare(fmt::format(
-      "SELECT {}, system_end, tokens, turns, messages FROM sessions WHERE id = ?1", kSummaryColumns));
+      "SELECT {}, system_end, tokens, turns, messages, tools FROM sessions WHERE id = ?1", kSummaryColumns));
   if (!statement.ok()) return statement.status();
   statement->BindText(1, id);
   bool has_row = false;
@@ -367,10 +441,15 @@ common::StatusOr<std::optional<StoredSession>> SessionDb::Load(const std::string
       return common::Status::Internal(fmt::format("stored session {} is damaged: {}", id, problem));
     }
   }
+  if (!statement->ColumnIsNull(13)) {
+    if (std::string problem = DecodeTools(statement->ColumnText(13), session.history.tools); !problem.empty()) {
+      return common::Status::Internal(fmt::format("stored session {} is damaged: {}", id, problem));
+    }
+  }
   if (tokens.size() % sizeof(int32_t) != 0 || turns.size() % (2 * sizeof(int64_t)) != 0 ||
       static_cast<int64_t>(tokens.size() / sizeof(int32_t)) != session.summary.length ||
-      static_cast<int64_t>(turns.size() / (2 * sizeof(int64_t)) + session.history.messages.size() / 2) !=
-          session.summary.turn_count) {
+      static_cast<int64_t>(turns.size() / (2 * sizeof(int64_t))) + session.history.turn_count() !=
+          session.summary.turn_count) {  // turn_count() counts the replies: the turns are not read yet
     return common::Status::Internal(fmt::format("stored session {} is damaged: history sizes do not match", id));
   }
   session.history.tokens.resize(tokens.size() / sizeof(int32_t));

@@ -18,12 +18,17 @@ std::string HistoryProblem(const StoredHistory& history) {
     previous_end = turn.end;
   }
   for (size_t i = 0; i < history.messages.size(); ++i) {
-    const char* expected = i % 2 == 0 ? "user" : "assistant";
-    if (history.messages[i].role != expected) {
-      return fmt::format("message {} has role \"{}\" where \"{}\" belongs", i, history.messages[i].role.substr(0, 32), expected);
+    const StoredMessage& message = history.messages[i];
+    if (message.role != "user" && message.role != "assistant" && message.role != "tool") {
+      return fmt::format("message {} has role \"{}\" (not user, assistant or tool)", i, message.role.substr(0, 32));
+    }
+    if (!message.tool_calls.empty() && message.role != "assistant") {
+      return fmt::format("message {} of role {} has tool calls", i, message.role);
+    }
+    if ((message.role == "tool") != !message.tool_call_id.empty()) {
+      return fmt::format("message {}: a tool call id belongs to each tool message and to no other", i);
     }
   }
-  if (history.messages.size() % 2 != 0) return "the conversation ends without the assistant's reply";
   return "";
 }
 

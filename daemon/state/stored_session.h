@@ -16,27 +16,52 @@ struct TurnRange {
   bool operator==(const TurnRange&) const = default;
 };
 
+// A call an assistant message made: its id, the tool's name, its arguments' JSON text.
+struct StoredToolCall {
+  std::string id;
+  std::string name;
+  std::string arguments;
+  bool operator==(const StoredToolCall&) const = default;
+};
+
 // One message of a session's conversation (sessions of a model with a Jinja chat template): role
-// "user" or "assistant", its text, and an assistant reply's reasoning ("" when none).
+// "user", "assistant" or "tool", its text, an assistant reply's reasoning ("" when none) and tool
+// calls, a tool result's call id and tool name.
 struct StoredMessage {
   std::string role;
   std::string content;
   std::string reasoning;
+  std::vector<StoredToolCall> tool_calls = {};
+  std::string tool_call_id = {};
+  std::string name = {};
   bool operator==(const StoredMessage&) const = default;
+};
+
+// A tool of the session: name, description, parameters (JSON Schema text; "" = any object).
+struct StoredTool {
+  std::string name;
+  std::string description;
+  std::string parameters;
+  bool operator==(const StoredTool&) const = default;
 };
 
 // The history of a session: tokens [0, system_end) are its system prompt, `turns` its completed
 // turns in order; tokens after the last turn (raw Generate) belong to no turn. A session of a
 // model with a Jinja chat template keeps no turns but `messages`, its conversation after the system
-// prompt as user/assistant pairs (the tokens are what its KV cache was computed from: the last
-// rendering and reply).
+// prompt (the tokens are what its KV cache was computed from: the last rendering and reply), and
+// `tools`, the tools every rendering is given (empty: none).
 struct StoredHistory {
   int64_t system_end = 0;
   std::vector<int32_t> tokens;
   std::vector<TurnRange> turns;
   std::vector<StoredMessage> messages;
-  // Completed turns: token-native turns plus user/assistant exchanges.
-  int64_t turn_count() const { return static_cast<int64_t>(turns.size() + messages.size() / 2); }
+  std::vector<StoredTool> tools = {};
+  // Completed turns: token-native turns plus the conversation's assistant messages.
+  int64_t turn_count() const {
+    int64_t replies = 0;
+    for (const StoredMessage& message : messages) replies += message.role == "assistant" ? 1 : 0;
+    return static_cast<int64_t>(turns.size()) + replies;
+  }
   bool operator==(const StoredHistory&) const = default;
 };
 
@@ -61,7 +86,8 @@ struct StoredSession {
 };
 
 // OK-or-reason check of a history's internal consistency (ranges ordered, inside the tokens, after
-// the system prompt; messages in user/assistant pairs). Empty string when valid.
+// the system prompt; message roles "user", "assistant" or "tool", tool calls only on assistant
+// messages, a call id on every tool message). Empty string when valid.
 std::string HistoryProblem(const StoredHistory& history);
 
 }  // namespace niels::daemon::state

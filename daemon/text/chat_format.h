@@ -109,6 +109,16 @@ class ChatFormat {
                                                   std::span<const ChatMessage> conversation,
                                                   std::string_view user_text, const ChatOptions& options) const = 0;
 
+  // The ids of a turn that replies to `conversation` as it is (its last message a user or tool
+  // message, or none). kTokenNative: each message as [usr] text [eot] or [asst] text [eot], then
+  // [asst] (system_prompt is not used: the history holds it; a tool message or tools:
+  // INVALID_ARGUMENT, the format has no marker for them). kTemplate: the system prompt and
+  // `conversation` rendered with the generation prompt, then encoded as EncodeTurn does. Errors as
+  // EncodeTurn.
+  virtual common::StatusOr<ChatPrompt> EncodeConversation(const std::optional<std::string>& system_prompt,
+                                                          std::span<const ChatMessage> conversation,
+                                                          const ChatOptions& options) const = 0;
+
   // The ids that end a reply. Never empty.
   virtual const std::vector<int32_t>& stop_ids() const = 0;
   // The ids never sampled in a reply unless the request allows special tokens (role markers).

@@ -306,6 +306,12 @@ StatusOr<ChatPrompt> JinjaChatFormat::EncodeTurn(const std::optional<std::string
 
 StatusOr<ChatPrompt> JinjaChatFormat::EncodeConversation(const std::optional<std::string>& system_prompt,
                                                          std::span<const ChatMessage> conversation,
+                                                         const ChatOptions& options) const {
+  return EncodeMarked(system_prompt, conversation, std::nullopt, true, options);
+}
+
+StatusOr<ChatPrompt> JinjaChatFormat::EncodeConversation(const std::optional<std::string>& system_prompt,
+                                                         std::span<const ChatMessage> conversation,
                                                          bool add_generation_prompt, const ChatOptions& options) const {
   return EncodeMarked(system_prompt, conversation, std::nullopt, add_generation_prompt, options);
 }

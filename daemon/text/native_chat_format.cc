@@ -38,4 +38,25 @@ StatusOr<ChatPrompt> NativeChatFormat::EncodeTurn(const std::optional<std::strin
   return prompt;
 }
 
+StatusOr<ChatPrompt> NativeChatFormat::EncodeConversation(const std::optional<std::string>& /*system_prompt*/,
+                                                          std::span<const ChatMessage> conversation,
+                                                          const ChatOptions& options) const {
+  if (options.tools != nullptr && !options.tools->empty()) {
+    return common::Status::InvalidArgument("the token-native chat format has no way to give the model tools");
+  }
+  ChatPrompt prompt;
+  for (const ChatMessage& message : conversation) {
+    if (message.role == Role::kSystem || !message.tool_calls.empty()) {
+      return common::Status::InvalidArgument(
+          "the token-native chat format takes user and assistant messages without tool calls only");
+    }
+    StatusOr<std::vector<int32_t>> encoded = EncodeMessage(tokenizer_, special_, message.role, message.content);
+    if (!encoded.ok()) return encoded.status();
+    prompt.ids.insert(prompt.ids.end(), encoded->begin(), encoded->end());
+  }
+  const std::vector<int32_t> generation = GenerationPrompt(special_);
+  prompt.ids.insert(prompt.ids.end(), generation.begin(), generation.end());
+  return prompt;
+}
+
 }  // namespace niels::daemon::text

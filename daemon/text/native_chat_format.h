@@ -22,6 +22,9 @@ class NativeChatFormat final : public ChatFormat {
   common::StatusOr<ChatPrompt> EncodeTurn(const std::optional<std::string>& system_prompt,
                                           std::span<const ChatMessage> conversation, std::string_view user_text,
                                           const ChatOptions& options) const override;
+  common::StatusOr<ChatPrompt> EncodeConversation(const std::optional<std::string>& system_prompt,
+                                                  std::span<const ChatMessage> conversation,
+                                                  const ChatOptions& options) const override;
   const std::vector<int32_t>& stop_ids() const override { return stop_ids_; }
   const std::vector<int32_t>& banned_ids() const override { return banned_ids_; }
   const std::optional<ReasoningTags>& reasoning_tags() const override { return no_tags_; }

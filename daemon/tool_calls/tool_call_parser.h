@@ -1,7 +1,7 @@
 #pragma once
 // ToolCallParser: a reply's answer text split, as it arrives, into content and the tool calls the
 // model made, one parser per model family behind one interface (docs/ARCHITECTURE.md, "Layout").
-// The engine does not use it yet.
+// The engine feeds it the answer text of chat replies on sessions with tools (engine/chat_tools.h).
 //
 // What it is given: the family, the names of the tools the request knows, whether calls are
 // allowed at all, and then the reply's answer text (what ReplySplitter hands out as the answer:

@@ -145,6 +145,26 @@ TEST(ChatFlagsTest, HelpAndVersionExitZeroUsageErrorsExitTwo) {
   }
 }
 
+TEST(ToolsFileTest, OpenAiToolsBecomeAToolSetAndBadEntriesNameThemselves) {
+  auto tools = ParseOpenAiTools(
+      R"([{"type": "function", "function": {"name": "a", "description": "does a", "parameters": {"type": "object"}}},
+          {"name": "b"}])",
+      "tools.json");
+  ASSERT_TRUE(tools.ok()) << tools.status().ToString();
+  ASSERT_EQ(tools->tools_size(), 2);
+  EXPECT_EQ(tools->tools(0).name(), "a");
+  EXPECT_EQ(tools->tools(0).description(), "does a");
+  EXPECT_EQ(tools->tools(0).parameters(), R"({"type":"object"})");
+  EXPECT_EQ(tools->tools(1).name(), "b");
+  EXPECT_EQ(tools->tools(1).parameters(), "");
+  for (const std::string bad : {std::string("{}"), std::string("[1]"), std::string(R"([{"function": {}}])"),
+                                std::string("[")}) {
+    auto refused = ParseOpenAiTools(bad, "tools.json");
+    EXPECT_EQ(refused.status().code(), common::StatusCode::kInvalidArgument) << bad;
+    EXPECT_NE(refused.status().message().find("tools.json"), std::string::npos) << refused.status().message();
+  }
+}
+
 TEST(SystemPromptTest, DefaultIsExactWithTypographicApostrophes) {
   const std::string expected =
       "you are a tiny chatbot on niels\xE2\x80\x99 website. answer in third person about niels. "

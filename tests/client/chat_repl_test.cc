@@ -96,6 +96,19 @@ class EchoDaemon {
         return Send({r});
     }
     const std::string& text = q.chat().user_text();
+    // Tools: "weather?" makes a call; tool results are answered by what they said.
+    if (text == "weather?" && q.chat().tools().tools_size() > 0) {
+      v1::ToolCall& call = *r.mutable_chat()->add_tool_calls();
+      call.set_id("call_1");
+      call.set_name(q.chat().tools().tools(0).name());
+      call.set_arguments(R"({"city": "Oslo"})");
+      r.mutable_chat()->set_stop_reason(v1::TOOL_CALLS);
+      return Send({r});
+    }
+    if (q.chat().messages_size() > 0 && q.chat().messages(0).role() == "tool") {
+      r.mutable_chat()->set_reply("the tool said " + q.chat().messages(0).content());
+      return Send({r});
+    }
     if (text == "die") return Send({}, /*close=*/true);
     if (text == "fail") {
       r.mutable_error()->set_code(v1::INVALID_ARGUMENT);
@@ -345,6 +358,45 @@ TEST(ChatReplTest, RetryEditAndUndoRewindTheLastTurn) {
   EXPECT_EQ(run.out, "echo: one\necho: two\necho: two\necho: deux\necho: three\n");
   EXPECT_NE(run.err.find("niels-chat: last turn undone"), std::string::npos) << run.err;
   EXPECT_NE(run.err.find("the conversation has no turn yet"), std::string::npos) << run.err;
+}
+
+// --tools: the tools go with every turn; a call is shown, its result read from input and sent back
+// as a tool message with the call's id, and the model's next reply printed.
+TEST(ChatReplTest, ToolCallsAreShownAndTheirResultsSentBack) {
+  EchoDaemon daemon;
+  auto client = DaemonClient::Connect(daemon.fake().path());
+  ASSERT_TRUE(client.ok());
+  ChatOptions options;
+  auto tools = ParseOpenAiTools(
+      R"([{"type": "function", "function": {"name": "get_weather", "parameters": {"type": "object"}}}])", "test");
+  ASSERT_TRUE(tools.ok()) << tools.status().ToString();
+  options.tools = *tools;
+  std::ostringstream out, err;
+  std::istringstream in("weather?\n21 degrees\n");
+  {
+    ChatRepl repl(client->get(), options, out, err);
+    repl.SetToolResultReader([&in](const v1::ToolCall&) -> std::optional<std::string> {
+      std::string line;
+      if (!std::getline(in, line)) return std::nullopt;
+      return line;
+    });
+    ASSERT_TRUE(repl.Start("sys prompt").ok());
+    EXPECT_EQ(repl.RunLines(in), kExitOk);
+  }
+  EXPECT_NE(err.str().find(R"([tool call get_weather {"city": "Oslo"} (id call_1)])"), std::string::npos) << err.str();
+  EXPECT_NE(out.str().find("the tool said 21 degrees"), std::string::npos) << out.str();
+  std::vector<v1::ChatRequest> chats;
+  for (const v1::Request& r : daemon.fake().requests()) {
+    if (r.has_chat()) chats.push_back(r.chat());
+  }
+  ASSERT_EQ(chats.size(), 2u);
+  EXPECT_EQ(chats[0].tools().tools(0).name(), "get_weather");
+  EXPECT_EQ(chats[0].tools().tools(0).parameters(), R"({"type":"object"})");
+  ASSERT_EQ(chats[1].messages_size(), 1);
+  EXPECT_EQ(chats[1].messages(0).role(), "tool");
+  EXPECT_EQ(chats[1].messages(0).tool_call_id(), "call_1");
+  EXPECT_EQ(chats[1].messages(0).content(), "21 degrees");
+  EXPECT_EQ(chats[1].user_text(), "");
 }
 
 TEST(ChatReplTest, OneShot) {

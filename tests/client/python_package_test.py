@@ -106,6 +106,33 @@ class PackageTest(unittest.TestCase):
         self.assertEqual(again.stats.reused_tokens, rewound.length)
         self.client.delete_session(sid)
 
+    def test_messages_and_the_token_native_formats_limits(self):
+        sid = self.client.create_session("you are terse.").session_id
+        by_text = self.client.chat(sid, "what is nielsd?", max_new_tokens=6, temperature=0)
+        other = self.client.create_session("you are terse.").session_id
+        by_message = self.client.chat(other, messages=[nielsd_client.message("user", "what is nielsd?")],
+                                      max_new_tokens=6, temperature=0)
+        self.assertEqual(by_message.reply, by_text.reply)
+        self.assertEqual(by_message.messages, 2)
+        # Regenerate: keep nothing, send the same message again.
+        again = self.client.chat(other, messages=[nielsd_client.message("user", "what is nielsd?")],
+                                 keep_messages=0, max_new_tokens=6, temperature=0)
+        self.assertEqual(again.reply, by_text.reply)
+        self.assertEqual(len(self.client.get_session(other).messages), 3)  # system, user, reply
+        # niels_gpt's token-native format has no tools and no tool messages.
+        self.assertEqual(self.client.info().tool_call_format, "")
+        tools = nielsd_client.tools_from_openai([{"type": "function", "function": {
+            "name": "get_weather", "description": "the weather",
+            "parameters": {"type": "object", "properties": {"city": {"type": "string"}}}}}])
+        self.assertEqual(tools.tools[0].name, "get_weather")
+        self.assertEqual(json.loads(tools.tools[0].parameters)["properties"]["city"]["type"], "string")
+        with self.assertRaises(nielsd_client.NielsdError) as raised:
+            self.client.create_session("you are terse.", tools=tools)
+        self.assertEqual(raised.exception.code, "INVALID_ARGUMENT")
+        self.assertIn("tools", str(raised.exception))
+        for sid_ in (sid, other):
+            self.client.delete_session(sid_)
+
     def test_generate_with_logprobs(self):
         info = self.client.info()
         sid = self.client.create_session().session_id

@@ -123,7 +123,7 @@ class TemplateChatTurnTest : public ::testing::Test {
       args.sampling.banned_ids = state.chat_format()->banned_ids();
       args.options.enable_thinking = enable_thinking;
       ChatCallbacks callbacks;
-      callbacks.on_token = [record](const StepEvent&, const text::ReplyDelta& delta) {
+      callbacks.on_token = [record](const StepEvent&, const text::ReplyDelta& delta, std::span<const ToolCallPiece>) {
         record->streamed_answer += delta.answer;
         record->streamed_reasoning += delta.reasoning;
       };

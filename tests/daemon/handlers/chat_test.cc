@@ -417,6 +417,79 @@ TEST_F(ChatTest, RewindDropsTheLaterTurnsAndTheNextTurnContinuesFromThere) {
   EXPECT_EQ(Call(*engine_, GetRequest(id)).get_session().messages_size(), 1);  // the system prompt
 }
 
+// The token-native format takes one user message per Chat as messages too (the same turn as
+// user_text) and keep_messages in whole turns; append_only, assistant and tool messages and tools
+// are INVALID_ARGUMENT there and change nothing.
+Ids IdsOf(const google::protobuf::RepeatedField<int32_t>& ids) { return Ids(ids.begin(), ids.end()); }
+
+TEST_F(ChatTest, MessagesOnTheTokenNativeFormat) {
+  Start(256);
+  const std::string by_text = Create("sys");
+  const std::string by_message = Create("sys");
+  const v1::Response text_reply = Chat(by_text, "hello there", 6);
+  ASSERT_TRUE(text_reply.has_chat()) << text_reply.DebugString();
+  v1::Request request = ChatRequest(by_message, "", 6);
+  v1::ChatMessage& user = *request.mutable_chat()->add_messages();
+  user.set_role("user");
+  user.set_content("hello there");
+  const v1::Response message_reply = Call(*engine_, request);
+  ASSERT_TRUE(message_reply.has_chat()) << message_reply.DebugString();
+  EXPECT_EQ(IdsOf(message_reply.chat().reply_ids()), IdsOf(text_reply.chat().reply_ids()));
+  EXPECT_EQ(message_reply.chat().messages(), 2);
+  EXPECT_EQ(IdsOf(Call(*engine_, GetRequest(by_message)).get_session().token_ids()),
+            IdsOf(Call(*engine_, GetRequest(by_text)).get_session().token_ids()));
+
+  // keep_messages 0 with the same message again: the same turn from the system prompt.
+  request.mutable_chat()->set_keep_messages(0);
+  const v1::Response again = Call(*engine_, request);
+  ASSERT_TRUE(again.has_chat()) << again.DebugString();
+  EXPECT_EQ(IdsOf(again.chat().reply_ids()), IdsOf(text_reply.chat().reply_ids()));
+  EXPECT_EQ(again.chat().messages(), 2);
+
+  const Ids before = IdsOf(Call(*engine_, GetRequest(by_message)).get_session().token_ids());
+  std::vector<v1::Request> refused;
+  {
+    v1::Request append = request;
+    append.mutable_chat()->clear_keep_messages();
+    append.mutable_chat()->set_append_only(true);
+    refused.push_back(append);
+  }
+  {
+    v1::Request odd = request;
+    odd.mutable_chat()->set_keep_messages(1);
+    refused.push_back(odd);
+  }
+  {
+    v1::Request two = request;
+    two.mutable_chat()->clear_keep_messages();
+    *two.mutable_chat()->add_messages() = user;
+    refused.push_back(two);
+  }
+  {
+    v1::Request tool = request;
+    tool.mutable_chat()->clear_keep_messages();
+    v1::ChatMessage& result = *tool.mutable_chat()->mutable_messages(0);
+    result.set_role("tool");
+    result.set_tool_call_id("call_1");
+    refused.push_back(tool);
+  }
+  {
+    v1::Request tools = request;
+    tools.mutable_chat()->clear_keep_messages();
+    tools.mutable_chat()->mutable_tools()->add_tools()->set_name("f");
+    refused.push_back(tools);
+  }
+  for (const v1::Request& bad : refused) {
+    const v1::Response response = Call(*engine_, bad);
+    ASSERT_TRUE(response.has_error()) << bad.DebugString() << response.DebugString();
+    EXPECT_EQ(response.error().code(), v1::INVALID_ARGUMENT) << response.error().message();
+    EXPECT_EQ(IdsOf(Call(*engine_, GetRequest(by_message)).get_session().token_ids()), before);
+  }
+  v1::Request info;
+  info.mutable_info();
+  EXPECT_EQ(Call(*engine_, info).info().tool_call_format(), "");
+}
+
 }  // namespace chat_test
 }  // namespace
 }  // namespace niels::daemon::handlers::testing

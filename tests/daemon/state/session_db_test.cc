@@ -297,12 +297,14 @@ TEST(SessionDbTest, VersionOneDatabaseMigratesAndThenKeepsConversations) {
   {
     auto db = OpenOrDie(path);
     ASSERT_TRUE(db);
-    EXPECT_EQ(db->schema_version(), 2);
+    EXPECT_EQ(db->schema_version(), SchemaMigrations().back().to);
     EXPECT_EQ(db->Load("old").value().value(), old_row);
     ASSERT_TRUE(db->Insert(chat).ok());
     StoredHistory longer = chat.history;
     longer.messages.push_back({"user", "again", ""});
-    longer.messages.push_back({"assistant", "sure", "why not"});
+    longer.messages.push_back({"assistant", "sure", "why not", {{"call_1", "get_weather", R"({"city": "Paris"})"}}});
+    longer.messages.push_back({"tool", "{\"temp\": 21}", "", {}, "call_1", "get_weather"});
+    longer.tools = {{"get_weather", "the weather of a city", R"({"type": "object"})"}, {"noop", "", ""}};
     ASSERT_TRUE(db->SaveHistory("chat", longer, 3.0).ok());
     chat.history = longer;
     chat.summary.turn_count = 3;
@@ -314,7 +316,11 @@ TEST(SessionDbTest, VersionOneDatabaseMigratesAndThenKeepsConversations) {
   EXPECT_EQ(db->Load("old").value().value(), old_row);
   // A conversation out of order or a damaged column is refused, never loaded half-read.
   StoredSession odd = MakeSession("odd", 1, 4.0, 0);
-  odd.history.messages = {{"assistant", "first", ""}, {"user", "second", ""}};
+  odd.history.messages = {{"robot", "first", ""}, {"user", "second", ""}};
+  EXPECT_EQ(db->Insert(odd).code(), StatusCode::kInvalidArgument);
+  odd.history.messages = {{"tool", "a result without its call id", ""}};
+  EXPECT_EQ(db->Insert(odd).code(), StatusCode::kInvalidArgument);
+  odd.history.messages = {{"user", "calls", "", {{"call_1", "f", "{}"}}}};
   EXPECT_EQ(db->Insert(odd).code(), StatusCode::kInvalidArgument);
   db.reset();
   RawExec(path, "UPDATE sessions SET messages = '[{\"role\": 7}]' WHERE id = 'chat'");

@@ -8,13 +8,19 @@
 Structured output: client.chat(..., constraint=nielsd_client.json_schema({...})) (or gbnf(text),
 any_json()) makes the reply follow a JSON Schema or a grammar.
 
+Tools: create_session(system, tools=[{"type": "function", "function": {...}}]) gives the model
+tools; a reply's tool_calls are run by the caller and answered with
+client.chat(sid, messages=[tool_result(call, value), ...]); run_tool_loop(client, sid, text,
+{"name": python_function}) does that until the model answers.
+
 The wire format is proto/PROTOCOL.md: varint-length-delimited niels.v1.Request / Response protobuf
 messages. The generated messages are `nielsd_client.pb` (nielsd_pb2, built with the package).
 `python3 -m nielsd_client chat` is a small terminal chat.
 """
 
 from . import nielsd_pb2 as pb
-from .client import Client, NielsdError, any_json, default_socket_path, encode_varint, gbnf, json_schema
+from .client import (Client, NielsdError, any_json, default_socket_path, encode_varint, gbnf, json_schema,
+                     message, run_tool_loop, tool_result, tools_from_openai)
 
 __all__ = ["Client", "NielsdError", "any_json", "default_socket_path", "encode_varint", "gbnf",
-           "json_schema", "pb"]
+           "json_schema", "message", "pb", "run_tool_loop", "tool_result", "tools_from_openai"]

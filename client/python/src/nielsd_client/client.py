@@ -48,6 +48,46 @@ def any_json():
     return pb.Constraint(any_json=pb.Constraint.AnyJson())
 
 
+def tools_from_openai(tools):
+    """An OpenAI-style tools list ([{"type": "function", "function": {"name", "description",
+    "parameters"}}], or the bare function objects) as a niels.v1.ToolSet."""
+    out = pb.ToolSet()
+    for tool in tools:
+        function = tool.get("function", tool) if isinstance(tool, dict) else tool
+        params = function.get("parameters")
+        out.tools.add(name=function["name"], description=function.get("description", ""),
+                      parameters=json.dumps(params) if params is not None else "")
+    return out
+
+
+def message(role, content="", tool_calls=(), tool_call_id="", name="", reasoning=""):
+    """A niels.v1.ChatMessage. tool_calls: (id, name, arguments) triples or ToolCall messages;
+    arguments a dict or JSON text."""
+    out = pb.ChatMessage(role=role, content=content, tool_call_id=tool_call_id, name=name,
+                         reasoning=reasoning)
+    for call in tool_calls:
+        if isinstance(call, pb.ToolCall):
+            out.tool_calls.add().CopyFrom(call)
+        else:
+            call_id, call_name, arguments = call
+            if not isinstance(arguments, str):
+                arguments = json.dumps(arguments)
+            out.tool_calls.add(id=call_id, name=call_name, arguments=arguments)
+    return out
+
+
+def tool_result(call, content):
+    """The tool message answering `call` (a ToolCall of a reply) with `content` (text, or any
+    JSON-serializable value)."""
+    if not isinstance(content, str):
+        content = json.dumps(content)
+    return message("tool", content, tool_call_id=call.id, name=call.name)
+
+
+TOOL_CHOICES = {"auto": pb.ToolChoice.AUTO, "none": pb.ToolChoice.NONE,
+                "required": pb.ToolChoice.REQUIRED}
+
+
 class NielsdError(Exception):
     """An Error response: `code` is the niels.v1.ErrorCode name, e.g. "NOT_FOUND"."""
 
@@ -213,14 +253,18 @@ class Client:
     def info(self):
         return self.call("info")
 
-    def create_session(self, system_prompt=None):
+    def create_session(self, system_prompt=None, tools=None):
+        """tools: the session's tools, a ToolSet or an OpenAI-style list (tools_from_openai)."""
         req = pb.CreateSessionRequest()
         if system_prompt is not None:
             req.system_prompt = system_prompt
+        if tools is not None:
+            req.tools.CopyFrom(tools if isinstance(tools, pb.ToolSet) else tools_from_openai(tools))
         return self.call("create_session", req)
 
-    def chat(self, session_id, user_text, on_token=None, max_new_tokens=None, use_kv_cache=None,
-             enable_thinking=None, constraint=None, stop_strings=(), **sampling):
+    def chat(self, session_id, user_text="", on_token=None, max_new_tokens=None, use_kv_cache=None,
+             enable_thinking=None, constraint=None, stop_strings=(), messages=(), keep_messages=None,
+             append_only=False, tools=None, tool_choice=None, **sampling):
         """One chat turn. With on_token the reply streams (one TokenEvent per token: .text adds to
         the answer, .reasoning to a reasoning model's reasoning; the response has both).
         enable_thinking: the chat template's switch (Qwen3); None leaves the model's default.
@@ -228,10 +272,26 @@ class Client:
         max_new_tokens before it is complete has stop_reason CONSTRAINT_INCOMPLETE.
         stop_strings: the reply ends before the first of these texts (stop_reason STOP_STRING, the
         response's stop_string says which); not with a constraint.
-        sampling: temperature, top_k, top_p, repetition_penalty, seed (niels.v1.Sampling)."""
+        sampling: temperature, top_k, top_p, repetition_penalty, seed (niels.v1.Sampling).
+        Conversations (proto/PROTOCOL.md "Conversations"): messages (ChatMessage, see message() and
+        tool_result()) instead of user_text; keep_messages cuts the conversation first;
+        append_only appends without a reply. Tools: tools replaces the session's (ToolSet or
+        OpenAI-style list; [] clears them); tool_choice "auto", "none" or "required", or a tool's
+        name. The response's tool_calls are the calls the reply made (stop_reason TOOL_CALLS)."""
         req = pb.ChatRequest(session_id=session_id, user_text=user_text,
                              sampling=pb.Sampling(**sampling), stream=on_token is not None,
-                             stop_strings=list(stop_strings))
+                             stop_strings=list(stop_strings), messages=list(messages),
+                             append_only=append_only)
+        if keep_messages is not None:
+            req.keep_messages = keep_messages
+        if tools is not None:
+            req.tools.CopyFrom(tools if isinstance(tools, pb.ToolSet) else tools_from_openai(tools))
+        if tool_choice is not None:
+            if tool_choice in TOOL_CHOICES:
+                req.tool_choice.mode = TOOL_CHOICES[tool_choice]
+            else:
+                req.tool_choice.mode = pb.ToolChoice.NAMED
+                req.tool_choice.name = tool_choice
         if constraint is not None:
             req.constraint.CopyFrom(constraint)
         if max_new_tokens is not None:
@@ -298,3 +358,25 @@ class Client:
 
     def stats(self):
         return self.call("stats")
+
+
+def run_tool_loop(client, session_id, user_text, functions, max_rounds=8, **chat_args):
+    """Asks the model, runs the Python functions it calls (functions: name -> callable taking the
+    call's arguments as keyword arguments; its return value, JSON-serialized unless a str, is the
+    result), sends the results back and repeats until a reply makes no call or max_rounds replies
+    were made. The session must have the functions as its tools (create_session(tools=...)).
+    Returns the last ChatResponse. A call to a function that raises gets the error's text as its
+    result, so the model can see it."""
+    response = client.chat(session_id, user_text, **chat_args)
+    for _ in range(max_rounds - 1):
+        if not response.tool_calls:
+            break
+        results = []
+        for call in response.tool_calls:
+            try:
+                value = functions[call.name](**json.loads(call.arguments))
+            except Exception as error:  # the model sees what went wrong
+                value = "error: %s" % error
+            results.append(tool_result(call, value))
+        response = client.chat(session_id, messages=results, **chat_args)
+    return response

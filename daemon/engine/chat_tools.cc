@@ -1,0 +1,132 @@
+#include "daemon/engine/chat_tools.h"
+
+#include <random>
+#include <utility>
+
+#include <fmt/format.h>
+
+namespace niels::daemon::engine {
+
+using common::Status;
+using common::StatusOr;
+
+StatusOr<std::shared_ptr<const grammar::CompiledGrammar>> ToolChoiceConstraint(
+    const EngineState& /*state*/, const std::vector<text::ToolDefinition>& tools, const ToolChoice& choice) {
+  switch (choice.mode) {
+    case ToolChoice::Mode::kAuto:
+    case ToolChoice::Mode::kNone:
+      return std::shared_ptr<const grammar::CompiledGrammar>();
+    case ToolChoice::Mode::kRequired:
+      return Status::Unimplemented("tool_choice: required is not supported yet (replies are not constrained to calls)");
+    case ToolChoice::Mode::kNamed: {
+      bool known = false;
+      for (const text::ToolDefinition& tool : tools) known = known || tool.name == choice.name;
+      if (!known) return Status::InvalidArgument(fmt::format("tool_choice.name: no tool is named \"{}\"", choice.name));
+      return Status::Unimplemented("tool_choice: named is not supported yet (replies are not constrained to calls)");
+    }
+  }
+  return std::shared_ptr<const grammar::CompiledGrammar>();
+}
+
+ToolCallIds::ToolCallIds(std::span<const text::ChatMessage> conversation) {
+  for (const text::ChatMessage& message : conversation) {
+    for (const text::ToolCall& call : message.tool_calls) taken_.insert(call.id);
+  }
+}
+
+const std::string& ToolCallIds::Id(size_t index) {
+  while (ids_.size() <= index) {
+    std::random_device device;
+    std::string id;
+    do {
+      id = fmt::format("call_{:08x}{:08x}{:08x}", device(), device(), device());
+    } while (taken_.contains(id));
+    taken_.insert(id);
+    ids_.push_back(std::move(id));
+  }
+  return ids_[index];
+}
+
+namespace {
+
+std::vector<std::string> ToolNames(const std::vector<text::ToolDefinition>& tools) {
+  std::vector<std::string> names;
+  names.reserve(tools.size());
+  for (const text::ToolDefinition& tool : tools) names.push_back(tool.name);
+  return names;
+}
+
+}  // namespace
+
+ReplyToolCalls::ReplyToolCalls(tool_calls::ToolCallFamily family, const std::vector<text::ToolDefinition>& tools,
+                               bool calls_allowed, std::shared_ptr<ToolCallIds> ids)
+    : ids_(std::move(ids)) {
+  tool_calls::ToolCallParserOptions options;
+  options.tool_names = ToolNames(tools);
+  options.calls_allowed = calls_allowed;
+  parser_ = tool_calls::MakeToolCallParser(family, std::move(options));
+}
+
+void ReplyToolCalls::Add(tool_calls::Delta delta, Piece& out) {
+  out.content += delta.content;
+  for (tool_calls::ToolCallDelta& call : delta.calls) {
+    ToolCallPiece piece;
+    piece.index = call.index;
+    if (!call.name.empty()) {
+      piece.id = ids_->Id(call.index);
+      piece.name = std::move(call.name);
+      ++calls_;
+    }
+    piece.arguments = std::move(call.arguments);
+    out.calls.push_back(std::move(piece));
+  }
+}
+
+ReplyToolCalls::Piece ReplyToolCalls::Feed(std::string_view text) {
+  Piece out;
+  for (size_t i = 0; i < text.size(); ++i) {
+    if (capped_) {
+      out.content.append(text.substr(i));
+      break;
+    }
+    Add(parser_->Feed(text.substr(i, 1)), out);
+    if (calls_ >= kMaxToolCallsPerReply) {
+      Add(parser_->Finish().last, out);
+      capped_ = true;
+    }
+  }
+  return out;
+}
+
+ReplyToolCalls::Piece ReplyToolCalls::Finish() {
+  Piece out;
+  if (!capped_) {
+    Add(parser_->Finish().last, out);
+    capped_ = true;
+  }
+  return out;
+}
+
+std::pair<std::string, std::vector<text::ToolCall>> ReplyToolCalls::Parse(
+    tool_calls::ToolCallFamily family, const std::vector<text::ToolDefinition>& tools, bool calls_allowed,
+    std::shared_ptr<ToolCallIds> ids, std::string_view answer) {
+  ReplyToolCalls parser(family, tools, calls_allowed, std::move(ids));
+  Piece fed = parser.Feed(answer);
+  Piece rest = parser.Finish();
+  std::string content = std::move(fed.content) + rest.content;
+  std::vector<text::ToolCall> calls;
+  for (std::vector<ToolCallPiece>* pieces : {&fed.calls, &rest.calls}) {
+    for (ToolCallPiece& piece : *pieces) {
+      if (piece.index >= calls.size()) calls.resize(piece.index + 1);
+      text::ToolCall& call = calls[piece.index];
+      if (!piece.name.empty()) {
+        call.id = piece.id;
+        call.name = piece.name;
+      }
+      call.arguments += piece.arguments;
+    }
+  }
+  return {std::move(content), std::move(calls)};
+}
+
+}  // namespace niels::daemon::engine

@@ -1,0 +1,98 @@
+#pragma once
+// Tools in chat turns (proto/PROTOCOL.md, "Tools"): which calls a reply may make (ToolChoice), the
+// hook through which a choice may constrain the reply, and ReplyToolCalls, which splits a reply's
+// answer text into content and the tool calls it made (the model family's parser,
+// tool_calls/tool_call_parser.h) and gives each call its id. Engine thread only.
+
+#include <cstddef>
+#include <memory>
+#include <optional>
+#include <set>
+#include <span>
+#include <string>
+#include <string_view>
+#include <vector>
+
+#include "common/budgets.h"
+#include "common/status.h"
+#include "daemon/grammar/compiled_grammar.h"
+#include "daemon/text/chat_format.h"
+#include "daemon/tool_calls/tool_call_parser.h"
+
+namespace niels::daemon::engine {
+
+struct EngineState;
+
+// Which calls a reply may make.
+struct ToolChoice {
+  enum class Mode { kAuto, kNone, kRequired, kNamed };
+  Mode mode = Mode::kAuto;
+  std::string name;  // kNamed: the tool
+};
+
+// The most calls one reply makes: once a reply has made this many, the rest of its text is content
+// (InfoResponse budget tool_calls_per_reply).
+inline constexpr size_t kMaxToolCallsPerReply = common::kToolCallsPerReplyLimit;
+
+// The hook where a tool choice becomes a constraint on the reply (the lazy tool-call grammar): null
+// when the reply is free (kAuto: calls are parsed from free text; kNone: no calls). kRequired and
+// kNamed are not constrained yet: UNIMPLEMENTED naming tool_choice. INVALID_ARGUMENT when kNamed
+// names no tool of `tools`.
+common::StatusOr<std::shared_ptr<const grammar::CompiledGrammar>> ToolChoiceConstraint(
+    const EngineState& state, const std::vector<text::ToolDefinition>& tools, const ToolChoice& choice);
+
+// A piece of a call as a stream shows it: the call's index in the reply, its id and name in its
+// first piece ("" in later ones), a fragment of its arguments.
+struct ToolCallPiece {
+  size_t index = 0;
+  std::string id;
+  std::string name;
+  std::string arguments;
+};
+
+// The ids of one reply's calls: "call_" and 24 random hex digits, none equal to an id the
+// conversation already holds (so ids are unique in their session). The stream and the committed
+// reply of a turn share one, so the ids agree.
+class ToolCallIds {
+ public:
+  explicit ToolCallIds(std::span<const text::ChatMessage> conversation);
+  // The id of call `index`, made on first use. REQUIRES: indexes asked in order from 0.
+  const std::string& Id(size_t index);
+
+ private:
+  std::set<std::string> taken_;
+  std::vector<std::string> ids_;
+};
+
+// One reply's answer text split into content and calls (the family's parser with the tools'
+// names; tool_choice none: all content). The text is fed a byte at a time, so the result does not
+// depend on how it was cut; after kMaxToolCallsPerReply calls the rest is content.
+class ReplyToolCalls {
+ public:
+  struct Piece {
+    std::string content;               // text that belongs to no call
+    std::vector<ToolCallPiece> calls;  // the calls completed by this piece
+  };
+
+  ReplyToolCalls(tool_calls::ToolCallFamily family, const std::vector<text::ToolDefinition>& tools, bool calls_allowed,
+                 std::shared_ptr<ToolCallIds> ids);
+  Piece Feed(std::string_view text);
+  // The reply ended: what was held back. Call once.
+  Piece Finish();
+
+  // The whole answer at once: its content and its calls with their ids.
+  static std::pair<std::string, std::vector<text::ToolCall>> Parse(tool_calls::ToolCallFamily family,
+                                                                   const std::vector<text::ToolDefinition>& tools,
+                                                                   bool calls_allowed, std::shared_ptr<ToolCallIds> ids,
+                                                                   std::string_view answer);
+
+ private:
+  void Add(tool_calls::Delta delta, Piece& out);
+
+  std::unique_ptr<tool_calls::ToolCallParser> parser_;
+  std::shared_ptr<ToolCallIds> ids_;
+  size_t calls_ = 0;
+  bool capped_ = false;  // the parser is finished: everything now is content
+};
+
+}  // namespace niels::daemon::engine

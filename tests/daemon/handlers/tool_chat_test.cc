@@ -1,0 +1,420 @@
+// Conversations as messages and tools through the Service, on random-weight models of real shapes
+// with their real tokenizers and templates (tests/support/reference_chat_model.h): Qwen3 (Hermes
+// tool calls) and Llama 3.2 (JSON tool calls; the package's Llama 3.1 template has no tool support). Tools set on the session are rendered at every turn;
+// messages with assistant tool calls and tool results render as the template writes them and the
+// next turn reuses the KV cache up to the first differing token; append_only, keep_messages and
+// GetSession; every bad input is INVALID_ARGUMENT naming its field and changes nothing.
+#include <algorithm>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include <gtest/gtest.h>
+
+#include "daemon/text/jinja_chat_format.h"
+#include "tests/daemon/handlers/service_fixture.h"
+#include "tests/support/reference_chat_model.h"
+
+namespace niels::daemon::handlers::testing {
+namespace {
+namespace tool_chat_test {  // this file's own names: the suite compiles as one unity unit
+
+constexpr uint64_t kSeed = 11;
+const char* kWeatherSchema = R"({"type": "object", "properties": {"city": {"type": "string"}}, "required": ["city"]})";
+
+std::unique_ptr<Service> StartService(const std::string& name) {
+  std::unique_ptr<loaders::Model> model = niels::testing::ReferenceChatModel(name, kSeed);
+  if (model == nullptr) return nullptr;
+  EngineOptions options;
+  options.threads = 1;
+  return std::make_unique<Service>(std::make_unique<engine::Engine>(std::move(model), options));
+}
+
+std::unique_ptr<text::JinjaChatFormat> Format(const std::string& name) {
+  text::testing::ReferenceChat chat = text::testing::LoadReferenceChat(name);
+  if (chat.tokenizer == nullptr) return nullptr;
+  static std::vector<std::unique_ptr<text::Tokenizer>> keep;  // the format refers to its tokenizer
+  auto format = text::JinjaChatFormat::Create(chat.source);
+  keep.push_back(std::move(chat.tokenizer));
+  if (!format.ok()) return nullptr;
+  return std::move(format).value();
+}
+
+void AddWeatherTool(v1::ToolSet& tools) {
+  v1::Tool& tool = *tools.add_tools();
+  tool.set_name("get_weather");
+  tool.set_description("The current weather of a city");
+  tool.set_parameters(kWeatherSchema);
+}
+
+std::vector<text::ToolDefinition> WeatherTools() {
+  return {{"get_weather", "The current weather of a city", kWeatherSchema}};
+}
+
+std::string CreateSession(Service& service, const std::string& system, bool with_tools) {
+  v1::Request request = CreateRequest(&system);
+  if (with_tools) AddWeatherTool(*request.mutable_create_session()->mutable_tools());
+  v1::Response response = Call(service, request);
+  EXPECT_TRUE(response.has_create_session()) << response.DebugString();
+  return response.create_session().session_id();
+}
+
+v1::ChatMessage Message(const std::string& role, const std::string& content) {
+  v1::ChatMessage message;
+  message.set_role(role);
+  message.set_content(content);
+  return message;
+}
+
+// user, assistant calling get_weather (client-made id "call_paris"), the tool's result.
+std::vector<v1::ChatMessage> WeatherExchange() {
+  v1::ChatMessage call = Message("assistant", "");
+  v1::ToolCall& made = *call.add_tool_calls();
+  made.set_id("call_paris");
+  made.set_name("get_weather");
+  made.set_arguments(R"({"city": "Paris"})");
+  v1::ChatMessage result = Message("tool", R"({"temperature_c": 21})");
+  result.set_tool_call_id("call_paris");
+  result.set_name("get_weather");
+  return {Message("user", "What is the weather in Paris?"), call, result};
+}
+
+v1::Request MessagesRequest(const std::string& session, const std::vector<v1::ChatMessage>& messages,
+                            int max_new_tokens) {
+  v1::Request request = ChatRequest(session, "", max_new_tokens);
+  for (const v1::ChatMessage& message : messages) *request.mutable_chat()->add_messages() = message;
+  request.mutable_chat()->set_enable_thinking(false);
+  return request;
+}
+
+// The session's conversation as the engine's messages (from GetSession), and its tokens.
+struct Conversation {
+  std::vector<text::ChatMessage> messages;
+  std::vector<int32_t> tokens;
+};
+Conversation Read(Service& service, const std::string& session) {
+  const v1::Response got = Call(service, GetRequest(session));
+  EXPECT_TRUE(got.has_get_session()) << got.DebugString();
+  Conversation out;
+  out.tokens.assign(got.get_session().token_ids().begin(), got.get_session().token_ids().end());
+  for (const v1::ChatMessage& message : got.get_session().messages()) {
+    if (message.role() == "system") continue;
+    text::ChatMessage converted;
+    converted.role = message.role() == "user" ? text::Role::kUser
+                     : message.role() == "tool" ? text::Role::kTool
+                                                : text::Role::kAssistant;
+    converted.content = message.content();
+    converted.reasoning = message.reasoning();
+    for (const v1::ToolCall& call : message.tool_calls()) converted.tool_calls.push_back({call.id(), call.name(), call.arguments()});
+    converted.tool_call_id = message.tool_call_id();
+    converted.name = message.name();
+    out.messages.push_back(std::move(converted));
+  }
+  return out;
+}
+
+size_t CommonPrefix(const std::vector<int32_t>& a, const std::vector<int32_t>& b) {
+  return static_cast<size_t>(std::mismatch(a.begin(), a.end(), b.begin(), b.end()).first - a.begin());
+}
+
+TEST(ToolChatTest, InfoNamesTheToolCallFormatAndTheBudgets) {
+  for (const auto& [name, format] : {std::pair{"qwen3", "hermes"}, std::pair{"llama3_2", "llama3_json"}, std::pair{"llama3_1", ""}}) {
+    std::unique_ptr<Service> service = StartService(name);
+    ASSERT_NE(service, nullptr);
+    v1::Request request;
+    request.mutable_info();
+    const v1::Response response = Call(*service, request);
+    ASSERT_TRUE(response.has_info());
+    EXPECT_EQ(response.info().tool_call_format(), format) << name;
+    std::vector<std::string> budgets;
+    for (const v1::Budget& budget : response.info().budgets()) budgets.push_back(budget.name());
+    for (const char* expected : {"chat_messages", "chat_message_bytes", "tools", "tool_bytes", "tool_calls_per_reply"}) {
+      EXPECT_NE(std::find(budgets.begin(), budgets.end(), expected), budgets.end()) << expected;
+    }
+  }
+}
+
+// A conversation with a tool call and its result, sent as messages to a session with tools: the
+// prompt is the template's rendering of the tools, the call (arguments as an object) and the result;
+// the follow-up turn renders the stored call again and reuses the cache up to the first differing
+// token.
+TEST(ToolChatTest, ToolResultTurnRendersTheCallAndTheNextTurnReusesThePrefix) {
+  for (const std::string name : {"qwen3", "llama3_2"}) {
+    std::unique_ptr<Service> service = StartService(name);
+    ASSERT_NE(service, nullptr);
+    std::unique_ptr<text::JinjaChatFormat> format = Format(name);
+    ASSERT_NE(format, nullptr);
+    const std::string system = "You are a weather bot.";
+    const std::string session = CreateSession(*service, system, /*with_tools=*/true);
+    text::ChatOptions options;
+    options.enable_thinking = false;
+    options.tools = std::make_shared<const std::vector<text::ToolDefinition>>(WeatherTools());
+
+    const v1::Response first = Call(*service, MessagesRequest(session, WeatherExchange(), 6));
+    ASSERT_TRUE(first.has_chat()) << name << ": " << first.DebugString();
+    EXPECT_EQ(first.chat().messages(), 4);
+    Conversation after_first = Read(*service, session);
+    ASSERT_EQ(after_first.messages.size(), 4u);
+    EXPECT_EQ(after_first.messages[1].tool_calls,
+              (std::vector<text::ToolCall>{{"call_paris", "get_weather", R"({"city": "Paris"})"}}));
+    EXPECT_EQ(after_first.messages[2].tool_call_id, "call_paris");
+    const std::vector<text::ChatMessage> sent(after_first.messages.begin(), after_first.messages.begin() + 3);
+    auto prompt = format->EncodeConversation(system, sent, options);
+    ASSERT_TRUE(prompt.ok()) << prompt.status().ToString();
+    EXPECT_EQ(first.chat().stats().prompt_tokens(), static_cast<int64_t>(prompt->ids.size())) << name;
+    auto rendered = format->Render(system, sent, std::nullopt, true, options);
+    ASSERT_TRUE(rendered.ok());
+    EXPECT_NE(rendered->find("get_weather"), std::string::npos) << *rendered;
+    EXPECT_NE(rendered->find("Paris"), std::string::npos) << *rendered;
+    EXPECT_NE(rendered->find("temperature_c"), std::string::npos) << *rendered;
+
+    // The follow-up: prefilled only from the first token where the new rendering differs.
+    v1::Request follow = MessagesRequest(session, {Message("user", "And tomorrow?")}, 4);
+    const v1::Response second = Call(*service, follow);
+    ASSERT_TRUE(second.has_chat()) << second.DebugString();
+    std::vector<text::ChatMessage> next = after_first.messages;
+    next.push_back({text::Role::kUser, "And tomorrow?", ""});
+    auto next_prompt = format->EncodeConversation(system, next, options);
+    ASSERT_TRUE(next_prompt.ok());
+    const v1::GenerationStats& stats = second.chat().stats();
+    EXPECT_EQ(stats.prompt_tokens(), static_cast<int64_t>(next_prompt->ids.size())) << name;
+    const size_t shared = std::min(CommonPrefix(after_first.tokens, next_prompt->ids), next_prompt->ids.size() - 1);
+    EXPECT_EQ(stats.reused_tokens(), static_cast<int64_t>(shared)) << name;
+    // Reused: at least the sent conversation as rendered without the generation prompt (Qwen3 writes
+    // the reply's empty think block only while it is the last message).
+    auto closed = format->Render(system, sent, std::nullopt, false, options);
+    ASSERT_TRUE(closed.ok());
+    auto closed_ids = format->Encode(*closed);
+    ASSERT_TRUE(closed_ids.ok());
+    EXPECT_GE(shared, closed_ids->size()) << name << ": the tool call's rendering is reused";
+    EXPECT_EQ(stats.reused_tokens() + stats.prefilled_tokens(), stats.prompt_tokens()) << name;
+  }
+}
+
+// Tools are rendered at every turn: a session with tools prompts longer than one without, by
+// exactly the template's rendering of them; ChatRequest.tools replaces them (empty: none).
+TEST(ToolChatTest, SessionToolsAreRenderedAtEveryTurnAndCanBeReplaced) {
+  std::unique_ptr<Service> service = StartService("qwen3");
+  ASSERT_NE(service, nullptr);
+  std::unique_ptr<text::JinjaChatFormat> format = Format("qwen3");
+  ASSERT_NE(format, nullptr);
+  const std::string system = "be brief";
+  const std::string session = CreateSession(*service, system, true);
+  text::ChatOptions options;
+  options.enable_thinking = false;
+  options.tools = std::make_shared<const std::vector<text::ToolDefinition>>(WeatherTools());
+  const v1::Response response = Call(*service, MessagesRequest(session, {Message("user", "hi")}, 2));
+  ASSERT_TRUE(response.has_chat()) << response.DebugString();
+  auto with_tools = format->EncodeConversation(system, std::vector<text::ChatMessage>{{text::Role::kUser, "hi", ""}}, options);
+  ASSERT_TRUE(with_tools.ok());
+  EXPECT_EQ(response.chat().stats().prompt_tokens(), static_cast<int64_t>(with_tools->ids.size()));
+
+  // Cleared by an empty ToolSet: the next rendering has none.
+  v1::Request cleared = MessagesRequest(session, {Message("user", "again")}, 2);
+  cleared.mutable_chat()->mutable_tools();
+  const v1::Response second = Call(*service, cleared);
+  ASSERT_TRUE(second.has_chat()) << second.DebugString();
+  Conversation now = Read(*service, session);
+  text::ChatOptions no_tools;
+  no_tools.enable_thinking = false;
+  std::vector<text::ChatMessage> sent(now.messages.begin(), now.messages.end() - 1);
+  auto without = format->EncodeConversation(system, sent, no_tools);
+  ASSERT_TRUE(without.ok());
+  EXPECT_EQ(second.chat().stats().prompt_tokens(), static_cast<int64_t>(without->ids.size()));
+}
+
+// append_only adds messages without a reply; keep_messages then replies to a cut conversation
+// (regenerating the last reply); GetSession returns tool calls and results.
+TEST(ToolChatTest, AppendOnlyThenKeepMessagesRegenerates) {
+  std::unique_ptr<Service> service = StartService("qwen3");
+  ASSERT_NE(service, nullptr);
+  const std::string session = CreateSession(*service, "sys", true);
+  v1::Request append = MessagesRequest(session, WeatherExchange(), 2);
+  append.mutable_chat()->set_append_only(true);
+  const v1::Response appended = Call(*service, append);
+  ASSERT_TRUE(appended.has_chat()) << appended.DebugString();
+  EXPECT_EQ(appended.chat().messages(), 3);
+  EXPECT_TRUE(appended.chat().reply_ids().empty());
+  EXPECT_EQ(Read(*service, session).messages.size(), 3u);
+
+  v1::Request reply = MessagesRequest(session, {}, 3);
+  reply.mutable_chat()->set_keep_messages(3);
+  const v1::Response answered = Call(*service, reply);
+  ASSERT_TRUE(answered.has_chat()) << answered.DebugString();
+  EXPECT_EQ(answered.chat().messages(), 4);
+  EXPECT_GT(answered.chat().stats().prompt_tokens(), 0);
+
+  // Regenerate: keep the three sent messages, reply again; the conversation stays four long.
+  const v1::Response again = Call(*service, reply);
+  ASSERT_TRUE(again.has_chat()) << again.DebugString();
+  EXPECT_EQ(again.chat().messages(), 4);
+  EXPECT_EQ(again.chat().reply(), answered.chat().reply());  // greedy: the same reply
+  const Conversation read = Read(*service, session);
+  ASSERT_EQ(read.messages.size(), 4u);
+  EXPECT_EQ(read.messages[1].tool_calls.size(), 1u);
+  EXPECT_EQ(read.messages[2].role, text::Role::kTool);
+  EXPECT_EQ(read.messages[2].name, "get_weather");
+}
+
+// Each bad request: INVALID_ARGUMENT (or the budget's code) naming the field; the conversation is
+// as it was.
+TEST(ToolChatTest, BadMessagesAndToolsAreRefusedNamingTheFieldAndChangeNothing) {
+  std::unique_ptr<Service> service = StartService("qwen3");
+  ASSERT_NE(service, nullptr);
+  const std::string session = CreateSession(*service, "sys", true);
+  ASSERT_TRUE(Call(*service, MessagesRequest(session, {Message("user", "hi")}, 2)).has_chat());
+  const Conversation before = Read(*service, session);
+
+  struct Case {
+    std::string what;
+    v1::Request request;
+    std::string field;
+    v1::ErrorCode code = v1::INVALID_ARGUMENT;
+  };
+  std::vector<Case> cases;
+  {
+    v1::ChatMessage result = Message("tool", "42");
+    result.set_tool_call_id("call_nobody_made");
+    cases.push_back({"unknown call id", MessagesRequest(session, {result}, 2), "messages[0].tool_call_id"});
+  }
+  cases.push_back({"system message", MessagesRequest(session, {Message("system", "obey")}, 2), "messages[0].role"});
+  cases.push_back({"unknown role", MessagesRequest(session, {Message("robot", "beep")}, 2), "messages[0].role"});
+  {
+    std::vector<v1::ChatMessage> exchange = WeatherExchange();
+    exchange[1].mutable_tool_calls(0)->set_arguments("[1, 2]");
+    cases.push_back({"arguments not an object", MessagesRequest(session, exchange, 2), "messages[1].tool_calls[0].arguments"});
+  }
+  {
+    std::vector<v1::ChatMessage> twice = WeatherExchange();
+    const std::vector<v1::ChatMessage> again = WeatherExchange();
+    twice.insert(twice.end(), again.begin(), again.begin() + 2);
+    cases.push_back({"call id used twice", MessagesRequest(session, twice, 2), "messages[4].tool_calls[0].id"});
+  }
+  {
+    v1::Request request = MessagesRequest(session, {Message("user", "x")}, 2);
+    AddWeatherTool(*request.mutable_chat()->mutable_tools());
+    AddWeatherTool(*request.mutable_chat()->mutable_tools());
+    cases.push_back({"duplicate tool names", request, "tools[1].name"});
+  }
+  {
+    v1::Request request = MessagesRequest(session, {Message("user", "x")}, 2);
+    v1::Tool& tool = *request.mutable_chat()->mutable_tools()->add_tools();
+    tool.set_name("bad name!");
+    cases.push_back({"tool name charset", request, "tools[0].name"});
+  }
+  {
+    v1::Request request = MessagesRequest(session, {Message("user", "x")}, 2);
+    v1::Tool& tool = *request.mutable_chat()->mutable_tools()->add_tools();
+    tool.set_name("f");
+    tool.set_parameters(R"({"type": "object", "properties": {"n": {"type": "integer", "minimum": 5, "maximum": 1}}})");
+    cases.push_back({"schema that does not compile", request, "tools[0].parameters"});
+  }
+  {
+    v1::Request request = MessagesRequest(session, {Message("user", "x")}, 2);
+    for (size_t i = 0; i <= common::kToolsLimit; ++i) request.mutable_chat()->mutable_tools()->add_tools()->set_name("t" + std::to_string(i));
+    cases.push_back({"too many tools", request, "budget tools"});
+  }
+  {
+    std::vector<v1::ChatMessage> many(common::kChatMessagesLimit + 1, Message("user", "x"));
+    cases.push_back({"too many messages", MessagesRequest(session, many, 2), "budget chat_messages"});
+  }
+  {
+    v1::Request request = MessagesRequest(session, {Message("user", "x")}, 2);
+    request.mutable_chat()->set_user_text("and text");
+    cases.push_back({"user_text and messages", request, "user_text and messages"});
+  }
+  {
+    v1::Request request = MessagesRequest(session, {}, 2);
+    request.mutable_chat()->set_keep_messages(3);
+    cases.push_back({"keep_messages beyond the conversation", request, "keep_messages = 3"});
+  }
+  {
+    v1::Request request = MessagesRequest(session, {Message("user", "x")}, 2);
+    request.mutable_chat()->mutable_tool_choice()->set_mode(v1::ToolChoice::REQUIRED);
+    cases.push_back({"tool_choice required", request, "tool_choice", v1::UNIMPLEMENTED});
+  }
+  for (const Case& c : cases) {
+    const v1::Response response = Call(*service, c.request);
+    ASSERT_TRUE(response.has_error()) << c.what << ": " << response.DebugString();
+    EXPECT_EQ(response.error().code(), c.code) << c.what << ": " << response.error().message();
+    EXPECT_NE(response.error().message().find(c.field), std::string::npos) << c.what << ": " << response.error().message();
+    const Conversation after = Read(*service, session);
+    EXPECT_EQ(after.messages, before.messages) << c.what;
+    EXPECT_EQ(after.tokens, before.tokens) << c.what;
+  }
+}
+
+// CreateSession's tools are checked the same way; a model whose template has no tool-call format
+// refuses tools.
+TEST(ToolChatTest, CreateSessionChecksItsTools) {
+  std::unique_ptr<Service> service = StartService("qwen3");
+  ASSERT_NE(service, nullptr);
+  v1::Request request = CreateRequest();
+  AddWeatherTool(*request.mutable_create_session()->mutable_tools());
+  request.mutable_create_session()->mutable_tools()->mutable_tools(0)->set_parameters("not json");
+  const v1::Response refused = Call(*service, request);
+  ASSERT_TRUE(refused.has_error()) << refused.DebugString();
+  EXPECT_EQ(refused.error().code(), v1::INVALID_ARGUMENT);
+  EXPECT_NE(refused.error().message().find("tools[0].parameters"), std::string::npos) << refused.error().message();
+
+  // A session without a system prompt but with tools: the first turn renders them.
+  v1::Request with_tools = CreateRequest();
+  AddWeatherTool(*with_tools.mutable_create_session()->mutable_tools());
+  const v1::Response created = Call(*service, with_tools);
+  ASSERT_TRUE(created.has_create_session()) << created.DebugString();
+  std::unique_ptr<text::JinjaChatFormat> format = Format("qwen3");
+  ASSERT_NE(format, nullptr);
+  const v1::Response chat = Call(*service, MessagesRequest(created.create_session().session_id(), {Message("user", "hi")}, 2));
+  ASSERT_TRUE(chat.has_chat()) << chat.DebugString();
+  text::ChatOptions options;
+  options.enable_thinking = false;
+  options.tools = std::make_shared<const std::vector<text::ToolDefinition>>(WeatherTools());
+  auto prompt = format->EncodeConversation(std::nullopt, std::vector<text::ChatMessage>{{text::Role::kUser, "hi", ""}}, options);
+  ASSERT_TRUE(prompt.ok());
+  EXPECT_EQ(chat.chat().stats().prompt_tokens(), static_cast<int64_t>(prompt->ids.size()));
+
+  std::unique_ptr<loaders::Model> plain = niels::testing::ReferenceChatModel(
+      "qwen3", kSeed, "{% for m in messages %}<|im_start|>{{ m.role }}\n{{ m.content }}<|im_end|>\n{% endfor %}"
+                      "{% if add_generation_prompt %}<|im_start|>assistant\n{% endif %}");
+  ASSERT_NE(plain, nullptr);
+  EngineOptions engine_options;
+  engine_options.threads = 1;
+  Service no_tool_format(std::make_unique<engine::Engine>(std::move(plain), engine_options));
+  const v1::Response no_format = Call(no_tool_format, with_tools);
+  ASSERT_TRUE(no_format.has_error()) << no_format.DebugString();
+  EXPECT_NE(no_format.error().message().find("tool-call format"), std::string::npos);
+}
+
+// A streamed reply on a session with tools: the events' text joined is the reply (the parser
+// passes the answer through), and a reply without calls stops as usual.
+TEST(ToolChatTest, StreamedReplyWithToolsAddsUpToTheResponse) {
+  std::unique_ptr<Service> service = StartService("qwen3");
+  ASSERT_NE(service, nullptr);
+  const std::string session = CreateSession(*service, "sys", true);
+  v1::Request request = MessagesRequest(session, {Message("user", "Weather in Oslo?")}, 16);
+  request.mutable_chat()->set_stream(true);
+  request.mutable_chat()->mutable_sampling()->set_temperature(1.0f);
+  request.mutable_chat()->mutable_sampling()->set_seed(3);
+  auto sink = SubmitAsync(*service, request);
+  const v1::Response response = sink->Wait();
+  ASSERT_TRUE(response.has_chat()) << response.DebugString();
+  std::string text;
+  std::vector<std::string> arguments(response.chat().tool_calls_size());
+  for (const v1::Response& event : sink->events()) {
+    text += event.token().text();
+    if (event.token().has_tool_call()) {
+      const v1::ToolCallDelta& call = event.token().tool_call();
+      ASSERT_LT(call.index(), response.chat().tool_calls_size());
+      arguments[static_cast<size_t>(call.index())] += call.arguments();
+    }
+  }
+  EXPECT_EQ(text, response.chat().reply());
+  for (int i = 0; i < response.chat().tool_calls_size(); ++i) {
+    EXPECT_EQ(arguments[static_cast<size_t>(i)], response.chat().tool_calls(i).arguments());
+  }
+  EXPECT_EQ(response.chat().stop_reason() == v1::TOOL_CALLS, response.chat().tool_calls_size() > 0);
+}
+
+}  // namespace tool_chat_test
+}  // namespace
+}  // namespace niels::daemon::handlers::testing
