@@ -1,0 +1,24 @@
+#pragma once
+// The HTTP front's routes: method and path -> the API that answers. Unknown paths are 404, a known
+// path with another method 405, both in OpenAI's error shape.
+//   GET  /health                              models_api.h
+//   GET  /v1/models (and /models)             models_api.h
+//   POST /v1/chat/completions (/chat/completions)  openai_chat.h
+//   POST /v1/completions (/completions)       openai_completions.h
+//   POST /tokenize, POST /detokenize          tokenize_api.h
+// A query string is ignored.
+
+#include <string_view>
+
+#include <boost/asio/awaitable.hpp>
+
+#include "daemon/http/exchange.h"
+
+namespace niels::daemon::http {
+
+enum class Method { kGet, kPost, kOther };
+
+boost::asio::awaitable<void> Route(Exchange& exchange, Method method, std::string_view target, std::string_view body,
+                                   bool shutting_down);
+
+}  // namespace niels::daemon::http
