@@ -194,10 +194,25 @@ asio::awaitable<void> HttpConnection::Run() {
       }
     }
     if (!ec) {
-      stream_.expires_after(options.body_timeout);
+      // The body's deadline cancels the read but keeps the socket (the stream's own expiry would
+      // close it), so the client is told 408.
+      stream_.expires_never();
+      asio::steady_timer body_deadline(stream_.get_executor());
+      auto body_timed_out = std::make_shared<bool>(false);
+      auto body_done = std::make_shared<bool>(false);
+      body_deadline.expires_after(options.body_timeout);
+      body_deadline.async_wait([self = shared_from_this(), body_timed_out, body_done](const boost::system::error_code& error) {
+        if (error || *body_done || self->stopped_) return;
+        *body_timed_out = true;
+        boost::system::error_code ignored;
+        self->stream_.socket().cancel(ignored);
+      });
       co_await bhttp::async_read(stream_, buffer_, parser, asio::redirect_error(asio::use_awaitable, ec));
-      if (ec == beast::error::timeout) {
-        co_await RefuseAndClose(0, "");
+      *body_done = true;
+      body_deadline.cancel();
+      if (*body_timed_out) {
+        co_await RefuseAndClose(408, fmt::format("the request body did not arrive within {} ms",
+                                                 options.body_timeout.count()));
         break;
       }
     }
@@ -236,10 +251,7 @@ asio::awaitable<void> HttpConnection::Run() {
 asio::awaitable<void> HttpConnection::RefuseAndClose(unsigned status, const std::string& message) {
   keep_alive_ = false;
   answer_ = Answer::kNone;
-  if (status == 0) {
-    status = 408;
-  }
-  co_await RespondError(MakeError(status, message.empty() ? "the request did not arrive in time" : message));
+  co_await RespondError(MakeError(status, message));
   if (broken_) co_return;
   // Let the client finish sending (and so read the answer instead of a reset), within bounds.
   boost::system::error_code ec;

@@ -70,8 +70,8 @@ class HttpConnection final : public Exchange, public std::enable_shared_from_thi
   boost::asio::awaitable<niels::v1::Response> DoCall(niels::v1::Request request, EventHandler on_event,
                                                      bool cancellable);
   boost::asio::awaitable<void> Write(unsigned status, std::string body, uint32_t retry_after_s);
-  // Answers a request that could not be read (status 0: none) and closes the connection after
-  // draining what the client still sends (bounded: one second).
+  // Answers a request that could not be read and closes the connection after draining what the
+  // client still sends (bounded: one second).
   boost::asio::awaitable<void> RefuseAndClose(unsigned status, const std::string& message);
   // Whether the peer has closed its side (or the socket is closed).
   bool PeerGone();

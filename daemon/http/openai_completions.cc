@@ -231,7 +231,7 @@ boost::asio::awaitable<void> HandleCompletion(Exchange& exchange, std::string_vi
       const size_t offset = text.size();
       text += event.text();
       if (plan.logprobs) logprobs.Add(event, offset, with_top);
-      if (!plan.stream.stream || event.text().empty()) co_return true;
+      if (!plan.stream.stream || (event.text().empty() && !plan.logprobs)) co_return true;
       co_return co_await exchange.SendEvent(EventChunk(id, created, model.id, event, offset, plan.logprobs, with_top));
     };
     response = co_await exchange.Call(std::move(generate), std::move(on_event));

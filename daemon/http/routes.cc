@@ -43,7 +43,9 @@ boost::asio::awaitable<void> Route(Exchange& exchange, Method method, std::strin
     co_return;
   }
   if (method != wanted) {
-    co_await exchange.RespondError(MakeError(405, fmt::format("{} takes {} requests", std::string(path), wanted == Method::kGet ? "GET" : "POST")));
+    const ApiError error =
+        MakeError(405, fmt::format("{} takes {} requests", std::string(path), wanted == Method::kGet ? "GET" : "POST"));
+    co_await exchange.RespondError(error);
     co_return;
   }
   switch (api) {
