@@ -294,8 +294,11 @@ asio::awaitable<bool> HttpConnection::BeginEvents() {
   head.set(bhttp::field::server, "nielsd");
   head.set(bhttp::field::content_type, "text/event-stream");
   head.set(bhttp::field::cache_control, "no-cache");
+  // HTTP/1.0 has no chunked encoding: the stream then ends with the connection.
+  chunked_ = version_ >= 11;
+  if (!chunked_) keep_alive_ = false;
   head.keep_alive(keep_alive_ && !draining_);
-  head.chunked(true);
+  head.chunked(chunked_);
   bhttp::response_serializer<bhttp::empty_body> serializer{head};
   boost::system::error_code ec;
   stream_.expires_after(front_->options.write_timeout);
@@ -314,8 +317,12 @@ asio::awaitable<bool> HttpConnection::SendEvent(std::string_view data) {
   event += "\n\n";
   boost::system::error_code ec;
   stream_.expires_after(front_->options.write_timeout);
-  co_await asio::async_write(stream_, bhttp::make_chunk(asio::buffer(event)),
-                             asio::redirect_error(asio::use_awaitable, ec));
+  if (chunked_) {
+    co_await asio::async_write(stream_, bhttp::make_chunk(asio::buffer(event)),
+                               asio::redirect_error(asio::use_awaitable, ec));
+  } else {
+    co_await asio::async_write(stream_, asio::buffer(event), asio::redirect_error(asio::use_awaitable, ec));
+  }
   stream_.expires_never();
   if (ec) broken_ = true;
   co_return !broken_;
@@ -324,6 +331,7 @@ asio::awaitable<bool> HttpConnection::SendEvent(std::string_view data) {
 asio::awaitable<void> HttpConnection::EndEvents() {
   if (broken_ || stopped_ || answer_ != Answer::kStreaming) co_return;
   answer_ = Answer::kStreamEnded;
+  if (!chunked_) co_return;
   boost::system::error_code ec;
   stream_.expires_after(front_->options.write_timeout);
   co_await asio::async_write(stream_, bhttp::make_chunk_last(), asio::redirect_error(asio::use_awaitable, ec));

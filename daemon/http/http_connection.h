@@ -89,6 +89,7 @@ class HttpConnection final : public Exchange, public std::enable_shared_from_thi
   bool broken_ = false;       // a write failed: nothing more is written
   bool keep_alive_ = true;    // of the current request
   unsigned version_ = 11;     // of the current request
+  bool chunked_ = true;       // the current stream's events are chunks (HTTP/1.1)
   Answer answer_ = Answer::kNone;
   uint64_t next_request_id_ = 0;
   std::shared_ptr<std::atomic<bool>> current_cancel_;  // the running cancellable call's

@@ -1,5 +1,6 @@
 #include "daemon/http/openai_chat.h"
 
+#include <algorithm>
 #include <utility>
 
 #include <fmt/format.h>
@@ -247,7 +248,11 @@ std::optional<ApiError> MapChatCompletion(const json& body, const ModelView& mod
   plan->stream = ReadStream(fields);
   std::optional<int64_t> max_tokens = fields.Integer("max_completion_tokens", 1, INT32_MAX);
   if (!max_tokens) max_tokens = fields.Integer("max_tokens", 1, INT32_MAX);
-  plan->chat.set_max_new_tokens(static_cast<int32_t>(max_tokens.value_or(std::max<int64_t>(1, model.context))));
+  // Default: up to the end of the context (the engine stops there: finish_reason "length"), within
+  // the most a request may ask for (the handlers' max_new_tokens bound, 65536).
+  constexpr int64_t kMostNewTokens = int64_t{1} << 16;
+  plan->chat.set_max_new_tokens(
+      static_cast<int32_t>(max_tokens.value_or(std::clamp<int64_t>(model.context, 1, kMostNewTokens))));
   if (std::optional<int64_t> n = fields.Integer("n", 1, INT32_MAX); n && *n != 1) {
     fields.Fail("n", "only n = 1 is supported");
   }

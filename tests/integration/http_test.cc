@@ -232,6 +232,18 @@ TEST_F(HttpTest, CurlReadsTheRawEventStream) {
   EXPECT_EQ(content, plain["choices"][0]["message"]["content"]);
   EXPECT_EQ(finish_reason, plain["choices"][0]["finish_reason"]);
   EXPECT_EQ(usage["completion_tokens"], plain["usage"]["completion_tokens"]);
+  // HTTP/1.0 has no chunked encoding: the same events, ended by the close.
+  testing::ProcessResult old_http = testing::RunProcess(
+      {"curl", "-sS", "-N", "--http1.0", "--unix-socket", http_socket().string(), "http://localhost/v1/chat/completions",
+       "-H", "Content-Type: application/json", "-d", request.dump()});
+  ASSERT_EQ(old_http.exit_code, 0) << old_http.err;
+  EXPECT_EQ(old_http.out.rfind("data: [DONE]\n\n"), old_http.out.size() - 14) << old_http.out;
+  auto count_events = [](const std::string& text) {
+    size_t count = 0;
+    for (size_t at = text.find("data: "); at != std::string::npos; at = text.find("data: ", at + 1)) ++count;
+    return count;
+  };
+  EXPECT_EQ(count_events(old_http.out), data.size()) << old_http.out;
   std::cout << "curl saw " << data.size() << " events, content '" << content << "'\n";
 }
 
