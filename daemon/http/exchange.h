@@ -45,8 +45,9 @@ class Exchange {
   // The loaded model (Info, asked once per daemon), or the error that prevented asking.
   virtual boost::asio::awaitable<std::optional<ApiError>> Model(ModelView* model) = 0;
 
-  // One complete JSON response.
-  virtual boost::asio::awaitable<void> Respond(unsigned status, std::string json) = 0;
+  // One complete response (JSON unless said otherwise).
+  virtual boost::asio::awaitable<void> Respond(unsigned status, std::string body,
+                                               std::string content_type = "application/json") = 0;
   virtual boost::asio::awaitable<void> RespondError(const ApiError& error) = 0;
   // A 200 text/event-stream response (chunked): its head, then events `data: <json>\n\n`, then the
   // end. SendEvent returns false once the client is gone or has not read for the write timeout.

@@ -16,6 +16,7 @@
 #include <vector>
 
 #include "daemon/http/exchange.h"
+#include "daemon/http/http_counters.h"
 #include "daemon/http/http_options.h"
 #include "daemon/server/request_service.h"
 
@@ -30,6 +31,7 @@ class FrontState {
   const HttpOptions options;
   std::atomic<server::RequestService*> service{nullptr};
   std::atomic<bool> shutting_down{false};
+  HttpCounters counters;
 
   void Add(const std::shared_ptr<HttpConnection>& connection, uint32_t uid);
   void Remove(const HttpConnection* connection, uint32_t uid);

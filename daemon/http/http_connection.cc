@@ -238,11 +238,13 @@ asio::awaitable<void> HttpConnection::Run() {
     answer_ = Answer::kNone;
     const bool shutting_down = front_->shutting_down.load();
     if (shutting_down || draining_) keep_alive_ = false;
-    co_await Route(*this, method, std::string_view(request.target().data(), request.target().size()), request.body(),
-                   shutting_down);
+    answer_status_ = 0;
+    const char* endpoint = co_await Route(*this, method, std::string_view(request.target().data(), request.target().size()),
+                                          request.body(), RouteContext{shutting_down, &front_->counters, front_->size()});
     if (answer_ == Answer::kNone && !broken_) {
       co_await RespondError(MakeError(500, "the request got no answer"));
     }
+    front_->counters.Count(endpoint, answer_status_);
     if (!keep_alive_ || broken_ || answer_ == Answer::kStreaming) break;
   }
   DoStop();
@@ -251,6 +253,7 @@ asio::awaitable<void> HttpConnection::Run() {
 asio::awaitable<void> HttpConnection::RefuseAndClose(unsigned status, const std::string& message) {
   keep_alive_ = false;
   answer_ = Answer::kNone;
+  front_->counters.Count("other", status);
   co_await RespondError(MakeError(status, message));
   if (broken_) co_return;
   // Let the client finish sending (and so read the answer instead of a reset), within bounds.
@@ -261,13 +264,15 @@ asio::awaitable<void> HttpConnection::RefuseAndClose(unsigned status, const std:
   while (!ec) co_await stream_.async_read_some(asio::buffer(discard), asio::redirect_error(asio::use_awaitable, ec));
 }
 
-asio::awaitable<void> HttpConnection::Write(unsigned status, std::string body, uint32_t retry_after_s) {
+asio::awaitable<void> HttpConnection::Write(unsigned status, std::string body, uint32_t retry_after_s,
+                                            const std::string& content_type) {
   if (broken_ || stopped_ || answer_ != Answer::kNone) co_return;
   answer_ = Answer::kResponded;
+  answer_status_ = status;
   bhttp::response<bhttp::string_body> response{static_cast<bhttp::status>(status), version_};
   if (const char* reason = ReasonFor(status)) response.reason(reason);
   response.set(bhttp::field::server, "nielsd");
-  response.set(bhttp::field::content_type, "application/json");
+  response.set(bhttp::field::content_type, content_type);
   if (retry_after_s > 0) response.set(bhttp::field::retry_after, std::to_string(retry_after_s));
   response.keep_alive(keep_alive_ && !draining_);
   response.body() = std::move(body);
@@ -279,17 +284,18 @@ asio::awaitable<void> HttpConnection::Write(unsigned status, std::string body, u
   if (ec) broken_ = true;
 }
 
-asio::awaitable<void> HttpConnection::Respond(unsigned status, std::string json) {
-  co_await Write(status, std::move(json), 0);
+asio::awaitable<void> HttpConnection::Respond(unsigned status, std::string body, std::string content_type) {
+  co_await Write(status, std::move(body), 0, content_type);
 }
 
 asio::awaitable<void> HttpConnection::RespondError(const ApiError& error) {
-  co_await Write(error.status, ErrorBody(error), error.retry_after_s);
+  co_await Write(error.status, ErrorBody(error), error.retry_after_s, "application/json");
 }
 
 asio::awaitable<bool> HttpConnection::BeginEvents() {
   if (broken_ || stopped_ || answer_ != Answer::kNone) co_return false;
   answer_ = Answer::kStreaming;
+  answer_status_ = 200;
   bhttp::response<bhttp::empty_body> head{bhttp::status::ok, version_};
   head.set(bhttp::field::server, "nielsd");
   head.set(bhttp::field::content_type, "text/event-stream");

@@ -57,7 +57,7 @@ class HttpConnection final : public Exchange, public std::enable_shared_from_thi
   boost::asio::awaitable<niels::v1::Response> Call(niels::v1::Request request, EventHandler on_event) override;
   boost::asio::awaitable<niels::v1::Response> CallToEnd(niels::v1::Request request) override;
   boost::asio::awaitable<std::optional<ApiError>> Model(ModelView* model) override;
-  boost::asio::awaitable<void> Respond(unsigned status, std::string json) override;
+  boost::asio::awaitable<void> Respond(unsigned status, std::string body, std::string content_type) override;
   boost::asio::awaitable<void> RespondError(const ApiError& error) override;
   boost::asio::awaitable<bool> BeginEvents() override;
   boost::asio::awaitable<bool> SendEvent(std::string_view data) override;
@@ -69,7 +69,8 @@ class HttpConnection final : public Exchange, public std::enable_shared_from_thi
   boost::asio::awaitable<void> Run();
   boost::asio::awaitable<niels::v1::Response> DoCall(niels::v1::Request request, EventHandler on_event,
                                                      bool cancellable);
-  boost::asio::awaitable<void> Write(unsigned status, std::string body, uint32_t retry_after_s);
+  boost::asio::awaitable<void> Write(unsigned status, std::string body, uint32_t retry_after_s,
+                                     const std::string& content_type);
   // Answers a request that could not be read and closes the connection after draining what the
   // client still sends (bounded: one second).
   boost::asio::awaitable<void> RefuseAndClose(unsigned status, const std::string& message);
@@ -91,6 +92,7 @@ class HttpConnection final : public Exchange, public std::enable_shared_from_thi
   unsigned version_ = 11;     // of the current request
   bool chunked_ = true;       // the current stream's events are chunks (HTTP/1.1)
   Answer answer_ = Answer::kNone;
+  unsigned answer_status_ = 0;  // of the current request's answer (counted for /metrics)
   uint64_t next_request_id_ = 0;
   std::shared_ptr<std::atomic<bool>> current_cancel_;  // the running cancellable call's
 };

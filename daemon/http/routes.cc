@@ -2,6 +2,7 @@
 
 #include <fmt/format.h>
 
+#include "daemon/http/metrics_api.h"
 #include "daemon/http/models_api.h"
 #include "daemon/http/openai_chat.h"
 #include "daemon/http/openai_completions.h"
@@ -10,21 +11,25 @@
 namespace niels::daemon::http {
 
 // The APIs (at namespace scope: Route's coroutine frame holds one).
-enum class RoutedApi { kNone, kHealth, kModels, kChat, kCompletions, kTokenize, kDetokenize };
+enum class RoutedApi { kNone, kHealth, kMetrics, kModels, kChat, kCompletions, kTokenize, kDetokenize };
 
-boost::asio::awaitable<void> Route(Exchange& exchange, Method method, std::string_view target, std::string_view body,
-                                   bool shutting_down) {
+boost::asio::awaitable<const char*> Route(Exchange& exchange, Method method, std::string_view target,
+                                          std::string_view body, RouteContext context) {
+  const bool shutting_down = context.shutting_down;
   std::string_view path = target.substr(0, target.find('?'));
   if (shutting_down && path != "/health") {
     co_await exchange.RespondError(
         MakeError(503, "nielsd is shutting down", "", "", 1));
-    co_return;
+    co_return "other";
   }
   using Api = RoutedApi;
   Api api = Api::kNone;
   Method wanted = Method::kPost;
   if (path == "/health") {
     api = Api::kHealth;
+    wanted = Method::kGet;
+  } else if (path == "/metrics") {
+    api = Api::kMetrics;
     wanted = Method::kGet;
   } else if (path == "/v1/models" || path == "/models") {
     api = Api::kModels;
@@ -40,23 +45,48 @@ boost::asio::awaitable<void> Route(Exchange& exchange, Method method, std::strin
   }
   if (api == Api::kNone) {
     co_await exchange.RespondError(MakeError(404, fmt::format("no route {}", std::string(path.substr(0, 256))), "", "not_found"));
-    co_return;
+    co_return "other";
   }
   if (method != wanted) {
     const ApiError error =
         MakeError(405, fmt::format("{} takes {} requests", std::string(path), wanted == Method::kGet ? "GET" : "POST"));
     co_await exchange.RespondError(error);
-    co_return;
+    co_return "other";
   }
+  const char* label = "other";
   switch (api) {
-    case Api::kHealth: co_await HandleHealth(exchange, shutting_down); break;
-    case Api::kModels: co_await HandleModels(exchange); break;
-    case Api::kChat: co_await HandleChatCompletion(exchange, body); break;
-    case Api::kCompletions: co_await HandleCompletion(exchange, body); break;
-    case Api::kTokenize: co_await HandleTokenize(exchange, body); break;
-    case Api::kDetokenize: co_await HandleDetokenize(exchange, body); break;
-    case Api::kNone: break;
+    case Api::kHealth:
+      label = "health";
+      co_await HandleHealth(exchange, shutting_down);
+      break;
+    case Api::kMetrics:
+      label = "metrics";
+      co_await HandleMetrics(exchange, *context.counters, context.http_connections);
+      break;
+    case Api::kModels:
+      label = "models";
+      co_await HandleModels(exchange);
+      break;
+    case Api::kChat:
+      label = "chat_completions";
+      co_await HandleChatCompletion(exchange, body);
+      break;
+    case Api::kCompletions:
+      label = "completions";
+      co_await HandleCompletion(exchange, body);
+      break;
+    case Api::kTokenize:
+      label = "tokenize";
+      co_await HandleTokenize(exchange, body);
+      break;
+    case Api::kDetokenize:
+      label = "detokenize";
+      co_await HandleDetokenize(exchange, body);
+      break;
+    case Api::kNone:
+      break;
   }
+  co_return label;
 }
 
 }  // namespace niels::daemon::http

@@ -489,5 +489,53 @@ TEST_F(HttpTest, ClientThatStopsReadingItsStreamIsCutOff) {
   std::cout << "the stalled client got " << received.bytes.size() << " bytes before the cut\n";
 }
 
+TEST_F(HttpTest, QuotaRefusalsAre429WithRetryAfter) {
+  // One session per uid: a session held on the protobuf socket leaves none for an HTTP request.
+  StartHttpDaemon({"--max-sessions-per-uid", "1"});
+  auto held = client_->CreateSession(std::nullopt);
+  ASSERT_TRUE(held.ok()) << held.status().ToString();
+  const std::string response = Exchange(
+      "POST", "/v1/chat/completions", json{{"messages", {{{"role", "user"}, {"content", "hi"}}}}}.dump());
+  EXPECT_EQ(StatusOf(response), 429) << response;
+  EXPECT_NE(response.find("Retry-After: 1"), std::string::npos) << response;
+  json body = json::parse(BodyOf(response), nullptr, false);
+  EXPECT_EQ(body["error"]["type"], "rate_limit_error") << response;
+  // Freed, the same request is served.
+  ASSERT_TRUE(client_->DeleteSession(held->session_id()).ok());
+  json served = PostJson("/v1/chat/completions",
+                         {{"messages", {{{"role", "user"}, {"content", "hi"}}}}, {"max_tokens", 3}});
+  EXPECT_EQ(served["object"], "chat.completion");
+}
+
+TEST_F(HttpTest, MetricsInPrometheusTextFormat) {
+  StartHttpDaemon();
+  PostJson("/v1/completions", {{"prompt", {1, 2, 3}}, {"max_tokens", 3}, {"temperature", 0}});
+  PostJson("/v1/completions", {{"prompt", "x"}, {"max_tokens", "three"}}, 400);
+  const std::string response = Exchange("GET", "/metrics");
+  ASSERT_EQ(StatusOf(response), 200) << response;
+  EXPECT_NE(response.find("Content-Type: text/plain; version=0.0.4"), std::string::npos) << response;
+  const std::string text = BodyOf(response);
+  EXPECT_NE(text.find("# TYPE nielsd_tokens_generated_total counter\nnielsd_tokens_generated_total 3\n"),
+            std::string::npos) << text;
+  EXPECT_NE(text.find("nielsd_http_requests_total{endpoint=\"completions\",status=\"200\"} 1\n"), std::string::npos)
+      << text;
+  EXPECT_NE(text.find("nielsd_http_requests_total{endpoint=\"completions\",status=\"400\"} 1\n"), std::string::npos)
+      << text;
+  EXPECT_NE(text.find("nielsd_sessions 0\n"), std::string::npos) << text;
+  // Every line is a comment or "name{labels} value".
+  for (size_t at = 0; at < text.size();) {
+    const size_t end = text.find('\n', at);
+    ASSERT_NE(end, std::string::npos);
+    const std::string line = text.substr(at, end - at);
+    if (line[0] != '#') {
+      const size_t space = line.rfind(' ');
+      ASSERT_NE(space, std::string::npos) << line;
+      EXPECT_EQ(line.rfind("nielsd_", 0), 0u) << line;
+      EXPECT_NO_THROW((void)std::stod(line.substr(space + 1))) << line;
+    }
+    at = end + 1;
+  }
+}
+
 }  // namespace http_front_test
 }  // namespace niels::integration
