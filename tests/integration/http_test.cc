@@ -537,5 +537,21 @@ TEST_F(HttpTest, MetricsInPrometheusTextFormat) {
   }
 }
 
+TEST_F(HttpTest, SigtermClosesTheHttpSocketWithItsConnections) {
+  StartHttpDaemon();
+  HttpSocket idle(http_socket());
+  ASSERT_TRUE(idle.Send(Request("GET", "/health", "", /*keep_alive=*/true)));
+  ASSERT_EQ(StatusOf(idle.ReadResponse(kBound)), 200);
+  HttpSocket streaming(http_socket());
+  streaming.Send(Request("POST", "/v1/completions",
+                         json{{"prompt", "the socket is"}, {"max_tokens", 1000}, {"stream", true}}.dump()));
+  EXPECT_EQ(daemon_->Stop(), 0) << daemon_->log();
+  EXPECT_FALSE(std::filesystem::exists(http_socket()));
+  EXPECT_TRUE(idle.ReadUntilClosed(kBound).closed);
+  HttpSocket::Received stream = streaming.ReadUntilClosed(kBound);
+  EXPECT_TRUE(stream.closed);
+  EXPECT_EQ(StatusOf(stream.bytes), 200) << stream.bytes.substr(0, 300);
+}
+
 }  // namespace http_front_test
 }  // namespace niels::integration
