@@ -24,6 +24,7 @@
 #include "common/protobuf_log.h"
 #include "common/socket_path.h"
 #include "daemon/handlers/service.h"
+#include "daemon/http/http_front.h"
 #include "daemon/loaders/model_loader.h"
 #include "daemon/model/config.h"
 #include "daemon/kernels/dtype.h"
@@ -74,6 +75,16 @@ struct Flags {
   std::string dtype = "file";
   std::string kv_dtype = "f32";
   int64_t max_context = niels::daemon::loaders::kDefaultMaxContext;
+  // The HTTP front (docs/HTTP.md).
+  std::string http_socket;
+  uint64_t http_max_header_bytes = niels::daemon::http::HttpOptions{}.max_header_bytes;
+  uint64_t http_max_body_bytes = niels::daemon::http::HttpOptions{}.max_body_bytes;
+  double http_header_timeout_s = Seconds(niels::daemon::http::HttpOptions{}.header_timeout);
+  double http_body_timeout_s = Seconds(niels::daemon::http::HttpOptions{}.body_timeout);
+  double http_idle_timeout_s = Seconds(niels::daemon::http::HttpOptions{}.idle_timeout);
+  double http_write_timeout_s = Seconds(niels::daemon::http::HttpOptions{}.write_timeout);
+
+  static double Seconds(std::chrono::milliseconds duration) { return std::chrono::duration<double>(duration).count(); }
 };
 
 void AddFlags(CLI::App& app, Flags& flags) {
@@ -161,6 +172,28 @@ void AddFlags(CLI::App& app, Flags& flags) {
   app.add_option("--max-state-db-mb", flags.max_state_db_mb,
                  "largest size of the session database, MiB; past it turns fail with RESOURCE_EXHAUSTED (0 = no limit)")
       ->check(CLI::Range(uint64_t{0}, uint64_t{1} << 30))->capture_default_str();
+  app.add_option("--http-socket", flags.http_socket,
+                 "also serve the OpenAI-compatible HTTP API (docs/HTTP.md) on this Unix socket: same permissions "
+                 "(--socket-group) and per-uid identity as --socket; --max-connections and --max-connections-per-uid "
+                 "apply to it separately");
+  app.add_option("--http-max-header-bytes", flags.http_max_header_bytes,
+                 "largest HTTP request head (request line and headers); larger: 431")
+      ->check(CLI::Range(uint64_t{1024}, uint64_t{1} << 24))->capture_default_str();
+  app.add_option("--http-max-body-bytes", flags.http_max_body_bytes, "largest HTTP request body; larger: 413")
+      ->check(CLI::Range(uint64_t{1024}, uint64_t{1} << 30))->capture_default_str();
+  app.add_option("--http-header-timeout", flags.http_header_timeout_s,
+                 "seconds from a request's first byte to the end of its head; slower connections are closed")
+      ->check(CLI::Range(0.001, 3600.0))->capture_default_str();
+  app.add_option("--http-body-timeout", flags.http_body_timeout_s,
+                 "seconds for a request body to arrive whole; slower: 408 and the connection is closed")
+      ->check(CLI::Range(0.001, 3600.0))->capture_default_str();
+  app.add_option("--http-idle-timeout", flags.http_idle_timeout_s,
+                 "seconds a kept-alive HTTP connection may wait for its next request")
+      ->check(CLI::Range(0.001, 86400.0))->capture_default_str();
+  app.add_option("--http-write-timeout", flags.http_write_timeout_s,
+                 "seconds a client may leave a response or stream event unread before it is cut off (its request "
+                 "is cancelled)")
+      ->check(CLI::Range(0.001, 3600.0))->capture_default_str();
   app.set_version_flag("--version", std::string("nielsd ") + NIELSD_VERSION);
 }
 
@@ -227,6 +260,27 @@ server::DaemonOptions DaemonOptionsFrom(const Flags& flags, const std::string& s
     }
   }
   options.overflow_uid = server::ReadOverflowUid();
+  return options;
+}
+
+// The HTTP front's options from the flags (its limits beside the protobuf socket's).
+niels::daemon::http::HttpOptions HttpOptionsFrom(const Flags& flags, const server::DaemonOptions& daemon) {
+  auto millis = [](double seconds) {
+    return std::chrono::milliseconds(std::max<int64_t>(1, static_cast<int64_t>(seconds * 1000.0)));
+  };
+  niels::daemon::http::HttpOptions options;
+  options.listener.socket_path = flags.http_socket;
+  options.listener.socket_group = daemon.listener.socket_group;
+  options.max_header_bytes = flags.http_max_header_bytes;
+  options.max_body_bytes = flags.http_max_body_bytes;
+  options.header_timeout = millis(flags.http_header_timeout_s);
+  options.body_timeout = millis(flags.http_body_timeout_s);
+  options.idle_timeout = millis(flags.http_idle_timeout_s);
+  options.write_timeout = millis(flags.http_write_timeout_s);
+  options.max_queued_bytes = daemon.connection.max_queued_bytes;
+  options.max_connections = daemon.max_connections;
+  options.max_connections_per_uid = daemon.max_connections_per_uid;
+  options.overflow_uid = daemon.overflow_uid;
   return options;
 }
 
@@ -361,6 +415,15 @@ int main(int argc, char** argv) {
   if (!listening.ok()) {
     LogError("nielsd: {}", listening.message());
     return 1;
+  }
+
+  if (!flags.http_socket.empty()) {
+    auto front = niels::daemon::http::HttpFront::Open(daemon.io_context(), HttpOptionsFrom(flags, options));
+    if (!front.ok()) {
+      LogError("nielsd: --http-socket: {}", front.status().message());
+      return 1;
+    }
+    daemon.AddFront(std::move(front).value());
   }
 
   DurableState durable;

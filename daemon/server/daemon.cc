@@ -208,6 +208,7 @@ int Daemon::Serve(RequestService& service) {
   common::LogInfo("listening on {}{}", listener_->path(),
                   listener_->socket_activated() ? " (socket-activated)" : "");
   asio::co_spawn(accept_strand_, AcceptLoop(), asio::detached);
+  for (const std::unique_ptr<Front>& front : fronts_) front->Start(service);
   for (int i = 0; i < std::max(1, options_.io_threads); ++i) {
     io_threads_.emplace_back([this] { io_context_.run(); });
   }
@@ -233,18 +234,26 @@ void Daemon::Shutdown(RequestService& service) {
     closed.set_value();
   });
   closed.get_future().wait();
+  for (const std::unique_ptr<Front>& front : fronts_) front->StopAccepting();
   // In-flight work ends with a final CANCELLED, queued on the connections.
   service.Shutdown();
   // Each connection answers the requests its peer already sent (refused now), writes what it has,
   // then closes; the rest are force-closed at the deadline.
   registry_.DrainAll();
+  for (const std::unique_ptr<Front>& front : fronts_) front->DrainAll();
+  auto live = [this] {
+    size_t count = registry_.size();
+    for (const std::unique_ptr<Front>& front : fronts_) count += front->connection_count();
+    return count;
+  };
   auto deadline = std::chrono::steady_clock::now() + options_.drain_timeout;
-  while (registry_.size() > 0 && std::chrono::steady_clock::now() < deadline) {
+  while (live() > 0 && std::chrono::steady_clock::now() < deadline) {
     std::this_thread::sleep_for(std::chrono::milliseconds(5));
   }
   registry_.StopAll();
+  for (const std::unique_ptr<Front>& front : fronts_) front->StopAll();
   deadline = std::chrono::steady_clock::now() + std::chrono::milliseconds(500);
-  while (registry_.size() > 0 && std::chrono::steady_clock::now() < deadline) {
+  while (live() > 0 && std::chrono::steady_clock::now() < deadline) {
     std::this_thread::sleep_for(std::chrono::milliseconds(5));
   }
 }

@@ -40,6 +40,7 @@
 #include "daemon/server/connection.h"
 #include "daemon/server/connection_registry.h"
 #include "daemon/server/dispatcher.h"
+#include "daemon/server/front.h"
 #include "daemon/server/listener.h"
 
 namespace niels::daemon::server {
@@ -80,8 +81,15 @@ class Daemon {
 
   /// The socket path (after Listen()).
   std::string socket_path() const;
-  /// Live connections.
+  /// Live connections of the protobuf socket.
   size_t connection_count() const { return registry_.size(); }
+
+  /// The io_context the IO threads run (a front opens its listener on it). Before Serve().
+  boost::asio::io_context& io_context() { return io_context_; }
+  /// Adds a front (the HTTP socket) that Serve() starts and Shutdown() stops with the protobuf
+  /// socket: it stops accepting when the socket does, drains within the same drain_timeout and is
+  /// closed at its end. Before Serve().
+  void AddFront(std::unique_ptr<Front> front) { fronts_.push_back(std::move(front)); }
 
  private:
   boost::asio::awaitable<void> AcceptLoop();
@@ -107,6 +115,7 @@ class Daemon {
   std::unique_ptr<boost::asio::signal_set> signals_;
   ConnectionRegistry registry_;
   std::unique_ptr<Dispatcher> dispatcher_;
+  std::vector<std::unique_ptr<Front>> fronts_;
   std::vector<std::thread> io_threads_;
   int reserve_fd_ = -1;  // /dev/null, given up to accept one peer when descriptors run out
   bool shutting_down_ = false;  // accept strand only: connections admitted from now on drain at once

@@ -1,0 +1,427 @@
+#include "daemon/http/http_connection.h"
+
+#include <sys/socket.h>
+
+#include <cerrno>
+#include <deque>
+#include <exception>
+#include <mutex>
+#include <utility>
+
+#include <boost/asio/co_spawn.hpp>
+#include <boost/asio/dispatch.hpp>
+#include <boost/asio/post.hpp>
+#include <boost/asio/redirect_error.hpp>
+#include <boost/asio/steady_timer.hpp>
+#include <boost/asio/use_awaitable.hpp>
+#include <boost/asio/write.hpp>
+#include <boost/beast/core/error.hpp>
+#include <boost/beast/http/chunk_encode.hpp>
+#include <boost/beast/http/empty_body.hpp>
+#include <boost/beast/http/error.hpp>
+#include <boost/beast/http/parser.hpp>
+#include <boost/beast/http/read.hpp>
+#include <boost/beast/http/serializer.hpp>
+#include <boost/beast/http/string_body.hpp>
+#include <boost/beast/http/write.hpp>
+
+#include <fmt/format.h>
+
+#include "common/log.h"
+#include "common/wire_status.h"
+#include "daemon/http/routes.h"
+
+namespace niels::daemon::http {
+namespace {
+
+namespace asio = boost::asio;
+namespace beast = boost::beast;
+namespace bhttp = boost::beast::http;
+
+constexpr size_t kReadChunkBytes = 16 * 1024;
+// How often a running call checks whether its client has gone away.
+constexpr std::chrono::milliseconds kPeerCheckPeriod{200};
+// How long a refused request's remaining bytes are read and dropped before the close.
+constexpr std::chrono::milliseconds kLingerTime{1000};
+
+}  // namespace
+
+// (Not in the anonymous namespace: the call coroutine's frame holds one.)
+namespace call_detail {
+
+// One engine call's responses on their way from the engine thread to the connection's strand.
+struct CallState {
+  CallState(const asio::any_io_executor& executor, size_t max_queued_bytes)
+      : timer(executor), max_queued_bytes(max_queued_bytes) {}
+
+  asio::steady_timer timer;  // strand: the call sleeps on it; a delivered response cancels it
+  const size_t max_queued_bytes;
+  std::mutex mutex;
+  std::deque<niels::v1::Response> events;     // GUARDED_BY(mutex)
+  std::optional<niels::v1::Response> final;  // GUARDED_BY(mutex)
+  size_t queued_bytes = 0;                    // GUARDED_BY(mutex)
+};
+
+// The sink the engine sees: bounded events, then the final response; each wakes the call.
+class CallSink : public server::ResponseSink {
+ public:
+  CallSink(std::weak_ptr<CallState> state, asio::any_io_executor executor)
+      : state_(std::move(state)), executor_(std::move(executor)) {}
+
+  bool Send(niels::v1::Response response, bool final) override {
+    std::shared_ptr<CallState> state = state_.lock();
+    if (state == nullptr) return false;
+    {
+      std::lock_guard lock(state->mutex);
+      if (final) {
+        state->final = std::move(response);
+      } else {
+        const size_t bytes = response.ByteSizeLong();
+        if (state->queued_bytes + bytes > state->max_queued_bytes) return false;
+        state->queued_bytes += bytes;
+        state->events.push_back(std::move(response));
+      }
+    }
+    asio::post(executor_, [weak = state_] {
+      if (std::shared_ptr<CallState> state = weak.lock()) state->timer.cancel();
+    });
+    return true;
+  }
+
+ private:
+  std::weak_ptr<CallState> state_;
+  asio::any_io_executor executor_;
+};
+
+}  // namespace call_detail
+
+namespace {
+
+using call_detail::CallSink;
+using call_detail::CallState;
+
+niels::v1::Response ErrorResponse(const common::Status& status) {
+  niels::v1::Response response;
+  *response.mutable_error() = common::ToProto(status);
+  return response;
+}
+
+const char* ReasonFor(unsigned status) {
+  switch (status) {
+    case 499: return "Client Closed Request";
+    default: return nullptr;
+  }
+}
+
+}  // namespace
+
+HttpConnection::HttpConnection(Socket socket, uint32_t peer_uid, std::shared_ptr<FrontState> front)
+    : stream_(std::move(socket)), peer_uid_(peer_uid), front_(std::move(front)) {}
+
+HttpConnection::~HttpConnection() = default;
+
+void HttpConnection::Start() {
+  front_->Add(shared_from_this(), peer_uid_);
+  auto self = shared_from_this();
+  asio::co_spawn(stream_.get_executor(), [self] { return self->Run(); }, [self](std::exception_ptr error) {
+    if (error) {
+      try {
+        std::rethrow_exception(error);
+      } catch (const std::exception& e) {
+        common::LogError("http connection uid={}: {}; closing it", self->peer_uid_, e.what());
+      } catch (...) {
+        common::LogError("http connection uid={}: unknown exception; closing it", self->peer_uid_);
+      }
+    }
+    self->DoStop();
+  });
+}
+
+void HttpConnection::Stop() {
+  asio::dispatch(stream_.get_executor(), [self = shared_from_this()] { self->DoStop(); });
+}
+
+void HttpConnection::Drain() {
+  asio::dispatch(stream_.get_executor(), [self = shared_from_this()] {
+    self->draining_ = true;
+    if (self->idle_) self->DoStop();
+  });
+}
+
+void HttpConnection::DoStop() {
+  if (stopped_) return;
+  stopped_ = true;
+  if (current_cancel_) current_cancel_->store(true);
+  boost::system::error_code ignored;
+  stream_.socket().shutdown(Socket::shutdown_both, ignored);
+  stream_.close();
+  front_->Remove(this, peer_uid_);
+}
+
+bool HttpConnection::PeerGone() {
+  if (stopped_ || broken_ || !stream_.socket().is_open()) return true;
+  char byte;
+  const ssize_t n = ::recv(stream_.socket().native_handle(), &byte, 1, MSG_PEEK | MSG_DONTWAIT);
+  if (n == 0) return true;
+  return n < 0 && errno != EAGAIN && errno != EWOULDBLOCK && errno != EINTR;
+}
+
+asio::awaitable<void> HttpConnection::Run() {
+  const HttpOptions& options = front_->options;
+  boost::system::error_code ec;
+  while (!stopped_ && !draining_) {
+    if (buffer_.size() == 0) {
+      idle_ = true;
+      stream_.expires_after(options.idle_timeout);
+      const size_t n = co_await stream_.async_read_some(buffer_.prepare(kReadChunkBytes),
+                                                        asio::redirect_error(asio::use_awaitable, ec));
+      idle_ = false;
+      if (ec) break;
+      buffer_.commit(n);
+    }
+    bhttp::request_parser<bhttp::string_body> parser;
+    parser.header_limit(static_cast<std::uint32_t>(std::min<size_t>(options.max_header_bytes, UINT32_MAX)));
+    parser.body_limit(options.max_body_bytes);
+    stream_.expires_after(options.header_timeout);
+    co_await bhttp::async_read_header(stream_, buffer_, parser, asio::redirect_error(asio::use_awaitable, ec));
+    if (!ec) {
+      keep_alive_ = parser.get().keep_alive();
+      version_ = parser.get().version();
+      if (beast::iequals(parser.get()[bhttp::field::expect], "100-continue")) {
+        static constexpr std::string_view kContinue = "HTTP/1.1 100 Continue\r\n\r\n";
+        stream_.expires_after(options.write_timeout);
+        co_await asio::async_write(stream_, asio::buffer(kContinue), asio::redirect_error(asio::use_awaitable, ec));
+      }
+    }
+    if (!ec) {
+      // The body's deadline cancels the read but keeps the socket (the stream's own expiry would
+      // close it), so the client is told 408.
+      stream_.expires_never();
+      asio::steady_timer body_deadline(stream_.get_executor());
+      auto body_timed_out = std::make_shared<bool>(false);
+      auto body_done = std::make_shared<bool>(false);
+      body_deadline.expires_after(options.body_timeout);
+      body_deadline.async_wait([self = shared_from_this(), body_timed_out, body_done](const boost::system::error_code& error) {
+        if (error || *body_done || self->stopped_) return;
+        *body_timed_out = true;
+        boost::system::error_code ignored;
+        self->stream_.socket().cancel(ignored);
+      });
+      co_await bhttp::async_read(stream_, buffer_, parser, asio::redirect_error(asio::use_awaitable, ec));
+      *body_done = true;
+      body_deadline.cancel();
+      if (*body_timed_out) {
+        co_await RefuseAndClose(408, fmt::format("the request body did not arrive within {} ms",
+                                                 options.body_timeout.count()));
+        break;
+      }
+    }
+    if (ec) {
+      if (ec == bhttp::error::end_of_stream || ec == asio::error::eof || ec == beast::error::timeout ||
+          ec == asio::error::connection_reset || ec == asio::error::operation_aborted || stopped_) {
+        break;
+      }
+      if (ec == bhttp::error::header_limit) {
+        co_await RefuseAndClose(431, fmt::format("the request head is larger than {} bytes", options.max_header_bytes));
+      } else if (ec == bhttp::error::body_limit) {
+        co_await RefuseAndClose(413, fmt::format("the request body is larger than {} bytes", options.max_body_bytes));
+      } else {
+        co_await RefuseAndClose(400, "malformed HTTP request: " + ec.message());
+      }
+      break;
+    }
+    stream_.expires_never();
+    bhttp::request<bhttp::string_body> request = parser.release();
+    const Method method = request.method() == bhttp::verb::get    ? Method::kGet
+                          : request.method() == bhttp::verb::post ? Method::kPost
+                                                                  : Method::kOther;
+    answer_ = Answer::kNone;
+    const bool shutting_down = front_->shutting_down.load();
+    if (shutting_down || draining_) keep_alive_ = false;
+    answer_status_ = 0;
+    const char* endpoint = co_await Route(*this, method, std::string_view(request.target().data(), request.target().size()),
+                                          request.body(), RouteContext{shutting_down, &front_->counters, front_->size()});
+    if (answer_ == Answer::kNone && !broken_) {
+      co_await RespondError(MakeError(500, "the request got no answer"));
+    }
+    front_->counters.Count(endpoint, answer_status_);
+    if (!keep_alive_ || broken_ || answer_ == Answer::kStreaming) break;
+  }
+  DoStop();
+}
+
+asio::awaitable<void> HttpConnection::RefuseAndClose(unsigned status, const std::string& message) {
+  keep_alive_ = false;
+  answer_ = Answer::kNone;
+  front_->counters.Count("other", status);
+  co_await RespondError(MakeError(status, message));
+  if (broken_) co_return;
+  // Let the client finish sending (and so read the answer instead of a reset), within bounds.
+  boost::system::error_code ec;
+  stream_.socket().shutdown(Socket::shutdown_send, ec);
+  stream_.expires_after(kLingerTime);
+  std::array<char, kReadChunkBytes> discard;
+  while (!ec) co_await stream_.async_read_some(asio::buffer(discard), asio::redirect_error(asio::use_awaitable, ec));
+}
+
+asio::awaitable<void> HttpConnection::Write(unsigned status, std::string body, uint32_t retry_after_s,
+                                            const std::string& content_type) {
+  if (broken_ || stopped_ || answer_ != Answer::kNone) co_return;
+  answer_ = Answer::kResponded;
+  answer_status_ = status;
+  bhttp::response<bhttp::string_body> response{static_cast<bhttp::status>(status), version_};
+  if (const char* reason = ReasonFor(status)) response.reason(reason);
+  response.set(bhttp::field::server, "nielsd");
+  response.set(bhttp::field::content_type, content_type);
+  if (retry_after_s > 0) response.set(bhttp::field::retry_after, std::to_string(retry_after_s));
+  response.keep_alive(keep_alive_ && !draining_);
+  response.body() = std::move(body);
+  response.prepare_payload();
+  boost::system::error_code ec;
+  stream_.expires_after(front_->options.write_timeout);
+  co_await bhttp::async_write(stream_, response, asio::redirect_error(asio::use_awaitable, ec));
+  stream_.expires_never();
+  if (ec) broken_ = true;
+}
+
+asio::awaitable<void> HttpConnection::Respond(unsigned status, std::string body, std::string content_type) {
+  co_await Write(status, std::move(body), 0, content_type);
+}
+
+asio::awaitable<void> HttpConnection::RespondError(const ApiError& error) {
+  co_await Write(error.status, ErrorBody(error), error.retry_after_s, "application/json");
+}
+
+asio::awaitable<bool> HttpConnection::BeginEvents() {
+  if (broken_ || stopped_ || answer_ != Answer::kNone) co_return false;
+  answer_ = Answer::kStreaming;
+  answer_status_ = 200;
+  bhttp::response<bhttp::empty_body> head{bhttp::status::ok, version_};
+  head.set(bhttp::field::server, "nielsd");
+  head.set(bhttp::field::content_type, "text/event-stream");
+  head.set(bhttp::field::cache_control, "no-cache");
+  // HTTP/1.0 has no chunked encoding: the stream then ends with the connection.
+  chunked_ = version_ >= 11;
+  if (!chunked_) keep_alive_ = false;
+  head.keep_alive(keep_alive_ && !draining_);
+  head.chunked(chunked_);
+  bhttp::response_serializer<bhttp::empty_body> serializer{head};
+  boost::system::error_code ec;
+  stream_.expires_after(front_->options.write_timeout);
+  co_await bhttp::async_write_header(stream_, serializer, asio::redirect_error(asio::use_awaitable, ec));
+  stream_.expires_never();
+  if (ec) broken_ = true;
+  co_return !broken_;
+}
+
+asio::awaitable<bool> HttpConnection::SendEvent(std::string_view data) {
+  if (broken_ || stopped_ || answer_ != Answer::kStreaming) co_return false;
+  std::string event;
+  event.reserve(data.size() + 8);
+  event += "data: ";
+  event += data;
+  event += "\n\n";
+  boost::system::error_code ec;
+  stream_.expires_after(front_->options.write_timeout);
+  if (chunked_) {
+    co_await asio::async_write(stream_, bhttp::make_chunk(asio::buffer(event)),
+                               asio::redirect_error(asio::use_awaitable, ec));
+  } else {
+    co_await asio::async_write(stream_, asio::buffer(event), asio::redirect_error(asio::use_awaitable, ec));
+  }
+  stream_.expires_never();
+  if (ec) broken_ = true;
+  co_return !broken_;
+}
+
+asio::awaitable<void> HttpConnection::EndEvents() {
+  if (broken_ || stopped_ || answer_ != Answer::kStreaming) co_return;
+  answer_ = Answer::kStreamEnded;
+  if (!chunked_) co_return;
+  boost::system::error_code ec;
+  stream_.expires_after(front_->options.write_timeout);
+  co_await asio::async_write(stream_, bhttp::make_chunk_last(), asio::redirect_error(asio::use_awaitable, ec));
+  stream_.expires_never();
+  if (ec) broken_ = true;
+}
+
+asio::awaitable<niels::v1::Response> HttpConnection::Call(niels::v1::Request request, EventHandler on_event) {
+  co_return co_await DoCall(std::move(request), std::move(on_event), /*cancellable=*/true);
+}
+
+asio::awaitable<niels::v1::Response> HttpConnection::CallToEnd(niels::v1::Request request) {
+  co_return co_await DoCall(std::move(request), nullptr, /*cancellable=*/false);
+}
+
+asio::awaitable<niels::v1::Response> HttpConnection::DoCall(niels::v1::Request request, EventHandler on_event,
+                                                            bool cancellable) {
+  const HttpOptions& options = front_->options;
+  if (options.overflow_uid && peer_uid_ == *options.overflow_uid &&
+      request.kind_case() == niels::v1::Request::kCreateSession) {
+    co_return ErrorResponse(common::Status::PermissionDenied(fmt::format(
+        "nielsd sees your uid as {}, the kernel's overflow uid: your real uid is not mapped into nielsd's user "
+        "namespace, so nielsd gives you no sessions",
+        *options.overflow_uid)));
+  }
+  server::RequestService* service = front_->service.load();
+  if (service == nullptr) co_return ErrorResponse(common::Status::Unavailable("nielsd is not serving yet"));
+  const asio::any_io_executor executor = stream_.get_executor();
+  auto state = std::make_shared<CallState>(executor, options.max_queued_bytes);
+  auto cancel = std::make_shared<std::atomic<bool>>(false);
+  if (cancellable) {
+    current_cancel_ = cancel;
+    if (stopped_) cancel->store(true);
+  }
+  request.set_request_id(++next_request_id_);
+  service->Submit(server::Job(server::Caller{peer_uid_}, std::move(request), cancel,
+                              std::make_shared<CallSink>(state, executor)));
+  bool delivering = on_event != nullptr;
+  boost::system::error_code ec;
+  for (;;) {
+    std::deque<niels::v1::Response> events;
+    std::optional<niels::v1::Response> final;
+    {
+      std::lock_guard lock(state->mutex);
+      events.swap(state->events);
+      state->queued_bytes = 0;
+      if (events.empty()) final = std::move(state->final);
+    }
+    if (!events.empty()) {
+      for (niels::v1::Response& event : events) {
+        if (!delivering || !event.has_token()) continue;
+        if (!co_await on_event(event.token())) {
+          delivering = false;
+          cancel->store(true);
+        }
+      }
+      continue;  // look again before sleeping: a wake-up may have come while the events were written
+    }
+    if (final) {
+      if (cancellable) current_cancel_.reset();
+      co_return std::move(*final);
+    }
+    if (cancellable && !cancel->load() && PeerGone()) cancel->store(true);
+    state->timer.expires_after(kPeerCheckPeriod);
+    co_await state->timer.async_wait(asio::redirect_error(asio::use_awaitable, ec));
+  }
+}
+
+asio::awaitable<std::optional<ApiError>> HttpConnection::Model(ModelView* model) {
+  if (std::optional<ModelView> cached = front_->model()) {
+    *model = *cached;
+    co_return std::nullopt;
+  }
+  niels::v1::Request request;
+  request.mutable_info();
+  niels::v1::Response response = co_await Call(std::move(request), nullptr);
+  if (response.has_error()) co_return FromStatus(common::FromProto(response.error()));
+  ModelView view;
+  view.id = response.info().model_name().empty() ? "nielsd" : response.info().model_name();
+  view.context = response.info().context();
+  view.reasoning = response.info().reasoning();
+  front_->set_model(view);
+  *model = std::move(view);
+  co_return std::nullopt;
+}
+
+}  // namespace niels::daemon::http

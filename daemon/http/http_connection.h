@@ -1,0 +1,100 @@
+#pragma once
+// HttpConnection: one accepted peer of the HTTP socket. It reads HTTP/1.1 requests one at a time
+// (Boost.Beast's parser, with the head and body limits and the header, body and idle timeouts of
+// HttpOptions), routes each (routes.h) and is the Exchange its API handler runs on: engine calls go
+// to the RequestService as Jobs of the peer's uid, exactly as the protobuf socket's do.
+//
+// Bounds (HttpOptions): a head over max_header_bytes is 431, a body over max_body_bytes 413, a
+// malformed request 400 -- each answered, then the connection is closed after the client's
+// remaining bytes are drained for up to a second, so the client reads the answer rather than a
+// reset. A head slower than header_timeout, or a kept-alive connection idle past idle_timeout, is
+// closed; a body slower than body_timeout is 408 and closed. While an engine call runs, its events
+// wait in a queue of at most max_queued_bytes (past it the call is cancelled, as on the protobuf
+// socket); every write must complete within write_timeout or the connection is closed and the call
+// cancelled. A peer that disconnects cancels its call (checked every 200 ms and on every write).
+//
+// Threading: the socket's executor is a strand; the coroutine, the Exchange methods and all state
+// live on it. Stop() and Drain() may be called from any thread (they post to the strand); the
+// engine's sinks hand responses to the strand.
+
+#include <atomic>
+#include <cstdint>
+#include <memory>
+#include <optional>
+#include <string>
+
+#include <boost/asio/awaitable.hpp>
+#include <boost/asio/local/stream_protocol.hpp>
+#include <boost/beast/core/basic_stream.hpp>
+#include <boost/beast/core/flat_buffer.hpp>
+#include <boost/beast/http/message.hpp>
+
+#include "daemon/http/exchange.h"
+#include "daemon/http/front_state.h"
+
+namespace niels::daemon::http {
+
+class HttpConnection final : public Exchange, public std::enable_shared_from_this<HttpConnection> {
+ public:
+  using Socket = boost::asio::local::stream_protocol::socket;
+  using Stream = boost::beast::basic_stream<boost::asio::local::stream_protocol>;
+
+  // `socket`'s executor must be a strand.
+  HttpConnection(Socket socket, uint32_t peer_uid, std::shared_ptr<FrontState> front);
+  ~HttpConnection() override;
+  HttpConnection(const HttpConnection&) = delete;
+  HttpConnection& operator=(const HttpConnection&) = delete;
+
+  // Registers with the front and starts serving. Call once.
+  void Start();
+  // Closes the socket now; the running call (if any) is cancelled. Idempotent, any thread.
+  void Stop();
+  // Closes the connection once the response being written is done (at once when idle). Any thread.
+  void Drain();
+  uint32_t peer_uid() const { return peer_uid_; }
+
+  // Exchange (exchange.h).
+  boost::asio::awaitable<niels::v1::Response> Call(niels::v1::Request request, EventHandler on_event) override;
+  boost::asio::awaitable<niels::v1::Response> CallToEnd(niels::v1::Request request) override;
+  boost::asio::awaitable<std::optional<ApiError>> Model(ModelView* model) override;
+  boost::asio::awaitable<void> Respond(unsigned status, std::string body, std::string content_type) override;
+  boost::asio::awaitable<void> RespondError(const ApiError& error) override;
+  boost::asio::awaitable<bool> BeginEvents() override;
+  boost::asio::awaitable<bool> SendEvent(std::string_view data) override;
+  boost::asio::awaitable<void> EndEvents() override;
+
+ private:
+  enum class Answer { kNone, kResponded, kStreaming, kStreamEnded };
+
+  boost::asio::awaitable<void> Run();
+  boost::asio::awaitable<niels::v1::Response> DoCall(niels::v1::Request request, EventHandler on_event,
+                                                     bool cancellable);
+  boost::asio::awaitable<void> Write(unsigned status, std::string body, uint32_t retry_after_s,
+                                     const std::string& content_type);
+  // Answers a request that could not be read and closes the connection after draining what the
+  // client still sends (bounded: one second).
+  boost::asio::awaitable<void> RefuseAndClose(unsigned status, const std::string& message);
+  // Whether the peer has closed its side (or the socket is closed).
+  bool PeerGone();
+  void DoStop();
+
+  Stream stream_;
+  const uint32_t peer_uid_;
+  const std::shared_ptr<FrontState> front_;
+  boost::beast::flat_buffer buffer_;
+
+  // Strand-only state.
+  bool stopped_ = false;
+  bool draining_ = false;
+  bool idle_ = false;         // waiting for the first byte of a request
+  bool broken_ = false;       // a write failed: nothing more is written
+  bool keep_alive_ = true;    // of the current request
+  unsigned version_ = 11;     // of the current request
+  bool chunked_ = true;       // the current stream's events are chunks (HTTP/1.1)
+  Answer answer_ = Answer::kNone;
+  unsigned answer_status_ = 0;  // of the current request's answer (counted for /metrics)
+  uint64_t next_request_id_ = 0;
+  std::shared_ptr<std::atomic<bool>> current_cancel_;  // the running cancellable call's
+};
+
+}  // namespace niels::daemon::http

@@ -1,0 +1,412 @@
+#include "daemon/http/openai_chat.h"
+
+#include <algorithm>
+#include <utility>
+
+#include <fmt/format.h>
+
+#include "common/wire_status.h"
+#include "daemon/http/ephemeral_session.h"
+
+namespace niels::daemon::http {
+namespace {
+
+using nlohmann::json;
+
+// A message's content: a string, or an array of text parts joined.
+std::optional<std::string> ReadContent(FieldReader& fields, bool required) {
+  const json* content = fields.Get("content");
+  if (content == nullptr) {
+    if (required) fields.Fail("content", "is required");
+    return std::nullopt;
+  }
+  if (content->is_string()) return content->get<std::string>();
+  if (!content->is_array()) {
+    fields.Fail("content", fmt::format("must be a string or an array of content parts, not {}", JsonTypeName(*content)));
+    return std::nullopt;
+  }
+  std::string text;
+  for (size_t i = 0; i < content->size(); ++i) {
+    const json& part = (*content)[i];
+    const std::string name = fmt::format("content[{}]", i);
+    if (!part.is_object()) {
+      fields.Fail(name, fmt::format("must be an object, not {}", JsonTypeName(part)));
+      return std::nullopt;
+    }
+    FieldReader part_fields = fields.Nested(part, fields.Name(name) + ".");
+    std::optional<std::string> type = part_fields.String("type");
+    if (type != "text") {
+      part_fields.Fail("type", "only \"text\" content parts are supported");
+      return std::nullopt;
+    }
+    std::optional<std::string> part_text = part_fields.String("text");
+    if (!part_text) {
+      part_fields.Fail("text", "is required");
+      return std::nullopt;
+    }
+    text += *part_text;
+  }
+  return text;
+}
+
+void ReadToolCalls(FieldReader& fields, niels::v1::ChatMessage* message) {
+  const json* calls = fields.Array("tool_calls");
+  if (calls == nullptr) return;
+  for (size_t i = 0; i < calls->size(); ++i) {
+    const json& call = (*calls)[i];
+    const std::string name = fmt::format("tool_calls[{}]", i);
+    if (!call.is_object()) {
+      fields.Fail(name, fmt::format("must be an object, not {}", JsonTypeName(call)));
+      return;
+    }
+    FieldReader call_fields = fields.Nested(call, fields.Name(name) + ".");
+    niels::v1::ToolCall* out = message->add_tool_calls();
+    out->set_id(call_fields.String("id").value_or(""));
+    const json* function = call_fields.Object("function");
+    if (function == nullptr) {
+      call_fields.Fail("function", "is required");
+      return;
+    }
+    FieldReader function_fields = call_fields.Nested(*function, call_fields.Name("function."));
+    std::optional<std::string> function_name = function_fields.String("name");
+    if (!function_name) function_fields.Fail("name", "is required");
+    out->set_name(function_name.value_or(""));
+    out->set_arguments(function_fields.String("arguments").value_or("{}"));
+  }
+}
+
+void ReadMessages(FieldReader& fields, ChatPlan* plan) {
+  const json* messages = fields.Array("messages");
+  if (messages == nullptr) {
+    if (!fields.failed()) fields.Fail("messages", "is required");
+    return;
+  }
+  if (messages->empty()) {
+    fields.Fail("messages", "must not be empty");
+    return;
+  }
+  std::optional<std::string> system_prompt;
+  bool conversation_started = false;
+  std::vector<niels::v1::ChatMessage> conversation;
+  for (size_t i = 0; i < messages->size() && !fields.failed(); ++i) {
+    const json& entry = (*messages)[i];
+    const std::string name = fmt::format("messages[{}]", i);
+    if (!entry.is_object()) {
+      fields.Fail(name, fmt::format("must be an object, not {}", JsonTypeName(entry)));
+      return;
+    }
+    FieldReader message_fields = fields.Nested(entry, name + ".");
+    std::optional<std::string> role = message_fields.String("role");
+    if (!role) {
+      message_fields.Fail("role", "is required");
+      return;
+    }
+    const bool system = *role == "system" || *role == "developer";
+    if (!system && *role != "user" && *role != "assistant" && *role != "tool") {
+      message_fields.Fail("role", fmt::format("'{}' is not one of system, developer, user, assistant, tool", *role));
+      return;
+    }
+    std::optional<std::string> content = ReadContent(message_fields, /*required=*/*role != "assistant");
+    if (system && !conversation_started) {
+      system_prompt = system_prompt ? *system_prompt + "\n\n" + content.value_or("") : content.value_or("");
+      continue;
+    }
+    conversation_started = true;
+    niels::v1::ChatMessage message;
+    message.set_role(system ? "system" : *role);
+    message.set_content(content.value_or(""));
+    if (*role == "assistant") {
+      message.set_reasoning(message_fields.String("reasoning_content").value_or(""));
+      ReadToolCalls(message_fields, &message);
+    }
+    if (*role == "tool") {
+      message.set_tool_call_id(message_fields.String("tool_call_id").value_or(""));
+      message.set_name(message_fields.String("name").value_or(""));
+    }
+    conversation.push_back(std::move(message));
+  }
+  if (fields.failed()) return;
+  if (conversation.empty()) {
+    fields.Fail("messages", "has no user message (only system messages)");
+    return;
+  }
+  if (system_prompt) plan->create.set_system_prompt(*system_prompt);
+  if (conversation.size() == 1 && conversation[0].role() == "user") {
+    plan->chat.set_user_text(conversation[0].content());
+    return;
+  }
+  for (niels::v1::ChatMessage& message : conversation) *plan->chat.add_messages() = std::move(message);
+}
+
+void ReadTools(FieldReader& fields, ChatPlan* plan) {
+  const json* tools = fields.Array("tools");
+  if (tools == nullptr) return;
+  for (size_t i = 0; i < tools->size(); ++i) {
+    const json& tool = (*tools)[i];
+    const std::string name = fmt::format("tools[{}]", i);
+    if (!tool.is_object()) {
+      fields.Fail(name, fmt::format("must be an object, not {}", JsonTypeName(tool)));
+      return;
+    }
+    FieldReader tool_fields = fields.Nested(tool, name + ".");
+    std::optional<std::string> type = tool_fields.String("type");
+    if (type && *type != "function") {
+      tool_fields.Fail("type", "only \"function\" tools are supported");
+      return;
+    }
+    const json* function = tool_fields.Object("function");
+    if (function == nullptr) {
+      tool_fields.Fail("function", "is required");
+      return;
+    }
+    FieldReader function_fields = tool_fields.Nested(*function, tool_fields.Name("function."));
+    niels::v1::Tool* out = plan->create.mutable_tools()->add_tools();
+    std::optional<std::string> tool_name = function_fields.String("name");
+    if (!tool_name) function_fields.Fail("name", "is required");
+    out->set_name(tool_name.value_or(""));
+    out->set_description(function_fields.String("description").value_or(""));
+    if (const json* parameters = function_fields.Object("parameters")) out->set_parameters(Dump(*parameters));
+  }
+}
+
+void ReadToolChoice(FieldReader& fields, ChatPlan* plan) {
+  const json* choice = fields.Get("tool_choice");
+  if (choice == nullptr) return;
+  niels::v1::ToolChoice* out = plan->chat.mutable_tool_choice();
+  if (choice->is_string()) {
+    const std::string mode = choice->get<std::string>();
+    if (mode == "auto") {
+      out->set_mode(niels::v1::ToolChoice::AUTO);
+    } else if (mode == "none") {
+      out->set_mode(niels::v1::ToolChoice::NONE);
+    } else if (mode == "required") {
+      out->set_mode(niels::v1::ToolChoice::REQUIRED);
+    } else {
+      fields.Fail("tool_choice", fmt::format("'{}' is not one of auto, none, required", mode));
+    }
+    return;
+  }
+  if (!choice->is_object()) {
+    fields.Fail("tool_choice", fmt::format("must be a string or an object, not {}", JsonTypeName(*choice)));
+    return;
+  }
+  FieldReader choice_fields = fields.Nested(*choice, "tool_choice.");
+  const json* function = choice_fields.Object("function");
+  if (function == nullptr) {
+    choice_fields.Fail("function", "is required");
+    return;
+  }
+  FieldReader function_fields = choice_fields.Nested(*function, "tool_choice.function.");
+  std::optional<std::string> name = function_fields.String("name");
+  if (!name) {
+    function_fields.Fail("name", "is required");
+    return;
+  }
+  out->set_mode(niels::v1::ToolChoice::NAMED);
+  out->set_name(*name);
+}
+
+void ReadResponseFormat(FieldReader& fields, ChatPlan* plan) {
+  const json* format = fields.Object("response_format");
+  if (format == nullptr) return;
+  FieldReader format_fields = fields.Nested(*format, "response_format.");
+  std::optional<std::string> type = format_fields.String("type");
+  if (!type) {
+    format_fields.Fail("type", "is required");
+  } else if (*type == "json_object") {
+    plan->chat.mutable_constraint()->mutable_any_json();
+  } else if (*type == "json_schema") {
+    const json* schema_spec = format_fields.Object("json_schema");
+    if (schema_spec == nullptr) {
+      format_fields.Fail("json_schema", "is required with type json_schema");
+      return;
+    }
+    FieldReader spec_fields = format_fields.Nested(*schema_spec, "response_format.json_schema.");
+    const json* schema = spec_fields.Object("schema");
+    if (schema == nullptr) {
+      plan->chat.mutable_constraint()->mutable_any_json();
+    } else {
+      plan->chat.mutable_constraint()->set_json_schema(Dump(*schema));
+    }
+  } else if (*type != "text") {
+    format_fields.Fail("type", fmt::format("'{}' is not one of text, json_object, json_schema", *type));
+  }
+}
+
+}  // namespace
+
+std::optional<ApiError> MapChatCompletion(const json& body, const ModelView& model, ChatPlan* plan) {
+  std::optional<ApiError> error;
+  FieldReader fields(body, "", &error);
+  ReadModel(fields, model);
+  ReadMessages(fields, plan);
+  ReadTools(fields, plan);
+  ReadToolChoice(fields, plan);
+  ReadResponseFormat(fields, plan);
+  ReadSampling(fields, plan->chat.mutable_sampling());
+  ReadStop(fields, plan->chat.mutable_stop_strings());
+  plan->stream = ReadStream(fields);
+  std::optional<int64_t> max_tokens = fields.Integer("max_completion_tokens", 1, INT32_MAX);
+  if (!max_tokens) max_tokens = fields.Integer("max_tokens", 1, INT32_MAX);
+  // Default: up to the end of the context (the engine stops there: finish_reason "length"), within
+  // the most a request may ask for (the handlers' max_new_tokens bound, 65536).
+  constexpr int64_t kMostNewTokens = int64_t{1} << 16;
+  plan->chat.set_max_new_tokens(
+      static_cast<int32_t>(max_tokens.value_or(std::clamp<int64_t>(model.context, 1, kMostNewTokens))));
+  if (std::optional<int64_t> n = fields.Integer("n", 1, INT32_MAX); n && *n != 1) {
+    fields.Fail("n", "only n = 1 is supported");
+  }
+  if (fields.Bool("logprobs").value_or(false)) fields.Fail("logprobs", "logprobs are not supported on chat completions");
+  if (const json* kwargs = fields.Object("chat_template_kwargs")) {
+    FieldReader kwarg_fields = fields.Nested(*kwargs, "chat_template_kwargs.");
+    if (std::optional<bool> thinking = kwarg_fields.Bool("enable_thinking")) plan->chat.set_enable_thinking(*thinking);
+  }
+  plan->chat.set_stream(plan->stream.stream);
+  return error;
+}
+
+namespace {
+
+json ToolCallsJson(const google::protobuf::RepeatedPtrField<niels::v1::ToolCall>& calls) {
+  json out = json::array();
+  for (const niels::v1::ToolCall& call : calls) {
+    out.push_back({{"id", call.id()},
+                   {"type", "function"},
+                   {"function", {{"name", call.name()}, {"arguments", call.arguments()}}}});
+  }
+  return out;
+}
+
+json Chunk(const std::string& id, int64_t created, const std::string& model, json delta, json finish_reason) {
+  return {{"id", id},
+          {"object", "chat.completion.chunk"},
+          {"created", created},
+          {"model", model},
+          {"system_fingerprint", nullptr},
+          {"choices", json::array({{{"index", 0},
+                                    {"delta", std::move(delta)},
+                                    {"logprobs", nullptr},
+                                    {"finish_reason", std::move(finish_reason)}}})}};
+}
+
+std::string FirstChunk(const std::string& id, int64_t created, const std::string& model) {
+  return Dump(Chunk(id, created, model, {{"role", "assistant"}, {"content", ""}}, nullptr));
+}
+
+// The chunk of one event; nullopt when it adds nothing a client sees.
+std::optional<std::string> EventChunk(const std::string& id, int64_t created, const std::string& model,
+                                      const niels::v1::TokenEvent& event) {
+  json delta = json::object();
+  if (!event.text().empty()) delta["content"] = event.text();
+  if (!event.reasoning().empty()) delta["reasoning_content"] = event.reasoning();
+  if (event.has_tool_call()) {
+    const niels::v1::ToolCallDelta& call = event.tool_call();
+    json function = {{"arguments", call.arguments()}};
+    json entry = {{"index", call.index()}};
+    if (!call.id().empty()) {
+      entry["id"] = call.id();
+      entry["type"] = "function";
+    }
+    if (!call.name().empty()) function["name"] = call.name();
+    entry["function"] = std::move(function);
+    delta["tool_calls"] = json::array({std::move(entry)});
+  }
+  if (delta.empty()) return std::nullopt;
+  return Dump(Chunk(id, created, model, std::move(delta), nullptr));
+}
+
+std::string FinishChunk(const std::string& id, int64_t created, const std::string& model,
+                        const niels::v1::ChatResponse& chat) {
+  return Dump(Chunk(id, created, model, json::object(), FinishReason(chat.stop_reason())));
+}
+
+std::string UsageChunk(const std::string& id, int64_t created, const std::string& model,
+                       const niels::v1::ChatResponse& chat) {
+  json usage_chunk = Chunk(id, created, model, json::object(), nullptr);
+  usage_chunk["choices"] = json::array();
+  usage_chunk["usage"] = Usage(chat.stats());
+  return Dump(usage_chunk);
+}
+
+std::string Answer(const std::string& id, int64_t created, const std::string& model,
+                   const niels::v1::ChatResponse& chat) {
+  json message = {{"role", "assistant"}, {"content", chat.reply()}};
+  if (!chat.reasoning().empty()) message["reasoning_content"] = chat.reasoning();
+  if (chat.tool_calls_size() > 0) {
+    message["tool_calls"] = ToolCallsJson(chat.tool_calls());
+    if (chat.reply().empty()) message["content"] = nullptr;
+  }
+  json answer = {{"id", id},
+                 {"object", "chat.completion"},
+                 {"created", created},
+                 {"model", model},
+                 {"system_fingerprint", nullptr},
+                 {"choices", json::array({{{"index", 0},
+                                           {"message", std::move(message)},
+                                           {"logprobs", nullptr},
+                                           {"finish_reason", FinishReason(chat.stop_reason())}}})},
+                 {"usage", Usage(chat.stats())}};
+  return Dump(answer);
+}
+
+}  // namespace
+
+boost::asio::awaitable<void> HandleChatCompletion(Exchange& exchange, std::string_view body) {
+  ModelView model;
+  if (std::optional<ApiError> error = co_await exchange.Model(&model)) {
+    co_await exchange.RespondError(*error);
+    co_return;
+  }
+  json request;
+  ChatPlan plan;
+  std::optional<ApiError> error = ParseRequestBody(body, &request);
+  if (!error) error = MapChatCompletion(request, model, &plan);
+  if (error) {
+    co_await exchange.RespondError(*error);
+    co_return;
+  }
+  EphemeralSession session(exchange);
+  if (std::optional<ApiError> created = co_await session.Create(plan.create)) {
+    co_await exchange.RespondError(*created);
+    co_return;
+  }
+  plan.chat.set_session_id(session.id());
+  const std::string id = NewResponseId("chatcmpl");
+  const int64_t created = UnixNow();
+  niels::v1::Request chat_request;
+  *chat_request.mutable_chat() = std::move(plan.chat);
+
+  niels::v1::Response response;
+  if (!plan.stream.stream) {
+    response = co_await exchange.Call(std::move(chat_request));
+    co_await session.Delete();
+    if (response.has_error()) {
+      co_await exchange.RespondError(FromStatus(common::FromProto(response.error())));
+    } else {
+      co_await exchange.Respond(200, Answer(id, created, model.id, response.chat()));
+    }
+    co_return;
+  }
+  bool open = co_await exchange.BeginEvents();
+  if (open) open = co_await exchange.SendEvent(FirstChunk(id, created, model.id));
+  if (open) {
+    Exchange::EventHandler on_event = [&](const niels::v1::TokenEvent& event) -> boost::asio::awaitable<bool> {
+      std::optional<std::string> chunk = EventChunk(id, created, model.id, event);
+      if (!chunk) co_return true;
+      co_return co_await exchange.SendEvent(*chunk);
+    };
+    response = co_await exchange.Call(std::move(chat_request), std::move(on_event));
+  }
+  co_await session.Delete();
+  if (!open) co_return;
+  if (response.has_error()) {
+    co_await exchange.SendEvent(ErrorBody(FromStatus(common::FromProto(response.error()))));
+  } else {
+    co_await exchange.SendEvent(FinishChunk(id, created, model.id, response.chat()));
+    if (plan.stream.include_usage) co_await exchange.SendEvent(UsageChunk(id, created, model.id, response.chat()));
+    co_await exchange.SendEvent(std::string("[DONE]"));
+  }
+  co_await exchange.EndEvents();
+}
+
+}  // namespace niels::daemon::http

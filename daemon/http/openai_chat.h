@@ -1,0 +1,42 @@
+#pragma once
+// POST /v1/chat/completions (OpenAI's chat completions API) on nielsd's Chat.
+//
+// Stateless, as the API is: each request creates an ephemeral session of the caller (the leading
+// system/developer messages become its system prompt, `tools` its tools), sends one Chat with the
+// rest of the conversation, and deletes the session after. The KV pool's per-uid prefix index makes
+// the re-sent prefix of a conversation cost no prefill (usage.prompt_tokens_details.cached_tokens).
+// A conversation of one user message after the system prompt is sent as ChatRequest.user_text;
+// longer ones as ChatRequest.messages.
+//
+// MapChatCompletion is the pure edge (JSON -> native requests), fuzzed with the HTTP parser
+// (tests/fuzz/http_request_fuzz.cc); HandleChatCompletion runs a request through an Exchange.
+
+#include <optional>
+#include <string_view>
+
+#include <boost/asio/awaitable.hpp>
+#include <nlohmann/json.hpp>
+
+#include "daemon/http/exchange.h"
+#include "daemon/http/openai_common.h"
+#include "niels/v1/nielsd.pb.h"
+
+namespace niels::daemon::http {
+
+struct ChatPlan {
+  niels::v1::CreateSessionRequest create;  // system prompt and tools
+  niels::v1::ChatRequest chat;             // everything else (session_id set when run)
+  StreamOptions stream;
+};
+
+// Maps a request body onto native requests; the 400 (or 404 for an unknown model) naming the field
+// at fault otherwise. Fields: model, messages (system, developer, user, assistant with tool_calls and
+// reasoning_content, tool), tools, tool_choice, response_format (text, json_object, json_schema),
+// max_completion_tokens / max_tokens (default: the model's context), temperature, top_p, seed, stop,
+// stream, stream_options.include_usage, n (1 only), chat_template_kwargs.enable_thinking. Others are
+// ignored.
+std::optional<ApiError> MapChatCompletion(const nlohmann::json& body, const ModelView& model, ChatPlan* plan);
+
+boost::asio::awaitable<void> HandleChatCompletion(Exchange& exchange, std::string_view body);
+
+}  // namespace niels::daemon::http

@@ -1,0 +1,92 @@
+#include "daemon/http/routes.h"
+
+#include <fmt/format.h>
+
+#include "daemon/http/metrics_api.h"
+#include "daemon/http/models_api.h"
+#include "daemon/http/openai_chat.h"
+#include "daemon/http/openai_completions.h"
+#include "daemon/http/tokenize_api.h"
+
+namespace niels::daemon::http {
+
+// The APIs (at namespace scope: Route's coroutine frame holds one).
+enum class RoutedApi { kNone, kHealth, kMetrics, kModels, kChat, kCompletions, kTokenize, kDetokenize };
+
+boost::asio::awaitable<const char*> Route(Exchange& exchange, Method method, std::string_view target,
+                                          std::string_view body, RouteContext context) {
+  const bool shutting_down = context.shutting_down;
+  std::string_view path = target.substr(0, target.find('?'));
+  if (shutting_down && path != "/health") {
+    co_await exchange.RespondError(
+        MakeError(503, "nielsd is shutting down", "", "", 1));
+    co_return "other";
+  }
+  using Api = RoutedApi;
+  Api api = Api::kNone;
+  Method wanted = Method::kPost;
+  if (path == "/health") {
+    api = Api::kHealth;
+    wanted = Method::kGet;
+  } else if (path == "/metrics") {
+    api = Api::kMetrics;
+    wanted = Method::kGet;
+  } else if (path == "/v1/models" || path == "/models") {
+    api = Api::kModels;
+    wanted = Method::kGet;
+  } else if (path == "/v1/chat/completions" || path == "/chat/completions") {
+    api = Api::kChat;
+  } else if (path == "/v1/completions" || path == "/completions") {
+    api = Api::kCompletions;
+  } else if (path == "/tokenize") {
+    api = Api::kTokenize;
+  } else if (path == "/detokenize") {
+    api = Api::kDetokenize;
+  }
+  if (api == Api::kNone) {
+    co_await exchange.RespondError(MakeError(404, fmt::format("no route {}", std::string(path.substr(0, 256))), "", "not_found"));
+    co_return "other";
+  }
+  if (method != wanted) {
+    const ApiError error =
+        MakeError(405, fmt::format("{} takes {} requests", std::string(path), wanted == Method::kGet ? "GET" : "POST"));
+    co_await exchange.RespondError(error);
+    co_return "other";
+  }
+  const char* label = "other";
+  switch (api) {
+    case Api::kHealth:
+      label = "health";
+      co_await HandleHealth(exchange, shutting_down);
+      break;
+    case Api::kMetrics:
+      label = "metrics";
+      co_await HandleMetrics(exchange, *context.counters, context.http_connections);
+      break;
+    case Api::kModels:
+      label = "models";
+      co_await HandleModels(exchange);
+      break;
+    case Api::kChat:
+      label = "chat_completions";
+      co_await HandleChatCompletion(exchange, body);
+      break;
+    case Api::kCompletions:
+      label = "completions";
+      co_await HandleCompletion(exchange, body);
+      break;
+    case Api::kTokenize:
+      label = "tokenize";
+      co_await HandleTokenize(exchange, body);
+      break;
+    case Api::kDetokenize:
+      label = "detokenize";
+      co_await HandleDetokenize(exchange, body);
+      break;
+    case Api::kNone:
+      break;
+  }
+  co_return label;
+}
+
+}  // namespace niels::daemon::http

@@ -1,0 +1,147 @@
+// Fuzz target: the HTTP front's request parsing and mapping (daemon/http), everything a hostile
+// client's bytes reach before the engine: Boost.Beast's request parser with the front's head and
+// body limits (small here: 4 KiB head, 64 KiB body) fed in input-chosen pieces, then, for a
+// complete request to one of the APIs, the body as JSON (ParseRequestBody) and its mapping onto
+// native requests (MapChatCompletion, MapCompletion, MapTokenize, MapDetokenize).
+//
+// Input: byte 0 seeds the split of the rest into pieces; the rest is the client's byte stream (one
+// request).
+// Invariants: the parser never holds a head over its limit or a body over its limit; a mapped
+// request is either refused with an error (a 4xx status, a message, a body that is valid JSON) or
+// accepted as native requests that are bounded by the body (serialized size at most 8x the body
+// plus 4 KiB), with a chat that has exactly one of user_text and messages, max_new_tokens >= 1 and
+// no empty role; an accepted completion has a prompt (text or ids) and never ids past the context.
+// Work is linear in the input (no engine, no model).
+#include <cstdint>
+#include <string>
+
+#include <boost/asio/buffer.hpp>
+#include <boost/beast/http/error.hpp>
+#include <boost/beast/http/parser.hpp>
+#include <boost/beast/http/string_body.hpp>
+#include <nlohmann/json.hpp>
+
+#include "daemon/http/api_error.h"
+#include "daemon/http/json_fields.h"
+#include "daemon/http/openai_chat.h"
+#include "daemon/http/openai_completions.h"
+#include "daemon/http/tokenize_api.h"
+#include "tests/fuzz/fuzz_util.h"
+
+namespace http = niels::daemon::http;
+namespace bhttp = boost::beast::http;
+
+namespace {
+
+constexpr size_t kHeaderLimit = 4096;
+constexpr size_t kBodyLimit = 64 * 1024;
+
+void CheckError(const http::ApiError& error) {
+  FUZZ_CHECK(error.status >= 400 && error.status < 500);
+  FUZZ_CHECK(!error.message.empty());
+  const nlohmann::json body = nlohmann::json::parse(http::ErrorBody(error), nullptr, false);
+  FUZZ_CHECK(body.is_object() && body.contains("error"));
+}
+
+void CheckBounded(const google::protobuf::Message& message, size_t body_bytes) {
+  FUZZ_CHECK(message.ByteSizeLong() <= 8 * body_bytes + 4096);
+}
+
+void MapBody(std::string_view target, const std::string& body) {
+  nlohmann::json parsed;
+  if (std::optional<http::ApiError> error = http::ParseRequestBody(body, &parsed)) {
+    CheckError(*error);
+    return;
+  }
+  const http::ModelView model{.id = "tiny", .context = 64, .reasoning = false};
+  if (target == "/v1/chat/completions") {
+    http::ChatPlan plan;
+    if (std::optional<http::ApiError> error = http::MapChatCompletion(parsed, model, &plan)) {
+      CheckError(*error);
+      return;
+    }
+    FUZZ_CHECK(plan.chat.user_text().empty() != (plan.chat.messages_size() == 0));
+    FUZZ_CHECK(plan.chat.max_new_tokens() >= 1);
+    for (const niels::v1::ChatMessage& message : plan.chat.messages()) FUZZ_CHECK(!message.role().empty());
+    CheckBounded(plan.chat, body.size());
+    CheckBounded(plan.create, body.size());
+  } else if (target == "/v1/completions") {
+    http::CompletionPlan plan;
+    if (std::optional<http::ApiError> error = http::MapCompletion(parsed, model, &plan)) {
+      CheckError(*error);
+      return;
+    }
+    FUZZ_CHECK(plan.prompt_text.has_value() || plan.generate.input_ids_size() < model.context);
+    FUZZ_CHECK(!plan.prompt_text || plan.generate.input_ids_size() == 0);
+    CheckBounded(plan.generate, body.size());
+  } else if (target == "/tokenize") {
+    niels::v1::TokenizeRequest request;
+    if (std::optional<http::ApiError> error = http::MapTokenize(parsed, &request)) {
+      CheckError(*error);
+      return;
+    }
+    CheckBounded(request, body.size());
+  } else if (target == "/detokenize") {
+    niels::v1::DetokenizeRequest request;
+    if (std::optional<http::ApiError> error = http::MapDetokenize(parsed, &request)) {
+      CheckError(*error);
+      return;
+    }
+    CheckBounded(request, body.size());
+  }
+}
+
+}  // namespace
+
+extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
+  niels::fuzz::ByteReader reader(data, size);
+  niels::fuzz::Rng rng(reader.U8());
+  const std::string_view stream = reader.Rest();
+
+  bhttp::request_parser<bhttp::string_body> parser;
+  parser.header_limit(kHeaderLimit);
+  parser.body_limit(kBodyLimit);
+  std::string pending;
+  boost::system::error_code ec;
+  size_t fed = 0;
+  bool failed = false;
+  while (!parser.is_done() && !failed) {
+    if (fed < stream.size()) {
+      const size_t piece = static_cast<size_t>(rng.Between(1, 512));
+      pending.append(stream.substr(fed, piece));
+      fed += std::min(piece, stream.size() - fed);
+    } else if (pending.empty() || ec == bhttp::error::need_more) {
+      parser.put_eof(ec);
+      break;
+    }
+    // Feed what is pending until the parser wants more bytes than there are.
+    for (;;) {
+      ec = {};
+      const size_t used = parser.put(boost::asio::buffer(pending), ec);
+      pending.erase(0, used);
+      if (ec == bhttp::error::need_more) break;
+      if (ec) {
+        failed = true;
+        break;
+      }
+      if (parser.is_done() || (used == 0 && pending.empty())) break;
+      if (used == 0) break;
+    }
+    if (fed >= stream.size() && ec == bhttp::error::need_more && !parser.is_done()) {
+      parser.put_eof(ec);
+      break;
+    }
+  }
+  if (parser.is_header_done()) {
+    size_t head_bytes = 0;
+    for (const auto& field : parser.get()) head_bytes += field.name_string().size() + field.value().size();
+    FUZZ_CHECK(head_bytes <= kHeaderLimit);
+  }
+  FUZZ_CHECK(parser.get().body().size() <= kBodyLimit);
+  if (!parser.is_done() || failed) return 0;
+  const bhttp::request<bhttp::string_body>& request = parser.get();
+  if (request.method() != bhttp::verb::post) return 0;
+  const std::string_view target(request.target().data(), request.target().size());
+  MapBody(target.substr(0, target.find('?')), request.body());
+  return 0;
+}

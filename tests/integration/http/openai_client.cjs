@@ -1,0 +1,121 @@
+// Drives nielsd's HTTP socket with the official `openai` npm package (its fetch pointed at the Unix
+// socket through undici's Agent). Usage: node openai_client.cjs SOCKET_PATH MODEL_ID CONTEXT
+// Prints one JSON object of what the client saw; exits 1 with the reason on the first mismatch.
+'use strict';
+const assert = require('node:assert/strict');
+const { Agent, fetch: undiciFetch } = require('undici');
+const OpenAI = require('openai');
+
+const [socketPath, modelId, contextText] = process.argv.slice(2);
+const agent = new Agent({ connect: { socketPath } });
+const client = new OpenAI({
+  baseURL: 'http://localhost/v1',
+  apiKey: 'not-used-on-a-unix-socket',
+  maxRetries: 0,
+  timeout: 60000,
+  fetch: (url, init) => undiciFetch(url, { ...init, dispatcher: agent }),
+});
+
+async function expectError(promise, status) {
+  try {
+    await promise;
+  } catch (error) {
+    assert.ok(error instanceof OpenAI.APIError, `not an APIError: ${error}`);
+    assert.equal(error.status, status, `status ${error.status}: ${error.message}`);
+    return error;
+  }
+  throw new Error(`expected an error with status ${status}`);
+}
+
+async function main() {
+  const seen = {};
+  const models = await client.models.list();
+  assert.equal(models.data.length, 1);
+  assert.equal(models.data[0].id, modelId);
+  assert.equal(models.data[0].context_length, Number(contextText));
+  seen.models = models.data.map((m) => m.id);
+
+  const messages = [
+    { role: 'system', content: 'You answer briefly.' },
+    { role: 'user', content: 'Say something about sockets.' },
+  ];
+  const plain = await client.chat.completions.create({ model: modelId, messages, temperature: 0, max_tokens: 12 });
+  assert.equal(plain.object, 'chat.completion');
+  assert.equal(plain.choices.length, 1);
+  assert.equal(plain.choices[0].message.role, 'assistant');
+  assert.equal(typeof plain.choices[0].message.content, 'string');
+  assert.ok(['stop', 'length'].includes(plain.choices[0].finish_reason));
+  assert.ok(plain.usage.prompt_tokens > 0);
+  assert.ok(plain.usage.completion_tokens > 0 && plain.usage.completion_tokens <= 12);
+  assert.equal(plain.usage.total_tokens, plain.usage.prompt_tokens + plain.usage.completion_tokens);
+  seen.chat = { content: plain.choices[0].message.content, finish_reason: plain.choices[0].finish_reason,
+                usage: plain.usage };
+
+  // The same greedy request streamed: the deltas join to the same text.
+  const stream = await client.chat.completions.create({
+    model: modelId, messages, temperature: 0, max_tokens: 12, stream: true, stream_options: { include_usage: true },
+  });
+  let streamed = '';
+  let finish = null;
+  let usage = null;
+  let chunks = 0;
+  for await (const chunk of stream) {
+    ++chunks;
+    assert.equal(chunk.object, 'chat.completion.chunk');
+    if (chunk.usage) usage = chunk.usage;
+    for (const choice of chunk.choices) {
+      if (choice.delta.content) streamed += choice.delta.content;
+      if (choice.finish_reason) finish = choice.finish_reason;
+    }
+  }
+  assert.equal(streamed, plain.choices[0].message.content);
+  assert.equal(finish, plain.choices[0].finish_reason);
+  assert.ok(usage !== null, 'no usage chunk with include_usage');
+  assert.equal(usage.completion_tokens, plain.usage.completion_tokens);
+  // The second request re-sent the same conversation: its prompt came from the prefix cache.
+  assert.ok(usage.prompt_tokens_details.cached_tokens > 0, 'nothing reused from the prefix cache');
+  seen.chat_stream = { chunks, content: streamed, usage };
+
+  // A conversation of several turns goes to the daemon as messages.
+  const multi = await client.chat.completions.create({
+    model: modelId, temperature: 0, max_tokens: 4,
+    messages: [...messages, { role: 'assistant', content: plain.choices[0].message.content },
+               { role: 'user', content: 'And more?' }],
+  }).then((r) => ({ ok: true, content: r.choices[0].message.content }),
+          (e) => ({ ok: false, status: e.status, message: e.message }));
+  seen.multi_turn = multi;
+
+  const completion = await client.completions.create({ model: modelId, prompt: 'Once upon a time', max_tokens: 8,
+                                                       temperature: 0 });
+  assert.equal(completion.object, 'text_completion');
+  assert.equal(typeof completion.choices[0].text, 'string');
+  assert.ok(completion.usage.completion_tokens > 0);
+  const completionStream = await client.completions.create({ model: modelId, prompt: 'Once upon a time',
+                                                             max_tokens: 8, temperature: 0, stream: true });
+  let completionText = '';
+  for await (const chunk of completionStream) completionText += chunk.choices[0]?.text ?? '';
+  assert.equal(completionText, completion.choices[0].text);
+  seen.completion = { text: completion.choices[0].text, finish_reason: completion.choices[0].finish_reason };
+
+  const unknownModel = await expectError(client.chat.completions.create({ model: 'gpt-4o', messages }), 404);
+  assert.equal(unknownModel.code, 'model_not_found');
+  const badField = await expectError(
+    client.chat.completions.create({ model: modelId, messages, temperature: 'warm' }), 400);
+  assert.equal(badField.param, 'temperature');
+  const badMessage = await expectError(
+    client.chat.completions.create({ model: modelId, messages: [{ role: 'user', content: 42 }] }), 400);
+  assert.equal(badMessage.param, 'messages[0].content');
+  const oversized = await expectError(client.chat.completions.create({
+    model: modelId, messages: [{ role: 'user', content: 'x'.repeat(5 * 1024 * 1024) }] }), 413);
+  seen.errors = { unknown_model: unknownModel.message, bad_field: badField.message, bad_message: badMessage.message,
+                  oversized: oversized.message };
+  // Still served after the refusals.
+  const again = await client.models.list();
+  assert.equal(again.data[0].id, modelId);
+  console.log(JSON.stringify(seen));
+}
+
+main().then(() => agent.close()).catch((error) => {
+  console.error(`openai client: ${error && error.stack ? error.stack : error}`);
+  process.exit(1);
+});

@@ -1,0 +1,566 @@
+// The HTTP front (nielsd --http-socket) end to end: a real nielsd on a random-weight model, driven
+// by clients nobody here wrote (the official `openai` npm package through undici, curl) and by
+// hostile raw-socket clients; and the same greedy requests through HTTP and through the protobuf
+// socket give the same tokens and logprobs.
+#include <poll.h>
+#include <sys/socket.h>
+#include <sys/un.h>
+#include <unistd.h>
+
+#include <chrono>
+#include <cstring>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include <gtest/gtest.h>
+#include <nlohmann/json.hpp>
+
+#include "tests/integration/integration_fixture.h"
+
+namespace niels::integration {
+namespace http_front_test {
+
+using nlohmann::json;
+using std::chrono::milliseconds;
+using Clock = std::chrono::steady_clock;
+
+// A raw client of a Unix socket: sends bytes, reads what comes back within a bound.
+class HttpSocket {
+ public:
+  explicit HttpSocket(const std::filesystem::path& path) {
+    fd_ = ::socket(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0);
+    sockaddr_un address{};
+    address.sun_family = AF_UNIX;
+    std::strncpy(address.sun_path, path.c_str(), sizeof(address.sun_path) - 1);
+    if (fd_ < 0 || ::connect(fd_, reinterpret_cast<sockaddr*>(&address), sizeof(address)) != 0) {
+      throw std::runtime_error("cannot connect to " + path.string() + ": " + std::strerror(errno));
+    }
+  }
+  ~HttpSocket() { Close(); }
+  HttpSocket(const HttpSocket&) = delete;
+  HttpSocket& operator=(const HttpSocket&) = delete;
+
+  // Best effort: false once the peer is gone.
+  bool Send(std::string_view bytes) {
+    while (!bytes.empty()) {
+      const ssize_t n = ::send(fd_, bytes.data(), bytes.size(), MSG_NOSIGNAL);
+      if (n <= 0) return false;
+      bytes.remove_prefix(static_cast<size_t>(n));
+    }
+    return true;
+  }
+
+  // Reads until the peer closes (closed = true) or `timeout` passes.
+  struct Received {
+    std::string bytes;
+    bool closed = false;
+  };
+  Received ReadUntilClosed(milliseconds timeout) {
+    Received received;
+    const Clock::time_point deadline = Clock::now() + timeout;
+    char buffer[65536];
+    while (Clock::now() < deadline) {
+      pollfd poller{fd_, POLLIN, 0};
+      const int left = static_cast<int>(std::chrono::duration_cast<milliseconds>(deadline - Clock::now()).count());
+      if (::poll(&poller, 1, std::max(1, left)) <= 0) continue;
+      const ssize_t n = ::recv(fd_, buffer, sizeof(buffer), 0);
+      if (n <= 0) {
+        received.closed = true;
+        break;
+      }
+      received.bytes.append(buffer, static_cast<size_t>(n));
+    }
+    return received;
+  }
+
+  // Reads one response with a Content-Length body.
+  std::string ReadResponse(milliseconds timeout) {
+    std::string bytes;
+    const Clock::time_point deadline = Clock::now() + timeout;
+    char buffer[65536];
+    while (Clock::now() < deadline) {
+      const size_t head_end = bytes.find("\r\n\r\n");
+      if (head_end != std::string::npos) {
+        const size_t at = bytes.find("Content-Length: ");
+        if (at != std::string::npos && at < head_end) {
+          const size_t length = std::stoul(bytes.substr(at + 16));
+          if (bytes.size() >= head_end + 4 + length) return bytes.substr(0, head_end + 4 + length);
+        }
+      }
+      pollfd poller{fd_, POLLIN, 0};
+      if (::poll(&poller, 1, 100) <= 0) continue;
+      const ssize_t n = ::recv(fd_, buffer, sizeof(buffer), 0);
+      if (n <= 0) break;
+      bytes.append(buffer, static_cast<size_t>(n));
+    }
+    return bytes;
+  }
+
+  void Close() {
+    if (fd_ >= 0) ::close(fd_);
+    fd_ = -1;
+  }
+
+ private:
+  int fd_ = -1;
+};
+
+int StatusOf(const std::string& response) {
+  if (response.rfind("HTTP/1.1 ", 0) != 0 || response.size() < 12) return 0;
+  return std::stoi(response.substr(9, 3));
+}
+
+std::string BodyOf(const std::string& response) {
+  const size_t head_end = response.find("\r\n\r\n");
+  return head_end == std::string::npos ? "" : response.substr(head_end + 4);
+}
+
+std::string Request(const std::string& method, const std::string& path, const std::string& body,
+                    bool keep_alive = false) {
+  std::string request = method + " " + path + " HTTP/1.1\r\nHost: localhost\r\n";
+  if (!keep_alive) request += "Connection: close\r\n";
+  if (method == "POST") {
+    request += "Content-Type: application/json\r\nContent-Length: " + std::to_string(body.size()) + "\r\n";
+  }
+  return request + "\r\n" + body;
+}
+
+constexpr milliseconds kBound{15000};
+
+class HttpTest : public IntegrationTest {
+ protected:
+  std::filesystem::path http_socket() const { return dir_.path() / "http.sock"; }
+
+  void StartHttpDaemon(std::vector<std::string> extra = {}) {
+    testing::DaemonProcessOptions options = DaemonOptions();
+    options.extra_args.insert(options.extra_args.end(), {"--ephemeral", "--http-socket", http_socket().string()});
+    options.extra_args.insert(options.extra_args.end(), extra.begin(), extra.end());
+    daemon_ = testing::DaemonProcess::Start(options);
+    client_ = Connect();
+    ASSERT_NE(client_, nullptr);
+    auto info = client_->Info();
+    ASSERT_TRUE(info.ok()) << info.status().ToString();
+    info_ = *info;
+    model_id_ = info_.model_name().empty() ? "nielsd" : info_.model_name();
+  }
+
+  // One request on a fresh connection (Connection: close); the whole response.
+  std::string Exchange(const std::string& method, const std::string& path, const std::string& body = "") {
+    HttpSocket connection(http_socket());
+    connection.Send(Request(method, path, body));
+    return connection.ReadUntilClosed(kBound).bytes;
+  }
+
+  json PostJson(const std::string& path, const json& body, int expected_status = 200) {
+    const std::string response = Exchange("POST", path, body.dump());
+    EXPECT_EQ(StatusOf(response), expected_status) << response;
+    return json::parse(BodyOf(response), nullptr, false);
+  }
+
+  std::unique_ptr<client::DaemonClient> client_;
+  v1::InfoResponse info_;
+  std::string model_id_;
+};
+
+TEST_F(HttpTest, OfficialOpenAiClientOverTheUnixSocket) {
+  StartHttpDaemon();
+  const std::string script = std::string(NIELS_SOURCE_DIR) + "/tests/integration/http/openai_client.cjs";
+  ASSERT_TRUE(std::filesystem::exists(std::string(NIELS_HTTP_CLIENTS_DIR) + "/openai/package.json"))
+      << "the openai npm package is not in " << NIELS_HTTP_CLIENTS_DIR << " (scripts/install_references.sh)";
+  testing::ProcessResult result =
+      testing::RunProcess({"node", script, http_socket().string(), model_id_, std::to_string(info_.context())}, "",
+                          {{"NODE_PATH", NIELS_HTTP_CLIENTS_DIR}}, milliseconds(180000));
+  ASSERT_EQ(result.exit_code, 0) << result.err << result.out;
+  json seen = json::parse(result.out, nullptr, false);
+  ASSERT_TRUE(seen.is_object()) << result.out;
+  EXPECT_EQ(seen["models"], json::array({model_id_}));
+  EXPECT_FALSE(seen["chat"]["content"].get<std::string>().empty());
+  EXPECT_EQ(seen["chat_stream"]["content"], seen["chat"]["content"]);
+  EXPECT_NE(seen["errors"]["oversized"].get<std::string>().find("413"), std::string::npos);
+  std::cout << "openai client saw: " << result.out << "\n";
+}
+
+TEST_F(HttpTest, CurlReadsTheRawEventStream) {
+  StartHttpDaemon();
+  const json request = {{"model", model_id_},
+                        {"messages", {{{"role", "user"}, {"content", "Tell me about the socket."}}}},
+                        {"temperature", 0},
+                        {"max_tokens", 8},
+                        {"stream", true},
+                        {"stream_options", {{"include_usage", true}}}};
+  testing::ProcessResult streamed = testing::RunProcess(
+      {"curl", "-sS", "-N", "-i", "--unix-socket", http_socket().string(), "http://localhost/v1/chat/completions",
+       "-H", "Content-Type: application/json", "-d", request.dump()});
+  ASSERT_EQ(streamed.exit_code, 0) << streamed.err;
+  const size_t head_end = streamed.out.find("\r\n\r\n");
+  ASSERT_NE(head_end, std::string::npos) << streamed.out;
+  const std::string head = streamed.out.substr(0, head_end);
+  EXPECT_NE(head.find("HTTP/1.1 200 OK"), std::string::npos) << head;
+  EXPECT_NE(head.find("Content-Type: text/event-stream"), std::string::npos) << head;
+  EXPECT_NE(head.find("Transfer-Encoding: chunked"), std::string::npos) << head;
+  // Events: "data: <json>\n\n" ..., "data: [DONE]\n\n".
+  std::string events = streamed.out.substr(head_end + 4);
+  std::vector<std::string> data;
+  for (size_t at = 0; at < events.size();) {
+    const size_t end = events.find("\n\n", at);
+    ASSERT_NE(end, std::string::npos) << "an event without its blank line: " << events.substr(at);
+    const std::string event = events.substr(at, end - at);
+    ASSERT_EQ(event.rfind("data: ", 0), 0u) << event;
+    data.push_back(event.substr(6));
+    at = end + 2;
+  }
+  ASSERT_GE(data.size(), 4u);
+  EXPECT_EQ(data.back(), "[DONE]");
+  std::string content;
+  std::string finish_reason;
+  json usage;
+  for (size_t i = 0; i + 1 < data.size(); ++i) {
+    json chunk = json::parse(data[i], nullptr, false);
+    ASSERT_TRUE(chunk.is_object()) << data[i];
+    EXPECT_EQ(chunk["object"], "chat.completion.chunk");
+    if (chunk.contains("usage")) usage = chunk["usage"];
+    for (const json& choice : chunk["choices"]) {
+      if (choice["delta"].contains("content")) content += choice["delta"]["content"].get<std::string>();
+      if (choice["finish_reason"].is_string()) finish_reason = choice["finish_reason"];
+    }
+  }
+  json plain_request = request;
+  plain_request.erase("stream");
+  plain_request.erase("stream_options");
+  json plain = PostJson("/v1/chat/completions", plain_request);
+  EXPECT_EQ(content, plain["choices"][0]["message"]["content"]);
+  EXPECT_EQ(finish_reason, plain["choices"][0]["finish_reason"]);
+  EXPECT_EQ(usage["completion_tokens"], plain["usage"]["completion_tokens"]);
+  // HTTP/1.0 has no chunked encoding: the same events, ended by the close.
+  testing::ProcessResult old_http = testing::RunProcess(
+      {"curl", "-sS", "-N", "--http1.0", "--unix-socket", http_socket().string(), "http://localhost/v1/chat/completions",
+       "-H", "Content-Type: application/json", "-d", request.dump()});
+  ASSERT_EQ(old_http.exit_code, 0) << old_http.err;
+  EXPECT_EQ(old_http.out.rfind("data: [DONE]\n\n"), old_http.out.size() - 14) << old_http.out;
+  auto count_events = [](const std::string& text) {
+    size_t count = 0;
+    for (size_t at = text.find("data: "); at != std::string::npos; at = text.find("data: ", at + 1)) ++count;
+    return count;
+  };
+  EXPECT_EQ(count_events(old_http.out), data.size()) << old_http.out;
+  std::cout << "curl saw " << data.size() << " events, content '" << content << "'\n";
+}
+
+TEST_F(HttpTest, SameTokensThroughHttpAndTheProtobufSocket) {
+  StartHttpDaemon();
+  auto prompt = client_->Tokenize("the socket is", {.add_special = true, .parse_special = false});
+  ASSERT_TRUE(prompt.ok()) << prompt.status().ToString();
+  const std::vector<int32_t> ids(prompt->ids().begin(), prompt->ids().end());
+
+  // Raw completions: greedy, with logprobs.
+  json completion = PostJson("/v1/completions", {{"model", model_id_}, {"prompt", ids}, {"max_tokens", 12},
+                                                 {"temperature", 0}, {"logprobs", 0}});
+  ASSERT_TRUE(completion.is_object());
+  auto session = client_->CreateSession(std::nullopt);
+  ASSERT_TRUE(session.ok());
+  v1::GenerateRequest generate;
+  generate.set_session_id(session->session_id());
+  generate.mutable_input_ids()->Add(ids.begin(), ids.end());
+  generate.mutable_sampling()->set_temperature(0);
+  generate.set_max_new_tokens(12);
+  generate.set_want_logprobs(true);
+  generate.set_stream(true);
+  std::string native_text;
+  auto generated = client_->Generate(generate, [&](const v1::TokenEvent& event) { native_text += event.text(); });
+  ASSERT_TRUE(generated.ok()) << generated.status().ToString();
+  EXPECT_EQ(completion["choices"][0]["text"], native_text);
+  const json& logprobs = completion["choices"][0]["logprobs"]["token_logprobs"];
+  ASSERT_EQ(logprobs.size(), static_cast<size_t>(generated->steps_size()));
+  for (int i = 0; i < generated->steps_size(); ++i) {
+    // Printed so they round-trip: bitwise the same float.
+    EXPECT_EQ(static_cast<float>(logprobs[i].get<double>()), generated->steps(i).logprob()) << "token " << i;
+  }
+  EXPECT_EQ(completion["usage"]["completion_tokens"], generated->stats().generated_tokens());
+
+  // Chat: a system prompt and one user message, greedy.
+  json chat = PostJson("/v1/chat/completions",
+                       {{"model", model_id_},
+                        {"messages", {{{"role", "system"}, {"content", "You are brief."}},
+                                      {{"role", "user"}, {"content", "What is a socket?"}}}},
+                        {"max_tokens", 10},
+                        {"temperature", 0}});
+  ASSERT_TRUE(chat.is_object());
+  auto chat_session = client_->CreateSession(std::string("You are brief."));
+  ASSERT_TRUE(chat_session.ok());
+  v1::ChatRequest native = GreedyChat(chat_session->session_id(), "What is a socket?", 10);
+  auto replied = client_->Chat(native);
+  ASSERT_TRUE(replied.ok()) << replied.status().ToString();
+  EXPECT_EQ(chat["choices"][0]["message"]["content"], replied->reply());
+  EXPECT_EQ(chat["usage"]["completion_tokens"], replied->stats().generated_tokens());
+  EXPECT_EQ(chat["usage"]["prompt_tokens"], replied->stats().prompt_tokens());
+  std::cout << "greedy completion '" << native_text << "', chat '" << replied->reply() << "'\n";
+}
+
+TEST_F(HttpTest, EndpointsAnswerInOpenAiShape) {
+  StartHttpDaemon();
+  const std::string health = Exchange("GET", "/health");
+  EXPECT_EQ(StatusOf(health), 200) << health;
+  const std::string models = Exchange("GET", "/v1/models");
+  ASSERT_EQ(StatusOf(models), 200) << models;
+  json listed = json::parse(BodyOf(models));
+  EXPECT_EQ(listed["data"][0]["id"], model_id_);
+  EXPECT_EQ(listed["data"][0]["context_length"], info_.context());
+
+  json tokens = PostJson("/tokenize", {{"content", "hello socket"}});
+  auto native = client_->Tokenize("hello socket");
+  ASSERT_TRUE(native.ok());
+  EXPECT_EQ(tokens["tokens"], std::vector<int32_t>(native->ids().begin(), native->ids().end()));
+  json text = PostJson("/detokenize", {{"tokens", tokens["tokens"]}});
+  EXPECT_EQ(text["content"], "hello socket");
+
+  json unknown = PostJson("/v1/chat/completions",
+                          {{"model", "gpt-4o"}, {"messages", {{{"role", "user"}, {"content", "hi"}}}}}, 404);
+  EXPECT_EQ(unknown["error"]["code"], "model_not_found");
+  json bad = PostJson("/v1/completions", {{"prompt", "hi"}, {"max_tokens", "many"}}, 400);
+  EXPECT_EQ(bad["error"]["param"], "max_tokens");
+  EXPECT_EQ(bad["error"]["type"], "invalid_request_error");
+  json bad_id = PostJson("/v1/completions", {{"prompt", {1, -2}}}, 400);
+  EXPECT_EQ(bad_id["error"]["param"], "prompt[1]");
+  json n = PostJson("/v1/chat/completions", {{"messages", {{{"role", "user"}, {"content", "hi"}}}}, {"n", 2}}, 400);
+  EXPECT_EQ(n["error"]["param"], "n");
+  json too_long = PostJson("/v1/completions", {{"prompt", std::vector<int32_t>(info_.context(), 5)}}, 400);
+  EXPECT_EQ(too_long["error"]["code"], "context_length_exceeded");
+  EXPECT_EQ(StatusOf(Exchange("GET", "/v1/chat/completions")), 405);
+  EXPECT_EQ(StatusOf(Exchange("GET", "/v2/anything")), 404);
+  // Every request's ephemeral session is gone again.
+  auto stats = client_->Stats();
+  ASSERT_TRUE(stats.ok());
+  EXPECT_EQ(stats->sessions(), 0u);
+}
+
+TEST_F(HttpTest, HostileClientsGetClearErrorsAndOthersAreServed) {
+  StartHttpDaemon({"--http-header-timeout", "1", "--http-body-timeout", "1", "--http-max-header-bytes", "4096"});
+  HttpSocket served(http_socket());
+  ASSERT_TRUE(served.Send(Request("GET", "/health", "", /*keep_alive=*/true)));
+  ASSERT_EQ(StatusOf(served.ReadResponse(kBound)), 200);
+
+  {  // Slowloris: a head that never ends is closed after the header timeout, unanswered.
+    HttpSocket slow(http_socket());
+    slow.Send("GET /health HTTP/1.1\r\nHost: localhost\r\nX-Slow: 1\r\n");
+    HttpSocket::Received received = slow.ReadUntilClosed(kBound);
+    EXPECT_TRUE(received.closed);
+    EXPECT_EQ(received.bytes, "");
+  }
+  {  // A body that never ends: 408 after the body timeout, then closed.
+    HttpSocket slow(http_socket());
+    slow.Send("POST /tokenize HTTP/1.1\r\nHost: localhost\r\nContent-Length: 1000\r\n\r\n{\"content\":");
+    HttpSocket::Received received = slow.ReadUntilClosed(kBound);
+    EXPECT_TRUE(received.closed);
+    EXPECT_EQ(StatusOf(received.bytes), 408) << received.bytes;
+  }
+  {  // A head over --http-max-header-bytes: 431.
+    HttpSocket huge(http_socket());
+    huge.Send("GET /health HTTP/1.1\r\nHost: localhost\r\nX-Huge: " + std::string(8000, 'h') + "\r\n\r\n");
+    const std::string response = huge.ReadUntilClosed(kBound).bytes;
+    EXPECT_EQ(StatusOf(response), 431) << response;
+  }
+  {  // Malformed chunked encoding: 400.
+    HttpSocket bad(http_socket());
+    bad.Send("POST /tokenize HTTP/1.1\r\nHost: localhost\r\nTransfer-Encoding: chunked\r\n\r\nzz\r\n{}\r\n0\r\n\r\n");
+    HttpSocket::Received received = bad.ReadUntilClosed(kBound);
+    EXPECT_EQ(StatusOf(received.bytes), 400) << received.bytes;
+    EXPECT_NE(received.bytes.find("bad chunk"), std::string::npos) << received.bytes;
+  }
+  {  // Invalid UTF-8, invalid JSON, a JSON bomb, a body that is not an object: 400s saying why.
+    std::string response = Exchange("POST", "/tokenize", "{\"content\":\"\xff\xfe\"}");
+    EXPECT_EQ(StatusOf(response), 400) << response;
+    EXPECT_NE(response.find("UTF-8"), std::string::npos) << response;
+    response = Exchange("POST", "/v1/chat/completions", "{\"messages\": [");
+    EXPECT_EQ(StatusOf(response), 400) << response;
+    response = Exchange("POST", "/v1/chat/completions", std::string(200000, '['));
+    EXPECT_EQ(StatusOf(response), 400) << response;
+    EXPECT_NE(response.find("nested deeper"), std::string::npos) << response;
+    response = Exchange("POST", "/tokenize", "[1, 2]");
+    EXPECT_EQ(StatusOf(response), 400) << response;
+  }
+  {  // A body over --http-max-body-bytes (default 4 MiB): 413, and the answer arrives.
+    const std::string response = Exchange("POST", "/tokenize", std::string(5 << 20, ' '));
+    EXPECT_EQ(StatusOf(response), 413) << response.substr(0, 300);
+  }
+  // The first client is still served on its kept-alive connection.
+  ASSERT_TRUE(served.Send(Request("POST", "/tokenize", R"({"content":"still here"})", /*keep_alive=*/true)));
+  const std::string again = served.ReadResponse(kBound);
+  EXPECT_EQ(StatusOf(again), 200) << again;
+  EXPECT_NE(BodyOf(again).find("tokens"), std::string::npos);
+}
+
+TEST_F(HttpTest, ConnectionsPastThePerUidLimitAreRefusedWhileOpenOnesAreServed) {
+  constexpr int kLimit = 8;
+  StartHttpDaemon({"--max-connections-per-uid", std::to_string(kLimit)});
+  HttpSocket served(http_socket());
+  ASSERT_TRUE(served.Send(Request("GET", "/health", "", /*keep_alive=*/true)));
+  ASSERT_EQ(StatusOf(served.ReadResponse(kBound)), 200);
+  std::vector<std::unique_ptr<HttpSocket>> idle;
+  for (int i = 1; i < kLimit; ++i) idle.push_back(std::make_unique<HttpSocket>(http_socket()));
+  // Each idle one is admitted (answered when it asks), so the server has counted them all.
+  for (auto& connection : idle) {
+    ASSERT_TRUE(connection->Send(Request("GET", "/health", "", /*keep_alive=*/true)));
+    ASSERT_EQ(StatusOf(connection->ReadResponse(kBound)), 200);
+  }
+  for (int attempt = 0; attempt < 3; ++attempt) {
+    HttpSocket refused(http_socket());
+    HttpSocket::Received received = refused.ReadUntilClosed(kBound);
+    EXPECT_TRUE(received.closed);
+    EXPECT_EQ(StatusOf(received.bytes), 429) << received.bytes;
+    EXPECT_NE(received.bytes.find("Retry-After: 1"), std::string::npos) << received.bytes;
+    EXPECT_NE(received.bytes.find("--max-connections-per-uid"), std::string::npos) << received.bytes;
+  }
+  ASSERT_TRUE(served.Send(Request("GET", "/v1/models", "", /*keep_alive=*/true)));
+  EXPECT_EQ(StatusOf(served.ReadResponse(kBound)), 200);
+  // The protobuf socket counts its own connections: still open to this uid.
+  auto stats = client_->Stats();
+  EXPECT_TRUE(stats.ok()) << stats.status().ToString();
+  // Closing one makes room for another.
+  idle.pop_back();
+  bool admitted = false;
+  for (const Clock::time_point deadline = Clock::now() + kBound; !admitted && Clock::now() < deadline;) {
+    HttpSocket next(http_socket());
+    next.Send(Request("GET", "/health", ""));
+    admitted = StatusOf(next.ReadUntilClosed(kBound).bytes) == 200;
+    if (!admitted) std::this_thread::sleep_for(milliseconds(20));
+  }
+  EXPECT_TRUE(admitted);
+}
+
+TEST_F(HttpTest, ClientThatGoesAwayCancelsItsRequest) {
+  StartHttpDaemon();
+  constexpr int kMaxTokens = 900;
+  {
+    HttpSocket gone(http_socket());
+    gone.Send(Request("POST", "/v1/completions",
+                      json{{"prompt", {1, 2, 3}}, {"max_tokens", kMaxTokens}, {"stream", true}}.dump()));
+    // Wait for the first event, then hang up.
+    std::string bytes;
+    const Clock::time_point deadline = Clock::now() + kBound;
+    while (bytes.find("data: ") == std::string::npos && Clock::now() < deadline) {
+      HttpSocket::Received some = gone.ReadUntilClosed(milliseconds(50));
+      bytes += some.bytes;
+      if (some.closed) break;
+    }
+    ASSERT_NE(bytes.find("data: "), std::string::npos) << bytes;
+  }
+  // The request stops and its session is deleted.
+  v1::StatsResponse stats;
+  for (const Clock::time_point deadline = Clock::now() + kBound; Clock::now() < deadline;) {
+    auto now = client_->Stats();
+    ASSERT_TRUE(now.ok());
+    stats = *now;
+    if (stats.running_sequences() == 0 && stats.sessions() == 0) break;
+    std::this_thread::sleep_for(milliseconds(20));
+  }
+  EXPECT_EQ(stats.running_sequences(), 0u);
+  EXPECT_EQ(stats.sessions(), 0u);
+  EXPECT_LT(stats.tokens_generated_total(), static_cast<uint64_t>(kMaxTokens));
+  std::cout << "tokens generated before the cancel: " << stats.tokens_generated_total() << "\n";
+}
+
+TEST_F(HttpTest, ClientThatStopsReadingItsStreamIsCutOff) {
+  StartHttpDaemon({"--http-write-timeout", "1"});
+  HttpSocket stalled(http_socket());
+  // Long events (20 alternatives per token; this prompt makes the random model repeat itself to
+  // the end of the context) that a client which never reads cannot all take.
+  stalled.Send(Request("POST", "/v1/completions",
+                       json{{"prompt", "the socket is"}, {"max_tokens", 1000}, {"logprobs", 20}, {"stream", true}}.dump()));
+  // Others are served meanwhile.
+  const std::string health = Exchange("GET", "/health");
+  EXPECT_EQ(StatusOf(health), 200) << health;
+  std::this_thread::sleep_for(milliseconds(3000));  // past the write timeout, not reading
+  HttpSocket::Received received = stalled.ReadUntilClosed(kBound);
+  EXPECT_TRUE(received.closed);
+  EXPECT_EQ(received.bytes.find("data: [DONE]"), std::string::npos)
+      << "the whole stream fit into the socket buffers (" << received.bytes.size() << " bytes)";
+  // The request's session is gone; the daemon serves on.
+  v1::StatsResponse stats;
+  for (const Clock::time_point deadline = Clock::now() + kBound; Clock::now() < deadline;) {
+    auto now = client_->Stats();
+    ASSERT_TRUE(now.ok());
+    stats = *now;
+    if (stats.sessions() == 0) break;
+    std::this_thread::sleep_for(milliseconds(20));
+  }
+  EXPECT_EQ(stats.sessions(), 0u);
+  EXPECT_EQ(StatusOf(Exchange("GET", "/health")), 200);
+  std::cout << "the stalled client got " << received.bytes.size() << " bytes before the cut\n";
+}
+
+TEST_F(HttpTest, QuotaRefusalsAre429WithRetryAfter) {
+  // One session per uid: a session held on the protobuf socket leaves none for an HTTP request.
+  StartHttpDaemon({"--max-sessions-per-uid", "1"});
+  auto held = client_->CreateSession(std::nullopt);
+  ASSERT_TRUE(held.ok()) << held.status().ToString();
+  const std::string response = Exchange(
+      "POST", "/v1/chat/completions", json{{"messages", {{{"role", "user"}, {"content", "hi"}}}}}.dump());
+  EXPECT_EQ(StatusOf(response), 429) << response;
+  EXPECT_NE(response.find("Retry-After: 1"), std::string::npos) << response;
+  json body = json::parse(BodyOf(response), nullptr, false);
+  EXPECT_EQ(body["error"]["type"], "rate_limit_error") << response;
+  // Freed, the same request is served.
+  ASSERT_TRUE(client_->DeleteSession(held->session_id()).ok());
+  json served = PostJson("/v1/chat/completions",
+                         {{"messages", {{{"role", "user"}, {"content", "hi"}}}}, {"max_tokens", 3}});
+  EXPECT_EQ(served["object"], "chat.completion");
+}
+
+TEST_F(HttpTest, MetricsInPrometheusTextFormat) {
+  StartHttpDaemon();
+  PostJson("/v1/completions", {{"prompt", {1, 2, 3}}, {"max_tokens", 3}, {"temperature", 0}});
+  PostJson("/v1/completions", {{"prompt", "x"}, {"max_tokens", "three"}}, 400);
+  const std::string response = Exchange("GET", "/metrics");
+  ASSERT_EQ(StatusOf(response), 200) << response;
+  EXPECT_NE(response.find("Content-Type: text/plain; version=0.0.4"), std::string::npos) << response;
+  const std::string text = BodyOf(response);
+  EXPECT_NE(text.find("# TYPE nielsd_tokens_generated_total counter\nnielsd_tokens_generated_total 3\n"),
+            std::string::npos) << text;
+  EXPECT_NE(text.find("nielsd_http_requests_total{endpoint=\"completions\",status=\"200\"} 1\n"), std::string::npos)
+      << text;
+  EXPECT_NE(text.find("nielsd_http_requests_total{endpoint=\"completions\",status=\"400\"} 1\n"), std::string::npos)
+      << text;
+  EXPECT_NE(text.find("nielsd_sessions 0\n"), std::string::npos) << text;
+  // Every line is a comment or "name{labels} value".
+  for (size_t at = 0; at < text.size();) {
+    const size_t end = text.find('\n', at);
+    ASSERT_NE(end, std::string::npos);
+    const std::string line = text.substr(at, end - at);
+    if (line[0] != '#') {
+      const size_t space = line.rfind(' ');
+      ASSERT_NE(space, std::string::npos) << line;
+      EXPECT_EQ(line.rfind("nielsd_", 0), 0u) << line;
+      EXPECT_NO_THROW((void)std::stod(line.substr(space + 1))) << line;
+    }
+    at = end + 1;
+  }
+}
+
+TEST_F(HttpTest, SigtermClosesTheHttpSocketWithItsConnections) {
+  StartHttpDaemon();
+  HttpSocket idle(http_socket());
+  ASSERT_TRUE(idle.Send(Request("GET", "/health", "", /*keep_alive=*/true)));
+  ASSERT_EQ(StatusOf(idle.ReadResponse(kBound)), 200);
+  HttpSocket streaming(http_socket());
+  streaming.Send(Request("POST", "/v1/completions",
+                         json{{"prompt", "the socket is"}, {"max_tokens", 1000}, {"stream", true}}.dump()));
+  // The stream has begun (a request that arrives after the signal gets 503 instead).
+  std::string begun;
+  for (const Clock::time_point deadline = Clock::now() + kBound;
+       begun.find("data: ") == std::string::npos && Clock::now() < deadline;) {
+    HttpSocket::Received some = streaming.ReadUntilClosed(milliseconds(20));
+    begun += some.bytes;
+    if (some.closed) break;
+  }
+  ASSERT_NE(begun.find("data: "), std::string::npos) << begun;
+  EXPECT_EQ(daemon_->Stop(), 0) << daemon_->log();
+  EXPECT_FALSE(std::filesystem::exists(http_socket()));
+  EXPECT_TRUE(idle.ReadUntilClosed(kBound).closed);
+  HttpSocket::Received stream = streaming.ReadUntilClosed(kBound);
+  EXPECT_TRUE(stream.closed);
+  EXPECT_EQ(StatusOf(begun), 200) << begun.substr(0, 300);
+}
+
+}  // namespace http_front_test
+}  // namespace niels::integration
