@@ -61,23 +61,43 @@ TurnResult StartNativeChatTurn(EngineState& state, const Work& work, const ChatT
   const int64_t context = state.config().context;
 
   // A turn is one user message and its reply: the history is [usr] text [eot] [asst] reply [eot].
+  // `messages` may carry earlier turns first (user, assistant, ..., user: a conversation re-sent
+  // whole, as the HTTP front sends it); each becomes a turn of its own.
   const bool with_tools = args.tools.has_value() && *args.tools != nullptr && !(*args.tools)->empty();
-  if (args.append_only || args.messages.size() > 1 ||
-      (args.messages.size() == 1 && args.messages.front().role != text::Role::kUser) || with_tools ||
-      args.tool_choice.mode == ToolChoice::Mode::kRequired || args.tool_choice.mode == ToolChoice::Mode::kNamed) {
-    return Status::InvalidArgument(
-        "messages: the token-native chat format takes one user message per Chat (no append_only, assistant or "
-        "tool messages, or tools)");
+  bool alternating = args.messages.size() % 2 == 1 || args.messages.empty();
+  for (size_t i = 0; i < args.messages.size() && alternating; ++i) {
+    const text::ChatMessage& message = args.messages[i];
+    alternating = message.role == (i % 2 == 0 ? text::Role::kUser : text::Role::kAssistant) &&
+                  message.tool_calls.empty() && message.reasoning.empty();
   }
-  const std::string& user_text = args.messages.empty() ? args.user_text : args.messages.front().content;
+  if (args.append_only || !alternating || with_tools || args.tool_choice.mode == ToolChoice::Mode::kRequired ||
+      args.tool_choice.mode == ToolChoice::Mode::kNamed) {
+    return Status::InvalidArgument(
+        "messages: the token-native chat format takes user and assistant messages in turn, ending with a user "
+        "message (no append_only, tool messages, tool calls, reasoning or tools)");
+  }
+  const std::string& user_text = args.messages.empty() ? args.user_text : args.messages.back().content;
   if (args.keep_messages && (*args.keep_messages % 2 != 0 || *args.keep_messages > 2 * session.turns().size())) {
     return Status::InvalidArgument(fmt::format(
         "keep_messages = {} must be even (whole turns: a user message and its reply) and in [0, {}]",
         *args.keep_messages, 2 * session.turns().size()));
   }
+  // The earlier turns' ids, and where each ends within `turn`.
+  std::vector<int32_t> turn;
+  std::vector<int64_t> earlier_ends;
+  for (size_t i = 0; i + 1 < args.messages.size(); i += 2) {
+    StatusOr<text::ChatPrompt> asked = format.EncodeTurn(std::nullopt, {}, args.messages[i].content, args.options);
+    if (!asked.ok()) return asked.status();
+    StatusOr<std::vector<int32_t>> answered = state.tokenizer().Encode(args.messages[i + 1].content);
+    if (!answered.ok()) return answered.status();
+    turn.insert(turn.end(), asked->ids.begin(), asked->ids.end());
+    turn.insert(turn.end(), answered->begin(), answered->end());
+    turn.push_back(eot);
+    earlier_ends.push_back(static_cast<int64_t>(turn.size()));
+  }
   StatusOr<text::ChatPrompt> encoded = format.EncodeTurn(std::nullopt, {}, user_text, args.options);
   if (!encoded.ok()) return encoded.status();
-  std::vector<int32_t> turn = std::move(encoded->ids);
+  turn.insert(turn.end(), encoded->ids.begin(), encoded->ids.end());
   const int64_t turn_length = static_cast<int64_t>(turn.size());
 
   sessions::Session::Snapshot snapshot = session.TakeSnapshot();
@@ -107,10 +127,15 @@ TurnResult StartNativeChatTurn(EngineState& state, const Work& work, const ChatT
   // gets its eot.
   const int64_t turn_begin = session.length();
   auto reply = std::make_shared<ChatReply>();
-  Turn::SessionCommit commit = [turn_begin, eot, context, reply, stop, &state](sessions::Session& s,
-                                                                               const GenerateResult& result) {
+  Turn::SessionCommit commit = [turn_begin, earlier_ends, eot, context, reply, stop, &state](
+                                   sessions::Session& s, const GenerateResult& result) {
     *reply = MakeChatReply(state, result, /*starts_in_reasoning=*/false, stop.get(), nullptr);
-    s.AddTurn({turn_begin, s.length()});
+    int64_t begin = turn_begin;
+    for (const int64_t end : earlier_ends) {
+      s.AddTurn({begin, turn_begin + end});
+      begin = turn_begin + end;
+    }
+    s.AddTurn({begin, s.length()});
     if (result.stop_reason != StopReason::kStopToken && s.length() < context) s.AppendToLastTurn(eot);
   };
   TurnCallbacks turn_callbacks = MakeChatTurnCallbacks(state, std::move(callbacks), false, reply, stop, nullptr);

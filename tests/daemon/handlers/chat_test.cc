@@ -490,6 +490,64 @@ TEST_F(ChatTest, MessagesOnTheTokenNativeFormat) {
   EXPECT_EQ(Call(*engine_, info).info().tool_call_format(), "");
 }
 
+TEST_F(ChatTest, ANativeConversationResentWholeBecomesItsTurns) {
+  Start(256);
+  const std::string id = Create("sys");
+  const Ids start = IdsOf(Call(*engine_, GetRequest(id)).get_session().token_ids());
+  v1::Request request = ChatRequest(id, "", 5);
+  const std::vector<std::pair<std::string, std::string>> roles = {
+      {"user", "hello there"}, {"assistant", "hi, what can I do"}, {"user", "tell me more"},
+      {"assistant", "about what"}, {"user", "why is that so"}};
+  for (const auto& [role, content] : roles) {
+    v1::ChatMessage& message = *request.mutable_chat()->add_messages();
+    message.set_role(role);
+    message.set_content(content);
+  }
+  const v1::Response reply = Call(*engine_, request);
+  ASSERT_TRUE(reply.has_chat()) << reply.DebugString();
+  EXPECT_EQ(reply.chat().messages(), 6);
+  // The history: the system prompt, each earlier exchange as a closed turn, then the new turn.
+  Ids expected = start;
+  for (size_t i = 0; i + 1 < roles.size(); i += 2) {
+    const Ids asked = UserTurn(roles[i].second);
+    expected.insert(expected.end(), asked.begin(), asked.end());
+    const Ids answer = niels::testing::EncodeText(*model_->tokenizer, roles[i + 1].second);
+    expected.insert(expected.end(), answer.begin(), answer.end());
+    expected.push_back(special_.eot);
+  }
+  const Ids last = UserTurn(roles.back().second);
+  expected.insert(expected.end(), last.begin(), last.end());
+  const v1::Response session = Call(*engine_, GetRequest(id));
+  const Ids history = IdsOf(session.get_session().token_ids());
+  ASSERT_GE(history.size(), expected.size());
+  EXPECT_EQ(Ids(history.begin(), history.begin() + static_cast<std::ptrdiff_t>(expected.size())), expected);
+  ASSERT_EQ(session.get_session().messages_size(), 7);  // the system prompt and six messages
+  EXPECT_EQ(session.get_session().messages(3).content(), "tell me more");
+  EXPECT_EQ(session.get_session().messages(4).role(), "assistant");
+  EXPECT_EQ(session.get_session().messages(4).content(), "about what");
+  // Whole turns: keep_messages 2 cuts back to the first exchange.
+  v1::Request cut = ChatRequest(id, "tell me more", 5);
+  cut.mutable_chat()->set_keep_messages(2);
+  const v1::Response after_cut = Call(*engine_, cut);
+  ASSERT_TRUE(after_cut.has_chat()) << after_cut.DebugString();
+  EXPECT_EQ(after_cut.chat().messages(), 4);
+  // Out of turn (two user messages, an assistant message last): refused, the session unchanged.
+  const Ids before = IdsOf(Call(*engine_, GetRequest(id)).get_session().token_ids());
+  for (const std::vector<std::string>& order :
+       std::vector<std::vector<std::string>>{{"user", "user", "user"}, {"user", "assistant"}, {"assistant", "user", "user"}}) {
+    v1::Request bad = ChatRequest(id, "", 5);
+    for (const std::string& role : order) {
+      v1::ChatMessage& message = *bad.mutable_chat()->add_messages();
+      message.set_role(role);
+      message.set_content("x");
+    }
+    const v1::Response refused = Call(*engine_, bad);
+    ASSERT_TRUE(refused.has_error()) << refused.DebugString();
+    EXPECT_EQ(refused.error().code(), v1::INVALID_ARGUMENT);
+  }
+  EXPECT_EQ(IdsOf(Call(*engine_, GetRequest(id)).get_session().token_ids()), before);
+}
+
 }  // namespace chat_test
 }  // namespace
 }  // namespace niels::daemon::handlers::testing
