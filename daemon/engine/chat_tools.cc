@@ -10,22 +10,49 @@ namespace niels::daemon::engine {
 using common::Status;
 using common::StatusOr;
 
-StatusOr<std::shared_ptr<const grammar::CompiledGrammar>> ToolChoiceConstraint(
-    const EngineState& /*state*/, const std::vector<text::ToolDefinition>& tools, const ToolChoice& choice) {
-  switch (choice.mode) {
-    case ToolChoice::Mode::kAuto:
-    case ToolChoice::Mode::kNone:
-      return std::shared_ptr<const grammar::CompiledGrammar>();
-    case ToolChoice::Mode::kRequired:
-      return Status::Unimplemented("tool_choice: required is not supported yet (replies are not constrained to calls)");
-    case ToolChoice::Mode::kNamed: {
-      bool known = false;
-      for (const text::ToolDefinition& tool : tools) known = known || tool.name == choice.name;
-      if (!known) return Status::InvalidArgument(fmt::format("tool_choice.name: no tool is named \"{}\"", choice.name));
-      return Status::Unimplemented("tool_choice: named is not supported yet (replies are not constrained to calls)");
-    }
+void ToolGrammarCache::Remember(const Tools& tools, std::shared_ptr<const tool_grammar::ToolChoiceGrammars> grammars,
+                                Status status) {
+  if (tools == nullptr) return;
+  std::erase_if(entries_, [](const auto& entry) { return entry.second.tools.expired(); });
+  entries_[tools.get()] = Entry{tools, std::move(grammars), std::move(status)};
+}
+
+const ToolGrammarCache::Entry* ToolGrammarCache::Find(const Tools& tools) const {
+  if (tools == nullptr) return nullptr;
+  const auto found = entries_.find(tools.get());
+  if (found == entries_.end() || found->second.tools.lock() != tools) return nullptr;
+  return &found->second;
+}
+
+StatusOr<std::shared_ptr<const grammar::CompiledGrammar>> ToolChoiceConstraint(const ToolGrammarCache& cache,
+                                                                               const ToolGrammarCache::Tools& tools,
+                                                                               const ToolChoice& choice) {
+  if (choice.mode == ToolChoice::Mode::kAuto || choice.mode == ToolChoice::Mode::kNone) {
+    return std::shared_ptr<const grammar::CompiledGrammar>();
   }
-  return std::shared_ptr<const grammar::CompiledGrammar>();
+  if (tools == nullptr || tools->empty()) {
+    return Status::InvalidArgument("tool_choice: a forced tool choice needs tools (the session has none)");
+  }
+  if (choice.mode == ToolChoice::Mode::kNamed) {
+    bool known = false;
+    for (const text::ToolDefinition& tool : *tools) known = known || tool.name == choice.name;
+    if (!known) return Status::InvalidArgument(fmt::format("tool_choice.name: no tool is named \"{}\"", choice.name));
+  }
+  const ToolGrammarCache::Entry* entry = cache.Find(tools);
+  if (entry == nullptr) {
+    return Status::InvalidArgument(
+        "tool_choice: the session's tools were restored from disk and are not compiled; send them again "
+        "(ChatRequest.tools) to force a call");
+  }
+  if (entry->grammars == nullptr) {
+    return Status::InvalidArgument("tool_choice: these tools cannot be forced: " + entry->status.message());
+  }
+  if (choice.mode == ToolChoice::Mode::kRequired) return entry->grammars->required;
+  const auto named = entry->grammars->named.find(choice.name);
+  if (named == entry->grammars->named.end()) {
+    return Status::InvalidArgument(fmt::format("tool_choice.name: no tool is named \"{}\"", choice.name));
+  }
+  return named->second;
 }
 
 ToolCallIds::ToolCallIds(std::span<const text::ChatMessage> conversation) {

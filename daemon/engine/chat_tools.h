@@ -5,6 +5,7 @@
 // tool_calls/tool_call_parser.h) and gives each call its id. Engine thread only.
 
 #include <cstddef>
+#include <map>
 #include <memory>
 #include <optional>
 #include <set>
@@ -17,6 +18,7 @@
 #include "common/status.h"
 #include "daemon/grammar/compiled_grammar.h"
 #include "daemon/text/chat_format.h"
+#include "daemon/tool_grammar/tool_call_grammar.h"
 #include "daemon/tool_calls/tool_call_parser.h"
 
 namespace niels::daemon::engine {
@@ -34,12 +36,38 @@ struct ToolChoice {
 // (InfoResponse budget tool_calls_per_reply).
 inline constexpr size_t kMaxToolCallsPerReply = common::kToolCallsPerReplyLimit;
 
-// The hook where a tool choice becomes a constraint on the reply (the lazy tool-call grammar): null
-// when the reply is free (kAuto: calls are parsed from free text; kNone: no calls). kRequired and
-// kNamed are not constrained yet: UNIMPLEMENTED naming tool_choice. INVALID_ARGUMENT when kNamed
-// names no tool of `tools`.
+// The forced-choice grammars of the tool sets in use (tool_grammar/tool_call_grammar.h), by the
+// identity of the set: the shared vector that sessions, their forks and snapshots hold. A request
+// that sets tools compiled them off the engine thread (handlers::CompileToolGrammars); its start
+// remembers them here. A set restored from disk has none until it is sent again. Entries whose set
+// is gone are dropped at the next Remember, so there are at most as many as live sets. Engine
+// thread only.
+class ToolGrammarCache {
+ public:
+  using Tools = std::shared_ptr<const std::vector<text::ToolDefinition>>;
+  struct Entry {
+    std::weak_ptr<const std::vector<text::ToolDefinition>> tools;
+    std::shared_ptr<const tool_grammar::ToolChoiceGrammars> grammars;  // null: status says why
+    common::Status status;
+  };
+  void Remember(const Tools& tools, std::shared_ptr<const tool_grammar::ToolChoiceGrammars> grammars,
+                common::Status status);
+  // The entry of `tools`; null when none was remembered for this set.
+  const Entry* Find(const Tools& tools) const;
+  size_t size() const { return entries_.size(); }
+
+ private:
+  std::map<const void*, Entry> entries_;
+};
+
+// Where a tool choice becomes a constraint on the reply: null when the reply is free (kAuto: calls
+// are parsed from free text; kNone: no calls); kRequired and kNamed: the set's grammar from
+// `cache` (one or more calls of any tool / of the named one, from the first byte after an optional
+// reasoning block). INVALID_ARGUMENT when there are no tools, when kNamed names no tool of `tools`,
+// or when the set cannot be forced (the reason compiling gave); FAILED_PRECONDITION when the set
+// was restored from disk and has not been sent again (its grammars are not compiled).
 common::StatusOr<std::shared_ptr<const grammar::CompiledGrammar>> ToolChoiceConstraint(
-    const EngineState& state, const std::vector<text::ToolDefinition>& tools, const ToolChoice& choice);
+    const ToolGrammarCache& cache, const ToolGrammarCache::Tools& tools, const ToolChoice& choice);
 
 // A piece of a call as a stream shows it: the call's index in the reply, its id and name in its
 // first piece ("" in later ones), a fragment of its arguments.

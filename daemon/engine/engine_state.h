@@ -8,6 +8,7 @@
 #include <memory>
 #include <optional>
 
+#include "daemon/engine/chat_tools.h"
 #include "daemon/engine/engine_options.h"
 #include "daemon/engine/output_constraint.h"
 #include "daemon/loaders/model_loader.h"
@@ -37,6 +38,8 @@ struct EngineState {
   // The tool-call family of the model's chat template (tool_calls/template_family.h); nullopt when
   // replies are not parsed for calls (no template, or one without tool support): tools are refused.
   std::optional<tool_calls::ToolCallFamily> tool_call_family;
+  // The forced tool choices' grammars of the tool sets in use (chat_tools.h).
+  ToolGrammarCache tool_grammars;
   sessions::KvSpiller spiller;       // KV caches to and from disk (durable sessions)
   sessions::SessionRegistry sessions;
   sessions::KvBudget kv;             // the KV pool: admission and eviction

@@ -228,9 +228,8 @@ TurnResult StartTemplateChatTurn(EngineState& state, const Work& work, const Cha
   const Conversation& conversation = *built;
   text::ChatOptions chat_options = args.options;
   chat_options.tools = conversation.tools;
-  static const std::vector<text::ToolDefinition> kNoTools;
   StatusOr<std::shared_ptr<const grammar::CompiledGrammar>> tool_constraint =
-      ToolChoiceConstraint(state, conversation.tools ? *conversation.tools : kNoTools, args.tool_choice);
+      ToolChoiceConstraint(state.tool_grammars, conversation.tools, args.tool_choice);
   if (!tool_constraint.ok()) return tool_constraint.status();
   ChatTurnArgs generation_args;  // the request's generation settings, with a tool choice's constraint
   const ChatTurnArgs* generate = &args;

@@ -108,7 +108,8 @@ bool ChatCompiles(const v1::ChatRequest& request) {
          (request.has_tools() && request.tools().tools_size() > 0);
 }
 
-StatusOr<Prepared> PrepareChat(const v1::ChatRequest& request, const CompileCancelled& cancelled) {
+StatusOr<Prepared> PrepareChat(const v1::ChatRequest& request, const PrepareContext& context,
+                               const CompileCancelled& cancelled) {
   StatusOr<std::shared_ptr<const grammar::CompiledGrammar>> constraint =
       CompileConstraint(request.has_constraint(), request.constraint(), cancelled);
   if (!constraint.ok()) return constraint.status();
@@ -118,6 +119,7 @@ StatusOr<Prepared> PrepareChat(const v1::ChatRequest& request, const CompileCanc
         ToolsFromProto(request.tools(), "tools", cancelled);
     if (!tools.ok()) return tools.status();
     prepared.tools = std::move(tools).value();
+    NIELS_RETURN_IF_ERROR(CompileToolGrammars(context, cancelled, prepared));
   }
   return prepared;
 }
@@ -137,6 +139,9 @@ v1::Response AppendedResult(const sessions::Session& session) {
 
 engine::TurnResult StartChat(engine::EngineState& state, const engine::Work& work, server::Job& job,
                              const v1::ChatRequest& request, const Prepared& prepared) {
+  if (prepared.tools && *prepared.tools != nullptr) {
+    state.tool_grammars.Remember(*prepared.tools, prepared.tool_grammars, prepared.tool_grammars_status);
+  }
   StatusOr<engine::ChatTurnArgs> args = ChatArgs(state, request, prepared);
   if (!args.ok()) return args.status();
   if (args->append_only) {

@@ -8,6 +8,7 @@
 #include "common/bounded_json.h"
 #include "common/budgets.h"
 #include "daemon/grammar/json_schema.h"
+#include "daemon/handlers/handlers.h"
 
 namespace niels::daemon::handlers {
 
@@ -194,6 +195,24 @@ void MessageToProto(const text::ChatMessage& message, v1::ChatMessage& out) {
   }
   out.set_tool_call_id(message.tool_call_id);
   out.set_name(message.name);
+}
+
+Status CompileToolGrammars(const PrepareContext& context, const CompileCancelled& cancelled, Prepared& prepared) {
+  if (!prepared.tools || *prepared.tools == nullptr || !context.tool_call_family) return Status();
+  tool_grammar::ToolGrammarOptions options;
+  options.limits = ConstraintGrammarLimits();
+  options.limits.cancelled = cancelled;
+  options.max_calls = engine::kMaxToolCallsPerReply;
+  if (context.reasoning) options.reasoning = tool_grammar::ReasoningTags{context.reasoning->open, context.reasoning->close};
+  StatusOr<std::shared_ptr<const tool_grammar::ToolChoiceGrammars>> grammars =
+      tool_grammar::CompileToolChoiceGrammars(**prepared.tools, *context.tool_call_family, options);
+  if (grammars.ok()) {
+    prepared.tool_grammars = std::move(grammars).value();
+    return Status();
+  }
+  if (grammars.status().code() != common::StatusCode::kInvalidArgument) return grammars.status();
+  prepared.tool_grammars_status = grammars.status();
+  return Status();
 }
 
 }  // namespace niels::daemon::handlers

@@ -75,13 +75,14 @@ HandlerResult HandleCreateSession(engine::EngineState& state, server::Job& job,
 
 bool CreateSessionCompiles(const v1::CreateSessionRequest& request) { return request.tools().tools_size() > 0; }
 
-common::StatusOr<Prepared> PrepareCreateSession(const v1::CreateSessionRequest& request,
+common::StatusOr<Prepared> PrepareCreateSession(const v1::CreateSessionRequest& request, const PrepareContext& context,
                                                 const CompileCancelled& cancelled) {
   Prepared prepared;
   common::StatusOr<std::shared_ptr<const std::vector<text::ToolDefinition>>> tools =
       ToolsFromProto(request.tools(), "tools", cancelled);
   if (!tools.ok()) return tools.status();
   prepared.tools = std::move(tools).value();
+  NIELS_RETURN_IF_ERROR(CompileToolGrammars(context, cancelled, prepared));
   return prepared;
 }
 
@@ -89,6 +90,9 @@ engine::TurnResult StartCreateSession(engine::EngineState& state, const engine::
                                       const v1::CreateSessionRequest& request, const Prepared& prepared) {
   common::StatusOr<sessions::Session*> created = NewSession(state, job, request, prepared.tools.value_or(nullptr));
   if (!created.ok()) return created.status();
+  if (prepared.tools && *prepared.tools != nullptr) {
+    state.tool_grammars.Remember(*prepared.tools, prepared.tool_grammars, prepared.tool_grammars_status);
+  }
   sessions::Session& session = **created;
   if (session.length() == 0) {
     job.Finish(CreatedResponse(session));

@@ -97,7 +97,8 @@ bool GenerateCompiles(const v1::GenerateRequest& request) {
   return ConstraintCompilesText(request.has_constraint(), request.constraint());
 }
 
-StatusOr<Prepared> PrepareGenerate(const v1::GenerateRequest& request, const CompileCancelled& cancelled) {
+StatusOr<Prepared> PrepareGenerate(const v1::GenerateRequest& request, const PrepareContext& /*context*/,
+                                   const CompileCancelled& cancelled) {
   StatusOr<std::shared_ptr<const grammar::CompiledGrammar>> constraint =
       CompileConstraint(request.has_constraint(), request.constraint(), cancelled);
   if (!constraint.ok()) return constraint.status();

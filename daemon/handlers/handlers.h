@@ -21,6 +21,7 @@
 #include "daemon/engine/work.h"
 #include "daemon/handlers/constraint.h"
 #include "daemon/text/chat_format.h"
+#include "daemon/tool_grammar/tool_call_grammar.h"
 #include "daemon/server/job.h"
 #include "niels/v1/nielsd.pb.h"
 
@@ -57,16 +58,38 @@ HandlerResult HandleDeleteSession(engine::EngineState& state, server::Job& job,
 // runs on the compile worker (compile_worker.h) and polls `cancelled`; otherwise it is cheap and
 // runs on the submitting thread. An error from Prepare is the request's answer; nothing was queued
 // or changed.
+// What a prepare step knows of the model (read once at start, immutable).
+struct PrepareContext {
+  // The model's tool-call family (engine_state.h); nullopt: tools are refused.
+  std::optional<tool_calls::ToolCallFamily> tool_call_family;
+  // The reasoning block a reply may begin with; nullopt when replies carry none.
+  std::optional<text::ReasoningTags> reasoning;
+};
+
 struct Prepared {
   std::shared_ptr<const grammar::CompiledGrammar> constraint;  // null: no constraint
   // The request's ToolSet, checked and compiled (chat_messages.h): unset when the request has none;
   // set to null for an empty one.
   std::optional<std::shared_ptr<const std::vector<text::ToolDefinition>>> tools;
+  // With tools: the grammars tool_choice required and named constrain replies with, compiled with
+  // them (engine::ToolGrammarCache); null with the reason in tool_grammars_status when the tools
+  // cannot be forced (a schema the tool grammar does not take).
+  std::shared_ptr<const tool_grammar::ToolChoiceGrammars> tool_grammars;
+  common::Status tool_grammars_status;
 };
+// With prepared.tools set (non-null) and a model with a tool-call family: compiles
+// prepared.tool_grammars (tool_grammar::CompileToolChoiceGrammars under the constraint budgets). A
+// tool set the tool grammar does not take (INVALID_ARGUMENT) leaves them null with the reason in
+// tool_grammars_status, which only a forced tool_choice reports; RESOURCE_EXHAUSTED and CANCELLED
+// are the request's answer.
+common::Status CompileToolGrammars(const PrepareContext& context, const CompileCancelled& cancelled,
+                                   Prepared& prepared);
+
 bool ChatCompiles(const niels::v1::ChatRequest& request);
 bool GenerateCompiles(const niels::v1::GenerateRequest& request);
-common::StatusOr<Prepared> PrepareChat(const niels::v1::ChatRequest& request, const CompileCancelled& cancelled);
-common::StatusOr<Prepared> PrepareGenerate(const niels::v1::GenerateRequest& request,
+common::StatusOr<Prepared> PrepareChat(const niels::v1::ChatRequest& request, const PrepareContext& context,
+                                       const CompileCancelled& cancelled);
+common::StatusOr<Prepared> PrepareGenerate(const niels::v1::GenerateRequest& request, const PrepareContext& context,
                                            const CompileCancelled& cancelled);
 engine::TurnResult StartChat(engine::EngineState& state, const engine::Work& work, server::Job& job,
                              const niels::v1::ChatRequest& request, const Prepared& prepared);
@@ -77,7 +100,7 @@ engine::TurnResult StartGenerate(engine::EngineState& state, const engine::Work&
 // without a turn).
 bool CreateSessionCompiles(const niels::v1::CreateSessionRequest& request);
 common::StatusOr<Prepared> PrepareCreateSession(const niels::v1::CreateSessionRequest& request,
-                                                const CompileCancelled& cancelled);
+                                                const PrepareContext& context, const CompileCancelled& cancelled);
 engine::TurnResult StartCreateSession(engine::EngineState& state, const engine::Work& work, server::Job& job,
                                       const niels::v1::CreateSessionRequest& request, const Prepared& prepared);
 

@@ -20,8 +20,9 @@ const std::string& NoSession(const v1::Request&) {
   [](engine::EngineState& state, const engine::Work& work, server::Job& job, const v1::Request& request, \
      const Prepared& prepared) -> engine::TurnResult { return Handler(state, work, job, request.field(), prepared); }
 #define NIELS_PREPARE(Prepare, field)                                                              \
-  [](const v1::Request& request, const CompileCancelled& cancelled) -> common::StatusOr<Prepared> { \
-    return Prepare(request.field(), cancelled);                                                     \
+  [](const v1::Request& request, const PrepareContext& context,                                     \
+     const CompileCancelled& cancelled) -> common::StatusOr<Prepared> {                             \
+    return Prepare(request.field(), context, cancelled);                                            \
   }
 #define NIELS_COMPILES(Compiles, field) [](const v1::Request& request) { return Compiles(request.field()); }
 #define NIELS_SESSION(field) \

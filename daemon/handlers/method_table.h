@@ -22,7 +22,8 @@ struct Method {
                                    const niels::v1::Request& request, const Prepared& prepared);
   // Runs before the request is queued (handlers.h, "Generating"): on the compile worker when
   // `compiles` says the request carries text to compile, else on the submitting thread.
-  common::StatusOr<Prepared> (*prepare)(const niels::v1::Request& request, const CompileCancelled& cancelled);
+  common::StatusOr<Prepared> (*prepare)(const niels::v1::Request& request, const PrepareContext& context,
+                                        const CompileCancelled& cancelled);
   bool (*compiles)(const niels::v1::Request& request);
 };
 

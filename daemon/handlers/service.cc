@@ -24,7 +24,14 @@ void SetStart(engine::Work& work, const std::shared_ptr<server::Job>& job, const
 }  // namespace
 
 Service::Service(std::unique_ptr<engine::Engine> engine, ServiceOptions options)
-    : engine_(std::move(engine)), options_(std::move(options)), compile_worker_(options_.compile) {}
+    : engine_(std::move(engine)), options_(std::move(options)), compile_worker_(options_.compile) {
+  // Before the first Submit: the engine's state is still this thread's to read.
+  const engine::EngineState& state = engine_->state();
+  prepare_context_.tool_call_family = state.tool_call_family;
+  if (state.chat_format() != nullptr && state.chat_format()->reasoning_tags()) {
+    prepare_context_.reasoning = *state.chat_format()->reasoning_tags();
+  }
+}
 
 Service::~Service() { Shutdown(); }
 
@@ -73,7 +80,7 @@ void Service::Submit(server::Job submitted) {
   } else {
     // Nothing to compile (no constraint, any_json, or a malformed one): cheap, done right here.
     common::StatusOr<Prepared> prepared =
-        method->prepare != nullptr ? method->prepare(request, {}) : common::StatusOr<Prepared>(Prepared{});
+        method->prepare != nullptr ? method->prepare(request, prepare_context_, {}) : common::StatusOr<Prepared>(Prepared{});
     if (!prepared.ok()) {
       job->Fail(prepared.status());
       return;
@@ -140,7 +147,7 @@ void Service::StartCompile(std::shared_ptr<server::Job> job, const Method* metho
   task.cancel = pending->work.cancel;
   task.run = [this, job, method, pending](const CompileWorker::Cancelled& cancelled) -> Status {
     if (options_.on_compile_start) options_.on_compile_start(*job);
-    common::StatusOr<Prepared> prepared = method->prepare(job->request(), cancelled);
+    common::StatusOr<Prepared> prepared = method->prepare(job->request(), prepare_context_, cancelled);
     const Status status = prepared.status();
     // Only this thread touches a compiling request's work (Compiled publishes it under the lock).
     if (prepared.ok()) SetStart(pending->work, job, method, std::move(prepared).value());

@@ -33,6 +33,7 @@
 #include "common/status.h"
 #include "daemon/engine/engine.h"
 #include "daemon/handlers/compile_worker.h"
+#include "daemon/handlers/handlers.h"
 #include "daemon/server/request_service.h"
 
 namespace niels::daemon::handlers {
@@ -67,6 +68,7 @@ class Service final : public server::RequestService {
   size_t held_requests() const;
 
  private:
+  PrepareContext prepare_context_;  // what prepare steps know of the model (set at construction)
   // A request on its way to the engine that must keep its place in its session's order: one whose
   // constraint is compiling, or one held behind such a request.
   struct Pending {

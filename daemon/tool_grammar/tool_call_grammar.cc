@@ -259,4 +259,18 @@ common::StatusOr<std::shared_ptr<const grammar::CompiledGrammar>> CompileToolCal
   return g;
 }
 
+common::StatusOr<std::shared_ptr<const ToolChoiceGrammars>> CompileToolChoiceGrammars(
+    std::span<const text::ToolDefinition> tools, ToolCallFamily family, const ToolGrammarOptions& options) {
+  auto grammars = std::make_shared<ToolChoiceGrammars>();
+  auto required = CompileToolCallGrammar(tools, family, ToolChoice{ToolChoiceMode::kRequired, ""}, options);
+  if (!required.ok()) return required.status();
+  grammars->required = std::move(required).value();
+  for (const text::ToolDefinition& tool : tools) {
+    auto named = CompileToolCallGrammar(tools, family, ToolChoice{ToolChoiceMode::kNamed, tool.name}, options);
+    if (!named.ok()) return named.status();
+    grammars->named.emplace(tool.name, std::move(named).value());
+  }
+  return std::shared_ptr<const ToolChoiceGrammars>(std::move(grammars));
+}
+
 }  // namespace niels::daemon::tool_grammar
