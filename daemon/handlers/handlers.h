@@ -70,12 +70,12 @@ struct Prepared {
   std::shared_ptr<const grammar::CompiledGrammar> constraint;  // null: no constraint
   // The request's ToolSet, checked and compiled (chat_messages.h): unset when the request has none;
   // set to null for an empty one.
-  std::optional<std::shared_ptr<const std::vector<text::ToolDefinition>>> tools;
+  std::optional<std::shared_ptr<const std::vector<text::ToolDefinition>>> tools = {};
   // With tools: the grammars tool_choice required and named constrain replies with, compiled with
   // them (engine::ToolGrammarCache); null with the reason in tool_grammars_status when the tools
   // cannot be forced (a schema the tool grammar does not take).
-  std::shared_ptr<const tool_grammar::ToolChoiceGrammars> tool_grammars;
-  common::Status tool_grammars_status;
+  std::shared_ptr<const tool_grammar::ToolChoiceGrammars> tool_grammars = {};
+  common::Status tool_grammars_status = {};
 };
 // With prepared.tools set (non-null) and a model with a tool-call family: compiles
 // prepared.tool_grammars (tool_grammar::CompileToolChoiceGrammars under the constraint budgets). A

@@ -157,7 +157,7 @@ TEST(ToolsFileTest, OpenAiToolsBecomeAToolSetAndBadEntriesNameThemselves) {
   EXPECT_EQ(tools->tools(0).parameters(), R"({"type":"object"})");
   EXPECT_EQ(tools->tools(1).name(), "b");
   EXPECT_EQ(tools->tools(1).parameters(), "");
-  for (const std::string bad : {std::string("{}"), std::string("[1]"), std::string(R"([{"function": {}}])"),
+  for (const std::string& bad : {std::string("{}"), std::string("[1]"), std::string(R"([{"function": {}}])"),
                                 std::string("[")}) {
     auto refused = ParseOpenAiTools(bad, "tools.json");
     EXPECT_EQ(refused.status().code(), common::StatusCode::kInvalidArgument) << bad;

@@ -77,7 +77,7 @@ TEST(ChatToolsTest, Llama3JsonCallAndMalformedOrUnknownCallsStayContent) {
   ASSERT_EQ(calls.size(), 1u);
   EXPECT_EQ(calls[0].name, "add");
   EXPECT_EQ(calls[0].arguments, "{\"x\": 1}");
-  for (const std::string text : {std::string("{\"name\": \"delete_everything\", \"parameters\": {}}"),
+  for (const std::string& text : {std::string("{\"name\": \"delete_everything\", \"parameters\": {}}"),
                                  std::string("{\"name\": \"add\", \"parameters\": {\"x\": }"),
                                  std::string("The answer is {\"name\": \"add\"}")}) {
     auto [kept, none] = ReplyToolCalls::Parse(ToolCallFamily::kLlama3Json, kTools, true, ids, text);

@@ -432,7 +432,7 @@ TEST(ToolChatTest, ForcedToolChoicesAlwaysGiveValidCalls) {
   nlohmann::json cases = nlohmann::json::array();
   size_t calls = 0;
   size_t replies = 0;
-  for (const std::string model : {"qwen3", "llama3_2"}) {
+  for (const std::string& model : std::vector<std::string>{"qwen3", "llama3_2"}) {
     std::unique_ptr<Service> service = StartService(model);
     ASSERT_NE(service, nullptr) << model;
     v1::Request create = CreateRequest(nullptr);
@@ -443,7 +443,7 @@ TEST(ToolChatTest, ForcedToolChoicesAlwaysGiveValidCalls) {
     const v1::Response created = Call(*service, create);
     ASSERT_TRUE(created.has_create_session()) << created.DebugString();
     const std::string session = created.create_session().session_id();
-    for (const std::string choice : {"required", "add", "get_weather"}) {
+    for (const std::string& choice : std::vector<std::string>{"required", "add", "get_weather"}) {
       // Fewer under a sanitizer (the masks over 151,936 ids dominate).
       for (uint64_t seed = 1; seed <= niels::testing::UnlessSanitized<uint64_t>(6, 1); ++seed) {
         v1::Request request = MessagesRequest(session, {Message("user", "Weather in Oslo, and 2 + 3?")}, 96);
@@ -463,7 +463,9 @@ TEST(ToolChatTest, ForcedToolChoicesAlwaysGiveValidCalls) {
         for (const v1::ToolCall& call : chat.tool_calls()) {
           ++calls;
           ASSERT_EQ(schemas.count(call.name()), 1u) << call.name();
-          if (choice != "required") EXPECT_EQ(call.name(), choice);
+          if (choice != "required") {
+            EXPECT_EQ(call.name(), choice);
+          }
           EXPECT_EQ(call.id().rfind("call_", 0), 0u) << call.id();
           cases.push_back({{"schema", nlohmann::json::parse(schemas.at(call.name()))},
                            {"instances", nlohmann::json::array({call.arguments()})}});
