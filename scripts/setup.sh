@@ -31,6 +31,7 @@ TEST_PACKAGES=(
   python3-torch python3-numpy                  # checkpoint converter and export tests
   clang libclang-rt-14-dev                     # libFuzzer targets (scripts/fuzz.sh), LeakSanitizer
   python3-jinja2 python3-jsonschema            # references: chat templates, JSON Schema outputs
+  curl                                         # the HTTP tests' raw event stream (curl --unix-socket)
 )
 # The test command's npm references (llama.cpp through node-llama-cpp, the models' real
 # tokenizers, the official openai client with undici for the HTTP tests) come from
