@@ -130,9 +130,11 @@ void GenerationTask::StartCached() {
   model::KvCache& cache = sequence_.cache;
   const int64_t length = static_cast<int64_t>(tokens.size());
   will_sample_ = options_.max_new_tokens > 0 && length < model_.config().context;
-  // An empty cache (a new session, or one whose cache was dropped) starts from whatever blocks of
-  // the same leading tokens the pool still holds (prefix sharing).
-  if (cache.length() == 0) cache.AttachPrefix(tokens, will_sample_ ? length - 1 : length);
+  // The cache starts from the longest run of blocks of the same leading tokens the pool holds when
+  // that run reaches past what the cache has (prefix sharing): a new session, one whose cache was
+  // dropped, or one that holds only its system prompt while an earlier request of its user left
+  // the whole conversation (a stateless HTTP request re-sending it).
+  cache.ExtendFromPrefix(tokens, will_sample_ ? length - 1 : length);
   // Sampling needs the last position's logits: recompute it if the cache already holds it.
   if (will_sample_ && cache.length() == length) cache.Truncate(length - 1);
   result_.reused_tokens = cache.length();

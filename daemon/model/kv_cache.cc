@@ -110,6 +110,36 @@ int64_t KvCache::AttachPrefix(std::span<const int32_t> tokens, int64_t max_posit
   return length();
 }
 
+int64_t KvCache::ExtendFromPrefix(std::span<const int32_t> tokens, int64_t max_positions) {
+  if (tokens_.empty() && blocks_.empty()) return AttachPrefix(tokens, max_positions);
+  if (tokens_.size() > tokens.size() || !std::equal(tokens_.begin(), tokens_.end(), tokens.begin())) {
+    return length();
+  }
+  // The registered chain of `tokens` (each block Find returns gains a reference).
+  std::vector<BlockId> chain;
+  std::vector<uint64_t> chain_keys;
+  uint64_t parent = prefix_root_;
+  for (size_t begin = 0; begin + kBlockTokens <= tokens.size(); begin += kBlockTokens) {
+    const BlockId id = pool_->Find(parent, tokens.subspan(begin, kBlockTokens));
+    if (id == kNoBlock) break;
+    parent = pool_->key(id);
+    chain.push_back(id);
+    chain_keys.push_back(parent);
+  }
+  const int64_t reach = std::min(static_cast<int64_t>(chain.size()) * kBlockTokens, max_positions);
+  if (reach <= length()) {
+    for (BlockId id : chain) pool_->Unref(id);
+    return length();
+  }
+  ReleaseBlocksFrom(0);
+  blocks_ = std::move(chain);
+  keys_ = std::move(chain_keys);
+  tokens_.assign(tokens.begin(), tokens.begin() + static_cast<std::ptrdiff_t>(blocks_.size()) * kBlockTokens);
+  if (length() > max_positions) Truncate(max_positions < 0 ? 0 : max_positions);
+  pool_->CountPrefixHit(length());
+  return length();
+}
+
 bool KvCache::PrepareWrite(int64_t n) {
   const size_t had = blocks_.size();
   const int64_t start = length();

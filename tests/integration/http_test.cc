@@ -9,6 +9,7 @@
 
 #include <chrono>
 #include <cstring>
+#include <iostream>
 #include <string>
 #include <thread>
 #include <vector>
@@ -332,6 +333,35 @@ TEST_F(HttpTest, EndpointsAnswerInOpenAiShape) {
   auto stats = client_->Stats();
   ASSERT_TRUE(stats.ok());
   EXPECT_EQ(stats->sessions(), 0u);
+}
+
+// A conversation re-sent whole, turn after turn (what every OpenAI client does): each request runs
+// on a fresh ephemeral session, and reuses the whole blocks of the previous request's prompt that its
+// user left in the KV pool, not only the system prompt.
+TEST_F(HttpTest, AConversationReSentWholeReusesThePreviousRequestsPrompt) {
+  StartHttpDaemon();
+  constexpr int64_t kBlock = 16;  // the KV pool's block of positions
+  json messages = {{{"role", "system"}, {"content", "You are a helpful assistant who answers briefly."}}};
+  const std::vector<std::string> users = {"What is nielsd?", "How do I start it?", "And how do I chat with it?",
+                                          "Which socket does it use?"};
+  int64_t previous_prompt = 0;
+  for (size_t turn = 0; turn < users.size(); ++turn) {
+    messages.push_back({{"role", "user"}, {"content", users[turn]}});
+    const json reply = PostJson("/v1/chat/completions",
+                                {{"model", model_id_}, {"messages", messages}, {"max_tokens", 12}, {"temperature", 0}});
+    ASSERT_TRUE(reply.contains("usage")) << reply.dump();
+    const int64_t prompt = reply["usage"]["prompt_tokens"];
+    const int64_t cached = reply["usage"]["prompt_tokens_details"]["cached_tokens"];
+    ASSERT_GT(prompt, previous_prompt) << "turn " << turn;
+    EXPECT_LT(cached, prompt) << "turn " << turn;
+    if (turn > 0) {
+      // The previous prompt is where this one starts; its whole blocks are in the pool.
+      EXPECT_GE(cached, previous_prompt / kBlock * kBlock) << "turn " << turn;
+    }
+    std::cout << "[ http reuse ] turn " << turn << ": " << cached << " of " << prompt << " prompt tokens cached\n";
+    previous_prompt = prompt;
+    messages.push_back({{"role", "assistant"}, {"content", reply["choices"][0]["message"]["content"]}});
+  }
 }
 
 TEST_F(HttpTest, HostileClientsGetClearErrorsAndOthersAreServed) {
