@@ -95,45 +95,36 @@ KvCache KvCache::Share() const {
 
 int64_t KvCache::AttachPrefix(std::span<const int32_t> tokens, int64_t max_positions) {
   if (!tokens_.empty() || !blocks_.empty()) return 0;
-  uint64_t parent = prefix_root_;
-  for (size_t begin = 0; begin + kBlockTokens <= tokens.size(); begin += kBlockTokens) {
-    const std::span<const int32_t> block_tokens = tokens.subspan(begin, kBlockTokens);
-    const BlockId id = pool_->Find(parent, block_tokens);
-    if (id == kNoBlock) break;
-    parent = pool_->key(id);
-    blocks_.push_back(id);
-    keys_.push_back(parent);
-    tokens_.insert(tokens_.end(), block_tokens.begin(), block_tokens.end());
-  }
-  if (length() > max_positions) Truncate(max_positions < 0 ? 0 : max_positions);
-  pool_->CountPrefixHit(length());
-  return length();
+  return ExtendFromPrefix(tokens, max_positions);
 }
 
 int64_t KvCache::ExtendFromPrefix(std::span<const int32_t> tokens, int64_t max_positions) {
-  if (tokens_.empty() && blocks_.empty()) return AttachPrefix(tokens, max_positions);
   if (tokens_.size() > tokens.size() || !std::equal(tokens_.begin(), tokens_.end(), tokens.begin())) {
     return length();
   }
-  // The registered chain of `tokens` (each block Find returns gains a reference).
-  std::vector<BlockId> chain;
-  std::vector<uint64_t> chain_keys;
-  uint64_t parent = prefix_root_;
-  for (size_t begin = 0; begin + kBlockTokens <= tokens.size(); begin += kBlockTokens) {
+  // The chain continues after the leading blocks this cache already holds registered (their keys
+  // are set in order, Commit); each further block Find returns gains a reference.
+  size_t known = 0;
+  while (known < keys_.size() && keys_[known] != 0) ++known;
+  uint64_t parent = known == 0 ? prefix_root_ : keys_[known - 1];
+  std::vector<BlockId> found;
+  std::vector<uint64_t> found_keys;
+  for (size_t begin = known * kBlockTokens; begin + kBlockTokens <= tokens.size(); begin += kBlockTokens) {
     const BlockId id = pool_->Find(parent, tokens.subspan(begin, kBlockTokens));
     if (id == kNoBlock) break;
     parent = pool_->key(id);
-    chain.push_back(id);
-    chain_keys.push_back(parent);
+    found.push_back(id);
+    found_keys.push_back(parent);
   }
-  const int64_t reach = std::min(static_cast<int64_t>(chain.size()) * kBlockTokens, max_positions);
+  const int64_t reach =
+      std::min(static_cast<int64_t>(known + found.size()) * kBlockTokens, max_positions);
   if (reach <= length()) {
-    for (BlockId id : chain) pool_->Unref(id);
+    for (BlockId id : found) pool_->Unref(id);
     return length();
   }
-  ReleaseBlocksFrom(0);
-  blocks_ = std::move(chain);
-  keys_ = std::move(chain_keys);
+  ReleaseBlocksFrom(known);
+  blocks_.insert(blocks_.end(), found.begin(), found.end());
+  keys_.insert(keys_.end(), found_keys.begin(), found_keys.end());
   tokens_.assign(tokens.begin(), tokens.begin() + static_cast<std::ptrdiff_t>(blocks_.size()) * kBlockTokens);
   if (length() > max_positions) Truncate(max_positions < 0 ? 0 : max_positions);
   pool_->CountPrefixHit(length());

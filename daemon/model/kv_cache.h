@@ -68,9 +68,10 @@ class KvCache {
   // For a cache of any length whose tokens are where `tokens` starts: when the pool holds a longer
   // run of registered full blocks for `tokens` than the cache's length (another session of the same
   // scope left them, e.g. the previous request of a conversation re-sent whole), drops what the
-  // cache holds and attaches that run as AttachPrefix does; otherwise changes nothing. Returns the
-  // number of positions now cached. The positions it gives up are the same tokens at the same
-  // positions, so the run's contents are what the cache would have computed.
+  // cache holds past its leading registered blocks and attaches the rest of that run as
+  // AttachPrefix does; otherwise changes nothing. Returns the number of positions now cached. The
+  // positions it gives up are the same tokens at the same positions, so the run's contents are what
+  // the cache would have computed. Costs one index lookup per block past the registered ones.
   int64_t ExtendFromPrefix(std::span<const int32_t> tokens,
                            int64_t max_positions = std::numeric_limits<int64_t>::max());
 
