@@ -27,8 +27,13 @@ const ToolGrammarCache::Entry* ToolGrammarCache::Find(const Tools& tools) const 
 StatusOr<std::shared_ptr<const grammar::CompiledGrammar>> ToolChoiceConstraint(const ToolGrammarCache& cache,
                                                                                const ToolGrammarCache::Tools& tools,
                                                                                const ToolChoice& choice) {
-  if (choice.mode == ToolChoice::Mode::kAuto || choice.mode == ToolChoice::Mode::kNone) {
-    return std::shared_ptr<const grammar::CompiledGrammar>();
+  if (choice.mode == ToolChoice::Mode::kNone) return std::shared_ptr<const grammar::CompiledGrammar>();
+  if (choice.mode == ToolChoice::Mode::kAuto) {
+    // Free when there is nothing to constrain with: no tools, a set restored from disk and not
+    // sent again, or one the tool grammar does not take; the calls are then parsed from free text.
+    const ToolGrammarCache::Entry* entry = tools == nullptr || tools->empty() ? nullptr : cache.Find(tools);
+    if (entry == nullptr || entry->grammars == nullptr) return std::shared_ptr<const grammar::CompiledGrammar>();
+    return entry->grammars->automatic;
   }
   if (tools == nullptr || tools->empty()) {
     return Status::InvalidArgument("tool_choice: a forced tool choice needs tools (the session has none)");

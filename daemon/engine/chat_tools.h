@@ -60,10 +60,12 @@ class ToolGrammarCache {
   std::map<const void*, Entry> entries_;
 };
 
-// Where a tool choice becomes a constraint on the reply: null when the reply is free (kAuto: calls
-// are parsed from free text; kNone: no calls); kRequired and kNamed: the set's grammar from
-// `cache` (one or more calls of any tool / of the named one, from the first byte after an optional
-// reasoning block). INVALID_ARGUMENT when there are no tools, when kNamed names no tool of `tools`,
+// Where a tool choice becomes a constraint on the reply: null when the reply is free (kNone: no
+// calls); kAuto: the set's lazy grammar from `cache` (free text until the family's trigger, then
+// calls whose arguments follow their schemas), or null (calls parsed from free text) when there
+// are no tools or the set has no grammar (restored from disk and not sent again, or refused by the
+// tool grammar); kRequired and kNamed: the set's grammar (one or more calls of any tool / of the
+// named one, from the first byte after an optional reasoning block). INVALID_ARGUMENT when there are no tools, when kNamed names no tool of `tools`,
 // or when the set cannot be forced (the reason compiling gave); FAILED_PRECONDITION when the set
 // was restored from disk and has not been sent again (its grammars are not compiled).
 common::StatusOr<std::shared_ptr<const grammar::CompiledGrammar>> ToolChoiceConstraint(

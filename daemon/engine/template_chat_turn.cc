@@ -231,15 +231,15 @@ TurnResult StartTemplateChatTurn(EngineState& state, const Work& work, const Cha
   StatusOr<std::shared_ptr<const grammar::CompiledGrammar>> tool_constraint =
       ToolChoiceConstraint(state.tool_grammars, conversation.tools, args.tool_choice);
   if (!tool_constraint.ok()) return tool_constraint.status();
-  ChatTurnArgs generation_args;  // the request's generation settings, with a tool choice's constraint
-  const ChatTurnArgs* generate = &args;
-  if (*tool_constraint != nullptr) {
+  const bool automatic = args.tool_choice.mode == ToolChoice::Mode::kAuto;
+  if (*tool_constraint != nullptr && !automatic) {
     if (args.constraint != nullptr) {
       return Status::InvalidArgument("tool_choice: a reply constrained to tool calls cannot have a constraint too");
     }
-    generation_args = args;
-    generation_args.constraint = *tool_constraint;
-    generate = &generation_args;
+    if (!args.stop_strings.empty()) {
+      return Status::InvalidArgument(
+          "stop_strings cannot be combined with a forced tool_choice: a reply of tool calls ends where its grammar does");
+    }
   }
   StatusOr<size_t> min_drop = ExchangesOverBytes(session, conversation);
   if (!min_drop.ok()) return min_drop.status();
@@ -273,6 +273,19 @@ TurnResult StartTemplateChatTurn(EngineState& state, const Work& work, const Cha
   session.TruncateHistory(static_cast<int64_t>(common), snapshot);
   std::vector<int32_t> input(prompt.ids.begin() + static_cast<std::ptrdiff_t>(common), prompt.ids.end());
 
+  // The tool choice's constraint, if any. Under auto it yields to the request's own constraint (the
+  // reply then follows that), to stop strings (a constrained reply ends where its grammar does), and
+  // to a prompt that left a reasoning block open (the grammar's optional reasoning block starts
+  // with the open tag); calls are then parsed from the reply as from free text.
+  const bool auto_yields = automatic && (args.constraint != nullptr || !args.stop_strings.empty() ||
+                                         prompt.starts_in_reasoning);
+  ChatTurnArgs generation_args;
+  const ChatTurnArgs* generate = &args;
+  if (*tool_constraint != nullptr && !auto_yields) {
+    generation_args = args;
+    generation_args.constraint = *tool_constraint;
+    generate = &generation_args;
+  }
   std::shared_ptr<StopStringRule> stop = MakeChatStopRule(state, args);
   GenerateOptions options = ChatGenerateOptions(state, *generate, format, stop);
   std::shared_ptr<const ReplyToolParsing> parsing;

@@ -262,6 +262,9 @@ common::StatusOr<std::shared_ptr<const grammar::CompiledGrammar>> CompileToolCal
 common::StatusOr<std::shared_ptr<const ToolChoiceGrammars>> CompileToolChoiceGrammars(
     std::span<const text::ToolDefinition> tools, ToolCallFamily family, const ToolGrammarOptions& options) {
   auto grammars = std::make_shared<ToolChoiceGrammars>();
+  auto automatic = CompileToolCallGrammar(tools, family, ToolChoice{ToolChoiceMode::kAuto, ""}, options);
+  if (!automatic.ok()) return automatic.status();
+  grammars->automatic = std::move(automatic).value();
   auto required = CompileToolCallGrammar(tools, family, ToolChoice{ToolChoiceMode::kRequired, ""}, options);
   if (!required.ok()) return required.status();
   grammars->required = std::move(required).value();

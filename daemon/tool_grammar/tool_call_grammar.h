@@ -83,15 +83,18 @@ common::StatusOr<std::shared_ptr<const grammar::CompiledGrammar>> CompileToolCal
     std::span<const text::ToolDefinition> tools, tool_calls::ToolCallFamily family, const ToolChoice& choice,
     const ToolGrammarOptions& options = {});
 
-// The grammars a tool set's forced choices need, compiled once when the tools are set (off the
-// engine thread): `required` (any of the tools) and `named` (one per tool, by name).
+// The grammars a tool set's choices need, compiled once when the tools are set (off the engine
+// thread): `automatic` (kAuto: free text with calls after the trigger), `required` (any of the
+// tools) and `named` (one per tool, by name).
 struct ToolChoiceGrammars {
+  std::shared_ptr<const grammar::CompiledGrammar> automatic;
   std::shared_ptr<const grammar::CompiledGrammar> required;
   std::map<std::string, std::shared_ptr<const grammar::CompiledGrammar>, std::less<>> named;
 };
 
-// CompileToolCallGrammar for kRequired and for kNamed of each tool: about twice the work of
-// compiling the tools' schemas once, under the same budgets. Errors as CompileToolCallGrammar.
+// CompileToolCallGrammar for kAuto, kRequired and kNamed of each tool: about three times the work
+// of compiling the tools' schemas once (the auto and required grammars hold every tool's
+// arguments, each named one its own tool's), under the same budgets. Errors as CompileToolCallGrammar.
 common::StatusOr<std::shared_ptr<const ToolChoiceGrammars>> CompileToolChoiceGrammars(
     std::span<const text::ToolDefinition> tools, tool_calls::ToolCallFamily family,
     const ToolGrammarOptions& options = {});

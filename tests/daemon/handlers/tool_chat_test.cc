@@ -420,6 +420,42 @@ TEST(ToolChatTest, StreamedReplyWithToolsAddsUpToTheResponse) {
   EXPECT_EQ(response.chat().stop_reason() == v1::TOOL_CALLS, response.chat().tool_calls_size() > 0);
 }
 
+// Stop strings end a reply by its text, a constrained reply ends where its grammar does: with a
+// forced tool choice they are INVALID_ARGUMENT naming stop_strings, and the session is unchanged;
+// under auto the tool grammar yields to them (calls are parsed from the free reply), as it yields
+// to the request's own constraint.
+TEST(ToolChatTest, StopStringsAndConstraintsWithToolChoices) {
+  std::unique_ptr<Service> service = StartService("qwen3");
+  ASSERT_NE(service, nullptr);
+  const std::string session = CreateSession(*service, "sys", true);
+  const Conversation before = Read(*service, session);
+  v1::Request forced = MessagesRequest(session, {Message("user", "Weather in Oslo?")}, 16);
+  forced.mutable_chat()->add_stop_strings("\n\n");
+  forced.mutable_chat()->mutable_tool_choice()->set_mode(v1::ToolChoice::REQUIRED);
+  const v1::Response refused = Call(*service, forced);
+  ASSERT_TRUE(refused.has_error()) << refused.DebugString();
+  EXPECT_EQ(refused.error().code(), v1::INVALID_ARGUMENT) << refused.DebugString();
+  EXPECT_NE(refused.error().message().find("stop_strings"), std::string::npos) << refused.error().message();
+  EXPECT_EQ(Read(*service, session).tokens, before.tokens);
+
+  v1::Request with_stop = forced;
+  with_stop.mutable_chat()->mutable_tool_choice()->set_mode(v1::ToolChoice::AUTO);
+  const v1::Response stopped = Call(*service, with_stop);
+  ASSERT_TRUE(stopped.has_chat()) << stopped.DebugString();
+  EXPECT_EQ(stopped.chat().reply().find("\n\n"), std::string::npos) << stopped.chat().reply();
+
+  v1::Request with_constraint = MessagesRequest(session, {Message("user", "Weather in Oslo?")}, 24);
+  with_constraint.mutable_chat()->set_keep_messages(0);
+  with_constraint.mutable_chat()->mutable_constraint()->mutable_any_json();
+  with_constraint.mutable_chat()->mutable_sampling()->set_temperature(1.0f);
+  with_constraint.mutable_chat()->mutable_sampling()->set_seed(5);
+  const v1::Response constrained = Call(*service, with_constraint);
+  ASSERT_TRUE(constrained.has_chat()) << constrained.DebugString();
+  if (constrained.chat().stop_reason() != v1::CONSTRAINT_INCOMPLETE) {
+    EXPECT_TRUE(nlohmann::json::accept(constrained.chat().reply())) << constrained.chat().reply();
+  }
+}
+
 // tool_choice required and named constrain the reply to calls (tool_grammar/tool_call_grammar.h):
 // sampled at temperature 1.0 with several seeds, on Qwen3 (Hermes) and Llama 3.2 (JSON) random
 // weights, every reply is TOOL_CALLS, every call names a tool of the session (the named one when
