@@ -851,6 +851,21 @@ TEST_F(HttpTest, AnthropicErrorsInAnthropicShape) {
                         json{{"model", model_id_}, {"max_tokens", 4}, {"messages", messages},
                              {"tools", {{{"name", "f"}, {"input_schema", {{"type", "object"}}}}}}}.dump()),
                400, "invalid_request_error", "tools");
+  // An engine refusal after the stream began (max_tokens past the handlers' bound) is its last event,
+  // in Anthropic's shape.
+  {
+    const std::string streamed = Exchange(
+        "POST", "/v1/messages",
+        json{{"model", model_id_}, {"max_tokens", 1 << 20}, {"messages", messages}, {"stream", true}}.dump());
+    EXPECT_EQ(StatusOf(streamed), 200) << streamed.substr(0, 400);
+    const size_t at = streamed.find("event: error\ndata: ");
+    ASSERT_NE(at, std::string::npos) << streamed;
+    const size_t data = at + 19;
+    json body = json::parse(streamed.substr(data, streamed.find('\n', data) - data), nullptr, false);
+    EXPECT_EQ(body["type"], "error") << streamed;
+    EXPECT_EQ(body["error"]["type"], "invalid_request_error") << streamed;
+    EXPECT_EQ(streamed.find("message_stop"), std::string::npos) << streamed;
+  }
   // A quota (RESOURCE_EXHAUSTED): 429 with Retry-After.
   auto held = client_->CreateSession(std::nullopt);
   ASSERT_TRUE(held.ok()) << held.status().ToString();
