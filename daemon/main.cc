@@ -173,7 +173,8 @@ void AddFlags(CLI::App& app, Flags& flags) {
                  "largest size of the session database, MiB; past it turns fail with RESOURCE_EXHAUSTED (0 = no limit)")
       ->check(CLI::Range(uint64_t{0}, uint64_t{1} << 30))->capture_default_str();
   app.add_option("--http-socket", flags.http_socket,
-                 "also serve the OpenAI-compatible HTTP API (docs/HTTP.md) on this Unix socket: same permissions "
+                 "also serve the OpenAI-compatible HTTP API and Anthropic's /v1/messages (docs/HTTP.md) on this Unix "
+                 "socket: same permissions "
                  "(--socket-group) and per-uid identity as --socket; --max-connections and --max-connections-per-uid "
                  "apply to it separately");
   app.add_option("--http-max-header-bytes", flags.http_max_header_bytes,

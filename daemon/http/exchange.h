@@ -49,10 +49,13 @@ class Exchange {
   virtual boost::asio::awaitable<void> Respond(unsigned status, std::string body,
                                                std::string content_type = "application/json") = 0;
   virtual boost::asio::awaitable<void> RespondError(const ApiError& error) = 0;
-  // A 200 text/event-stream response (chunked): its head, then events `data: <json>\n\n`, then the
-  // end. SendEvent returns false once the client is gone or has not read for the write timeout.
+  // A 200 text/event-stream response (chunked): its head, then events `data: <json>\n\n` (or, named,
+  // `event: <name>\ndata: <json>\n\n`), then the end. SendEvent and SendNamedEvent return false once
+  // the client is gone or has not read for the write timeout. `data` and `name` must not hold a
+  // newline (JSON dumped compactly has none).
   virtual boost::asio::awaitable<bool> BeginEvents() = 0;
   virtual boost::asio::awaitable<bool> SendEvent(std::string_view data) = 0;
+  virtual boost::asio::awaitable<bool> SendNamedEvent(std::string_view name, std::string_view data) = 0;
   virtual boost::asio::awaitable<void> EndEvents() = 0;
 };
 

@@ -212,7 +212,8 @@ asio::awaitable<void> HttpConnection::Run() {
       body_deadline.cancel();
       if (*body_timed_out) {
         co_await RefuseAndClose(408, fmt::format("the request body did not arrive within {} ms",
-                                                 options.body_timeout.count()));
+                                                 options.body_timeout.count()),
+                                ErrorShapeOf(std::string_view(parser.get().target().data(), parser.get().target().size())));
         break;
       }
     }
@@ -221,12 +222,17 @@ asio::awaitable<void> HttpConnection::Run() {
           ec == asio::error::connection_reset || ec == asio::error::operation_aborted || stopped_) {
         break;
       }
+      // The API the request was for answers in its error shape, once its request line was read (a
+      // Content-Length past the body limit is refused before the head is done).
+      const ErrorShape shape =
+          ErrorShapeOf(std::string_view(parser.get().target().data(), parser.get().target().size()));
       if (ec == bhttp::error::header_limit) {
         co_await RefuseAndClose(431, fmt::format("the request head is larger than {} bytes", options.max_header_bytes));
       } else if (ec == bhttp::error::body_limit) {
-        co_await RefuseAndClose(413, fmt::format("the request body is larger than {} bytes", options.max_body_bytes));
+        co_await RefuseAndClose(413, fmt::format("the request body is larger than {} bytes", options.max_body_bytes),
+                                shape);
       } else {
-        co_await RefuseAndClose(400, "malformed HTTP request: " + ec.message());
+        co_await RefuseAndClose(400, "malformed HTTP request: " + ec.message(), shape);
       }
       break;
     }
@@ -242,7 +248,8 @@ asio::awaitable<void> HttpConnection::Run() {
     const char* endpoint = co_await Route(*this, method, std::string_view(request.target().data(), request.target().size()),
                                           request.body(), RouteContext{shutting_down, &front_->counters, front_->size()});
     if (answer_ == Answer::kNone && !broken_) {
-      co_await RespondError(MakeError(500, "the request got no answer"));
+      co_await RespondError(WithShape(MakeError(500, "the request got no answer"),
+                                      ErrorShapeOf(std::string_view(request.target().data(), request.target().size()))));
     }
     front_->counters.Count(endpoint, answer_status_);
     if (!keep_alive_ || broken_ || answer_ == Answer::kStreaming) break;
@@ -250,11 +257,11 @@ asio::awaitable<void> HttpConnection::Run() {
   DoStop();
 }
 
-asio::awaitable<void> HttpConnection::RefuseAndClose(unsigned status, const std::string& message) {
+asio::awaitable<void> HttpConnection::RefuseAndClose(unsigned status, const std::string& message, ErrorShape shape) {
   keep_alive_ = false;
   answer_ = Answer::kNone;
   front_->counters.Count("other", status);
-  co_await RespondError(MakeError(status, message));
+  co_await RespondError(WithShape(MakeError(status, message), shape));
   if (broken_) co_return;
   // Let the client finish sending (and so read the answer instead of a reset), within bounds.
   boost::system::error_code ec;
@@ -315,12 +322,27 @@ asio::awaitable<bool> HttpConnection::BeginEvents() {
 }
 
 asio::awaitable<bool> HttpConnection::SendEvent(std::string_view data) {
-  if (broken_ || stopped_ || answer_ != Answer::kStreaming) co_return false;
   std::string event;
   event.reserve(data.size() + 8);
   event += "data: ";
   event += data;
   event += "\n\n";
+  co_return co_await WriteEvent(event);
+}
+
+asio::awaitable<bool> HttpConnection::SendNamedEvent(std::string_view name, std::string_view data) {
+  std::string event;
+  event.reserve(name.size() + data.size() + 16);
+  event += "event: ";
+  event += name;
+  event += "\ndata: ";
+  event += data;
+  event += "\n\n";
+  co_return co_await WriteEvent(event);
+}
+
+asio::awaitable<bool> HttpConnection::WriteEvent(const std::string& event) {
+  if (broken_ || stopped_ || answer_ != Answer::kStreaming) co_return false;
   boost::system::error_code ec;
   stream_.expires_after(front_->options.write_timeout);
   if (chunked_) {

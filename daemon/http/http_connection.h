@@ -61,6 +61,7 @@ class HttpConnection final : public Exchange, public std::enable_shared_from_thi
   boost::asio::awaitable<void> RespondError(const ApiError& error) override;
   boost::asio::awaitable<bool> BeginEvents() override;
   boost::asio::awaitable<bool> SendEvent(std::string_view data) override;
+  boost::asio::awaitable<bool> SendNamedEvent(std::string_view name, std::string_view data) override;
   boost::asio::awaitable<void> EndEvents() override;
 
  private:
@@ -73,7 +74,11 @@ class HttpConnection final : public Exchange, public std::enable_shared_from_thi
                                      const std::string& content_type);
   // Answers a request that could not be read and closes the connection after draining what the
   // client still sends (bounded: one second).
-  boost::asio::awaitable<void> RefuseAndClose(unsigned status, const std::string& message);
+  // `shape`: the error body's (that of the API the request was for, when its head was read).
+  boost::asio::awaitable<void> RefuseAndClose(unsigned status, const std::string& message,
+                                              ErrorShape shape = ErrorShape::kOpenAi);
+  // Writes one event's bytes (a chunk under chunked encoding).
+  boost::asio::awaitable<bool> WriteEvent(const std::string& event);
   // Whether the peer has closed its side (or the socket is closed).
   bool PeerGone();
   void DoStop();

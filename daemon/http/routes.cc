@@ -2,6 +2,7 @@
 
 #include <fmt/format.h>
 
+#include "daemon/http/anthropic_messages.h"
 #include "daemon/http/metrics_api.h"
 #include "daemon/http/models_api.h"
 #include "daemon/http/openai_chat.h"
@@ -11,15 +12,25 @@
 namespace niels::daemon::http {
 
 // The APIs (at namespace scope: Route's coroutine frame holds one).
-enum class RoutedApi { kNone, kHealth, kMetrics, kModels, kChat, kCompletions, kTokenize, kDetokenize };
+enum class RoutedApi { kNone, kHealth, kMetrics, kModels, kChat, kCompletions, kMessages, kTokenize, kDetokenize };
+
+namespace {
+
+bool IsMessagesPath(std::string_view path) { return path == "/v1/messages" || path == "/messages"; }
+
+}  // namespace
+
+ErrorShape ErrorShapeOf(std::string_view target) {
+  return IsMessagesPath(target.substr(0, target.find('?'))) ? ErrorShape::kAnthropic : ErrorShape::kOpenAi;
+}
 
 boost::asio::awaitable<const char*> Route(Exchange& exchange, Method method, std::string_view target,
                                           std::string_view body, RouteContext context) {
   const bool shutting_down = context.shutting_down;
   std::string_view path = target.substr(0, target.find('?'));
+  const ErrorShape shape = ErrorShapeOf(path);
   if (shutting_down && path != "/health") {
-    co_await exchange.RespondError(
-        MakeError(503, "nielsd is shutting down", "", "", 1));
+    co_await exchange.RespondError(WithShape(MakeError(503, "nielsd is shutting down", "", "", 1), shape));
     co_return "other";
   }
   using Api = RoutedApi;
@@ -38,6 +49,8 @@ boost::asio::awaitable<const char*> Route(Exchange& exchange, Method method, std
     api = Api::kChat;
   } else if (path == "/v1/completions" || path == "/completions") {
     api = Api::kCompletions;
+  } else if (IsMessagesPath(path)) {
+    api = Api::kMessages;
   } else if (path == "/tokenize") {
     api = Api::kTokenize;
   } else if (path == "/detokenize") {
@@ -48,8 +61,9 @@ boost::asio::awaitable<const char*> Route(Exchange& exchange, Method method, std
     co_return "other";
   }
   if (method != wanted) {
-    const ApiError error =
-        MakeError(405, fmt::format("{} takes {} requests", std::string(path), wanted == Method::kGet ? "GET" : "POST"));
+    const ApiError error = WithShape(
+        MakeError(405, fmt::format("{} takes {} requests", std::string(path), wanted == Method::kGet ? "GET" : "POST")),
+        shape);
     co_await exchange.RespondError(error);
     co_return "other";
   }
@@ -74,6 +88,10 @@ boost::asio::awaitable<const char*> Route(Exchange& exchange, Method method, std
     case Api::kCompletions:
       label = "completions";
       co_await HandleCompletion(exchange, body);
+      break;
+    case Api::kMessages:
+      label = "messages";
+      co_await HandleMessages(exchange, body);
       break;
     case Api::kTokenize:
       label = "tokenize";

@@ -6,8 +6,11 @@
 //   GET  /v1/models (and /models)             models_api.h
 //   POST /v1/chat/completions (/chat/completions)  openai_chat.h
 //   POST /v1/completions (/completions)       openai_completions.h
+//   POST /v1/messages (/messages)             anthropic_messages.h
 //   POST /tokenize, POST /detokenize          tokenize_api.h
-// A query string is ignored.
+// A query string is ignored. Errors about a request for /v1/messages (its 404, 405, 503, and the
+// connection's 400, 408 and 413 once its head is read) are in Anthropic's error shape.
+
 
 #include <string_view>
 
@@ -27,8 +30,11 @@ struct RouteContext {
   size_t http_connections = 0;             // for /metrics
 };
 
+// The error shape of the API at `target` (a request target; its query string is ignored).
+ErrorShape ErrorShapeOf(std::string_view target);
+
 // Answers the request; returns the endpoint's label for the request counters ("chat_completions",
-// "completions", "models", "health", "metrics", "tokenize", "detokenize", "other").
+// "completions", "messages", "models", "health", "metrics", "tokenize", "detokenize", "other").
 boost::asio::awaitable<const char*> Route(Exchange& exchange, Method method, std::string_view target,
                                           std::string_view body, RouteContext context);
 

@@ -2,7 +2,7 @@
 // client's bytes reach before the engine: Boost.Beast's request parser with the front's head and
 // body limits (small here: 4 KiB head, 64 KiB body) fed in input-chosen pieces, then, for a
 // complete request to one of the APIs, the body as JSON (ParseRequestBody) and its mapping onto
-// native requests (MapChatCompletion, MapCompletion, MapTokenize, MapDetokenize).
+// native requests (MapChatCompletion, MapMessages, MapCompletion, MapTokenize, MapDetokenize).
 //
 // Input: byte 0 seeds the split of the rest into pieces; the rest is the client's byte stream (one
 // request).
@@ -10,7 +10,7 @@
 // request is either refused with an error (a 4xx status, a message, a body that is valid JSON) or
 // accepted as native requests that are bounded by the body (serialized size at most 8x the body
 // plus 4 KiB), with a chat that has exactly one of user_text and messages, max_new_tokens >= 1 and
-// no empty role; an accepted completion has a prompt (text or ids) and never ids past the context.
+// no empty role (an Anthropic error in Anthropic's shape, a tool message with its tool_call_id); an accepted completion has a prompt (text or ids) and never ids past the context.
 // Work is linear in the input (no engine, no model).
 #include <cstdint>
 #include <string>
@@ -21,6 +21,7 @@
 #include <boost/beast/http/string_body.hpp>
 #include <nlohmann/json.hpp>
 
+#include "daemon/http/anthropic_messages.h"
 #include "daemon/http/api_error.h"
 #include "daemon/http/json_fields.h"
 #include "daemon/http/openai_chat.h"
@@ -41,6 +42,9 @@ void CheckError(const http::ApiError& error) {
   FUZZ_CHECK(!error.message.empty());
   const nlohmann::json body = nlohmann::json::parse(http::ErrorBody(error), nullptr, false);
   FUZZ_CHECK(body.is_object() && body.contains("error"));
+  if (error.shape == http::ErrorShape::kAnthropic) {
+    FUZZ_CHECK(body["type"] == "error" && body["error"]["type"].is_string() && body["error"]["message"].is_string());
+  }
 }
 
 void CheckBounded(const google::protobuf::Message& message, size_t body_bytes) {
@@ -63,6 +67,21 @@ void MapBody(std::string_view target, const std::string& body) {
     FUZZ_CHECK(plan.chat.user_text().empty() != (plan.chat.messages_size() == 0));
     FUZZ_CHECK(plan.chat.max_new_tokens() >= 1);
     for (const niels::v1::ChatMessage& message : plan.chat.messages()) FUZZ_CHECK(!message.role().empty());
+    CheckBounded(plan.chat, body.size());
+    CheckBounded(plan.create, body.size());
+  } else if (target == "/v1/messages") {
+    http::MessagesPlan plan;
+    if (std::optional<http::ApiError> error = http::MapMessages(parsed, model, &plan)) {
+      FUZZ_CHECK(error->shape == http::ErrorShape::kAnthropic);
+      CheckError(*error);
+      return;
+    }
+    FUZZ_CHECK(plan.chat.user_text().empty() != (plan.chat.messages_size() == 0));
+    FUZZ_CHECK(plan.chat.max_new_tokens() >= 1);
+    for (const niels::v1::ChatMessage& message : plan.chat.messages()) {
+      FUZZ_CHECK(!message.role().empty());
+      FUZZ_CHECK(message.role() != "tool" || !message.tool_call_id().empty());
+    }
     CheckBounded(plan.chat, body.size());
     CheckBounded(plan.create, body.size());
   } else if (target == "/v1/completions") {

