@@ -131,7 +131,9 @@ void ReadMessages(FieldReader& fields, ChatPlan* plan) {
     return;
   }
   if (system_prompt) plan->create.set_system_prompt(*system_prompt);
-  if (conversation.size() == 1 && conversation[0].role() == "user") {
+  // One non-empty user message is a plain turn; an empty one goes as messages (an empty user_text
+  // is no turn at all).
+  if (conversation.size() == 1 && conversation[0].role() == "user" && !conversation[0].content().empty()) {
     plan->chat.set_user_text(conversation[0].content());
     return;
   }
