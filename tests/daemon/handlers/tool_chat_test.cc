@@ -457,16 +457,21 @@ TEST(ToolChatTest, StopStringsAndConstraintsWithToolChoices) {
 }
 
 // tool_choice required and named constrain the reply to calls (tool_grammar/tool_call_grammar.h):
-// sampled at temperature 1.0 with several seeds, on Qwen3 (Hermes) and Llama 3.2 (JSON) random
-// weights, every reply is TOOL_CALLS, every call names a tool of the session (the named one when
-// named) and its arguments validate against that tool's schema under python3-jsonschema.
+// sampled at temperature 1.0 with as many seeds as it takes to emit 500 calls per forced mode (fewer
+// under a sanitizer, where the masks over 151,936 ids dominate), on Qwen3 (Hermes) and Llama 3.2
+// (JSON) random weights, every reply is TOOL_CALLS, every call names a tool of the session (the
+// named one when named) and its arguments validate against that tool's schema under
+// python3-jsonschema. Half of each mode's calls come from each model; named splits its half between
+// the two tools.
 TEST(ToolChatTest, ForcedToolChoicesAlwaysGiveValidCalls) {
   const char* kAddSchema =
       R"({"type": "object", "properties": {"a": {"type": "integer"}, "b": {"type": "integer", "minimum": 0}}, )"
       R"("required": ["a", "b"], "additionalProperties": false})";
   const std::map<std::string, std::string> schemas = {{"get_weather", kWeatherSchema}, {"add", kAddSchema}};
+  const size_t calls_per_mode = niels::testing::UnlessSanitized<size_t>(500, 8);
+  constexpr uint64_t kMaxSeeds = 600;  // a bound on the loop; far more than the calls need
   nlohmann::json cases = nlohmann::json::array();
-  size_t calls = 0;
+  std::map<std::string, size_t> calls_of_mode;
   size_t replies = 0;
   for (const std::string& model : std::vector<std::string>{"qwen3", "llama3_2"}) {
     std::unique_ptr<Service> service = StartService(model);
@@ -480,9 +485,11 @@ TEST(ToolChatTest, ForcedToolChoicesAlwaysGiveValidCalls) {
     ASSERT_TRUE(created.has_create_session()) << created.DebugString();
     const std::string session = created.create_session().session_id();
     for (const std::string& choice : std::vector<std::string>{"required", "add", "get_weather"}) {
-      // Fewer under a sanitizer (the masks over 151,936 ids dominate).
-      for (uint64_t seed = 1; seed <= niels::testing::UnlessSanitized<uint64_t>(6, 1); ++seed) {
-        v1::Request request = MessagesRequest(session, {Message("user", "Weather in Oslo, and 2 + 3?")}, 96);
+      const std::string mode = choice == "required" ? "required" : "named";
+      const size_t wanted = mode == "required" ? calls_per_mode / 2 : calls_per_mode / 4;
+      size_t made = 0;
+      for (uint64_t seed = 1; made < wanted && seed <= kMaxSeeds; ++seed) {
+        v1::Request request = MessagesRequest(session, {Message("user", "Weather in Oslo, and 2 + 3?")}, 64);
         request.mutable_chat()->set_keep_messages(0);
         request.mutable_chat()->mutable_sampling()->set_temperature(1.0f);
         request.mutable_chat()->mutable_sampling()->set_seed(seed);
@@ -495,9 +502,9 @@ TEST(ToolChatTest, ForcedToolChoicesAlwaysGiveValidCalls) {
         ++replies;
         EXPECT_EQ(chat.stop_reason(), v1::TOOL_CALLS) << model << " " << choice << " seed " << seed << ": "
                                                        << chat.reply();
-        EXPECT_GE(chat.tool_calls_size(), 1) << model << " " << choice << " seed " << seed << ": " << chat.reply();
+        ASSERT_GE(chat.tool_calls_size(), 1) << model << " " << choice << " seed " << seed << ": " << chat.reply();
         for (const v1::ToolCall& call : chat.tool_calls()) {
-          ++calls;
+          ++made;
           ASSERT_EQ(schemas.count(call.name()), 1u) << call.name();
           if (choice != "required") {
             EXPECT_EQ(call.name(), choice);
@@ -507,6 +514,8 @@ TEST(ToolChatTest, ForcedToolChoicesAlwaysGiveValidCalls) {
                            {"instances", nlohmann::json::array({call.arguments()})}});
         }
       }
+      EXPECT_GE(made, wanted) << model << " " << choice;
+      calls_of_mode[mode] += made;
     }
   }
   const nlohmann::json verdicts = grammar::testing::RunPython("validate_json.py", cases);
@@ -516,8 +525,10 @@ TEST(ToolChatTest, ForcedToolChoicesAlwaysGiveValidCalls) {
     EXPECT_TRUE(verdicts[i][0].is_null()) << cases[i].dump() << ": " << verdicts[i][0];
     valid += verdicts[i][0].is_null() ? 1 : 0;
   }
-  std::cout << "[ tools ] forced tool choices: " << replies << " replies, " << calls << " calls, " << valid
-            << " valid\n";
+  EXPECT_GE(calls_of_mode["required"], calls_per_mode);
+  EXPECT_GE(calls_of_mode["named"], calls_per_mode);
+  std::cout << "[ tools ] forced tool choices: " << replies << " replies; calls: required " << calls_of_mode["required"]
+            << ", named " << calls_of_mode["named"] << "; " << valid << " of " << cases.size() << " valid\n";
 }
 
 }  // namespace tool_chat_test
