@@ -46,12 +46,15 @@ std::vector<float> PenalisedLogits(std::span<const float> logits, std::span<cons
   return out;
 }
 
-// The first id that is allowed and not in banned_ids (the fallback when no logit is selectable):
-// one pass over banned_ids and one over the ids, O(V + banned).
+// The first id that is allowed, not in banned_ids and not biased by -inf (the fallback when no
+// logit is selectable): one pass over those lists and one over the ids, O(V + banned + bias).
 int32_t FirstAllowedId(const SamplingParams& params, int64_t vocab, AllowedMask allowed) {
   std::vector<bool> banned(static_cast<size_t>(std::max<int64_t>(vocab, 0)), false);
   for (int32_t id : params.banned_ids) {
     if (id >= 0 && id < vocab) banned[id] = true;
+  }
+  for (const TokenBias& entry : params.logit_bias) {
+    if (entry.bias == kNegInf && entry.id >= 0 && entry.id < vocab) banned[entry.id] = true;
   }
   for (int32_t id = 0; id < vocab; ++id) {
     if (InMask(allowed, id) && !banned[id]) return id;
@@ -128,7 +131,7 @@ common::Status ValidateSamplingParams(const SamplingParams& params, int64_t voca
   }
   if (distinct >= vocab_size) {
     return Status::InvalidArgument("banned_ids: every one of the " + std::to_string(vocab_size) +
-                                   " ids is banned");
+                                   " ids is banned (by banned_ids and -inf logit biases)");
   }
   return Status::Ok();
 }

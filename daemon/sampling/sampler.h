@@ -81,7 +81,7 @@ struct SamplingCandidate {
 // The distribution a temperature > 0 step draws from, after logit bias, banned ids (and ids outside `allowed`),
 // repetition penalty, temperature, top-k and top-p: candidates sorted by probability, best first
 // (ties: lower id first), probabilities renormalised to sum to 1. Never empty for valid params: when
-// no logit is finite it holds the first id that is allowed and not banned with probability 1 (id 0
+// no logit is finite it holds the first id that is allowed and not banned (nor biased by -inf) with probability 1 (id 0
 // when there is none: callers with a mask check that it allows some unbanned id). With temperature
 // 0 it is the argmax alone. REQUIRES: allowed empty or at least ceil(V / 64) words.
 std::vector<SamplingCandidate> SamplingDistribution(std::span<const float> logits,

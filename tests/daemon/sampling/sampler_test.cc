@@ -223,6 +223,12 @@ TEST(SamplerTest, AllowedMaskEqualsBanningTheRest) {
   EXPECT_EQ(Sampler(p).Sample(none, {}, mask), 9);
   p.temperature = 0.0f;
   EXPECT_EQ(Sampler(p).Sample(none, {}, mask), 9);
+  // An id biased by -inf is not the fallback either.
+  p.banned_ids = {};
+  p.logit_bias = {{3, -std::numeric_limits<float>::infinity()}};
+  EXPECT_EQ(SamplingDistribution(none, {}, p, mask).front().id, 9);
+  p.temperature = 1.0f;
+  EXPECT_EQ(SamplingDistribution(none, {}, p, mask).front().id, 9);
 }
 
 TEST(SamplerTest, RepetitionPenaltyDividesPositiveAndMultipliesNegative) {
