@@ -64,6 +64,9 @@ constexpr std::array<Budget, static_cast<size_t>(BudgetId::kCount)> kBudgets = {
     {BudgetId::kToolCallsPerReply, "tool_calls_per_reply", "calls", 0, 0, kToolCallsPerReplyLimit, kLength,
      "tool calls of one assistant message: a message sent with more is refused, a reply's text after "
      "that many calls is content"},
+    {BudgetId::kLogitBias, "logit_bias", "entries", 0, 0, 0, kLength,
+     "Sampling.logit_bias entries of one request, each id once: at most the vocabulary size (each costs "
+     "one addition per step)"},
 }};
 
 constexpr bool InIdOrder() {

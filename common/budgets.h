@@ -87,6 +87,7 @@ enum class BudgetId : uint8_t {
   kTools,                // tools of one ToolSet
   kToolBytes,            // the text of all of them (names, descriptions, parameters)
   kToolCallsPerReply,    // tool calls of one assistant message (sent, or made by a reply)
+  kLogitBias,            // Sampling.logit_bias entries of one request: at most the vocabulary size
   kCount,
 };
 

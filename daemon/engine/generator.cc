@@ -15,7 +15,8 @@ using Clock = std::chrono::steady_clock;
 
 double Seconds(Clock::duration d) { return std::chrono::duration<double>(d).count(); }
 
-// Fills event.logprob / event.top from log_softmax of the raw logits.
+// Fills event.logprob / event.top from log_softmax of the logits given (the raw row, or with a
+// logit bias the biased row).
 void AddLogprobs(std::span<const float> logits, int32_t top_n, bool want_logprob, StepEvent& event) {
   const float max_logit = *std::max_element(logits.begin(), logits.end());
   double sum = 0.0;
@@ -360,7 +361,15 @@ void GenerationTask::Append(int32_t id, std::span<const float> row, std::vector<
     event.index = static_cast<int32_t>(result_.new_tokens.size()) - 1;
     event.last = stop.has_value();
     if (!row.empty() && (options_.want_logprobs || options_.top_logprobs > 0)) {
-      AddLogprobs(row, options_.top_logprobs, options_.want_logprobs, event);
+      const std::vector<sampling::TokenBias>& bias = sampler_.params().logit_bias;
+      if (bias.empty()) {
+        AddLogprobs(row, options_.top_logprobs, options_.want_logprobs, event);
+      } else {
+        // The biased distribution: this row's own copy with the bias added.
+        std::vector<float> biased(row.begin(), row.end());
+        sampling::ApplyLogitBias(biased, bias);
+        AddLogprobs(biased, options_.top_logprobs, options_.want_logprobs, event);
+      }
     }
     if (!attention.empty()) {
       const int64_t heads = model_.config().heads;

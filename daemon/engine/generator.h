@@ -72,7 +72,8 @@ struct StepEvent {
                                             // unless a cancel ended it first)
   std::optional<float> logprob;             // when want_logprobs (none for a forced stop id)
   std::vector<TokenAlternative> top;        // top_logprobs best ids of the model's own distribution
-                                            // (log_softmax of the raw logits), best first
+                                            // (log_softmax of the raw logits plus the sampling's
+                                            // logit bias, if any), best first; logprob likewise
   std::optional<AttentionRow> attention;    // when trace_layer >= 0 (cached path)
 };
 

@@ -69,8 +69,9 @@ HandlerResult HandleInfo(engine::EngineState& state, server::Job& job, const v1:
     out.set_unit(std::string(budget.unit));
     out.set_per_request_byte(budget.per_request_byte);
     out.set_per_new_token(budget.per_new_token);
-    // The banned ids' limit is the model's vocabulary size.
-    out.set_fixed(budget.id == common::BudgetId::kBannedIds ? static_cast<uint64_t>(config.vocab_size) : budget.fixed);
+    // The banned ids' and the logit bias's limits are the model's vocabulary size.
+    const bool per_vocab = budget.id == common::BudgetId::kBannedIds || budget.id == common::BudgetId::kLogitBias;
+    out.set_fixed(per_vocab ? static_cast<uint64_t>(config.vocab_size) : budget.fixed);
     out.set_refusal(common::ToProtoCode(budget.refusal));
     out.set_bounds(std::string(budget.bounds));
   }

@@ -1,5 +1,7 @@
 #include "daemon/handlers/proto_convert.h"
 
+#include <algorithm>
+
 #include <fmt/format.h>
 
 namespace niels::daemon::handlers {
@@ -24,6 +26,20 @@ common::StatusOr<sampling::SamplingParams> SamplingFromProto(const v1::Sampling&
                                                requested.size(), vocab_size));
   }
   params.banned_ids.assign(requested.begin(), requested.end());
+  const auto& bias = sampling.logit_bias();
+  if (static_cast<int64_t>(bias.size()) > vocab_size) {
+    return common::Refuse(common::BudgetId::kLogitBias,
+                          fmt::format("sampling.logit_bias: {} entries (the limit is the vocabulary size, {})",
+                                      bias.size(), vocab_size));
+  }
+  params.logit_bias.reserve(static_cast<size_t>(bias.size()));
+  for (const v1::TokenBias& entry : bias) params.logit_bias.push_back({entry.id(), entry.bias()});
+  NIELS_RETURN_IF_ERROR(sampling::ValidateLogitBias(params.logit_bias, vocab_size, "sampling.logit_bias"));
+  // Ascending ids (each once, as validated); a -inf bias bans its id.
+  std::sort(params.logit_bias.begin(), params.logit_bias.end(),
+            [](const sampling::TokenBias& a, const sampling::TokenBias& b) { return a.id < b.id; });
+  const std::vector<int32_t> banned_by_bias = sampling::BannedByBias(params.logit_bias);
+  params.banned_ids.insert(params.banned_ids.end(), banned_by_bias.begin(), banned_by_bias.end());
   if (!sampling.allow_special_tokens()) {
     params.banned_ids.insert(params.banned_ids.end(), default_banned.begin(), default_banned.end());
   }

@@ -39,11 +39,16 @@ inline constexpr size_t kMaxSystemPromptBytes = common::kSystemPromptBytesLimit;
 inline constexpr size_t kMaxUserTextBytes = common::kUserTextBytesLimit;
 inline constexpr size_t kMaxDetokenizeIds = common::kDetokenizeIdsLimit;
 
+// Sampling.logit_bias likewise holds at most the vocabulary size of entries (budget logit_bias),
+// each id once: it costs O(n log n) once per request to validate and sort, and O(n) per step
+// (one addition per entry to the row's copy the sampler makes anyway).
 // Sampling with the defaults of common/defaults.h for unset fields, banned = sampling.banned_ids +
-// `default_banned` unless allow_special_tokens, distinct and ascending. INVALID_ARGUMENT (naming the
-// field) when out of range for `vocab_size`, and for more than `vocab_size` sampling.banned_ids
-// ("sampling.banned_ids: 200000 ids (the limit is the vocabulary size, 151936)"). Cost O(V + the
-// ids given).
+// the ids biased by -inf + `default_banned` unless allow_special_tokens, distinct and ascending;
+// logit_bias ascending by id. INVALID_ARGUMENT (naming the field) when out of range for
+// `vocab_size`, for more than `vocab_size` sampling.banned_ids ("sampling.banned_ids: 200000 ids
+// (the limit is the vocabulary size, 151936)") or sampling.logit_bias entries, and for a bad
+// logit_bias entry (sampling::ValidateLogitBias: "sampling.logit_bias[3]: ..."). Cost O(V + the
+// ids given + n log n for n bias entries).
 common::StatusOr<sampling::SamplingParams> SamplingFromProto(const niels::v1::Sampling& sampling,
                                                           int64_t vocab_size,
                                                           std::span<const int32_t> default_banned);

@@ -25,6 +25,7 @@ struct ModelView {
   std::string id;         // the model's name (Info.model_name; "nielsd" when it has none)
   int64_t context = 0;    // tokens of context served (Info.context)
   bool reasoning = false; // replies may carry reasoning
+  int64_t vocab_size = 0; // ids of the vocabulary (Info.vocab_size); 0 = unknown
 };
 
 class Exchange {

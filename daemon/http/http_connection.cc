@@ -441,6 +441,7 @@ asio::awaitable<std::optional<ApiError>> HttpConnection::Model(ModelView* model)
   view.id = response.info().model_name().empty() ? "nielsd" : response.info().model_name();
   view.context = response.info().context();
   view.reasoning = response.info().reasoning();
+  view.vocab_size = response.info().vocab_size();
   front_->set_model(view);
   *model = std::move(view);
   co_return std::nullopt;

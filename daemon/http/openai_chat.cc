@@ -246,6 +246,7 @@ std::optional<ApiError> MapChatCompletion(const json& body, const ModelView& mod
   ReadToolChoice(fields, plan);
   ReadResponseFormat(fields, plan);
   ReadSampling(fields, plan->chat.mutable_sampling());
+  ReadLogitBias(fields, model, plan->chat.mutable_sampling());
   ReadStop(fields, plan->chat.mutable_stop_strings());
   plan->stream = ReadStream(fields);
   std::optional<int64_t> max_tokens = fields.Integer("max_completion_tokens", 1, INT32_MAX);

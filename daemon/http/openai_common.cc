@@ -1,6 +1,9 @@
 #include "daemon/http/openai_common.h"
 
+#include <algorithm>
 #include <ctime>
+#include <string>
+#include <vector>
 #include <random>
 
 #include <fmt/format.h>
@@ -23,6 +26,48 @@ void ReadSampling(FieldReader& fields, niels::v1::Sampling* sampling) {
   }
   if (std::optional<int64_t> seed = fields.Integer("seed", INT64_MIN, INT64_MAX)) {
     sampling->set_seed(static_cast<uint64_t>(*seed));
+  }
+}
+
+void ReadLogitBias(FieldReader& fields, const ModelView& model, niels::v1::Sampling* sampling) {
+  const nlohmann::json* bias = fields.Object("logit_bias");
+  if (bias == nullptr) return;
+  constexpr size_t kKeyQuoted = 24;  // a hostile key is quoted in part
+  std::vector<int32_t> seen;
+  seen.reserve(bias->size());
+  for (auto it = bias->begin(); it != bias->end(); ++it) {
+    const std::string& key = it.key();
+    const std::string shown = key.size() > kKeyQuoted ? key.substr(0, kKeyQuoted) + "..." : key;
+    const std::string name = "logit_bias." + shown;
+    // Decimal digits only, at most 9 of them after leading zeros (below 2^31).
+    const size_t first = key.find_first_not_of('0');
+    const bool digits = !key.empty() && key.find_first_not_of("0123456789") == std::string::npos;
+    if (!digits || (first != std::string::npos && key.size() - first > 9)) {
+      fields.Fail(name, fmt::format("'{}' is not a token id (a decimal integer >= 0)", shown));
+      return;
+    }
+    const int64_t id = first == std::string::npos ? 0 : std::stoll(key.substr(first));
+    if (model.vocab_size > 0 && id >= model.vocab_size) {
+      fields.Fail(name, fmt::format("token id {} is outside the vocabulary [0, {})", id, model.vocab_size));
+      return;
+    }
+    if (!it->is_number()) {
+      fields.Fail(name, fmt::format("must be a number, not {}", JsonTypeName(*it)));
+      return;
+    }
+    const double value = it->get<double>();
+    if (!(value >= -100.0 && value <= 100.0)) {
+      fields.Fail(name, fmt::format("{} is out of range [-100, 100]", value));
+      return;
+    }
+    seen.push_back(static_cast<int32_t>(id));
+    niels::v1::TokenBias* entry = sampling->add_logit_bias();
+    entry->set_id(static_cast<int32_t>(id));
+    entry->set_bias(static_cast<float>(value));
+  }
+  std::sort(seen.begin(), seen.end());
+  if (auto repeat = std::adjacent_find(seen.begin(), seen.end()); repeat != seen.end()) {
+    fields.Fail("logit_bias", fmt::format("token id {} appears under two keys", *repeat));
   }
 }
 

@@ -26,6 +26,12 @@ void ReadModel(FieldReader& fields, const ModelView& model);
 // none), no repetition penalty.
 void ReadSampling(FieldReader& fields, niels::v1::Sampling* sampling);
 
+// `logit_bias` (OpenAI's): an object of token ids as decimal strings to numbers in [-100, 100] ->
+// Sampling.logit_bias, added to the raw logits (-100 is a bias of -100, not a ban). A key that is
+// not an id of the vocabulary (`model.vocab_size`, when known), two keys of one id ("7", "07"), or a
+// value that is not such a number is a 400 naming `logit_bias` and the key.
+void ReadLogitBias(FieldReader& fields, const ModelView& model, niels::v1::Sampling* sampling);
+
 // `stop`: a string or an array of strings -> stop_strings.
 void ReadStop(FieldReader& fields, google::protobuf::RepeatedPtrField<std::string>* stop_strings);
 

@@ -111,6 +111,7 @@ std::optional<ApiError> MapCompletion(const json& body, const ModelView& model, 
   ReadModel(fields, model);
   ReadPrompt(fields, plan);
   ReadSampling(fields, plan->generate.mutable_sampling());
+  ReadLogitBias(fields, model, plan->generate.mutable_sampling());
   ReadStop(fields, plan->generate.mutable_stop_strings());
   plan->stream = ReadStream(fields);
   plan->generate.set_max_new_tokens(

@@ -18,11 +18,12 @@ bool Selectable(float x) { return !std::isnan(x) && x != kNegInf; }
 
 bool InMask(AllowedMask allowed, int32_t id) { return allowed.empty() || ((allowed[id >> 6] >> (id & 63)) & 1); }
 
-// Copy of the logits with banned ids and ids outside `allowed` set to -inf and the repetition
-// penalty applied.
+// Copy of the logits with the logit bias added, banned ids and ids outside `allowed` set to -inf
+// and the repetition penalty applied (the penalty acts on the biased logits).
 std::vector<float> PenalisedLogits(std::span<const float> logits, std::span<const int32_t> history,
                                    const SamplingParams& params, AllowedMask allowed) {
   std::vector<float> out(logits.begin(), logits.end());
+  ApplyLogitBias(out, params.logit_bias);
   ApplyRepetitionPenalty(out, history, params.repetition_penalty);
   const int64_t vocab = static_cast<int64_t>(out.size());
   for (int32_t id : params.banned_ids) {
@@ -45,12 +46,15 @@ std::vector<float> PenalisedLogits(std::span<const float> logits, std::span<cons
   return out;
 }
 
-// The first id that is allowed and not in banned_ids (the fallback when no logit is selectable):
-// one pass over banned_ids and one over the ids, O(V + banned).
+// The first id that is allowed, not in banned_ids and not biased by -inf (the fallback when no
+// logit is selectable): one pass over those lists and one over the ids, O(V + banned + bias).
 int32_t FirstAllowedId(const SamplingParams& params, int64_t vocab, AllowedMask allowed) {
   std::vector<bool> banned(static_cast<size_t>(std::max<int64_t>(vocab, 0)), false);
   for (int32_t id : params.banned_ids) {
     if (id >= 0 && id < vocab) banned[id] = true;
+  }
+  for (const TokenBias& entry : params.logit_bias) {
+    if (entry.bias == kNegInf && entry.id >= 0 && entry.id < vocab) banned[entry.id] = true;
   }
   for (int32_t id = 0; id < vocab; ++id) {
     if (InMask(allowed, id) && !banned[id]) return id;
@@ -106,8 +110,15 @@ common::Status ValidateSamplingParams(const SamplingParams& params, int64_t voca
     return Status::InvalidArgument("repetition_penalty must be finite and > 0 (1 = off), got " +
                                    std::to_string(params.repetition_penalty));
   }
+  if (common::Status bias = ValidateLogitBias(params.logit_bias, vocab_size, "logit_bias"); !bias.ok()) return bias;
   std::vector<bool> banned(static_cast<size_t>(std::max<int64_t>(vocab_size, 0)), false);
   int64_t distinct = 0;
+  for (const TokenBias& entry : params.logit_bias) {
+    if (entry.bias == kNegInf && !banned[entry.id]) {
+      banned[entry.id] = true;
+      ++distinct;
+    }
+  }
   for (int32_t id : params.banned_ids) {
     if (id < 0 || id >= vocab_size) {
       return Status::InvalidArgument("banned_ids: id " + std::to_string(id) + " outside [0, " +
@@ -120,9 +131,70 @@ common::Status ValidateSamplingParams(const SamplingParams& params, int64_t voca
   }
   if (distinct >= vocab_size) {
     return Status::InvalidArgument("banned_ids: every one of the " + std::to_string(vocab_size) +
-                                   " ids is banned");
+                                   " ids is banned (by banned_ids and -inf logit biases)");
   }
   return Status::Ok();
+}
+
+common::Status ValidateLogitBias(std::span<const TokenBias> bias, int64_t vocab_size, std::string_view field) {
+  using common::Status;
+  if (static_cast<int64_t>(bias.size()) > vocab_size) {
+    return Status::InvalidArgument(std::string(field) + ": " + std::to_string(bias.size()) +
+                                   " entries (the limit is the vocabulary size, " + std::to_string(vocab_size) + ")");
+  }
+  auto entry_name = [&](size_t i) { return std::string(field) + "[" + std::to_string(i) + "]"; };
+  for (size_t i = 0; i < bias.size(); ++i) {
+    if (bias[i].id < 0 || bias[i].id >= vocab_size) {
+      return Status::InvalidArgument(entry_name(i) + ": id " + std::to_string(bias[i].id) +
+                                     " is outside the vocabulary [0, " + std::to_string(vocab_size) + ")");
+    }
+    if (!std::isfinite(bias[i].bias) && bias[i].bias != kNegInf) {
+      return Status::InvalidArgument(entry_name(i) + ": the bias must be finite or -inf, got " +
+                                     std::to_string(bias[i].bias));
+    }
+  }
+  // Repeats: the entries' indices sorted by id (stable, so the later one of a pair is named).
+  std::vector<uint32_t> order(bias.size());
+  for (size_t i = 0; i < order.size(); ++i) order[i] = static_cast<uint32_t>(i);
+  std::stable_sort(order.begin(), order.end(), [&](uint32_t a, uint32_t b) { return bias[a].id < bias[b].id; });
+  size_t first_repeat = bias.size();
+  size_t repeated = 0;
+  for (size_t k = 1; k < order.size(); ++k) {
+    if (bias[order[k]].id == bias[order[k - 1]].id && order[k] < first_repeat) {
+      first_repeat = order[k];
+      repeated = order[k - 1];
+    }
+  }
+  if (first_repeat < bias.size()) {
+    return Status::InvalidArgument(entry_name(first_repeat) + ": id " + std::to_string(bias[first_repeat].id) +
+                                   " already has a bias (" + entry_name(repeated) + ")");
+  }
+  return Status::Ok();
+}
+
+void ApplyLogitBias(std::span<float> logits, std::span<const TokenBias> bias) {
+  constexpr float kMax = std::numeric_limits<float>::max();
+  for (const TokenBias& entry : bias) {
+    if (entry.id < 0 || static_cast<size_t>(entry.id) >= logits.size()) continue;
+    float& x = logits[entry.id];
+    if (entry.bias == kNegInf) {
+      x = kNegInf;
+      continue;
+    }
+    const float sum = x + entry.bias;
+    // A finite logit stays finite; an infinite or NaN one stays what it is.
+    x = std::isfinite(x) && !std::isfinite(sum) ? (sum > 0 ? kMax : -kMax) : sum;
+  }
+}
+
+std::vector<int32_t> BannedByBias(std::span<const TokenBias> bias) {
+  std::vector<int32_t> ids;
+  for (const TokenBias& entry : bias) {
+    if (entry.bias == kNegInf) ids.push_back(entry.id);
+  }
+  std::sort(ids.begin(), ids.end());
+  ids.erase(std::unique(ids.begin(), ids.end()), ids.end());
+  return ids;
 }
 
 void ApplyRepetitionPenalty(std::span<float> logits, std::span<const int32_t> history, float penalty) {
@@ -177,6 +249,8 @@ std::vector<SamplingCandidate> SamplingDistribution(std::span<const float> logit
 
 Sampler::Sampler(SamplingParams params) : params_(std::move(params)), rng_(params_.seed) {
   // Each step sets the banned logits to -inf: once per distinct id, however often the list repeats it.
+  const std::vector<int32_t> by_bias = BannedByBias(params_.logit_bias);
+  params_.banned_ids.insert(params_.banned_ids.end(), by_bias.begin(), by_bias.end());
   const TokenIdSet banned(params_.banned_ids);
   params_.banned_ids.assign(banned.ids().begin(), banned.ids().end());
 }

@@ -142,6 +142,32 @@ class PackageTest(unittest.TestCase):
         self.assertEqual(result.session_length, len(ids) + len(result.new_ids))
         self.client.delete_session(sid)
 
+    def test_logit_bias(self):
+        info = self.client.info()
+        ids = [info.usr_id] + list(self.client.tokenize("hello").ids) + [info.eot_id, info.asst_id]
+        plain_sid = self.client.create_session().session_id
+        plain = self.client.generate(plain_sid, input_ids=ids, max_new_tokens=4, temperature=0.0,
+                                     stop_ids=[info.eot_id], want_logprobs=True)
+        favoured = 42 if plain.new_ids[0] != 42 else 43
+        # A large bias makes greedy pick the id at every step; its logprob is of the biased logits.
+        sid = self.client.create_session().session_id
+        biased = self.client.generate(sid, input_ids=ids, max_new_tokens=4, temperature=0.0,
+                                      stop_ids=[info.eot_id], want_logprobs=True,
+                                      logit_bias={favoured: 1000.0})
+        self.assertEqual(list(biased.new_ids), [favoured] * 4)
+        self.assertGreater(biased.steps[0].logprob, -1e-3)
+        # -inf bans the greedy pick (pairs work too).
+        banned_sid = self.client.create_session().session_id
+        banned = self.client.generate(banned_sid, input_ids=ids, max_new_tokens=4, temperature=0.0,
+                                      stop_ids=[info.eot_id], logit_bias=[(plain.new_ids[0], float("-inf"))])
+        self.assertNotIn(plain.new_ids[0], list(banned.new_ids))
+        with self.assertRaises(nielsd_client.NielsdError) as raised:
+            self.client.generate(sid, input_ids=[5], max_new_tokens=1, logit_bias={1 << 24: 1.0})
+        self.assertEqual(raised.exception.code, "INVALID_ARGUMENT")
+        self.assertIn("sampling.logit_bias[0]", str(raised.exception))
+        for sid_ in (plain_sid, sid, banned_sid):
+            self.client.delete_session(sid_)
+
     def test_cancel_in_flight_keeps_the_session_and_the_connection(self):
         info = self.client.info()
         sid = self.client.create_session("you are terse.").session_id

@@ -439,6 +439,102 @@ TEST_F(HttpTest, SameTokensThroughHttpAndTheProtobufSocket) {
   std::cout << "greedy completion '" << native_text << "', chat '" << replied->reply() << "'\n";
 }
 
+// OpenAI's logit_bias on both endpoints: the same ids and logprobs as the native request with the
+// same Sampling.logit_bias; a +100 bias makes a greedy chat reply that id throughout; bad keys and
+// values are 400 naming them.
+TEST_F(HttpTest, LogitBiasThroughChatCompletionsAndCompletions) {
+  StartHttpDaemon();
+  auto word = client_->Tokenize("socket");
+  ASSERT_TRUE(word.ok() && word->ids_size() > 0);
+  const int32_t favoured = word->ids(0);
+  auto repeated = client_->Detokenize(std::vector<int32_t>(6, favoured));
+  ASSERT_TRUE(repeated.ok());
+  const json chat_body = {{"model", model_id_},
+                          {"messages", {{{"role", "user"}, {"content", "What is a socket?"}}}},
+                          {"max_tokens", 6},
+                          {"temperature", 0}};
+  const json plain = PostJson("/v1/chat/completions", chat_body);
+  json biased_body = chat_body;
+  biased_body["logit_bias"] = {{std::to_string(favoured), 100}};
+  const json biased = PostJson("/v1/chat/completions", biased_body);
+  ASSERT_TRUE(biased.is_object() && plain.is_object());
+  EXPECT_EQ(biased["choices"][0]["message"]["content"], repeated->text());
+  EXPECT_NE(biased["choices"][0]["message"]["content"], plain["choices"][0]["message"]["content"]);
+  EXPECT_EQ(biased["choices"][0]["finish_reason"], "length");
+
+  // The same as the native Chat with the same bias.
+  auto session = client_->CreateSession(std::nullopt);
+  ASSERT_TRUE(session.ok());
+  v1::ChatRequest native = GreedyChat(session->session_id(), "What is a socket?", 6);
+  v1::TokenBias* entry = native.mutable_sampling()->add_logit_bias();
+  entry->set_id(favoured);
+  entry->set_bias(100.0f);
+  auto replied = client_->Chat(native);
+  ASSERT_TRUE(replied.ok()) << replied.status().ToString();
+  EXPECT_EQ(biased["choices"][0]["message"]["content"], replied->reply());
+
+  // Completions with logprobs: a ban-like -100 on the unbiased greedy pick, bitwise the native
+  // Generate's ids and (biased) logprobs.
+  auto prompt = client_->Tokenize("the socket is", {.add_special = true, .parse_special = false});
+  ASSERT_TRUE(prompt.ok());
+  const std::vector<int32_t> ids(prompt->ids().begin(), prompt->ids().end());
+  auto first_session = client_->CreateSession(std::nullopt);
+  ASSERT_TRUE(first_session.ok());
+  v1::GenerateRequest first;
+  first.set_session_id(first_session->session_id());
+  first.mutable_input_ids()->Add(ids.begin(), ids.end());
+  first.mutable_sampling()->set_temperature(0);
+  first.set_max_new_tokens(1);
+  auto unbiased = client_->Generate(first);
+  ASSERT_TRUE(unbiased.ok() && unbiased->new_ids_size() == 1) << unbiased.status().ToString();
+  const int32_t greedy = unbiased->new_ids(0);
+  const json completion = PostJson("/v1/completions", {{"prompt", ids}, {"max_tokens", 8}, {"temperature", 0},
+                                                       {"logprobs", 3},
+                                                       {"logit_bias", {{std::to_string(greedy), -100}, {"0", 2.5}}}});
+  auto generate_session = client_->CreateSession(std::nullopt);
+  ASSERT_TRUE(generate_session.ok());
+  v1::GenerateRequest generate;
+  generate.set_session_id(generate_session->session_id());
+  generate.mutable_input_ids()->Add(ids.begin(), ids.end());
+  generate.mutable_sampling()->set_temperature(0);
+  generate.set_max_new_tokens(8);
+  generate.set_want_logprobs(true);
+  for (const auto& [id, b] : std::vector<std::pair<int32_t, float>>{{greedy, -100.0f}, {0, 2.5f}}) {
+    v1::TokenBias* e = generate.mutable_sampling()->add_logit_bias();
+    e->set_id(id);
+    e->set_bias(b);
+  }
+  auto generated = client_->Generate(generate);
+  ASSERT_TRUE(generated.ok()) << generated.status().ToString();
+  for (int32_t id : generated->new_ids()) EXPECT_NE(id, greedy);
+  const json& logprobs = completion["choices"][0]["logprobs"]["token_logprobs"];
+  ASSERT_EQ(logprobs.size(), static_cast<size_t>(generated->steps_size()));
+  for (int i = 0; i < generated->steps_size(); ++i) {
+    EXPECT_EQ(static_cast<float>(logprobs[i].get<double>()), generated->steps(i).logprob()) << "token " << i;
+  }
+  auto text = client_->Detokenize(std::vector<int32_t>(generated->new_ids().begin(), generated->new_ids().end()));
+  ASSERT_TRUE(text.ok());
+  EXPECT_EQ(completion["choices"][0]["text"], text->text());
+
+  // Bad keys and values: 400 naming the key.
+  auto bad = [&](json bias) {
+    json body = chat_body;
+    body["logit_bias"] = std::move(bias);
+    const json answer = PostJson("/v1/chat/completions", body, 400);
+    return answer["error"]["param"].is_string() ? answer["error"]["param"].get<std::string>() : answer.dump();
+  };
+  EXPECT_EQ(bad({{"abc", 1}}), "logit_bias.abc");
+  EXPECT_EQ(bad({{"-5", 1}}), "logit_bias.-5");
+  EXPECT_EQ(bad({{std::to_string(info_.vocab_size()), 1}}), "logit_bias." + std::to_string(info_.vocab_size()));
+  EXPECT_EQ(bad({{"99999999999999999999", 1}}), "logit_bias.99999999999999999999");
+  EXPECT_EQ(bad({{"5", 100.5}}), "logit_bias.5");
+  EXPECT_EQ(bad({{"5", "high"}}), "logit_bias.5");
+  EXPECT_EQ(bad({{"7", 1}, {"07", 2}}), "logit_bias");
+  EXPECT_EQ(bad(json::array({1, 2})), "logit_bias");
+  const json completions_bad = PostJson("/v1/completions", {{"prompt", ids}, {"logit_bias", {{"x1", 1}}}}, 400);
+  EXPECT_EQ(completions_bad["error"]["param"], "logit_bias.x1");
+}
+
 TEST_F(HttpTest, EndpointsAnswerInOpenAiShape) {
   StartHttpDaemon();
   const std::string health = Exchange("GET", "/health");

@@ -386,6 +386,51 @@ TEST(GeneratorScriptedTest, CancelStopsBeforeTheNextForward) {
   }
 }
 
+// With a logit bias the step's logprob and alternatives are log_softmax of the biased row, computed
+// here by hand in double from the scripted logits; greedy takes the biased argmax.
+TEST(GeneratorScriptedTest, LogprobsAreOfTheBiasedLogits) {
+  const std::vector<int32_t> full = {4, 5, 6, 7, 8, 9, 10};
+  const int64_t vocab = 32;
+  const std::vector<sampling::TokenBias> bias = {
+      {0, 1.5f}, {3, -INFINITY}, {8, -30.0f}, {20, kPeak + 2.0f}};
+  for (bool cached : {true, false}) {
+    ScriptedModel m(ScriptConfig(vocab, 64), ScriptOf(full));
+    Sequence seq(m.config());
+    std::vector<StepEvent> events;
+    GenerateOptions o = Greedy(4, cached);
+    o.want_logprobs = true;
+    o.top_logprobs = 3;
+    o.sampling.logit_bias = bias;
+    o.on_token = [&](const StepEvent& e) { events.push_back(e); };
+    const GenerateResult r = Generate(m, seq, std::span(full).first(3), o);
+    ASSERT_EQ(events.size(), 4u);
+    EXPECT_EQ(r.new_tokens, std::vector<int32_t>(4, 20));
+    for (size_t i = 0; i < events.size(); ++i) {
+      // The scripted row of position 2 + i (kPeak at full[3 + i]), biased by hand.
+      std::vector<double> row(vocab, 0.0);
+      row[full[3 + i]] = kPeak;
+      for (const sampling::TokenBias& b : bias) row[b.id] = std::isinf(b.bias) ? -INFINITY : row[b.id] + b.bias;
+      double sum = 0.0;
+      for (double x : row) sum += std::exp(x);
+      const double norm = std::log(sum);
+      std::vector<int32_t> order(vocab);
+      for (int32_t id = 0; id < vocab; ++id) order[id] = id;
+      std::stable_sort(order.begin(), order.end(), [&](int32_t a, int32_t b) { return row[a] > row[b]; });
+      const StepEvent& e = events[i];
+      ASSERT_TRUE(e.logprob.has_value());
+      EXPECT_NEAR(*e.logprob, row[20] - norm, 1e-5) << i;
+      ASSERT_EQ(e.top.size(), 3u);
+      for (size_t k = 0; k < 3; ++k) {
+        EXPECT_EQ(e.top[k].id, order[k]) << i << " " << k;
+        EXPECT_NEAR(e.top[k].logprob, row[order[k]] - norm, 1e-5) << i << " " << k;
+      }
+    }
+    // Step 1's peak (8) is biased down to -10: its alternatives are 20, 0 and then the zeros.
+    EXPECT_EQ(events[1].top[1].id, 0);
+    EXPECT_EQ(events[1].top[2].id, 1);
+  }
+}
+
 TEST(GeneratorScriptedTest, LogprobsTopAlternativesAndTrace) {
   const std::vector<int32_t> full = {4, 5, 6, 7, 8, 9, 10};
   const int64_t vocab = 32;

@@ -49,7 +49,7 @@ TEST(BudgetsTest, InfoListsEveryBudgetWithTheModelsNumbers) {
     EXPECT_FALSE(budget.bounds().empty()) << budget.name();
     EXPECT_TRUE(budget.refusal() == v1::RESOURCE_EXHAUSTED || budget.refusal() == v1::INVALID_ARGUMENT) << budget.name();
     EXPECT_GT(budget.per_request_byte() + budget.per_new_token() + budget.fixed(), 0u) << budget.name();
-    if (budget.name() == "banned_ids") {
+    if (budget.name() == "banned_ids" || budget.name() == "logit_bias") {
       EXPECT_EQ(budget.fixed(), static_cast<uint64_t>(info.info().vocab_size()));
     }
     if (budget.name() == "stop_ids") {

@@ -223,6 +223,12 @@ TEST(SamplerTest, AllowedMaskEqualsBanningTheRest) {
   EXPECT_EQ(Sampler(p).Sample(none, {}, mask), 9);
   p.temperature = 0.0f;
   EXPECT_EQ(Sampler(p).Sample(none, {}, mask), 9);
+  // An id biased by -inf is not the fallback either.
+  p.banned_ids = {};
+  p.logit_bias = {{3, -std::numeric_limits<float>::infinity()}};
+  EXPECT_EQ(SamplingDistribution(none, {}, p, mask).front().id, 9);
+  p.temperature = 1.0f;
+  EXPECT_EQ(SamplingDistribution(none, {}, p, mask).front().id, 9);
 }
 
 TEST(SamplerTest, RepetitionPenaltyDividesPositiveAndMultipliesNegative) {
@@ -307,6 +313,112 @@ TEST(SamplerTest, ValidationErrorsNameTheField) {
       EXPECT_NE(s.message().find(cases[i].field), std::string::npos) << i << ": " << s.message();
     }
   }
+}
+
+// Logit bias: the naive reference adds each bias to its logit by hand (the same float sum), then
+// runs the rest of the pipeline as NaiveDistribution does.
+std::vector<float> NaiveBiased(std::vector<float> logits, const std::vector<TokenBias>& bias) {
+  for (const TokenBias& b : bias) logits[b.id] = b.bias == -INFINITY ? -INFINITY : logits[b.id] + b.bias;
+  return logits;
+}
+
+TEST(SamplerTest, LogitBiasAddsToItsIdsOnlyAndSaturates) {
+  const std::vector<float> logits = RandomLogits(50, 8);
+  const std::vector<TokenBias> bias = {{3, 2.5f}, {7, -1.25f}, {11, -INFINITY}, {49, 100.0f}, {0, -100.0f}};
+  std::vector<float> biased = logits;
+  ApplyLogitBias(biased, bias);
+  const std::vector<float> expected = NaiveBiased(logits, bias);
+  for (int32_t id = 0; id < 50; ++id) EXPECT_EQ(biased[id], expected[id]) << id;  // bitwise
+  EXPECT_EQ(biased[11], -INFINITY);
+  EXPECT_EQ(biased[4], logits[4]);
+  // A finite bias never makes a finite logit infinite; ids outside the row are ignored.
+  constexpr float kMax = std::numeric_limits<float>::max();
+  std::vector<float> edge = {kMax, -kMax, 1.0f};
+  ApplyLogitBias(edge, std::vector<TokenBias>{{0, kMax}, {1, -kMax}, {2, 1.0f}, {3, 5.0f}, {-1, 5.0f}});
+  EXPECT_EQ(edge, (std::vector<float>{kMax, -kMax, 2.0f}));
+}
+
+// The distribution a biased step draws from is the naive one of the biased logits, for every
+// temperature, top-k and top-p; a -inf bias is a ban; greedy takes the argmax of the biased logits.
+TEST(SamplerTest, DistributionWithLogitBiasMatchesNaiveReferenceOfTheBiasedLogits) {
+  const std::vector<float> logits = RandomLogits(120, 15);
+  const int32_t best = NaiveArgmax(logits);
+  const int32_t low = static_cast<int32_t>(std::min_element(logits.begin(), logits.end()) - logits.begin());
+  const std::vector<TokenBias> bias = {{low, 9.0f}, {best, -INFINITY}, {5, 1.5f}, {6, -3.0f}, {70, 0.25f}};
+  for (const auto& p : {Params(1.0f, 0, 0.0f), Params(0.8f, 0, 0.0f), Params(1.3f, 20, 0.0f), Params(0.5f, 0, 0.9f),
+                        Params(1.0f, 40, 0.7f)}) {
+    SamplingParams params = p;
+    params.logit_bias = bias;
+    params.banned_ids = {9};
+    SamplingParams naive = p;
+    naive.banned_ids = {9};
+    const std::map<int32_t, double> expected = NaiveDistribution(NaiveBiased(logits, bias), naive);
+    const auto dist = SamplingDistribution(logits, {}, params);
+    ASSERT_EQ(dist.size(), expected.size());
+    for (const auto& c : dist) {
+      ASSERT_TRUE(expected.count(c.id)) << c.id;
+      EXPECT_NEAR(c.prob, expected.at(c.id), 1e-6) << c.id;
+      EXPECT_NE(c.id, best) << "biased by -inf";
+    }
+    EXPECT_EQ(dist.front().id, low) << "the +9 bias makes the lowest logit the most likely";
+    Sampler sampler(params);
+    for (int i = 0; i < 300; ++i) ASSERT_NE(sampler.Sample(logits, {}), best);
+    // The Sampler counts the -inf id among its banned ids.
+    EXPECT_EQ(sampler.params().banned_ids, (std::vector<int32_t>{std::min(best, 9), std::max(best, 9)}));
+  }
+  SamplingParams greedy = Params(0.0f, 0, 0.0f);
+  greedy.logit_bias = bias;
+  EXPECT_EQ(Sampler(greedy).Sample(logits, {}), NaiveArgmax(NaiveBiased(logits, bias)));
+  EXPECT_EQ(Sampler(greedy).Sample(logits, {}), low);
+}
+
+// The bias comes before the repetition penalty: id 0's 2.0 biased by -1 is 1.0, penalised (/ 2) to
+// 0.5; penalising first would give 2 / 2 - 1 = 0.
+TEST(SamplerTest, LogitBiasIsAddedBeforeTheRepetitionPenalty) {
+  const std::vector<float> logits = {2.0f, 0.7f};
+  SamplingParams params = Params(1.0f, 0, 0.0f);
+  params.repetition_penalty = 2.0f;
+  params.logit_bias = {{0, -1.0f}};
+  const std::vector<int32_t> history = {0};
+  const auto dist = SamplingDistribution(logits, history, params);
+  ASSERT_EQ(dist.size(), 2u);
+  const double x1 = static_cast<double>(0.7f);
+  const double p1 = std::exp(x1) / (std::exp(x1) + std::exp(0.5));
+  EXPECT_EQ(dist[0].id, 1);
+  EXPECT_NEAR(dist[0].prob, p1, 1e-9);
+  EXPECT_NEAR(dist[1].prob, 1.0 - p1, 1e-9);
+}
+
+TEST(SamplerTest, InvalidLogitBiasIsRefusedNamingTheEntry) {
+  constexpr int64_t kVocab = 10;
+  EXPECT_TRUE(ValidateLogitBias(std::vector<TokenBias>{{0, 1.0f}, {9, -INFINITY}, {4, -1e30f}}, kVocab, "f").ok());
+  EXPECT_TRUE(ValidateLogitBias({}, kVocab, "f").ok());
+  auto message = [&](const std::vector<TokenBias>& bias) {
+    const common::Status status = ValidateLogitBias(bias, kVocab, "sampling.logit_bias");
+    EXPECT_EQ(status.code(), StatusCode::kInvalidArgument);
+    return status.message();
+  };
+  EXPECT_EQ(message({{0, 1.0f}, {10, 1.0f}}), "sampling.logit_bias[1]: id 10 is outside the vocabulary [0, 10)");
+  EXPECT_EQ(message({{-1, 1.0f}}), "sampling.logit_bias[0]: id -1 is outside the vocabulary [0, 10)");
+  EXPECT_NE(message({{1, 0.0f}, {2, NAN}}).find("sampling.logit_bias[1]: the bias must be finite or -inf"),
+            std::string::npos);
+  EXPECT_NE(message({{1, INFINITY}}).find("sampling.logit_bias[0]: the bias must be finite or -inf"),
+            std::string::npos);
+  EXPECT_EQ(message({{5, 1.0f}, {3, 1.0f}, {3, 2.0f}, {5, 0.0f}}),
+            "sampling.logit_bias[2]: id 3 already has a bias (sampling.logit_bias[1])");
+  std::vector<TokenBias> many;
+  for (int32_t id = 0; id <= kVocab; ++id) many.push_back({id % 10, 1.0f});
+  EXPECT_EQ(message(many), "sampling.logit_bias: 11 entries (the limit is the vocabulary size, 10)");
+  // Every id banned, by -inf biases and banned_ids together: refused like banning them all.
+  SamplingParams params = Params(1.0f, 0, 0.0f);
+  for (int32_t id = 0; id < 6; ++id) params.logit_bias.push_back({id, -INFINITY});
+  params.banned_ids = {6, 7, 8};
+  EXPECT_TRUE(ValidateSamplingParams(params, kVocab).ok());
+  params.banned_ids.push_back(9);
+  EXPECT_NE(ValidateSamplingParams(params, kVocab).message().find("every one of the 10 ids is banned"), std::string::npos);
+  params.banned_ids = {};
+  params.logit_bias.push_back({3, 1.0f});
+  EXPECT_NE(ValidateSamplingParams(params, kVocab).message().find("logit_bias[6]: id 3 already has a bias"), std::string::npos);
 }
 
 }  // namespace

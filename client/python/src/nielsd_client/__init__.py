@@ -8,6 +8,9 @@
 Structured output: client.chat(..., constraint=nielsd_client.json_schema({...})) (or gbnf(text),
 any_json()) makes the reply follow a JSON Schema or a grammar.
 
+Sampling: chat() and generate() take temperature, top_k, top_p, repetition_penalty, seed,
+banned_ids and logit_bias={token_id: bias} (added to the raw logits; float("-inf") bans) as keywords.
+
 Tools: create_session(system, tools=[{"type": "function", "function": {...}}]) gives the model
 tools; a reply's tool_calls are run by the caller and answered with
 client.chat(sid, messages=[tool_result(call, value), ...]); run_tool_loop(client, sid, text,
@@ -20,7 +23,8 @@ messages. The generated messages are `nielsd_client.pb` (nielsd_pb2, built with 
 
 from . import nielsd_pb2 as pb
 from .client import (Client, NielsdError, any_json, default_socket_path, encode_varint, gbnf, json_schema,
-                     message, run_tool_loop, tool_result, tools_from_openai)
+                     message, run_tool_loop, sampling_message, tool_result, tools_from_openai)
 
 __all__ = ["Client", "NielsdError", "any_json", "default_socket_path", "encode_varint", "gbnf",
-           "json_schema", "message", "pb", "run_tool_loop", "tool_result", "tools_from_openai"]
+           "json_schema", "message", "pb", "run_tool_loop", "sampling_message", "tool_result",
+           "tools_from_openai"]

@@ -88,6 +88,18 @@ TOOL_CHOICES = {"auto": pb.ToolChoice.AUTO, "none": pb.ToolChoice.NONE,
                 "required": pb.ToolChoice.REQUIRED}
 
 
+def sampling_message(logit_bias=None, **sampling):
+    """A niels.v1.Sampling from keyword arguments: temperature, top_k, top_p, repetition_penalty,
+    seed, allow_special_tokens, banned_ids, and logit_bias, a dict {token id: bias} or an iterable
+    of (id, bias) pairs (the bias is added to the raw logits; float("-inf") bans the id)."""
+    message = pb.Sampling(**sampling)
+    if logit_bias is not None:
+        pairs = logit_bias.items() if isinstance(logit_bias, dict) else logit_bias
+        for token_id, bias in pairs:
+            message.logit_bias.add(id=int(token_id), bias=float(bias))
+    return message
+
+
 class NielsdError(Exception):
     """An Error response: `code` is the niels.v1.ErrorCode name, e.g. "NOT_FOUND"."""
 
@@ -272,14 +284,15 @@ class Client:
         max_new_tokens before it is complete has stop_reason CONSTRAINT_INCOMPLETE.
         stop_strings: the reply ends before the first of these texts (stop_reason STOP_STRING, the
         response's stop_string says which); not with a constraint.
-        sampling: temperature, top_k, top_p, repetition_penalty, seed (niels.v1.Sampling).
+        sampling: temperature, top_k, top_p, repetition_penalty, seed, banned_ids, logit_bias
+        ({id: bias}, added to the raw logits; see sampling_message) (niels.v1.Sampling).
         Conversations (proto/PROTOCOL.md "Conversations"): messages (ChatMessage, see message() and
         tool_result()) instead of user_text; keep_messages cuts the conversation first;
         append_only appends without a reply. Tools: tools replaces the session's (ToolSet or
         OpenAI-style list; [] clears them); tool_choice "auto", "none" or "required", or a tool's
         name. The response's tool_calls are the calls the reply made (stop_reason TOOL_CALLS)."""
         req = pb.ChatRequest(session_id=session_id, user_text=user_text,
-                             sampling=pb.Sampling(**sampling), stream=on_token is not None,
+                             sampling=sampling_message(**sampling), stream=on_token is not None,
                              stop_strings=list(stop_strings), messages=list(messages),
                              append_only=append_only)
         if keep_messages is not None:
@@ -308,9 +321,10 @@ class Client:
         """The raw form: input_ids are appended and processed, then up to max_new_tokens sampled.
         constraint: as for chat(); the new ids' text follows it.
         stop_strings: generation ends before the first of these texts; new_ids then ends with the
-        last id wholly before it (the session too)."""
+        last id wholly before it (the session too).
+        sampling: as for chat(); with logit_bias, steps' logprobs are of the biased logits."""
         req = pb.GenerateRequest(session_id=session_id, input_ids=list(input_ids),
-                                 sampling=pb.Sampling(**sampling), stream=on_token is not None,
+                                 sampling=sampling_message(**sampling), stream=on_token is not None,
                                  stop_ids=list(stop_ids), want_logprobs=want_logprobs,
                                  top_logprobs=top_logprobs, stop_strings=list(stop_strings))
         if constraint is not None:
