@@ -456,6 +456,92 @@ TEST(ToolChatTest, StopStringsAndConstraintsWithToolChoices) {
   }
 }
 
+// The one id `text` tokenizes to (special-token text parsed, as the template's structure is).
+int32_t SingleId(Service& service, const std::string& text) {
+  v1::Request request;
+  request.mutable_tokenize()->set_text(text);
+  request.mutable_tokenize()->set_parse_special(true);
+  const v1::Response response = Call(service, request);
+  EXPECT_TRUE(response.has_tokenize()) << response.DebugString();
+  EXPECT_EQ(response.tokenize().ids_size(), 1) << text << ": " << response.DebugString();
+  return response.tokenize().ids_size() == 1 ? response.tokenize().ids(0) : -1;
+}
+
+// Whether the content holds the family's trigger where a call should have followed: Qwen3 (Hermes)
+// anywhere, Llama 3.x (JSON) as its first character after whitespace.
+bool HoldsTrigger(const std::string& model, const std::string& content) {
+  if (model == "qwen3") return content.find("<tool_call>") != std::string::npos;
+  const size_t first = content.find_first_not_of(" \t\n\r");
+  return first != std::string::npos && content[first] == '{';
+}
+
+// tool_choice auto constrains lazily (free text until the family's trigger, then a call by its
+// schema). Random weights almost never write the trigger, so a logit bias on it (Qwen3: the
+// `<tool_call>` id; Llama 3.2: `{`, whose reply is a call when it starts with one) makes them. At
+// temperature 1.0 every Qwen3 reply then calls, a Llama reply calls whenever it starts with `{`,
+// no trigger is left in the content, and every call parses and validates. The same requests with a
+// stop string (under which auto yields and the reply is parsed as it stands) show what the grammar
+// prevents: the trigger then stays in the content where no valid call followed it.
+TEST(ToolChatTest, AutoToolChoiceCallsAfterTheTriggerAlwaysParseAndValidate) {
+  const std::map<std::string, std::string> triggers = {{"qwen3", "<tool_call>"}, {"llama3_2", "{"}};
+  std::map<std::string, size_t> calls_of_model;
+  nlohmann::json cases = nlohmann::json::array();
+  size_t calls = 0;
+  size_t replies = 0;
+  size_t malformed_free = 0;
+  for (const auto& [model, trigger] : triggers) {
+    std::unique_ptr<Service> service = StartService(model);
+    ASSERT_NE(service, nullptr) << model;
+    const std::string session = CreateSession(*service, "sys", true);
+    const int32_t trigger_id = SingleId(*service, trigger);
+    ASSERT_GE(trigger_id, 0) << model;
+    for (uint64_t seed = 1; seed <= niels::testing::UnlessSanitized<uint64_t>(12, 2); ++seed) {
+      for (const bool yielded : {false, true}) {
+        v1::Request request = MessagesRequest(session, {Message("user", "Weather in Oslo?")}, 48);
+        request.mutable_chat()->set_keep_messages(0);
+        request.mutable_chat()->mutable_sampling()->set_temperature(1.0f);
+        request.mutable_chat()->mutable_sampling()->set_seed(seed);
+        v1::TokenBias& bias = *request.mutable_chat()->mutable_sampling()->add_logit_bias();
+        bias.set_id(trigger_id);
+        bias.set_bias(12.0f);
+        if (yielded) request.mutable_chat()->add_stop_strings("\x01 never written");
+        const v1::Response response = Call(*service, request);
+        ASSERT_TRUE(response.has_chat()) << model << ": " << response.DebugString();
+        const v1::ChatResponse& chat = response.chat();
+        if (yielded) {
+          malformed_free += HoldsTrigger(model, chat.reply()) ? 1 : 0;
+          continue;
+        }
+        ++replies;
+        EXPECT_FALSE(HoldsTrigger(model, chat.reply())) << model << " seed " << seed << ": " << chat.reply();
+        EXPECT_EQ(chat.stop_reason() == v1::TOOL_CALLS, chat.tool_calls_size() > 0) << model << " seed " << seed;
+        if (model == "qwen3") {
+          EXPECT_GE(chat.tool_calls_size(), 1) << "seed " << seed << ": " << chat.reply();
+        }
+        for (const v1::ToolCall& call : chat.tool_calls()) {
+          ++calls;
+          ++calls_of_model[model];
+          EXPECT_EQ(call.name(), "get_weather");
+          cases.push_back({{"schema", nlohmann::json::parse(kWeatherSchema)},
+                           {"instances", nlohmann::json::array({call.arguments()})}});
+        }
+      }
+    }
+  }
+  const nlohmann::json verdicts = grammar::testing::RunPython("validate_json.py", cases);
+  ASSERT_EQ(verdicts.size(), cases.size());
+  size_t valid = 0;
+  for (size_t i = 0; i < verdicts.size(); ++i) {
+    EXPECT_TRUE(verdicts[i][0].is_null()) << cases[i].dump() << ": " << verdicts[i][0];
+    valid += verdicts[i][0].is_null() ? 1 : 0;
+  }
+  EXPECT_GT(calls_of_model["qwen3"], 0u);
+  EXPECT_GT(calls_of_model["llama3_2"], 0u);
+  EXPECT_GT(malformed_free, 0u) << "without the grammar the biased trigger should also land outside calls";
+  std::cout << "[ tools ] auto tool choice, biased trigger: " << replies << " replies, " << calls << " calls, "
+            << valid << " valid; without the grammar " << malformed_free << " replies kept the trigger as content\n";
+}
+
 // tool_choice required and named constrain the reply to calls (tool_grammar/tool_call_grammar.h):
 // sampled at temperature 1.0 with as many seeds as it takes to emit 500 calls per forced mode (fewer
 // under a sanitizer, where the masks over 151,936 ids dominate), on Qwen3 (Hermes) and Llama 3.2
