@@ -8,7 +8,13 @@
 #include <sys/un.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <cctype>
+#include <cmath>
+#include <cstdlib>
+#include <map>
+#include <set>
+#include <sstream>
 #include <chrono>
 #include <cstring>
 #include <fstream>
@@ -19,6 +25,7 @@
 #include <thread>
 #include <vector>
 
+#include <gtest/gtest-spi.h>
 #include <gtest/gtest.h>
 #include <nlohmann/json.hpp>
 
@@ -1065,6 +1072,262 @@ TEST_F(HttpTest, OfficialAnthropicClientOverTheUnixSocket) {
   EXPECT_NE(seen["errors"]["bad_field"].get<std::string>().find("temperature"), std::string::npos);
   EXPECT_EQ(seen["thinking"]["blocks"][0], "thinking") << result.out;
   std::cout << "anthropic client saw: " << result.out << "\n";
+}
+
+// The data of a chat completion stream's events (curl decodes the chunked encoding), [DONE] last.
+std::vector<std::string> StreamData(const std::filesystem::path& socket, const std::string& path, const json& body) {
+  testing::ProcessResult streamed = testing::RunProcess(
+      {"curl", "-sS", "-N", "--unix-socket", socket.string(), "http://localhost" + path, "-H",
+       "Content-Type: application/json", "-d", body.dump()});
+  EXPECT_EQ(streamed.exit_code, 0) << streamed.err;
+  std::vector<std::string> data;
+  for (size_t at = 0; at < streamed.out.size();) {
+    const size_t end = streamed.out.find("\n\n", at);
+    EXPECT_NE(end, std::string::npos) << "an event without its blank line: " << streamed.out.substr(at);
+    if (end == std::string::npos) break;
+    const std::string event = streamed.out.substr(at, end - at);
+    EXPECT_EQ(event.rfind("data: ", 0), 0u) << event;
+    data.push_back(event.substr(std::min<size_t>(6, event.size())));
+    at = end + 2;
+  }
+  EXPECT_FALSE(data.empty());
+  if (!data.empty()) {
+    EXPECT_EQ(data.back(), "[DONE]");
+  }
+  return data;
+}
+
+// A histogram of the exposition, per label set (its labels without `le`, as written).
+struct ParsedHistogram {
+  std::vector<std::pair<double, double>> buckets;  // (le, cumulative count) in the order written
+  double sum = -1;
+  double count = -1;
+};
+
+// A checker of Prometheus's text format (0.0.4) as its specification states it: every line is
+// `# HELP name text`, `# TYPE name type` (once per family, before its samples) or a sample
+// `name{label="value",...} value`; names and label names of the allowed characters, label values
+// with only \\, \" and \n escapes; a family's samples together; a histogram's samples are
+// name_bucket (with `le`), name_sum and name_count, its buckets per label set in increasing `le`,
+// cumulative (never decreasing), ending at +Inf whose count is _count. Failures are test failures;
+// returns the histograms by family and label set.
+std::map<std::string, std::map<std::string, ParsedHistogram>> CheckExposition(const std::string& text) {
+  std::map<std::string, std::map<std::string, ParsedHistogram>> histograms;
+  std::map<std::string, std::string> types;
+  std::set<std::string> finished_families;  // families whose samples ended (another's began)
+  std::string current_family;
+  auto valid_name = [](const std::string& name, bool colon) {
+    if (name.empty() || std::isdigit(static_cast<unsigned char>(name[0]))) return false;
+    return std::all_of(name.begin(), name.end(), [colon](char c) {
+      return std::isalnum(static_cast<unsigned char>(c)) || c == '_' || (colon && c == ':');
+    });
+  };
+  auto parse_value = [](const std::string& value, double* out) {
+    if (value == "+Inf" || value == "-Inf" || value == "NaN") {
+      *out = value == "NaN" ? NAN : value == "+Inf" ? INFINITY : -INFINITY;
+      return true;
+    }
+    char* end = nullptr;
+    *out = std::strtod(value.c_str(), &end);
+    return !value.empty() && end == value.c_str() + value.size();
+  };
+  EXPECT_TRUE(text.empty() || text.back() == '\n') << "the last line has no newline";
+  for (size_t at = 0; at < text.size();) {
+    size_t end = text.find('\n', at);
+    if (end == std::string::npos) end = text.size();
+    const std::string line = text.substr(at, end - at);
+    at = end + 1;
+    if (line.empty()) continue;
+    if (line[0] == '#') {
+      std::istringstream words(line);
+      std::string hash, keyword, name, rest;
+      words >> hash >> keyword >> name;
+      if (keyword == "TYPE") {
+        words >> rest;
+        EXPECT_TRUE(valid_name(name, true)) << line;
+        EXPECT_TRUE(rest == "counter" || rest == "gauge" || rest == "histogram" || rest == "summary" ||
+                    rest == "untyped") << line;
+        EXPECT_EQ(types.count(name), 0u) << "a second TYPE line: " << line;
+        EXPECT_EQ(finished_families.count(name) + (current_family == name), 0u) << "TYPE after samples: " << line;
+        types[name] = rest;
+      } else if (keyword == "HELP") {
+        EXPECT_TRUE(valid_name(name, true)) << line;
+      }
+      continue;
+    }
+    // A sample: name, optional labels, a space, the value (a timestamp may follow).
+    size_t i = 0;
+    while (i < line.size() && line[i] != '{' && line[i] != ' ') ++i;
+    const std::string name = line.substr(0, i);
+    EXPECT_TRUE(valid_name(name, true)) << line;
+    std::vector<std::pair<std::string, std::string>> labels;
+    if (i < line.size() && line[i] == '{') {
+      ++i;
+      while (i < line.size() && line[i] != '}') {
+        const size_t eq = line.find('=', i);
+        if (eq == std::string::npos) {
+          ADD_FAILURE() << "a label without '=': " << line;
+          break;
+        }
+        const std::string label = line.substr(i, eq - i);
+        EXPECT_TRUE(valid_name(label, false)) << line;
+        EXPECT_NE(label.rfind("__", 0), 0u) << line;
+        i = eq + 1;
+        EXPECT_EQ(line[i], '"') << line;
+        ++i;
+        std::string value;
+        for (; i < line.size() && line[i] != '"'; ++i) {
+          if (line[i] == '\\') {
+            ++i;
+            EXPECT_TRUE(i < line.size() && (line[i] == '\\' || line[i] == '"' || line[i] == 'n')) << line;
+          }
+          if (i < line.size()) value += line[i];
+        }
+        EXPECT_LT(i, line.size()) << "an unterminated label value: " << line;
+        ++i;
+        labels.emplace_back(label, value);
+        if (i < line.size() && line[i] == ',') ++i;
+      }
+      EXPECT_LT(i, line.size()) << line;
+      ++i;
+    }
+    if (i >= line.size()) {
+      ADD_FAILURE() << "a sample without a value: " << line;
+      continue;
+    }
+    EXPECT_EQ(line[i], ' ') << line;
+    std::istringstream rest(line.substr(i + 1));
+    std::string value_text, timestamp;
+    rest >> value_text >> timestamp;
+    double value = 0;
+    EXPECT_TRUE(parse_value(value_text, &value)) << line;
+    // The family: the name itself, or for a histogram the name less its suffix.
+    std::string family = name;
+    for (const char* suffix : {"_bucket", "_sum", "_count"}) {
+      const std::string s(suffix);
+      if (name.size() > s.size() && name.compare(name.size() - s.size(), s.size(), s) == 0 &&
+          types.count(name.substr(0, name.size() - s.size())) != 0 &&
+          types[name.substr(0, name.size() - s.size())] == "histogram") {
+        family = name.substr(0, name.size() - s.size());
+      }
+    }
+    if (family != current_family) {
+      EXPECT_EQ(finished_families.count(family), 0u) << "the samples of " << family << " are not together";
+      if (!current_family.empty()) finished_families.insert(current_family);
+      current_family = family;
+    }
+    if (types.count(family) == 0 || types[family] != "histogram") {
+      EXPECT_NE(name, family + "_bucket");
+      continue;
+    }
+    EXPECT_NE(name, family) << "a histogram sample without its suffix: " << line;
+    std::string key;
+    std::optional<double> le;
+    for (const auto& [label, label_value] : labels) {
+      if (label == "le") {
+        double bound = 0;
+        EXPECT_TRUE(parse_value(label_value, &bound)) << line;
+        le = bound;
+      } else {
+        key += label + "=" + label_value + ",";
+      }
+    }
+    ParsedHistogram& histogram = histograms[family][key];
+    if (name == family + "_bucket") {
+      if (!le) {
+        ADD_FAILURE() << "a bucket without le: " << line;
+        continue;
+      }
+      EXPECT_EQ(histogram.count, -1) << "a bucket after _count: " << line;
+      if (!histogram.buckets.empty()) {
+        EXPECT_GT(*le, histogram.buckets.back().first) << "buckets not in increasing le: " << line;
+        EXPECT_GE(value, histogram.buckets.back().second) << "buckets not cumulative: " << line;
+      }
+      histogram.buckets.emplace_back(*le, value);
+    } else {
+      EXPECT_FALSE(le.has_value()) << line;
+      (name == family + "_sum" ? histogram.sum : histogram.count) = value;
+    }
+  }
+  for (const auto& [family, by_labels] : histograms) {
+    for (const auto& [key, histogram] : by_labels) {
+      if (histogram.buckets.empty()) {
+        ADD_FAILURE() << family << "{" << key << "} has no buckets";
+        continue;
+      }
+      EXPECT_EQ(histogram.buckets.back().first, INFINITY) << family << "{" << key << "} has no +Inf bucket";
+      EXPECT_EQ(histogram.buckets.back().second, histogram.count) << family << "{" << key << "}: +Inf != _count";
+      EXPECT_GE(histogram.sum, 0) << family << "{" << key << "} has no _sum";
+    }
+  }
+  return histograms;
+}
+
+// The latency histograms: after N generations of an endpoint the time-to-first-token count is N,
+// the per-token count is each one's tokens after its first (streamed: gaps the front saw between
+// token events; plain: the engine's decode time per token), the buckets are cumulative and the
+// sums plausible (more than 0, less than the test's wall time); the exposition passes the checker.
+TEST_F(HttpTest, MetricsLatencyHistograms) {
+  StartHttpDaemon();
+  const Clock::time_point start = Clock::now();
+  const std::vector<std::string> prompts = {"Tell me about the socket.", "And the metrics?", "Why histograms?"};
+  int64_t chat_gaps = 0;
+  size_t chat_requests = 0;
+  for (const std::string& prompt : prompts) {
+    const json request = {{"messages", {{{"role", "user"}, {"content", prompt}}}}, {"max_tokens", 6}, {"temperature", 0}};
+    json plain = PostJson("/v1/chat/completions", request);
+    const int64_t tokens = plain["usage"]["completion_tokens"];
+    ASSERT_GE(tokens, 1) << plain;
+    chat_gaps += tokens - 1;
+    ++chat_requests;
+    json streamed_request = request;
+    streamed_request["stream"] = true;
+    streamed_request["stream_options"] = {{"include_usage", true}};
+    const std::vector<std::string> data = StreamData(http_socket(), "/v1/chat/completions", streamed_request);
+    ASSERT_GE(data.size(), 2u);
+    json usage = json::parse(data[data.size() - 2], nullptr, false)["usage"];
+    ASSERT_TRUE(usage.is_object()) << data[data.size() - 2];
+    chat_gaps += usage["completion_tokens"].get<int64_t>() - 1;
+    ++chat_requests;
+  }
+  json completion = PostJson("/v1/completions", {{"prompt", {1, 2, 3}}, {"max_tokens", 5}, {"temperature", 0}});
+  ASSERT_EQ(completion["usage"]["completion_tokens"], 5) << completion;
+  const std::string response = Exchange("GET", "/metrics");
+  const double wall_s = std::chrono::duration<double>(Clock::now() - start).count();
+  ASSERT_EQ(StatusOf(response), 200) << response;
+  const std::string text = BodyOf(response);
+  const auto histograms = CheckExposition(text);
+  ASSERT_EQ(histograms.count("nielsd_http_time_to_first_token_seconds"), 1u) << text;
+  ASSERT_EQ(histograms.count("nielsd_http_token_latency_seconds"), 1u) << text;
+  const auto& first = histograms.at("nielsd_http_time_to_first_token_seconds");
+  const auto& gaps = histograms.at("nielsd_http_token_latency_seconds");
+  ASSERT_EQ(first.count("endpoint=chat_completions,"), 1u) << text;
+  ASSERT_EQ(first.count("endpoint=completions,"), 1u) << text;
+  const ParsedHistogram& chat_first = first.at("endpoint=chat_completions,");
+  EXPECT_EQ(chat_first.count, static_cast<double>(chat_requests)) << text;
+  EXPECT_EQ(first.at("endpoint=completions,").count, 1) << text;
+  EXPECT_EQ(first.size(), 2u) << "only generations are observed: " << text;
+  EXPECT_GT(chat_first.sum, 0) << text;
+  EXPECT_LT(chat_first.sum, wall_s) << text;
+  // The documented fixed buckets, then +Inf.
+  ASSERT_EQ(chat_first.buckets.size(), 15u) << text;
+  EXPECT_EQ(chat_first.buckets.front().first, 0.005);
+  EXPECT_EQ(chat_first.buckets[13].first, 30);
+  ASSERT_EQ(gaps.count("endpoint=chat_completions,"), 1u) << text;
+  const ParsedHistogram& chat_gap = gaps.at("endpoint=chat_completions,");
+  EXPECT_EQ(chat_gap.count, static_cast<double>(chat_gaps)) << text;
+  EXPECT_GT(chat_gap.sum, 0) << text;
+  EXPECT_LT(chat_gap.sum, wall_s) << text;
+  EXPECT_EQ(gaps.at("endpoint=completions,").count, 4) << text;
+  std::cout << "wall " << wall_s << " s; chat: " << chat_requests << " first tokens, sum " << chat_first.sum
+            << " s; " << chat_gaps << " token gaps, sum " << chat_gap.sum << " s\n";
+  // The checker refuses what the format forbids (so it is not a test that cannot fail).
+  EXPECT_NONFATAL_FAILURE(CheckExposition("# TYPE x histogram\nx_bucket{le=\"1\"} 2\nx_bucket{le=\"+Inf\"} 1\n"
+                                          "x_sum 1\nx_count 1\n"),
+                          "not cumulative");
+  EXPECT_NONFATAL_FAILURE(CheckExposition("# TYPE x histogram\nx_bucket{le=\"1\"} 1\nx_sum 1\nx_count 1\n"),
+                          "no +Inf bucket");
+  EXPECT_NONFATAL_FAILURE(CheckExposition("a 1\nb 2\na 3\n"), "are not together");
 }
 
 }  // namespace http_front_test
