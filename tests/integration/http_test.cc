@@ -324,6 +324,7 @@ TEST_F(HttpTest, OfficialOpenAiClientOverTheUnixSocket) {
   json seen = json::parse(result.out, nullptr, false);
   ASSERT_TRUE(seen.is_object()) << result.out;
   EXPECT_EQ(seen["models"], json::array({model_id_}));
+  EXPECT_EQ(seen["two_choices"].size(), 2u) << result.out;
   EXPECT_FALSE(seen["chat"]["content"].get<std::string>().empty());
   EXPECT_EQ(seen["chat_stream"]["content"], seen["chat"]["content"]);
   EXPECT_NE(seen["errors"]["oversized"].get<std::string>().find("413"), std::string::npos);
@@ -471,7 +472,7 @@ TEST_F(HttpTest, EndpointsAnswerInOpenAiShape) {
   EXPECT_EQ(bad["error"]["type"], "invalid_request_error");
   json bad_id = PostJson("/v1/completions", {{"prompt", {1, -2}}}, 400);
   EXPECT_EQ(bad_id["error"]["param"], "prompt[1]");
-  json n = PostJson("/v1/chat/completions", {{"messages", {{{"role", "user"}, {"content", "hi"}}}}, {"n", 2}}, 400);
+  json n = PostJson("/v1/chat/completions", {{"messages", {{{"role", "user"}, {"content", "hi"}}}}, {"n", 9}}, 400);
   EXPECT_EQ(n["error"]["param"], "n");
   json too_long = PostJson("/v1/completions", {{"prompt", std::vector<int32_t>(info_.context(), 5)}}, 400);
   EXPECT_EQ(too_long["error"]["code"], "context_length_exceeded");
@@ -1328,6 +1329,150 @@ TEST_F(HttpTest, MetricsLatencyHistograms) {
   EXPECT_NONFATAL_FAILURE(CheckExposition("# TYPE x histogram\nx_bucket{le=\"1\"} 1\nx_sum 1\nx_count 1\n"),
                           "no +Inf bucket");
   EXPECT_NONFATAL_FAILURE(CheckExposition("a 1\nb 2\na 3\n"), "are not together");
+}
+
+// The choices of a streamed chat completion: per index its joined content, finish reason and role;
+// and the usage chunk's usage.
+struct StreamedChoices {
+  std::map<int, std::string> content;
+  std::map<int, std::string> finish_reason;
+  std::map<int, int> roles;  // role deltas seen per index
+  json usage;
+};
+
+StreamedChoices ReadStreamedChoices(const std::vector<std::string>& data) {
+  StreamedChoices out;
+  for (size_t i = 0; i + 1 < data.size(); ++i) {
+    json chunk = json::parse(data[i], nullptr, false);
+    EXPECT_TRUE(chunk.is_object()) << data[i];
+    if (!chunk.is_object()) continue;
+    EXPECT_FALSE(chunk.contains("error")) << data[i];
+    EXPECT_EQ(chunk["object"], "chat.completion.chunk") << data[i];
+    if (chunk.contains("usage")) out.usage = chunk["usage"];
+    for (const json& choice : chunk["choices"]) {
+      const int index = choice["index"];
+      const json& delta = choice["delta"];
+      if (delta.contains("role")) ++out.roles[index];
+      if (delta.contains("content")) out.content[index] += delta["content"].get<std::string>();
+      if (choice["finish_reason"].is_string()) out.finish_reason[index] = choice["finish_reason"];
+    }
+  }
+  return out;
+}
+
+// `n` choices: greedy ones are all the n = 1 answer; seeded ones are reproducible, choice i is the
+// n = 1 answer with seed + i; streamed, each chunk names its choice and the deltas join to the plain
+// answer's choices; usage counts the prompt once and every choice's tokens; the prompt is prefilled
+// once (the other choices take its whole blocks from the prefix index); n outside [1, 8] is a 400
+// naming n; every choice's session is deleted after.
+TEST_F(HttpTest, ChatCompletionChoices) {
+  StartHttpDaemon();
+  const json messages = {{{"role", "user"}, {"content", "Tell me three things about the socket."}}};
+  auto ask = [&](json extra) {
+    json request = {{"messages", messages}, {"max_tokens", 8}};
+    for (auto& [key, value] : extra.items()) request[key] = value;
+    return PostJson("/v1/chat/completions", request);
+  };
+  auto contents = [](const json& answer) {
+    std::vector<std::string> out;
+    for (const json& choice : answer["choices"]) out.push_back(choice["message"]["content"]);
+    return out;
+  };
+
+  // Greedy: three identical choices, each the n = 1 answer.
+  const json single = ask({{"temperature", 0}});
+  const json greedy = ask({{"temperature", 0}, {"n", 3}});
+  ASSERT_EQ(greedy["choices"].size(), 3u) << greedy;
+  for (int i = 0; i < 3; ++i) {
+    EXPECT_EQ(greedy["choices"][i]["index"], i);
+    EXPECT_EQ(greedy["choices"][i]["message"], single["choices"][0]["message"]) << greedy;
+    EXPECT_EQ(greedy["choices"][i]["finish_reason"], single["choices"][0]["finish_reason"]);
+  }
+  const int64_t single_tokens = single["usage"]["completion_tokens"];
+  EXPECT_EQ(greedy["usage"]["prompt_tokens"], single["usage"]["prompt_tokens"]);
+  EXPECT_EQ(greedy["usage"]["completion_tokens"], 3 * single_tokens);
+  EXPECT_EQ(greedy["usage"]["total_tokens"], single["usage"]["prompt_tokens"].get<int64_t>() + 3 * single_tokens);
+
+  // Seeded at temperature 1: the same choices again; choice i is n = 1 with seed 7 + i.
+  const json seeded = ask({{"temperature", 1}, {"seed", 7}, {"n", 4}});
+  ASSERT_EQ(seeded["choices"].size(), 4u) << seeded;
+  EXPECT_EQ(contents(ask({{"temperature", 1}, {"seed", 7}, {"n", 4}})), contents(seeded));
+  for (int i = 0; i < 4; ++i) {
+    const json alone = ask({{"temperature", 1}, {"seed", 7 + i}});
+    EXPECT_EQ(seeded["choices"][i]["message"], alone["choices"][0]["message"]) << "choice " << i;
+    EXPECT_EQ(seeded["choices"][i]["finish_reason"], alone["choices"][0]["finish_reason"]) << "choice " << i;
+  }
+  const std::vector<std::string> seeded_texts = contents(seeded);
+  EXPECT_NE(std::set<std::string>(seeded_texts.begin(), seeded_texts.end()).size(), 1u)
+      << "four seeds sampled the same text at temperature 1: " << seeded;
+  // Without a seed the engine's default one stands for it: choice 0 is the unseeded n = 1 answer.
+  EXPECT_EQ(ask({{"temperature", 1}, {"n", 2}})["choices"][0]["message"],
+            ask({{"temperature", 1}})["choices"][0]["message"]);
+
+  // Streamed n = 2: each chunk carries its choice's index; the deltas join to the plain choices.
+  const json plain_two = ask({{"temperature", 1}, {"seed", 11}, {"n", 2}});
+  const StreamedChoices streamed =
+      ReadStreamedChoices(StreamData(http_socket(), "/v1/chat/completions",
+                                     {{"messages", messages}, {"max_tokens", 8}, {"temperature", 1}, {"seed", 11},
+                                      {"n", 2}, {"stream", true}, {"stream_options", {{"include_usage", true}}}}));
+  ASSERT_EQ(streamed.content.size(), 2u);
+  for (int i = 0; i < 2; ++i) {
+    EXPECT_EQ(streamed.roles.at(i), 1) << "choice " << i;
+    EXPECT_EQ(streamed.content.at(i), plain_two["choices"][i]["message"]["content"]) << "choice " << i;
+    EXPECT_EQ(streamed.finish_reason.at(i), plain_two["choices"][i]["finish_reason"]) << "choice " << i;
+  }
+  EXPECT_EQ(streamed.usage["completion_tokens"], plain_two["usage"]["completion_tokens"]);
+  EXPECT_EQ(streamed.usage["prompt_tokens"], plain_two["usage"]["prompt_tokens"]);
+
+  // The prompt is prefilled once: a new prompt of several blocks, n = 3, prefills it and at most a
+  // block and a position more per further choice.
+  std::string long_text = "A prompt of its own, long enough to fill several blocks of the KV pool:";
+  for (int i = 0; i < 12; ++i) long_text += " word" + std::to_string(i * 7);
+  auto before = client_->Stats();
+  ASSERT_TRUE(before.ok());
+  const json shared = PostJson("/v1/chat/completions", {{"messages", {{{"role", "user"}, {"content", long_text}}}},
+                                                        {"max_tokens", 4}, {"temperature", 0}, {"n", 3}});
+  auto after = client_->Stats();
+  ASSERT_TRUE(after.ok());
+  const int64_t prompt = shared["usage"]["prompt_tokens"];
+  const int64_t prefilled =
+      static_cast<int64_t>(after->tokens_prefilled_total()) - static_cast<int64_t>(before->tokens_prefilled_total());
+  ASSERT_GE(prompt, 3 * 16) << shared;
+  EXPECT_LE(prefilled, prompt + 2 * 17) << "prompt " << prompt << " tokens, prefilled " << prefilled;
+  EXPECT_GE(prefilled, 1);
+  std::cout << "n=3 on a " << prompt << "-token prompt prefilled " << prefilled << " tokens\n";
+
+  // Out of range: a 400 naming n.
+  for (const json& bad : {json(0), json(9), json(-1), json("two"), json(2.5)}) {
+    json refused = PostJson("/v1/chat/completions", {{"messages", messages}, {"n", bad}}, 400);
+    EXPECT_EQ(refused["error"]["param"], "n") << refused;
+  }
+  auto stats = client_->Stats();
+  ASSERT_TRUE(stats.ok());
+  EXPECT_EQ(stats->sessions(), 0u) << "a choice's session was left behind";
+}
+
+// The caller's quotas count every choice: with room for two sessions, n = 3 is refused (429, and
+// nothing is left behind) while n = 2 is served; the official openai client reads two choices.
+TEST_F(HttpTest, ChoicesCountAgainstTheCallersQuotas) {
+  StartHttpDaemon({"--max-sessions-per-uid", "2"});
+  const json messages = {{{"role", "user"}, {"content", "hi"}}};
+  const std::string refused = Exchange(
+      "POST", "/v1/chat/completions", json{{"messages", messages}, {"n", 3}, {"max_tokens", 3}}.dump());
+  EXPECT_EQ(StatusOf(refused), 429) << refused;
+  EXPECT_NE(refused.find("Retry-After: 1"), std::string::npos) << refused;
+  auto stats = client_->Stats();
+  ASSERT_TRUE(stats.ok());
+  EXPECT_EQ(stats->sessions(), 0u);
+  json served = PostJson("/v1/chat/completions", {{"messages", messages}, {"n", 2}, {"max_tokens", 3}});
+  EXPECT_EQ(served["choices"].size(), 2u) << served;
+  // One session held elsewhere leaves room for one choice only.
+  auto held = client_->CreateSession(std::nullopt);
+  ASSERT_TRUE(held.ok()) << held.status().ToString();
+  EXPECT_EQ(StatusOf(Exchange("POST", "/v1/chat/completions",
+                              json{{"messages", messages}, {"n", 2}, {"max_tokens", 3}}.dump())),
+            429);
+  EXPECT_EQ(PostJson("/v1/chat/completions", {{"messages", messages}, {"max_tokens", 3}})["choices"].size(), 1u);
 }
 
 }  // namespace http_front_test
