@@ -58,6 +58,7 @@ namespace call_detail {
 struct CallState {
   struct Slot {
     std::deque<niels::v1::Response> events;
+    std::deque<std::chrono::steady_clock::time_point> arrived;  // when the sink got each event
     std::optional<niels::v1::Response> final;
     size_t queued_bytes = 0;  // of `events`
   };
@@ -93,6 +94,7 @@ class CallSink : public server::ResponseSink {
         state->queued_bytes += bytes;
         slot.queued_bytes += bytes;
         slot.events.push_back(std::move(response));
+        slot.arrived.push_back(std::chrono::steady_clock::now());
       }
     }
     asio::post(executor_, [weak = state_] {
@@ -479,11 +481,13 @@ asio::awaitable<std::vector<niels::v1::Response>> HttpConnection::DoCalls(std::v
     for (size_t i = 0; i < count; ++i) {
       if (done[i] || (i > 0 && !others_submitted)) continue;
       std::deque<niels::v1::Response> events;
+      std::deque<Clock::time_point> arrived;
       std::optional<niels::v1::Response> final;
       {
         std::lock_guard lock(state->mutex);
         CallState::Slot& slot = state->slots[i];
         events.swap(slot.events);
+        arrived.swap(slot.arrived);
         state->queued_bytes -= slot.queued_bytes;
         slot.queued_bytes = 0;
         if (events.empty()) final = std::move(slot.final);
@@ -491,10 +495,13 @@ asio::awaitable<std::vector<niels::v1::Response>> HttpConnection::DoCalls(std::v
       if (!events.empty()) {
         progressed = true;
         if (i == 0) first_started = true;
-        for (niels::v1::Response& event : events) {
+        for (size_t e = 0; e < events.size(); ++e) {
+          const niels::v1::Response& event = events[e];
           if (!event.has_token()) continue;
           CallTiming& timing = timings[i];
-          const Clock::time_point now = Clock::now();
+          // When the engine handed the token over (not when the strand got to it: a write of the
+          // previous event may have held it).
+          const Clock::time_point now = arrived[e];
           if (timing.generation && endpoint_ != nullptr && event.token().index() != timing.last_index) {
             const double seconds =
                 std::chrono::duration<double>(now - (timing.last_token ? *timing.last_token : timing.submitted)).count();
