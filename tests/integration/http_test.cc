@@ -639,6 +639,63 @@ TEST_F(HttpTest, ClientThatGoesAwayCancelsItsRequest) {
   std::cout << "tokens generated before the cancel: " << stats.tokens_generated_total() << "\n";
 }
 
+// A client that hangs up on a stream of several choices cancels them all: none runs on, and every
+// choice's session is deleted.
+TEST_F(HttpTest, ClientThatGoesAwayCancelsEveryChoice) {
+  StartHttpDaemon();
+  const int64_t most = std::min<int64_t>(900, info_.context());
+  {
+    HttpSocket gone(http_socket());
+    gone.Send(Request("POST", "/v1/chat/completions",
+                      json{{"messages", {{{"role", "user"}, {"content", "Go on and on."}}}},
+                           {"max_tokens", most},
+                           {"temperature", 0},  // the tiny model repeats itself greedily: no early stop
+                           {"n", 4},
+                           {"stream", true}}
+                          .dump()));
+    // Wait until the choices' tokens are flowing (the four role chunks come first), then hang up.
+    auto events = [](const std::string& bytes) {
+      size_t count = 0;
+      for (size_t at = bytes.find("data: "); at != std::string::npos; at = bytes.find("data: ", at + 1)) ++count;
+      return count;
+    };
+    std::string bytes;
+    const Clock::time_point deadline = Clock::now() + kBound;
+    while (events(bytes) < 24 && Clock::now() < deadline) {
+      HttpSocket::Received some = gone.ReadUntilClosed(milliseconds(50));
+      bytes += some.bytes;
+      if (some.closed) break;
+    }
+    ASSERT_GE(events(bytes), 24u) << bytes;
+    bool last_choice_ran = false;
+    for (size_t at = bytes.find("data: {"); at != std::string::npos; at = bytes.find("data: {", at + 1)) {
+      const size_t end = bytes.find("\n\n", at);
+      if (end == std::string::npos) break;
+      const json chunk = json::parse(bytes.substr(at + 6, end - at - 6), nullptr, false);
+      if (!chunk.is_object() || !chunk.contains("choices") || chunk["choices"].empty()) continue;
+      const json& choice = chunk["choices"][0];
+      if (choice["index"] == 3 && choice["delta"].contains("content") && !choice["delta"].contains("role")) {
+        last_choice_ran = true;
+      }
+    }
+    EXPECT_TRUE(last_choice_ran) << "choice 3 sent no token before the hang-up";
+  }
+  v1::StatsResponse stats;
+  for (const Clock::time_point deadline = Clock::now() + kBound; Clock::now() < deadline;) {
+    auto now = client_->Stats();
+    ASSERT_TRUE(now.ok());
+    stats = *now;
+    if (stats.running_sequences() == 0 && stats.sessions() == 0) break;
+    std::this_thread::sleep_for(milliseconds(20));
+  }
+  EXPECT_EQ(stats.running_sequences(), 0u);
+  EXPECT_EQ(stats.sessions(), 0u);
+  // A cancelled turn rolls back and counts no tokens: not one of the four choices ran to its end
+  // (each would have counted `most`).
+  EXPECT_LT(stats.tokens_generated_total(), static_cast<uint64_t>(most));
+  std::cout << "tokens counted by four cancelled choices: " << stats.tokens_generated_total() << "\n";
+}
+
 TEST_F(HttpTest, ClientThatStopsReadingItsStreamIsCutOff) {
   StartHttpDaemon({"--http-write-timeout", "1"});
   HttpSocket stalled(http_socket());
