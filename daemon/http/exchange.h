@@ -12,6 +12,7 @@
 #include <optional>
 #include <string>
 #include <string_view>
+#include <vector>
 
 #include <boost/asio/awaitable.hpp>
 
@@ -32,6 +33,9 @@ class Exchange {
  public:
   // Gets each stream event of a call; returns false to stop the call (it is then cancelled).
   using EventHandler = std::function<boost::asio::awaitable<bool>(const niels::v1::TokenEvent& event)>;
+  // Gets each stream event of a call of several requests with the index of its request.
+  using IndexedEventHandler =
+      std::function<boost::asio::awaitable<bool>(size_t index, const niels::v1::TokenEvent& event)>;
 
   virtual ~Exchange() = default;
 
@@ -40,9 +44,22 @@ class Exchange {
   // each awaited before the next. The request's id is set here.
   virtual boost::asio::awaitable<niels::v1::Response> Call(niels::v1::Request request,
                                                            EventHandler on_event = nullptr) = 0;
+  // Runs several native requests as one call (the choices of one HTTP request): requests[0] alone
+  // until it has sent its first stream event or finished, then the others at once -- so that, when
+  // they share requests[0]'s prompt, they find its whole blocks in the prefix index and prefill only
+  // what follows them (requests[0] should stream: without events the others wait for its end).
+  // Events go to `on_event` with their request's index, each awaited before the
+  // next; one refused event or the client going away cancels them all. The events waiting of all
+  // the requests together keep the one call's bound. If requests[0] fails before its first event,
+  // the others are not submitted and get its error. The final responses, in the requests' order.
+  virtual boost::asio::awaitable<std::vector<niels::v1::Response>> CallAll(std::vector<niels::v1::Request> requests,
+                                                                           IndexedEventHandler on_event) = 0;
   // Like Call, but never cancelled by the client going away (to delete a request's ephemeral
   // session after it).
   virtual boost::asio::awaitable<niels::v1::Response> CallToEnd(niels::v1::Request request) = 0;
+  // Names the route the request is for (one of the routes' static labels), for the latency
+  // histograms of /metrics: the Chat and Generate calls after it are observed under it.
+  virtual void SetEndpoint(const char* endpoint) = 0;
   // The loaded model (Info, asked once per daemon), or the error that prevented asking.
   virtual boost::asio::awaitable<std::optional<ApiError>> Model(ModelView* model) = 0;
 

@@ -3,10 +3,12 @@
 #include <sys/socket.h>
 
 #include <cerrno>
+#include <chrono>
 #include <deque>
 #include <exception>
 #include <mutex>
 #include <utility>
+#include <vector>
 
 #include <boost/asio/co_spawn.hpp>
 #include <boost/asio/dispatch.hpp>
@@ -34,6 +36,7 @@
 namespace niels::daemon::http {
 namespace {
 
+using Clock = std::chrono::steady_clock;
 namespace asio = boost::asio;
 namespace beast = boost::beast;
 namespace bhttp = boost::beast::http;
@@ -49,37 +52,49 @@ constexpr std::chrono::milliseconds kLingerTime{1000};
 // (Not in the anonymous namespace: the call coroutine's frame holds one.)
 namespace call_detail {
 
-// One engine call's responses on their way from the engine thread to the connection's strand.
+// The responses of one engine call (one or more native requests run together) on their way from
+// the engine thread to the connection's strand. The events waiting of all its requests together
+// are bounded by max_queued_bytes.
 struct CallState {
-  CallState(const asio::any_io_executor& executor, size_t max_queued_bytes)
-      : timer(executor), max_queued_bytes(max_queued_bytes) {}
+  struct Slot {
+    std::deque<niels::v1::Response> events;
+    std::deque<std::chrono::steady_clock::time_point> arrived;  // when the sink got each event
+    std::optional<niels::v1::Response> final;
+    size_t queued_bytes = 0;  // of `events`
+  };
+
+  CallState(const asio::any_io_executor& executor, size_t max_queued_bytes, size_t requests)
+      : timer(executor), max_queued_bytes(max_queued_bytes), slots(requests) {}
 
   asio::steady_timer timer;  // strand: the call sleeps on it; a delivered response cancels it
   const size_t max_queued_bytes;
   std::mutex mutex;
-  std::deque<niels::v1::Response> events;     // GUARDED_BY(mutex)
-  std::optional<niels::v1::Response> final;  // GUARDED_BY(mutex)
-  size_t queued_bytes = 0;                    // GUARDED_BY(mutex)
+  std::vector<Slot> slots;  // GUARDED_BY(mutex), one per request
+  size_t queued_bytes = 0;  // GUARDED_BY(mutex)
 };
 
-// The sink the engine sees: bounded events, then the final response; each wakes the call.
+// The sink the engine sees for one request of a call: bounded events, then the final response;
+// each wakes the call.
 class CallSink : public server::ResponseSink {
  public:
-  CallSink(std::weak_ptr<CallState> state, asio::any_io_executor executor)
-      : state_(std::move(state)), executor_(std::move(executor)) {}
+  CallSink(std::weak_ptr<CallState> state, size_t slot, asio::any_io_executor executor)
+      : state_(std::move(state)), slot_(slot), executor_(std::move(executor)) {}
 
   bool Send(niels::v1::Response response, bool final) override {
     std::shared_ptr<CallState> state = state_.lock();
     if (state == nullptr) return false;
     {
       std::lock_guard lock(state->mutex);
+      CallState::Slot& slot = state->slots[slot_];
       if (final) {
-        state->final = std::move(response);
+        slot.final = std::move(response);
       } else {
         const size_t bytes = response.ByteSizeLong();
         if (state->queued_bytes + bytes > state->max_queued_bytes) return false;
         state->queued_bytes += bytes;
-        state->events.push_back(std::move(response));
+        slot.queued_bytes += bytes;
+        slot.events.push_back(std::move(response));
+        slot.arrived.push_back(std::chrono::steady_clock::now());
       }
     }
     asio::post(executor_, [weak = state_] {
@@ -90,7 +105,16 @@ class CallSink : public server::ResponseSink {
 
  private:
   std::weak_ptr<CallState> state_;
+  const size_t slot_;
   asio::any_io_executor executor_;
+};
+
+// What the latency histograms need of each request of a call (only generations are observed).
+struct CallTiming {
+  bool generation = false;
+  std::chrono::steady_clock::time_point submitted;
+  std::optional<std::chrono::steady_clock::time_point> last_token;
+  int64_t last_index = -1;
 };
 
 }  // namespace call_detail
@@ -99,6 +123,7 @@ namespace {
 
 using call_detail::CallSink;
 using call_detail::CallState;
+using call_detail::CallTiming;
 
 niels::v1::Response ErrorResponse(const common::Status& status) {
   niels::v1::Response response;
@@ -245,6 +270,7 @@ asio::awaitable<void> HttpConnection::Run() {
     const bool shutting_down = front_->shutting_down.load();
     if (shutting_down || draining_) keep_alive_ = false;
     answer_status_ = 0;
+    endpoint_ = nullptr;
     const char* endpoint = co_await Route(*this, method, std::string_view(request.target().data(), request.target().size()),
                                           request.body(), RouteContext{shutting_down, &front_->counters, front_->size()});
     if (answer_ == Answer::kNone && !broken_) {
@@ -368,60 +394,172 @@ asio::awaitable<void> HttpConnection::EndEvents() {
 }
 
 asio::awaitable<niels::v1::Response> HttpConnection::Call(niels::v1::Request request, EventHandler on_event) {
-  co_return co_await DoCall(std::move(request), std::move(on_event), /*cancellable=*/true);
+  IndexedEventHandler indexed;
+  if (on_event) {
+    indexed = [&on_event](size_t, const niels::v1::TokenEvent& event) { return on_event(event); };
+  }
+  std::vector<niels::v1::Request> requests;
+  requests.push_back(std::move(request));
+  std::vector<niels::v1::Response> responses = co_await DoCalls(std::move(requests), indexed, /*cancellable=*/true);
+  co_return std::move(responses.front());
+}
+
+asio::awaitable<std::vector<niels::v1::Response>> HttpConnection::CallAll(std::vector<niels::v1::Request> requests,
+                                                                          IndexedEventHandler on_event) {
+  co_return co_await DoCalls(std::move(requests), std::move(on_event), /*cancellable=*/true);
 }
 
 asio::awaitable<niels::v1::Response> HttpConnection::CallToEnd(niels::v1::Request request) {
-  co_return co_await DoCall(std::move(request), nullptr, /*cancellable=*/false);
+  std::vector<niels::v1::Request> requests;
+  requests.push_back(std::move(request));
+  std::vector<niels::v1::Response> responses = co_await DoCalls(std::move(requests), nullptr, /*cancellable=*/false);
+  co_return std::move(responses.front());
 }
 
-asio::awaitable<niels::v1::Response> HttpConnection::DoCall(niels::v1::Request request, EventHandler on_event,
-                                                            bool cancellable) {
+namespace {
+
+// The stats of a generation's final response (nullptr for other kinds and errors).
+const niels::v1::GenerationStats* GenerationStatsOf(const niels::v1::Response& response) {
+  if (response.has_chat()) return &response.chat().stats();
+  if (response.has_generate()) return &response.generate().stats();
+  return nullptr;
+}
+
+}  // namespace
+
+void HttpConnection::SubmitOne(server::RequestService& service, niels::v1::Request& request,
+                               const std::shared_ptr<call_detail::CallState>& state,
+                               const std::shared_ptr<std::atomic<bool>>& cancel, size_t slot,
+                               call_detail::CallTiming* timing) {
+  timing->generation = request.kind_case() == niels::v1::Request::kChat ||
+                       request.kind_case() == niels::v1::Request::kGenerate;
+  timing->submitted = Clock::now();
+  request.set_request_id(++next_request_id_);
+  service.Submit(server::Job(server::Caller{peer_uid_}, std::move(request), cancel,
+                             std::make_shared<CallSink>(state, slot, stream_.get_executor())));
+}
+
+asio::awaitable<std::vector<niels::v1::Response>> HttpConnection::DoCalls(std::vector<niels::v1::Request> requests,
+                                                                         IndexedEventHandler on_event,
+                                                                         bool cancellable) {
+  const size_t count = requests.size();
+  std::vector<niels::v1::Response> responses(count);
   const HttpOptions& options = front_->options;
   if (options.overflow_uid && peer_uid_ == *options.overflow_uid &&
-      request.kind_case() == niels::v1::Request::kCreateSession) {
-    co_return ErrorResponse(common::Status::PermissionDenied(fmt::format(
+      requests.front().kind_case() == niels::v1::Request::kCreateSession) {
+    responses.front() = ErrorResponse(common::Status::PermissionDenied(fmt::format(
         "nielsd sees your uid as {}, the kernel's overflow uid: your real uid is not mapped into nielsd's user "
         "namespace, so nielsd gives you no sessions",
         *options.overflow_uid)));
+    co_return responses;
   }
   server::RequestService* service = front_->service.load();
-  if (service == nullptr) co_return ErrorResponse(common::Status::Unavailable("nielsd is not serving yet"));
+  if (service == nullptr) {
+    for (niels::v1::Response& response : responses) {
+      response = ErrorResponse(common::Status::Unavailable("nielsd is not serving yet"));
+    }
+    co_return responses;
+  }
   const asio::any_io_executor executor = stream_.get_executor();
-  auto state = std::make_shared<CallState>(executor, options.max_queued_bytes);
+  auto state = std::make_shared<CallState>(executor, options.max_queued_bytes, count);
+  // One flag for all the requests of the call: a refused event or a gone client cancels them all.
   auto cancel = std::make_shared<std::atomic<bool>>(false);
   if (cancellable) {
     current_cancel_ = cancel;
     if (stopped_) cancel->store(true);
   }
-  request.set_request_id(++next_request_id_);
-  service->Submit(server::Job(server::Caller{peer_uid_}, std::move(request), cancel,
-                              std::make_shared<CallSink>(state, executor)));
+  std::vector<CallTiming> timings(count);
+  std::vector<bool> done(count, false);
+  SubmitOne(*service, requests[0], state, cancel, 0, &timings[0]);
+  bool others_submitted = count == 1;
   bool delivering = on_event != nullptr;
+  size_t finished = 0;
   boost::system::error_code ec;
   for (;;) {
-    std::deque<niels::v1::Response> events;
-    std::optional<niels::v1::Response> final;
-    {
-      std::lock_guard lock(state->mutex);
-      events.swap(state->events);
-      state->queued_bytes = 0;
-      if (events.empty()) final = std::move(state->final);
+    bool progressed = false;
+    bool first_started = false;  // requests[0] has sent an event or finished
+    for (size_t i = 0; i < count; ++i) {
+      if (done[i] || (i > 0 && !others_submitted)) continue;
+      std::deque<niels::v1::Response> events;
+      std::deque<Clock::time_point> arrived;
+      std::optional<niels::v1::Response> final;
+      {
+        std::lock_guard lock(state->mutex);
+        CallState::Slot& slot = state->slots[i];
+        events.swap(slot.events);
+        arrived.swap(slot.arrived);
+        state->queued_bytes -= slot.queued_bytes;
+        slot.queued_bytes = 0;
+        if (events.empty()) final = std::move(slot.final);
+      }
+      if (!events.empty()) {
+        progressed = true;
+        if (i == 0) first_started = true;
+        for (size_t e = 0; e < events.size(); ++e) {
+          const niels::v1::Response& event = events[e];
+          if (!event.has_token()) continue;
+          CallTiming& timing = timings[i];
+          // When the engine handed the token over (not when the strand got to it: a write of the
+          // previous event may have held it).
+          const Clock::time_point now = arrived[e];
+          if (timing.generation && endpoint_ != nullptr && event.token().index() != timing.last_index) {
+            const double seconds =
+                std::chrono::duration<double>(now - (timing.last_token ? *timing.last_token : timing.submitted)).count();
+            if (timing.last_token) {
+              front_->counters.ObserveTokenGap(endpoint_, seconds);
+            } else {
+              front_->counters.ObserveFirstToken(endpoint_, seconds);
+            }
+            timing.last_token = now;
+            timing.last_index = event.token().index();
+          }
+          if (!delivering) continue;
+          if (!co_await on_event(i, event.token())) {
+            delivering = false;
+            cancel->store(true);
+          }
+        }
+        continue;
+      }
+      if (final) {
+        progressed = true;
+        if (i == 0) first_started = true;
+        const niels::v1::GenerationStats* stats = GenerationStatsOf(*final);
+        if (timings[i].generation && endpoint_ != nullptr && stats != nullptr && !timings[i].last_token &&
+            stats->generated_tokens() > 0) {
+          // Not streamed: the engine's own measures (its queue and first-token time; the decode
+          // rate over the tokens after the first).
+          front_->counters.ObserveFirstToken(endpoint_, (stats->queue_ms() + stats->time_to_first_token_ms()) / 1000.0);
+          if (stats->generated_tokens() >= 2 && stats->decode_tokens_per_s() > 0) {
+            front_->counters.ObserveTokenGap(endpoint_, 1.0 / stats->decode_tokens_per_s(),
+                                             static_cast<uint64_t>(stats->generated_tokens() - 1));
+          }
+        }
+        responses[i] = std::move(*final);
+        done[i] = true;
+        ++finished;
+      }
     }
-    if (!events.empty()) {
-      for (niels::v1::Response& event : events) {
-        if (!delivering || !event.has_token()) continue;
-        if (!co_await on_event(event.token())) {
-          delivering = false;
-          cancel->store(true);
+    if (first_started && !others_submitted) {
+      others_submitted = true;
+      progressed = true;
+      // The first failed before its first token: the others would fail the same way (or are moot).
+      const bool first_failed = done[0] && responses[0].has_error();
+      for (size_t i = 1; i < count; ++i) {
+        if (first_failed) {
+          responses[i] = responses[0];
+          done[i] = true;
+          ++finished;
+        } else {
+          SubmitOne(*service, requests[i], state, cancel, i, &timings[i]);
         }
       }
-      continue;  // look again before sleeping: a wake-up may have come while the events were written
     }
-    if (final) {
+    if (finished == count) {
       if (cancellable) current_cancel_.reset();
-      co_return std::move(*final);
+      co_return responses;
     }
+    if (progressed) continue;  // look again before sleeping: a wake-up may have come meanwhile
     if (cancellable && !cancel->load() && PeerGone()) cancel->store(true);
     state->timer.expires_after(kPeerCheckPeriod);
     co_await state->timer.async_wait(asio::redirect_error(asio::use_awaitable, ec));

@@ -22,6 +22,7 @@
 #include <memory>
 #include <optional>
 #include <string>
+#include <vector>
 
 #include <boost/asio/awaitable.hpp>
 #include <boost/asio/local/stream_protocol.hpp>
@@ -33,6 +34,11 @@
 #include "daemon/http/front_state.h"
 
 namespace niels::daemon::http {
+
+namespace call_detail {
+struct CallState;
+struct CallTiming;
+}  // namespace call_detail
 
 class HttpConnection final : public Exchange, public std::enable_shared_from_this<HttpConnection> {
  public:
@@ -55,7 +61,10 @@ class HttpConnection final : public Exchange, public std::enable_shared_from_thi
 
   // Exchange (exchange.h).
   boost::asio::awaitable<niels::v1::Response> Call(niels::v1::Request request, EventHandler on_event) override;
+  boost::asio::awaitable<std::vector<niels::v1::Response>> CallAll(std::vector<niels::v1::Request> requests,
+                                                                   IndexedEventHandler on_event) override;
   boost::asio::awaitable<niels::v1::Response> CallToEnd(niels::v1::Request request) override;
+  void SetEndpoint(const char* endpoint) override { endpoint_ = endpoint; }
   boost::asio::awaitable<std::optional<ApiError>> Model(ModelView* model) override;
   boost::asio::awaitable<void> Respond(unsigned status, std::string body, std::string content_type) override;
   boost::asio::awaitable<void> RespondError(const ApiError& error) override;
@@ -68,8 +77,12 @@ class HttpConnection final : public Exchange, public std::enable_shared_from_thi
   enum class Answer { kNone, kResponded, kStreaming, kStreamEnded };
 
   boost::asio::awaitable<void> Run();
-  boost::asio::awaitable<niels::v1::Response> DoCall(niels::v1::Request request, EventHandler on_event,
-                                                     bool cancellable);
+  boost::asio::awaitable<std::vector<niels::v1::Response>> DoCalls(std::vector<niels::v1::Request> requests,
+                                                                   IndexedEventHandler on_event, bool cancellable);
+  // Submits requests[slot] of a call (its id set here) and notes when, for the histograms.
+  void SubmitOne(server::RequestService& service, niels::v1::Request& request,
+                 const std::shared_ptr<call_detail::CallState>& state, const std::shared_ptr<std::atomic<bool>>& cancel,
+                 size_t slot, call_detail::CallTiming* timing);
   boost::asio::awaitable<void> Write(unsigned status, std::string body, uint32_t retry_after_s,
                                      const std::string& content_type);
   // Answers a request that could not be read and closes the connection after draining what the
@@ -100,6 +113,7 @@ class HttpConnection final : public Exchange, public std::enable_shared_from_thi
   unsigned answer_status_ = 0;  // of the current request's answer (counted for /metrics)
   uint64_t next_request_id_ = 0;
   std::shared_ptr<std::atomic<bool>> current_cancel_;  // the running cancellable call's
+  const char* endpoint_ = nullptr;  // the current request's route label (routes.h), for the histograms
 };
 
 }  // namespace niels::daemon::http

@@ -26,6 +26,25 @@ std::string LabelValue(const std::string& value) {
   return out;
 }
 
+// A histogram family: per endpoint its cumulative buckets, +Inf, _sum and _count.
+void Histogram(std::string& out, const char* name, const char* help,
+               const std::map<std::string, LatencyHistogram>& by_endpoint) {
+  fmt::format_to(std::back_inserter(out), "# HELP nielsd_{} {}\n# TYPE nielsd_{} histogram\n", name, help, name);
+  for (const auto& [endpoint, histogram] : by_endpoint) {
+    const std::string label = LabelValue(endpoint);
+    uint64_t cumulative = 0;
+    for (size_t i = 0; i < kLatencyBuckets.size(); ++i) {
+      cumulative += histogram.counts[i];
+      fmt::format_to(std::back_inserter(out), "nielsd_{}_bucket{{endpoint=\"{}\",le=\"{}\"}} {}\n", name, label,
+                     kLatencyBuckets[i], cumulative);
+    }
+    fmt::format_to(std::back_inserter(out), "nielsd_{}_bucket{{endpoint=\"{}\",le=\"+Inf\"}} {}\n", name, label,
+                   histogram.count);
+    fmt::format_to(std::back_inserter(out), "nielsd_{}_sum{{endpoint=\"{}\"}} {}\n", name, label, histogram.sum);
+    fmt::format_to(std::back_inserter(out), "nielsd_{}_count{{endpoint=\"{}\"}} {}\n", name, label, histogram.count);
+  }
+}
+
 }  // namespace
 
 std::string MetricsText(const niels::v1::StatsResponse& stats, const HttpCounters& counters,
@@ -60,6 +79,10 @@ std::string MetricsText(const niels::v1::StatsResponse& stats, const HttpCounter
     fmt::format_to(std::back_inserter(out), "nielsd_http_requests_total{{endpoint=\"{}\",status=\"{}\"}} {}\n",
                    LabelValue(key.first), key.second, count);
   }
+  Histogram(out, "http_time_to_first_token_seconds",
+            "Seconds from a generation's submission to its first token, by endpoint.", counters.first_token());
+  Histogram(out, "http_token_latency_seconds",
+            "Seconds between consecutive generated tokens, by endpoint.", counters.token_gap());
   return out;
 }
 

@@ -1,8 +1,9 @@
 #pragma once
 // GET /metrics: Prometheus's text format (version 0.0.4) of nielsd's Stats (sessions, KV blocks,
 // prefix-cache hits, tokens, queue depth, running rows, stored sessions, budget refusals) and of the
-// HTTP front's own counters (requests by endpoint and status, open HTTP connections). Every metric
-// is prefixed nielsd_. Not yet: latency histograms (time to first token, per-token).
+// HTTP front's own counters (requests by endpoint and status, open HTTP connections) and latency
+// histograms by endpoint (time to first token, per-token latency; buckets kLatencyBuckets, cumulative
+// as the format requires, then +Inf, _sum and _count). Every metric is prefixed nielsd_.
 
 #include <cstddef>
 #include <string>

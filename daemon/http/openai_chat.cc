@@ -1,10 +1,13 @@
 #include "daemon/http/openai_chat.h"
 
 #include <algorithm>
+#include <memory>
+#include <vector>
 #include <utility>
 
 #include <fmt/format.h>
 
+#include "common/defaults.h"
 #include "common/wire_status.h"
 #include "daemon/http/ephemeral_session.h"
 
@@ -256,9 +259,7 @@ std::optional<ApiError> MapChatCompletion(const json& body, const ModelView& mod
   constexpr int64_t kMostNewTokens = int64_t{1} << 16;
   plan->chat.set_max_new_tokens(
       static_cast<int32_t>(max_tokens.value_or(std::clamp<int64_t>(model.context, 1, kMostNewTokens))));
-  if (std::optional<int64_t> n = fields.Integer("n", 1, INT32_MAX); n && *n != 1) {
-    fields.Fail("n", "only n = 1 is supported");
-  }
+  plan->n = static_cast<int32_t>(fields.Integer("n", 1, kMaxChoices).value_or(1));
   if (fields.Bool("logprobs").value_or(false)) fields.Fail("logprobs", "logprobs are not supported on chat completions");
   if (const json* kwargs = fields.Object("chat_template_kwargs")) {
     FieldReader kwarg_fields = fields.Nested(*kwargs, "chat_template_kwargs.");
@@ -266,6 +267,14 @@ std::optional<ApiError> MapChatCompletion(const json& body, const ModelView& mod
   }
   plan->chat.set_stream(plan->stream.stream);
   return error;
+}
+
+niels::v1::ChatRequest ChoiceChat(const ChatPlan& plan, int32_t index) {
+  niels::v1::ChatRequest chat = plan.chat;
+  if (plan.n == 1) return chat;
+  const uint64_t seed = chat.sampling().has_seed() ? chat.sampling().seed() : common::kDefaultSeed;
+  chat.mutable_sampling()->set_seed(seed + static_cast<uint64_t>(index));
+  return chat;
 }
 
 namespace {
@@ -280,25 +289,26 @@ json ToolCallsJson(const google::protobuf::RepeatedPtrField<niels::v1::ToolCall>
   return out;
 }
 
-json Chunk(const std::string& id, int64_t created, const std::string& model, json delta, json finish_reason) {
+json Chunk(const std::string& id, int64_t created, const std::string& model, json delta, json finish_reason,
+           int32_t index = 0) {
   return {{"id", id},
           {"object", "chat.completion.chunk"},
           {"created", created},
           {"model", model},
           {"system_fingerprint", nullptr},
-          {"choices", json::array({{{"index", 0},
+          {"choices", json::array({{{"index", index},
                                     {"delta", std::move(delta)},
                                     {"logprobs", nullptr},
                                     {"finish_reason", std::move(finish_reason)}}})}};
 }
 
-std::string FirstChunk(const std::string& id, int64_t created, const std::string& model) {
-  return Dump(Chunk(id, created, model, {{"role", "assistant"}, {"content", ""}}, nullptr));
+std::string FirstChunk(const std::string& id, int64_t created, const std::string& model, int32_t index) {
+  return Dump(Chunk(id, created, model, {{"role", "assistant"}, {"content", ""}}, nullptr, index));
 }
 
 // The chunk of one event; nullopt when it adds nothing a client sees.
 std::optional<std::string> EventChunk(const std::string& id, int64_t created, const std::string& model,
-                                      const niels::v1::TokenEvent& event) {
+                                      const niels::v1::TokenEvent& event, int32_t index) {
   json delta = json::object();
   if (!event.text().empty()) delta["content"] = event.text();
   if (!event.reasoning().empty()) delta["reasoning_content"] = event.reasoning();
@@ -315,41 +325,77 @@ std::optional<std::string> EventChunk(const std::string& id, int64_t created, co
     delta["tool_calls"] = json::array({std::move(entry)});
   }
   if (delta.empty()) return std::nullopt;
-  return Dump(Chunk(id, created, model, std::move(delta), nullptr));
+  return Dump(Chunk(id, created, model, std::move(delta), nullptr, index));
 }
 
 std::string FinishChunk(const std::string& id, int64_t created, const std::string& model,
-                        const niels::v1::ChatResponse& chat) {
-  return Dump(Chunk(id, created, model, json::object(), FinishReason(chat.stop_reason())));
+                        const niels::v1::ChatResponse& chat, int32_t index) {
+  return Dump(Chunk(id, created, model, json::object(), FinishReason(chat.stop_reason()), index));
+}
+
+// The usage of all the choices: the prompt once (the first choice's, with its cached tokens), the
+// completion tokens of every choice.
+json ChoicesUsage(const std::vector<const niels::v1::ChatResponse*>& chats) {
+  json usage = Usage(chats.front()->stats());
+  int64_t completion = 0;
+  for (const niels::v1::ChatResponse* chat : chats) completion += chat->stats().generated_tokens();
+  usage["completion_tokens"] = completion;
+  usage["total_tokens"] = chats.front()->stats().prompt_tokens() + completion;
+  return usage;
 }
 
 std::string UsageChunk(const std::string& id, int64_t created, const std::string& model,
-                       const niels::v1::ChatResponse& chat) {
+                       const std::vector<const niels::v1::ChatResponse*>& chats) {
   json usage_chunk = Chunk(id, created, model, json::object(), nullptr);
   usage_chunk["choices"] = json::array();
-  usage_chunk["usage"] = Usage(chat.stats());
+  usage_chunk["usage"] = ChoicesUsage(chats);
   return Dump(usage_chunk);
 }
 
-std::string Answer(const std::string& id, int64_t created, const std::string& model,
-                   const niels::v1::ChatResponse& chat) {
+json ChoiceJson(const niels::v1::ChatResponse& chat, int32_t index) {
   json message = {{"role", "assistant"}, {"content", chat.reply()}};
   if (!chat.reasoning().empty()) message["reasoning_content"] = chat.reasoning();
   if (chat.tool_calls_size() > 0) {
     message["tool_calls"] = ToolCallsJson(chat.tool_calls());
     if (chat.reply().empty()) message["content"] = nullptr;
   }
+  return {{"index", index},
+          {"message", std::move(message)},
+          {"logprobs", nullptr},
+          {"finish_reason", FinishReason(chat.stop_reason())}};
+}
+
+std::string Answer(const std::string& id, int64_t created, const std::string& model,
+                   const std::vector<const niels::v1::ChatResponse*>& chats) {
+  json choices = json::array();
+  for (size_t i = 0; i < chats.size(); ++i) choices.push_back(ChoiceJson(*chats[i], static_cast<int32_t>(i)));
   json answer = {{"id", id},
                  {"object", "chat.completion"},
                  {"created", created},
                  {"model", model},
                  {"system_fingerprint", nullptr},
-                 {"choices", json::array({{{"index", 0},
-                                           {"message", std::move(message)},
-                                           {"logprobs", nullptr},
-                                           {"finish_reason", FinishReason(chat.stop_reason())}}})},
-                 {"usage", Usage(chat.stats())}};
+                 {"choices", std::move(choices)},
+                 {"usage", ChoicesUsage(chats)}};
   return Dump(answer);
+}
+
+// The first error among the responses, if any.
+const niels::v1::Response* FirstError(const std::vector<niels::v1::Response>& responses) {
+  for (const niels::v1::Response& response : responses) {
+    if (response.has_error()) return &response;
+  }
+  return nullptr;
+}
+
+std::vector<const niels::v1::ChatResponse*> Chats(const std::vector<niels::v1::Response>& responses) {
+  std::vector<const niels::v1::ChatResponse*> chats;
+  for (const niels::v1::Response& response : responses) chats.push_back(&response.chat());
+  return chats;
+}
+
+// Deletes the sessions (not cancelled by a gone client).
+boost::asio::awaitable<void> DeleteAll(std::vector<std::unique_ptr<EphemeralSession>>& sessions) {
+  for (std::unique_ptr<EphemeralSession>& session : sessions) co_await session->Delete();
 }
 
 }  // namespace
@@ -368,45 +414,61 @@ boost::asio::awaitable<void> HandleChatCompletion(Exchange& exchange, std::strin
     co_await exchange.RespondError(*error);
     co_return;
   }
-  EphemeralSession session(exchange);
-  if (std::optional<ApiError> created = co_await session.Create(plan.create)) {
-    co_await exchange.RespondError(*created);
-    co_return;
+  // One ephemeral session per choice, all before any Chat: a caller without room for n sessions
+  // gets its quota's refusal and nothing runs.
+  std::vector<std::unique_ptr<EphemeralSession>> sessions;
+  for (int32_t i = 0; i < plan.n; ++i) {
+    sessions.push_back(std::make_unique<EphemeralSession>(exchange));
+    if (std::optional<ApiError> created = co_await sessions.back()->Create(plan.create)) {
+      co_await DeleteAll(sessions);
+      co_await exchange.RespondError(*created);
+      co_return;
+    }
   }
-  plan.chat.set_session_id(session.id());
   const std::string id = NewResponseId("chatcmpl");
   const int64_t created = UnixNow();
-  niels::v1::Request chat_request;
-  *chat_request.mutable_chat() = std::move(plan.chat);
+  std::vector<niels::v1::Request> requests;
+  for (int32_t i = 0; i < plan.n; ++i) {
+    niels::v1::Request chat_request;
+    *chat_request.mutable_chat() = ChoiceChat(plan, i);
+    chat_request.mutable_chat()->set_session_id(sessions[i]->id());
+    // Several choices stream internally even when the answer is one JSON: the first token of the
+    // first choice is when the others start (Exchange::CallAll).
+    if (plan.n > 1) chat_request.mutable_chat()->set_stream(true);
+    requests.push_back(std::move(chat_request));
+  }
 
-  niels::v1::Response response;
+  std::vector<niels::v1::Response> responses;
   if (!plan.stream.stream) {
-    response = co_await exchange.Call(std::move(chat_request));
-    co_await session.Delete();
-    if (response.has_error()) {
-      co_await exchange.RespondError(FromStatus(common::FromProto(response.error())));
+    responses = co_await exchange.CallAll(std::move(requests), nullptr);
+    co_await DeleteAll(sessions);
+    if (const niels::v1::Response* failed = FirstError(responses)) {
+      co_await exchange.RespondError(FromStatus(common::FromProto(failed->error())));
     } else {
-      co_await exchange.Respond(200, Answer(id, created, model.id, response.chat()));
+      co_await exchange.Respond(200, Answer(id, created, model.id, Chats(responses)));
     }
     co_return;
   }
   bool open = co_await exchange.BeginEvents();
-  if (open) open = co_await exchange.SendEvent(FirstChunk(id, created, model.id));
+  for (int32_t i = 0; i < plan.n && open; ++i) open = co_await exchange.SendEvent(FirstChunk(id, created, model.id, i));
   if (open) {
-    Exchange::EventHandler on_event = [&](const niels::v1::TokenEvent& event) -> boost::asio::awaitable<bool> {
-      std::optional<std::string> chunk = EventChunk(id, created, model.id, event);
+    Exchange::IndexedEventHandler on_event = [&](size_t index,
+                                                 const niels::v1::TokenEvent& event) -> boost::asio::awaitable<bool> {
+      std::optional<std::string> chunk = EventChunk(id, created, model.id, event, static_cast<int32_t>(index));
       if (!chunk) co_return true;
       co_return co_await exchange.SendEvent(*chunk);
     };
-    response = co_await exchange.Call(std::move(chat_request), std::move(on_event));
+    responses = co_await exchange.CallAll(std::move(requests), std::move(on_event));
   }
-  co_await session.Delete();
+  co_await DeleteAll(sessions);
   if (!open) co_return;
-  if (response.has_error()) {
-    co_await exchange.SendEvent(ErrorBody(FromStatus(common::FromProto(response.error()))));
+  if (const niels::v1::Response* failed = FirstError(responses)) {
+    co_await exchange.SendEvent(ErrorBody(FromStatus(common::FromProto(failed->error()))));
   } else {
-    co_await exchange.SendEvent(FinishChunk(id, created, model.id, response.chat()));
-    if (plan.stream.include_usage) co_await exchange.SendEvent(UsageChunk(id, created, model.id, response.chat()));
+    for (size_t i = 0; i < responses.size(); ++i) {
+      co_await exchange.SendEvent(FinishChunk(id, created, model.id, responses[i].chat(), static_cast<int32_t>(i)));
+    }
+    if (plan.stream.include_usage) co_await exchange.SendEvent(UsageChunk(id, created, model.id, Chats(responses)));
     co_await exchange.SendEvent(std::string("[DONE]"));
   }
   co_await exchange.EndEvents();

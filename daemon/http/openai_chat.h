@@ -8,9 +8,16 @@
 // A conversation of one user message after the system prompt is sent as ChatRequest.user_text;
 // longer ones as ChatRequest.messages.
 //
+// n choices are n such sessions and n Chats, run as one call (Exchange::CallAll): the first alone
+// until its prompt is prefilled (its first token), then the others, which find the prompt's whole
+// blocks in the prefix index and prefill only the rest (at most a block, and the last position).
+// They are n native requests of the caller, so each counts against the caller's session, queue and
+// running quotas: n cannot get more than n requests would.
+//
 // MapChatCompletion is the pure edge (JSON -> native requests), fuzzed with the HTTP parser
 // (tests/fuzz/http_request_fuzz.cc); HandleChatCompletion runs a request through an Exchange.
 
+#include <cstdint>
 #include <optional>
 #include <string_view>
 
@@ -27,14 +34,24 @@ struct ChatPlan {
   niels::v1::CreateSessionRequest create;  // system prompt and tools
   niels::v1::ChatRequest chat;             // everything else (session_id set when run)
   StreamOptions stream;
+  int32_t n = 1;  // choices, [1, kMaxChoices]
 };
+
+// The most choices (`n`) one request may ask for.
+inline constexpr int32_t kMaxChoices = 8;
+
+// The Chat of choice `index` of a plan: plan.chat, with the seed `seed + index` when the request
+// gave one (the engine's default seed, common::kDefaultSeed, standing for it when not), so each
+// choice samples on its own and choice i of a seeded request is the answer of n = 1 with seed + i.
+// With n = 1 the Chat is plan.chat unchanged.
+niels::v1::ChatRequest ChoiceChat(const ChatPlan& plan, int32_t index);
 
 // Maps a request body onto native requests; the 400 (or 404 for an unknown model) naming the field
 // at fault otherwise. Fields: model, messages (system, developer, user, assistant with tool_calls and
 // reasoning_content, tool), tools, tool_choice, response_format (text, json_object, json_schema),
 // max_completion_tokens / max_tokens (default: the model's context), temperature, top_p, seed, stop,
-// stream, stream_options.include_usage, n (1 only), chat_template_kwargs.enable_thinking. Others are
-// ignored.
+// stream, stream_options.include_usage, n (1 to kMaxChoices), chat_template_kwargs.enable_thinking.
+// Others are ignored.
 std::optional<ApiError> MapChatCompletion(const nlohmann::json& body, const ModelView& model, ChatPlan* plan);
 
 boost::asio::awaitable<void> HandleChatCompletion(Exchange& exchange, std::string_view body);

