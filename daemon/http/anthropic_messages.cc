@@ -189,15 +189,8 @@ void ReadAssistantMessage(FieldReader& fields, const json& content, MessagesConv
 }
 
 void ReadAnthropicMessages(FieldReader& fields, MessagesPlan* plan) {
-  const json* messages = fields.Array("messages");
-  if (messages == nullptr) {
-    if (!fields.failed()) fields.Fail("messages", "is required");
-    return;
-  }
-  if (messages->empty()) {
-    fields.Fail("messages", "must not be empty");
-    return;
-  }
+  const json* messages = fields.NonEmptyArray("messages");
+  if (messages == nullptr) return;
   MessagesConversation conversation;
   for (size_t i = 0; i < messages->size() && !fields.failed(); ++i) {
     const json& entry = (*messages)[i];

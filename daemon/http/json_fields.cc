@@ -121,4 +121,17 @@ const nlohmann::json* FieldReader::Array(std::string_view name) {
   return value;
 }
 
+const nlohmann::json* FieldReader::NonEmptyArray(std::string_view name) {
+  const nlohmann::json* value = Array(name);
+  if (value == nullptr) {
+    if (!failed()) Fail(name, "is required");
+    return nullptr;
+  }
+  if (value->empty()) {
+    Fail(name, "must not be empty");
+    return nullptr;
+  }
+  return value;
+}
+
 }  // namespace niels::daemon::http

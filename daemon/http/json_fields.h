@@ -41,6 +41,8 @@ class FieldReader {
   // The field when it is an object / an array; nullptr when absent (or after a type error).
   const nlohmann::json* Object(std::string_view name);
   const nlohmann::json* Array(std::string_view name);
+  // Array, required and not empty: absent is "is required", [] is "must not be empty".
+  const nlohmann::json* NonEmptyArray(std::string_view name);
 
   // Records a 400 about `name` (first error wins), or any error.
   void Fail(std::string_view name, const std::string& message);

@@ -79,15 +79,8 @@ void ReadToolCalls(FieldReader& fields, niels::v1::ChatMessage* message) {
 }
 
 void ReadMessages(FieldReader& fields, ChatPlan* plan) {
-  const json* messages = fields.Array("messages");
-  if (messages == nullptr) {
-    if (!fields.failed()) fields.Fail("messages", "is required");
-    return;
-  }
-  if (messages->empty()) {
-    fields.Fail("messages", "must not be empty");
-    return;
-  }
+  const json* messages = fields.NonEmptyArray("messages");
+  if (messages == nullptr) return;
   std::optional<std::string> system_prompt;
   bool conversation_started = false;
   std::vector<niels::v1::ChatMessage> conversation;
