@@ -1,5 +1,7 @@
 #include "daemon/engine/output_constraint.h"
 
+#include <stdexcept>
+
 #include <algorithm>
 #include <utility>
 
@@ -46,7 +48,11 @@ common::StatusOr<std::shared_ptr<const ConstraintVocabulary>> ConstraintVocabula
 }
 
 OutputConstraint::OutputConstraint(const ConstraintSpec& spec, std::vector<int32_t> stop_ids)
-    : spec_(spec), stops_(stop_ids), matcher_(spec.grammar, spec.limits) {}
+    : spec_(spec), stops_(stop_ids), matcher_(spec.grammar, spec.limits) {
+  if (!spec.matched_prefix.empty() && !matcher_.AcceptBytes(spec.matched_prefix).ok()) {
+    throw std::invalid_argument("OutputConstraint: the matched prefix is not the start of a sentence of the grammar");
+  }
+}
 
 bool OutputConstraint::IsStop(int32_t id) const { return stops_.Contains(id); }
 

@@ -62,6 +62,10 @@ struct ConstraintSpec {
   std::shared_ptr<const grammar::CompiledGrammar> grammar;
   std::shared_ptr<const ConstraintVocabulary> vocabulary;
   grammar::MatcherLimits limits;
+  // Text the output is taken to begin with although the prompt wrote it (a reasoning open tag the
+  // chat template put at the end of the prompt): matched before the first id, not part of text().
+  // REQUIRES: a prefix of some sentence of the grammar.
+  std::string matched_prefix = {};
 };
 
 class OutputConstraint {

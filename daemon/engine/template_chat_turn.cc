@@ -274,20 +274,24 @@ TurnResult StartTemplateChatTurn(EngineState& state, const Work& work, const Cha
   std::vector<int32_t> input(prompt.ids.begin() + static_cast<std::ptrdiff_t>(common), prompt.ids.end());
 
   // The tool choice's constraint, if any. Under auto it yields to the request's own constraint (the
-  // reply then follows that), to stop strings (a constrained reply ends where its grammar does), and
-  // to a prompt that left a reasoning block open (the grammar's optional reasoning block starts
-  // with the open tag); calls are then parsed from the reply as from free text.
-  const bool auto_yields = automatic && (args.constraint != nullptr || !args.stop_strings.empty() ||
-                                         prompt.starts_in_reasoning);
+  // reply then follows that) and to stop strings (a constrained reply ends where its grammar does);
+  // calls are then parsed from the reply as from free text.
+  const bool auto_yields = automatic && (args.constraint != nullptr || !args.stop_strings.empty());
   ChatTurnArgs generation_args;
   const ChatTurnArgs* generate = &args;
-  if (*tool_constraint != nullptr && !auto_yields) {
+  const bool tool_constrained = *tool_constraint != nullptr && !auto_yields;
+  if (tool_constrained) {
     generation_args = args;
     generation_args.constraint = *tool_constraint;
     generate = &generation_args;
   }
   std::shared_ptr<StopStringRule> stop = MakeChatStopRule(state, args);
   GenerateOptions options = ChatGenerateOptions(state, *generate, format, stop);
+  // A prompt that leaves the reasoning block open: the tool grammar's optional reasoning block has
+  // begun (its grammars are compiled with the format's reasoning tags).
+  if (tool_constrained && prompt.starts_in_reasoning && format.reasoning_tags()) {
+    options.constraint.matched_prefix = format.reasoning_tags()->open;
+  }
   std::shared_ptr<const ReplyToolParsing> parsing;
   if (conversation.tools != nullptr) {
     parsing = std::make_shared<const ReplyToolParsing>(

@@ -549,6 +549,71 @@ TEST(ToolChatTest, AutoToolChoiceCallsAfterTheTriggerAlwaysParseAndValidate) {
             << valid << " valid; without the grammar " << malformed_free << " replies kept the trigger as content\n";
 }
 
+// Qwen3's template made to open the reasoning block in its generation prompt unless thinking is
+// disabled (as thinking-only models do): a reply then starts inside reasoning.
+std::string QwenTemplateOpeningThinking() {
+  std::string chat_template = text::testing::LoadReferenceChat("qwen3").source.chat_template;
+  const std::string closed = "{{- '<think>\\n\\n</think>\\n\\n' }}";
+  const size_t at = chat_template.rfind(closed);
+  if (at == std::string::npos) return "";
+  chat_template.insert(at + closed.size(), "\n    {%- else %}\n        {{- '<think>\\n' }}");
+  return chat_template;
+}
+
+// When the prompt leaves the reasoning block open, a tool choice's grammar starts inside its
+// reasoning block: the reply reasons (unconstrained), closes the block in time, then calls. A
+// forced choice gives valid calls after the reasoning. Under auto (the trigger biased) the reasoning
+// may hold the trigger as text (it is never constrained, and a call there is no call); whatever
+// calls the answer makes validate and its content holds no trigger.
+TEST(ToolChatTest, ToolChoicesOnAPromptThatOpensReasoning) {
+  const std::string chat_template = QwenTemplateOpeningThinking();
+  ASSERT_FALSE(chat_template.empty());
+  std::unique_ptr<loaders::Model> model = niels::testing::ReferenceChatModel("qwen3", kSeed, chat_template);
+  ASSERT_NE(model, nullptr);
+  EngineOptions options;
+  options.threads = 1;
+  Service service(std::make_unique<engine::Engine>(std::move(model), options));
+  const std::string session = CreateSession(service, "sys", true);
+  const int32_t trigger = SingleId(service, "<tool_call>");
+  nlohmann::json cases = nlohmann::json::array();
+  size_t replies_with_reasoning = 0;
+  for (const v1::ToolChoice::Mode mode : {v1::ToolChoice::REQUIRED, v1::ToolChoice::AUTO}) {
+    for (uint64_t seed = 1; seed <= niels::testing::UnlessSanitized<uint64_t>(6, 1); ++seed) {
+      v1::Request request = MessagesRequest(session, {Message("user", "Weather in Oslo?")}, 64);
+      request.mutable_chat()->clear_enable_thinking();  // the template opens the block
+      request.mutable_chat()->set_keep_messages(0);
+      request.mutable_chat()->mutable_sampling()->set_temperature(1.0f);
+      request.mutable_chat()->mutable_sampling()->set_seed(seed);
+      request.mutable_chat()->mutable_tool_choice()->set_mode(mode);
+      if (mode == v1::ToolChoice::AUTO) {
+        v1::TokenBias& bias = *request.mutable_chat()->mutable_sampling()->add_logit_bias();
+        bias.set_id(trigger);
+        bias.set_bias(12.0f);
+      }
+      const v1::Response response = Call(service, request);
+      ASSERT_TRUE(response.has_chat()) << response.DebugString();
+      const v1::ChatResponse& chat = response.chat();
+      if (mode == v1::ToolChoice::REQUIRED) {
+        EXPECT_EQ(chat.stop_reason(), v1::TOOL_CALLS) << "seed " << seed << ": reasoning [" << chat.reasoning()
+                                                     << "] reply [" << chat.reply() << "]";
+        EXPECT_GE(chat.tool_calls_size(), 1);
+        replies_with_reasoning += chat.reasoning().empty() ? 0 : 1;
+      }
+      EXPECT_FALSE(HoldsTrigger("qwen3", chat.reply())) << chat.reply();
+      // The block the prompt opened is not opened again (a grammar that began before it would
+      // have had the reply write `<think>` once more).
+      EXPECT_EQ(chat.reasoning().find("<think>"), std::string::npos) << chat.reasoning();
+      EXPECT_EQ(chat.stop_reason() == v1::TOOL_CALLS, chat.tool_calls_size() > 0);
+      for (const v1::ToolCall& call : chat.tool_calls()) {
+        cases.push_back({{"schema", nlohmann::json::parse(kWeatherSchema)},
+                         {"instances", nlohmann::json::array({call.arguments()})}});
+      }
+    }
+  }
+  EXPECT_GT(replies_with_reasoning, 0u);
+  EXPECT_EQ(CountValid(cases), cases.size());
+}
+
 // tool_choice required and named constrain the reply to calls (tool_grammar/tool_call_grammar.h):
 // sampled at temperature 1.0 with as many seeds as it takes to emit 500 calls per forced mode (fewer
 // under a sanitizer, where the masks over 151,936 ids dominate), on Qwen3 (Hermes) and Llama 3.2
