@@ -82,9 +82,20 @@ std::variant<ChatOptions, int> ParseChatFlags(int argc, const char* const* argv,
   CLI::Option* grammar = app.add_option("--grammar", o.grammar_file,
                                         "every reply follows the GBNF grammar in FILE (llama.cpp syntax, start rule root)");
   CLI::Option* any_json = app.add_flag("--json", o.any_json, "every reply is a JSON value");
-  app.add_option("--tools", o.tools_file,
+  CLI::Option* tools_flag = app.add_option("--tools", o.tools_file,
                  "give the model the tools of FILE (OpenAI-style tools JSON); each call is shown and its result read "
                  "from input");
+  CLI::Option* tool_exec = app.add_option(
+      "--tool-exec", o.tool_exec,
+      "answer each tool call by running CMD with /bin/sh: the call's arguments (JSON) on its stdin, "
+      "NIELS_TOOL_NAME and NIELS_TOOL_CALL_ID in its environment, its stdout sent back as the result");
+  tool_exec->needs(tools_flag);
+  tool_exec->type_name("CMD");
+  app.add_option("--tool-choice", o.tool_choice,
+                 "auto (the default), none, required, or a tool's name: what the first reply of each turn must do "
+                 "(replies after tool results choose for themselves)")
+      ->type_name("CHOICE")
+      ->needs(tools_flag);
   schema->excludes(grammar)->excludes(any_json);
   grammar->excludes(any_json);
   try {
@@ -208,6 +219,14 @@ niels::v1::ChatRequest BuildChatRequest(const ChatOptions& options, const std::s
   if (options.enable_thinking) request.set_enable_thinking(*options.enable_thinking);
   if (options.constraint) *request.mutable_constraint() = *options.constraint;
   if (options.tools) *request.mutable_tools() = *options.tools;
+  if (options.tool_choice == "none") {
+    request.mutable_tool_choice()->set_mode(niels::v1::ToolChoice::NONE);
+  } else if (options.tool_choice == "required") {
+    request.mutable_tool_choice()->set_mode(niels::v1::ToolChoice::REQUIRED);
+  } else if (!options.tool_choice.empty() && options.tool_choice != "auto") {
+    request.mutable_tool_choice()->set_mode(niels::v1::ToolChoice::NAMED);
+    request.mutable_tool_choice()->set_name(options.tool_choice);
+  }
   return request;
 }
 

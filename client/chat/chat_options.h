@@ -46,6 +46,12 @@ struct ChatOptions {
   // `tools`). Each call a reply makes is shown and its result read from the user.
   std::string tools_file;
   std::optional<niels::v1::ToolSet> tools;
+  // --tool-exec CMD (with --tools): each call is answered by running CMD (tool_command.h) instead
+  // of reading the result from the user.
+  std::string tool_exec;
+  // --tool-choice (with --tools): "auto" or empty, "none", "required", or a tool's name; sent with
+  // the first request of each user turn (the requests that carry tool results go as auto).
+  std::string tool_choice;
 };
 
 // Parses argv. Returns the options, or an exit code when the program should stop right away:

@@ -53,6 +53,8 @@ std::string UnreachableMessage(const std::string& socket_path, const common::Sta
   return "niels-chat: cannot reach nielsd at " + socket_path + " " + why + "; " + hint;
 }
 
+bool ChatRepl::InterruptedOutsideReply() { return g_interrupted != 0; }
+
 ChatRepl::ChatRepl(DaemonClient* client, ChatOptions options, std::ostream& out, std::ostream& err)
     : client_(client),
       options_(std::move(options)),
@@ -234,7 +236,9 @@ common::Status ChatRepl::Turn(const std::string& text) {
     NIELS_RETURN_IF_ERROR(Reply(request, &answered));
     if (!answered) break;
     // The tool results go back as the next request's messages.
+    // --tool-choice applies to the first reply of a user turn; the ones after results choose.
     request = BuildChatRequest(options_, session_id_, "");
+    request.clear_tool_choice();
     for (const niels::v1::ChatMessage& result : pending_results_) *request.add_messages() = result;
     pending_results_.clear();
   }
@@ -257,6 +261,7 @@ common::Status ChatRepl::Reply(const niels::v1::ChatRequest& request, bool* answ
   if (reply->tool_calls_size() > 0 && tool_result_reader_) {
     for (const niels::v1::ToolCall& call : reply->tool_calls()) {
       err_ << "[tool call " << call.name() << " " << call.arguments() << " (id " << call.id() << ")]" << std::endl;
+      g_interrupted = 0;
       std::optional<std::string> result = tool_result_reader_(call);
       if (!result) {
         pending_results_.clear();

@@ -75,6 +75,8 @@ class ChatRepl {
   // nullopt (end of input) leaves the call unanswered and ends the turn.
   using ToolResultReader = std::function<std::optional<std::string>(const niels::v1::ToolCall& call)>;
   void SetToolResultReader(ToolResultReader reader) { tool_result_reader_ = std::move(reader); }
+  // Whether Ctrl-C was pressed since the reader was called (for a reader that runs a command).
+  static bool InterruptedOutsideReply();
 
   // How replies show a reasoning model's reasoning (render.h); default: hidden with
   // --hide-reasoning, else between <think> tags (main() dims it on a terminal).

@@ -12,6 +12,7 @@
 #include "client/chat/chat_options.h"
 #include "client/chat/chat_repl.h"
 #include "client/chat/history_file.h"
+#include "client/chat/tool_command.h"
 #include "client/daemon_client.h"
 #include "common/socket_path.h"
 
@@ -77,7 +78,10 @@ int Run(ChatOptions options) {
     return started.code() == niels::common::StatusCode::kUnavailable ? kExitUnreachable : kExitTurnFailed;
   }
   const bool terminal = ::isatty(STDIN_FILENO) != 0 && !options.prompt;
-  if (options.tools) {
+  if (options.tools && !options.tool_exec.empty()) {
+    // --tool-exec: the command's output is the result; a failed command still answers.
+    repl.SetToolResultReader(ToolCommandReader(options.tool_exec, &ChatRepl::InterruptedOutsideReply, std::cerr));
+  } else if (options.tools) {
     // A call's result: one line typed at a "result> " prompt, or the next input line.
     repl.SetToolResultReader([terminal](const niels::v1::ToolCall& call) -> std::optional<std::string> {
       if (terminal) {

@@ -117,6 +117,11 @@ TEST(ChatFlagsTest, EveryFlagIsParsed) {
   EXPECT_EQ(MustParse({}).enable_thinking, std::nullopt);
   EXPECT_EQ(MustParse({"--think"}).enable_thinking, std::optional<bool>(true));
   EXPECT_EQ(MustParse({"--no-think"}).enable_thinking, std::optional<bool>(false));
+  const ChatOptions tools =
+      MustParse({"--tools", "/x/tools.json", "--tool-exec", "jq .city", "--tool-choice", "get_weather"});
+  EXPECT_EQ(tools.tools_file, "/x/tools.json");
+  EXPECT_EQ(tools.tool_exec, "jq .city");
+  EXPECT_EQ(tools.tool_choice, "get_weather");
 }
 
 TEST(ChatFlagsTest, HelpAndVersionExitZeroUsageErrorsExitTwo) {
@@ -127,7 +132,7 @@ TEST(ChatFlagsTest, HelpAndVersionExitZeroUsageErrorsExitTwo) {
   for (const char* flag : {"--max-new-tokens", "--temperature", "--top-k", "--top-p", "--seed", "--system",
                            "--system-file", "--no-kv-cache", "--greedy", "--ckpt", "--socket",
                            "--repetition-penalty", "--stream", "--prompt", "--version", "--hide-reasoning",
-                           "--think", "--no-think"}) {
+                           "--think", "--no-think", "--tools", "--tool-exec", "--tool-choice"}) {
     EXPECT_NE(out.find(flag), std::string::npos) << flag;
   }
   auto version = Parse({"--version"}, &out, &err);
@@ -137,7 +142,8 @@ TEST(ChatFlagsTest, HelpAndVersionExitZeroUsageErrorsExitTwo) {
 
   for (std::vector<std::string> bad : std::vector<std::vector<std::string>>{
            {"--top-p", "1.5"}, {"--top-k", "-1"}, {"--temperature", "-0.1"}, {"--max-new-tokens", "0"},
-           {"--bogus"}, {"--seed", "abc"}, {"--repetition-penalty", "0"}, {"--think", "--no-think"}}) {
+           {"--bogus"}, {"--seed", "abc"}, {"--repetition-penalty", "0"}, {"--think", "--no-think"},
+           {"--tool-exec", "cat"}, {"--tool-choice", "required"}}) {
     auto r = Parse(bad, &out, &err);
     ASSERT_TRUE(std::holds_alternative<int>(r)) << bad[0];
     EXPECT_EQ(std::get<int>(r), 2) << bad[0];
@@ -236,6 +242,16 @@ TEST(BuildChatRequestTest, CarriesOptions) {
   EXPECT_FALSE(r.use_kv_cache());
   EXPECT_TRUE(r.stream());
   EXPECT_FLOAT_EQ(r.sampling().repetition_penalty(), 1.2f);
+
+  EXPECT_FALSE(r.has_tool_choice());
+  for (const auto& [flag, mode] : std::vector<std::pair<std::string, v1::ToolChoice::Mode>>{
+           {"auto", v1::ToolChoice::AUTO}, {"none", v1::ToolChoice::NONE},
+           {"required", v1::ToolChoice::REQUIRED}, {"get_weather", v1::ToolChoice::NAMED}}) {
+    o.tool_choice = flag;
+    r = BuildChatRequest(o, "sid", "hi");
+    EXPECT_EQ(r.tool_choice().mode(), mode) << flag;
+    EXPECT_EQ(r.tool_choice().name(), mode == v1::ToolChoice::NAMED ? flag : "") << flag;
+  }
 }
 
 // --json-schema FILE, --grammar FILE, --json: at most one; the file's text goes into every turn's

@@ -12,6 +12,7 @@
 #include <string>
 #include <vector>
 
+#include "client/chat/tool_command.h"
 #include "tests/client/fake_daemon.h"
 
 namespace niels::client {
@@ -397,6 +398,39 @@ TEST(ChatReplTest, ToolCallsAreShownAndTheirResultsSentBack) {
   EXPECT_EQ(chats[1].messages(0).tool_call_id(), "call_1");
   EXPECT_EQ(chats[1].messages(0).content(), "21 degrees");
   EXPECT_EQ(chats[1].user_text(), "");
+}
+
+// --tool-exec: a real /bin/sh command answers the call; its stdout goes back as the tool message.
+TEST(ChatReplTest, ToolExecRunsTheCommandAndSendsItsOutputBack) {
+  EchoDaemon daemon;
+  auto client = DaemonClient::Connect(daemon.fake().path());
+  ASSERT_TRUE(client.ok());
+  ChatOptions options;
+  auto tools = ParseOpenAiTools(
+      R"([{"type": "function", "function": {"name": "get_weather", "parameters": {"type": "object"}}}])", "test");
+  ASSERT_TRUE(tools.ok()) << tools.status().ToString();
+  options.tools = *tools;
+  std::ostringstream out, err;
+  std::istringstream in("weather?\n");
+  {
+    ChatRepl repl(client->get(), options, out, err);
+    repl.SetToolResultReader(ToolCommandReader(R"(printf '%s %s ' "$NIELS_TOOL_NAME" "$NIELS_TOOL_CALL_ID"; cat)",
+                                               &ChatRepl::InterruptedOutsideReply, err));
+    ASSERT_TRUE(repl.Start("sys prompt").ok());
+    EXPECT_EQ(repl.RunLines(in), kExitOk) << err.str();
+  }
+  const std::string result = R"(get_weather call_1 {"city": "Oslo"})";
+  EXPECT_NE(out.str().find("the tool said " + result), std::string::npos) << out.str();
+  EXPECT_NE(err.str().find("[tool result " + std::to_string(result.size()) + " bytes, exit status 0]"),
+            std::string::npos) << err.str();
+  std::vector<v1::ChatRequest> chats;
+  for (const v1::Request& r : daemon.fake().requests()) {
+    if (r.has_chat()) chats.push_back(r.chat());
+  }
+  ASSERT_EQ(chats.size(), 2u);
+  ASSERT_EQ(chats[1].messages_size(), 1);
+  EXPECT_EQ(chats[1].messages(0).tool_call_id(), "call_1");
+  EXPECT_EQ(chats[1].messages(0).content(), result);
 }
 
 TEST(ChatReplTest, OneShot) {

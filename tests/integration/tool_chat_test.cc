@@ -4,6 +4,7 @@
 // assistant's tool call and the tool's result as messages; the follow-up turn renders the stored
 // call again and prefills only from the first differing token; after a restart of the daemon the
 // stored tools and calls render the same prompt.
+#include <filesystem>
 #include <fstream>
 #include <memory>
 #include <sstream>
@@ -182,6 +183,70 @@ TEST(ToolChatIntegrationTest, AToolLoopReusesTheCacheAndItsToolsAndCallsSurviveA
   ASSERT_FALSE(refused.ok());
   EXPECT_EQ(refused.status().code(), common::StatusCode::kInvalidArgument);
   EXPECT_NE(refused.status().message().find("messages[0].tool_call_id"), std::string::npos);
+}
+
+// niels-chat --tools FILE --tool-choice NAME --tool-exec CMD against the real daemon: the forced
+// call's arguments reach the command on stdin, the command's output goes back as the tool message,
+// and the model answers it; the session holds the call and the result.
+TEST(ToolChatIntegrationTest, NielsChatRunsAToolCommandForEachCall) {
+  text::testing::ReferenceChat chat = text::testing::LoadReferenceChat("qwen3");
+  ASSERT_NE(chat.tokenizer, nullptr);
+  testing::TempDir dir("nielsd_tool_exec_");
+  WriteQwen3Model(dir / "model", chat);
+  testing::DaemonProcessOptions daemon_options;
+  daemon_options.binary = NIELSD_BINARY;
+  daemon_options.model_dir = dir / "model";
+  daemon_options.socket_path = dir / "nielsd.sock";
+  daemon_options.extra_args = {"--threads", "1"};
+  auto daemon = testing::DaemonProcess::Start(daemon_options);
+
+  const std::filesystem::path tools_file = dir / "tools.json";
+  std::ofstream(tools_file) << nlohmann::json::array(
+      {{{"type", "function"},
+        {"function",
+         {{"name", "get_weather"}, {"description", "The current weather of a city"},
+          {"parameters", nlohmann::json::parse(kWeatherSchema)}}}}});
+  const std::filesystem::path calls = dir / "calls.log";
+  const std::string command = "{ cat; echo; } >> '" + calls.string() + "'; echo '{\"temperature_c\": 21}'";
+  const testing::ProcessResult run = testing::RunProcess(
+      {NIELS_CHAT_BINARY, "--socket", daemon_options.socket_path.string(), "--greedy", "--no-think",
+       "--max-new-tokens", "48", "--tools", tools_file.string(), "--tool-choice", "get_weather", "--tool-exec",
+       command, "-p", "Weather in Paris?"});
+  EXPECT_EQ(run.exit_code, 0) << run.err;
+  EXPECT_NE(run.err.find("[tool call get_weather "), std::string::npos) << run.err;
+  EXPECT_NE(run.err.find("[tool result 21 bytes, exit status 0]"), std::string::npos) << run.err;
+
+  // The command got the call's arguments, valid under the schema's shape.
+  std::ifstream log(calls);
+  std::string line;
+  std::vector<std::string> arguments;
+  while (std::getline(log, line)) arguments.push_back(line);
+  ASSERT_EQ(arguments.size(), 1u) << "the forced first reply makes one call; the reply after its result chooses";
+  const nlohmann::json parsed = nlohmann::json::parse(arguments[0]);
+  ASSERT_TRUE(parsed.is_object()) << arguments[0];
+  EXPECT_TRUE(parsed.at("city").is_string()) << arguments[0];
+  EXPECT_NE(run.err.find("[tool call get_weather " + arguments[0] + " (id "), std::string::npos) << run.err;
+
+  // The session holds the question, the call, its result and the answer.
+  auto connected = client::DaemonClient::Connect(daemon_options.socket_path.string());
+  ASSERT_TRUE(connected.ok()) << connected.status().ToString();
+  auto listed = (*connected)->ListSessions();
+  ASSERT_TRUE(listed.ok()) << listed.status().ToString();
+  ASSERT_EQ(listed->sessions_size(), 1);
+  auto session = (*connected)->GetSession(listed->sessions(0).session_id());
+  ASSERT_TRUE(session.ok()) << session.status().ToString();
+  std::vector<v1::ChatMessage> messages;
+  for (const v1::ChatMessage& m : session->messages()) {
+    if (m.role() != "system") messages.push_back(m);
+  }
+  ASSERT_EQ(messages.size(), 4u);
+  EXPECT_EQ(messages[0].content(), "Weather in Paris?");
+  ASSERT_EQ(messages[1].tool_calls_size(), 1);
+  EXPECT_EQ(messages[1].tool_calls(0).arguments(), arguments[0]);
+  EXPECT_EQ(messages[2].role(), "tool");
+  EXPECT_EQ(messages[2].tool_call_id(), messages[1].tool_calls(0).id());
+  EXPECT_EQ(messages[2].content(), R"({"temperature_c": 21})");
+  EXPECT_EQ(messages[3].role(), "assistant");
 }
 
 }  // namespace
