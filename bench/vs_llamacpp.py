@@ -4,6 +4,7 @@
 
     bench/vs_llamacpp.py compare --shape SHAPE --type TYPE [--rounds 3] [--repeats 3] [--tg 128]
     bench/vs_llamacpp.py system-prompt [--system-tokens 100 6000] [--turns 6] [--rounds 2]
+    bench/vs_llamacpp.py tool-loop [--type q4_k_m] [--turns 6] [--result-tokens 60]
     bench/vs_llamacpp.py startup [--format gguf|hf] [--type f16|bf16] [--runs 10]
     common: [--build DIR] [--work DIR] [--keep] [--threads 2]
 
@@ -25,6 +26,12 @@ system-prompt: a Qwen3-0.6B-shaped f16 GGUF (real Qwen3 tokenizer and chat templ
 on it (--kv-dtype f16 --ephemeral), nielsd-system-prompt-bench through its socket (time to first
 token of turns 2..N with a 100- vs a 6000-token system prompt; turn 1's prefill tokens/s), then
 llama.cpp's prompt processing of as many tokens as nielsd's first long turn prefilled.
+
+tool-loop: a Qwen3-0.6B-shaped GGUF (default Q4_K_M; real Qwen3 tokenizer and chat template), a real
+nielsd on it, nielsd-tool-loop-bench through its socket: each round a forced tool call, then the
+tool's result as a tool message against a plain user turn of the same new-token count on a fork
+(time to first token, tokens prefilled and reused; target: the result turn within 1.2x). nielsd
+only: llama.cpp's server is not part of the references.
 
 startup: nielsd's READY time (sd_notify) and first answered Info on a Qwen3-0.6B-shaped model
 (GGUF file or Hugging Face directory, with the 151,936-token tokenizer), warm page cache: nielsd-bench
@@ -83,6 +90,7 @@ class Tools:
         self.nielsd = os.path.join(self.build, "daemon", "nielsd")
         self.bench = os.path.join(self.build, "bench", "nielsd-bench")
         self.prompt_bench = os.path.join(self.build, "bench", "nielsd-system-prompt-bench")
+        self.tool_loop_bench = os.path.join(self.build, "bench", "nielsd-tool-loop-bench")
         self.quantize = os.path.join(self.build, "tools", "quantize", "niels-quantize")
         self.llamacpp = os.path.join(ROOT, "bench", "llamacpp_bench.mjs")
         self.make_family = os.path.join(ROOT, "tests", "tools", "make_family_model.py")
@@ -100,6 +108,9 @@ def make_gguf(tools, shape, dtype, work, keep=False):
     existing file is reused; the f16 one is deleted after quantizing unless `keep`)."""
     base_dtype = "f16" if dtype in QUANT else dtype
     path = os.path.join(work, f"{shape}-{base_dtype}.gguf")
+    quantized = os.path.join(work, f"{shape}-{dtype}.gguf")
+    if dtype in QUANT and os.path.exists(quantized):
+        return quantized
     if not os.path.exists(path):
         if shape in FAMILY:
             run([PYTHON, tools.make_family, FAMILY[shape]["arch"], os.path.join(work, "unused-hf-dir"),
@@ -215,13 +226,12 @@ def start_nielsd(tools, model, a, work):
     sys.exit("vs_llamacpp: nielsd did not open its socket within 60 s")
 
 
-def system_prompt(a, tools, work):
-    tools.need(tools.nielsd, tools.prompt_bench)
-    gguf = make_gguf(tools, "qwen3-0.6b", "f16", work)
+def client_bench(tools, gguf, a, work, cmd):
+    """Runs a socket client bench (`cmd` without --socket) against a real nielsd on the Qwen3-0.6B
+    shape's `gguf`, with Qwen3's end-of-turn ids banned; returns its JSON lines."""
     proc, socket = start_nielsd(tools, gguf, a, work)
     try:
-        cmd = [tools.prompt_bench, "--socket", socket, "--json", "--turns", str(a.turns), "--rounds", str(a.rounds),
-               "--reply-tokens", str(a.reply_tokens), "--system-tokens"] + [str(n) for n in a.system_tokens]
+        cmd = cmd + ["--socket", socket, "--json"]
         for i in FAMILY["qwen3-0.6b"]["stop_ids"]:
             cmd += ["--ban", str(i)]
         log("+ " + " ".join(cmd))
@@ -229,7 +239,15 @@ def system_prompt(a, tools, work):
     finally:
         proc.send_signal(signal.SIGTERM)
         proc.wait()
-    lines = json_lines(out)
+    return json_lines(out)
+
+
+def system_prompt(a, tools, work):
+    tools.need(tools.nielsd, tools.prompt_bench)
+    gguf = make_gguf(tools, "qwen3-0.6b", "f16", work)
+    lines = client_bench(tools, gguf, a, work,
+                         [tools.prompt_bench, "--turns", str(a.turns), "--rounds", str(a.rounds), "--reply-tokens",
+                          str(a.reply_tokens), "--system-tokens"] + [str(n) for n in a.system_tokens])
     summary = {x["system_tokens"]: x for x in lines if x["bench"] == "system_prompt_summary"}
     ratio = next(x for x in lines if x["bench"] == "system_prompt_ratio")
     for x in lines:
@@ -252,6 +270,23 @@ def system_prompt(a, tools, work):
           f"(daemon's count {ratio['daemon_ratio']:.2f}x; target <= 1.5x)")
     print(f"system prompt prefill of {pp} tokens: nielsd {first['system_prefill_tok_s']:.1f} tok/s, llama.cpp pp{pp} "
           f"{l:.1f} tok/s = {first['system_prefill_tok_s'] / l:.2f}x (target >= 0.8x); load {load_average()}")
+
+
+def tool_loop(a, tools, work):
+    tools.need(tools.nielsd, tools.tool_loop_bench)
+    gguf = make_gguf(tools, "qwen3-0.6b", a.type, work)
+    lines = client_bench(tools, gguf, a, work,
+                         [tools.tool_loop_bench, "--turns", str(a.turns), "--reply-tokens", str(a.reply_tokens),
+                          "--result-tokens", str(a.result_tokens)])
+    for x in lines:
+        if x["bench"] == "tool_loop":
+            print(f"turn {x['turn']:2d} {x['kind']:6s}: ttft {x['ttft_ms']:8.1f} ms (daemon {x['daemon_ttft_ms']:8.1f}), "
+                  f"prefilled {x['prefilled']:5d}, reused {x['reused']:5d}, prompt {x['prompt_tokens']:5d}")
+    s = next(x for x in lines if x["bench"] == "tool_loop_summary")
+    print(f"qwen3-0.6b {a.type}: median ttft of a tool-result turn {s['result_ttft_ms']:.1f} ms vs a plain turn "
+          f"{s['plain_ttft_ms']:.1f} ms of the same new tokens ({s['result_prefilled']:.0f} vs "
+          f"{s['plain_prefilled']:.0f} prefilled): {s['ratio']:.2f}x (daemon's count {s['daemon_ratio']:.2f}x; "
+          f"target <= 1.2x); load {load_average()}")
 
 
 def startup(a, tools, work):
@@ -290,6 +325,11 @@ def main():
     s.add_argument("--turns", type=int, default=6)
     s.add_argument("--rounds", type=int, default=2)
     s.add_argument("--reply-tokens", type=int, default=16)
+    t = sub.add_parser("tool-loop")
+    t.add_argument("--type", choices=["f16", "bf16"] + list(QUANT), default="q4_k_m")
+    t.add_argument("--turns", type=int, default=6)
+    t.add_argument("--reply-tokens", type=int, default=16)
+    t.add_argument("--result-tokens", type=int, default=60)
     u = sub.add_parser("startup")
     u.add_argument("--format", choices=["gguf", "hf"], default="gguf")
     u.add_argument("--type", choices=["f16", "bf16"], default="f16")
@@ -301,7 +341,8 @@ def main():
     work = a.work or tempfile.mkdtemp(prefix="nielsd-vs-llamacpp-")
     os.makedirs(work, exist_ok=True)
     try:
-        {"compare": compare, "system-prompt": system_prompt, "startup": startup}[a.command](a, tools, work)
+        {"compare": compare, "system-prompt": system_prompt, "tool-loop": tool_loop,
+         "startup": startup}[a.command](a, tools, work)
     finally:
         if not a.keep:
             shutil.rmtree(work, ignore_errors=True)

@@ -1,6 +1,7 @@
 #include "daemon/engine/template_chat_turn.h"
 
 #include <algorithm>
+#include <cmath>
 #include <functional>
 #include <map>
 #include <set>
@@ -9,6 +10,7 @@
 #include <vector>
 
 #include <fmt/format.h>
+#include "daemon/sampling/token_id_set.h"
 
 namespace niels::daemon::engine {
 
@@ -16,6 +18,17 @@ using common::Status;
 using common::StatusOr;
 
 namespace {
+
+// Whether `sampling` leaves none of `stop_ids` to sample (each banned, or biased to -inf): a reply
+// held to a grammar could then never end.
+bool EveryStopIdBanned(std::span<const int32_t> stop_ids, const sampling::SamplingParams& sampling) {
+  std::vector<int32_t> banned = sampling.banned_ids;
+  for (const sampling::TokenBias& bias : sampling.logit_bias) {
+    if (std::isinf(bias.bias) && bias.bias < 0) banned.push_back(bias.id);
+  }
+  const sampling::TokenIdSet set(banned);
+  return std::all_of(stop_ids.begin(), stop_ids.end(), [&set](int32_t id) { return set.Contains(id); });
+}
 
 // The length of the longest common prefix of two id lists.
 size_t CommonPrefix(std::span<const int32_t> a, std::span<const int32_t> b) {
@@ -240,6 +253,11 @@ TurnResult StartTemplateChatTurn(EngineState& state, const Work& work, const Cha
       return Status::InvalidArgument(
           "stop_strings cannot be combined with a forced tool_choice: a reply of tool calls ends where its grammar does");
     }
+    if (EveryStopIdBanned(format.stop_ids(), args.sampling)) {
+      return Status::InvalidArgument(
+          "sampling.banned_ids: a forced tool_choice needs an end-of-turn id that is not banned, or its calls could "
+          "never end");
+    }
   }
   StatusOr<size_t> min_drop = ExchangesOverBytes(session, conversation);
   if (!min_drop.ok()) return min_drop.status();
@@ -274,9 +292,11 @@ TurnResult StartTemplateChatTurn(EngineState& state, const Work& work, const Cha
   std::vector<int32_t> input(prompt.ids.begin() + static_cast<std::ptrdiff_t>(common), prompt.ids.end());
 
   // The tool choice's constraint, if any. Under auto it yields to the request's own constraint (the
-  // reply then follows that) and to stop strings (a constrained reply ends where its grammar does);
-  // calls are then parsed from the reply as from free text.
-  const bool auto_yields = automatic && (args.constraint != nullptr || !args.stop_strings.empty());
+  // reply then follows that), to stop strings (a constrained reply ends where its grammar does) and
+  // to banned end-of-turn ids (a call could never end); calls are then parsed from the reply as
+  // from free text.
+  const bool auto_yields = automatic && (args.constraint != nullptr || !args.stop_strings.empty() ||
+                                         EveryStopIdBanned(format.stop_ids(), args.sampling));
   ChatTurnArgs generation_args;
   const ChatTurnArgs* generate = &args;
   const bool tool_constrained = *tool_constraint != nullptr && !auto_yields;

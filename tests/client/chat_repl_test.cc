@@ -361,17 +361,23 @@ TEST(ChatReplTest, RetryEditAndUndoRewindTheLastTurn) {
   EXPECT_NE(run.err.find("the conversation has no turn yet"), std::string::npos) << run.err;
 }
 
+// Options with one tool, get_weather (what --tools FILE gives).
+ChatOptions WeatherToolOptions() {
+  ChatOptions options;
+  auto tools = ParseOpenAiTools(
+      R"([{"type": "function", "function": {"name": "get_weather", "parameters": {"type": "object"}}}])", "test");
+  EXPECT_TRUE(tools.ok()) << tools.status().ToString();
+  if (tools.ok()) options.tools = *tools;
+  return options;
+}
+
 // --tools: the tools go with every turn; a call is shown, its result read from input and sent back
 // as a tool message with the call's id, and the model's next reply printed.
 TEST(ChatReplTest, ToolCallsAreShownAndTheirResultsSentBack) {
   EchoDaemon daemon;
   auto client = DaemonClient::Connect(daemon.fake().path());
   ASSERT_TRUE(client.ok());
-  ChatOptions options;
-  auto tools = ParseOpenAiTools(
-      R"([{"type": "function", "function": {"name": "get_weather", "parameters": {"type": "object"}}}])", "test");
-  ASSERT_TRUE(tools.ok()) << tools.status().ToString();
-  options.tools = *tools;
+  const ChatOptions options = WeatherToolOptions();
   std::ostringstream out, err;
   std::istringstream in("weather?\n21 degrees\n");
   {
@@ -405,11 +411,7 @@ TEST(ChatReplTest, ToolExecRunsTheCommandAndSendsItsOutputBack) {
   EchoDaemon daemon;
   auto client = DaemonClient::Connect(daemon.fake().path());
   ASSERT_TRUE(client.ok());
-  ChatOptions options;
-  auto tools = ParseOpenAiTools(
-      R"([{"type": "function", "function": {"name": "get_weather", "parameters": {"type": "object"}}}])", "test");
-  ASSERT_TRUE(tools.ok()) << tools.status().ToString();
-  options.tools = *tools;
+  const ChatOptions options = WeatherToolOptions();
   std::ostringstream out, err;
   std::istringstream in("weather?\n");
   {

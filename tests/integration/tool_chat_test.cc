@@ -50,6 +50,16 @@ void WriteQwen3Model(const std::filesystem::path& dir, const text::testing::Refe
   files.Write(dir);
 }
 
+// nielsd on dir/model with one thread, its socket in `dir`.
+testing::DaemonProcessOptions OneThreadDaemon(const std::filesystem::path& dir) {
+  testing::DaemonProcessOptions options;
+  options.binary = NIELSD_BINARY;
+  options.model_dir = dir / "model";
+  options.socket_path = dir / "nielsd.sock";
+  options.extra_args = {"--threads", "1"};
+  return options;
+}
+
 v1::ChatMessage Message(const std::string& role, const std::string& content) {
   v1::ChatMessage message;
   message.set_role(role);
@@ -95,11 +105,7 @@ TEST(ToolChatIntegrationTest, AToolLoopReusesTheCacheAndItsToolsAndCallsSurviveA
   auto format = text::JinjaChatFormat::Create(chat.source);
   ASSERT_TRUE(format.ok()) << format.status().ToString();
 
-  testing::DaemonProcessOptions daemon_options;
-  daemon_options.binary = NIELSD_BINARY;
-  daemon_options.model_dir = dir / "model";
-  daemon_options.socket_path = dir / "nielsd.sock";
-  daemon_options.extra_args = {"--threads", "1"};
+  const testing::DaemonProcessOptions daemon_options = OneThreadDaemon(dir);
   auto daemon = testing::DaemonProcess::Start(daemon_options);
   auto connected = client::DaemonClient::Connect(daemon_options.socket_path.string());
   ASSERT_TRUE(connected.ok()) << connected.status().ToString();
@@ -193,11 +199,7 @@ TEST(ToolChatIntegrationTest, NielsChatRunsAToolCommandForEachCall) {
   ASSERT_NE(chat.tokenizer, nullptr);
   testing::TempDir dir("nielsd_tool_exec_");
   WriteQwen3Model(dir / "model", chat);
-  testing::DaemonProcessOptions daemon_options;
-  daemon_options.binary = NIELSD_BINARY;
-  daemon_options.model_dir = dir / "model";
-  daemon_options.socket_path = dir / "nielsd.sock";
-  daemon_options.extra_args = {"--threads", "1"};
+  const testing::DaemonProcessOptions daemon_options = OneThreadDaemon(dir);
   auto daemon = testing::DaemonProcess::Start(daemon_options);
 
   const std::filesystem::path tools_file = dir / "tools.json";

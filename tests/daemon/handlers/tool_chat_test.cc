@@ -683,6 +683,51 @@ TEST(ToolChatTest, ForcedToolChoicesAlwaysGiveValidCalls) {
             << ", named " << calls_of_mode["named"] << "; " << valid << " of " << cases.size() << " valid\n";
 }
 
+// Banned end-of-turn ids: a forced choice is refused up front (its calls could never end; it used to
+// reach the engine and come back INTERNAL), and auto yields, so the reply runs to its budget as an
+// unconstrained one does.
+TEST(ToolChatTest, BannedEndOfTurnIdsWithToolChoices) {
+  std::unique_ptr<Service> service = StartService("qwen3");
+  ASSERT_NE(service, nullptr);
+  const std::string session = CreateSession(*service, "sys", true);
+  const Conversation before = Read(*service, session);
+  v1::Request forced = MessagesRequest(session, {Message("user", "Weather in Oslo?")}, 12);
+  for (const char* end : {"<|im_end|>", "<|endoftext|>"}) {
+    forced.mutable_chat()->mutable_sampling()->add_banned_ids(SingleId(*service, end));
+  }
+  for (v1::ToolChoice::Mode mode : {v1::ToolChoice::REQUIRED, v1::ToolChoice::NAMED}) {
+    forced.mutable_chat()->mutable_tool_choice()->set_mode(mode);
+    if (mode == v1::ToolChoice::NAMED) forced.mutable_chat()->mutable_tool_choice()->set_name("get_weather");
+    const v1::Response refused = Call(*service, forced);
+    ASSERT_TRUE(refused.has_error()) << refused.DebugString();
+    EXPECT_EQ(refused.error().code(), v1::INVALID_ARGUMENT) << refused.DebugString();
+    EXPECT_NE(refused.error().message().find("sampling.banned_ids"), std::string::npos) << refused.error().message();
+    EXPECT_EQ(Read(*service, session).tokens, before.tokens);
+  }
+  // One end id left unbanned: the forced reply is constrained again and makes its call.
+  v1::Request one_left = forced;
+  one_left.mutable_chat()->mutable_sampling()->clear_banned_ids();
+  one_left.mutable_chat()->mutable_sampling()->add_banned_ids(SingleId(*service, "<|endoftext|>"));
+  one_left.mutable_chat()->set_max_new_tokens(64);
+  const v1::Response called = Call(*service, one_left);
+  ASSERT_TRUE(called.has_chat()) << called.DebugString();
+  EXPECT_EQ(called.chat().stop_reason(), v1::TOOL_CALLS) << called.DebugString();
+  ASSERT_TRUE(Call(*service, [&] {
+                v1::Request rewind;
+                rewind.mutable_rewind_session()->set_session_id(session);
+                rewind.mutable_rewind_session()->set_keep_messages(0);
+                return rewind;
+              }()).has_rewind_session());
+
+  v1::Request automatic = forced;
+  automatic.mutable_chat()->mutable_tool_choice()->set_mode(v1::ToolChoice::AUTO);
+  automatic.mutable_chat()->mutable_tool_choice()->clear_name();
+  const v1::Response answered = Call(*service, automatic);
+  ASSERT_TRUE(answered.has_chat()) << answered.DebugString();
+  EXPECT_EQ(answered.chat().stop_reason(), v1::MAX_TOKENS) << answered.DebugString();
+  EXPECT_EQ(answered.chat().stats().generated_tokens(), 12) << answered.DebugString();
+}
+
 }  // namespace tool_chat_test
 }  // namespace
 }  // namespace niels::daemon::handlers::testing
