@@ -105,7 +105,7 @@ TEST(ToolChatIntegrationTest, AToolLoopReusesTheCacheAndItsToolsAndCallsSurviveA
   auto format = text::JinjaChatFormat::Create(chat.source);
   ASSERT_TRUE(format.ok()) << format.status().ToString();
 
-  const testing::DaemonProcessOptions daemon_options = OneThreadDaemon(dir);
+  const testing::DaemonProcessOptions daemon_options = OneThreadDaemon(dir.path());
   auto daemon = testing::DaemonProcess::Start(daemon_options);
   auto connected = client::DaemonClient::Connect(daemon_options.socket_path.string());
   ASSERT_TRUE(connected.ok()) << connected.status().ToString();
@@ -199,7 +199,7 @@ TEST(ToolChatIntegrationTest, NielsChatRunsAToolCommandForEachCall) {
   ASSERT_NE(chat.tokenizer, nullptr);
   testing::TempDir dir("nielsd_tool_exec_");
   WriteQwen3Model(dir / "model", chat);
-  const testing::DaemonProcessOptions daemon_options = OneThreadDaemon(dir);
+  const testing::DaemonProcessOptions daemon_options = OneThreadDaemon(dir.path());
   auto daemon = testing::DaemonProcess::Start(daemon_options);
 
   const std::filesystem::path tools_file = dir / "tools.json";
