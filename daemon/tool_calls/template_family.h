@@ -5,7 +5,8 @@
 //     templates);
 //   - kLlama3Json when it writes `<|python_tag|>` or asks for `"parameters"` (Llama 3.1-3.3's JSON
 //     tool prompt);
-//   - none otherwise (a template without tool support; the generic format is not wired yet).
+//   - none otherwise: a template without tool support, which the engine gives tools through the
+//     generic tool format (kGenericJson, text/generic_tool_format.h).
 // Pure; any thread.
 
 #include <optional>

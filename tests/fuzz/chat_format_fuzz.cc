@@ -13,7 +13,8 @@
 //   1 "llama3": bos_token, a system block with a date line (strftime_now) before the system
 //     prompt, trimmed contents between header markers;
 //   2 "chatml": the plain <|im_start|>role\ncontent<|im_end|> loop, whose rendering the harness
-//     also writes itself.
+//     also writes itself; as 3, with free roles, it also renders the generic tool format's rewrite
+//     of the conversation (CheckGeneric).
 // Each runs on the tiny family tokenizer of its model (tests/support/family_model.h: Qwen's
 // <|im_start|>, <|im_end|>, <|endoftext|> special and <think> not; Llama 3's header markers).
 //
@@ -81,6 +82,7 @@
 #include "daemon/engine/chat_turn.h"
 #include "daemon/engine/template_chat_turn.h"
 #include "daemon/text/bpe_tokenizer.h"
+#include "daemon/text/generic_tool_format.h"
 #include "daemon/text/jinja_chat_format.h"
 #include "daemon/text/reply_splitter.h"
 #include "daemon/text/tokenizer_config.h"
@@ -461,6 +463,42 @@ StatusOr<int64_t> CheckTurn(TemplateKind kind, const text::JinjaChatFormat& form
 
 // The conversation without a new user message (it ends in its last tool result or reply):
 // Render and EncodeConversation agree, the ids spell the rendering, a failure is INVALID_ARGUMENT.
+// The generic tool format (text/generic_tool_format.h) of a free-roles conversation: the rewrite
+// leaves no tool message and no call, its text is at most 6 x the conversation's (a control
+// character's \u escape) plus 64 bytes per message and tool and 1 KiB (the tool block's words), and
+// the chatml rendering of the rewrite holds every CheckTurn invariant.
+void CheckGeneric(const Conversation& c, size_t size) {
+  const text::RewrittenConversation rewritten =
+      text::GenericToolConversation(c.system, c.messages, c.options.tools.get());
+  size_t in_bytes = c.system ? c.system->size() : 0;
+  size_t out_bytes = rewritten.system_prompt ? rewritten.system_prompt->size() : 0;
+  size_t pieces = c.messages.size();
+  for (const text::ChatMessage& m : c.messages) {
+    in_bytes += m.content.size() + m.reasoning.size() + m.name.size();
+    for (const text::ToolCall& call : m.tool_calls) in_bytes += call.name.size() + call.arguments.size();
+    pieces += m.tool_calls.size();
+  }
+  if (c.options.tools) {
+    for (const text::ToolDefinition& tool : *c.options.tools) {
+      in_bytes += tool.name.size() + tool.description.size() + tool.parameters.size();
+      ++pieces;
+    }
+  }
+  for (const text::ChatMessage& m : rewritten.messages) {
+    FUZZ_CHECK(m.role != text::Role::kTool && m.tool_calls.empty());
+    out_bytes += m.content.size() + m.reasoning.size();
+  }
+  FUZZ_CHECK(rewritten.messages.size() <= c.messages.size());
+  FUZZ_CHECK(out_bytes <= 6 * in_bytes + 64 * pieces + 1024);
+  Conversation plain = c;
+  plain.system = rewritten.system_prompt;
+  plain.messages = rewritten.messages;
+  plain.options.tools = nullptr;
+  const size_t grown = 8 * size + 2048;
+  std::string rendered;
+  (void)CheckTurn(kChatMl, Format(kChatMl, grown), plain, plain.messages, grown, &rendered);
+}
+
 void CheckConversation(TemplateKind kind, const text::JinjaChatFormat& format, const Conversation& c,
                        bool add_generation_prompt) {
   const FamilyTokenizer& family = Tokenizer(kind);
@@ -687,6 +725,7 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
     std::string rendered;
     (void)CheckTurn(kind, format, c, c.messages, size, &rendered);
     if (seed & 1) CheckConversation(kind, format, c, (seed & 2) != 0);
+    if ((flags & 3) == 3) CheckGeneric(c, size);
   } else {
     CheckTruncation(kind, format, c, size, context, max_new_tokens, keep);
   }

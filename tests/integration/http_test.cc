@@ -1007,11 +1007,12 @@ TEST_F(HttpTest, AnthropicErrorsInAnthropicShape) {
                404, "not_found_error", "claude-sonnet-4-5");
   expect_error(Exchange("POST", "/v1/messages", "{\"model\": "), 400, "invalid_request_error", "");
   expect_error(Exchange("GET", "/v1/messages"), 405, "invalid_request_error", "takes POST requests");
-  // An engine refusal: the tiny model's chat format has no tools (INVALID_ARGUMENT -> 400).
+  // A daemon refusal: a tool schema the compiler does not take (INVALID_ARGUMENT -> 400).
   expect_error(Exchange("POST", "/v1/messages",
                         json{{"model", model_id_}, {"max_tokens", 4}, {"messages", messages},
-                             {"tools", {{{"name", "f"}, {"input_schema", {{"type", "object"}}}}}}}.dump()),
-               400, "invalid_request_error", "tools");
+                             {"tools", {{{"name", "f"}, {"input_schema", {{"type", "object"}, {"not", json::object()}}}}}}}
+                            .dump()),
+               400, "invalid_request_error", "tools[0].parameters");
   // An engine refusal after the stream began (max_tokens past the handlers' bound) is its last event,
   // in Anthropic's shape.
   {

@@ -24,6 +24,10 @@ Usage: chat_format_reference.py NPM_DIR REQUEST.json OUT.json
             parses with Python's json.loads into the object transformers would be given (text that
             does not parse stays a string), so the numbers, escapes and key order a template's
             tojson writes are Python's own.
+            "generic_tools": true asks for nielsd's generic tool format (daemon/text/
+            generic_tool_format.h), written here again from its description: the tools become a
+            block of the system message, calls the assistant's content, runs of tool results one
+            user message; the template is then given no tools.
   OUT       one entry per request: {"output": text, "ids": [...]} or {"error": "Type: message"}
             ("niels", niels_gpt's template from tools/export/niels_export.py: no "ids"; its SentencePiece
             tokenizer is a C++ test fixture)
@@ -160,6 +164,57 @@ def with_parsed_json(request):
     return messages, tools
 
 
+def dumps(value):
+    """A JSON string as nielsd writes it: UTF-8 as it is, no spaces to add."""
+    return json.dumps(value, ensure_ascii=False)
+
+
+def generic_tool_request(request):
+    """The request as nielsd's generic tool format rewrites it, from the raw texts of the calls'
+    arguments and the tools' parameters (which it copies as they stand)."""
+    block = "# Tools\n"
+    for tool in request.get("tools") or []:
+        function = tool["function"]
+        line = '{"name": ' + dumps(function["name"])
+        if function.get("description"):
+            line += ', "description": ' + dumps(function["description"])
+        if function.get("parameters_text"):
+            line += ', "parameters": ' + function["parameters_text"]
+        block += line + "}\n"
+    block += 'To call tools, reply with only {"tool_calls": [{"name": "<tool>", "arguments": {...}}]}; otherwise answer in text.'
+    messages = [dict(m) for m in request["messages"]]
+    if request.get("tools"):
+        if messages and messages[0]["role"] == "system":
+            messages[0]["content"] += "\n\n" + block
+        else:
+            messages.insert(0, {"role": "system", "content": block})
+    out, results, names = [], [], {}
+    for message in messages:
+        if message["role"] == "tool":
+            name = message.get("name") or names.get(message["tool_call_id"], "")
+            results.append('{"name": ' + dumps(name) + ', "content": ' + dumps(message["content"]) + "}")
+            continue
+        if results:
+            out.append({"role": "user", "content": '{"tool_results": [' + ", ".join(results) + "]}"})
+            results = []
+        message = dict(message)
+        message.pop("tool_call_id", None)
+        message.pop("name", None)
+        calls = message.pop("tool_calls", None)
+        if calls:
+            written = []
+            for call in calls:
+                names[call["id"]] = call["function"]["name"]
+                written.append('{"name": ' + dumps(call["function"]["name"]) + ', "arguments": ' +
+                               call["function"]["arguments_text"] + "}")
+            text = '{"tool_calls": [' + ", ".join(written) + "]}"
+            message["content"] = (message["content"] + "\n" if message["content"] else "") + text
+        out.append(message)
+    if results:
+        out.append({"role": "user", "content": '{"tool_results": [' + ", ".join(results) + "]}"})
+    return dict(request, messages=out, tools=None)
+
+
 def main(argv):
     if len(argv) != 3:
         sys.exit(__doc__)
@@ -174,6 +229,8 @@ def main(argv):
     for i, request in enumerate(requests):
         name = request["template"]
         source, config = templates[name]
+        if request.get("generic_tools"):
+            request = generic_tool_request(request)
         messages, tools = with_parsed_json(request)
         inputs = {"messages": messages, "tools": tools, "add_generation_prompt": request["add_generation_prompt"],
                   "extra": request.get("extra", {}),

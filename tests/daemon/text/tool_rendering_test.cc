@@ -30,6 +30,7 @@
 #include <gtest/gtest.h>
 #include <nlohmann/json.hpp>
 
+#include "daemon/text/generic_tool_format.h"
 #include "daemon/text/jinja_chat_format.h"
 #include "tests/daemon/text/reference_chat.h"
 #include "tests/support/daemon_process.h"
@@ -58,6 +59,7 @@ struct Case {
   std::optional<std::string> user;  // set: the Chat path's turn (EncodeTurn); unset: EncodeConversation
   bool add_generation_prompt = true;
   ChatOptions options;
+  bool generic = false;  // through the generic tool format (GenericToolChatFormat)
 };
 
 // Raw texts of JSON strings, tool results and messages.
@@ -325,7 +327,8 @@ ordered_json Request(const Case& c) {
           {"messages", messages},
           {"tools", tools},
           {"add_generation_prompt", c.add_generation_prompt},
-          {"extra", extra}};
+          {"extra", extra},
+          {"generic_tools", c.generic}};
 }
 
 std::vector<ordered_json> RunReference(const std::vector<Case>& cases) {
@@ -405,6 +408,93 @@ TEST(ToolRenderingTest, ToolConversationsRenderAndEncodeAsJinja2AndTransformersJ
               << " tool conversations rendered and encoded alike (" << with_calls << " tool calls), " << both_refused
               << " refused by both\n";
   }
+}
+
+// The generic tool format on the template without tool support (Llama 3.1's first template): the
+// same seeded conversations, rewritten by GenericToolChatFormat, render and encode as Jinja2 and
+// transformers.js do with the reference's own rewrite of them (chat_format_reference.py).
+TEST(ToolRenderingTest, GenericToolFormatRendersAsJinja2WithTheRewrittenConversation) {
+  std::vector<Case> cases = MakeCases("llama3_1", kCasesPerTemplate, 2024u);
+  for (Case& c : cases) {
+    c.generic = true;
+    c.add_generation_prompt = true;  // the only prompt a Chat turn asks of a ChatFormat
+  }
+  const std::vector<ordered_json> reference = RunReference(cases);
+  ASSERT_EQ(reference.size(), cases.size());
+  ReferenceChat chat = LoadReferenceChat("llama3_1");
+  ASSERT_NE(chat.tokenizer, nullptr);
+  auto jinja = JinjaChatFormat::Create(chat.source, FixedTime());
+  ASSERT_TRUE(jinja.ok()) << jinja.status().ToString();
+  const JinjaChatFormat& inner = **jinja;
+  GenericToolChatFormat format(std::move(jinja).value());
+  size_t identical = 0, calls = 0, results = 0;
+  for (size_t i = 0; i < cases.size(); ++i) {
+    const Case& c = cases[i];
+    ASSERT_FALSE(reference[i].contains("error")) << Describe(c) << ": " << reference[i]["error"];
+    const RewrittenConversation rewritten = GenericToolConversation(c.system, c.conversation, c.options.tools.get());
+    ChatOptions no_tools = c.options;
+    no_tools.tools = nullptr;
+    auto text = inner.Render(rewritten.system_prompt, rewritten.messages,
+                             c.user ? std::optional<std::string_view>(*c.user) : std::nullopt, true, no_tools);
+    auto prompt = c.user ? format.EncodeTurn(c.system, c.conversation, *c.user, c.options)
+                         : format.EncodeConversation(c.system, c.conversation, c.options);
+    ASSERT_TRUE(text.ok()) << Describe(c) << ": " << text.status().ToString();
+    ASSERT_TRUE(prompt.ok()) << Describe(c) << ": " << prompt.status().ToString();
+    const std::string want = reference[i]["output"].get<std::string>();
+    EXPECT_EQ(*text, want) << Describe(c);
+    EXPECT_EQ(prompt->ids, reference[i]["ids"].get<std::vector<int32_t>>()) << Describe(c);
+    if (*text == want && prompt->ids == reference[i]["ids"].get<std::vector<int32_t>>()) ++identical;
+    for (const ChatMessage& m : c.conversation) {
+      calls += m.tool_calls.size();
+      results += m.role == Role::kTool ? 1 : 0;
+    }
+    // The template sees no tool role and no tool calls: only what its own roles can say.
+    for (const ChatMessage& m : rewritten.messages) {
+      EXPECT_NE(m.role, Role::kTool) << Describe(c);
+      EXPECT_TRUE(m.tool_calls.empty()) << Describe(c);
+    }
+  }
+  EXPECT_EQ(identical, cases.size());
+  std::cout << "[ reference ] llama3_1 generic tool format: " << identical << " of " << cases.size()
+            << " conversations rendered and encoded alike (" << calls << " tool calls, " << results
+            << " tool results)\n";
+}
+
+// The rewrite itself: the tool block after the system prompt, calls as the grammar writes them,
+// runs of results merged into one user message with names found by call id.
+TEST(ToolRenderingTest, GenericToolConversationRewritesToolsCallsAndResults) {
+  const std::vector<ToolDefinition> tools = {{"get_weather", "Weather \"now\".", R"({"type": "object"})"},
+                                             {"ping", "", ""}};
+  const std::vector<ChatMessage> conversation = {
+      {Role::kUser, "weather?", ""},
+      {Role::kAssistant, "", "", {{"call_a", "get_weather", R"({"city": "Zürich"})"}, {"call_b", "ping", "{}"}}},
+      {Role::kTool, "12 \"C\"\n", "", {}, "call_a", ""},
+      {Role::kTool, "pong", "", {}, "call_b", "ping"},
+      {Role::kAssistant, "It is 12 C.", ""},
+  };
+  const RewrittenConversation out = GenericToolConversation(std::string("Be brief."), conversation, &tools);
+  ASSERT_TRUE(out.system_prompt.has_value());
+  EXPECT_TRUE(out.system_prompt->starts_with("Be brief.\n\n# Tools\n")) << *out.system_prompt;
+  EXPECT_NE(out.system_prompt->find(
+                "\n{\"name\": \"get_weather\", \"description\": \"Weather \\\"now\\\".\", \"parameters\": "
+                "{\"type\": \"object\"}}\n{\"name\": \"ping\"}\n"),
+            std::string::npos)
+      << *out.system_prompt;
+  ASSERT_EQ(out.messages.size(), 4u);
+  EXPECT_EQ(out.messages[1].role, Role::kAssistant);
+  EXPECT_TRUE(out.messages[1].tool_calls.empty());
+  EXPECT_EQ(out.messages[1].content,
+            R"({"tool_calls": [{"name": "get_weather", "arguments": {"city": "Zürich"}}, {"name": "ping", "arguments": {}}]})");
+  EXPECT_EQ(out.messages[2].role, Role::kUser);
+  EXPECT_EQ(out.messages[2].content,
+            R"({"tool_results": [{"name": "get_weather", "content": "12 \"C\"\n"}, {"name": "ping", "content": "pong"}]})");
+  EXPECT_EQ(out.messages[3].content, "It is 12 C.");
+  // No tools: no block, and the system prompt stays as it was (absent too).
+  EXPECT_FALSE(GenericToolConversation(std::nullopt, conversation, nullptr).system_prompt.has_value());
+  // Content beside calls comes first, the object on the next line.
+  const std::vector<ChatMessage> both = {{Role::kAssistant, "Checking.", "", {{"c", "ping", "{}"}}}};
+  EXPECT_EQ(GenericToolConversation(std::nullopt, both, nullptr).messages[0].content,
+            "Checking.\n{\"tool_calls\": [{\"name\": \"ping\", \"arguments\": {}}]}");
 }
 
 // How often `id` occurs in `ids`.

@@ -21,6 +21,7 @@
 #include "daemon/model/sequence.h"
 #include "daemon/model/transformer.h"
 #include "daemon/model/weights.h"
+#include "daemon/text/generic_tool_format.h"
 #include "daemon/tool_calls/tool_call_parser.h"
 #include "daemon/tool_grammar/tool_call_grammar.h"
 #include "nlohmann/json.hpp"
@@ -165,6 +166,46 @@ TEST(ToolCallGrammarTest, DerivedSentencesParseIntoValidCalls) {
       }
     }
   }
+}
+
+// The generic tool format shows the model its own calls as the text it sampled: a forced
+// sentence of the kGenericJson grammar, parsed into calls and rewritten as an assistant message
+// (text/generic_tool_format.h), is that sentence again, byte for byte, but for JSON whitespace the
+// model wrote after a call's arguments.
+TEST(ToolCallGrammarTest, GenericFormatRendersACallBackAsTheGrammarWroteIt) {
+  const auto tools = Tools();
+  ToolGrammarOptions options;
+  options.max_calls = 3;
+  auto g = CompileToolCallGrammar(tools, ToolCallFamily::kGenericJson, {ToolChoiceMode::kRequired, ""}, options);
+  ASSERT_TRUE(g.ok()) << g.status().ToString();
+  tool_calls::ToolCallParserOptions parser;
+  for (const auto& t : tools) parser.tool_names.push_back(t.name);
+  int checked = 0;
+  for (uint64_t seed = 1; checked < 100 && seed < 2000; ++seed) {
+    grammar::testing::SentenceGenerator gen(**g, seed, 200);
+    std::string sentence;
+    if (!gen.Generate(&sentence)) continue;
+    const tool_calls::FinalReply parsed = tool_calls::ParseToolCalls(ToolCallFamily::kGenericJson, parser, sentence);
+    ASSERT_FALSE(parsed.calls.empty()) << sentence;
+    text::ChatMessage reply{text::Role::kAssistant, parsed.content, ""};
+    for (const tool_calls::ToolCall& call : parsed.calls) reply.tool_calls.push_back({"id", call.name, call.arguments});
+    const text::RewrittenConversation rewritten = text::GenericToolConversation(std::nullopt, {&reply, 1}, &tools);
+    ASSERT_EQ(rewritten.messages.size(), 1u);
+    // The schema grammar lets JSON whitespace follow a value; after a call's arguments the parser
+    // does not keep it, so the rendering has none there.
+    std::string expected = sentence;
+    size_t at = 0;
+    for (const tool_calls::ToolCall& call : parsed.calls) {
+      at = expected.find(call.arguments, at);
+      ASSERT_NE(at, std::string::npos);
+      at += call.arguments.size();
+      const size_t after = expected.find_first_not_of(" \t\n\r", at);
+      expected.erase(at, after - at);
+    }
+    EXPECT_EQ(rewritten.messages[0].content, expected);
+    ++checked;
+  }
+  EXPECT_EQ(checked, 100);
 }
 
 TEST(ToolCallGrammarTest, RefusalsNameTheField) {
