@@ -144,6 +144,11 @@ TurnResult StartNativeChatTurn(EngineState& state, const Work& work, const ChatT
                                           static_cast<int32_t>(*dropped))};
 }
 
+// Whether the turn renders the session's conversation as messages (see chat_turn.h): always for a
+// template; for the token-native format when the session or the turn has tools or the session has
+// messages. INVALID_ARGUMENT when such a turn finds token-native turns in the session.
+StatusOr<bool> InConversationMode(const EngineState& state, const sessions::Session& session, const ChatTurnArgs& args);
+
 }  // namespace
 
 std::shared_ptr<StopStringRule> MakeChatStopRule(const EngineState& state, const ChatTurnArgs& args) {
@@ -234,21 +239,48 @@ TurnCallbacks MakeChatTurnCallbacks(const EngineState& state, ChatCallbacks call
   return turn_callbacks;
 }
 
+namespace {
+
+StatusOr<bool> InConversationMode(const EngineState& state, const sessions::Session& session, const ChatTurnArgs& args) {
+  if (state.chat_format()->kind() == text::ChatFormat::Kind::kTemplate) return true;
+  const auto any = [](const std::shared_ptr<const std::vector<text::ToolDefinition>>& tools) {
+    return tools != nullptr && !tools->empty();
+  };
+  const bool tools = args.tools ? any(*args.tools) : any(session.tools());
+  if (!tools && !any(session.tools()) && session.messages().empty()) return false;
+  if (!session.turns().empty()) {
+    return Status::InvalidArgument(
+        "tools: this session already holds token-native turns; a niels_gpt session takes tools from its first turn "
+        "on (set them at CreateSession or with the first Chat)");
+  }
+  return true;
+}
+
+}  // namespace
+
 StatusOr<const sessions::Session*> AppendChatMessages(EngineState& state, const Work& work, const ChatTurnArgs& args) {
   const text::ChatFormat* format = state.chat_format();
   if (format == nullptr) return state.chat_format_status;
-  if (format->kind() != text::ChatFormat::Kind::kTemplate) {
-    return Status::InvalidArgument("append_only: the token-native chat format takes one user message per Chat");
+  StatusOr<sessions::Session*> found = state.sessions.Find(args.session_id, work.uid);
+  if (!found.ok()) return found.status();
+  StatusOr<bool> conversation = InConversationMode(state, **found, args);
+  if (!conversation.ok()) return conversation.status();
+  if (!*conversation) {
+    return Status::InvalidArgument(
+        "append_only: the token-native chat format takes one user message per Chat (a session with tools takes "
+        "messages)");
   }
-  return AppendTemplateMessages(state, work, args);
+  return AppendTemplateMessages(state, work, args, *state.conversation_format());
 }
 
 TurnResult StartChatTurn(EngineState& state, const Work& work, const ChatTurnArgs& args, ChatCallbacks callbacks) {
   const text::ChatFormat* format = state.chat_format();
   if (format == nullptr) return state.chat_format_status;
-  if (format->kind() == text::ChatFormat::Kind::kTemplate) {
-    return StartTemplateChatTurn(state, work, args, std::move(callbacks));
-  }
+  StatusOr<sessions::Session*> found = state.sessions.Find(args.session_id, work.uid);
+  if (!found.ok()) return found.status();
+  StatusOr<bool> conversation = InConversationMode(state, **found, args);
+  if (!conversation.ok()) return conversation.status();
+  if (*conversation) return StartTemplateChatTurn(state, work, args, std::move(callbacks), *state.conversation_format());
   return StartNativeChatTurn(state, work, args, std::move(callbacks));
 }
 

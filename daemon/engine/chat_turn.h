@@ -16,6 +16,13 @@
 // is added at the start of the next turn instead.
 //
 // Template format (a Jinja chat template): template_chat_turn.h.
+//
+// Conversation mode of a niels_gpt session: a session with tools (its own, or set by this turn)
+// keeps its conversation as messages like a template session, and its turns go through
+// template_chat_turn.h rendered by EngineState::conversation_format() (the token-native format
+// rendering the whole conversation, through the generic tool format: text/generic_tool_format.h);
+// it stays in that mode once it has messages. A session that already holds token-native turns
+// takes no tools (INVALID_ARGUMENT naming tools): it would need its history rewritten.
 
 #include <cstdint>
 #include <functional>

@@ -18,6 +18,7 @@
 #include "daemon/tool_calls/template_family.h"
 #include "daemon/engine/turn.h"
 #include "daemon/kernels/heap_tuning.h"
+#include "daemon/text/generic_tool_format.h"
 
 namespace niels::daemon::engine {
 
@@ -55,6 +56,11 @@ std::unique_ptr<text::ChatFormat> MakeModelChatFormat(const loaders::Model& mode
     common::LogWarn("chat: {}; Chat requests will fail, Generate works", status.message());
     return nullptr;
   }
+  // A template without tool support gets tools through the generic tool format.
+  if ((*format)->kind() == text::ChatFormat::Kind::kTemplate &&
+      !tool_calls::ToolCallFamilyOfTemplate(model.chat_template)) {
+    return std::make_unique<text::GenericToolChatFormat>(std::move(format).value());
+  }
   return std::move(format).value();
 }
 
@@ -70,8 +76,13 @@ EngineState::EngineState(std::unique_ptr<loaders::Model> loaded, const EngineOpt
                engine_options.session_limits, spiller, engine_options.durable),
       kv(sessions, spiller),
       started(Clock::now()) {
-  if (chat_format_ != nullptr && chat_format_->kind() == text::ChatFormat::Kind::kTemplate) {
-    tool_call_family = tool_calls::ToolCallFamilyOfTemplate(model->chat_template);
+  if (chat_format_ != nullptr) {
+    tool_call_family =
+        tool_calls::ToolCallFamilyOfTemplate(model->chat_template).value_or(tool_calls::ToolCallFamily::kGenericJson);
+  }
+  if (chat_format_ != nullptr && chat_format_->kind() == text::ChatFormat::Kind::kTokenNative) {
+    Status unused;
+    conversation_format_ = std::make_unique<text::GenericToolChatFormat>(MakeModelChatFormat(*model, unused));
   }
   // Structured output's view of the tokenizer, once per model (output_constraint.h).
   auto vocabulary = ConstraintVocabulary::Build(*model->tokenizer, static_cast<int32_t>(model->config.vocab_size),

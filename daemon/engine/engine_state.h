@@ -30,13 +30,21 @@ struct EngineState {
   // The model's chat format (text/chat_format.h), made once at start; null when the model has none,
   // and then chat_format_status says why (Chat and a system prompt fail with it).
   const text::ChatFormat* chat_format() const { return chat_format_.get(); }
+  // The format that renders a session's conversation as messages: chat_format() for a template;
+  // for the token-native format, another token-native format behind the generic tool format
+  // (chat_turn.h, "conversation mode"). Null when chat_format() is.
+  const text::ChatFormat* conversation_format() const {
+    return conversation_format_ != nullptr ? conversation_format_.get() : chat_format_.get();
+  }
 
   std::unique_ptr<loaders::Model> model;
   EngineOptions options;
   common::Status chat_format_status;               // declared before chat_format_, which sets it
   std::unique_ptr<text::ChatFormat> chat_format_;  // refers to model's tokenizer
-  // The tool-call family of the model's chat template (tool_calls/template_family.h); nullopt when
-  // replies are not parsed for calls (no template, or one without tool support): tools are refused.
+  std::unique_ptr<text::ChatFormat> conversation_format_;  // token-native models only
+  // The tool-call family of the model's chat template (tool_calls/template_family.h); kGenericJson
+  // for a template without tool support, whose format is then a text::GenericToolChatFormat, and
+  // for the token-native format (conversation_format()); nullopt without a chat format.
   std::optional<tool_calls::ToolCallFamily> tool_call_family;
   // The forced tool choices' grammars of the tool sets in use (chat_tools.h).
   ToolGrammarCache tool_grammars;

@@ -55,6 +55,9 @@ struct Conversation {
   std::vector<size_t> exchange_starts;
 
   size_t exchanges() const { return exchange_starts.size(); }
+  // The oldest exchanges that may be left out: all, but for the one holding a call that a new tool
+  // message answers, and those after it (a result never outlives its call).
+  size_t droppable = 0;
   // The index in `kept` where the rendering starts with `drop` exchanges left out.
   size_t Cut(size_t drop) const { return drop < exchange_starts.size() ? exchange_starts[drop] : kept.size(); }
   // The messages rendered with `drop` exchanges left out.
@@ -114,6 +117,21 @@ StatusOr<Conversation> BuildConversation(const EngineState& state, const session
     if (conversation.kept[i].role == text::Role::kUser) conversation.exchange_starts.push_back(i);
   }
   if (!conversation.kept.empty()) conversation.exchange_starts.insert(conversation.exchange_starts.begin(), 0);
+  std::set<std::string_view> answered;
+  for (const text::ChatMessage& message : conversation.added) {
+    if (message.role == text::Role::kTool) answered.insert(message.tool_call_id);
+  }
+  conversation.droppable = conversation.exchanges();
+  for (size_t i = 0; i < conversation.kept.size() && conversation.droppable == conversation.exchanges(); ++i) {
+    for (const text::ToolCall& call : conversation.kept[i].tool_calls) {
+      if (!answered.contains(call.id)) continue;
+      // The exchange that holds message i: the last one starting at or before it.
+      conversation.droppable = static_cast<size_t>(
+          std::upper_bound(conversation.exchange_starts.begin(), conversation.exchange_starts.end(), i) -
+          conversation.exchange_starts.begin() - 1);
+      break;
+    }
+  }
   return conversation;
 }
 
@@ -125,7 +143,7 @@ StatusOr<size_t> ExchangesOverBytes(const sessions::Session& session, const Conv
   for (const text::ChatMessage& message : conversation.kept) bytes += MessageBytes(message);
   for (const text::ChatMessage& message : conversation.added) bytes += MessageBytes(message);
   size_t drop = 0;
-  while (bytes > kMaxConversationBytes && drop < conversation.exchanges()) {
+  while (bytes > kMaxConversationBytes && drop < conversation.droppable) {
     for (size_t i = conversation.Cut(drop); i < conversation.Cut(drop + 1); ++i) {
       bytes -= MessageBytes(conversation.kept[i]);
     }
@@ -203,7 +221,7 @@ StatusOr<size_t> ExchangesToDrop(const std::function<StatusOr<int64_t>(size_t dr
 }
 
 StatusOr<const sessions::Session*> AppendTemplateMessages(EngineState& state, const Work& work,
-                                                         const ChatTurnArgs& args) {
+                                                         const ChatTurnArgs& args, const text::ChatFormat& format) {
   StatusOr<sessions::Session*> found = state.sessions.Find(args.session_id, work.uid);
   if (!found.ok()) return found.status();
   sessions::Session& session = **found;
@@ -215,7 +233,7 @@ StatusOr<const sessions::Session*> AppendTemplateMessages(EngineState& state, co
   options.tools = conversation->tools;
   // The template must take the conversation now, not fail at the next turn.
   StatusOr<const text::ChatPrompt*> rendered =
-      TurnRenderer(*state.chat_format(), session, *conversation, options).Without(*dropped);
+      TurnRenderer(format, session, *conversation, options).Without(*dropped);
   if (!rendered.ok()) return rendered.status();
   sessions::Session::Snapshot snapshot = session.TakeSnapshot();
   session.SetMessages(conversation->Without(*dropped));
@@ -228,11 +246,10 @@ StatusOr<const sessions::Session*> AppendTemplateMessages(EngineState& state, co
 }
 
 TurnResult StartTemplateChatTurn(EngineState& state, const Work& work, const ChatTurnArgs& args,
-                                 ChatCallbacks callbacks) {
+                                 ChatCallbacks callbacks, const text::ChatFormat& format) {
   StatusOr<sessions::Session*> found = state.sessions.Find(args.session_id, work.uid);
   if (!found.ok()) return found.status();
   sessions::Session& session = **found;
-  const text::ChatFormat& format = *state.chat_format();
   const int64_t context = state.config().context;
 
   // Render first: a template error leaves the session untouched.
@@ -267,7 +284,7 @@ TurnResult StartTemplateChatTurn(EngineState& state, const Work& work, const Cha
     if (!prompt.ok()) return prompt.status();
     return static_cast<int64_t>((*prompt)->ids.size());
   };
-  StatusOr<size_t> dropped = ExchangesToDrop(tokens_without, conversation.exchanges(), *min_drop,
+  StatusOr<size_t> dropped = ExchangesToDrop(tokens_without, conversation.droppable, *min_drop,
                                              ChatReplyRoom(args.max_new_tokens, context), context,
                                              state.options.context_keep);
   if (!dropped.ok()) return dropped.status();

@@ -18,7 +18,9 @@
 // together; the turn's new messages always stay): when the rendering plus the
 // reply room R = min(max_new_tokens, T/4) exceeds T, the oldest exchanges are left
 // out (the system prompt stays) until the rendering plus R fits T and the rendering is at most
-// context_keep x T tokens, or no exchange is left; the outcome reports them as truncated_turns. The
+// context_keep x T tokens, or no exchange is left; the outcome reports them as truncated_turns. An
+// exchange holding a call that one of the turn's new tool messages answers is never left out, nor
+// are those after it (a result never loses its call). The
 // messages a session keeps are also bounded in bytes (kMaxConversationBytes): older exchanges go
 // first. If the rendering without any exchange still leaves no room: INVALID_ARGUMENT.
 //
@@ -56,12 +58,16 @@ common::StatusOr<size_t> ExchangesToDrop(const std::function<common::StatusOr<in
                                          size_t exchanges, size_t min_drop, int64_t room, int64_t context,
                                          double keep);
 
-// Chat with append_only on a template session (AppendChatMessages). REQUIRES: kind kTemplate.
+// Chat with append_only on a conversation session (AppendChatMessages), rendered by `format`
+// (EngineState::conversation_format()).
 common::StatusOr<const sessions::Session*> AppendTemplateMessages(EngineState& state, const Work& work,
-                                                                  const ChatTurnArgs& args);
+                                                                  const ChatTurnArgs& args,
+                                                                  const text::ChatFormat& format);
 
-// REQUIRES: state.chat_format() is of kind kTemplate. Errors as StartChatTurn.
+// A turn rendered by `format`: the model's template (kind kTemplate), or for a niels_gpt session
+// in conversation mode (chat_turn.h) the token-native format rendering the whole conversation
+// through the generic tool format. Errors as StartChatTurn.
 TurnResult StartTemplateChatTurn(EngineState& state, const Work& work, const ChatTurnArgs& args,
-                                 ChatCallbacks callbacks);
+                                 ChatCallbacks callbacks, const text::ChatFormat& format);
 
 }  // namespace niels::daemon::engine

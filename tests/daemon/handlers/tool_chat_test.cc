@@ -13,6 +13,7 @@
 
 #include <gtest/gtest.h>
 
+#include "daemon/text/generic_tool_format.h"
 #include "daemon/text/jinja_chat_format.h"
 #include "tests/daemon/grammar/grammar_test_util.h"
 #include "tests/daemon/handlers/service_fixture.h"
@@ -122,7 +123,7 @@ size_t CommonPrefix(const std::vector<int32_t>& a, const std::vector<int32_t>& b
 }
 
 TEST(ToolChatTest, InfoNamesTheToolCallFormatAndTheBudgets) {
-  for (const auto& [name, format] : {std::pair{"qwen3", "hermes"}, std::pair{"llama3_2", "llama3_json"}, std::pair{"llama3_1", ""}}) {
+  for (const auto& [name, format] : {std::pair{"qwen3", "hermes"}, std::pair{"llama3_2", "llama3_json"}, std::pair{"llama3_1", "generic_json"}}) {
     std::unique_ptr<Service> service = StartService(name);
     ASSERT_NE(service, nullptr);
     v1::Request request;
@@ -193,6 +194,77 @@ TEST(ToolChatTest, ToolResultTurnRendersTheCallAndTheNextTurnReusesThePrefix) {
     EXPECT_GE(shared, closed_ids->size()) << name << ": the tool call's rendering is reused";
     EXPECT_EQ(stats.reused_tokens() + stats.prefilled_tokens(), stats.prompt_tokens()) << name;
   }
+}
+
+// The generic tool format on a template without tool support (the package's Llama 3.1 template):
+// the prompt is the template's rendering of the conversation rewritten by GenericToolChatFormat (the
+// tool block in the system message, the call as the assistant's content, the result as a user
+// message); a forced call is parsed into a call whose stored message renders back as the text the
+// model sampled, and a tool result's turn reuses the cache past the system prompt and the tools.
+TEST(ToolChatTest, GenericToolFormatOnATemplateWithoutToolSupport) {
+  std::unique_ptr<Service> service = StartService("llama3_1");
+  ASSERT_NE(service, nullptr);
+  std::unique_ptr<text::JinjaChatFormat> jinja = Format("llama3_1");
+  ASSERT_NE(jinja, nullptr);
+  const text::JinjaChatFormat& inner = *jinja;
+  text::GenericToolChatFormat format(std::move(jinja));
+  const std::string system = "You are a weather bot.";
+  const std::string session = CreateSession(*service, system, /*with_tools=*/true);
+  text::ChatOptions options;
+  options.enable_thinking = false;
+  options.tools = std::make_shared<const std::vector<text::ToolDefinition>>(WeatherTools());
+
+  const v1::Response first = Call(*service, MessagesRequest(session, WeatherExchange(), 4));
+  ASSERT_TRUE(first.has_chat()) << first.DebugString();
+  Conversation after_first = Read(*service, session);
+  ASSERT_EQ(after_first.messages.size(), 4u);
+  EXPECT_EQ(after_first.messages[2].role, text::Role::kTool) << "the stored messages keep their roles";
+  const std::vector<text::ChatMessage> sent(after_first.messages.begin(), after_first.messages.begin() + 3);
+  auto prompt = format.EncodeConversation(system, sent, options);
+  ASSERT_TRUE(prompt.ok()) << prompt.status().ToString();
+  EXPECT_EQ(first.chat().stats().prompt_tokens(), static_cast<int64_t>(prompt->ids.size()));
+  EXPECT_TRUE(std::equal(prompt->ids.begin(), prompt->ids.end(), after_first.tokens.begin()));
+  const text::RewrittenConversation rewritten = text::GenericToolConversation(system, sent, options.tools.get());
+  auto rendered = inner.Render(rewritten.system_prompt, rewritten.messages, std::nullopt, true, {});
+  ASSERT_TRUE(rendered.ok());
+  for (const char* part : {"You are a weather bot.\n\n# Tools\n", "{\"name\": \"get_weather\"",
+                           R"({"tool_calls": [{"name": "get_weather", "arguments": {"city": "Paris"}}]})",
+                           R"({"tool_results": [{"name": "get_weather", "content": "{\"temperature_c\": 21}"}]})"}) {
+    EXPECT_NE(rendered->find(part), std::string::npos) << part << " in\n" << *rendered;
+  }
+
+  // A forced call, then its result: the call renders back as what was sampled.
+  v1::Request forced = MessagesRequest(session, {Message("user", "And in Oslo?")}, 48);
+  forced.mutable_chat()->mutable_tool_choice()->set_mode(v1::ToolChoice::NAMED);
+  forced.mutable_chat()->mutable_tool_choice()->set_name("get_weather");
+  const v1::Response called = Call(*service, forced);
+  ASSERT_TRUE(called.has_chat()) << called.DebugString();
+  ASSERT_EQ(called.chat().stop_reason(), v1::TOOL_CALLS) << called.chat().reply();
+  ASSERT_EQ(called.chat().tool_calls_size(), 1);
+  EXPECT_EQ(called.chat().reply(), "");
+  Conversation after_call = Read(*service, session);
+  ASSERT_EQ(after_call.messages.size(), 6u);
+  const text::ChatMessage& call_message = after_call.messages.back();
+  ASSERT_EQ(call_message.tool_calls.size(), 1u);
+  EXPECT_TRUE(nlohmann::json::accept(call_message.tool_calls[0].arguments)) << call_message.tool_calls[0].arguments;
+  const int64_t reply_begin = called.chat().stats().prompt_tokens();
+  ASSERT_GE(static_cast<int64_t>(after_call.tokens.size()), reply_begin);
+  const std::vector<int32_t> reply_ids(after_call.tokens.begin() + reply_begin, after_call.tokens.end());
+  std::string sampled = text::testing::LoadReferenceChat("llama3_1").tokenizer->Decode(reply_ids);
+  // But for JSON whitespace after the arguments, which the parser does not keep.
+  const std::string& arguments = call_message.tool_calls[0].arguments;
+  const size_t end = sampled.find(arguments) + arguments.size();
+  ASSERT_GE(end, arguments.size()) << sampled;
+  sampled.erase(end, sampled.find_first_not_of(" \t\n\r", end) - end);
+  EXPECT_EQ(text::GenericToolConversation(std::nullopt, {&call_message, 1}, nullptr).messages[0].content, sampled);
+
+  v1::ChatMessage result = Message("tool", "cloudy");
+  result.set_tool_call_id(call_message.tool_calls[0].id);
+  const v1::Response answered = Call(*service, MessagesRequest(session, {result}, 2));
+  ASSERT_TRUE(answered.has_chat()) << answered.DebugString();
+  const v1::GenerationStats& stats = answered.chat().stats();
+  EXPECT_GE(stats.reused_tokens(), reply_begin - 8) << "the cache is reused up to the call";
+  EXPECT_EQ(stats.reused_tokens() + stats.prefilled_tokens(), stats.prompt_tokens());
 }
 
 // Tools are rendered at every turn: a session with tools prompts longer than one without, by
@@ -384,10 +456,19 @@ TEST(ToolChatTest, CreateSessionChecksItsTools) {
   ASSERT_NE(plain, nullptr);
   EngineOptions engine_options;
   engine_options.threads = 1;
-  Service no_tool_format(std::make_unique<engine::Engine>(std::move(plain), engine_options));
-  const v1::Response no_format = Call(no_tool_format, with_tools);
-  ASSERT_TRUE(no_format.has_error()) << no_format.DebugString();
-  EXPECT_NE(no_format.error().message().find("tool-call format"), std::string::npos);
+  // A template without tool support takes tools through the generic format: they are in its
+  // prompt, which a session without them does not have.
+  Service generic(std::make_unique<engine::Engine>(std::move(plain), engine_options));
+  v1::Request info;
+  info.mutable_info();
+  EXPECT_EQ(Call(generic, info).info().tool_call_format(), "generic_json");
+  const v1::Response generic_created = Call(generic, with_tools);
+  ASSERT_TRUE(generic_created.has_create_session()) << generic_created.DebugString();
+  const std::string bare = CreateSession(generic, "", /*with_tools=*/false);
+  const v1::Response with = Call(generic, MessagesRequest(generic_created.create_session().session_id(), {Message("user", "hi")}, 1));
+  const v1::Response without = Call(generic, MessagesRequest(bare, {Message("user", "hi")}, 1));
+  ASSERT_TRUE(with.has_chat() && without.has_chat()) << with.DebugString() << without.DebugString();
+  EXPECT_GT(with.chat().stats().prompt_tokens(), without.chat().stats().prompt_tokens() + 50);
 }
 
 // A streamed reply on a session with tools: the events' text joined is the reply (the parser
@@ -616,11 +697,11 @@ TEST(ToolChatTest, ToolChoicesOnAPromptThatOpensReasoning) {
 
 // tool_choice required and named constrain the reply to calls (tool_grammar/tool_call_grammar.h):
 // sampled at temperature 1.0 with as many seeds as it takes to emit 500 calls per forced mode (fewer
-// under a sanitizer, where the masks over 151,936 ids dominate), on Qwen3 (Hermes) and Llama 3.2
-// (JSON) random weights, every reply is TOOL_CALLS, every call names a tool of the session (the
+// under a sanitizer, where the masks over 151,936 ids dominate), on Qwen3 (Hermes), Llama 3.2
+// (JSON) and Llama 3.1's template without tool support (the generic format) with random weights, every reply is TOOL_CALLS, every call names a tool of the session (the
 // named one when named) and its arguments validate against that tool's schema under
-// python3-jsonschema. Half of each mode's calls come from each model; named splits its half between
-// the two tools.
+// python3-jsonschema. A third of each mode's calls come from each model; named splits its third
+// between the two tools.
 TEST(ToolChatTest, ForcedToolChoicesAlwaysGiveValidCalls) {
   const char* kAddSchema =
       R"({"type": "object", "properties": {"a": {"type": "integer"}, "b": {"type": "integer", "minimum": 0}}, )"
@@ -631,7 +712,8 @@ TEST(ToolChatTest, ForcedToolChoicesAlwaysGiveValidCalls) {
   nlohmann::json cases = nlohmann::json::array();
   std::map<std::string, size_t> calls_of_mode;
   size_t replies = 0;
-  for (const std::string& model : std::vector<std::string>{"qwen3", "llama3_2"}) {
+  const std::vector<std::string> models = {"qwen3", "llama3_2", "llama3_1"};  // llama3_1: the generic format
+  for (const std::string& model : models) {
     std::unique_ptr<Service> service = StartService(model);
     ASSERT_NE(service, nullptr) << model;
     v1::Request create = CreateRequest(nullptr);
@@ -644,7 +726,8 @@ TEST(ToolChatTest, ForcedToolChoicesAlwaysGiveValidCalls) {
     const std::string session = created.create_session().session_id();
     for (const std::string& choice : std::vector<std::string>{"required", "add", "get_weather"}) {
       const std::string mode = choice == "required" ? "required" : "named";
-      const size_t wanted = mode == "required" ? calls_per_mode / 2 : calls_per_mode / 4;
+      const size_t shares = models.size() * (mode == "required" ? 1 : 2);  // named: two tools per model
+      const size_t wanted = (calls_per_mode + shares - 1) / shares;
       size_t made = 0;
       for (uint64_t seed = 1; made < wanted && seed <= kMaxSeeds; ++seed) {
         v1::Request request = MessagesRequest(session, {Message("user", "Weather in Oslo, and 2 + 3?")}, 64);
@@ -681,6 +764,98 @@ TEST(ToolChatTest, ForcedToolChoicesAlwaysGiveValidCalls) {
   EXPECT_GE(calls_of_mode["named"], calls_per_mode);
   std::cout << "[ tools ] forced tool choices: " << replies << " replies; calls: required " << calls_of_mode["required"]
             << ", named " << calls_of_mode["named"] << "; " << valid << " of " << cases.size() << " valid\n";
+}
+
+// The shipped niels_gpt model (models/niels-demo, context 256) with the generic tool format: under
+// tool_choice required and named, sampled at temperature 1.0 with as many seeds as it takes to emit
+// 500 calls per mode, every reply is TOOL_CALLS and every call's arguments validate against its
+// tool's schema (python3-jsonschema). Its 1024-token vocabulary spells JSON at about 0.7 tokens a
+// byte, so one tool with a small schema (some 85 tokens) is what its context holds beside the
+// tool block and a reply: each of the two tools gets a session of its own.
+TEST(ToolChatTest, ForcedToolChoicesOnTheShippedModelGiveValidCalls) {
+  auto service = MakeService(std::filesystem::path(NIELS_SOURCE_DIR) / "models/niels-demo", EngineOptions{});
+  ASSERT_TRUE(service.ok()) << service.status().ToString();
+  const std::map<std::string, std::string> schemas = {
+      {"weather", R"({"type": "object", "properties": {"city": {"type": "string", "maxLength": 8}}, "required": ["city"]})"},
+      {"add", R"({"type": "object", "properties": {"a": {"type": "integer"}, "b": {"type": "integer"}}})"}};
+  const size_t calls_per_mode = niels::testing::UnlessSanitized<size_t>(500, 20);
+  nlohmann::json cases = nlohmann::json::array();
+  std::map<std::string, size_t> calls_of_mode;
+  int64_t prompt_tokens = 0;
+  for (const auto& [name, schema] : schemas) {
+    v1::Request create = CreateRequest(nullptr);
+    v1::Tool& tool = *create.mutable_create_session()->mutable_tools()->add_tools();
+    tool.set_name(name);
+    tool.set_parameters(schema);
+    const v1::Response created = Call(**service, create);
+    ASSERT_TRUE(created.has_create_session()) << created.DebugString();
+    const std::string session = created.create_session().session_id();
+    for (const std::string mode : {"required", "named"}) {
+      const size_t wanted = (calls_per_mode + 1) / 2;  // half of each mode's calls from each tool
+      size_t made = 0;
+      for (uint64_t seed = 1; made < wanted && seed <= 4 * calls_per_mode; ++seed) {
+        v1::Request request = ChatRequest(session, "hi", 64);
+        request.mutable_chat()->set_keep_messages(0);
+        request.mutable_chat()->mutable_sampling()->set_temperature(1.0f);
+        request.mutable_chat()->mutable_sampling()->set_seed(seed);
+        v1::ToolChoice& tool_choice = *request.mutable_chat()->mutable_tool_choice();
+        tool_choice.set_mode(mode == "required" ? v1::ToolChoice::REQUIRED : v1::ToolChoice::NAMED);
+        if (mode == "named") tool_choice.set_name(name);
+        const v1::Response response = Call(**service, request);
+        ASSERT_TRUE(response.has_chat()) << name << " " << mode << ": " << response.DebugString();
+        const v1::ChatResponse& chat = response.chat();
+        prompt_tokens = std::max(prompt_tokens, chat.stats().prompt_tokens());
+        EXPECT_EQ(chat.stop_reason(), v1::TOOL_CALLS) << name << " " << mode << " seed " << seed << ": " << chat.reply();
+        ASSERT_GE(chat.tool_calls_size(), 1) << name << " " << mode << " seed " << seed << ": " << chat.reply();
+        for (const v1::ToolCall& call : chat.tool_calls()) {
+          ++made;
+          EXPECT_EQ(call.name(), name);
+          cases.push_back({{"schema", nlohmann::json::parse(schema)},
+                           {"instances", nlohmann::json::array({call.arguments()})}});
+        }
+      }
+      EXPECT_GE(made, wanted) << name << " " << mode;
+      calls_of_mode[mode] += made;
+    }
+  }
+  const size_t valid = CountValid(cases);
+  EXPECT_EQ(valid, cases.size());
+  EXPECT_GE(calls_of_mode["required"], calls_per_mode);
+  EXPECT_GE(calls_of_mode["named"], calls_per_mode);
+  std::cout << "[ tools ] shipped model, generic format (prompt up to " << prompt_tokens
+            << " of 256 tokens): calls required " << calls_of_mode["required"] << ", named " << calls_of_mode["named"]
+            << "; " << valid << " of " << cases.size() << " valid\n";
+}
+
+// A tool result never outlives its call: on the shipped model (context 256) a result whose turn
+// does not fit with its reply room does not leave out the exchange holding its call (it did, and
+// the session kept a result without a call); the reply gets the room that is left.
+TEST(ToolChatTest, AToolResultKeepsItsCallWhenTheContextIsShort) {
+  auto service = MakeService(std::filesystem::path(NIELS_SOURCE_DIR) / "models/niels-demo", EngineOptions{});
+  ASSERT_TRUE(service.ok()) << service.status().ToString();
+  v1::Request create = CreateRequest(nullptr);
+  v1::Tool& tool = *create.mutable_create_session()->mutable_tools()->add_tools();
+  tool.set_name("clock");
+  tool.set_parameters(R"({"type": "object", "properties": {}})");
+  const v1::Response created = Call(**service, create);
+  ASSERT_TRUE(created.has_create_session()) << created.DebugString();
+  const std::string session = created.create_session().session_id();
+  v1::Request forced = ChatRequest(session, "time?", 48);
+  forced.mutable_chat()->mutable_tool_choice()->set_mode(v1::ToolChoice::REQUIRED);
+  const v1::Response called = Call(**service, forced);
+  ASSERT_TRUE(called.has_chat()) << called.DebugString();
+  ASSERT_EQ(called.chat().tool_calls_size(), 1) << called.chat().reply();
+  v1::ChatMessage result = Message("tool", "noon");
+  result.set_tool_call_id(called.chat().tool_calls(0).id());
+  // The rendering (some 230 tokens) plus the reply room of 64 passes 256: the only earlier exchange
+  // holds the call, so it stays and the reply gets the room that is left.
+  const v1::Response answered = Call(**service, MessagesRequest(session, {result}, 64));
+  ASSERT_TRUE(answered.has_chat()) << answered.DebugString();
+  EXPECT_EQ(answered.chat().truncated_turns(), 0);
+  std::vector<std::string> roles;
+  const v1::Response got = Call(**service, GetRequest(session));
+  for (const v1::ChatMessage& message : got.get_session().messages()) roles.push_back(message.role());
+  EXPECT_EQ(roles, (std::vector<std::string>{"user", "assistant", "tool", "assistant"}));
 }
 
 // Banned end-of-turn ids: a forced choice is refused up front (its calls could never end; it used to
