@@ -17,7 +17,8 @@
 // truncating turn never holds its old and its new history together, and a restored session
 // prefills those positions again when next used.
 //
-// Conversations (a model with a Jinja chat template, text/chat_format.h): the session also keeps
+// Conversations (a model with a Jinja chat template, text/chat_format.h, or a niels_gpt session
+// with tools, engine/chat_turn.h's conversation mode): the session also keeps
 // its conversation after the system prompt as messages (user, assistant and tool messages; the
 // system prompt is the session's own) and its tools (rendered before the conversation), from which every
 // chat turn renders its prompt again; its token history is then the last rendering plus the reply,
