@@ -147,7 +147,22 @@ TurnResult StartNativeChatTurn(EngineState& state, const Work& work, const ChatT
 // Whether the turn renders the session's conversation as messages (see chat_turn.h): always for a
 // template; for the token-native format when the session or the turn has tools or the session has
 // messages. INVALID_ARGUMENT when such a turn finds token-native turns in the session.
-StatusOr<bool> InConversationMode(const EngineState& state, const sessions::Session& session, const ChatTurnArgs& args);
+StatusOr<bool> InConversationMode(const EngineState& state, const sessions::Session& session,
+                                  const ChatTurnArgs& args) {
+  if (state.chat_format()->kind() == text::ChatFormat::Kind::kTemplate) return true;
+  const auto any = [](const std::shared_ptr<const std::vector<text::ToolDefinition>>& tools) {
+    return tools != nullptr && !tools->empty();
+  };
+  // A session that had tools or messages stays in the mode when this turn clears its tools.
+  const bool turn_tools = args.tools && any(*args.tools);
+  if (!turn_tools && !any(session.tools()) && session.messages().empty()) return false;
+  if (!session.turns().empty()) {
+    return Status::InvalidArgument(
+        "tools: this session already holds token-native turns; a niels_gpt session takes tools from its first turn "
+        "on (set them at CreateSession or with the first Chat)");
+  }
+  return true;
+}
 
 }  // namespace
 
@@ -238,25 +253,6 @@ TurnCallbacks MakeChatTurnCallbacks(const EngineState& state, ChatCallbacks call
   }
   return turn_callbacks;
 }
-
-namespace {
-
-StatusOr<bool> InConversationMode(const EngineState& state, const sessions::Session& session, const ChatTurnArgs& args) {
-  if (state.chat_format()->kind() == text::ChatFormat::Kind::kTemplate) return true;
-  const auto any = [](const std::shared_ptr<const std::vector<text::ToolDefinition>>& tools) {
-    return tools != nullptr && !tools->empty();
-  };
-  const bool tools = args.tools ? any(*args.tools) : any(session.tools());
-  if (!tools && !any(session.tools()) && session.messages().empty()) return false;
-  if (!session.turns().empty()) {
-    return Status::InvalidArgument(
-        "tools: this session already holds token-native turns; a niels_gpt session takes tools from its first turn "
-        "on (set them at CreateSession or with the first Chat)");
-  }
-  return true;
-}
-
-}  // namespace
 
 StatusOr<const sessions::Session*> AppendChatMessages(EngineState& state, const Work& work, const ChatTurnArgs& args) {
   const text::ChatFormat* format = state.chat_format();
