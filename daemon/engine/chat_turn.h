@@ -102,8 +102,8 @@ TurnResult StartChatTurn(EngineState& state, const Work& work, const ChatTurnArg
 // --- shared by the two formats' turns (chat_turn.cc, template_chat_turn.cc) ---
 
 // The generation of a chat reply: the request's sampling, max_new_tokens and cache choice, the
-// format's stop ids, and the constraint, if any. A constraint covers the whole reply, a reasoning
-// model's reasoning included (ask it not to think: ChatOptions::enable_thinking false).
+// format's stop ids, and the constraint, if any (on a reasoning model the handlers compiled it to
+// follow an optional reasoning block: handlers/chat.cc).
 // With stop strings, `stop` is the rule the options carry (MakeChatStopRule).
 GenerateOptions ChatGenerateOptions(const EngineState& state, const ChatTurnArgs& args, const text::ChatFormat& format,
                                     std::shared_ptr<StopStringRule> stop);

@@ -324,9 +324,9 @@ TurnResult StartTemplateChatTurn(EngineState& state, const Work& work, const Cha
   }
   std::shared_ptr<StopStringRule> stop = MakeChatStopRule(state, args);
   GenerateOptions options = ChatGenerateOptions(state, *generate, format, stop);
-  // A prompt that leaves the reasoning block open: the tool grammar's optional reasoning block has
-  // begun (its grammars are compiled with the format's reasoning tags).
-  if (tool_constrained && prompt.starts_in_reasoning && format.reasoning_tags()) {
+  // A prompt that leaves the reasoning block open: the constraint's optional reasoning block has
+  // begun (tool grammars and request constraints are compiled with the format's reasoning tags).
+  if (options.constraint.grammar != nullptr && prompt.starts_in_reasoning && format.reasoning_tags()) {
     options.constraint.matched_prefix = format.reasoning_tags()->open;
   }
   std::shared_ptr<const ReplyToolParsing> parsing;

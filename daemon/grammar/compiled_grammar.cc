@@ -271,6 +271,49 @@ common::StatusOr<std::shared_ptr<const CompiledGrammar>> CompiledGrammar::FromRu
   return std::shared_ptr<const CompiledGrammar>(std::move(g));
 }
 
+common::StatusOr<std::shared_ptr<const CompiledGrammar>> CompiledGrammar::Around(std::string_view outer,
+                                                                                 std::string_view slot,
+                                                                                 const CompiledGrammar& inner,
+                                                                                 const GrammarLimits& limits) {
+  WorkMeter meter = GrammarCompileMeter(limits, outer.size() + inner.source_.size());
+  auto parsed = ParseGbnf(outer, limits, &meter);
+  if (!parsed.ok()) return parsed.status();
+  RuleSet rs = std::move(parsed).value();
+  const auto named_slot = std::find_if(rs.rules.begin(), rs.rules.end(), [slot](const RuleDef& r) {
+    return r.origin == RuleDef::kNamed && r.name == slot;
+  });
+  if (named_slot == rs.rules.end()) {
+    return Status::InvalidArgument(fmt::format("grammar defines no rule '{}' (where the inner grammar goes)", slot));
+  }
+  const uint32_t rule_base = static_cast<uint32_t>(rs.rules.size());
+  const uint32_t class_base = static_cast<uint32_t>(rs.classes.size());
+  if (!meter.Charge(inner.elements_.size() + inner.alt_starts_.size() + inner.rule_count() + inner.classes_.size())) {
+    return meter.status();
+  }
+  if (rs.rules.size() + inner.rule_count() > limits.max_rules) {
+    return Status::InvalidArgument(fmt::format("grammar too large: more than {} rules", limits.max_rules));
+  }
+  named_slot->alternatives = {{Symbol{Symbol::kRule, rule_base + inner.root_}}};
+  rs.classes.insert(rs.classes.end(), inner.classes_.begin(), inner.classes_.end());
+  for (uint32_t r = 0; r < inner.rule_count(); ++r) {
+    RuleDef rule;
+    rule.origin = RuleDef::kGroup;
+    rule.defined = true;
+    for (const uint32_t start : inner.alternatives(r)) {
+      std::vector<Symbol>& alt = rule.alternatives.emplace_back();
+      for (uint32_t pos = start; inner.elements_[pos].kind != Element::kEnd; ++pos) {
+        const Element& e = inner.elements_[pos];
+        alt.push_back(e.kind == Element::kClass ? Symbol{Symbol::kClass, class_base + e.arg}
+                                                : Symbol{Symbol::kRule, rule_base + e.arg});
+      }
+    }
+    rs.rules.push_back(std::move(rule));
+  }
+  // Outer's text comes first, so that the positions of errors in its rules read right.
+  const std::string source = fmt::format("{}\n# '{}' above is the root of this grammar:\n{}", outer, slot, inner.source_);
+  return FromRuleSet(std::move(rs), source, &meter);
+}
+
 std::shared_ptr<const CompiledGrammar> CompiledGrammar::AnyJson() {
   auto g = FromGbnf(AnyJsonGbnf());
   return g.ok() ? *g : nullptr;  // the built-in grammar always compiles (json_grammar_test)

@@ -53,6 +53,19 @@ class CompiledGrammar {
                                                                               WorkMeter* meter);
   // Any single JSON value, with llama.cpp's JSON whitespace convention (json_schema.h).
   static std::shared_ptr<const CompiledGrammar> AnyJson();
+  // A grammar written around another: `outer` is GBNF text in which the rule named `slot` stands
+  // for `inner` (its own definition there is a placeholder, e.g. `slot ::= "x"`, and is replaced
+  // by a single alternative: inner's root). The result's rules are outer's followed by inner's, its
+  // root outer's; inner is used as compiled (its rules need not be written as text again, so no
+  // name of outer can clash with one of inner). Errors: outer's, as FromGbnf reports them, and
+  // INVALID_ARGUMENT when outer defines no rule `slot`. Cost: outer parsed and the whole compiled
+  // under the grammar compile work budget of `limits` for outer's bytes plus inner's source bytes
+  // (linear in both). source() is outer's text followed by a comment line and inner's source: for
+  // reading only (it is not one GBNF grammar).
+  static common::StatusOr<std::shared_ptr<const CompiledGrammar>> Around(std::string_view outer,
+                                                                       std::string_view slot,
+                                                                       const CompiledGrammar& inner,
+                                                                       const GrammarLimits& limits = {});
 
   uint32_t root() const { return root_; }
   size_t rule_count() const { return alt_begin_.size() - 1; }

@@ -12,6 +12,7 @@
 #include "daemon/engine/chat_turn.h"
 #include "daemon/handlers/chat_messages.h"
 #include "daemon/handlers/constraint.h"
+#include "daemon/tool_grammar/tool_call_grammar.h"
 #include "daemon/handlers/handlers.h"
 #include "daemon/handlers/proto_convert.h"
 
@@ -114,6 +115,16 @@ StatusOr<Prepared> PrepareChat(const v1::ChatRequest& request, const PrepareCont
       CompileConstraint(request.has_constraint(), request.constraint(), cancelled);
   if (!constraint.ok()) return constraint.status();
   Prepared prepared{std::move(constraint).value()};
+  // A model that may reason: the constraint holds from the first byte after its reasoning block.
+  if (prepared.constraint != nullptr && context.reasoning) {
+    grammar::GrammarLimits limits = ConstraintGrammarLimits();
+    limits.cancelled = cancelled;
+    StatusOr<std::shared_ptr<const grammar::CompiledGrammar>> after_reasoning =
+        tool_grammar::CompileAfterOptionalReasoning(
+            *prepared.constraint, tool_grammar::ReasoningTags{context.reasoning->open, context.reasoning->close}, limits);
+    if (!after_reasoning.ok()) return Status(after_reasoning.status().code(), "constraint: " + after_reasoning.status().message());
+    prepared.constraint = std::move(after_reasoning).value();
+  }
   if (request.has_tools()) {
     StatusOr<std::shared_ptr<const std::vector<text::ToolDefinition>>> tools =
         ToolsFromProto(request.tools(), "tools", cancelled);

@@ -249,6 +249,16 @@ common::StatusOr<std::string> ToolCallGbnf(std::span<const text::ToolDefinition>
   return out;
 }
 
+common::StatusOr<std::shared_ptr<const grammar::CompiledGrammar>> CompileAfterOptionalReasoning(
+    const grammar::CompiledGrammar& answer, const ReasoningTags& reasoning, const grammar::GrammarLimits& limits) {
+  if (reasoning.open.empty() || reasoning.close.empty()) return Status::InvalidArgument("reasoning: empty tag");
+  std::string outer = AvoidingRules("think", reasoning.close, "jws answer", /*may_end=*/false);
+  outer += "jws ::= [ \\t\\n\\r]*\n";
+  outer += "answer ::= \"x\"\n";  // the slot: CompiledGrammar::Around puts answer's root here
+  outer += "root ::= " + Literal(reasoning.open) + " think-0 | answer\n";
+  return grammar::CompiledGrammar::Around(outer, "answer", answer, limits);
+}
+
 common::StatusOr<std::shared_ptr<const grammar::CompiledGrammar>> CompileToolCallGrammar(
     std::span<const text::ToolDefinition> tools, ToolCallFamily family, const ToolChoice& choice,
     const ToolGrammarOptions& options) {

@@ -74,6 +74,16 @@ struct ToolGrammarOptions {
   std::optional<ReasoningTags> reasoning;
 };
 
+// A client's grammar for the answer of a model that may reason first: a sentence of `answer`, or
+// one reasoning block (the open tag, any text not containing the close tag, the close tag, JSON
+// whitespace) followed by a sentence of `answer` -- the shape the tool-call grammars give a
+// reasoning block, so that a structured reply leaves the reasoning free and constrains from the
+// first byte after it. Errors: INVALID_ARGUMENT for an empty tag; RESOURCE_EXHAUSTED past the
+// grammar compile work budget of `limits` (the reasoning rules are linear in the close tag's
+// length, the rest is answer's size: CompiledGrammar::Around).
+common::StatusOr<std::shared_ptr<const grammar::CompiledGrammar>> CompileAfterOptionalReasoning(
+    const grammar::CompiledGrammar& answer, const ReasoningTags& reasoning, const grammar::GrammarLimits& limits = {});
+
 // The GBNF text of the grammar (root ::= the reply).
 common::StatusOr<std::string> ToolCallGbnf(std::span<const text::ToolDefinition> tools, tool_calls::ToolCallFamily family,
                                            const ToolChoice& choice, const ToolGrammarOptions& options = {});

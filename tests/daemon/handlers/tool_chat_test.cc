@@ -695,6 +695,61 @@ TEST(ToolChatTest, ToolChoicesOnAPromptThatOpensReasoning) {
   EXPECT_EQ(CountValid(cases), cases.size());
 }
 
+// A request's own constraint (a JSON Schema) on a reasoning model holds from the first byte after
+// the reasoning block: the reasoning is free text (here forced by a bias on `<think>`, which the
+// reasoning then repeats: it is text there), the
+// daemon closes it in time, and the answer validates under python3-jsonschema -- with Qwen3's
+// template (the reply may open the block) and with the variant whose prompt opens it (the reply
+// starts inside it). Before the constraint was placed after the reasoning, a reply could not
+// reason at all under a constraint (the first byte had to be JSON).
+TEST(ReasoningConstraintTest, ASchemaConstrainsOnlyTheAnswerAfterTheReasoning) {
+  const char* kSchema =
+      R"({"type": "object", "properties": {"city": {"type": "string", "maxLength": 10}, "days": {"type": "integer", "minimum": 1, "maximum": 7}}, "required": ["city", "days"], "additionalProperties": false})";
+  nlohmann::json cases = nlohmann::json::array();
+  size_t replies = 0, reasoned = 0;
+  for (const bool prompt_opens : {false, true}) {
+    const std::string chat_template = prompt_opens ? QwenTemplateOpeningThinking() : std::string();
+    ASSERT_TRUE(!prompt_opens || !chat_template.empty());
+    std::unique_ptr<loaders::Model> model = niels::testing::ReferenceChatModel("qwen3", kSeed, chat_template);
+    ASSERT_NE(model, nullptr);
+    EngineOptions options;
+    options.threads = 1;
+    Service service(std::make_unique<engine::Engine>(std::move(model), options));
+    const std::string session = CreateSession(service, "sys", false);
+    const int32_t open = SingleId(service, "<think>");
+    for (uint64_t seed = 1; seed <= niels::testing::UnlessSanitized<uint64_t>(8, 2); ++seed) {
+      v1::Request request = MessagesRequest(session, {Message("user", "Plan a trip as JSON.")}, 64);
+      request.mutable_chat()->clear_enable_thinking();
+      request.mutable_chat()->set_keep_messages(0);
+      request.mutable_chat()->mutable_constraint()->set_json_schema(kSchema);
+      request.mutable_chat()->mutable_sampling()->set_temperature(1.0f);
+      request.mutable_chat()->mutable_sampling()->set_seed(seed);
+      if (!prompt_opens) {
+        v1::TokenBias& bias = *request.mutable_chat()->mutable_sampling()->add_logit_bias();
+        bias.set_id(open);
+        bias.set_bias(seed % 2 == 0 ? 30.0f : 0.0f);  // every other reply made to open the block
+      }
+      const v1::Response response = Call(service, request);
+      ASSERT_TRUE(response.has_chat()) << response.DebugString();
+      const v1::ChatResponse& chat = response.chat();
+      ++replies;
+      reasoned += chat.reasoning().empty() ? 0 : 1;
+      if (prompt_opens || seed % 2 == 0) {
+        EXPECT_FALSE(chat.reasoning().empty()) << "seed " << seed << ": reply [" << chat.reply() << "]";
+      }
+      if (prompt_opens) {  // the block the prompt opened is not opened again
+        EXPECT_EQ(chat.reasoning().find("<think>"), std::string::npos) << chat.reasoning();
+      }
+      EXPECT_NE(chat.stop_reason(), v1::CONSTRAINT_INCOMPLETE)
+          << "seed " << seed << ": reasoning [" << chat.reasoning() << "] reply [" << chat.reply() << "]";
+      cases.push_back({{"schema", nlohmann::json::parse(kSchema)}, {"instances", nlohmann::json::array({chat.reply()})}});
+    }
+  }
+  EXPECT_EQ(CountValid(cases), cases.size());
+  std::cout << "[ constraint ] schema after reasoning: " << replies << " replies, " << reasoned
+            << " reasoned first, all answers valid\n";
+}
+
 // tool_choice required and named constrain the reply to calls (tool_grammar/tool_call_grammar.h):
 // sampled at temperature 1.0 with as many seeds as it takes to emit 500 calls per forced mode (fewer
 // under a sanitizer, where the masks over 151,936 ids dominate), on Qwen3 (Hermes), Llama 3.2

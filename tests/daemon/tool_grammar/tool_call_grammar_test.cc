@@ -11,12 +11,14 @@
 
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <cstdio>
 #include <memory>
 #include <string>
 #include <vector>
 
 #include "daemon/engine/generator.h"
+#include "daemon/grammar/json_schema.h"
 #include "daemon/engine/output_constraint.h"
 #include "daemon/model/sequence.h"
 #include "daemon/model/transformer.h"
@@ -309,6 +311,58 @@ TEST(ToolCallGrammarTest, SampledRepliesOnQwen3sVocabularyParseIntoValidCalls) {
         EXPECT_EQ(checked.replies_with_calls, checked.replies);
       }
     }
+  }
+}
+
+// A client's grammar placed after an optional reasoning block (CompileAfterOptionalReasoning): its
+// sentences alone, or after one block and JSON whitespace; nothing else. The client's rule names
+// cannot clash with the ones written around it (its grammar is embedded as compiled). Derived
+// sentences, with their block split off, validate against the schema.
+TEST(ToolCallGrammarTest, AnAnswerGrammarAfterAnOptionalReasoningBlock) {
+  const ReasoningTags tags{"<think>", "</think>"};
+  // Named like the rules written around it.
+  auto own = grammar::CompiledGrammar::FromGbnf("root ::= answer jws think-0\nanswer ::= \"yes\" | \"no\"\njws ::= \"!\"\nthink-0 ::= \"z\"\n");
+  ASSERT_TRUE(own.ok()) << own.status().ToString();
+  auto g = CompileAfterOptionalReasoning(**own, tags);
+  ASSERT_TRUE(g.ok()) << g.status().ToString();
+  EXPECT_TRUE(grammar::testing::Judge(*g, "yes!z").full);
+  EXPECT_TRUE(grammar::testing::Judge(*g, "<think>a </thin k></think>\n\nno!z").full);
+  EXPECT_TRUE(grammar::testing::Judge(*g, "<think></think>yes!z").full);
+  EXPECT_TRUE(grammar::testing::Judge(*g, "<think>still thinking").prefix);
+  EXPECT_FALSE(grammar::testing::Judge(*g, "<think>still thinking").full);
+  EXPECT_FALSE(grammar::testing::Judge(*g, "<think>x</think>").full) << "the answer must follow";
+  EXPECT_FALSE(grammar::testing::Judge(*g, "<think>x</think> maybe").prefix);
+  EXPECT_FALSE(grammar::testing::Judge(*g, " yes!z").prefix) << "whitespace only after a block";
+  EXPECT_FALSE(grammar::testing::Judge(*g, "yes!z<think>").prefix);
+  EXPECT_FALSE(grammar::testing::Judge(*g, "<think>a</think><think>b</think>yes!z").prefix) << "one block";
+  EXPECT_FALSE(CompileAfterOptionalReasoning(**own, ReasoningTags{"<think>", ""}).ok());
+
+  const std::string schema = R"({"type":"object","properties":{"n":{"type":"integer"},"s":{"type":"string","maxLength":6}},"required":["n"]})";
+  auto answer = grammar::CompileJsonSchema(schema);
+  ASSERT_TRUE(answer.ok()) << answer.status().ToString();
+  auto wrapped = CompileAfterOptionalReasoning(**answer, tags);
+  ASSERT_TRUE(wrapped.ok()) << wrapped.status().ToString();
+  nlohmann::json cases = nlohmann::json::array({{{"schema", nlohmann::json::parse(schema)}, {"instances", nlohmann::json::array()}}});
+  int with_block = 0;
+  for (uint64_t seed = 1; seed <= 300; ++seed) {
+    grammar::testing::SentenceGenerator gen(**wrapped, seed, 200);
+    std::string s;
+    if (!gen.Generate(&s)) continue;
+    if (s.starts_with("<think>")) {
+      ++with_block;
+      const size_t close = s.find("</think>");
+      ASSERT_NE(close, std::string::npos) << s;
+      s = s.substr(std::min(s.size(), s.find_first_not_of(" \t\n\r", close + 8)));
+    }
+    cases[0]["instances"].push_back(s);
+  }
+  ASSERT_GE(cases[0]["instances"].size(), 200u);
+  EXPECT_GT(with_block, 0);
+  EXPECT_LT(with_block, static_cast<int>(cases[0]["instances"].size()));
+  const nlohmann::json verdicts = grammar::testing::RunPython("validate_json.py", cases);
+  ASSERT_EQ(verdicts.size(), 1u);
+  for (size_t i = 0; i < verdicts[0].size(); ++i) {
+    EXPECT_TRUE(verdicts[0][i].is_null()) << cases[0]["instances"][i] << ": " << verdicts[0][i];
   }
 }
 
