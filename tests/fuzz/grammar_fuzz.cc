@@ -1,7 +1,8 @@
 // Fuzz target: the grammar room (daemon/grammar) -- the GBNF parser, the JSON Schema compiler
 // (with its pattern subset) and the matcher.
 //
-// Input: byte 0 picks the front end (even: GBNF, odd: JSON Schema); bytes 1-2 (little endian) are
+// Input: byte 0 picks the front end (bit 0 clear: GBNF, set: JSON Schema) and whether the grammar
+// is embedded in one written around it (bit 1: CompiledGrammar::Around); bytes 1-2 (little endian) are
 // the length of the grammar/schema text that follows; the rest is output fed to the matcher.
 // Invariants: a refused grammar has an INVALID_ARGUMENT with a message; for an accepted one, at
 // every 8th step AllowedBytes() agrees with what AcceptBytes takes, a token mask over a small
@@ -126,7 +127,9 @@ void CheckMask(grammar::Matcher& m) {
 
 extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
   niels::fuzz::ByteReader in(data, size);
-  const bool schema = in.U8() & 1;
+  const uint8_t mode = in.U8();
+  const bool schema = mode & 1;
+  const bool around = mode & 2;
   const std::string_view text = in.Bytes(in.U16());
   const std::string_view output = in.Rest();
 
@@ -154,6 +157,19 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
   }
   FUZZ_CHECK(work.grammar_units <= limits.grammar_work_per_byte * gbnf_bytes + limits.grammar_work_base);
   FUZZ_CHECK(work.grammar_units <= 8 * gbnf_bytes + 10 * (compiled.rule_count() + compiled.elements().size()));
+  if (around) {
+    // The grammar embedded as compiled in one written around it (an optional block before it):
+    // an accepted grammar always embeds, unless the two together pass a size limit or budget.
+    auto wrapped = grammar::CompiledGrammar::Around("root ::= \"<t>\" [^<]* \"</t>\" inner | inner\ninner ::= \"x\"\n",
+                                                    "inner", compiled, limits);
+    if (!wrapped.ok()) {
+      FUZZ_CHECK(wrapped.status().code() == StatusCode::kResourceExhausted ||
+                 wrapped.status().message().find("too large") != std::string::npos);
+      return 0;
+    }
+    FUZZ_CHECK((*wrapped)->rule_count() > compiled.rule_count());
+    g = std::move(wrapped);
+  }
   grammar::MatcherLimits matcher_limits;
   matcher_limits.max_frames = 20000;
   matcher_limits.max_states = 1000;
