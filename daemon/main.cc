@@ -53,6 +53,8 @@ struct Flags {
   uint32_t max_sessions = niels::daemon::sessions::SessionLimits{}.max_sessions;
   uint32_t max_sessions_per_uid = niels::daemon::sessions::SessionLimits{}.max_sessions_per_uid;
   size_t max_queued_per_uid = engine::EngineOptions{}.max_queued_per_uid;
+  uint64_t tool_grammar_mb = engine::EngineOptions{}.tool_grammar_bytes >> 20;
+  uint64_t tool_grammar_mb_per_uid = engine::EngineOptions{}.tool_grammar_bytes_per_uid >> 20;
   double idle_session_timeout_s =
       std::chrono::duration<double>(engine::EngineOptions{}.idle_session_timeout).count();
   uint64_t kv_budget_mb = engine::EngineOptions{}.kv_budget_bytes >> 20;
@@ -126,6 +128,12 @@ void AddFlags(CLI::App& app, Flags& flags) {
   app.add_option("--max-queued-per-uid", flags.max_queued_per_uid,
                  fmt::format("requests one user may have waiting for the engine (the queue holds {} in all)", max_queue))
       ->check(CLI::Range(size_t{1}, max_queue))->capture_default_str();
+  app.add_option("--tool-grammar-mb", flags.tool_grammar_mb,
+                 "memory the compiled grammars of the tool sets in use may hold, all users together, MiB")
+      ->check(CLI::Range(uint64_t{1}, uint64_t{1} << 20))->capture_default_str();
+  app.add_option("--tool-grammar-mb-per-uid", flags.tool_grammar_mb_per_uid,
+                 "memory the compiled grammars of one user's tool sets may hold, MiB")
+      ->check(CLI::Range(uint64_t{1}, uint64_t{1} << 20))->capture_default_str();
   app.add_option("--idle-session-timeout", flags.idle_session_timeout_s,
                  "seconds after which an unused session leaves memory (kept on disk; deleted with --ephemeral); 0 = never")
       ->check(CLI::Range(0.0, 1e9))->capture_default_str();
@@ -327,6 +335,8 @@ engine::EngineOptions EngineOptionsFrom(const Flags& flags, state::DurableStore*
                             .max_sessions_per_uid = flags.max_sessions_per_uid,
                             .allow_root = flags.allow_root};
   options.max_queued_per_uid = flags.max_queued_per_uid;
+  options.tool_grammar_bytes = flags.tool_grammar_mb << 20;
+  options.tool_grammar_bytes_per_uid = flags.tool_grammar_mb_per_uid << 20;
   options.idle_session_timeout =
       std::chrono::milliseconds(static_cast<int64_t>(flags.idle_session_timeout_s * 1000.0));
   options.kv_budget_bytes = flags.kv_budget_mb << 20;

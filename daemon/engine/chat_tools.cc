@@ -10,11 +10,40 @@ namespace niels::daemon::engine {
 using common::Status;
 using common::StatusOr;
 
-void ToolGrammarCache::Remember(const Tools& tools, std::shared_ptr<const tool_grammar::ToolChoiceGrammars> grammars,
-                                Status status) {
-  if (tools == nullptr) return;
+Status ToolGrammarCache::Remember(const Tools& tools, std::shared_ptr<const tool_grammar::ToolChoiceGrammars> grammars,
+                                  Status status, uint32_t uid) {
+  if (tools == nullptr) return Status();
   std::erase_if(entries_, [](const auto& entry) { return entry.second.tools.expired(); });
-  entries_[tools.get()] = Entry{tools, std::move(grammars), std::move(status)};
+  if (Find(tools) != nullptr) return Status();  // kept already (the set of a session sent again)
+  const uint64_t bytes = grammars != nullptr ? grammars->memory_bytes() : 0;
+  const uint64_t all = this->bytes(), own = bytes_of(uid);
+  constexpr double kMiB = 1024.0 * 1024.0;
+  if (own + bytes > max_bytes_per_uid_) {
+    return Status::ResourceExhausted(fmt::format(
+        "tools: the tool-call grammars of this user's tool sets would hold {:.1f} MiB with these ({:.1f} MiB), past "
+        "the limit of {:.1f} MiB per user; delete sessions with tools, or send fewer or smaller tool sets",
+        (own + bytes) / kMiB, bytes / kMiB, max_bytes_per_uid_ / kMiB));
+  }
+  if (all + bytes > max_bytes_) {
+    return Status::ResourceExhausted(fmt::format(
+        "tools: the tool-call grammars of all users' tool sets would hold {:.1f} MiB with these ({:.1f} MiB), past "
+        "the daemon's limit of {:.1f} MiB; try again later",
+        (all + bytes) / kMiB, bytes / kMiB, max_bytes_ / kMiB));
+  }
+  entries_[tools.get()] = Entry{tools, std::move(grammars), std::move(status), uid, bytes};
+  return Status();
+}
+
+uint64_t ToolGrammarCache::bytes() const {
+  uint64_t sum = 0;
+  for (const auto& [key, entry] : entries_) sum += entry.tools.expired() ? 0 : entry.bytes;
+  return sum;
+}
+
+uint64_t ToolGrammarCache::bytes_of(uint32_t uid) const {
+  uint64_t sum = 0;
+  for (const auto& [key, entry] : entries_) sum += entry.uid == uid && !entry.tools.expired() ? entry.bytes : 0;
+  return sum;
 }
 
 const ToolGrammarCache::Entry* ToolGrammarCache::Find(const Tools& tools) const {

@@ -40,8 +40,11 @@ inline constexpr size_t kMaxToolCallsPerReply = common::kToolCallsPerReplyLimit;
 // identity of the set: the shared vector that sessions, their forks and snapshots hold. A request
 // that sets tools compiled them off the engine thread (handlers::CompileToolGrammars); its start
 // remembers them here. A set restored from disk has none until it is sent again. Entries whose set
-// is gone are dropped at the next Remember, so there are at most as many as live sets. Engine
-// thread only.
+// is gone are dropped at the next Remember, so there are at most as many as live sets.
+// Memory: the grammars of the live sets are counted (ToolChoiceGrammars::memory_bytes), in all and
+// per uid (the uid whose request sent the set; a fork shares its entry); Remember refuses a set
+// that would pass either limit, so one user's tool sets hold at most `bytes_per_uid` and everyone's
+// at most `bytes` (EngineOptions: 1 GiB and 256 MiB by default). Engine thread only.
 class ToolGrammarCache {
  public:
   using Tools = std::shared_ptr<const std::vector<text::ToolDefinition>>;
@@ -49,15 +52,30 @@ class ToolGrammarCache {
     std::weak_ptr<const std::vector<text::ToolDefinition>> tools;
     std::shared_ptr<const tool_grammar::ToolChoiceGrammars> grammars;  // null: status says why
     common::Status status;
+    uint32_t uid = 0;
+    uint64_t bytes = 0;  // grammars->memory_bytes()
   };
-  void Remember(const Tools& tools, std::shared_ptr<const tool_grammar::ToolChoiceGrammars> grammars,
-                common::Status status);
+  void SetLimits(uint64_t bytes, uint64_t bytes_per_uid) {
+    max_bytes_ = bytes;
+    max_bytes_per_uid_ = bytes_per_uid;
+  }
+  // Keeps the grammars of `tools`, a set a request of `uid` sent. A set already kept is not counted
+  // again. RESOURCE_EXHAUSTED ("tools: ...", nothing kept) when the live sets' grammars with these
+  // would hold more than the limits, in all or of `uid`; the request should then fail before it
+  // changes anything. Cost: O(entries) (the expired ones are dropped first).
+  common::Status Remember(const Tools& tools, std::shared_ptr<const tool_grammar::ToolChoiceGrammars> grammars,
+                          common::Status status, uint32_t uid);
   // The entry of `tools`; null when none was remembered for this set.
   const Entry* Find(const Tools& tools) const;
   size_t size() const { return entries_.size(); }
+  // The bytes the live sets' grammars hold, in all and of one uid's sets (expired sets not counted).
+  uint64_t bytes() const;
+  uint64_t bytes_of(uint32_t uid) const;
 
  private:
   std::map<const void*, Entry> entries_;
+  uint64_t max_bytes_ = UINT64_MAX;
+  uint64_t max_bytes_per_uid_ = UINT64_MAX;
 };
 
 // Where a tool choice becomes a constraint on the reply: null when the reply is free (kNone: no

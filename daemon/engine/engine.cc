@@ -76,6 +76,7 @@ EngineState::EngineState(std::unique_ptr<loaders::Model> loaded, const EngineOpt
                engine_options.session_limits, spiller, engine_options.durable),
       kv(sessions, spiller),
       started(Clock::now()) {
+  tool_grammars.SetLimits(engine_options.tool_grammar_bytes, engine_options.tool_grammar_bytes_per_uid);
   if (chat_format_ != nullptr) {
     tool_call_family =
         tool_calls::ToolCallFamilyOfTemplate(model->chat_template).value_or(tool_calls::ToolCallFamily::kGenericJson);

@@ -41,6 +41,10 @@ struct EngineOptions {
   uint64_t kv_budget_bytes = 1ull << 30;  // all sessions' KV caches; LRU idle caches dropped first
   size_t max_queue = 256;                 // queued requests beyond it: RESOURCE_EXHAUSTED
   size_t max_queued_per_uid = 64;         // queued requests of one uid beyond it: RESOURCE_EXHAUSTED
+  // The compiled grammars of the tool sets in use (chat_tools.h, ToolGrammarCache), in all and of
+  // the sets one uid sent: a request whose tools would pass either is RESOURCE_EXHAUSTED.
+  uint64_t tool_grammar_bytes = uint64_t{1} << 30;
+  uint64_t tool_grammar_bytes_per_uid = uint64_t{256} << 20;
   int threads = 0;                        // the model kernels' WorkerPool (MakeEngine); > 0 also
                                           // tunes the heap for activations on the engine thread
   // How the model and the KV caches are kept in memory (nielsd --dtype, --kv-dtype; MakeEngine).

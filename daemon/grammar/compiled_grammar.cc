@@ -314,6 +314,15 @@ common::StatusOr<std::shared_ptr<const CompiledGrammar>> CompiledGrammar::Around
   return FromRuleSet(std::move(rs), source, &meter);
 }
 
+size_t CompiledGrammar::memory_bytes() const {
+  size_t bytes = sizeof(CompiledGrammar) + elements_.capacity() * sizeof(Element) +
+                 (alt_starts_.capacity() + alt_begin_.capacity() + suffix_min_.capacity() + rule_min_.capacity()) *
+                     sizeof(uint32_t) +
+                 classes_.capacity() * sizeof(CodePointSet) + source_.capacity();
+  for (const CodePointSet& set : classes_) bytes += set.ranges().capacity() * sizeof(CodePointRange);
+  return bytes;
+}
+
 std::shared_ptr<const CompiledGrammar> CompiledGrammar::AnyJson() {
   auto g = FromGbnf(AnyJsonGbnf());
   return g.ok() ? *g : nullptr;  // the built-in grammar always compiles (json_grammar_test)

@@ -82,6 +82,8 @@ class CompiledGrammar {
   uint32_t rule_min_bytes(uint32_t rule) const { return rule_min_[rule]; }
   // The grammar's own text (GBNF; for a schema the generated grammar).
   const std::string& source() const { return source_; }
+  // The heap bytes this grammar holds (its tables, classes and source), for memory accounting.
+  size_t memory_bytes() const;
 
  private:
   CompiledGrammar() = default;

@@ -151,7 +151,9 @@ v1::Response AppendedResult(const sessions::Session& session) {
 engine::TurnResult StartChat(engine::EngineState& state, const engine::Work& work, server::Job& job,
                              const v1::ChatRequest& request, const Prepared& prepared) {
   if (prepared.tools && *prepared.tools != nullptr) {
-    state.tool_grammars.Remember(*prepared.tools, prepared.tool_grammars, prepared.tool_grammars_status);
+    const Status kept =
+        state.tool_grammars.Remember(*prepared.tools, prepared.tool_grammars, prepared.tool_grammars_status, work.uid);
+    if (!kept.ok()) return kept;
   }
   StatusOr<engine::ChatTurnArgs> args = ChatArgs(state, request, prepared);
   if (!args.ok()) return args.status();

@@ -88,11 +88,15 @@ common::StatusOr<Prepared> PrepareCreateSession(const v1::CreateSessionRequest& 
 
 engine::TurnResult StartCreateSession(engine::EngineState& state, const engine::Work& work, server::Job& job,
                                       const v1::CreateSessionRequest& request, const Prepared& prepared) {
+  // The grammars first: a set past the tool-grammar memory limits creates no session. (If the
+  // session is then refused, the set dies with the request and its entry stops counting.)
+  if (prepared.tools && *prepared.tools != nullptr) {
+    const common::Status kept =
+        state.tool_grammars.Remember(*prepared.tools, prepared.tool_grammars, prepared.tool_grammars_status, work.uid);
+    if (!kept.ok()) return kept;
+  }
   common::StatusOr<sessions::Session*> created = NewSession(state, job, request, prepared.tools.value_or(nullptr));
   if (!created.ok()) return created.status();
-  if (prepared.tools && *prepared.tools != nullptr) {
-    state.tool_grammars.Remember(*prepared.tools, prepared.tool_grammars, prepared.tool_grammars_status);
-  }
   sessions::Session& session = **created;
   if (session.length() == 0) {
     job.Finish(CreatedResponse(session));

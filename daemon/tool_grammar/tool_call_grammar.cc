@@ -269,6 +269,14 @@ common::StatusOr<std::shared_ptr<const grammar::CompiledGrammar>> CompileToolCal
   return g;
 }
 
+size_t ToolChoiceGrammars::memory_bytes() const {
+  size_t bytes = sizeof(ToolChoiceGrammars);
+  if (automatic != nullptr) bytes += automatic->memory_bytes();
+  if (required != nullptr) bytes += required->memory_bytes();
+  for (const auto& [name, grammar] : named) bytes += name.capacity() + (grammar != nullptr ? grammar->memory_bytes() : 0) + 64;
+  return bytes;
+}
+
 common::StatusOr<std::shared_ptr<const ToolChoiceGrammars>> CompileToolChoiceGrammars(
     std::span<const text::ToolDefinition> tools, ToolCallFamily family, const ToolGrammarOptions& options) {
   auto grammars = std::make_shared<ToolChoiceGrammars>();

@@ -100,6 +100,9 @@ struct ToolChoiceGrammars {
   std::shared_ptr<const grammar::CompiledGrammar> automatic;
   std::shared_ptr<const grammar::CompiledGrammar> required;
   std::map<std::string, std::shared_ptr<const grammar::CompiledGrammar>, std::less<>> named;
+
+  // The heap bytes of all of them (CompiledGrammar::memory_bytes summed, with the names).
+  size_t memory_bytes() const;
 };
 
 // CompileToolCallGrammar for kAuto, kRequired and kNamed of each tool: about three times the work

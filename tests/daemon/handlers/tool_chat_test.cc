@@ -695,6 +695,63 @@ TEST(ToolChatTest, ToolChoicesOnAPromptThatOpensReasoning) {
   EXPECT_EQ(CountValid(cases), cases.size());
 }
 
+// The compiled grammars of the tool sets in use are bounded per uid and in all: with limits of
+// about one and a half sets per uid and two and a half in all, a uid's second set (a CreateSession
+// or a Chat that sends tools) is refused with RESOURCE_EXHAUSTED naming `tools` and creates nothing,
+// another uid is served, deleting a session frees its set's share, and past the limit in all even a
+// fresh uid is refused.
+TEST(ToolChatTest, ToolGrammarMemoryIsBoundedPerUserAndInAll) {
+  // One set's grammars, compiled as the handlers compile them for Qwen3 (Hermes, with its tags).
+  Prepared prepared;
+  prepared.tools = std::make_shared<const std::vector<text::ToolDefinition>>(WeatherTools());
+  ASSERT_TRUE(CompileToolGrammars(PrepareContext{tool_calls::ToolCallFamily::kHermes, text::ReasoningTags{"<think>", "</think>"}},
+                                  {}, prepared).ok());
+  ASSERT_NE(prepared.tool_grammars, nullptr);
+  const uint64_t one_set = prepared.tool_grammars->memory_bytes();
+  ASSERT_GT(one_set, 1000u);
+  std::cout << "[ tools ] the grammars of a one-tool set hold " << one_set << " bytes\n";
+  std::unique_ptr<loaders::Model> model = niels::testing::ReferenceChatModel("qwen3", kSeed);
+  ASSERT_NE(model, nullptr);
+  EngineOptions options;
+  options.threads = 1;
+  options.tool_grammar_bytes_per_uid = one_set * 3 / 2;
+  options.tool_grammar_bytes = one_set * 5 / 2;
+  Service service(std::make_unique<engine::Engine>(std::move(model), options));
+  const auto sessions_of = [&service](uint32_t uid) {
+    v1::Request list;
+    list.mutable_list_sessions();
+    return Call(service, list, uid).list_sessions().sessions_size();
+  };
+  const auto create = [&service](uint32_t uid) {
+    v1::Request request = CreateRequest(nullptr);
+    AddWeatherTool(*request.mutable_create_session()->mutable_tools());
+    return Call(service, request, uid);
+  };
+  const auto expect_refused = [](const v1::Response& response, const char* what) {
+    ASSERT_TRUE(response.has_error()) << what << ": " << response.DebugString();
+    EXPECT_EQ(response.error().code(), v1::RESOURCE_EXHAUSTED) << what;
+    EXPECT_TRUE(response.error().message().starts_with("tools: ")) << what << ": " << response.error().message();
+  };
+  const v1::Response first = create(kUid);
+  ASSERT_TRUE(first.has_create_session()) << first.DebugString();
+  expect_refused(create(kUid), "a second set of the same uid");
+  EXPECT_EQ(sessions_of(kUid), 1);
+  // A Chat that sends a new set is refused the same way, before its turn.
+  v1::Request chat = MessagesRequest(first.create_session().session_id(), {Message("user", "hi")}, 2);
+  AddWeatherTool(*chat.mutable_chat()->mutable_tools());
+  expect_refused(Call(service, chat), "a Chat sending a second set");
+  // Another uid is served; a third uid is then past the limit in all.
+  EXPECT_TRUE(create(kUid + 1).has_create_session());
+  expect_refused(create(kUid + 2), "past the limit in all");
+  EXPECT_EQ(sessions_of(kUid + 2), 0);
+  // Deleting the first session frees its share.
+  v1::Request remove;
+  remove.mutable_delete_session()->set_session_id(first.create_session().session_id());
+  ASSERT_TRUE(Call(service, remove).has_delete_session());
+  EXPECT_TRUE(create(kUid + 2).has_create_session());
+  EXPECT_TRUE(create(kUid).has_error()) << "in all: two sets are kept again";
+}
+
 // A request's own constraint (a JSON Schema) on a reasoning model holds from the first byte after
 // the reasoning block: the reasoning is free text (here forced by a bias on `<think>`, which the
 // reasoning then repeats: it is text there), the
