@@ -179,6 +179,8 @@ GenerateOptions ChatGenerateOptions(const EngineState& state, const ChatTurnArgs
   options.max_new_tokens = args.max_new_tokens;
   options.use_kv_cache = args.use_kv_cache;
   options.stop_ids = format.stop_ids();
+  options.want_logprobs = args.want_logprobs;
+  options.top_logprobs = args.top_logprobs;
   if (args.constraint != nullptr) options.constraint = {args.constraint, state.constraint_vocabulary, {}};
   return options;
 }

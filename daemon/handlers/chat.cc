@@ -12,9 +12,9 @@
 #include "daemon/engine/chat_turn.h"
 #include "daemon/handlers/chat_messages.h"
 #include "daemon/handlers/constraint.h"
-#include "daemon/tool_grammar/tool_call_grammar.h"
 #include "daemon/handlers/handlers.h"
 #include "daemon/handlers/proto_convert.h"
+#include "daemon/tool_grammar/tool_call_grammar.h"
 
 namespace niels::daemon::handlers {
 
@@ -60,6 +60,12 @@ StatusOr<engine::ChatTurnArgs> ChatArgs(const engine::EngineState& state, const 
         fmt::format("max_new_tokens = {} must be in [1, {}]", args.max_new_tokens, kMaxNewTokensLimit));
   }
   args.use_kv_cache = !request.has_use_kv_cache() || request.use_kv_cache();
+  if (request.top_logprobs() < 0 || request.top_logprobs() > kMaxTopLogprobs) {
+    return Status::InvalidArgument(
+        fmt::format("top_logprobs = {} must be in [0, {}]", request.top_logprobs(), kMaxTopLogprobs));
+  }
+  args.want_logprobs = request.want_logprobs();
+  args.top_logprobs = request.top_logprobs();
   if (request.has_enable_thinking()) args.options.enable_thinking = request.enable_thinking();
   StatusOr<sampling::SamplingParams> sampling =
       SamplingFromProto(request.sampling(), state.config().vocab_size, state.chat_format()->banned_ids());
@@ -78,7 +84,8 @@ StatusOr<engine::ChatTurnArgs> ChatArgs(const engine::EngineState& state, const 
   return args;
 }
 
-v1::Response ChatResult(const engine::TurnOutcome& outcome, const engine::ChatReply& reply) {
+v1::Response ChatResult(const engine::TurnOutcome& outcome, const engine::ChatReply& reply,
+                        std::vector<v1::StepInfo>& steps) {
   const engine::GenerateResult& result = outcome.generation;
   v1::Response response;
   v1::ChatResponse& chat = *response.mutable_chat();
@@ -99,6 +106,9 @@ v1::Response ChatResult(const engine::TurnOutcome& outcome, const engine::ChatRe
   chat.set_truncated_turns(outcome.truncated_turns);
   chat.set_session_length(outcome.session.length());
   *chat.mutable_stats() = StatsToProto(result, outcome.queue_ms);
+  // One step per reply id: not the stop id's, nor those rolled back with a stop string.
+  if (steps.size() > reply.ids.size()) steps.resize(reply.ids.size());
+  for (v1::StepInfo& step : steps) *chat.add_steps() = std::move(step);
   return response;
 }
 
@@ -164,9 +174,20 @@ engine::TurnResult StartChat(engine::EngineState& state, const engine::Work& wor
     return engine::TurnStart{};
   }
   engine::ChatCallbacks callbacks;
+  const bool want_steps = args->want_logprobs || args->top_logprobs > 0;
+  // Steps collected for the final response (and sent with each token's first event when streaming).
+  auto steps = std::make_shared<std::vector<v1::StepInfo>>();
+  if (want_steps && !request.stream()) {
+    callbacks.on_token = [steps, &tokenizer = state.tokenizer()](const engine::StepEvent& event, const text::ReplyDelta&,
+                                                                 std::span<const engine::ToolCallPiece>) {
+      steps->push_back(StepToProto(event, tokenizer, /*with_text_bytes=*/true));
+    };
+  }
   if (request.stream()) {
-    callbacks.on_token = [&job](const engine::StepEvent& event, const text::ReplyDelta& delta,
-                                std::span<const engine::ToolCallPiece> calls) {
+    callbacks.on_token = [&job, steps, want_steps, &tokenizer = state.tokenizer()](
+                             const engine::StepEvent& event, const text::ReplyDelta& delta,
+                             std::span<const engine::ToolCallPiece> calls) {
+      if (want_steps) steps->push_back(StepToProto(event, tokenizer, /*with_text_bytes=*/true));
       // A token that completes several calls: one event per further call, with the same id and
       // index and no text.
       for (size_t i = 0; i == 0 || i < calls.size(); ++i) {
@@ -176,6 +197,7 @@ engine::TurnResult StartChat(engine::EngineState& state, const engine::Work& wor
         if (i == 0) {
           token.set_text(delta.answer);
           token.set_reasoning(delta.reasoning);
+          if (want_steps) *token.mutable_step() = steps->back();
         }
         if (i < calls.size()) {
           v1::ToolCallDelta& call = *token.mutable_tool_call();
@@ -188,8 +210,8 @@ engine::TurnResult StartChat(engine::EngineState& state, const engine::Work& wor
       }
     };
   }
-  callbacks.on_commit = [&job](const engine::TurnOutcome& outcome, const engine::ChatReply& reply) {
-    job.Finish(ChatResult(outcome, reply));
+  callbacks.on_commit = [&job, steps](const engine::TurnOutcome& outcome, const engine::ChatReply& reply) {
+    job.Finish(ChatResult(outcome, reply, *steps));
   };
   return engine::StartChatTurn(state, work, *args, std::move(callbacks));
 }

@@ -136,15 +136,21 @@ void FillSessionInfo(const sessions::SessionView& view, v1::SessionInfo& info) {
   info.set_model_name(view.model_name);
 }
 
-v1::StepInfo StepToProto(const StepEvent& event, const text::Tokenizer& tokenizer) {
+v1::StepInfo StepToProto(const StepEvent& event, const text::Tokenizer& tokenizer, bool with_text_bytes) {
+  const auto text_bytes = [&tokenizer, at_start = event.index == 0](int32_t id) {
+    text::TextBytes bytes = tokenizer.Bytes(id);
+    return at_start ? std::move(bytes.at_start) : std::move(bytes.bytes);
+  };
   v1::StepInfo step;
   step.set_id(event.id);
   if (event.logprob) step.set_logprob(*event.logprob);
+  if (with_text_bytes) step.set_text_bytes(text_bytes(event.id));
   for (const TokenAlternative& alternative : event.top) {
     v1::TokenAlternative* top = step.add_top();
     top->set_id(alternative.id);
     top->set_logprob(alternative.logprob);
     top->set_piece(tokenizer.Piece(alternative.id));
+    if (with_text_bytes) top->set_text_bytes(text_bytes(alternative.id));
   }
   if (event.attention) {
     const engine::AttentionRow& row = *event.attention;  // [H, length]

@@ -75,6 +75,9 @@ void FillSessionInfo(const sessions::SessionView& view, niels::v1::SessionInfo& 
 
 // A StepInfo from a generator step event: id, logprob, top alternatives with their pieces, and the
 // attention row [H, length] flattened row-major.
-niels::v1::StepInfo StepToProto(const engine::StepEvent& event, const text::Tokenizer& tokenizer);
+niels::v1::StepInfo StepToProto(const engine::StepEvent& event, const text::Tokenizer& tokenizer,
+                                bool with_text_bytes = false);
+// (with_text_bytes: StepInfo.text_bytes and each alternative's, the bytes the id adds to the text,
+// Tokenizer::Bytes: `at_start` for the output's first step, else `bytes`; Chat sets it.)
 
 }  // namespace niels::daemon::handlers

@@ -695,6 +695,90 @@ TEST(ToolChatTest, ToolChoicesOnAPromptThatOpensReasoning) {
   EXPECT_EQ(CountValid(cases), cases.size());
 }
 
+// Chat's per-step logprobs (want_logprobs, top_logprobs): one step per reply id, the same in the
+// stream and the response; the text bytes of the steps make up the reply; greedy picks the best
+// alternative; and the logprobs equal, bitwise, those Generate reports for the same prompt ids on a
+// fresh session (the Chat path changes nothing of the numbers). Qwen3 and Llama 3.2 with their
+// real templates, random weights.
+TEST(ChatLogprobsTest, ChatStepsMatchTheReplyAndGenerate) {
+  for (const std::string name : {"qwen3", "llama3_2"}) {
+    SCOPED_TRACE(name);
+    std::unique_ptr<Service> service = StartService(name);
+    ASSERT_NE(service, nullptr);
+    const std::string session = CreateSession(*service, "sys", false);
+    v1::Request request = MessagesRequest(session, {Message("user", "Count to five.")}, 12);
+    request.mutable_chat()->set_want_logprobs(true);
+    request.mutable_chat()->set_top_logprobs(4);
+    request.mutable_chat()->mutable_sampling()->set_temperature(0.0f);
+    request.mutable_chat()->set_stream(true);
+    std::shared_ptr<RecordingSink> sink = SubmitAsync(*service, request);
+    const v1::Response response = sink->Wait();
+    std::vector<v1::StepInfo> streamed;
+    for (const v1::Response& event : sink->events()) {
+      if (event.has_token() && event.token().has_step()) streamed.push_back(event.token().step());
+    }
+    ASSERT_TRUE(response.has_chat()) << response.DebugString();
+    const v1::ChatResponse& chat = response.chat();
+    ASSERT_EQ(chat.steps_size(), chat.reply_ids_size());
+    ASSERT_GE(streamed.size(), static_cast<size_t>(chat.steps_size()));  // the stream has the stop id's too
+    std::string text;
+    for (int i = 0; i < chat.steps_size(); ++i) {
+      const v1::StepInfo& step = chat.steps(i);
+      EXPECT_EQ(step.id(), chat.reply_ids(i));
+      EXPECT_EQ(step.SerializeAsString(), streamed[i].SerializeAsString()) << i;
+      EXPECT_LE(step.logprob(), 0.0f);
+      ASSERT_EQ(step.top_size(), 4);
+      EXPECT_EQ(step.top(0).id(), step.id()) << "greedy takes the best";
+      EXPECT_EQ(step.top(0).logprob(), step.logprob());
+      EXPECT_EQ(step.top(0).text_bytes(), step.text_bytes());
+      for (int k = 1; k < step.top_size(); ++k) EXPECT_GE(step.top(k - 1).logprob(), step.top(k).logprob());
+      text += step.text_bytes();
+    }
+    EXPECT_EQ(text, chat.reply()) << "thinking off: the reply's text is its ids' bytes";
+
+    // The same prompt through Generate on a fresh session: the prompt is the session's tokens
+    const v1::Response got = Call(*service, GetRequest(session));
+    ASSERT_TRUE(got.has_get_session());
+    const auto& tokens = got.get_session().token_ids();
+    // before the reply (the session ends with the reply, then the template's end of turn).
+    const std::vector<int32_t> history(tokens.begin(), tokens.end());
+    const std::vector<int32_t> reply(chat.reply_ids().begin(), chat.reply_ids().end());
+    const auto at = std::find_end(history.begin(), history.end(), reply.begin(), reply.end());
+    ASSERT_NE(at, history.end());
+    const int64_t prompt_length = at - history.begin();
+    ASSERT_GT(prompt_length, 0);
+    v1::Response fresh = Call(*service, CreateRequest(nullptr));
+    ASSERT_TRUE(fresh.has_create_session());
+    v1::Request generate = GenerateRequest(fresh.create_session().session_id(),
+                                           std::vector<int32_t>(tokens.begin(), tokens.begin() + prompt_length),
+                                           chat.reply_ids_size());
+    generate.mutable_generate()->set_want_logprobs(true);
+    generate.mutable_generate()->set_top_logprobs(4);
+    generate.mutable_generate()->mutable_sampling()->set_temperature(0.0f);
+    const v1::Response generated = Call(*service, generate);
+    ASSERT_TRUE(generated.has_generate()) << generated.DebugString();
+    ASSERT_GE(generated.generate().steps_size(), chat.steps_size());
+    for (int i = 0; i < chat.steps_size(); ++i) {
+      const v1::StepInfo& g = generated.generate().steps(i);
+      EXPECT_EQ(g.id(), chat.steps(i).id()) << i;
+      EXPECT_EQ(g.logprob(), chat.steps(i).logprob()) << i;
+      for (int k = 0; k < g.top_size(); ++k) {
+        EXPECT_EQ(g.top(k).id(), chat.steps(i).top(k).id());
+        EXPECT_EQ(g.top(k).logprob(), chat.steps(i).top(k).logprob());
+      }
+    }
+  }
+  // top_logprobs past its limit is refused, naming it.
+  std::unique_ptr<Service> service = StartService("qwen3");
+  ASSERT_NE(service, nullptr);
+  v1::Request request = MessagesRequest(CreateSession(*service, "sys", false), {Message("user", "hi")}, 2);
+  request.mutable_chat()->set_top_logprobs(21);
+  const v1::Response refused = Call(*service, request);
+  ASSERT_TRUE(refused.has_error());
+  EXPECT_EQ(refused.error().code(), v1::INVALID_ARGUMENT);
+  EXPECT_NE(refused.error().message().find("top_logprobs"), std::string::npos);
+}
+
 // The compiled grammars of the tool sets in use are bounded per uid and in all: with limits of
 // about one and a half sets per uid and two and a half in all, a uid's second set (a CreateSession
 // or a Chat that sends tools) is refused with RESOURCE_EXHAUSTED naming `tools` and creates nothing,

@@ -276,7 +276,7 @@ class Client:
 
     def chat(self, session_id, user_text="", on_token=None, max_new_tokens=None, use_kv_cache=None,
              enable_thinking=None, constraint=None, stop_strings=(), messages=(), keep_messages=None,
-             append_only=False, tools=None, tool_choice=None, **sampling):
+             append_only=False, tools=None, tool_choice=None, want_logprobs=False, top_logprobs=0, **sampling):
         """One chat turn. With on_token the reply streams (one TokenEvent per token: .text adds to
         the answer, .reasoning to a reasoning model's reasoning; the response has both).
         enable_thinking: the chat template's switch (Qwen3); None leaves the model's default.
@@ -290,11 +290,14 @@ class Client:
         tool_result()) instead of user_text; keep_messages cuts the conversation first;
         append_only appends without a reply. Tools: tools replaces the session's (ToolSet or
         OpenAI-style list; [] clears them); tool_choice "auto", "none" or "required", or a tool's
-        name. The response's tool_calls are the calls the reply made (stop_reason TOOL_CALLS)."""
+        name. The response's tool_calls are the calls the reply made (stop_reason TOOL_CALLS).
+        want_logprobs / top_logprobs (0..20): per reply id a StepInfo (logprob, best alternatives,
+        text_bytes) in the response's steps and in each streamed event's step."""
         req = pb.ChatRequest(session_id=session_id, user_text=user_text,
                              sampling=sampling_message(**sampling), stream=on_token is not None,
                              stop_strings=list(stop_strings), messages=list(messages),
-                             append_only=append_only)
+                             append_only=append_only, want_logprobs=want_logprobs,
+                             top_logprobs=top_logprobs)
         if keep_messages is not None:
             req.keep_messages = keep_messages
         if tools is not None:
