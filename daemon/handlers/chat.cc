@@ -1,5 +1,6 @@
 // Chat: one user/assistant turn on a session (the engine's StartChatTurn), its reply streamed as
 // text (answer and reasoning) when asked, and the ChatResponse.
+#include <algorithm>
 #include <memory>
 #include <span>
 #include <utility>
@@ -174,20 +175,24 @@ engine::TurnResult StartChat(engine::EngineState& state, const engine::Work& wor
     return engine::TurnStart{};
   }
   engine::ChatCallbacks callbacks;
+  // Steps of the reply's ids (not of the end-of-turn id that ends it), collected for the final
+  // response and sent with each token's first event when streaming.
   const bool want_steps = args->want_logprobs || args->top_logprobs > 0;
-  // Steps collected for the final response (and sent with each token's first event when streaming).
   auto steps = std::make_shared<std::vector<v1::StepInfo>>();
+  const auto step_of = [steps, &tokenizer = state.tokenizer(),
+                        stop_ids = state.chat_format()->stop_ids()](const engine::StepEvent& event) -> const v1::StepInfo* {
+    if (std::find(stop_ids.begin(), stop_ids.end(), event.id) != stop_ids.end()) return nullptr;
+    steps->push_back(StepToProto(event, tokenizer, /*with_text_bytes=*/true));
+    return &steps->back();
+  };
   if (want_steps && !request.stream()) {
-    callbacks.on_token = [steps, &tokenizer = state.tokenizer()](const engine::StepEvent& event, const text::ReplyDelta&,
-                                                                 std::span<const engine::ToolCallPiece>) {
-      steps->push_back(StepToProto(event, tokenizer, /*with_text_bytes=*/true));
-    };
+    callbacks.on_token = [step_of](const engine::StepEvent& event, const text::ReplyDelta&,
+                                   std::span<const engine::ToolCallPiece>) { step_of(event); };
   }
   if (request.stream()) {
-    callbacks.on_token = [&job, steps, want_steps, &tokenizer = state.tokenizer()](
-                             const engine::StepEvent& event, const text::ReplyDelta& delta,
-                             std::span<const engine::ToolCallPiece> calls) {
-      if (want_steps) steps->push_back(StepToProto(event, tokenizer, /*with_text_bytes=*/true));
+    callbacks.on_token = [&job, want_steps, step_of](const engine::StepEvent& event, const text::ReplyDelta& delta,
+                                                     std::span<const engine::ToolCallPiece> calls) {
+      const v1::StepInfo* step = want_steps ? step_of(event) : nullptr;
       // A token that completes several calls: one event per further call, with the same id and
       // index and no text.
       for (size_t i = 0; i == 0 || i < calls.size(); ++i) {
@@ -197,7 +202,7 @@ engine::TurnResult StartChat(engine::EngineState& state, const engine::Work& wor
         if (i == 0) {
           token.set_text(delta.answer);
           token.set_reasoning(delta.reasoning);
-          if (want_steps) *token.mutable_step() = steps->back();
+          if (step != nullptr) *token.mutable_step() = *step;
         }
         if (i < calls.size()) {
           v1::ToolCallDelta& call = *token.mutable_tool_call();

@@ -720,7 +720,7 @@ TEST(ChatLogprobsTest, ChatStepsMatchTheReplyAndGenerate) {
     ASSERT_TRUE(response.has_chat()) << response.DebugString();
     const v1::ChatResponse& chat = response.chat();
     ASSERT_EQ(chat.steps_size(), chat.reply_ids_size());
-    ASSERT_GE(streamed.size(), static_cast<size_t>(chat.steps_size()));  // the stream has the stop id's too
+    ASSERT_EQ(streamed.size(), static_cast<size_t>(chat.steps_size()));
     std::string text;
     for (int i = 0; i < chat.steps_size(); ++i) {
       const v1::StepInfo& step = chat.steps(i);
@@ -767,6 +767,22 @@ TEST(ChatLogprobsTest, ChatStepsMatchTheReplyAndGenerate) {
         EXPECT_EQ(g.top(k).logprob(), chat.steps(i).top(k).logprob());
       }
     }
+
+    // A reply that ends on the end-of-turn id at once: no step, streamed or in the response (the
+    // end id is not part of the reply).
+    v1::Request ending = MessagesRequest(session, {Message("user", "Stop.")}, 4);
+    ending.mutable_chat()->set_keep_messages(0);
+    ending.mutable_chat()->set_want_logprobs(true);
+    ending.mutable_chat()->set_stream(true);
+    v1::TokenBias& bias = *ending.mutable_chat()->mutable_sampling()->add_logit_bias();
+    bias.set_id(SingleId(*service, name == "qwen3" ? "<|im_end|>" : "<|eot_id|>"));
+    bias.set_bias(100.0f);
+    std::shared_ptr<RecordingSink> ended = SubmitAsync(*service, ending);
+    const v1::Response ended_response = ended->Wait();
+    ASSERT_TRUE(ended_response.has_chat()) << ended_response.DebugString();
+    EXPECT_EQ(ended_response.chat().stop_reason(), v1::EOT);
+    EXPECT_EQ(ended_response.chat().steps_size(), 0);
+    for (const v1::Response& event : ended->events()) EXPECT_FALSE(event.has_token() && event.token().has_step());
   }
   // top_logprobs past its limit is refused, naming it.
   std::unique_ptr<Service> service = StartService("qwen3");
