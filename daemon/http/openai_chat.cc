@@ -1,6 +1,7 @@
 #include "daemon/http/openai_chat.h"
 
 #include <algorithm>
+#include <cmath>
 #include <memory>
 #include <vector>
 #include <utility>
@@ -253,7 +254,12 @@ std::optional<ApiError> MapChatCompletion(const json& body, const ModelView& mod
   plan->chat.set_max_new_tokens(
       static_cast<int32_t>(max_tokens.value_or(std::clamp<int64_t>(model.context, 1, kMostNewTokens))));
   plan->n = static_cast<int32_t>(fields.Integer("n", 1, kMaxChoices).value_or(1));
-  if (fields.Bool("logprobs").value_or(false)) fields.Fail("logprobs", "logprobs are not supported on chat completions");
+  const bool logprobs = fields.Bool("logprobs").value_or(false);
+  constexpr int64_t kMostTopLogprobs = 20;  // the native requests' limit (proto/PROTOCOL.md "Logprobs")
+  const std::optional<int64_t> top_logprobs = fields.Integer("top_logprobs", 0, kMostTopLogprobs);
+  if (top_logprobs && !logprobs) fields.Fail("top_logprobs", "needs logprobs set to true");
+  plan->chat.set_want_logprobs(logprobs);
+  plan->chat.set_top_logprobs(static_cast<int32_t>(top_logprobs.value_or(0)));
   if (const json* kwargs = fields.Object("chat_template_kwargs")) {
     FieldReader kwarg_fields = fields.Nested(*kwargs, "chat_template_kwargs.");
     if (std::optional<bool> thinking = kwarg_fields.Bool("enable_thinking")) plan->chat.set_enable_thinking(*thinking);
@@ -283,7 +289,7 @@ json ToolCallsJson(const google::protobuf::RepeatedPtrField<niels::v1::ToolCall>
 }
 
 json Chunk(const std::string& id, int64_t created, const std::string& model, json delta, json finish_reason,
-           int32_t index = 0) {
+           int32_t index = 0, json logprobs = nullptr) {
   return {{"id", id},
           {"object", "chat.completion.chunk"},
           {"created", created},
@@ -291,8 +297,28 @@ json Chunk(const std::string& id, int64_t created, const std::string& model, jso
           {"system_fingerprint", nullptr},
           {"choices", json::array({{{"index", index},
                                     {"delta", std::move(delta)},
-                                    {"logprobs", nullptr},
+                                    {"logprobs", std::move(logprobs)},
                                     {"finish_reason", std::move(finish_reason)}}})}};
+}
+
+// OpenAI's entry of one token: its text (bytes that are not valid UTF-8 by themselves come out as
+// U+FFFD when the JSON is written), its logprob (-9999.0 for -inf, OpenAI's stand-in: JSON has no
+// infinity) and its raw bytes.
+json TokenLogprob(const std::string& bytes, float logprob) {
+  json raw = json::array();
+  for (const unsigned char c : bytes) raw.push_back(static_cast<int>(c));
+  return {{"token", bytes}, {"logprob", std::isfinite(logprob) ? logprob : -9999.0f}, {"bytes", std::move(raw)}};
+}
+
+// The `content` entry of one step, with its alternatives.
+json StepLogprobs(const niels::v1::StepInfo& step) {
+  json entry = TokenLogprob(step.text_bytes(), step.logprob());
+  json top = json::array();
+  for (const niels::v1::TokenAlternative& alternative : step.top()) {
+    top.push_back(TokenLogprob(alternative.text_bytes(), alternative.logprob()));
+  }
+  entry["top_logprobs"] = std::move(top);
+  return entry;
 }
 
 std::string FirstChunk(const std::string& id, int64_t created, const std::string& model, int32_t index) {
@@ -316,6 +342,11 @@ std::optional<std::string> EventChunk(const std::string& id, int64_t created, co
     if (!call.name().empty()) function["name"] = call.name();
     entry["function"] = std::move(function);
     delta["tool_calls"] = json::array({std::move(entry)});
+  }
+  if (event.has_step()) {
+    // A token with logprobs is a chunk of its own even when it adds no text yet (partial UTF-8).
+    return Dump(Chunk(id, created, model, std::move(delta), nullptr, index,
+                      {{"content", json::array({StepLogprobs(event.step())})}, {"refusal", nullptr}}));
   }
   if (delta.empty()) return std::nullopt;
   return Dump(Chunk(id, created, model, std::move(delta), nullptr, index));
@@ -345,23 +376,31 @@ std::string UsageChunk(const std::string& id, int64_t created, const std::string
   return Dump(usage_chunk);
 }
 
-json ChoiceJson(const niels::v1::ChatResponse& chat, int32_t index) {
+json ChoiceJson(const niels::v1::ChatResponse& chat, int32_t index, bool want_logprobs) {
   json message = {{"role", "assistant"}, {"content", chat.reply()}};
   if (!chat.reasoning().empty()) message["reasoning_content"] = chat.reasoning();
   if (chat.tool_calls_size() > 0) {
     message["tool_calls"] = ToolCallsJson(chat.tool_calls());
     if (chat.reply().empty()) message["content"] = nullptr;
   }
+  json logprobs = nullptr;
+  if (want_logprobs) {
+    json content = json::array();
+    for (const niels::v1::StepInfo& step : chat.steps()) content.push_back(StepLogprobs(step));
+    logprobs = {{"content", std::move(content)}, {"refusal", nullptr}};
+  }
   return {{"index", index},
           {"message", std::move(message)},
-          {"logprobs", nullptr},
+          {"logprobs", std::move(logprobs)},
           {"finish_reason", FinishReason(chat.stop_reason())}};
 }
 
 std::string Answer(const std::string& id, int64_t created, const std::string& model,
-                   const std::vector<const niels::v1::ChatResponse*>& chats) {
+                   const std::vector<const niels::v1::ChatResponse*>& chats, bool want_logprobs) {
   json choices = json::array();
-  for (size_t i = 0; i < chats.size(); ++i) choices.push_back(ChoiceJson(*chats[i], static_cast<int32_t>(i)));
+  for (size_t i = 0; i < chats.size(); ++i) {
+    choices.push_back(ChoiceJson(*chats[i], static_cast<int32_t>(i), want_logprobs));
+  }
   json answer = {{"id", id},
                  {"object", "chat.completion"},
                  {"created", created},
@@ -438,7 +477,7 @@ boost::asio::awaitable<void> HandleChatCompletion(Exchange& exchange, std::strin
     if (const niels::v1::Response* failed = FirstError(responses)) {
       co_await exchange.RespondError(FromStatus(common::FromProto(failed->error())));
     } else {
-      co_await exchange.Respond(200, Answer(id, created, model.id, Chats(responses)));
+      co_await exchange.Respond(200, Answer(id, created, model.id, Chats(responses), plan.chat.want_logprobs()));
     }
     co_return;
   }

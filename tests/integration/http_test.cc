@@ -327,6 +327,7 @@ TEST_F(HttpTest, OfficialOpenAiClientOverTheUnixSocket) {
   EXPECT_EQ(seen["two_choices"].size(), 2u) << result.out;
   EXPECT_FALSE(seen["chat"]["content"].get<std::string>().empty());
   EXPECT_EQ(seen["chat_stream"]["content"], seen["chat"]["content"]);
+  EXPECT_GT(seen["logprobs"]["tokens"].get<int>(), 0) << result.out;
   EXPECT_NE(seen["errors"]["oversized"].get<std::string>().find("413"), std::string::npos);
   std::cout << "openai client saw: " << result.out << "\n";
 }
@@ -428,23 +429,80 @@ TEST_F(HttpTest, SameTokensThroughHttpAndTheProtobufSocket) {
   }
   EXPECT_EQ(completion["usage"]["completion_tokens"], generated->stats().generated_tokens());
 
-  // Chat: a system prompt and one user message, greedy.
-  json chat = PostJson("/v1/chat/completions",
-                       {{"model", model_id_},
-                        {"messages", {{{"role", "system"}, {"content", "You are brief."}},
-                                      {{"role", "user"}, {"content", "What is a socket?"}}}},
-                        {"max_tokens", 10},
-                        {"temperature", 0}});
-  ASSERT_TRUE(chat.is_object());
-  auto chat_session = client_->CreateSession(std::string("You are brief."));
-  ASSERT_TRUE(chat_session.ok());
-  v1::ChatRequest native = GreedyChat(chat_session->session_id(), "What is a socket?", 10);
-  auto replied = client_->Chat(native);
-  ASSERT_TRUE(replied.ok()) << replied.status().ToString();
-  EXPECT_EQ(chat["choices"][0]["message"]["content"], replied->reply());
-  EXPECT_EQ(chat["usage"]["completion_tokens"], replied->stats().generated_tokens());
-  EXPECT_EQ(chat["usage"]["prompt_tokens"], replied->stats().prompt_tokens());
-  std::cout << "greedy completion '" << native_text << "', chat '" << replied->reply() << "'\n";
+  // Chat: a system prompt and one user message, greedy and then seeded at temperature 1, with
+  // logprobs and 3 alternatives: the same text, and per token bitwise the same logprob, bytes and
+  // alternatives as the native Chat's steps; streamed, the chunks' logprobs are the same entries.
+  std::string greedy_reply;
+  for (const bool seeded : {false, true}) {
+    SCOPED_TRACE(seeded ? "seeded" : "greedy");
+    json chat_request = {{"model", model_id_},
+                         {"messages", {{{"role", "system"}, {"content", "You are brief."}},
+                                       {{"role", "user"}, {"content", "What is a socket?"}}}},
+                         {"max_tokens", 10},
+                         {"temperature", seeded ? 1 : 0},
+                         {"logprobs", true},
+                         {"top_logprobs", 3}};
+    if (seeded) chat_request["seed"] = 7;
+    json chat = PostJson("/v1/chat/completions", chat_request);
+    ASSERT_TRUE(chat.is_object());
+    auto chat_session = client_->CreateSession(std::string("You are brief."));
+    ASSERT_TRUE(chat_session.ok());
+    v1::ChatRequest native = GreedyChat(chat_session->session_id(), "What is a socket?", 10);
+    if (seeded) {
+      native.mutable_sampling()->set_temperature(1.0f);
+      native.mutable_sampling()->set_top_k(0);  // OpenAI's: no top-k
+      native.mutable_sampling()->set_seed(7);
+    }
+    native.set_want_logprobs(true);
+    native.set_top_logprobs(3);
+    auto replied = client_->Chat(native);
+    ASSERT_TRUE(replied.ok()) << replied.status().ToString();
+    EXPECT_EQ(chat["choices"][0]["message"]["content"], replied->reply());
+    EXPECT_EQ(chat["usage"]["completion_tokens"], replied->stats().generated_tokens());
+    EXPECT_EQ(chat["usage"]["prompt_tokens"], replied->stats().prompt_tokens());
+    const json& content = chat["choices"][0]["logprobs"]["content"];
+    ASSERT_TRUE(content.is_array()) << chat.dump();
+    ASSERT_EQ(content.size(), static_cast<size_t>(replied->steps_size()));
+    ASSERT_GT(content.size(), 0u);
+    for (int i = 0; i < replied->steps_size(); ++i) {
+      const v1::StepInfo& step = replied->steps(i);
+      EXPECT_EQ(static_cast<float>(content[i]["logprob"].get<double>()), step.logprob()) << "token " << i;
+      std::string bytes;
+      for (const json& b : content[i]["bytes"]) bytes += static_cast<char>(b.get<int>());
+      EXPECT_EQ(bytes, step.text_bytes()) << "token " << i;
+      ASSERT_EQ(content[i]["top_logprobs"].size(), 3u);
+      for (int k = 0; k < 3; ++k) {
+        EXPECT_EQ(static_cast<float>(content[i]["top_logprobs"][k]["logprob"].get<double>()), step.top(k).logprob());
+      }
+    }
+    json streamed_request = chat_request;
+    streamed_request["stream"] = true;
+    json streamed_content = json::array();
+    // HTTP/1.0: the raw events, ended by the close (no chunked encoding to take apart).
+    testing::ProcessResult streamed = testing::RunProcess(
+        {"curl", "-sS", "-N", "--http1.0", "--unix-socket", http_socket().string(),
+         "http://localhost/v1/chat/completions", "-H", "Content-Type: application/json", "-d", streamed_request.dump()});
+    ASSERT_EQ(streamed.exit_code, 0) << streamed.err;
+    for (size_t at = streamed.out.find("data: {"); at != std::string::npos; at = streamed.out.find("data: {", at + 1)) {
+      const json chunk = json::parse(streamed.out.substr(at + 6, streamed.out.find("\n\n", at) - at - 6), nullptr, false);
+      ASSERT_TRUE(chunk.is_object()) << streamed.out.substr(at, 200);
+      for (const json& choice : chunk["choices"]) {
+        if (choice["logprobs"].is_object()) {
+          for (const json& entry : choice["logprobs"]["content"]) streamed_content.push_back(entry);
+        }
+      }
+    }
+    EXPECT_EQ(streamed_content, content);
+    if (!seeded) greedy_reply = replied->reply();
+  }
+  // top_logprobs without logprobs, or past 20: 400 naming the field.
+  for (const json& bad : {json{{"top_logprobs", 2}}, json{{"logprobs", true}, {"top_logprobs", 21}}}) {
+    json request = {{"model", model_id_}, {"messages", {{{"role", "user"}, {"content", "hi"}}}}, {"max_tokens", 2}};
+    request.update(bad);
+    const json refused = PostJson("/v1/chat/completions", request, 400);
+    EXPECT_NE(refused.dump().find("top_logprobs"), std::string::npos) << refused.dump();
+  }
+  std::cout << "greedy completion '" << native_text << "', chat '" << greedy_reply << "'\n";
 }
 
 // OpenAI's logit_bias on both endpoints: the same ids and logprobs as the native request with the

@@ -76,6 +76,37 @@ async function main() {
   assert.ok(usage.prompt_tokens_details.cached_tokens > 0, 'nothing reused from the prefix cache');
   seen.chat_stream = { chunks, content: streamed, usage };
 
+  // Logprobs as the client types them: per token its text, logprob, bytes and 2 alternatives; the
+  // same entries streamed; the bytes of the tokens join to the content.
+  const withLogprobs = await client.chat.completions.create({
+    model: modelId, messages, temperature: 0, max_tokens: 12, logprobs: true, top_logprobs: 2,
+  });
+  const entries = withLogprobs.choices[0].logprobs.content;
+  assert.ok(Array.isArray(entries) && entries.length === withLogprobs.usage.completion_tokens -
+            (withLogprobs.choices[0].finish_reason === 'stop' ? 1 : 0), 'one entry per token of the reply');
+  for (const entry of entries) {
+    assert.equal(typeof entry.token, 'string');
+    assert.ok(entry.logprob <= 0);
+    assert.ok(Array.isArray(entry.bytes));
+    assert.equal(entry.top_logprobs.length, 2);
+    assert.ok(entry.top_logprobs[0].logprob >= entry.top_logprobs[1].logprob);
+    // (The best of the model's distribution may be a role token the chat bans: no bytes.)
+    assert.ok(entry.top_logprobs[0].logprob >= entry.logprob);
+  }
+  const joined = Buffer.from(entries.flatMap((e) => e.bytes)).toString('utf8');
+  assert.equal(joined, withLogprobs.choices[0].message.content);
+  const logprobStream = await client.chat.completions.create({
+    model: modelId, messages, temperature: 0, max_tokens: 12, logprobs: true, top_logprobs: 2, stream: true,
+  });
+  const streamedEntries = [];
+  for await (const chunk of logprobStream) {
+    for (const choice of chunk.choices) {
+      if (choice.logprobs && choice.logprobs.content) streamedEntries.push(...choice.logprobs.content);
+    }
+  }
+  assert.deepEqual(streamedEntries, entries);
+  seen.logprobs = { tokens: entries.length, first: entries[0] };
+
   // Two choices, seeded: the client reads both, indexed 0 and 1; streamed, its chunks name their
   // choice and join to the same two texts.
   const two = await client.chat.completions.create({ model: modelId, messages, temperature: 1, seed: 5, n: 2,
