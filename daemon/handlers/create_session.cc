@@ -52,12 +52,12 @@ common::StatusOr<sessions::Session*> NewSession(engine::EngineState& state, serv
         "empty)");
   }
   common::StatusOr<sessions::CreatedSession> created =
-      sessions::CreateSession(state.sessions, state.language_model(), state.chat_format(), job.uid(), system_prompt);
+      sessions::CreateSession(state.sessions, state.language_model(), state.chat_format(), job.owner(), system_prompt);
   if (!created.ok()) return created.status();
   if (tools != nullptr) {
     created->session->SetTools(std::move(tools));
     if (common::Status stored = state.sessions.Commit(*created->session); !stored.ok()) {
-      (void)state.sessions.Delete(created->session->id(), job.uid());
+      (void)state.sessions.Delete(created->session->id(), job.owner());
       return stored;
     }
   }
