@@ -39,17 +39,25 @@ constexpr milliseconds kBound{15000};
 constexpr const char* kAliceKey = "alice-0123456789-abcdefghij";
 constexpr const char* kBobKey = "bob-0123456789-abcdefghijkl";
 
-// A raw client of a loopback TCP port.
+// A raw client of a loopback TCP port (127.0.0.1, or ::1 with `ipv6`).
 class TcpClient {
  public:
-  explicit TcpClient(uint16_t port) {
-    fd_ = ::socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
+  explicit TcpClient(uint16_t port, bool ipv6 = false) {
+    fd_ = ::socket(ipv6 ? AF_INET6 : AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
     sockaddr_in address{};
     address.sin_family = AF_INET;
     address.sin_port = htons(port);
     address.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
-    if (fd_ < 0 || ::connect(fd_, reinterpret_cast<sockaddr*>(&address), sizeof(address)) != 0) {
-      throw std::runtime_error("cannot connect to 127.0.0.1:" + std::to_string(port) + ": " + std::strerror(errno));
+    sockaddr_in6 address6{};
+    address6.sin6_family = AF_INET6;
+    address6.sin6_port = htons(port);
+    address6.sin6_addr = in6addr_loopback;
+    const int connected =
+        ipv6 ? ::connect(fd_, reinterpret_cast<sockaddr*>(&address6), sizeof(address6))
+             : ::connect(fd_, reinterpret_cast<sockaddr*>(&address), sizeof(address));
+    if (fd_ < 0 || connected != 0) {
+      throw std::runtime_error("cannot connect to loopback port " + std::to_string(port) + ": " +
+                               std::strerror(errno));
     }
   }
   ~TcpClient() {
@@ -155,13 +163,14 @@ class HttpTcpTest : public IntegrationTest {
     ASSERT_EQ(::chmod(keys_file().c_str(), mode), 0);
   }
 
-  // nielsd with the TCP listener on an ephemeral port (and the Unix HTTP socket beside it); the
-  // port it logged.
-  void StartTcpDaemon(std::vector<std::string> extra = {}) {
+  // nielsd with the TCP listener on an ephemeral port of `address` (and the Unix HTTP socket
+  // beside it); the port it logged.
+  void StartTcpDaemon(std::vector<std::string> extra = {}, const std::string& address = "127.0.0.1") {
     WriteKeys(0600);
     testing::DaemonProcessOptions options = DaemonOptions();
+    const std::string listen = (address == "::1" ? "[::1]" : address) + ":0";
     options.extra_args.insert(options.extra_args.end(),
-                              {"--ephemeral", "--http-listen", "127.0.0.1:0", "--api-keys", keys_file().string(),
+                              {"--ephemeral", "--http-listen", listen, "--api-keys", keys_file().string(),
                                "--http-socket", http_socket().string()});
     options.extra_args.insert(options.extra_args.end(), extra.begin(), extra.end());
     daemon_ = testing::DaemonProcess::Start(options);
@@ -171,7 +180,8 @@ class HttpTcpTest : public IntegrationTest {
     ASSERT_TRUE(info.ok()) << info.status().ToString();
     info_ = *info;
     model_id_ = info_.model_name().empty() ? "nielsd" : info_.model_name();
-    const std::regex logged(R"(HTTP on 127\.0\.0\.1:(\d+) \(loopback TCP)");
+    const std::regex logged(address == "::1" ? R"(HTTP on \[::1\]:(\d+) \(loopback TCP)"
+                                             : R"(HTTP on 127\.0\.0\.1:(\d+) \(loopback TCP)");
     std::smatch match;
     for (const Clock::time_point deadline = Clock::now() + kBound; Clock::now() < deadline;) {
       const std::string log = daemon_->log();
@@ -452,6 +462,41 @@ TEST_F(HttpTcpTest, OfficialOpenAiClientOverTcpWithItsKey) {
   EXPECT_NE(seen["errors"]["oversized"].get<std::string>().find("413"), std::string::npos);
   EXPECT_NE(seen["errors"]["unauthorized"].get<std::string>().find("401"), std::string::npos) << result.out;
   std::cout << "openai client over TCP saw: " << result.out << "\n";
+}
+
+TEST_F(HttpTcpTest, ListensOnIpv6Loopback) {
+  StartTcpDaemon({}, "::1");
+  TcpClient connection(port_, /*ipv6=*/true);
+  Headers headers = WithKey(kBobKey);
+  headers.host = "[::1]:" + std::to_string(port_);
+  ASSERT_TRUE(connection.Send(Request("POST", "/v1/chat/completions", Chat("Hello there").dump(), headers)));
+  const std::string response = connection.ReadResponse(kBound);
+  ASSERT_EQ(StatusOf(response), 200) << response;
+  EXPECT_EQ(BodyOf(response)["object"], "chat.completion");
+  TcpClient keyless(port_, /*ipv6=*/true);
+  Headers no_key;
+  no_key.host = headers.host;
+  ASSERT_TRUE(keyless.Send(Request("GET", "/v1/models", "", no_key)));
+  EXPECT_EQ(StatusOf(keyless.ReadResponse(kBound)), 401);
+}
+
+TEST_F(HttpTcpTest, OfficialAnthropicClientOverTcpWithItsKey) {
+  StartTcpDaemon();
+  const std::string script = std::string(NIELS_SOURCE_DIR) + "/tests/integration/http/anthropic_tcp_client.cjs";
+  ASSERT_TRUE(std::filesystem::exists(std::string(NIELS_HTTP_CLIENTS_DIR) + "/@anthropic-ai/sdk/package.json"))
+      << "the @anthropic-ai/sdk npm package is not in " << NIELS_HTTP_CLIENTS_DIR << " (scripts/install_references.sh)";
+  testing::ProcessResult result = testing::RunProcess(
+      {"node", script, "http://127.0.0.1:" + std::to_string(port_), model_id_, kBobKey}, "",
+      {{"NODE_PATH", NIELS_HTTP_CLIENTS_DIR}}, milliseconds(120000));
+  ASSERT_EQ(result.exit_code, 0) << result.err << result.out;
+  json seen = json::parse(result.out, nullptr, false);
+  ASSERT_TRUE(seen.is_object()) << result.out;
+  EXPECT_EQ(seen["message"]["type"], "message") << result.out;
+  EXPECT_GT(seen["message"]["output_tokens"].get<int>(), 0) << result.out;
+  EXPECT_EQ(seen["streamed_text"], seen["message"]["text"]) << result.out;
+  EXPECT_EQ(seen["unauthorized"]["status"], 401) << result.out;
+  EXPECT_EQ(seen["unauthorized"]["type"], "authentication_error") << result.out;
+  std::cout << "anthropic client over TCP saw: " << result.out << "\n";
 }
 
 TEST_F(HttpTcpTest, WhatTheListenerMustNotTakeStopsNielsdAtStart) {
