@@ -279,6 +279,7 @@ asio::awaitable<void> HttpConnection::Run() {
     answer_status_ = 0;
     endpoint_ = nullptr;
     if (front_->options.tcp && !co_await AdmitOnTcp(request)) {
+      if (stopped_) break;
       front_->counters.Count("other", answer_status_);
       if (!keep_alive_ || broken_) break;
       continue;
@@ -384,6 +385,8 @@ asio::awaitable<bool> HttpConnection::AdmitOnTcp(const bhttp::request<bhttp::str
     co_return false;
   }
   if (owner_ != principal->owner) {
+    // Stopped meanwhile: the front no longer counts the connection, so it must not count it again.
+    if (stopped_) co_return false;
     const size_t limit = front_->options.max_connections_per_uid;
     if (!front_->Rebind(owner_, principal->owner, limit)) {
       keep_alive_ = false;
