@@ -6,6 +6,7 @@
 #include <unistd.h>
 
 #include <algorithm>
+#include <cctype>
 #include <csignal>
 #include <chrono>
 #include <cstdint>
@@ -79,6 +80,10 @@ struct Flags {
   int64_t max_context = niels::daemon::loaders::kDefaultMaxContext;
   // The HTTP front (docs/HTTP.md).
   std::string http_socket;
+  std::string http_listen;  // loopback TCP, with api_keys
+  std::string api_keys;
+  std::vector<std::string> http_allow_origins;
+  std::vector<std::string> http_allow_hosts;
   uint64_t http_max_header_bytes = niels::daemon::http::HttpOptions{}.max_header_bytes;
   uint64_t http_max_body_bytes = niels::daemon::http::HttpOptions{}.max_body_bytes;
   double http_header_timeout_s = Seconds(niels::daemon::http::HttpOptions{}.header_timeout);
@@ -185,6 +190,18 @@ void AddFlags(CLI::App& app, Flags& flags) {
                  "socket: same permissions "
                  "(--socket-group) and per-uid identity as --socket; --max-connections and --max-connections-per-uid "
                  "apply to it separately");
+  app.add_option("--http-listen", flags.http_listen,
+                 "also serve the HTTP API on this loopback TCP address, 127.0.0.1:PORT or [::1]:PORT (port 0: any "
+                 "free one, logged); every request needs a key of --api-keys, and requests a web page could send "
+                 "(a Host that is not a loopback name, an Origin header) are refused (docs/HTTP.md)");
+  app.add_option("--api-keys", flags.api_keys,
+                 "the API keys of --http-listen: a file of KEY NAME lines (NAME: the principal the key stands for, "
+                 "an identity of its own); only its owner may have access to it (mode 0600)");
+  app.add_option("--http-allow-origin", flags.http_allow_origins,
+                 "take --http-listen requests carrying this Origin header (e.g. http://localhost:3000; repeatable)");
+  app.add_option("--http-allow-host", flags.http_allow_hosts,
+                 "take --http-listen requests whose Host is this name besides localhost and the loopback "
+                 "addresses (repeatable)");
   app.add_option("--http-max-header-bytes", flags.http_max_header_bytes,
                  "largest HTTP request head (request line and headers); larger: 431")
       ->check(CLI::Range(uint64_t{1024}, uint64_t{1} << 24))->capture_default_str();
@@ -291,6 +308,52 @@ niels::daemon::http::HttpOptions HttpOptionsFrom(const Flags& flags, const serve
   options.max_connections_per_uid = daemon.max_connections_per_uid;
   options.overflow_uid = daemon.overflow_uid;
   return options;
+}
+
+std::string Lowercase(std::string text) {
+  std::transform(text.begin(), text.end(), text.begin(), [](unsigned char c) { return std::tolower(c); });
+  return text;
+}
+
+// The loopback TCP listener's options from --http-listen, --api-keys and --http-allow-*; nullopt
+// without --http-listen. INVALID_ARGUMENT for a listen address that is not loopback, for one
+// without --api-keys (or those flags without it), and for the key file's problems (ApiKeys::Load).
+niels::common::StatusOr<std::optional<niels::daemon::http::TcpListenOptions>> TcpListenFrom(const Flags& flags) {
+  using niels::common::Status;
+  if (flags.http_listen.empty()) {
+    if (!flags.api_keys.empty() || !flags.http_allow_origins.empty() || !flags.http_allow_hosts.empty()) {
+      return Status::InvalidArgument(
+          "--api-keys, --http-allow-origin and --http-allow-host are for --http-listen, which is not given");
+    }
+    return std::optional<niels::daemon::http::TcpListenOptions>();
+  }
+  niels::common::StatusOr<boost::asio::ip::tcp::endpoint> endpoint =
+      niels::daemon::http::ParseLoopbackEndpoint(flags.http_listen);
+  if (!endpoint.ok()) return endpoint.status();
+  if (flags.api_keys.empty()) {
+    return Status::InvalidArgument(fmt::format(
+        "--http-listen {} needs --api-keys FILE: on TCP every local program can connect, so each request must "
+        "carry a key",
+        flags.http_listen));
+  }
+  niels::common::StatusOr<niels::daemon::http::ApiKeys> keys = niels::daemon::http::ApiKeys::Load(flags.api_keys);
+  if (!keys.ok()) return keys.status();
+  niels::daemon::http::TcpListenOptions tcp;
+  tcp.endpoint = *endpoint;
+  tcp.keys = std::make_shared<const niels::daemon::http::ApiKeys>(std::move(keys).value());
+  for (const std::string& origin : flags.http_allow_origins) {
+    if (origin.empty() || origin.find_first_of(" \t\r\n") != std::string::npos) {
+      return Status::InvalidArgument(fmt::format("--http-allow-origin '{}': not an origin (http://HOST:PORT)", origin));
+    }
+    tcp.host_origin.allowed_origins.push_back(Lowercase(origin));
+  }
+  for (const std::string& host : flags.http_allow_hosts) {
+    if (host.empty() || host.find_first_of(" \t\r\n:") != std::string::npos) {
+      return Status::InvalidArgument(fmt::format("--http-allow-host '{}': not a host name (without a port)", host));
+    }
+    tcp.host_origin.allowed_hosts.push_back(Lowercase(host));
+  }
+  return std::optional<niels::daemon::http::TcpListenOptions>(std::move(tcp));
 }
 
 // Durable sessions: the state directory (locked: one daemon per directory), the session database
@@ -406,6 +469,12 @@ int main(int argc, char** argv) {
   }
   niels::common::SetLogLevel(*level);
 
+  niels::common::StatusOr<std::optional<niels::daemon::http::TcpListenOptions>> tcp_listen = TcpListenFrom(flags);
+  if (!tcp_listen.ok()) {
+    LogError("nielsd: {}", tcp_listen.status().message());
+    return 1;
+  }
+
   if (flags.model.empty()) flags.model = DefaultModelDir();
   if (flags.model.empty()) {
     LogError("nielsd: --model PATH is required (the shipped demo model was not found in {} or {})",
@@ -432,6 +501,16 @@ int main(int argc, char** argv) {
     auto front = niels::daemon::http::HttpFront::Open(daemon.io_context(), HttpOptionsFrom(flags, options));
     if (!front.ok()) {
       LogError("nielsd: --http-socket: {}", front.status().message());
+      return 1;
+    }
+    daemon.AddFront(std::move(front).value());
+  }
+  if (tcp_listen->has_value()) {
+    niels::daemon::http::HttpOptions http = HttpOptionsFrom(flags, options);
+    http.tcp = std::move(**tcp_listen);
+    auto front = niels::daemon::http::HttpFront::OpenTcp(daemon.io_context(), std::move(http));
+    if (!front.ok()) {
+      LogError("nielsd: --http-listen: {}", front.status().message());
       return 1;
     }
     daemon.AddFront(std::move(front).value());

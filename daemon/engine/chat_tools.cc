@@ -11,12 +11,12 @@ using common::Status;
 using common::StatusOr;
 
 Status ToolGrammarCache::Remember(const Tools& tools, std::shared_ptr<const tool_grammar::ToolChoiceGrammars> grammars,
-                                  Status status, uint32_t uid) {
+                                  Status status, common::OwnerId owner) {
   if (tools == nullptr) return Status();
   std::erase_if(entries_, [](const auto& entry) { return entry.second.tools.expired(); });
   if (Find(tools) != nullptr) return Status();  // kept already (the set of a session sent again)
   const uint64_t bytes = grammars != nullptr ? grammars->memory_bytes() : 0;
-  const uint64_t all = this->bytes(), own = bytes_of(uid);
+  const uint64_t all = this->bytes(), own = bytes_of(owner);
   constexpr double kMiB = 1024.0 * 1024.0;
   if (own + bytes > max_bytes_per_uid_) {
     return Status::ResourceExhausted(fmt::format(
@@ -30,7 +30,7 @@ Status ToolGrammarCache::Remember(const Tools& tools, std::shared_ptr<const tool
         "the daemon's limit of {:.1f} MiB; try again later",
         (all + bytes) / kMiB, bytes / kMiB, max_bytes_ / kMiB));
   }
-  entries_[tools.get()] = Entry{tools, std::move(grammars), std::move(status), uid, bytes};
+  entries_[tools.get()] = Entry{tools, std::move(grammars), std::move(status), owner, bytes};
   return Status();
 }
 
@@ -40,9 +40,9 @@ uint64_t ToolGrammarCache::bytes() const {
   return sum;
 }
 
-uint64_t ToolGrammarCache::bytes_of(uint32_t uid) const {
+uint64_t ToolGrammarCache::bytes_of(common::OwnerId owner) const {
   uint64_t sum = 0;
-  for (const auto& [key, entry] : entries_) sum += entry.uid == uid && !entry.tools.expired() ? entry.bytes : 0;
+  for (const auto& [key, entry] : entries_) sum += entry.owner == owner && !entry.tools.expired() ? entry.bytes : 0;
   return sum;
 }
 

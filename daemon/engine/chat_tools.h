@@ -15,6 +15,7 @@
 #include <vector>
 
 #include "common/budgets.h"
+#include "common/owner.h"
 #include "common/status.h"
 #include "daemon/grammar/compiled_grammar.h"
 #include "daemon/text/chat_format.h"
@@ -42,8 +43,9 @@ inline constexpr size_t kMaxToolCallsPerReply = common::kToolCallsPerReplyLimit;
 // remembers them here. A set restored from disk has none until it is sent again. Entries whose set
 // is gone are dropped at the next Remember, so there are at most as many as live sets.
 // Memory: the grammars of the live sets are counted (ToolChoiceGrammars::memory_bytes), in all and
-// per uid (the uid whose request sent the set; a fork shares its entry); Remember refuses a set
-// that would pass either limit, so one user's tool sets hold at most `bytes_per_uid` and everyone's
+// per owner (a uid or an API-key principal: the one whose request sent the set; a fork shares its
+// entry); Remember refuses a set that would pass either limit, so one owner's sets hold at most
+// `bytes_per_uid` and everyone's
 // at most `bytes` (EngineOptions: 1 GiB and 256 MiB by default). Engine thread only.
 class ToolGrammarCache {
  public:
@@ -52,25 +54,25 @@ class ToolGrammarCache {
     std::weak_ptr<const std::vector<text::ToolDefinition>> tools;
     std::shared_ptr<const tool_grammar::ToolChoiceGrammars> grammars;  // null: status says why
     common::Status status;
-    uint32_t uid = 0;
+    common::OwnerId owner = 0;
     uint64_t bytes = 0;  // grammars->memory_bytes()
   };
   void SetLimits(uint64_t bytes, uint64_t bytes_per_uid) {
     max_bytes_ = bytes;
     max_bytes_per_uid_ = bytes_per_uid;
   }
-  // Keeps the grammars of `tools`, a set a request of `uid` sent. A set already kept is not counted
-  // again. RESOURCE_EXHAUSTED ("tools: ...", nothing kept) when the live sets' grammars with these
-  // would hold more than the limits, in all or of `uid`; the request should then fail before it
+  // Keeps the grammars of `tools`, a set a request of `owner` sent. A set already kept is not
+  // counted again. RESOURCE_EXHAUSTED ("tools: ...", nothing kept) when the live sets' grammars with
+  // these would hold more than the limits, in all or of `owner`; the request should then fail before it
   // changes anything. Cost: O(entries) (the expired ones are dropped first).
   common::Status Remember(const Tools& tools, std::shared_ptr<const tool_grammar::ToolChoiceGrammars> grammars,
-                          common::Status status, uint32_t uid);
+                          common::Status status, common::OwnerId owner);
   // The entry of `tools`; null when none was remembered for this set.
   const Entry* Find(const Tools& tools) const;
   size_t size() const { return entries_.size(); }
-  // The bytes the live sets' grammars hold, in all and of one uid's sets (expired sets not counted).
+  // The bytes the live sets' grammars hold, in all and of one owner's sets (expired sets not counted).
   uint64_t bytes() const;
-  uint64_t bytes_of(uint32_t uid) const;
+  uint64_t bytes_of(common::OwnerId owner) const;
 
  private:
   std::map<const void*, Entry> entries_;

@@ -53,7 +53,7 @@ StatusOr<size_t> TurnsToDrop(const sessions::Session& session, int64_t turn_leng
 // niels_gpt's turn: appends [usr] text [eot] [asst] and the reply to the history.
 TurnResult StartNativeChatTurn(EngineState& state, const Work& work, const ChatTurnArgs& args,
                                ChatCallbacks callbacks) {
-  StatusOr<sessions::Session*> found = state.sessions.Find(args.session_id, work.uid);
+  StatusOr<sessions::Session*> found = state.sessions.Find(args.session_id, work.owner);
   if (!found.ok()) return found.status();
   sessions::Session& session = **found;
   const text::ChatFormat& format = *state.chat_format();
@@ -259,7 +259,7 @@ TurnCallbacks MakeChatTurnCallbacks(const EngineState& state, ChatCallbacks call
 StatusOr<const sessions::Session*> AppendChatMessages(EngineState& state, const Work& work, const ChatTurnArgs& args) {
   const text::ChatFormat* format = state.chat_format();
   if (format == nullptr) return state.chat_format_status;
-  StatusOr<sessions::Session*> found = state.sessions.Find(args.session_id, work.uid);
+  StatusOr<sessions::Session*> found = state.sessions.Find(args.session_id, work.owner);
   if (!found.ok()) return found.status();
   StatusOr<bool> conversation = InConversationMode(state, **found, args);
   if (!conversation.ok()) return conversation.status();
@@ -274,7 +274,7 @@ StatusOr<const sessions::Session*> AppendChatMessages(EngineState& state, const 
 TurnResult StartChatTurn(EngineState& state, const Work& work, const ChatTurnArgs& args, ChatCallbacks callbacks) {
   const text::ChatFormat* format = state.chat_format();
   if (format == nullptr) return state.chat_format_status;
-  StatusOr<sessions::Session*> found = state.sessions.Find(args.session_id, work.uid);
+  StatusOr<sessions::Session*> found = state.sessions.Find(args.session_id, work.owner);
   if (!found.ok()) return found.status();
   StatusOr<bool> conversation = InConversationMode(state, **found, args);
   if (!conversation.ok()) return conversation.status();

@@ -120,11 +120,11 @@ void Engine::Submit(Work work) {
     } else if (queue_.size() + waiting_count_ >= options_.max_queue) {
       refused = Status::ResourceExhausted(
           fmt::format("the engine queue is full ({} requests); try again later", options_.max_queue));
-    } else if (QueuedFor(work.uid) >= options_.max_queued_per_uid) {
+    } else if (QueuedFor(work.owner) >= options_.max_queued_per_uid) {
       refused = Status::ResourceExhausted(fmt::format(
-          "uid {} already has {} requests queued, the limit per user (--max-queued-per-uid); wait "
+          "{} already has {} requests queued, the limit per user (--max-queued-per-uid); wait "
           "for some to finish",
-          work.uid, options_.max_queued_per_uid));
+          common::DescribeOwner(work.owner), options_.max_queued_per_uid));
     } else {
       work.enqueued = Clock::now();
       queue_.push_back(std::move(work));
@@ -172,7 +172,7 @@ void Engine::Run() {
       for (Work& queued : queue_) {
         if (stopping_) queued.cancel->store(true);  // everything ends CANCELLED
         held_cancels_.insert(queued.cancel);
-        ++waiting_per_uid_[queued.uid];
+        ++waiting_per_uid_[queued.owner];
         waiting_.push_back(std::move(queued));
       }
       queue_.clear();
@@ -246,14 +246,14 @@ void Engine::ServeWaiting() {
     std::list<Work>::iterator it;
     bool blocked;
   };
-  std::map<uint32_t, std::vector<Candidate>> by_uid;
+  std::map<common::OwnerId, std::vector<Candidate>> by_uid;
   for (auto it = waiting_.begin(); it != waiting_.end(); ++it) {
     const std::string& session = it->session_id;
     const bool blocked = !session.empty() && !named.insert(session).second;
-    by_uid[it->uid].push_back({it, blocked});
+    by_uid[it->owner].push_back({it, blocked});
   }
   // Fairness between users: round robin over the uids, starting after the uid served last.
-  std::vector<uint32_t> uids;
+  std::vector<common::OwnerId> uids;
   auto start = last_served_uid_ ? by_uid.upper_bound(*last_served_uid_) : by_uid.begin();
   for (auto it = start; it != by_uid.end(); ++it) uids.push_back(it->first);
   for (auto it = by_uid.begin(); it != start; ++it) uids.push_back(it->first);
@@ -263,17 +263,17 @@ void Engine::ServeWaiting() {
   // next would pass kStartBytesPerIteration; the rest wait for the next iteration (after a step).
   uint64_t started_bytes = 0;
   bool started_any = false;
-  std::set<uint32_t> deferred;  // uids whose next request waits for the next iteration
+  std::set<common::OwnerId> deferred;  // uids whose next request waits for the next iteration
   auto affordable = [&](const Work& work) {
     return !started_any || started_bytes + work.request_bytes <= kStartBytesPerIteration;
   };
-  auto started = [&](uint64_t bytes, uint32_t uid) {
+  auto started = [&](uint64_t bytes, common::OwnerId uid) {
     started_any = true;
     started_bytes += bytes;
     last_served_uid_ = uid;
   };
   for (size_t round = 0; round < most; ++round) {
-    for (uint32_t uid : uids) {
+    for (common::OwnerId uid : uids) {
       std::vector<Candidate>& jobs = by_uid[uid];
       if (round >= jobs.size() || jobs[round].blocked) continue;
       Candidate& candidate = jobs[round];
@@ -303,16 +303,16 @@ void Engine::ServeWaiting() {
 void Engine::Unwait(std::list<Work>::iterator it) {
   {
     std::lock_guard lock(mutex_);
-    const uint32_t uid = it->uid;
+    const common::OwnerId uid = it->owner;
     if (--waiting_per_uid_[uid] == 0) waiting_per_uid_.erase(uid);
     --waiting_count_;
   }
   waiting_.erase(it);
 }
 
-size_t Engine::QueuedFor(uint32_t uid) const {
+size_t Engine::QueuedFor(common::OwnerId uid) const {
   size_t queued = 0;
-  for (const Work& item : queue_) queued += item.uid == uid ? 1 : 0;
+  for (const Work& item : queue_) queued += item.owner == uid ? 1 : 0;
   auto it = waiting_per_uid_.find(uid);
   return queued + (it == waiting_per_uid_.end() ? 0 : it->second);
 }
@@ -353,7 +353,7 @@ void Engine::ExecuteQuick(Work& work) {
 
 bool Engine::TryAdmit(Work& work) {
   if (running_.size() >= options_.max_batch) return false;
-  const auto of_uid = [&](const std::unique_ptr<Turn>& turn) { return turn->work().uid == work.uid; };
+  const auto of_uid = [&](const std::unique_ptr<Turn>& turn) { return turn->work().owner == work.owner; };
   if (static_cast<uint32_t>(std::count_if(running_.begin(), running_.end(), of_uid)) >=
       options_.max_running_per_uid) {
     return false;  // the uid's share of the rows is taken; other uids' work goes first
@@ -429,7 +429,7 @@ void Engine::RunModelWork() {
   std::vector<Turn*> running;
   for (auto& turn : running_) running.push_back(turn.get());
   const StepPlan plan = planner_.Plan(running, running_.size() == 1 && waiting_.empty());
-  for (const auto& turn : running_) ++iteration_.running_per_uid[turn->work().uid];
+  for (const auto& turn : running_) ++iteration_.running_per_uid[turn->work().owner];
   for (size_t i = 0; i < plan.rows.size(); ++i) {
     if (plan.rows[i].prefill) iteration_.prefill_tokens += static_cast<int64_t>(plan.inputs[i].tokens.size());
   }

@@ -69,6 +69,7 @@
 #include <thread>
 #include <vector>
 
+#include "common/owner.h"
 #include "common/status.h"
 #include "daemon/engine/engine_options.h"
 #include "daemon/engine/step_planner.h"
@@ -134,7 +135,7 @@ class Engine {
   // Removes work from waiting_ (and from the per-uid counts).
   void Unwait(std::list<Work>::iterator it);
   // Work of `uid` submitted and not yet started. REQUIRES: mutex_ held.
-  size_t QueuedFor(uint32_t uid) const;
+  size_t QueuedFor(common::OwnerId uid) const;
 
   EngineOptions options_;
   std::unique_ptr<EngineState> state_;  // touched only by the engine thread (after construction)
@@ -150,10 +151,10 @@ class Engine {
   std::list<Work> waiting_;                     // seen, not yet admitted or answered
   std::vector<std::unique_ptr<Turn>> running_;  // admitted turns, in admission order
   StepPlanner planner_;
-  std::optional<uint32_t> last_served_uid_;  // where the uid round robin resumes
+  std::optional<common::OwnerId> last_served_uid_;  // where the uid round robin resumes
   // Guarded by mutex_: work in waiting_ (for Submit's queue limits), in all and per uid.
   size_t waiting_count_ = 0;
-  std::map<uint32_t, size_t> waiting_per_uid_;
+  std::map<common::OwnerId, size_t> waiting_per_uid_;
   std::once_flag shutdown_once_;
   std::thread thread_;
   std::chrono::steady_clock::time_point next_expiry_check_{};  // engine thread only

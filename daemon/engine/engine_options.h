@@ -28,7 +28,7 @@ struct IterationWork {
   int64_t start_prefill_tokens = 0;
   int64_t prefill_tokens = 0;      // positions of prompts and uncached forwards in the model step
   int64_t decode_rows = 0;         // decode rows of the model step
-  std::map<uint32_t, int64_t> running_per_uid;  // running turns per uid during the model step
+  std::map<common::OwnerId, int64_t> running_per_uid;  // running turns per uid during the model step
 };
 
 struct EngineOptions {

@@ -30,7 +30,7 @@ Status CheckFits(const sessions::Session& session, const GenerateTurnArgs& args,
 
 TurnResult StartGenerateTurn(EngineState& state, const Work& work, GenerateTurnArgs args,
                              TurnCallbacks callbacks) {
-  StatusOr<sessions::Session*> found = state.sessions.Find(args.session_id, work.uid);
+  StatusOr<sessions::Session*> found = state.sessions.Find(args.session_id, work.owner);
   if (!found.ok()) return found.status();
   sessions::Session& session = **found;
   NIELS_RETURN_IF_ERROR(CheckFits(session, args, state.config().context));

@@ -222,7 +222,7 @@ StatusOr<size_t> ExchangesToDrop(const std::function<StatusOr<int64_t>(size_t dr
 
 StatusOr<const sessions::Session*> AppendTemplateMessages(EngineState& state, const Work& work,
                                                          const ChatTurnArgs& args, const text::ChatFormat& format) {
-  StatusOr<sessions::Session*> found = state.sessions.Find(args.session_id, work.uid);
+  StatusOr<sessions::Session*> found = state.sessions.Find(args.session_id, work.owner);
   if (!found.ok()) return found.status();
   sessions::Session& session = **found;
   StatusOr<Conversation> conversation = BuildConversation(state, session, args);
@@ -247,7 +247,7 @@ StatusOr<const sessions::Session*> AppendTemplateMessages(EngineState& state, co
 
 TurnResult StartTemplateChatTurn(EngineState& state, const Work& work, const ChatTurnArgs& args,
                                  ChatCallbacks callbacks, const text::ChatFormat& format) {
-  StatusOr<sessions::Session*> found = state.sessions.Find(args.session_id, work.uid);
+  StatusOr<sessions::Session*> found = state.sessions.Find(args.session_id, work.owner);
   if (!found.ok()) return found.status();
   sessions::Session& session = **found;
   const int64_t context = state.config().context;

@@ -18,6 +18,7 @@
 #include <memory>
 #include <string>
 
+#include "common/owner.h"
 #include "common/status.h"
 
 namespace niels::daemon::engine {
@@ -27,7 +28,7 @@ struct TurnStart;
 using TurnResult = common::StatusOr<TurnStart>;
 
 struct Work {
-  uint32_t uid = 0;  // the sender (the session owner check uses it)
+  common::OwnerId owner = 0;  // the sender, a uid or an API-key principal (the session owner check uses it)
   // The session the request names ("" for none). Requests naming a session run in submission order
   // with every other request on that session (a turn is atomic).
   std::string session_id;

@@ -163,7 +163,7 @@ engine::TurnResult StartChat(engine::EngineState& state, const engine::Work& wor
                              const v1::ChatRequest& request, const Prepared& prepared) {
   if (prepared.tools && *prepared.tools != nullptr) {
     const Status kept =
-        state.tool_grammars.Remember(*prepared.tools, prepared.tool_grammars, prepared.tool_grammars_status, work.uid);
+        state.tool_grammars.Remember(*prepared.tools, prepared.tool_grammars, prepared.tool_grammars_status, work.owner);
     if (!kept.ok()) return kept;
   }
   StatusOr<engine::ChatTurnArgs> args = ChatArgs(state, request, prepared);

@@ -21,7 +21,7 @@ Status CompileWorker::Submit(Task task) {
   {
     std::lock_guard lock(mutex_);
     if (stopping_) return Status::Unavailable("the daemon is shutting down");
-    size_t& of_uid = per_uid_[task.uid].tasks;
+    size_t& of_uid = per_uid_[task.owner].tasks;
     Status refused;
     if (waiting_.size() + compiling_.size() >= options_.max_tasks) {
       refused = common::Refuse(common::BudgetId::kCompileQueue,
@@ -30,12 +30,12 @@ Status CompileWorker::Submit(Task task) {
                                            options_.max_tasks));
     } else if (of_uid >= options_.max_tasks_per_uid) {
       refused = common::Refuse(common::BudgetId::kCompileQueuePerUid,
-                               fmt::format("uid {} already has {} constraint compiles queued or running, the limit "
+                               fmt::format("{} already has {} constraint compiles queued or running, the limit "
                                            "per user (one compiles at a time); wait for them to finish",
-                                           task.uid, options_.max_tasks_per_uid));
+                                           common::DescribeOwner(task.owner), options_.max_tasks_per_uid));
     }
     if (!refused.ok()) {
-      if (of_uid == 0) per_uid_.erase(task.uid);
+      if (of_uid == 0) per_uid_.erase(task.owner);
       ++counts_.refused;
       return refused;
     }
@@ -55,7 +55,7 @@ void CompileWorker::Shutdown() {
       stop_flag_.store(true);
       left.swap(waiting_);
       for (const Task& task : left) {
-        if (--per_uid_[task.uid].tasks == 0) per_uid_.erase(task.uid);
+        if (--per_uid_[task.owner].tasks == 0) per_uid_.erase(task.owner);
       }
       counts_.cancelled += left.size();
     }
@@ -79,7 +79,7 @@ std::vector<CompileWorker::Task> CompileWorker::TakeCancelled() {
       ++it;
       continue;
     }
-    if (--per_uid_[it->uid].tasks == 0) per_uid_.erase(it->uid);
+    if (--per_uid_[it->owner].tasks == 0) per_uid_.erase(it->owner);
     cancelled.push_back(std::move(*it));
     it = waiting_.erase(it);
   }
@@ -91,8 +91,8 @@ std::list<CompileWorker::Task>::iterator CompileWorker::NextRunnable() {
   auto best = waiting_.end();
   uint64_t best_start = 0;
   for (auto it = waiting_.begin(); it != waiting_.end(); ++it) {
-    if (compiling_.contains(it->uid)) continue;
-    const uint64_t last_start = per_uid_[it->uid].last_start;
+    if (compiling_.contains(it->owner)) continue;
+    const uint64_t last_start = per_uid_[it->owner].last_start;
     // Strictly older only: of one uid's tasks, the first in submission order.
     if (best == waiting_.end() || last_start < best_start) {
       best = it;
@@ -127,14 +127,14 @@ void CompileWorker::Run() {
     }
     Task task = std::move(*next);
     waiting_.erase(next);
-    compiling_.insert(task.uid);
-    per_uid_[task.uid].last_start = ++starts_;
+    compiling_.insert(task.owner);
+    per_uid_[task.owner].last_start = ++starts_;
     lock.unlock();
     const std::atomic<bool>& cancel = *task.cancel;
     const Status status = task.run([this, &cancel] { return cancel.load() || stop_flag_.load(); });
     lock.lock();
-    compiling_.erase(task.uid);
-    if (--per_uid_[task.uid].tasks == 0) per_uid_.erase(task.uid);
+    compiling_.erase(task.owner);
+    if (--per_uid_[task.owner].tasks == 0) per_uid_.erase(task.owner);
     ++counts_.compiled;
     if (status.code() == common::StatusCode::kCancelled) ++counts_.cancelled;
     if (status.code() == common::StatusCode::kResourceExhausted) ++counts_.exhausted;

@@ -41,6 +41,7 @@
 #include <vector>
 
 #include "common/budgets.h"
+#include "common/owner.h"
 #include "common/status.h"
 
 namespace niels::daemon::handlers {
@@ -62,7 +63,7 @@ class CompileWorker {
   using Cancelled = std::function<bool()>;
 
   struct Task {
-    uint32_t uid = 0;
+    common::OwnerId owner = 0;  // whose request (a uid or an API-key principal)
     std::shared_ptr<std::atomic<bool>> cancel;  // never null
     // Compiles (keeping the result where `done` finds it) and returns the compile's status
     // (CANCELLED, RESOURCE_EXHAUSTED for a spent budget, ...).
@@ -111,8 +112,8 @@ class CompileWorker {
     uint64_t last_start = 0;  // starts_ when its last compile started; 0: none since it came
   };
   std::list<Task> waiting_;                // guarded by mutex_, in submission order
-  std::map<uint32_t, UidShare> per_uid_;   // guarded by mutex_: uids with tasks
-  std::set<uint32_t> compiling_;           // guarded by mutex_: uids with a compile running
+  std::map<common::OwnerId, UidShare> per_uid_;  // guarded by mutex_: owners with tasks
+  std::set<common::OwnerId> compiling_;          // guarded by mutex_: owners with a compile running
   uint64_t starts_ = 0;                    // guarded by mutex_: compiles started
   bool stopping_ = false;                  // guarded by mutex_
   std::atomic<bool> stop_flag_{false};     // read by running compiles' `cancelled`

@@ -52,12 +52,12 @@ common::StatusOr<sessions::Session*> NewSession(engine::EngineState& state, serv
         "empty)");
   }
   common::StatusOr<sessions::CreatedSession> created =
-      sessions::CreateSession(state.sessions, state.language_model(), state.chat_format(), job.uid(), system_prompt);
+      sessions::CreateSession(state.sessions, state.language_model(), state.chat_format(), job.owner(), system_prompt);
   if (!created.ok()) return created.status();
   if (tools != nullptr) {
     created->session->SetTools(std::move(tools));
     if (common::Status stored = state.sessions.Commit(*created->session); !stored.ok()) {
-      (void)state.sessions.Delete(created->session->id(), job.uid());
+      (void)state.sessions.Delete(created->session->id(), job.owner());
       return stored;
     }
   }
@@ -92,7 +92,7 @@ engine::TurnResult StartCreateSession(engine::EngineState& state, const engine::
   // session is then refused, the set dies with the request and its entry stops counting.)
   if (prepared.tools && *prepared.tools != nullptr) {
     const common::Status kept =
-        state.tool_grammars.Remember(*prepared.tools, prepared.tool_grammars, prepared.tool_grammars_status, work.uid);
+        state.tool_grammars.Remember(*prepared.tools, prepared.tool_grammars, prepared.tool_grammars_status, work.owner);
     if (!kept.ok()) return kept;
   }
   common::StatusOr<sessions::Session*> created = NewSession(state, job, request, prepared.tools.value_or(nullptr));

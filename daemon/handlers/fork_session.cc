@@ -8,7 +8,7 @@ namespace v1 = niels::v1;
 
 HandlerResult HandleForkSession(engine::EngineState& state, server::Job& job,
                                 const v1::ForkSessionRequest& request) {
-  common::StatusOr<sessions::Session*> fork = state.sessions.Fork(request.session_id(), job.uid());
+  common::StatusOr<sessions::Session*> fork = state.sessions.Fork(request.session_id(), job.owner());
   if (!fork.ok()) return fork.status();
   v1::Response response;
   response.mutable_fork_session()->set_session_id((*fork)->id());

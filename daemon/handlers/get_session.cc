@@ -37,7 +37,7 @@ void AddNativeTurn(const engine::EngineState& state, std::span<const int32_t> tu
 
 HandlerResult HandleGetSession(engine::EngineState& state, server::Job& job,
                                const v1::GetSessionRequest& request) {
-  common::StatusOr<sessions::Session*> found = state.sessions.Find(request.session_id(), job.uid());
+  common::StatusOr<sessions::Session*> found = state.sessions.Find(request.session_id(), job.owner());
   if (!found.ok()) return found.status();
   const sessions::Session& session = **found;
   v1::Response response;

@@ -19,7 +19,7 @@ using common::Status;
 
 HandlerResult HandleRewindSession(engine::EngineState& state, server::Job& job,
                                   const v1::RewindSessionRequest& request) {
-  common::StatusOr<sessions::Session*> found = state.sessions.Find(request.session_id(), job.uid());
+  common::StatusOr<sessions::Session*> found = state.sessions.Find(request.session_id(), job.owner());
   if (!found.ok()) return found.status();
   sessions::Session& session = **found;
   const int64_t keep_messages = request.keep_messages();

@@ -62,7 +62,7 @@ void Service::Submit(server::Job submitted) {
     return;
   }
   engine::Work work;
-  work.uid = job->uid();
+  work.owner = job->owner();
   work.session_id = method->session(request);
   work.cancel = job->cancel();
   work.request_bytes = request.ByteSizeLong();
@@ -106,7 +106,7 @@ void Service::Forward(engine::Work work) {
       return;
     }
     const engine::EngineOptions& limits = engine_->options();
-    size_t& of_uid = held_per_uid_[work.uid];
+    size_t& of_uid = held_per_uid_[work.owner];
     if (held_ >= limits.max_queue) {
       refused = Status::ResourceExhausted(fmt::format(
           "{} requests already wait for a constraint compile ahead of them on their session, the "
@@ -114,9 +114,9 @@ void Service::Forward(engine::Work work) {
           held_));
     } else if (of_uid >= limits.max_queued_per_uid) {
       refused = Status::ResourceExhausted(fmt::format(
-          "uid {} already has {} requests waiting for a constraint compile ahead of them on their "
+          "{} already has {} requests waiting for a constraint compile ahead of them on their "
           "session, the limit per user (--max-queued-per-uid); wait for some to finish",
-          work.uid, of_uid));
+          common::DescribeOwner(work.owner), of_uid));
     }
     if (refused.ok()) {
       ++of_uid;
@@ -127,7 +127,7 @@ void Service::Forward(engine::Work work) {
       it->second.push_back(std::move(pending));
       return;
     }
-    if (of_uid == 0) held_per_uid_.erase(work.uid);
+    if (of_uid == 0) held_per_uid_.erase(work.owner);
   }
   work.fail(refused);
 }
@@ -143,7 +143,7 @@ void Service::StartCompile(std::shared_ptr<server::Job> job, const Method* metho
     pending_by_session_[session].push_back(pending);
   }
   CompileWorker::Task task;
-  task.uid = pending->work.uid;
+  task.owner = pending->work.owner;
   task.cancel = pending->work.cancel;
   task.run = [this, job, method, pending](const CompileWorker::Cancelled& cancelled) -> Status {
     if (options_.on_compile_start) options_.on_compile_start(*job);
@@ -189,7 +189,7 @@ void Service::SubmitReadyHeadsLocked(const std::string& session) {
     order.pop_front();
     if (head->held) {
       --held_;
-      if (--held_per_uid_[head->work.uid] == 0) held_per_uid_.erase(head->work.uid);
+      if (--held_per_uid_[head->work.owner] == 0) held_per_uid_.erase(head->work.owner);
     }
     engine_->Submit(std::move(head->work));
   }

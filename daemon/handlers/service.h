@@ -30,6 +30,7 @@
 #include <string>
 #include <unordered_map>
 
+#include "common/owner.h"
 #include "common/status.h"
 #include "daemon/engine/engine.h"
 #include "daemon/handlers/compile_worker.h"
@@ -92,7 +93,7 @@ class Service final : public server::RequestService {
   // Guarded by order_mutex_: per session, its pending requests in submission order.
   std::unordered_map<std::string, std::list<std::shared_ptr<Pending>>> pending_by_session_;
   size_t held_ = 0;                         // guarded by order_mutex_
-  std::map<uint32_t, size_t> held_per_uid_;  // guarded by order_mutex_
+  std::map<common::OwnerId, size_t> held_per_uid_;  // guarded by order_mutex_
   CompileWorker compile_worker_;  // last: destroyed (its threads joined) before the rest
 };
 

@@ -1,7 +1,9 @@
 #pragma once
 // FrontState: what the HTTP front and its connections share, owned jointly (a connection may
 // outlive the front object by the time its coroutines unwind): the options, the service, the live
-// connections with their count per uid, the shutting-down flag and the cached model identity.
+// connections with their count per owner (a peer uid, or on TCP the principal of the
+// connection's latest request; a TCP connection before its first request counts in all only), the
+// shutting-down flag and the cached model identity.
 //
 // Threading: every member is thread-safe (a mutex or an atomic).
 
@@ -15,6 +17,7 @@
 #include <unordered_set>
 #include <vector>
 
+#include "common/owner.h"
 #include "daemon/http/exchange.h"
 #include "daemon/http/http_counters.h"
 #include "daemon/http/http_options.h"
@@ -33,10 +36,14 @@ class FrontState {
   std::atomic<bool> shutting_down{false};
   HttpCounters counters;
 
-  void Add(const std::shared_ptr<HttpConnection>& connection, uint32_t uid);
-  void Remove(const HttpConnection* connection, uint32_t uid);
+  // `owner`: whom the connection counts for (nullopt: nobody yet).
+  void Add(const std::shared_ptr<HttpConnection>& connection, std::optional<common::OwnerId> owner);
+  void Remove(const HttpConnection* connection, std::optional<common::OwnerId> owner);
+  // Counts a connection for `to` instead of `from`; false (and nothing changed) when `to` already
+  // has `limit` connections.
+  bool Rebind(std::optional<common::OwnerId> from, common::OwnerId to, size_t limit);
   size_t size() const;
-  size_t CountFor(uint32_t uid) const;
+  size_t CountFor(common::OwnerId owner) const;
   std::vector<std::shared_ptr<HttpConnection>> Snapshot() const;
 
   std::optional<ModelView> model() const;
@@ -45,7 +52,7 @@ class FrontState {
  private:
   mutable std::mutex mutex_;
   std::unordered_set<std::shared_ptr<HttpConnection>> connections_;  // GUARDED_BY(mutex_)
-  std::unordered_map<uint32_t, size_t> per_uid_;                       // GUARDED_BY(mutex_)
+  std::unordered_map<common::OwnerId, size_t> per_owner_;             // GUARDED_BY(mutex_)
   std::optional<ModelView> model_;                                     // GUARDED_BY(mutex_)
 };
 

@@ -31,6 +31,7 @@
 
 #include "common/log.h"
 #include "common/wire_status.h"
+#include "daemon/http/loopback_access.h"
 #include "daemon/http/routes.h"
 
 namespace niels::daemon::http {
@@ -140,22 +141,22 @@ const char* ReasonFor(unsigned status) {
 
 }  // namespace
 
-HttpConnection::HttpConnection(Socket socket, uint32_t peer_uid, std::shared_ptr<FrontState> front)
-    : stream_(std::move(socket)), peer_uid_(peer_uid), front_(std::move(front)) {}
+HttpConnection::HttpConnection(Socket socket, std::optional<common::OwnerId> owner, std::shared_ptr<FrontState> front)
+    : stream_(std::move(socket)), front_(std::move(front)), owner_(owner) {}
 
 HttpConnection::~HttpConnection() = default;
 
 void HttpConnection::Start() {
-  front_->Add(shared_from_this(), peer_uid_);
+  front_->Add(shared_from_this(), owner_);
   auto self = shared_from_this();
   asio::co_spawn(stream_.get_executor(), [self] { return self->Run(); }, [self](std::exception_ptr error) {
     if (error) {
       try {
         std::rethrow_exception(error);
       } catch (const std::exception& e) {
-        common::LogError("http connection uid={}: {}; closing it", self->peer_uid_, e.what());
+        common::LogError("http connection of {}: {}; closing it", self->PeerText(), e.what());
       } catch (...) {
-        common::LogError("http connection uid={}: unknown exception; closing it", self->peer_uid_);
+        common::LogError("http connection of {}: unknown exception; closing it", self->PeerText());
       }
     }
     self->DoStop();
@@ -180,7 +181,13 @@ void HttpConnection::DoStop() {
   boost::system::error_code ignored;
   stream_.socket().shutdown(Socket::shutdown_both, ignored);
   stream_.close();
-  front_->Remove(this, peer_uid_);
+  front_->Remove(this, owner_);
+}
+
+std::string HttpConnection::PeerText() const {
+  if (!owner_) return "an unauthenticated TCP peer";
+  if (!principal_name_.empty()) return "API-key principal " + principal_name_;
+  return common::DescribeOwner(*owner_);
 }
 
 bool HttpConnection::PeerGone() {
@@ -271,6 +278,12 @@ asio::awaitable<void> HttpConnection::Run() {
     if (shutting_down || draining_) keep_alive_ = false;
     answer_status_ = 0;
     endpoint_ = nullptr;
+    if (front_->options.tcp && !co_await AdmitOnTcp(request)) {
+      if (stopped_) break;
+      front_->counters.Count("other", answer_status_);
+      if (!keep_alive_ || broken_) break;
+      continue;
+    }
     const char* endpoint = co_await Route(*this, method, std::string_view(request.target().data(), request.target().size()),
                                           request.body(), RouteContext{shutting_down, &front_->counters, front_->size()});
     if (answer_ == Answer::kNone && !broken_) {
@@ -295,6 +308,101 @@ asio::awaitable<void> HttpConnection::RefuseAndClose(unsigned status, const std:
   stream_.expires_after(kLingerTime);
   std::array<char, kReadChunkBytes> discard;
   while (!ec) co_await stream_.async_read_some(asio::buffer(discard), asio::redirect_error(asio::use_awaitable, ec));
+}
+
+namespace {
+
+std::optional<std::string_view> HeaderOf(const bhttp::request<bhttp::string_body>& request, bhttp::field field) {
+  auto it = request.find(field);
+  if (it == request.end()) return std::nullopt;
+  return std::string_view(it->value().data(), it->value().size());
+}
+
+std::optional<std::string_view> HeaderOf(const bhttp::request<bhttp::string_body>& request, std::string_view name) {
+  auto it = request.find(beast::string_view(name.data(), name.size()));
+  if (it == request.end()) return std::nullopt;
+  return std::string_view(it->value().data(), it->value().size());
+}
+
+std::string_view Trimmed(std::string_view text) {
+  while (!text.empty() && (text.front() == ' ' || text.front() == '\t')) text.remove_prefix(1);
+  while (!text.empty() && (text.back() == ' ' || text.back() == '\t')) text.remove_suffix(1);
+  return text;
+}
+
+// The key of "Bearer KEY" (the scheme case-insensitive), or nullopt.
+std::optional<std::string_view> BearerKey(std::string_view authorization) {
+  authorization = Trimmed(authorization);
+  constexpr std::string_view kScheme = "bearer";
+  if (authorization.size() <= kScheme.size() ||
+      !beast::iequals(beast::string_view(authorization.data(), kScheme.size()),
+                      beast::string_view(kScheme.data(), kScheme.size())) ||
+      (authorization[kScheme.size()] != ' ' && authorization[kScheme.size()] != '\t')) {
+    return std::nullopt;
+  }
+  return Trimmed(authorization.substr(kScheme.size()));
+}
+
+}  // namespace
+
+asio::awaitable<bool> HttpConnection::AdmitOnTcp(const bhttp::request<bhttp::string_body>& request) {
+  const TcpListenOptions& tcp = *front_->options.tcp;
+  const std::string_view target(request.target().data(), request.target().size());
+  const ErrorShape shape = ErrorShapeOf(target);
+  if (std::optional<std::string> refusal = HostOriginRefusal(
+          HeaderOf(request, bhttp::field::host), HeaderOf(request, bhttp::field::origin), tcp.host_origin)) {
+    co_await RespondError(WithShape(MakeError(403, *refusal, "", "host_or_origin_refused"), shape));
+    co_return false;
+  }
+  std::optional<std::string_view> presented;
+  if (std::optional<std::string_view> authorization = HeaderOf(request, bhttp::field::authorization)) {
+    presented = BearerKey(*authorization);
+    if (!presented) {
+      co_await RespondError(WithShape(
+          MakeError(401, "the Authorization header is not `Bearer KEY`", "", "invalid_api_key"), shape));
+      co_return false;
+    }
+  } else if (shape == ErrorShape::kAnthropic) {
+    // Anthropic's clients send their key as x-api-key.
+    if (std::optional<std::string_view> key = HeaderOf(request, "x-api-key")) presented = Trimmed(*key);
+  }
+  if (!presented) {
+    co_await RespondError(WithShape(
+        MakeError(401,
+                  shape == ErrorShape::kAnthropic
+                      ? "no API key: send `x-api-key: KEY` or `Authorization: Bearer KEY` with a key of nielsd --api-keys"
+                      : "no API key: send `Authorization: Bearer KEY` with a key of nielsd --api-keys",
+                  "", "invalid_api_key"),
+        shape));
+    co_return false;
+  }
+  const ApiKeyPrincipal* principal = tcp.keys->Find(*presented);
+  if (principal == nullptr) {
+    static common::LogRateLimit limit("http requests with an unknown API key");
+    common::LogWarnLimited(limit, "http: refused a request on {} with an unknown API key", EndpointText(tcp.endpoint));
+    co_await RespondError(
+        WithShape(MakeError(401, "the API key is not one of nielsd's (--api-keys)", "", "invalid_api_key"), shape));
+    co_return false;
+  }
+  if (owner_ != principal->owner) {
+    // Stopped meanwhile: the front no longer counts the connection, so it must not count it again.
+    if (stopped_) co_return false;
+    const size_t limit = front_->options.max_connections_per_uid;
+    if (!front_->Rebind(owner_, principal->owner, limit)) {
+      keep_alive_ = false;
+      co_await RespondError(WithShape(
+          MakeError(429,
+                    fmt::format("API-key principal {} has {} HTTP connections open to nielsd, the limit per user "
+                                "(--max-connections-per-uid); close some first",
+                                principal->name, front_->CountFor(principal->owner)),
+                    "", "too_many_connections", 1),
+          shape));
+      co_return false;
+    }
+    owner_ = principal->owner;
+    principal_name_ = principal->name;
+  }
+  co_return true;
 }
 
 asio::awaitable<void> HttpConnection::Write(unsigned status, std::string body, uint32_t retry_after_s,
@@ -435,7 +543,7 @@ void HttpConnection::SubmitOne(server::RequestService& service, niels::v1::Reque
                        request.kind_case() == niels::v1::Request::kGenerate;
   timing->submitted = Clock::now();
   request.set_request_id(++next_request_id_);
-  service.Submit(server::Job(server::Caller{peer_uid_}, std::move(request), cancel,
+  service.Submit(server::Job(server::Caller{*owner_}, std::move(request), cancel,
                              std::make_shared<CallSink>(state, slot, stream_.get_executor())));
 }
 
@@ -445,7 +553,13 @@ asio::awaitable<std::vector<niels::v1::Response>> HttpConnection::DoCalls(std::v
   const size_t count = requests.size();
   std::vector<niels::v1::Response> responses(count);
   const HttpOptions& options = front_->options;
-  if (options.overflow_uid && peer_uid_ == *options.overflow_uid &&
+  if (!owner_) {  // AdmitOnTcp names the owner before any route runs
+    for (niels::v1::Response& response : responses) {
+      response = ErrorResponse(common::Status::PermissionDenied("the request has no API key"));
+    }
+    co_return responses;
+  }
+  if (options.overflow_uid && *owner_ == common::UidOwner(*options.overflow_uid) &&
       requests.front().kind_case() == niels::v1::Request::kCreateSession) {
     responses.front() = ErrorResponse(common::Status::PermissionDenied(fmt::format(
         "nielsd sees your uid as {}, the kernel's overflow uid: your real uid is not mapped into nielsd's user "

@@ -2,7 +2,14 @@
 // HttpConnection: one accepted peer of the HTTP socket. It reads HTTP/1.1 requests one at a time
 // (Boost.Beast's parser, with the head and body limits and the header, body and idle timeouts of
 // HttpOptions), routes each (routes.h) and is the Exchange its API handler runs on: engine calls go
-// to the RequestService as Jobs of the peer's uid, exactly as the protobuf socket's do.
+// to the RequestService as Jobs of the peer's owner, exactly as the protobuf socket's do: on a Unix
+// socket the peer's uid; on the loopback TCP listener the principal of the request's API key.
+//
+// On TCP (HttpOptions::tcp) every request is first checked: a Host that is not a loopback name or
+// an Origin header (unless allowed) is 403, a missing or unknown key 401 (`Authorization: Bearer
+// KEY`; for /v1/messages `x-api-key: KEY` too), each in the error shape of the request's API; the
+// connection keeps serving. The connection then counts for the key's principal (its
+// max_connections_per_uid; past it 429 and the connection is closed).
 //
 // Bounds (HttpOptions): a head over max_header_bytes is 431, a body over max_body_bytes 413, a
 // malformed request 400 -- each answered, then the connection is closed after the client's
@@ -25,11 +32,13 @@
 #include <vector>
 
 #include <boost/asio/awaitable.hpp>
-#include <boost/asio/local/stream_protocol.hpp>
+#include <boost/asio/generic/stream_protocol.hpp>
 #include <boost/beast/core/basic_stream.hpp>
 #include <boost/beast/core/flat_buffer.hpp>
 #include <boost/beast/http/message.hpp>
+#include <boost/beast/http/string_body.hpp>
 
+#include "common/owner.h"
 #include "daemon/http/exchange.h"
 #include "daemon/http/front_state.h"
 
@@ -42,11 +51,13 @@ struct CallTiming;
 
 class HttpConnection final : public Exchange, public std::enable_shared_from_this<HttpConnection> {
  public:
-  using Socket = boost::asio::local::stream_protocol::socket;
-  using Stream = boost::beast::basic_stream<boost::asio::local::stream_protocol>;
+  // A Unix or a TCP socket (either converts to the generic one).
+  using Socket = boost::asio::generic::stream_protocol::socket;
+  using Stream = boost::beast::basic_stream<boost::asio::generic::stream_protocol>;
 
-  // `socket`'s executor must be a strand.
-  HttpConnection(Socket socket, uint32_t peer_uid, std::shared_ptr<FrontState> front);
+  // `socket`'s executor must be a strand. `owner`: the peer uid's owner on a Unix socket; nullopt
+  // on TCP, where each request's key names it.
+  HttpConnection(Socket socket, std::optional<common::OwnerId> owner, std::shared_ptr<FrontState> front);
   ~HttpConnection() override;
   HttpConnection(const HttpConnection&) = delete;
   HttpConnection& operator=(const HttpConnection&) = delete;
@@ -57,7 +68,6 @@ class HttpConnection final : public Exchange, public std::enable_shared_from_thi
   void Stop();
   // Closes the connection once the response being written is done (at once when idle). Any thread.
   void Drain();
-  uint32_t peer_uid() const { return peer_uid_; }
 
   // Exchange (exchange.h).
   boost::asio::awaitable<niels::v1::Response> Call(niels::v1::Request request, EventHandler on_event) override;
@@ -77,6 +87,11 @@ class HttpConnection final : public Exchange, public std::enable_shared_from_thi
   enum class Answer { kNone, kResponded, kStreaming, kStreamEnded };
 
   boost::asio::awaitable<void> Run();
+  // The TCP listener's checks of a request (the class comment); false when it was answered with
+  // a refusal instead.
+  boost::asio::awaitable<bool> AdmitOnTcp(const boost::beast::http::request<boost::beast::http::string_body>& request);
+  // "uid 1000", "API-key principal NAME", or "an unauthenticated TCP peer", for the log.
+  std::string PeerText() const;
   boost::asio::awaitable<std::vector<niels::v1::Response>> DoCalls(std::vector<niels::v1::Request> requests,
                                                                    IndexedEventHandler on_event, bool cancellable);
   // Submits requests[slot] of a call (its id set here) and notes when, for the histograms.
@@ -97,7 +112,8 @@ class HttpConnection final : public Exchange, public std::enable_shared_from_thi
   void DoStop();
 
   Stream stream_;
-  const uint32_t peer_uid_;
+  std::optional<common::OwnerId> owner_;  // strand-only after Start
+  std::string principal_name_;            // on TCP, of owner_
   const std::shared_ptr<FrontState> front_;
   boost::beast::flat_buffer buffer_;
 

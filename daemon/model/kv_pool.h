@@ -14,7 +14,7 @@
 // the key of the block before it and its kBlockTokens token ids; Find() walks that chain from a
 // root. A key is a serial number never reused, so a chain through an evicted block cannot match
 // anything. Registered blocks are immutable (a KvCache copies one before writing into it).
-// Chains start at a scope's root (ScopeRoot; nielsd scopes by the session owner's uid), so a
+// Chains start at a scope's root (ScopeRoot; nielsd scopes by the session's owner), so a
 // sequence only ever finds blocks that sequences of its own scope registered.
 //
 // Memory: the pool is sized once, budget_bytes / block stride blocks, reserved with mmap and
@@ -49,10 +49,11 @@ class KvPool {
   // tests and benchmarks with a pool of their own).
   static constexpr uint64_t kRootKey = 0;
   // The key of the (empty) prefix before the first block of a sequence in scope `scope`: chains of
-  // different scopes never meet. nielsd passes the session owner's uid, so one user's prompt is never
-  // served from (and its time to first token never reveals) blocks another user's prompt left.
+  // different scopes never meet. nielsd passes the session's owner (a uid or an API-key principal,
+  // common/owner.h, both below 2^63), so one user's prompt is never served from (and its time to
+  // first token never reveals) blocks another user's prompt left.
   // Block keys are serial numbers far below 2^63, so no root equals a block's key.
-  static constexpr uint64_t ScopeRoot(uint32_t scope) { return (uint64_t{1} << 63) | scope; }
+  static constexpr uint64_t ScopeRoot(uint64_t scope) { return (uint64_t{1} << 63) | scope; }
 
   // floor(budget_bytes / block stride) blocks of `config`'s shape (possibly none) holding `dtype`
   // elements; the stride is a block's bytes rounded up to whole pages. REQUIRES: dtype f32 or f16

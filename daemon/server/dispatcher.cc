@@ -110,7 +110,7 @@ void Dispatcher::Dispatch(RequestChannel& connection, niels::v1::Request request
   if (request.kind_case() == niels::v1::Request::kStats || request.kind_case() == niels::v1::Request::kInfo) {
     sink = std::make_shared<ServerFieldsSink>(std::move(sink), registry_, options_.max_frame_bytes);
   }
-  service_.Submit(Job(Caller{connection.peer_uid()}, std::move(request), std::move(tracked->cancel), std::move(sink)));
+  service_.Submit(Job(Caller{common::UidOwner(connection.peer_uid())}, std::move(request), std::move(tracked->cancel), std::move(sink)));
 }
 
 }  // namespace niels::daemon::server

@@ -1,6 +1,6 @@
 #pragma once
 // Job: one request on its way through the model side, and the way back to its client: the caller's
-// uid, the request, its cancel flag and the sink its responses go to. The Dispatcher makes one per
+// identity, the request, its cancel flag and the sink its responses go to. The Dispatcher makes one per
 // request (every kind but Cancel) and hands it to the RequestService.
 //
 // Every job is answered exactly once: Finish() or Fail() sends the final response; only the first
@@ -13,14 +13,16 @@
 #include <cstdint>
 #include <memory>
 
+#include "common/owner.h"
 #include "common/status.h"
 #include "niels/v1/nielsd.pb.h"
 
 namespace niels::daemon::server {
 
-// Who sent a request: the peer uid from SO_PEERCRED on the connection.
+// Who sent a request (common/owner.h): the peer uid from SO_PEERCRED on a Unix socket, or the
+// API-key principal of a request on the HTTP TCP listener.
 struct Caller {
-  uint32_t uid = 0;
+  common::OwnerId owner = 0;
 };
 
 // Receives the responses of one request. Implementations must not block.
@@ -44,7 +46,8 @@ class Job {
   Job(const Job&) = delete;
   Job& operator=(const Job&) = delete;
 
-  uint32_t uid() const { return caller_.uid; }
+  // The caller's identity: sessions, quotas and the prefix scope are its own.
+  common::OwnerId owner() const { return caller_.owner; }
   const niels::v1::Request& request() const { return request_; }  // any kind except Cancel
   // Set by Cancel(request_id), a disconnect, or a refused stream event.
   const std::shared_ptr<std::atomic<bool>>& cancel() const { return cancel_; }

@@ -24,7 +24,7 @@ uint64_t KvBudget::used_bytes() const { return static_cast<uint64_t>(pool().used
 Session* KvBudget::PickVictim() const {
   const SessionRegistry::Loaded& sessions = registry_.loaded();
   // Blocks held per owner (a block shared by several sessions counted in each).
-  std::map<uint32_t, int64_t> held;
+  std::map<common::OwnerId, int64_t> held;
   for (const auto& [id, session] : sessions) {
     if (session->sequence().cache.blocks() > 0) held[session->owner()] += session->sequence().cache.blocks();
   }

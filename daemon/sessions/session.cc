@@ -25,7 +25,7 @@ double UnixNow() {
   return duration<double>(system_clock::now().time_since_epoch()).count();
 }
 
-Session::Session(std::string id, uint32_t owner, std::shared_ptr<model::KvPool> pool)
+Session::Session(std::string id, common::OwnerId owner, std::shared_ptr<model::KvPool> pool)
     : id_(std::move(id)), owner_(owner), pool_(pool), sequence_(std::move(pool), model::KvPool::ScopeRoot(owner)) {
   created_unix_s_ = UnixNow();
   last_used_unix_s_ = created_unix_s_;
@@ -149,7 +149,7 @@ void Session::Restore(Snapshot snapshot) {
   sequence_.cache.Truncate(std::min(sequence_.cache.length(), snapshot.cache_length));
 }
 
-std::unique_ptr<Session> Session::Fork(std::string new_id, uint32_t owner, bool with_cache) const {
+std::unique_ptr<Session> Session::Fork(std::string new_id, common::OwnerId owner, bool with_cache) const {
   auto fork = std::make_unique<Session>(std::move(new_id), owner, pool_);
   fork->sequence_.tokens = sequence_.tokens;
   if (with_cache) fork->sequence_.cache = sequence_.cache.Share();

@@ -66,12 +66,12 @@ class Session {
 
   // An empty session (no system prompt, no tokens) whose cache takes blocks from `pool`. `id` is 32
   // hex digits (NewSessionId()).
-  Session(std::string id, uint32_t owner, std::shared_ptr<model::KvPool> pool);
+  Session(std::string id, common::OwnerId owner, std::shared_ptr<model::KvPool> pool);
   Session(const Session&) = delete;
   Session& operator=(const Session&) = delete;
 
   const std::string& id() const { return id_; }
-  uint32_t owner() const { return owner_; }
+  common::OwnerId owner() const { return owner_; }
 
   model::Sequence& sequence() { return sequence_; }
   const model::Sequence& sequence() const { return sequence_; }
@@ -147,7 +147,7 @@ class Session {
   // A copy with a new id and owner: same history and turns, and (if with_cache) a cache sharing this
   // one's blocks (copy on write: the first write into a shared block copies that block only);
   // shares nothing mutable with this session.
-  std::unique_ptr<Session> Fork(std::string new_id, uint32_t owner, bool with_cache) const;
+  std::unique_ptr<Session> Fork(std::string new_id, common::OwnerId owner, bool with_cache) const;
 
   // Durable sessions (docs/ARCHITECTURE.md, "Durable sessions"): the history as the state
   // database stores it, and a session rebuilt from a stored one (history only, no cache).
@@ -183,7 +183,7 @@ class Session {
   model::KvCache EmptyCache() const { return model::KvCache(pool_, model::KvPool::ScopeRoot(owner_)); }
 
   std::string id_;
-  uint32_t owner_;
+  common::OwnerId owner_;
   std::shared_ptr<model::KvPool> pool_;
   model::Sequence sequence_;
   bool has_system_prompt_ = false;

@@ -12,7 +12,7 @@ using common::Status;
 using common::StatusOr;
 
 StatusOr<CreatedSession> CreateSession(SessionRegistry& registry, const model::LanguageModel& model,
-                                       const text::ChatFormat* format, uint32_t uid,
+                                       const text::ChatFormat* format, common::OwnerId owner,
                                        const std::optional<std::string>& system_prompt) {
   std::vector<int32_t> system_ids;
   if (format == nullptr && system_prompt) {
@@ -32,7 +32,7 @@ StatusOr<CreatedSession> CreateSession(SessionRegistry& registry, const model::L
           system_ids.size(), context));
     }
   }
-  StatusOr<Session*> created = registry.Create(uid, system_prompt, std::move(system_ids));
+  StatusOr<Session*> created = registry.Create(owner, system_prompt, std::move(system_ids));
   if (!created.ok()) return created.status();
   return CreatedSession{*created};
 }

@@ -19,7 +19,7 @@ struct CreatedSession {
   Session* session = nullptr;
 };
 
-// A new session owned by `uid`. With a system prompt, what every conversation of the session
+// A new session owned by `owner`. With a system prompt, what every conversation of the session
 // starts with (ChatFormat::SessionStart: niels_gpt's [sys] text [eot]; with a Jinja template the
 // rendering up to the first user message) becomes the start of the history; nothing is prefilled
 // here (the caller runs the prefill as a turn of the engine's scheduler, in chunks between other
@@ -30,7 +30,7 @@ struct CreatedSession {
 // that start does not leave room in the model's context or the template refuses it;
 // RESOURCE_EXHAUSTED at a session limit (SessionRegistry::Create) or a renderer limit.
 common::StatusOr<CreatedSession> CreateSession(SessionRegistry& registry, const model::LanguageModel& model,
-                                               const text::ChatFormat* format, uint32_t uid,
+                                               const text::ChatFormat* format, common::OwnerId owner,
                                                const std::optional<std::string>& system_prompt);
 
 }  // namespace niels::daemon::sessions

@@ -44,11 +44,11 @@ std::string DisplayId(const std::string& id) {
 
 }  // namespace
 
-bool SessionRegistry::MayUse(uint32_t owner, uint32_t caller) const {
+bool SessionRegistry::MayUse(common::OwnerId owner, common::OwnerId caller) const {
   return owner == caller || (caller == 0 && limits_.allow_root);
 }
 
-Status SessionRegistry::CheckRoomFor(uint32_t owner) const {
+Status SessionRegistry::CheckRoomFor(common::OwnerId owner) const {
   if (sessions_.size() >= limits_.max_sessions) {
     return Status::ResourceExhausted(
         fmt::format("too many sessions ({} of {}): delete one first", sessions_.size(), limits_.max_sessions));
@@ -57,7 +57,7 @@ Status SessionRegistry::CheckRoomFor(uint32_t owner) const {
   const uint32_t count = own == sessions_per_uid_.end() ? 0 : own->second;
   if (count >= limits_.max_sessions_per_uid) {
     return Status::ResourceExhausted(fmt::format(
-        "uid {} has {} sessions, the limit per user (--max-sessions-per-uid): delete one first", owner,
+        "{} has {} sessions, the limit per user (--max-sessions-per-uid): delete one first", common::DescribeOwner(owner),
         count));
   }
   return Status::Ok();
@@ -69,7 +69,7 @@ std::string SessionRegistry::UniqueId() const {
   return id;
 }
 
-Status SessionRegistry::MakeRoomFor(uint32_t owner) {
+Status SessionRegistry::MakeRoomFor(common::OwnerId owner) {
   if (!durable_) return CheckRoomFor(owner);
   while (!CheckRoomFor(owner).ok()) {
     // The owner's own idle sessions first when the owner is at their limit, else anyone's.
@@ -99,7 +99,7 @@ Session* SessionRegistry::Insert(std::unique_ptr<Session> session) {
 void SessionRegistry::Erase(const std::string& id) {
   auto it = sessions_.find(id);
   if (it == sessions_.end()) return;
-  const uint32_t owner = it->second->owner();
+  const common::OwnerId owner = it->second->owner();
   sessions_.erase(it);
   if (--sessions_per_uid_[owner] == 0) sessions_per_uid_.erase(owner);
   if (durable_) durable_->MarkUnloaded(id);
@@ -137,7 +137,7 @@ bool LooksLikeSessionId(const std::string& id) {
 
 }  // namespace
 
-StatusOr<Session*> SessionRegistry::Create(uint32_t owner, const std::optional<std::string>& system_text,
+StatusOr<Session*> SessionRegistry::Create(common::OwnerId owner, const std::optional<std::string>& system_text,
                                         std::vector<int32_t> system_ids) {
   NIELS_RETURN_IF_ERROR(MakeRoomFor(owner));
   std::string id = UniqueId();
@@ -161,7 +161,7 @@ bool SessionRegistry::TouchStored(Session& session) {
   return true;  // a failed touch (disk full) only delays it
 }
 
-StatusOr<Session*> SessionRegistry::Load(const std::string& id, uint32_t caller) {
+StatusOr<Session*> SessionRegistry::Load(const std::string& id, common::OwnerId caller) {
   auto stored = durable_->Load(id);
   if (!stored.ok()) return stored.status();
   if (!stored->has_value()) return Status::NotFound(fmt::format("unknown session '{}'", id));
@@ -188,7 +188,7 @@ StatusOr<Session*> SessionRegistry::Load(const std::string& id, uint32_t caller)
   return Insert(std::move(session));
 }
 
-StatusOr<Session*> SessionRegistry::Find(const std::string& id, uint32_t caller) {
+StatusOr<Session*> SessionRegistry::Find(const std::string& id, common::OwnerId caller) {
   auto it = sessions_.find(id);
   if (it == sessions_.end()) {
     if (durable_ && LooksLikeSessionId(id)) return Load(id, caller);
@@ -206,7 +206,7 @@ StatusOr<Session*> SessionRegistry::Find(const std::string& id, uint32_t caller)
   return &session;
 }
 
-StatusOr<Session*> SessionRegistry::Fork(const std::string& id, uint32_t caller) {
+StatusOr<Session*> SessionRegistry::Fork(const std::string& id, common::OwnerId caller) {
   StatusOr<Session*> source = Find(id, caller);
   if (!source.ok()) return source.status();
   // MakeRoomFor must not unload the source (a fork waits behind any turn on it: it is idle here).
@@ -225,7 +225,7 @@ StatusOr<Session*> SessionRegistry::Fork(const std::string& id, uint32_t caller)
   return Insert(std::move(fork));
 }
 
-Status SessionRegistry::Delete(const std::string& id, uint32_t caller) {
+Status SessionRegistry::Delete(const std::string& id, common::OwnerId caller) {
   if (durable_ && sessions_.count(id) == 0 && LooksLikeSessionId(id)) {
     // Not loaded: check the owner from the database (a session of another model may be deleted).
     auto summary = durable_->Summary(id);
@@ -300,7 +300,7 @@ size_t SessionRegistry::ExpireStored(double cutoff_unix_s) {
   return expired.size();
 }
 
-StatusOr<std::vector<SessionView>> SessionRegistry::List(uint32_t caller) const {
+StatusOr<std::vector<SessionView>> SessionRegistry::List(common::OwnerId caller) const {
   std::vector<SessionView> own;
   for (const auto& [id, session] : sessions_) {
     if (session->owner() == caller) own.push_back(ViewOf(*session));

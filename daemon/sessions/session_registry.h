@@ -3,8 +3,9 @@
 // sessions) the state database behind them (docs/ARCHITECTURE.md, "Sessions and the KV cache" and
 // "Durable sessions"). The KV memory their caches use is KvBudget's (kv_budget.h).
 //
-// Ownership: a session belongs to the uid that created (or forked) it. Another uid gets
-// PERMISSION_DENIED; uid 0 is treated as the owner only when `allow_root`. Listing shows only the
+// Ownership: a session belongs to the owner that created (or forked) it: a uid, or an API-key
+// principal of the HTTP front (common/owner.h). Another owner gets PERMISSION_DENIED; uid 0 is
+// treated as the owner only when `allow_root`. Listing shows only the
 // caller's own sessions (root included).
 //
 // Limits: at most `max_sessions` sessions in all and `max_sessions_per_uid` per owner, so one user
@@ -31,6 +32,7 @@
 #include <string>
 #include <vector>
 
+#include "common/owner.h"
 #include "common/status.h"
 #include "daemon/model/kv_pool.h"
 #include "daemon/sessions/kv_spill.h"
@@ -80,18 +82,18 @@ class SessionRegistry {
   // empty). RESOURCE_EXHAUSTED when max_sessions exist, or when `owner`
   // already has max_sessions_per_uid (durable: when no idle loaded session can make room), or when
   // the database cannot take it.
-  common::StatusOr<Session*> Create(uint32_t owner, const std::optional<std::string>& system_text = std::nullopt,
+  common::StatusOr<Session*> Create(common::OwnerId owner, const std::optional<std::string>& system_text = std::nullopt,
                                     std::vector<int32_t> system_ids = {});
   // The session `id` if `caller` may use it (and marks it used): NOT_FOUND for an unknown id,
   // PERMISSION_DENIED for another uid's session. The pointer stays valid until Delete().
-  common::StatusOr<Session*> Find(const std::string& id, uint32_t caller);
+  common::StatusOr<Session*> Find(const std::string& id, common::OwnerId caller);
   // A copy of session `id`, owned by `caller`, sharing its cache's blocks (no KV copy). Errors as
   // Find(), plus RESOURCE_EXHAUSTED as Create().
-  common::StatusOr<Session*> Fork(const std::string& id, uint32_t caller);
+  common::StatusOr<Session*> Fork(const std::string& id, common::OwnerId caller);
   // Removes session `id` (a stored session of another model too). Errors as Find().
-  common::Status Delete(const std::string& id, uint32_t caller);
+  common::Status Delete(const std::string& id, common::OwnerId caller);
   // The caller's own sessions (durable: loaded and stored), oldest first.
-  common::StatusOr<std::vector<SessionView>> List(uint32_t caller) const;
+  common::StatusOr<std::vector<SessionView>> List(common::OwnerId caller) const;
   // Ephemeral: deletes every idle session last used before `cutoff`. Durable: unloads them (they
   // stay stored). Returns how many.
   size_t ExpireIdle(std::chrono::steady_clock::time_point cutoff);
@@ -119,13 +121,13 @@ class SessionRegistry {
   const model::KvPool& pool() const { return *pool_; }
 
  private:
-  bool MayUse(uint32_t owner, uint32_t caller) const;
+  bool MayUse(common::OwnerId owner, common::OwnerId caller) const;
   // OK, or RESOURCE_EXHAUSTED when one more session for `owner` would break a session limit.
-  common::Status CheckRoomFor(uint32_t owner) const;
+  common::Status CheckRoomFor(common::OwnerId owner) const;
   std::string UniqueId() const;
   // Durable: unloads idle sessions (least recently used first; `owner`'s own first when it is at
   // its limit) until one more may be loaded. Ephemeral: CheckRoomFor.
-  common::Status MakeRoomFor(uint32_t owner);
+  common::Status MakeRoomFor(common::OwnerId owner);
   // Takes an idle session out of memory (durable only; it stays stored), spilling its cache.
   void Unload(Session* session);
   // Removes a loaded session from memory (and the per-uid count).
@@ -133,7 +135,7 @@ class SessionRegistry {
   // Adds a session to memory (and the per-uid count); marks it loaded for the DurableStore.
   Session* Insert(std::unique_ptr<Session> session);
   // Loads stored session `id` for `caller`. Errors as Find().
-  common::StatusOr<Session*> Load(const std::string& id, uint32_t caller);
+  common::StatusOr<Session*> Load(const std::string& id, common::OwnerId caller);
   // Durable: records a use in the database when the stored one is older than the touch slack.
   // False when the session no longer exists there (expired meanwhile).
   bool TouchStored(Session& session);
@@ -143,7 +145,7 @@ class SessionRegistry {
   KvSpiller& spiller_;
   state::DurableStore* durable_ = nullptr;
   Loaded sessions_;
-  std::map<uint32_t, uint32_t> sessions_per_uid_;  // owner -> number of loaded sessions
+  std::map<common::OwnerId, uint32_t> sessions_per_uid_;  // owner -> number of loaded sessions
   uint64_t tick_ = 0;
 };
 

@@ -65,7 +65,7 @@ double DurableStore::touch_slack_s() const {
 }
 
 common::Status DurableStore::Create(const StoredSession& session, std::vector<std::string>* evicted) {
-  const uint32_t owner = session.summary.owner;
+  const common::OwnerId owner = session.summary.owner;
   for (;;) {
     auto count = db_->CountOwner(owner);
     if (!count.ok()) return count.status();
@@ -74,13 +74,13 @@ common::Status DurableStore::Create(const StoredSession& session, std::vector<st
     if (!victim.ok()) return victim.status();
     if (!victim->has_value()) {
       return common::Status::ResourceExhausted(fmt::format(
-          "uid {} has {} sessions in use (--max-stored-sessions-per-uid {}); delete some", owner, *count,
+          "{} has {} sessions in use (--max-stored-sessions-per-uid {}); delete some", common::DescribeOwner(owner), *count,
           options_.max_stored_sessions_per_uid));
     }
     NIELS_RETURN_IF_ERROR(Delete(**victim));
-    common::LogInfo("state: deleted session {} of uid {}, its least recently used, to stay within "
+    common::LogInfo("state: deleted session {} of {}, its least recently used, to stay within "
                     "--max-stored-sessions-per-uid {}",
-                    **victim, owner, options_.max_stored_sessions_per_uid);
+                    **victim, common::DescribeOwner(owner), options_.max_stored_sessions_per_uid);
     if (evicted != nullptr) evicted->push_back(**victim);
   }
   NIELS_RETURN_IF_ERROR(db_->Insert(session));
@@ -109,7 +109,7 @@ common::StatusOr<std::optional<SessionSummary>> DurableStore::Summary(const std:
   return db_->Summary(id);
 }
 
-common::StatusOr<std::vector<SessionSummary>> DurableStore::List(uint32_t owner) { return db_->ListOwner(owner); }
+common::StatusOr<std::vector<SessionSummary>> DurableStore::List(common::OwnerId owner) { return db_->ListOwner(owner); }
 
 common::StatusOr<int64_t> DurableStore::Count() { return db_->CountAll(); }
 

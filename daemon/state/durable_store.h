@@ -34,6 +34,7 @@
 #include <thread>
 #include <vector>
 
+#include "common/owner.h"
 #include "common/status.h"
 #include "daemon/state/kv_spill_store.h"
 #include "daemon/state/session_db.h"
@@ -71,7 +72,7 @@ class DurableStore {
   common::Status Delete(const std::string& id);
   common::StatusOr<std::optional<StoredSession>> Load(const std::string& id);
   common::StatusOr<std::optional<SessionSummary>> Summary(const std::string& id);
-  common::StatusOr<std::vector<SessionSummary>> List(uint32_t owner);
+  common::StatusOr<std::vector<SessionSummary>> List(common::OwnerId owner);
   common::StatusOr<int64_t> Count();
 
   // Whether a stored session belongs to the model this daemon serves.

@@ -196,7 +196,7 @@ void BindMessages(SqliteStatement& statement, int index, const std::vector<Store
 SessionSummary ReadSummary(const SqliteStatement& row) {
   SessionSummary summary;
   summary.id = row.ColumnText(0);
-  summary.owner = static_cast<uint32_t>(row.ColumnInt(1));
+  summary.owner = static_cast<common::OwnerId>(row.ColumnInt(1));
   summary.model_fingerprint = row.ColumnText(2);
   summary.model_name = row.ColumnText(3);
   if (!row.ColumnIsNull(4)) summary.system_prompt = row.ColumnText(4);
@@ -364,7 +364,7 @@ common::Status SessionDb::Insert(const StoredSession& session) {
   const SessionSummary& s = session.summary;
   const StoredHistory& h = session.history;
   statement->BindText(1, s.id);
-  statement->BindInt(2, s.owner);
+  statement->BindInt(2, static_cast<int64_t>(s.owner));
   statement->BindText(3, s.model_fingerprint);
   statement->BindText(4, s.model_name);
   if (s.system_prompt) {
@@ -486,14 +486,14 @@ common::StatusOr<std::optional<SessionSummary>> SessionDb::Summary(const std::st
   return std::optional<SessionSummary>(std::move(rows->front()));
 }
 
-common::StatusOr<std::vector<SessionSummary>> SessionDb::ListOwner(uint32_t owner) {
-  return QuerySummaries("owner = ?1", [&](SqliteStatement& s) { s.BindInt(1, owner); });
+common::StatusOr<std::vector<SessionSummary>> SessionDb::ListOwner(common::OwnerId owner) {
+  return QuerySummaries("owner = ?1", [&](SqliteStatement& s) { s.BindInt(1, static_cast<int64_t>(owner)); });
 }
 
-common::StatusOr<int64_t> SessionDb::CountOwner(uint32_t owner) {
+common::StatusOr<int64_t> SessionDb::CountOwner(common::OwnerId owner) {
   auto statement = connection_.Prepare("SELECT COUNT(*) FROM sessions WHERE owner = ?1");
   if (!statement.ok()) return statement.status();
-  statement->BindInt(1, owner);
+  statement->BindInt(1, static_cast<int64_t>(owner));
   bool has_row = false;
   NIELS_RETURN_IF_ERROR(statement->Step(&has_row));
   return statement->ColumnInt(0);
@@ -502,10 +502,10 @@ common::StatusOr<int64_t> SessionDb::CountOwner(uint32_t owner) {
 common::StatusOr<int64_t> SessionDb::CountAll() { return connection_.QueryInt("SELECT COUNT(*) FROM sessions"); }
 
 common::StatusOr<std::optional<std::string>> SessionDb::LeastRecentlyUsed(
-    uint32_t owner, const std::function<bool(const std::string& id)>& skip) {
+    common::OwnerId owner, const std::function<bool(const std::string& id)>& skip) {
   auto statement = connection_.Prepare("SELECT id FROM sessions WHERE owner = ?1 ORDER BY last_used_unix_s, id");
   if (!statement.ok()) return statement.status();
-  statement->BindInt(1, owner);
+  statement->BindInt(1, static_cast<int64_t>(owner));
   for (;;) {
     bool has_row = false;
     NIELS_RETURN_IF_ERROR(statement->Step(&has_row));

@@ -30,6 +30,7 @@
 #include <string_view>
 #include <vector>
 
+#include "common/owner.h"
 #include "common/status.h"
 #include "daemon/state/sqlite.h"
 #include "daemon/state/stored_session.h"
@@ -83,12 +84,12 @@ class SessionDb {
   // Session `id` without its history.
   common::StatusOr<std::optional<SessionSummary>> Summary(const std::string& id);
   // Every session of `owner`, least recently used first.
-  common::StatusOr<std::vector<SessionSummary>> ListOwner(uint32_t owner);
-  common::StatusOr<int64_t> CountOwner(uint32_t owner);
+  common::StatusOr<std::vector<SessionSummary>> ListOwner(common::OwnerId owner);
+  common::StatusOr<int64_t> CountOwner(common::OwnerId owner);
   common::StatusOr<int64_t> CountAll();
   // The least recently used session of `owner` for which `skip` is false; nullopt when none.
   common::StatusOr<std::optional<std::string>> LeastRecentlyUsed(
-      uint32_t owner, const std::function<bool(const std::string& id)>& skip);
+      common::OwnerId owner, const std::function<bool(const std::string& id)>& skip);
   // Deletes up to `limit` sessions last used before `cutoff_unix_s` (oldest first) for which `skip`
   // is false, in one transaction, and returns their ids.
   common::StatusOr<std::vector<std::string>> DeleteExpired(

@@ -7,6 +7,8 @@
 #include <string>
 #include <vector>
 
+#include "common/owner.h"
+
 namespace niels::daemon::state {
 
 // Half-open token range [begin, end) of a session's history: one completed chat turn.
@@ -68,7 +70,7 @@ struct StoredHistory {
 // Everything about a session except its history; what ListSessions needs.
 struct SessionSummary {
   std::string id;                            // 32 hex digits
-  uint32_t owner = 0;                        // uid
+  common::OwnerId owner = 0;                 // a uid or an API-key principal (common/owner.h)
   std::string model_fingerprint;             // ModelFingerprint of the model that wrote it
   std::string model_name;                    // that model's name, for listing
   std::optional<std::string> system_prompt;  // the text; nullopt = no system message

@@ -3,6 +3,8 @@
 // body limits (small here: 4 KiB head, 64 KiB body) fed in input-chosen pieces, then, for a
 // complete request to one of the APIs, the body as JSON (ParseRequestBody) and its mapping onto
 // native requests (MapChatCompletion, MapMessages, MapCompletion, MapTokenize, MapDetokenize).
+// The TCP listener's checks see the same bytes: the head's Host and Origin go through
+// HostOriginRefusal, and the body is read as an --api-keys file (ApiKeys::Parse, then Find).
 //
 // Input: byte 0 seeds the split of the rest into pieces; the rest is the client's byte stream (one
 // request).
@@ -11,8 +13,11 @@
 // accepted as native requests that are bounded by the body (serialized size at most 8x the body
 // plus 4 KiB; a chat's n choices, at most kMaxChoices, are copies of it), with a chat that has exactly one of user_text and messages, max_new_tokens >= 1 and
 // no empty role (an Anthropic error in Anthropic's shape, a tool message with its tool_call_id); an accepted completion has a prompt (text or ids) and never ids past the context.
+// A Host/Origin refusal is a bounded message; no Origin and a Host of localhost is taken. A key file
+// is refused naming the file, or has a key, and a presented key finds at most its principal.
 // Work is linear in the input (no engine, no model).
 #include <cstdint>
+#include <optional>
 #include <string>
 
 #include <boost/asio/buffer.hpp>
@@ -23,6 +28,8 @@
 
 #include "daemon/http/anthropic_messages.h"
 #include "daemon/http/api_error.h"
+#include "daemon/http/api_keys.h"
+#include "daemon/http/loopback_access.h"
 #include "daemon/http/json_fields.h"
 #include "daemon/http/openai_chat.h"
 #include "daemon/http/openai_completions.h"
@@ -113,6 +120,39 @@ void MapBody(std::string_view target, const std::string& body) {
 
 }  // namespace
 
+namespace {
+
+std::optional<std::string_view> FieldOf(const bhttp::request<bhttp::string_body>& request, bhttp::field field) {
+  auto it = request.find(field);
+  if (it == request.end()) return std::nullopt;
+  return std::string_view(it->value().data(), it->value().size());
+}
+
+void CheckHostAndOrigin(const bhttp::request<bhttp::string_body>& request) {
+  http::HostOriginRules rules;
+  rules.allowed_hosts = {"nielsd.internal"};
+  rules.allowed_origins = {"http://localhost:3000"};
+  const std::optional<std::string_view> host = FieldOf(request, bhttp::field::host);
+  const std::optional<std::string_view> origin = FieldOf(request, bhttp::field::origin);
+  const std::optional<std::string> refusal = http::HostOriginRefusal(host, origin, rules);
+  if (refusal) FUZZ_CHECK(!refusal->empty() && refusal->size() < 1024);
+  FUZZ_CHECK(!http::HostOriginRefusal("localhost", std::nullopt, rules));
+}
+
+void CheckKeyFile(const std::string& body) {
+  niels::common::StatusOr<http::ApiKeys> keys = http::ApiKeys::Parse(body, "fuzz");
+  if (!keys.ok()) {
+    FUZZ_CHECK(keys.status().message().find("--api-keys fuzz") != std::string::npos);
+    return;
+  }
+  FUZZ_CHECK(keys->key_count() >= 1 && !keys->principals().empty());
+  const http::ApiKeyPrincipal* found = keys->Find(body);
+  FUZZ_CHECK(found == nullptr || (found >= keys->principals().data() &&
+                                  found < keys->principals().data() + keys->principals().size()));
+}
+
+}  // namespace
+
 extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
   niels::fuzz::ByteReader reader(data, size);
   niels::fuzz::Rng rng(reader.U8());
@@ -156,8 +196,10 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
     size_t head_bytes = 0;
     for (const auto& field : parser.get()) head_bytes += field.name_string().size() + field.value().size();
     FUZZ_CHECK(head_bytes <= kHeaderLimit);
+    CheckHostAndOrigin(parser.get());
   }
   FUZZ_CHECK(parser.get().body().size() <= kBodyLimit);
+  CheckKeyFile(parser.get().body());
   if (!parser.is_done() || failed) return 0;
   const bhttp::request<bhttp::string_body>& request = parser.get();
   if (request.method() != bhttp::verb::post) return 0;

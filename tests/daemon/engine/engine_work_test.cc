@@ -59,7 +59,7 @@ std::shared_ptr<std::atomic<bool>> NewFlag() { return std::make_shared<std::atom
 Work QuickWork(std::shared_ptr<Answer> answer, std::string session, std::vector<std::string>* log,
                std::string name) {
   Work work;
-  work.uid = kUid;
+  work.owner = kUid;
   work.session_id = std::move(session);
   work.cancel = NewFlag();
   work.quick = [answer, log, name](EngineState&, const Work&) {
@@ -78,7 +78,7 @@ Work GenerateWork(std::shared_ptr<Answer> answer, const std::string& session, st
                   int32_t new_tokens, std::vector<std::string>* log = nullptr, std::string name = {},
                   std::shared_future<void> hold = {}) {
   Work work;
-  work.uid = kUid;
+  work.owner = kUid;
   work.session_id = session;
   work.cancel = NewFlag();
   work.start = [=](EngineState& state, const Work& work) {
@@ -129,11 +129,11 @@ class EngineWorkTest : public ::testing::Test {
     auto answer = std::make_shared<Answer>();
     auto id = std::make_shared<std::string>();
     Work work;
-    work.uid = kUid;
+    work.owner = kUid;
     work.cancel = NewFlag();
     work.quick = [answer, id](EngineState& state, const Work& work) {
       common::StatusOr<sessions::CreatedSession> created =
-          sessions::CreateSession(state.sessions, state.language_model(), state.chat_format(), work.uid, std::nullopt);
+          sessions::CreateSession(state.sessions, state.language_model(), state.chat_format(), work.owner, std::nullopt);
       if (!created.ok()) return created.status();
       *id = created->session->id();
       answer->Set(Status::Ok());

@@ -85,10 +85,10 @@ class TemplateChatTurnTest : public ::testing::Test {
     auto record = std::make_shared<TurnRecord>();
     auto id = std::make_shared<std::string>();
     Work work;
-    work.uid = kTurnUid;
+    work.owner = kTurnUid;
     work.cancel = std::make_shared<std::atomic<bool>>(false);
     work.quick = [record, id, system](EngineState& state, const Work& work) {
-      auto created = sessions::CreateSession(state.sessions, state.language_model(), state.chat_format(), work.uid,
+      auto created = sessions::CreateSession(state.sessions, state.language_model(), state.chat_format(), work.owner,
                                              system);
       if (!created.ok()) return created.status();
       // Cached as CreateSession's prefill turn leaves it (handlers/create_session.cc).
@@ -111,7 +111,7 @@ class TemplateChatTurnTest : public ::testing::Test {
                                    std::optional<bool> enable_thinking = std::nullopt) {
     auto record = std::make_shared<TurnRecord>();
     Work work;
-    work.uid = kTurnUid;
+    work.owner = kTurnUid;
     work.session_id = session;
     work.cancel = std::make_shared<std::atomic<bool>>(false);
     work.start = [=](EngineState& state, const Work& work) {

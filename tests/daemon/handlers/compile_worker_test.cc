@@ -296,7 +296,7 @@ struct HeldTask {
 
   CompileWorker::Task Make(uint32_t uid, std::shared_ptr<std::atomic<bool>> cancel = nullptr) {
     CompileWorker::Task task;
-    task.uid = uid;
+    task.owner = uid;
     task.cancel = cancel ? std::move(cancel) : std::make_shared<std::atomic<bool>>(false);
     task.run = [this](const CompileWorker::Cancelled& cancelled) {
       std::unique_lock lock(mutex);

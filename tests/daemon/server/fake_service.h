@@ -42,7 +42,7 @@ class FakeService : public RequestService {
     if (throw_on_stats && job.request().has_stats()) throw std::runtime_error("fake engine failure");
     std::lock_guard lock(mutex_);
     submitted_.push_back(job.request());
-    callers_.push_back(job.uid());
+    callers_.push_back(job.owner());
     if (shut_down_) {
       job.Fail(common::Status::Unavailable("shut down"));
       return;
@@ -75,7 +75,7 @@ class FakeService : public RequestService {
     std::lock_guard lock(mutex_);
     return submitted_;
   }
-  std::vector<uint32_t> callers() {
+  std::vector<common::OwnerId> callers() {
     std::lock_guard lock(mutex_);
     return callers_;
   }
@@ -95,7 +95,7 @@ class FakeService : public RequestService {
     response.set_request_id(request.request_id());
     if (request.has_info()) {
       response.mutable_info()->set_model_name("fake");
-      response.mutable_info()->set_daemon_version("uid=" + std::to_string(job.uid()));
+      response.mutable_info()->set_daemon_version("uid=" + std::to_string(job.owner()));
     } else if (request.has_stats()) {
       response.mutable_stats()->set_sessions(7);
     } else if (request.has_chat()) {
@@ -149,7 +149,7 @@ class FakeService : public RequestService {
   std::vector<std::thread> threads_;
   std::vector<std::shared_ptr<std::atomic<bool>>> cancels_;
   std::vector<niels::v1::Request> submitted_;
-  std::vector<uint32_t> callers_;
+  std::vector<common::OwnerId> callers_;
   std::map<uint64_t, Outcome> outcomes_;
 };
 

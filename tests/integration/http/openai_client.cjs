@@ -1,20 +1,26 @@
-// Drives nielsd's HTTP socket with the official `openai` npm package (its fetch pointed at the Unix
-// socket through undici's Agent). Usage: node openai_client.cjs SOCKET_PATH MODEL_ID CONTEXT
+// Drives nielsd's HTTP front with the official `openai` npm package: on the Unix socket (its fetch
+// pointed at the socket through undici's Agent), or over loopback TCP with an API key (the client
+// as anyone would use it: base URL and key, its own fetch).
+// Usage: node openai_client.cjs SOCKET_PATH MODEL_ID CONTEXT
+//        node openai_client.cjs http://127.0.0.1:PORT/v1 MODEL_ID CONTEXT API_KEY
 // Prints one JSON object of what the client saw; exits 1 with the reason on the first mismatch.
 'use strict';
 const assert = require('node:assert/strict');
 const { Agent, fetch: undiciFetch } = require('undici');
 const OpenAI = require('openai');
 
-const [socketPath, modelId, contextText] = process.argv.slice(2);
-const agent = new Agent({ connect: { socketPath } });
-const client = new OpenAI({
-  baseURL: 'http://localhost/v1',
-  apiKey: 'not-used-on-a-unix-socket',
-  maxRetries: 0,
-  timeout: 60000,
-  fetch: (url, init) => undiciFetch(url, { ...init, dispatcher: agent }),
-});
+const [where, modelId, contextText, apiKey] = process.argv.slice(2);
+const overTcp = where.startsWith('http://');
+const agent = overTcp ? null : new Agent({ connect: { socketPath: where } });
+const client = overTcp
+  ? new OpenAI({ baseURL: where, apiKey, maxRetries: 0, timeout: 60000 })
+  : new OpenAI({
+    baseURL: 'http://localhost/v1',
+    apiKey: 'not-used-on-a-unix-socket',
+    maxRetries: 0,
+    timeout: 60000,
+    fetch: (url, init) => undiciFetch(url, { ...init, dispatcher: agent }),
+  });
 
 async function expectError(promise, status) {
   try {
@@ -167,13 +173,21 @@ async function main() {
     model: modelId, messages: [{ role: 'user', content: 'x'.repeat(5 * 1024 * 1024) }] }), 413);
   seen.errors = { unknown_model: unknownModel.message, bad_field: badField.message, bad_message: badMessage.message,
                   oversized: oversized.message };
+  if (overTcp) {
+    // Another key is refused in OpenAI's shape, which the client reads as an AuthenticationError.
+    const stranger = new OpenAI({ baseURL: where, apiKey: 'not-a-key-of-this-daemon', maxRetries: 0 });
+    const unauthorized = await expectError(stranger.chat.completions.create({ model: modelId, messages }), 401);
+    assert.ok(unauthorized instanceof OpenAI.AuthenticationError, unauthorized.constructor.name);
+    assert.equal(unauthorized.code, 'invalid_api_key');
+    seen.errors.unauthorized = unauthorized.message;
+  }
   // Still served after the refusals.
   const again = await client.models.list();
   assert.equal(again.data[0].id, modelId);
   console.log(JSON.stringify(seen));
 }
 
-main().then(() => agent.close()).catch((error) => {
+main().then(() => agent && agent.close()).catch((error) => {
   console.error(`openai client: ${error && error.stack ? error.stack : error}`);
   process.exit(1);
 });
