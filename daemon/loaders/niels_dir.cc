@@ -214,26 +214,6 @@ StatusOr<Weights> LoadChecked(const std::shared_ptr<const SafetensorsFile>& file
 
 }  // namespace
 
-std::vector<std::pair<std::string, std::string>> NielsTensorNames(int64_t layers) {
-  std::vector<std::pair<std::string, std::string>> names;
-  names.emplace_back("tok_emb", "tok_emb.weight");
-  for (int64_t i = 0; i < layers; ++i) {
-    const std::string ours = "blocks." + std::to_string(i) + ".", theirs = ours;
-    names.emplace_back(ours + "attn_norm", theirs + "ln1.weight");
-    names.emplace_back(ours + "wqkv", theirs + "attn.qkv.weight");
-    names.emplace_back(ours + "wo", theirs + "attn.proj.weight");
-    names.emplace_back(ours + "ffn_norm", theirs + "ln2.weight");
-    names.emplace_back(ours + "w_up", theirs + "mlp.fc_a.weight");
-    names.emplace_back(ours + "b_up", theirs + "mlp.fc_a.bias");
-    names.emplace_back(ours + "w_gate", theirs + "mlp.fc_g.weight");
-    names.emplace_back(ours + "b_gate", theirs + "mlp.fc_g.bias");
-    names.emplace_back(ours + "w_down", theirs + "mlp.fc_out.weight");
-    names.emplace_back(ours + "b_down", theirs + "mlp.fc_out.bias");
-  }
-  names.emplace_back("final_norm", "ln_f.weight");
-  return names;
-}
-
 bool IsNielsDir(const std::filesystem::path& dir) {
   std::ifstream in(dir / "config.json", std::ios::binary);
   if (!in) return false;
