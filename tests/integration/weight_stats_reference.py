@@ -1,11 +1,13 @@
 #!/usr/bin/python3
 """Weight statistics of a live nielsd (through the Python client, nielsd_client.Client.weight_stats)
 and of niels-inspect --weight-stats, against numpy on the model file read independently: a niels
-model directory's model.safetensors, or a GGUF file (read with tests/tools/gguf_read.py, q8_0 and
-q4_0 dequantized here from ggml's block layout). Run by tests/integration/weight_stats_test.cc.
+model directory's or a Hugging Face directory's model.safetensors, or a GGUF file (read with
+tests/tools/gguf_read.py, q8_0 and q4_0 dequantized here from ggml's block layout). With
+--served-dtype the daemon runs with --dtype: the matrices are rounded here as it rounds them (bf16:
+to nearest even). Run by tests/integration/weight_stats_test.cc.
 
-    weight_stats_reference.py --socket PATH --file MODEL_FILE --format niels|gguf \
-        --inspect NIELS_INSPECT --model MODEL_PATH --tools-dir tests/tools
+    weight_stats_reference.py --socket PATH --file MODEL_FILE --format niels|hf|gguf \
+        --inspect NIELS_INSPECT --model MODEL_PATH --tools-dir tests/tools [--served-dtype bf16]
 
 Tolerances: every statistic within 1e-5 x the tensor's RMS (norms: x sqrt(n) and x n), counts,
 percentages and histograms exact (up to niels-inspect's 9 printed digits). Exit status 0 when everything matches; 1 with a line per mismatch.
@@ -39,15 +41,38 @@ def read_safetensors(path):
     (n,) = struct.unpack_from("<Q", data, 0)
     header = json.loads(data[8:8 + n])
     base = 8 + n
-    dtypes = {"F32": "<f4", "F16": "<f2"}
     tensors = {}
     for name, info in header.items():
         if name == "__metadata__":
             continue
         begin, end = info["data_offsets"]
-        values = np.frombuffer(data[base + begin:base + end], dtype=dtypes[info["dtype"]])
+        raw = data[base + begin:base + end]
+        if info["dtype"] == "BF16":  # the upper half of a float32
+            values = (np.frombuffer(raw, dtype="<u2").astype(np.uint32) << 16).view(np.float32)
+        else:
+            values = np.frombuffer(raw, dtype={"F32": "<f4", "F16": "<f2"}[info["dtype"]])
         tensors[name] = (info["dtype"].lower(), list(info["shape"]), values.astype(np.float64))
     return tensors
+
+
+def round_to_bf16(x):
+    """float32 -> bf16 -> float32, round to nearest, ties to even (finite values)."""
+    bits = x.astype(np.float32).view(np.uint32).astype(np.uint64)
+    rounded = ((bits + 0x7FFF + ((bits >> 16) & 1)) >> 16) << 16
+    return rounded.astype(np.uint32).view(np.float32).astype(np.float64)
+
+
+def served_as(tensors, dtype):
+    """The values as `nielsd --dtype dtype` serves them: matrices converted, 1-D tensors f32."""
+    out = {}
+    for name, (stored, shape, x) in tensors.items():
+        if len(shape) == 2 and dtype == "bf16":
+            out[name] = ("bf16", shape, round_to_bf16(x))
+        elif len(shape) == 2 and dtype == "f32":
+            out[name] = ("f32", shape, x)
+        else:
+            out[name] = ("f32", shape, x) if len(shape) == 1 else (stored, shape, x)
+    return out
 
 
 def dequantize(ggml_type, raw):
@@ -175,7 +200,7 @@ def check_daemon(client, tensors, file_name):
 
 
 def file_name_is_down(name):
-    return name.endswith("mlp.fc_out.weight") or name.endswith("ffn_down.weight")
+    return name.endswith(("mlp.fc_out.weight", "ffn_down.weight", "mlp.down_proj.weight"))
 
 
 # ---------------------------------------------------------------- niels-inspect
@@ -198,9 +223,10 @@ def parse_inspect(text):
     return out
 
 
-def check_inspect(inspect, model, tensors, file_name):
+def check_inspect(inspect, model, tensors, file_name, served_dtype):
+    dtype = ["--dtype", served_dtype] if served_dtype else []
     result = subprocess.run([inspect, model, "--weight-stats", "model.layers.0.*", "--weight-stats", "*embd*",
-                             "--full"], capture_output=True, text=True)
+                             "--full"] + dtype, capture_output=True, text=True)
     check(result.returncode == 0, "niels-inspect exited %d: %s" % (result.returncode, result.stderr))
     printed = parse_inspect(result.stdout)
     check(len(printed) >= 2, "niels-inspect printed %d tensors:\n%s" % (len(printed), result.stdout))
@@ -216,25 +242,32 @@ def main():
     parser = argparse.ArgumentParser()
     parser.add_argument("--socket", required=True)
     parser.add_argument("--file", required=True)
-    parser.add_argument("--format", choices=("niels", "gguf"), required=True)
+    parser.add_argument("--format", choices=("niels", "hf", "gguf"), required=True)
     parser.add_argument("--inspect", required=True)
     parser.add_argument("--model", required=True)
     parser.add_argument("--tools-dir", required=True)
+    parser.add_argument("--served-dtype", choices=("f32", "bf16"))
     args = parser.parse_args()
     if args.format == "niels":
         tensors = read_safetensors(args.file)
         def file_name(t):
             return niels_file_name(t["hf_name"])
+    elif args.format == "hf":
+        tensors = read_safetensors(args.file)
+        def file_name(t):
+            return t["hf_name"]
     else:
         tensors = read_gguf_tensors(args.file, args.tools_dir)
         def file_name(t):
             return t["gguf_name"]
+    if args.served_dtype:
+        tensors = served_as(tensors, args.served_dtype)
     client = nielsd_client.Client(args.socket)
     try:
         check_daemon(client, tensors, file_name)
     finally:
         client.close()
-    check_inspect(args.inspect, args.model, tensors, file_name)
+    check_inspect(args.inspect, args.model, tensors, file_name, args.served_dtype)
     for failure in FAILURES:
         print("FAIL " + failure)
     print("checked %d tensors of %s: %d failures" % (len(tensors), args.file, len(FAILURES)))

@@ -1,9 +1,11 @@
 // Weight statistics from a real nielsd over its socket: through the C++ client, and through the
 // Python client against numpy on the model file read independently (weight_stats_reference.py,
-// which also checks niels-inspect --weight-stats): the random niels_gpt model directory (f32), and
-// a random Llama-family GGUF with q8_0 and q4_0 matrices against its dequantized values.
+// which also checks niels-inspect --weight-stats): the random niels_gpt model directory (f32, and
+// served as bf16 with --dtype), a random Qwen3 Hugging Face directory (bf16), and a random Llama
+// GGUF with q8_0 and q4_0 matrices against its dequantized values.
 #include <iostream>
 #include <string>
+#include <vector>
 
 #include "daemon/kernels/dtype.h"
 #include "tests/integration/integration_fixture.h"
@@ -16,12 +18,16 @@ class WeightStatsTest : public IntegrationTest {
  protected:
   // Runs the reference script on the running daemon; its report goes into the test's output.
   void CheckAgainstNumpy(const std::filesystem::path& file, const std::string& format,
-                         const std::filesystem::path& model) {
-    auto result = testing::RunProcess(
-        {"/usr/bin/python3", std::string(NIELS_SOURCE_DIR) + "/tests/integration/weight_stats_reference.py",
-         "--socket", socket_path().string(), "--file", file.string(), "--format", format, "--inspect",
-         NIELS_INSPECT_BINARY, "--model", model.string(), "--tools-dir", std::string(NIELS_SOURCE_DIR) + "/tests/tools"},
-        "", {{"PYTHONPATH", NIELS_PYTHON_PACKAGE_DIR}});
+                         const std::filesystem::path& model, const std::string& served_dtype = "") {
+    std::vector<std::string> argv = {
+        "/usr/bin/python3", std::string(NIELS_SOURCE_DIR) + "/tests/integration/weight_stats_reference.py",
+        "--socket", socket_path().string(), "--file", file.string(), "--format", format, "--inspect",
+        NIELS_INSPECT_BINARY, "--model", model.string(), "--tools-dir", std::string(NIELS_SOURCE_DIR) + "/tests/tools"};
+    if (!served_dtype.empty()) {
+      argv.push_back("--served-dtype");
+      argv.push_back(served_dtype);
+    }
+    auto result = testing::RunProcess(argv, "", {{"PYTHONPATH", NIELS_PYTHON_PACKAGE_DIR}});
     EXPECT_EQ(result.exit_code, 0) << result.out << result.err;
     EXPECT_NE(result.out.find(" 0 failures"), std::string::npos) << result.out << result.err;
     std::cout << result.out;  // "checked N tensors of FILE: 0 failures"
@@ -45,6 +51,37 @@ TEST_F(WeightStatsTest, NielsModelOverTheSocketEqualsNumpy) {
   EXPECT_NE(refused.status().message().find("weight_stats.names[1]"), std::string::npos)
       << refused.status().message();
   CheckAgainstNumpy(model_dir() / "model.safetensors", "niels", model_dir());
+}
+
+TEST_F(WeightStatsTest, AModelServedAsBf16IsReportedAsServed) {
+  testing::DaemonProcessOptions options = DaemonOptions();
+  options.extra_args.push_back("--dtype");
+  options.extra_args.push_back("bf16");
+  daemon_ = testing::DaemonProcess::Start(options);
+  auto client = Connect();
+  ASSERT_NE(client, nullptr);
+  auto stats = client->WeightStats({"model.layers.0.mlp.up_proj.*"});
+  ASSERT_TRUE(stats.ok()) << stats.status().ToString();
+  ASSERT_EQ(stats->tensors_size(), 2);
+  EXPECT_EQ(stats->tensors(0).dtype(), "bf16");  // the matrix as converted at load
+  EXPECT_EQ(stats->tensors(1).dtype(), "f32");   // its bias: 1-D tensors stay f32
+  CheckAgainstNumpy(model_dir() / "model.safetensors", "niels", model_dir(), "bf16");
+}
+
+TEST_F(WeightStatsTest, HuggingFaceQwen3DirectoryInBf16EqualsNumpy) {
+  const daemon::model::ModelConfig config = testing::TinyFamilyConfig(daemon::model::Architecture::kQwen3);
+  const daemon::model::Weights weights = testing::TinyFamilyWeights(config, 13);
+  const std::filesystem::path hf = dir_.path() / "qwen3";
+  testing::MakeHfModel(config, weights, daemon::kernels::Dtype::kBF16).Write(hf);
+  testing::DaemonProcessOptions options = DaemonOptions();
+  options.model_dir = hf;
+  daemon_ = testing::DaemonProcess::Start(options);
+  auto client = Connect();
+  ASSERT_NE(client, nullptr);
+  auto stats = client->WeightStats({"*.self_attn.*_norm.weight"}, true);  // Qwen3's q/k norms
+  ASSERT_TRUE(stats.ok()) << stats.status().ToString();
+  EXPECT_EQ(stats->tensors_size(), 2 * config.layers);
+  CheckAgainstNumpy(hf / "model.safetensors", "hf", hf);
 }
 
 TEST_F(WeightStatsTest, QuantizedGgufEqualsNumpyOnItsDequantizedValues) {
