@@ -104,6 +104,31 @@ std::string FileName(std::string_view ours, TensorNaming naming) {
   return "";
 }
 
+const Tensor* FindSlot(const Weights& weights, std::string_view ours) {
+  return FindSlot(const_cast<Weights&>(weights), ours);
+}
+
+Tensor* FindSlot(Weights& weights, std::string_view ours) {
+  if (ours.rfind("blocks.", 0) == 0) {
+    const size_t dot = ours.find('.', 7);
+    if (dot == std::string_view::npos || dot == 7) return nullptr;
+    size_t layer = 0;
+    for (char c : ours.substr(7, dot - 7)) {
+      if (c < '0' || c > '9' || layer > weights.blocks.size()) return nullptr;
+      layer = layer * 10 + static_cast<size_t>(c - '0');
+    }
+    if (layer >= weights.blocks.size()) return nullptr;
+    for (const BlockName& b : kBlockNames) {
+      if (b.ours == ours.substr(dot + 1)) return &(weights.blocks[layer].*(b.member));
+    }
+    return nullptr;
+  }
+  for (const TopName& t : kTopNames) {
+    if (t.ours == ours) return &(weights.*(t.member));
+  }
+  return nullptr;
+}
+
 std::vector<std::pair<std::string, std::string>> NielsTensorNames(int64_t layers) {
   std::vector<std::pair<std::string, std::string>> names;
   names.emplace_back("tok_emb", "tok_emb.weight");

@@ -56,6 +56,11 @@ struct TensorSlot {
 // rope_freqs in a Hugging Face directory, q/k/v apart in niels_gpt's) or `ours` is no slot's name.
 std::string FileName(std::string_view ours, TensorNaming naming);
 
+// The slot `ours` names in `weights` (Weights::ForEach's name); nullptr for no slot's name or a
+// layer `weights` does not have.
+model::Tensor* FindSlot(model::Weights& weights, std::string_view ours);
+const model::Tensor* FindSlot(const model::Weights& weights, std::string_view ours);
+
 // niels_gpt's name for every tensor slot of a niels_gpt model of `layers` layers
 // (Weights::ForEach's name, niels_gpt's), in the state_dict order.
 std::vector<std::pair<std::string, std::string>> NielsTensorNames(int64_t layers);

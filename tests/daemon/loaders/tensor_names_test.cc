@@ -53,6 +53,21 @@ TEST(TensorNamesTest, EverySlotHasTheNamesOfEachFormat) {
   }
 }
 
+TEST(TensorNamesTest, FindSlotFindsEverySlotByItsName) {
+  model::Weights weights = model::RandomWeights(niels::testing::TinyConfig(), 2, 0.02, /*fused_qkv=*/true);
+  weights.ForEach([&](const std::string& name, const model::Tensor& tensor) {
+    const model::Tensor* slot = FindSlot(weights, name);
+    ASSERT_NE(slot, nullptr) << name;
+    EXPECT_EQ(slot->data, tensor.data) << name;
+  });
+  EXPECT_EQ(FindSlot(weights, "blocks.1.w_down"), &weights.blocks[1].w_down);
+  EXPECT_EQ(FindSlot(weights, "blocks.2.w_down"), nullptr);  // the tiny model has 2 layers
+  EXPECT_EQ(FindSlot(weights, "blocks.99999999999999999999.w_down"), nullptr);
+  EXPECT_EQ(FindSlot(weights, "blocks..w_down"), nullptr);
+  EXPECT_EQ(FindSlot(weights, "blocks.0.nothing"), nullptr);
+  EXPECT_EQ(FindSlot(weights, "nothing"), nullptr);
+}
+
 TEST(TensorNamesTest, NielsNamesAreInTheStateDictOrder) {
   const auto names = NielsTensorNames(1);
   const std::vector<std::string> want = {"tok_emb.weight",    "blocks.0.ln1.weight",       "blocks.0.attn.qkv.weight",
