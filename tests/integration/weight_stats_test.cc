@@ -1,7 +1,8 @@
 // Weight statistics from a real nielsd over its socket: through the C++ client, and through the
 // Python client against numpy on the model file read independently (weight_stats_reference.py,
 // which also checks niels-inspect --weight-stats): the random niels_gpt model directory (f32, and
-// served as bf16 with --dtype), a random Qwen3 Hugging Face directory (bf16), and a random Llama
+// served as bf16 with --dtype), a random Qwen3 Hugging Face directory (bf16; Qwen3's 151936-row
+// embedding, 9.7 M values, so chunk boundaries and large counts are crossed), and a random Llama
 // GGUF with q8_0 and q4_0 matrices against its dequantized values.
 #include <iostream>
 #include <string>
@@ -69,7 +70,8 @@ TEST_F(WeightStatsTest, AModelServedAsBf16IsReportedAsServed) {
 }
 
 TEST_F(WeightStatsTest, HuggingFaceQwen3DirectoryInBf16EqualsNumpy) {
-  const daemon::model::ModelConfig config = testing::TinyFamilyConfig(daemon::model::Architecture::kQwen3);
+  daemon::model::ModelConfig config = testing::TinyFamilyConfig(daemon::model::Architecture::kQwen3);
+  config.vocab_size = 151936;  // Qwen3's embedding rows (past the tiny tokenizer: padding, as Qwen pads)
   const daemon::model::Weights weights = testing::TinyFamilyWeights(config, 13);
   const std::filesystem::path hf = dir_.path() / "qwen3";
   testing::MakeHfModel(config, weights, daemon::kernels::Dtype::kBF16).Write(hf);
