@@ -52,7 +52,8 @@ inline constexpr uint64_t kGrammarCompileStepsFixed = 2'000'000;
 // token's window (the start state's window too: fixed) and the bytes it holds.
 inline constexpr uint64_t kMatcherStepsPerToken = 250'000;
 inline constexpr size_t kMatcherMemoryBytes = size_t{64} << 20;
-// The compile worker (daemon/handlers/compile_worker.h): constraints queued or compiling.
+// The compile worker (daemon/handlers/compile_worker.h): constraints queued or compiling, and
+// background requests (WeightStats) queued or running.
 inline constexpr size_t kCompileQueueLimit = 64;
 inline constexpr size_t kCompileQueuePerUidLimit = 16;
 // Conversations and tools (ChatRequest.messages, CreateSession/ChatRequest.tools).

@@ -45,8 +45,8 @@ struct Method;  // method_table.h
 
 struct ServiceOptions {
   CompileWorkerOptions compile;
-  // Called on a compile worker thread as each compile starts (before the constraint is compiled),
-  // with the request's Job. Empty in nielsd; tests hold a compile here to see what waits for it.
+  // Called on a compile worker thread as each compile starts (before the constraint is compiled)
+  // and as each background request starts, with the request's Job. Empty in nielsd; tests hold a compile here to see what waits for it.
   std::function<void(const server::Job& job)> on_compile_start;
 };
 
