@@ -44,17 +44,70 @@ class SpanValues {
   std::span<const float> values_;
 };
 
-// Calls visit(x) for every finite value, chunk by chunk; CANCELLED when `cancelled` turns true.
+// Calls visit(span) for every chunk of values in order; CANCELLED when `cancelled` turns true.
 template <typename Values, typename Visit>
-Status ForEachFinite(Values& values, const StatisticsCancelled& cancelled, Visit&& visit) {
+Status ForEachChunk(Values& values, const StatisticsCancelled& cancelled, Visit&& visit) {
   const int64_t n = values.size();
   for (int64_t begin = 0; begin < n; begin += kStatisticsChunk) {
     if (cancelled && cancelled()) return Status::Cancelled("the request was cancelled");
-    for (const float x : values.Read(begin, std::min(kStatisticsChunk, n - begin))) {
-      if (std::isfinite(x)) visit(x);
-    }
+    visit(values.Read(begin, std::min(kStatisticsChunk, n - begin)));
   }
   return Status::Ok();
+}
+
+// Calls visit(x) for every finite value, chunk by chunk; CANCELLED when `cancelled` turns true.
+template <typename Values, typename Visit>
+Status ForEachFinite(Values& values, const StatisticsCancelled& cancelled, Visit&& visit) {
+  return ForEachChunk(values, cancelled, [&](std::span<const float> chunk) {
+    for (const float x : chunk) {
+      if (std::isfinite(x)) visit(x);
+    }
+  });
+}
+
+// The sums run in kLanes interleaved lanes within a chunk (value i in lane i % kLanes), added up
+// in a fixed order at the chunk's end: independent additions pipeline, and the order of every sum
+// depends on the values' positions only.
+constexpr size_t kLanes = 4;
+
+// Pass 1: counts, sums and extremes of the finite values.
+struct Sums {
+  int64_t count = 0, zeros = 0, near_zero = 0;
+  double sum = 0, squares = 0, abs = 0;
+  float min = std::numeric_limits<float>::infinity(), max = -std::numeric_limits<float>::infinity();
+
+  void Add(std::span<const float> chunk) {
+    std::array<double, kLanes> lane_sum{}, lane_squares{}, lane_abs{};
+    for (size_t i = 0; i < chunk.size(); ++i) {
+      const float x = chunk[i];
+      const bool finite = std::isfinite(x);
+      const double v = finite ? static_cast<double>(x) : 0.0;  // a non-finite value adds nothing
+      const size_t lane = i % kLanes;
+      lane_sum[lane] += v;
+      lane_squares[lane] += v * v;
+      lane_abs[lane] += std::fabs(v);
+      count += finite;
+      zeros += finite && x == 0.0f;
+      near_zero += finite && std::fabs(v) < kNearZero;
+      min = finite ? std::min(min, x) : min;
+      max = finite ? std::max(max, x) : max;
+    }
+    sum += (lane_sum[0] + lane_sum[1]) + (lane_sum[2] + lane_sum[3]);
+    squares += (lane_squares[0] + lane_squares[1]) + (lane_squares[2] + lane_squares[3]);
+    abs += (lane_abs[0] + lane_abs[1]) + (lane_abs[2] + lane_abs[3]);
+  }
+};
+static_assert(kLanes == 4, "Sums::Add adds up four lanes");
+
+// Pass 2: the squared deviations of the finite values from `mean`.
+double SquaredDeviations(std::span<const float> chunk, double mean) {
+  std::array<double, kLanes> lane{};
+  for (size_t i = 0; i < chunk.size(); ++i) {
+    const float x = chunk[i];
+    const double d = std::isfinite(x) ? static_cast<double>(x) - mean : 0.0;
+    lane[i % kLanes] += d * d;
+  }
+  return (lane[0] + lane[1]) + (lane[2] + lane[3]);
 }
 
 // The float's bit pattern mapped so that unsigned order is the floats' order (-0 just below +0).
@@ -140,28 +193,18 @@ common::StatusOr<TensorStatistics> Compute(Values& values, bool full, const Stat
   TensorStatistics s;
   s.full = full;
   s.nonfinite = values.size();
-  double sum = 0, sum_squares = 0, sum_abs = 0;
-  int64_t zeros = 0, near_zero = 0;
-  float min = std::numeric_limits<float>::infinity(), max = -min;
   // Pass 1: the sums, extremes and counts.
-  NIELS_RETURN_IF_ERROR(ForEachFinite(values, cancelled, [&](float x) {
-    const double v = x;
-    ++s.count;
-    sum += v;
-    sum_squares += v * v;
-    sum_abs += std::fabs(v);
-    min = std::min(min, x);
-    max = std::max(max, x);
-    zeros += x == 0.0f;
-    near_zero += std::fabs(v) < kNearZero;
-  }));
+  Sums sums;
+  NIELS_RETURN_IF_ERROR(ForEachChunk(values, cancelled, [&](std::span<const float> chunk) { sums.Add(chunk); }));
+  s.count = sums.count;
   s.nonfinite -= s.count;
   if (s.count == 0) return s;
   const double n = static_cast<double>(s.count);
-  s.mean = sum / n;
+  const float min = sums.min, max = sums.max;
+  s.mean = sums.sum / n;
   s.min = min;
   s.max = max;
-  s.l2_norm = std::sqrt(sum_squares);
+  s.l2_norm = std::sqrt(sums.squares);
   // Pass 2: squared deviations from the mean (no cancellation, unlike E[x^2] - mean^2); for the full
   // statistics also the histogram and the upper halves of the order keys.
   double deviations = 0;
@@ -177,20 +220,21 @@ common::StatusOr<TensorStatistics> Compute(Values& values, bool full, const Stat
   const auto edges = BinEdges(s.histogram_low, s.histogram_high);
   // One value throughout: all in the middle bin (also where +-0.5 vanishes in a huge magnitude).
   const bool one_value = min == max;
-  NIELS_RETURN_IF_ERROR(ForEachFinite(values, cancelled, [&](float x) {
-    const double d = static_cast<double>(x) - s.mean;
-    deviations += d * d;
-    if (full) {
+  NIELS_RETURN_IF_ERROR(ForEachChunk(values, cancelled, [&](std::span<const float> chunk) {
+    deviations += SquaredDeviations(chunk, s.mean);
+    if (!full) return;
+    for (const float x : chunk) {
+      if (!std::isfinite(x)) continue;
       ++s.histogram[one_value ? kHistogramBins / 2 : BinOf(x, s.histogram_low, s.histogram_high, edges)];
       ++high[OrderKey(x) >> 16];
     }
   }));
   s.std = std::sqrt(deviations / n);
   if (!full) return s;
-  s.abs_mean = sum_abs / n;
-  s.l1_norm = sum_abs;
-  s.zeros_percent = 100.0 * static_cast<double>(zeros) / n;
-  s.near_zero_percent = 100.0 * static_cast<double>(near_zero) / n;
+  s.abs_mean = sums.abs / n;
+  s.l1_norm = sums.abs;
+  s.zeros_percent = 100.0 * static_cast<double>(sums.zeros) / n;
+  s.near_zero_percent = 100.0 * static_cast<double>(sums.near_zero) / n;
   // Pass 3: the two ranks around each percentile's position (q / 100) (n - 1).
   std::vector<int64_t> ranks;
   std::vector<double> gammas;
