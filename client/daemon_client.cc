@@ -280,6 +280,13 @@ StatusOr<v1::CancelResponse> DaemonClient::Cancel(uint64_t target_request_id) {
   return Unwrap(Call(std::move(r)), v1::Response::kCancel, &v1::Response::cancel);
 }
 
+StatusOr<v1::WeightStatsResponse> DaemonClient::WeightStats(const std::vector<std::string>& names, bool full) {
+  v1::Request r;
+  for (const std::string& name : names) r.mutable_weight_stats()->add_names(name);
+  r.mutable_weight_stats()->set_full(full);
+  return Unwrap(Call(std::move(r)), v1::Response::kWeightStats, &v1::Response::weight_stats);
+}
+
 StatusOr<v1::StatsResponse> DaemonClient::Stats() {
   v1::Request r;
   r.mutable_stats();

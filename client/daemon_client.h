@@ -95,6 +95,9 @@ class DaemonClient {
   // An explicit Cancel as its own call (for requests in flight elsewhere on this connection).
   StatusOr<v1::CancelResponse> Cancel(uint64_t target_request_id);
   StatusOr<v1::StatsResponse> Stats();
+  // The statistics of the tensors `names` select (Hugging Face or GGUF names, `*` matching any run
+  // of characters; proto/PROTOCOL.md, "Weight statistics"): compact, or full with `full`.
+  StatusOr<v1::WeightStatsResponse> WeightStats(const std::vector<std::string>& names, bool full = false);
 
   // The generic call behind all of the above: assigns request.request_id, sends it and returns the
   // final Response (which may carry an Error; the typed calls convert it). Transport failures

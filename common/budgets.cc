@@ -37,9 +37,9 @@ constexpr std::array<Budget, static_cast<size_t>(BudgetId::kCount)> kBudgets = {
     {BudgetId::kMatcherMemoryBytes, "matcher_memory_bytes", "bytes", 0, 0, kMatcherMemoryBytes, kWork,
      "memory one constrained request's grammar matcher holds"},
     {BudgetId::kCompileQueue, "compile_queue", "requests", 0, 0, kCompileQueueLimit, kWork,
-     "constraints queued or compiling on the compile worker, all users"},
+     "requests queued or running on the compile worker (constraints, weight statistics), all users"},
     {BudgetId::kCompileQueuePerUid, "compile_queue_per_uid", "requests", 0, 0, kCompileQueuePerUidLimit, kWork,
-     "constraints of one user queued or compiling (one compiles at a time)"},
+     "requests of one user queued or running on the compile worker (one runs at a time)"},
     {BudgetId::kUserTextBytes, "user_text_bytes", "bytes", 0, 0, kUserTextBytesLimit, kLength,
      "ChatRequest.user_text, the new turn encoded on the engine thread"},
     {BudgetId::kStopStrings, "stop_strings", "strings", 0, 0, kStopStringsLimit, kLength,
@@ -67,6 +67,15 @@ constexpr std::array<Budget, static_cast<size_t>(BudgetId::kCount)> kBudgets = {
     {BudgetId::kLogitBias, "logit_bias", "entries", 0, 0, 0, kLength,
      "Sampling.logit_bias entries of one request, each id once: at most the vocabulary size (each costs "
      "one addition per step)"},
+    {BudgetId::kWeightStatsNames, "weight_stats_names", "names", 0, 0, kWeightStatsNamesLimit, kLength,
+     "WeightStatsRequest.names of one request (each pattern is matched against every tensor's names)"},
+    {BudgetId::kWeightStatsNameBytes, "weight_stats_name_bytes", "bytes", 0, 0, kWeightStatsNameBytesLimit, kLength,
+     "one WeightStatsRequest name or pattern"},
+    {BudgetId::kWeightStatsTensors, "weight_stats_tensors", "tensors", 0, 0, kWeightStatsTensorsLimit, kLength,
+     "the tensors one WeightStatsRequest matches"},
+    {BudgetId::kWeightStatsElements, "weight_stats_elements", "elements", 0, 0, kWeightStatsElementsLimit, kLength,
+     "the elements of the tensors one WeightStatsRequest matches, in all (each read 2 or 3 times, on the "
+     "compile worker)"},
 }};
 
 constexpr bool InIdOrder() {

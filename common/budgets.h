@@ -52,7 +52,8 @@ inline constexpr uint64_t kGrammarCompileStepsFixed = 2'000'000;
 // token's window (the start state's window too: fixed) and the bytes it holds.
 inline constexpr uint64_t kMatcherStepsPerToken = 250'000;
 inline constexpr size_t kMatcherMemoryBytes = size_t{64} << 20;
-// The compile worker (daemon/handlers/compile_worker.h): constraints queued or compiling.
+// The compile worker (daemon/handlers/compile_worker.h): constraints queued or compiling, and
+// background requests (WeightStats) queued or running.
 inline constexpr size_t kCompileQueueLimit = 64;
 inline constexpr size_t kCompileQueuePerUidLimit = 16;
 // Conversations and tools (ChatRequest.messages, CreateSession/ChatRequest.tools).
@@ -61,6 +62,11 @@ inline constexpr size_t kChatMessageBytesLimit = size_t{1} << 20;  // all their 
 inline constexpr size_t kToolsLimit = 64;                          // tools of a ToolSet
 inline constexpr size_t kToolBytesLimit = size_t{256} << 10;       // all their text
 inline constexpr size_t kToolCallsPerReplyLimit = 16;              // calls of one assistant message
+// Weight statistics (WeightStatsRequest): its name patterns, and what they may select.
+inline constexpr size_t kWeightStatsNamesLimit = 16;               // WeightStatsRequest.names
+inline constexpr size_t kWeightStatsNameBytesLimit = 128;          // each of them
+inline constexpr size_t kWeightStatsTensorsLimit = 1024;           // tensors matched
+inline constexpr uint64_t kWeightStatsElementsLimit = uint64_t{1} << 31;  // their elements in all
 
 enum class BudgetId : uint8_t {
   kBannedIds,          // Sampling.banned_ids of one request: at most the vocabulary size
@@ -88,6 +94,10 @@ enum class BudgetId : uint8_t {
   kToolBytes,            // the text of all of them (names, descriptions, parameters)
   kToolCallsPerReply,    // tool calls of one assistant message (sent, or made by a reply)
   kLogitBias,            // Sampling.logit_bias entries of one request: at most the vocabulary size
+  kWeightStatsNames,     // WeightStatsRequest.names of one request
+  kWeightStatsNameBytes, // the bytes of one of them
+  kWeightStatsTensors,   // the tensors one WeightStatsRequest matches
+  kWeightStatsElements,  // the elements of those tensors, in all
   kCount,
 };
 

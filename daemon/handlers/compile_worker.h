@@ -2,7 +2,9 @@
 // CompileWorker: the threads on which client-supplied text (a request's JSON Schema or GBNF
 // constraint) is compiled, so that neither an IO thread (whose connections would all stall) nor the
 // engine thread (where every running request decodes) ever runs it. handlers::Service hands it one
-// task per request that carries such text and forwards the request to the engine once compiled.
+// task per request that carries such text and forwards the request to the engine once compiled;
+// and one task per background request (WeightStats, which reads the immutable weights), answered
+// by the task itself.
 //
 // Bounds (CompileWorkerOptions): a fixed number of threads; at most `max_tasks` tasks queued or
 // compiling in all and `max_tasks_per_uid` per uid, of which at most ONE of a uid compiles at a

@@ -8,7 +8,8 @@
 // is sent as Error. Generating handlers return the engine Turn to run; its callbacks stream the
 // events and send the final response through the request's server::Job, which outlives the Turn
 // (the Service's Work owns it, and the Turn owns the Work). Everything here runs on the engine
-// thread, except the Prepare functions (see "Generating").
+// thread, except the Prepare functions (see "Generating") and the background handlers (see
+// "Background").
 
 #include <memory>
 #include <optional>
@@ -20,6 +21,8 @@
 #include "daemon/engine/turn.h"
 #include "daemon/engine/work.h"
 #include "daemon/handlers/constraint.h"
+#include "daemon/handlers/weight_stats_cache.h"
+#include "daemon/loaders/model_loader.h"
 #include "daemon/text/chat_format.h"
 #include "daemon/tool_grammar/tool_call_grammar.h"
 #include "daemon/server/job.h"
@@ -103,5 +106,27 @@ common::StatusOr<Prepared> PrepareCreateSession(const niels::v1::CreateSessionRe
                                                 const PrepareContext& context, const CompileCancelled& cancelled);
 engine::TurnResult StartCreateSession(engine::EngineState& state, const engine::Work& work, server::Job& job,
                                       const niels::v1::CreateSessionRequest& request, const Prepared& prepared);
+
+// Background. A background request reads only what never changes once the model is loaded (its
+// weights and config), so it runs on the compile worker (compile_worker.h: bounded, fair per uid,
+// cancellable), never on an IO thread nor the engine thread, and is answered from there: the
+// engine never sees it and no generation waits for it.
+struct BackgroundContext {
+  const loaders::Model* model = nullptr;          // immutable while the Service lives
+  WeightStatsCache* weight_stats_cache = nullptr;  // thread-safe
+};
+
+// WeightStats (weight_stats.cc; proto/PROTOCOL.md, "Weight statistics"): the statistics of the
+// tensors the request's names select, from the cache or computed one tensor at a time.
+// INVALID_ARGUMENT naming the field for no names, a name beyond the budgets (weight_stats_names,
+// weight_stats_name_bytes), a pattern that matches nothing, or a selection beyond
+// weight_stats_tensors or weight_stats_elements; UNAVAILABLE when the weight file was modified in
+// place; CANCELLED when `cancelled` turns true (polled between chunks of 65536 values).
+HandlerResult HandleWeightStats(const BackgroundContext& context, const niels::v1::WeightStatsRequest& request,
+                                const CompileCancelled& cancelled);
+// Whether a selection of `tensors` tensors of `elements` elements in all is within the budgets
+// weight_stats_tensors and weight_stats_elements; INVALID_ARGUMENT naming weight_stats.names and
+// the budget otherwise (counted as its refusal).
+common::Status CheckWeightStatsSelection(uint64_t tensors, uint64_t elements);
 
 }  // namespace niels::daemon::handlers

@@ -31,6 +31,9 @@ Service::Service(std::unique_ptr<engine::Engine> engine, ServiceOptions options)
   if (state.chat_format() != nullptr && state.chat_format()->reasoning_tags()) {
     prepare_context_.reasoning = *state.chat_format()->reasoning_tags();
   }
+  // The engine owns the model until it is destroyed, after the compile worker has stopped.
+  background_context_.model = &engine_->model();
+  background_context_.weight_stats_cache = &weight_stats_cache_;
 }
 
 Service::~Service() { Shutdown(); }
@@ -59,6 +62,10 @@ void Service::Submit(server::Job submitted) {
   const Method* method = FindMethod(request);
   if (method == nullptr) {
     job->Fail(Status::Unimplemented("unknown or empty request kind"));
+    return;
+  }
+  if (method->background != nullptr) {
+    RunInBackground(std::move(job), method);
     return;
   }
   engine::Work work;
@@ -130,6 +137,27 @@ void Service::Forward(engine::Work work) {
     if (of_uid == 0) held_per_uid_.erase(work.owner);
   }
   work.fail(refused);
+}
+
+void Service::RunInBackground(std::shared_ptr<server::Job> job, const Method* method) {
+  auto result = std::make_shared<HandlerResult>(Status::Cancelled("the request was cancelled"));
+  CompileWorker::Task task;
+  task.owner = job->owner();
+  task.cancel = job->cancel();
+  task.run = [this, job, method, result](const CompileWorker::Cancelled& cancelled) -> Status {
+    if (options_.on_compile_start) options_.on_compile_start(*job);
+    *result = method->background(background_context_, job->request(), cancelled);
+    return result->status();
+  };
+  task.done = [job, result](const Status& status) {
+    if (status.ok()) {
+      job->Finish(std::move(*result).value());
+    } else {
+      job->Fail(status);
+    }
+  };
+  const Status refused = compile_worker_.Submit(std::move(task));
+  if (!refused.ok()) job->Fail(refused);
 }
 
 void Service::StartCompile(std::shared_ptr<server::Job> job, const Method* method, engine::Work work) {

@@ -10,6 +10,9 @@
 // Once compiled the request joins the engine's queue; a compile error (INVALID_ARGUMENT), a spent
 // compile budget (RESOURCE_EXHAUSTED), a full compile queue or a cancel answers it instead.
 //
+// A background request (WeightStats: it reads only the immutable weights) runs on the same
+// CompileWorker under the same bounds and is answered from there; it never reaches the engine.
+//
 // Per-session order is kept across the compile: a request naming a session on which an earlier
 // request is still compiling is held here and joins the engine's queue right after the earlier one
 // (or after its answer, if it failed), in submission order. Held requests are bounded like the
@@ -43,8 +46,8 @@ struct Method;  // method_table.h
 
 struct ServiceOptions {
   CompileWorkerOptions compile;
-  // Called on a compile worker thread as each compile starts (before the constraint is compiled),
-  // with the request's Job. Empty in nielsd; tests hold a compile here to see what waits for it.
+  // Called on a compile worker thread as each compile starts (before the constraint is compiled)
+  // and as each background request starts, with the request's Job. Empty in nielsd; tests hold a compile here to see what waits for it.
   std::function<void(const server::Job& job)> on_compile_start;
 };
 
@@ -54,8 +57,9 @@ class Service final : public server::RequestService {
   ~Service() override;  // Shutdown()
 
   // Cancel or an unset/unknown kind are answered at once (INVALID_ARGUMENT / UNIMPLEMENTED);
-  // a request with constraint text goes to the compile worker, then to the engine; everything else
-  // goes to the engine (behind its session's compiling requests, if any).
+  // a request with constraint text goes to the compile worker, then to the engine; a background
+  // request goes to the compile worker alone; everything else goes to the engine (behind its
+  // session's compiling requests, if any).
   void Submit(server::Job job) override;
   // Stops the compile worker (waiting compiles end CANCELLED, a running one stops at its next
   // check), then the engine.
@@ -67,9 +71,12 @@ class Service final : public server::RequestService {
   CompileWorker::Counts compile_counts() const { return compile_worker_.counts(); }
   // Requests held behind a compiling request on their session (not yet in the engine's queue).
   size_t held_requests() const;
+  // The weight statistics computed so far (thread-safe).
+  const WeightStatsCache& weight_stats_cache() const { return weight_stats_cache_; }
 
  private:
   PrepareContext prepare_context_;  // what prepare steps know of the model (set at construction)
+  BackgroundContext background_context_;  // what background handlers read (set at construction)
   // A request on its way to the engine that must keep its place in its session's order: one whose
   // constraint is compiling, or one held behind such a request.
   struct Pending {
@@ -79,6 +86,8 @@ class Service final : public server::RequestService {
   };
   // Hands `work` to the engine, or holds it behind its session's compiling requests.
   void Forward(engine::Work work);
+  // Runs the method's background handler on the compile worker, which answers the request.
+  void RunInBackground(std::shared_ptr<server::Job> job, const Method* method);
   // Queues the request's compile on the worker.
   void StartCompile(std::shared_ptr<server::Job> job, const Method* method, engine::Work work);
   // A compile ended: `outcome` OK (the work is complete) or the request's error. Passes every
@@ -94,6 +103,7 @@ class Service final : public server::RequestService {
   std::unordered_map<std::string, std::list<std::shared_ptr<Pending>>> pending_by_session_;
   size_t held_ = 0;                         // guarded by order_mutex_
   std::map<common::OwnerId, size_t> held_per_uid_;  // guarded by order_mutex_
+  WeightStatsCache weight_stats_cache_;
   CompileWorker compile_worker_;  // last: destroyed (its threads joined) before the rest
 };
 

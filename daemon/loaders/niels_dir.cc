@@ -32,46 +32,19 @@ using model::Weights;
 
 constexpr std::string_view kLmHead = "lm_head.weight";
 
-// niels_gpt's name -> the slot of Weights it fills, in the state_dict order.
+// niels_gpt's name -> the slot of Weights it fills, in the state_dict order (tensor_slots.h's
+// table).
 template <typename W, typename F>
 void VisitNielsTensors(W& w, F&& f) {
-  f(std::string("tok_emb.weight"), w.tok_emb);
-  for (size_t i = 0; i < w.blocks.size(); ++i) {
-    auto& b = w.blocks[i];
-    const std::string p = "blocks." + std::to_string(i) + ".";
-    f(p + "ln1.weight", b.attn_norm);
-    f(p + "attn.qkv.weight", b.wqkv);
-    f(p + "attn.proj.weight", b.wo);
-    f(p + "ln2.weight", b.ffn_norm);
-    f(p + "mlp.fc_a.weight", b.w_up);
-    f(p + "mlp.fc_a.bias", b.b_up);
-    f(p + "mlp.fc_g.weight", b.w_gate);
-    f(p + "mlp.fc_g.bias", b.b_gate);
-    f(p + "mlp.fc_out.weight", b.w_down);
-    f(p + "mlp.fc_out.bias", b.b_down);
-  }
-  f(std::string("ln_f.weight"), w.final_norm);
+  for (const auto& [ours, niels] : NielsTensorNames(static_cast<int64_t>(w.blocks.size()))) f(niels, *FindSlot(w, ours));
 }
 
 // The shape every stored tensor must have under `c`, by niels_gpt's name.
 std::map<std::string, std::vector<int64_t>> NielsShapes(const ModelConfig& c) {
-  const int64_t C = c.width;
+  std::map<std::string, std::vector<int64_t>> ours;
+  for (auto& [name, shape] : model::ExpectedShapes(c, /*fused_qkv=*/true)) ours[name] = std::move(shape);
   std::map<std::string, std::vector<int64_t>> shapes;
-  shapes["tok_emb.weight"] = {c.vocab_size, C};
-  shapes["ln_f.weight"] = {C};
-  for (int64_t i = 0; i < c.layers; ++i) {
-    const std::string p = "blocks." + std::to_string(i) + ".";
-    shapes[p + "ln1.weight"] = {C};
-    shapes[p + "ln2.weight"] = {C};
-    shapes[p + "attn.qkv.weight"] = {3 * C, C};
-    shapes[p + "attn.proj.weight"] = {C, C};
-    shapes[p + "mlp.fc_a.weight"] = {c.d_ff, C};
-    shapes[p + "mlp.fc_a.bias"] = {c.d_ff};
-    shapes[p + "mlp.fc_g.weight"] = {c.d_ff, C};
-    shapes[p + "mlp.fc_g.bias"] = {c.d_ff};
-    shapes[p + "mlp.fc_out.weight"] = {C, c.d_ff};
-    shapes[p + "mlp.fc_out.bias"] = {C};
-  }
+  for (const auto& [our_name, niels] : NielsTensorNames(c.layers)) shapes[niels] = ours.at(our_name);
   return shapes;
 }
 
@@ -213,26 +186,6 @@ StatusOr<Weights> LoadChecked(const std::shared_ptr<const SafetensorsFile>& file
 }
 
 }  // namespace
-
-std::vector<std::pair<std::string, std::string>> NielsTensorNames(int64_t layers) {
-  std::vector<std::pair<std::string, std::string>> names;
-  names.emplace_back("tok_emb", "tok_emb.weight");
-  for (int64_t i = 0; i < layers; ++i) {
-    const std::string ours = "blocks." + std::to_string(i) + ".", theirs = ours;
-    names.emplace_back(ours + "attn_norm", theirs + "ln1.weight");
-    names.emplace_back(ours + "wqkv", theirs + "attn.qkv.weight");
-    names.emplace_back(ours + "wo", theirs + "attn.proj.weight");
-    names.emplace_back(ours + "ffn_norm", theirs + "ln2.weight");
-    names.emplace_back(ours + "w_up", theirs + "mlp.fc_a.weight");
-    names.emplace_back(ours + "b_up", theirs + "mlp.fc_a.bias");
-    names.emplace_back(ours + "w_gate", theirs + "mlp.fc_g.weight");
-    names.emplace_back(ours + "b_gate", theirs + "mlp.fc_g.bias");
-    names.emplace_back(ours + "w_down", theirs + "mlp.fc_out.weight");
-    names.emplace_back(ours + "b_down", theirs + "mlp.fc_out.bias");
-  }
-  names.emplace_back("final_norm", "ln_f.weight");
-  return names;
-}
 
 bool IsNielsDir(const std::filesystem::path& dir) {
   std::ifstream in(dir / "config.json", std::ios::binary);

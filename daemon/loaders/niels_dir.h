@@ -20,6 +20,7 @@
 
 #include "common/status.h"
 #include "daemon/loaders/model_loader.h"
+#include "daemon/loaders/tensor_slots.h"  // NielsTensorNames
 #include "daemon/model/config.h"
 #include "daemon/model/weights.h"
 
@@ -48,9 +49,5 @@ common::StatusOr<model::Weights> LoadNielsWeights(const std::filesystem::path& s
 // INVALID_ARGUMENT when the weights are not of niels_gpt's layout. For tests, tools and benchmarks.
 common::Status SaveNielsWeights(const model::Weights& weights, const std::filesystem::path& safetensors_path,
                                 std::optional<kernels::Dtype> dtype = std::nullopt);
-
-// niels_gpt's name for every tensor slot of `weights` (Weights::ForEach's names), in the
-// state_dict order.
-std::vector<std::pair<std::string, std::string>> NielsTensorNames(int64_t layers);
 
 }  // namespace niels::daemon::loaders

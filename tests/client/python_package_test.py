@@ -226,6 +226,29 @@ class PackageTest(unittest.TestCase):
         self.assertEqual(error.exception.code, "INVALID_ARGUMENT")
         self.assertIn("constraint.gbnf: grammar line 2, column 1", error.exception.message)
 
+    def test_weight_stats(self):
+        # niels-demo is a niels_gpt model: 4 layers of down projections, a fused qkv per layer.
+        info = self.client.info()
+        down = self.client.weight_stats("model.layers.*.mlp.down_proj.weight", compact=True)
+        self.assertEqual([t["hf_name"] for t in down],
+                         ["model.layers.%d.mlp.down_proj.weight" % i for i in range(info.layers)])
+        for t in down:
+            self.assertEqual(t["shape"], [info.width, info.d_ff])
+            self.assertEqual(t["parameters"], info.width * info.d_ff)
+            self.assertLessEqual(t["min"], t["mean"])
+            self.assertLessEqual(t["mean"], t["max"])
+            self.assertGreater(t["std"], 0)
+            self.assertNotIn("median", t)
+        full = self.client.weight_stats(["blk.0.ffn_down.weight", "blocks.0.attn.qkv.weight"], compact=False)
+        self.assertEqual([t["gguf_name"] for t in full], ["blocks.0.attn.qkv.weight", "blk.0.ffn_down.weight"])
+        self.assertEqual(full[1]["std"], down[0]["std"])
+        self.assertEqual(sum(full[1]["histogram"]["counts"]), full[1]["parameters"])
+        self.assertTrue(full[1]["p5"] <= full[1]["median"] <= full[1]["p95"])
+        with self.assertRaises(nielsd_client.NielsdError) as error:
+            self.client.weight_stats("model.layers.99.*")
+        self.assertEqual(error.exception.code, "INVALID_ARGUMENT")
+        self.assertIn("weight_stats.names[0]", error.exception.message)
+
     def test_unreachable_daemon(self):
         with self.assertRaises(ConnectionError):
             nielsd_client.Client(ARGS.socket + ".missing")

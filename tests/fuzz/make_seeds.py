@@ -256,6 +256,11 @@ def main():
     misc += frame(req(33, stats=pb.StatsRequest()))
     misc += frame(req(0x103, list_sessions=pb.ListSessionsRequest()))
     write("request", "misc", misc)
+    ws = frame(req(35, weight_stats=pb.WeightStatsRequest(names=["model.layers.*.mlp.down_proj.weight", "blk.0.*"])))
+    ws += frame(req(36, weight_stats=pb.WeightStatsRequest(names=["*"], full=True)))
+    ws += frame(req(37, weight_stats=pb.WeightStatsRequest(names=["blocks.*.attn.qkv.weight", "no.such.*", "*" * 200])))
+    ws += frame(req(38, weight_stats=pb.WeightStatsRequest()))
+    write("request", "weight_stats", ws)
     bad = frame(req(40, generate=pb.GenerateRequest(session_id="$0", input_ids=[-1, 1 << 30], max_new_tokens=-3,
                                                     top_logprobs=99, trace_layer=-1, sampling=S(temperature=float("nan"), top_p=2.0))))
     bad += frame(req(41, chat=pb.ChatRequest(session_id="nope", user_text="x" * 300, max_new_tokens=0)))

@@ -11,6 +11,10 @@
 //                                                       the same logits via the KV cache: Prefill of the
 //                                                       first K ids (default ceil(n/2)), then one Decode
 //                                                       step per remaining id
+//   niels-inspect MODEL --weight-stats 'model.layers.0.*' [--weight-stats NAME...] [--full]
+//                                                       statistics of the tensors the names select (Hugging
+//                                                       Face or GGUF names, * any run of characters), as
+//                                                       the daemon's WeightStats computes them
 //   niels-inspect MODEL --tokenize TEXTS.json --out FILE
 //                                                       {"plain": [[ids]], "rendered": [[ids]]}: each text
 //                                                       encoded as plain text and as rendered text
@@ -39,6 +43,7 @@
 #include "daemon/model/kv_cache.h"
 #include "daemon/kernels/worker_pool.h"
 #include "daemon/loaders/model_loader.h"
+#include "tools/inspect/weight_stats_report.h"
 
 namespace {
 
@@ -180,6 +185,8 @@ struct Options {
   std::optional<int64_t> prefill;
   int threads = 1;
   std::string dtype = "file";
+  std::vector<std::string> weight_stats;
+  bool full = false;
 };
 
 Status Run(const Options& options) {
@@ -190,6 +197,9 @@ Status Run(const Options& options) {
   if (!loaded.ok()) return loaded.status();
   const Model& model = **loaded;
   if (options.tokenize) return Tokenize(model, *options.tokenize, options.out);
+  if (!options.weight_stats.empty()) {
+    return niels::tools::PrintWeightStats(model, options.weight_stats, options.full, std::cout);
+  }
   if (!options.ids) {
     PrintSummary(model);
     return Status::Ok();
@@ -224,7 +234,8 @@ Status Run(const Options& options) {
 }  // namespace
 
 int main(int argc, char** argv) {
-  CLI::App app{"niels-inspect: load a model as nielsd does; print a summary, write logits or token ids"};
+  CLI::App app{"niels-inspect: load a model as nielsd does; print a summary or weight statistics, write logits or "
+               "token ids"};
   Options options;
   app.add_option("model", options.model_dir, "the model: a niels model directory, a Hugging Face directory or "
                  "a GGUF file")->required();
@@ -232,6 +243,12 @@ int main(int argc, char** argv) {
   auto* tokenize = app.add_option("--tokenize", options.tokenize,
                                   "a JSON file with a list of texts: write their ids (plain and with special-token "
                                   "text parsed) as JSON")->excludes(ids);
+  auto* weight_stats = app.add_option("--weight-stats", options.weight_stats,
+                                      "a tensor name or pattern (Hugging Face or GGUF names, * any run of "
+                                      "characters; repeatable): print its statistics")
+                           ->excludes(ids)
+                           ->excludes(tokenize);
+  app.add_flag("--full", options.full, "with --weight-stats: the full statistics")->needs(weight_stats);
   auto* out = app.add_option("--out", options.out, "file for the logits (n*V little-endian f32) or the ids");
   ids->needs(out);
   tokenize->needs(out);

@@ -376,6 +376,34 @@ class Client:
     def stats(self):
         return self.call("stats")
 
+    def weight_stats(self, names, compact=True):
+        """Statistics of the model's weights (PROTOCOL.md, "Weight statistics"). names: a tensor name
+        or a list of them, Hugging Face's ("model.layers.0.mlp.gate_proj.weight") or GGUF's
+        ("blk.0.ffn_gate.weight"), "*" matching any run of characters (dots included). Returns one
+        dict per tensor, in the model's order: hf_name, gguf_name, shape, dtype, parameters,
+        nonfinite, mean, std, min, max, l2_norm; with compact=False also median, abs_mean,
+        zeros_percent, near_zero_percent, l1_norm, p5, p25, p50, p75, p95 and histogram
+        ({"low", "high", "counts"}: 20 equal bins, the last one closed)."""
+        if isinstance(names, str):
+            names = [names]
+        response = self.call("weight_stats", pb.WeightStatsRequest(names=list(names), full=not compact))
+        return [_tensor_stats_dict(t) for t in response.tensors]
+
+
+_COMPACT_STATS = ("mean", "std", "min", "max", "l2_norm")
+_FULL_STATS = ("median", "abs_mean", "zeros_percent", "near_zero_percent", "l1_norm",
+               "p5", "p25", "p50", "p75", "p95")
+
+
+def _tensor_stats_dict(t):
+    d = {"hf_name": t.hf_name, "gguf_name": t.gguf_name, "shape": list(t.shape), "dtype": t.dtype,
+         "parameters": t.parameters, "nonfinite": t.nonfinite}
+    d.update((key, getattr(t, key)) for key in _COMPACT_STATS)
+    if t.full:
+        d.update((key, getattr(t, key)) for key in _FULL_STATS)
+        d["histogram"] = {"low": t.histogram.low, "high": t.histogram.high, "counts": list(t.histogram.counts)}
+    return d
+
 
 def run_tool_loop(client, session_id, user_text, functions, max_rounds=8, **chat_args):
     """Asks the model, runs the Python functions it calls (functions: name -> callable taking the
