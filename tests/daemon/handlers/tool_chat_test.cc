@@ -27,10 +27,12 @@ namespace tool_chat_test {  // this file's own names: the suite compiles as one 
 constexpr uint64_t kSeed = 11;
 const char* kWeatherSchema = R"({"type": "object", "properties": {"city": {"type": "string"}}, "required": ["city"]})";
 
-std::unique_ptr<Service> StartService(const std::string& name) {
-  std::unique_ptr<loaders::Model> model = niels::testing::ReferenceChatModel(name, kSeed);
+// A service on a random-weight model of `name` with its real template (or `chat_template`), one
+// kernel thread; null when the model's references are missing.
+std::unique_ptr<Service> StartService(const std::string& name, const std::string& chat_template = "",
+                                      EngineOptions options = {}) {
+  std::unique_ptr<loaders::Model> model = niels::testing::ReferenceChatModel(name, kSeed, chat_template);
   if (model == nullptr) return nullptr;
-  EngineOptions options;
   options.threads = 1;
   return std::make_unique<Service>(std::make_unique<engine::Engine>(std::move(model), options));
 }
@@ -649,11 +651,9 @@ std::string QwenTemplateOpeningThinking() {
 TEST(ToolChatTest, ToolChoicesOnAPromptThatOpensReasoning) {
   const std::string chat_template = QwenTemplateOpeningThinking();
   ASSERT_FALSE(chat_template.empty());
-  std::unique_ptr<loaders::Model> model = niels::testing::ReferenceChatModel("qwen3", kSeed, chat_template);
-  ASSERT_NE(model, nullptr);
-  EngineOptions options;
-  options.threads = 1;
-  Service service(std::make_unique<engine::Engine>(std::move(model), options));
+  std::unique_ptr<Service> started = StartService("qwen3", chat_template);
+  ASSERT_NE(started, nullptr);
+  Service& service = *started;
   const std::string session = CreateSession(service, "sys", true);
   const int32_t trigger = SingleId(service, "<tool_call>");
   nlohmann::json cases = nlohmann::json::array();
@@ -810,13 +810,12 @@ TEST(ToolChatTest, ToolGrammarMemoryIsBoundedPerUserAndInAll) {
   const uint64_t one_set = prepared.tool_grammars->memory_bytes();
   ASSERT_GT(one_set, 1000u);
   std::cout << "[ tools ] the grammars of a one-tool set hold " << one_set << " bytes\n";
-  std::unique_ptr<loaders::Model> model = niels::testing::ReferenceChatModel("qwen3", kSeed);
-  ASSERT_NE(model, nullptr);
   EngineOptions options;
-  options.threads = 1;
   options.tool_grammar_bytes_per_uid = one_set * 3 / 2;
   options.tool_grammar_bytes = one_set * 5 / 2;
-  Service service(std::make_unique<engine::Engine>(std::move(model), options));
+  std::unique_ptr<Service> started = StartService("qwen3", "", options);
+  ASSERT_NE(started, nullptr);
+  Service& service = *started;
   const auto sessions_of = [&service](uint32_t uid) {
     v1::Request list;
     list.mutable_list_sessions();
@@ -867,11 +866,9 @@ TEST(ReasoningConstraintTest, ASchemaConstrainsOnlyTheAnswerAfterTheReasoning) {
   for (const bool prompt_opens : {false, true}) {
     const std::string chat_template = prompt_opens ? QwenTemplateOpeningThinking() : std::string();
     ASSERT_TRUE(!prompt_opens || !chat_template.empty());
-    std::unique_ptr<loaders::Model> model = niels::testing::ReferenceChatModel("qwen3", kSeed, chat_template);
-    ASSERT_NE(model, nullptr);
-    EngineOptions options;
-    options.threads = 1;
-    Service service(std::make_unique<engine::Engine>(std::move(model), options));
+    std::unique_ptr<Service> started = StartService("qwen3", chat_template);
+    ASSERT_NE(started, nullptr);
+    Service& service = *started;
     const std::string session = CreateSession(service, "sys", false);
     const int32_t open = SingleId(service, "<think>");
     for (uint64_t seed = 1; seed <= niels::testing::UnlessSanitized<uint64_t>(8, 2); ++seed) {
