@@ -1,5 +1,6 @@
 #include "client/chat/chat_options.h"
 
+#include <algorithm>
 #include <filesystem>
 #include <fstream>
 #include <ostream>
@@ -68,6 +69,8 @@ std::variant<ChatOptions, int> ParseChatFlags(int argc, const char* const* argv,
   std::string prompt;
   CLI::Option* one_shot = app.add_option("-p,--prompt", prompt, "one-shot: answer TEXT and exit");
   app.add_flag("--stats,--verbose", o.stats, "print each reply's generation stats on stderr");
+  app.add_flag("--show-logprobs", o.show_logprobs,
+               "print each reply token's logprob and its best alternatives on stderr (dimmed on a terminal)");
   app.add_flag("--hide-reasoning", o.hide_reasoning,
                "do not print a reasoning model's reasoning (shown dimmed by default), only its answer");
   bool think = false;
@@ -216,6 +219,10 @@ niels::v1::ChatRequest BuildChatRequest(const ChatOptions& options, const std::s
   request.set_max_new_tokens(options.max_new_tokens);
   if (!options.use_kv_cache) request.set_use_kv_cache(false);
   request.set_stream(options.stream);
+  if (options.show_logprobs) {
+    request.set_want_logprobs(true);
+    request.set_top_logprobs(kShownAlternatives);
+  }
   if (options.enable_thinking) request.set_enable_thinking(*options.enable_thinking);
   if (options.constraint) *request.mutable_constraint() = *options.constraint;
   if (options.tools) *request.mutable_tools() = *options.tools;
@@ -235,6 +242,54 @@ bool CkptMatchesModel(const std::string& ckpt, const niels::v1::InfoResponse& in
   if (!info.model_name().empty() && ckpt == info.model_name()) return true;
   if (info.model_path().empty()) return false;
   return ModelDir(ckpt) == ModelDir(info.model_path());
+}
+
+namespace {
+
+// A token's bytes for a logprobs line: quoted, with quotes, backslashes and control bytes escaped
+// (bytes of a partial UTF-8 character as \xNN, so the line stays valid text).
+std::string QuotedBytes(const std::string& bytes) {
+  std::string out = "'";
+  for (size_t i = 0; i < bytes.size(); ++i) {
+    const unsigned char c = static_cast<unsigned char>(bytes[i]);
+    if (c == '\n') {
+      out += "\\n";
+    } else if (c == '\t') {
+      out += "\\t";
+    } else if (c == '\'' || c == '\\') {
+      out += '\\';
+      out += static_cast<char>(c);
+    } else if (c < 0x20 || c == 0x7f) {
+      out += fmt::format("\\x{:02x}", c);
+    } else if (c >= 0x80) {
+      // A whole UTF-8 character is kept; a lone or cut one is escaped byte by byte.
+      const size_t length = c >= 0xf0 ? 4 : c >= 0xe0 ? 3 : c >= 0xc0 ? 2 : 1;
+      const std::string_view character(bytes.data() + i, std::min(length, bytes.size() - i));
+      if (length > 1 && character.size() == length && IsValidUtf8(character)) {
+        out += character;
+        i += length - 1;
+      } else {
+        out += fmt::format("\\x{:02x}", c);
+      }
+    } else {
+      out += static_cast<char>(c);
+    }
+  }
+  return out + "'";
+}
+
+}  // namespace
+
+std::string FormatLogprobs(const niels::v1::ChatResponse& response, bool faint) {
+  std::string out;
+  for (const niels::v1::StepInfo& step : response.steps()) {
+    std::string line = fmt::format("  {} {:.3f}", QuotedBytes(step.text_bytes()), step.logprob());
+    for (const niels::v1::TokenAlternative& alternative : step.top()) {
+      line += fmt::format("  | {} {:.3f}", QuotedBytes(alternative.text_bytes()), alternative.logprob());
+    }
+    out += faint ? "\x1b[2m" + line + "\x1b[22m\n" : line + "\n";
+  }
+  return out;
 }
 
 std::string FormatStats(const niels::v1::ChatResponse& response, const std::string& session_id) {

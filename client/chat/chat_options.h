@@ -32,6 +32,8 @@ struct ChatOptions {
   bool stream = false;                      // --stream
   std::optional<std::string> prompt;        // -p/--prompt TEXT: one-shot
   bool stats = false;                       // --stats/--verbose: reply stats on stderr
+  bool show_logprobs = false;               // --show-logprobs: per-token logprobs on stderr
+  bool faint_logprobs = false;              // ... in the faint style (main: stderr is a terminal, no NO_COLOR)
   std::string session;                      // --session ID: continue that session
   bool resume = false;                      // --resume: continue the most recent one (same system prompt)
   bool hide_reasoning = false;              // --hide-reasoning: print only the answer of a reasoning model
@@ -90,6 +92,14 @@ bool CkptMatchesModel(const std::string& ckpt, const niels::v1::InfoResponse& in
 // "prompt_tokens=.. reused_tokens=.. prefilled_tokens=.. generated_tokens=.. ... session=ID" for
 // --stats.
 std::string FormatStats(const niels::v1::ChatResponse& response, const std::string& session_id);
+
+// The alternatives --show-logprobs asks for per token.
+inline constexpr int32_t kShownAlternatives = 3;
+
+// --show-logprobs: one line per reply token, "  'text' -0.123   | 'alt' -1.456 | ..." (the token's
+// text bytes with control characters escaped, then its kShownAlternatives best alternatives, the
+// model's own distribution), each line in the faint style (SGR 2 ... SGR 22) when `faint`.
+std::string FormatLogprobs(const niels::v1::ChatResponse& response, bool faint);
 
 // The session --resume continues: among `sessions` (the caller's, as ListSessions returns them) the
 // most recently used one of this model whose system prompt is exactly `system_prompt`; "" when none.

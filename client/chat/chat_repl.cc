@@ -281,6 +281,7 @@ common::Status ChatRepl::Reply(const niels::v1::ChatRequest& request, bool* answ
          << std::endl;
     any_failed_ = true;
   }
+  if (options_.show_logprobs) err_ << FormatLogprobs(*reply, options_.faint_logprobs) << std::flush;
   if (options_.stats) {
     err_ << "niels-chat: stats: " << FormatStats(*reply, session_id_) << std::endl;
   } else if (reply->truncated_turns() > 0) {

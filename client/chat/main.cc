@@ -59,6 +59,8 @@ int Run(ChatOptions options) {
               << options.ckpt << std::endl;
     return kExitTurnFailed;
   }
+  const char* no_color = std::getenv("NO_COLOR");
+  options.faint_logprobs = ::isatty(STDERR_FILENO) != 0 && (no_color == nullptr || *no_color == '\0');
   ChatRepl repl(client->get(), options, std::cout, std::cerr);
   repl.SetDurable(info->durable_sessions());
   repl.SetReasoningDisplay(

@@ -343,6 +343,29 @@ TEST(FormatStatsTest, NamesEveryCounter) {
             "stop_reason=EOT session_length=120 session=0123abcd");
 }
 
+TEST(FormatLogprobsTest, OneLinePerTokenWithItsAlternativesEscaped) {
+  niels::v1::ChatResponse r;
+  auto add = [&r](const std::string& bytes, float logprob, std::vector<std::pair<std::string, float>> top) {
+    niels::v1::StepInfo& step = *r.add_steps();
+    step.set_text_bytes(bytes);
+    step.set_logprob(logprob);
+    for (const auto& [text, lp] : top) {
+      niels::v1::TokenAlternative& alternative = *step.add_top();
+      alternative.set_text_bytes(text);
+      alternative.set_logprob(lp);
+    }
+  };
+  add(" Hi", -0.25f, {{" Hi", -0.25f}, {"Hello", -1.5f}});
+  add("\n'\\", -2.0f, {});
+  add("\xc3\xa9\xe2\x82", -0.5f, {{"", -3.0f}});  // a whole character, then a cut one; a special id
+  EXPECT_EQ(FormatLogprobs(r, false),
+            "  ' Hi' -0.250  | ' Hi' -0.250  | 'Hello' -1.500\n"
+            "  '\\n\\'\\\\' -2.000\n"
+            "  '\xc3\xa9\\xe2\\x82' -0.500  | '' -3.000\n");
+  EXPECT_EQ(FormatLogprobs(r, true).substr(0, 4), "\x1b[2m");
+  EXPECT_TRUE(FormatLogprobs(niels::v1::ChatResponse(), true).empty());
+}
+
 TEST(PickResumeSessionTest, MostRecentOfThisModelWithExactlyThatSystemPrompt) {
   niels::v1::ListSessionsResponse list;
   auto add = [&](const std::string& id, std::optional<std::string> system, double last_used, bool other = false) {

@@ -58,6 +58,25 @@ TEST_F(NielsChatTest, OneShotPrintsOnlyTheReply) {
   EXPECT_EQ(result.out, Lines(expected));
 }
 
+// --show-logprobs: the reply on stdout unchanged, one line per reply token on stderr (not dimmed:
+// stderr is a pipe), each with its three best alternatives.
+TEST_F(NielsChatTest, ShowLogprobsPrintsALinePerReplyToken) {
+  auto created = client_->CreateSession(std::string(kSystem));
+  ASSERT_TRUE(created.ok());
+  auto expected = client_->Chat(GreedyChat(created->session_id(), "hello there", kMaxNew));
+  ASSERT_TRUE(expected.ok());
+  auto result = testing::RunProcess(Args({"--system", kSystem, "--show-logprobs", "-p", "hello there"}));
+  EXPECT_EQ(result.exit_code, 0) << result.err;
+  EXPECT_EQ(result.out, expected->reply() + "\n");
+  size_t lines = 0;
+  for (size_t at = 0; (at = result.err.find("\n", at)) != std::string::npos; ++at) ++lines;
+  EXPECT_EQ(lines, static_cast<size_t>(expected->reply_ids_size())) << result.err;
+  EXPECT_EQ(result.err.find("\x1b["), std::string::npos);
+  size_t bars = 0;
+  for (size_t at = 0; (at = result.err.find(" | ", at)) != std::string::npos; ++at) ++bars;
+  EXPECT_EQ(bars, lines * 3) << result.err;  // niels-chat shows 3 alternatives
+}
+
 TEST_F(NielsChatTest, PipedLinesGetOneReplyEachInOneSession) {
   const std::vector<std::string> lines = {"hello there", "what is nielsd", "thanks"};
   auto expected = ExpectedReplies(kSystem, lines);
