@@ -213,8 +213,9 @@ StatusOr<size_t> ExchangesToDrop(const std::function<StatusOr<int64_t>(size_t dr
   if (!kept.ok()) return kept.status();
   if (*kept >= context) {
     return Status::InvalidArgument(fmt::format(
-        "this turn renders to {} tokens with the system prompt and no earlier exchange; that leaves no room for "
-        "a reply in the model's context of {} tokens",
+        "this turn renders to {} tokens with every earlier exchange that may be dropped left out (the system "
+        "prompt, and a tool call a result of this turn answers, are kept); that leaves no room for a reply in the "
+        "model's context of {} tokens",
         *kept, context));
   }
   return drop;
