@@ -87,10 +87,27 @@ void DaemonClient::RequestCancel() {
   [[maybe_unused]] ssize_t n = ::write(cancel_pipe_[1], &byte, 1);  // full pipe: already pending
 }
 
-void DaemonClient::ClearCancelRequest() {
+void DaemonClient::RequestStop() {
+  const char byte = 's';
+  [[maybe_unused]] ssize_t n = ::write(cancel_pipe_[1], &byte, 1);
+}
+
+void DaemonClient::ClearCancelRequest() { (void)TakeCancelRequest(); }
+
+DaemonClient::CancelKind DaemonClient::TakeCancelRequest() {
+  CancelKind kind = CancelKind::kNone;
   char buffer[64];
-  while (::read(cancel_pipe_[0], buffer, sizeof(buffer)) > 0) {
+  ssize_t n = 0;
+  while ((n = ::read(cancel_pipe_[0], buffer, sizeof(buffer))) > 0) {
+    for (ssize_t i = 0; i < n; ++i) {
+      if (buffer[i] == 'c') {
+        kind = CancelKind::kCancel;  // a cancel wins over a stop
+      } else if (kind == CancelKind::kNone) {
+        kind = CancelKind::kStop;
+      }
+    }
   }
+  return kind;
 }
 
 Status DaemonClient::Broken(Status status) {
@@ -114,8 +131,8 @@ Status DaemonClient::WriteRequest(const v1::Request& request) {
   return Status::Ok();
 }
 
-Status DaemonClient::ReadResponse(v1::Response* response, bool* cancel_requested) {
-  *cancel_requested = false;
+Status DaemonClient::ReadResponse(v1::Response* response, CancelKind* cancel_requested) {
+  *cancel_requested = CancelKind::kNone;
   while (true) {
     std::string payload;
     switch (decoder_.Next(&payload)) {
@@ -135,9 +152,9 @@ Status DaemonClient::ReadResponse(v1::Response* response, bool* cancel_requested
       return Broken(Status::Unavailable(std::string("poll: ") + std::strerror(errno)));
     }
     if (fds[1].revents & POLLIN) {
-      ClearCancelRequest();
-      *cancel_requested = true;
-      return Status::Ok();
+      *cancel_requested = TakeCancelRequest();
+      if (*cancel_requested != CancelKind::kNone) return Status::Ok();
+      continue;
     }
     if (fds[0].revents == 0) continue;
     char buffer[16384];
@@ -164,14 +181,15 @@ StatusOr<v1::Response> DaemonClient::Call(v1::Request request, const TokenCallba
   bool cancel_answered = false;
   while (!final_response || (cancel_id != 0 && !cancel_answered)) {
     v1::Response response;
-    bool cancel_requested = false;
+    CancelKind cancel_requested = CancelKind::kNone;
     NIELS_RETURN_IF_ERROR(ReadResponse(&response, &cancel_requested));
-    if (cancel_requested) {
+    if (cancel_requested != CancelKind::kNone) {
       if (cancel_id != 0 || final_response) continue;  // already cancelling, or already done
       cancel_id = next_request_id_.fetch_add(1);
       v1::Request cancel;
       cancel.set_request_id(cancel_id);
       cancel.mutable_cancel()->set_target_request_id(id);
+      cancel.mutable_cancel()->set_keep_output(cancel_requested == CancelKind::kStop);
       NIELS_RETURN_IF_ERROR(WriteRequest(cancel));
       continue;
     }

@@ -12,7 +12,8 @@
 // same connection, keeps reading until its own final response (normally Error CANCELLED, so the
 // call returns CANCELLED) and also consumes the Cancel's reply, so the connection stays in step.
 // A request made while no call is in flight stays pending until ClearCancelRequest() or the next
-// call (which is then cancelled at once).
+// call (which is then cancelled at once). RequestStop() works the same way with Cancel{keep_output}:
+// the call then returns its normal result, stop_reason STOPPED, keeping what was generated.
 //
 // Threading: calls are serialized by a mutex; RequestCancel is async-signal-safe.
 
@@ -106,6 +107,10 @@ class DaemonClient {
 
   // Asks the call in flight to be cancelled. Async-signal-safe, thread-safe.
   void RequestCancel();
+  // Asks the call in flight to stop and keep what it generated (Cancel with keep_output): a Chat or
+  // Generate then returns its result with stop_reason STOPPED. A pending RequestCancel wins.
+  // Async-signal-safe, thread-safe.
+  void RequestStop();
   // Forgets a cancel request that no call has acted on yet.
   void ClearCancelRequest();
 
@@ -119,7 +124,11 @@ class DaemonClient {
 
   Status WriteRequest(const v1::Request& request);
   // Blocks until a frame or a cancel request arrives. *cancel_requested set when the latter.
-  Status ReadResponse(v1::Response* response, bool* cancel_requested);
+  // What the self-pipe asks of the call in flight.
+  enum class CancelKind { kNone, kCancel, kStop };
+  // Empties the self-pipe: what its bytes asked for (kCancel when any asked to cancel).
+  CancelKind TakeCancelRequest();
+  Status ReadResponse(v1::Response* response, CancelKind* cancel_requested);
   Status Broken(Status status);
 
   std::string socket_path_;

@@ -261,6 +261,8 @@ bool GenerationTask::PollCancel() {
   if (!done_ && Cancelled()) {
     prefilling_ = false;
     Finish(StopReason::kCancelled);
+  } else if (!done_ && !prefilling_ && Stopped()) {
+    Finish(StopReason::kStopped);
   }
   return done_;
 }
@@ -269,6 +271,10 @@ bool GenerationTask::PrepareStep() {
   if (done_ || prefilling_) return false;
   if (Cancelled()) {
     Finish(StopReason::kCancelled);
+    return false;
+  }
+  if (Stopped()) {
+    Finish(StopReason::kStopped);
     return false;
   }
   return true;
@@ -426,6 +432,10 @@ void GenerationTask::Finish(StopReason reason) {
 
 bool GenerationTask::Cancelled() const {
   return options_.cancel != nullptr && options_.cancel->load(std::memory_order_relaxed);
+}
+
+bool GenerationTask::Stopped() const {
+  return options_.stop != nullptr && options_.stop->load(std::memory_order_relaxed);
 }
 
 GenerateResult GenerationTask::TakeResult() {

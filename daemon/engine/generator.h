@@ -36,7 +36,17 @@ using model::Sequence;
 // text was a complete sentence of the grammar (in place of kMaxTokens / kContextFull).
 // kStopString: the generated text reached one of the request's stop strings (TextStopRule).
 // kFailed: the constraint could not go on (GenerateResult::error says why); the turn fails.
-enum class StopReason { kStopToken, kMaxTokens, kContextFull, kCancelled, kConstraintIncomplete, kStopString, kFailed };
+// kStopped: the request's stop flag (a Cancel with keep_output) ended it; what was generated is kept.
+enum class StopReason {
+  kStopToken,
+  kMaxTokens,
+  kContextFull,
+  kCancelled,
+  kConstraintIncomplete,
+  kStopString,
+  kFailed,
+  kStopped,
+};
 
 // A stop rule over the generated text (stop strings: stop_string_rule.h). The generator knows no
 // text: it hands the rule every new id, and when the rule reports a match it ends the call with
@@ -91,6 +101,9 @@ struct GenerateOptions {
   // spec.vocabulary built for the model's vocab_size (one entry per output row).
   ConstraintSpec constraint;
   const std::atomic<bool>* cancel = nullptr;  // checked before every forward
+  // Checked before every decode step (not while prefilling): once set, the call ends with kStopped
+  // and keeps what it generated, as a call cut by max_new_tokens does.
+  const std::atomic<bool>* stop = nullptr;
   // Fed every new id before its event is emitted, so on_token can read the rule's state for it
   // (e.g. the text a stream may show). Null: none. REQUIRES: no constraint with it.
   std::shared_ptr<TextStopRule> text_stop;
@@ -192,7 +205,8 @@ class GenerationTask {
   // Prefills the next chunk (reading the cancel flag first); the last chunk samples the first id.
   // REQUIRES: prefilling().
   void PrefillChunk();
-  // Ends the task with kCancelled now if its cancel flag is set, in any phase. Returns done().
+  // Ends the task with kCancelled now if its cancel flag is set, in any phase, or with kStopped if
+  // its stop flag is set and it is not prefilling. Returns done().
   bool PollCancel();
   // Mixed steps (cached path, and the chunked uncached path's windows): instead of PrefillChunk(),
   // an engine may put the next chunk of the prefill into one LanguageModel::Step with other
@@ -215,8 +229,9 @@ class GenerationTask {
   // Ends the prefill when the cache holds every token: samples the first id from `logits` [V]
   // (REQUIRED then, unless the task only injects its input), or finishes.
   void AcceptPrefilled(std::span<const float> logits);
-  // Reads the cancel flag: false when done, prefilling or just cancelled (the task then ends with
-  // kCancelled); true when the task needs one more decode step or forward.
+  // Reads the cancel and stop flags: false when done, prefilling or just cancelled or stopped (the
+  // task then ends with kCancelled / kStopped); true when the task needs one more decode step or
+  // forward.
   bool PrepareStep();
   // One step alone: a prefill chunk while prefilling, else PrepareStep(), then Decode (cached) or
   // Forward (uncached), then sample.
@@ -254,6 +269,7 @@ class GenerationTask {
   void Fail(common::Status error);
   void Finish(StopReason reason);
   bool Cancelled() const;
+  bool Stopped() const;
 
   const model::LanguageModel& model_;
   Sequence& sequence_;

@@ -26,6 +26,7 @@ Turn::Turn(EngineState& state, const Work& work, sessions::Session& session, ses
            int32_t truncated_turns)
     : state_(state),
       cancel_(work.cancel.get()),
+      stop_(work.stop),
       queue_ms_(work.queue_ms),
       session_(session),
       snapshot_(std::move(snapshot)),
@@ -34,6 +35,7 @@ Turn::Turn(EngineState& state, const Work& work, sessions::Session& session, ses
       commit_(std::move(commit)),
       truncated_turns_(truncated_turns) {
   options.cancel = cancel_;
+  options.stop = stop_.get();
   options.on_token = callbacks_.on_token;
   task_ = std::make_unique<GenerationTask>(state_.language_model(), session_.sequence(), std::move(options));
 }

@@ -95,6 +95,7 @@ class Turn {
  private:
   EngineState& state_;
   const std::atomic<bool>* cancel_;  // the request's flag (the Work keeps it alive)
+  std::shared_ptr<std::atomic<bool>> stop_;  // the request's stop flag (null: none)
   double queue_ms_;
   Work work_;
   sessions::Session& session_;

@@ -34,6 +34,9 @@ struct Work {
   std::string session_id;
   // Set by Cancel or a disconnect (and by a consumer that refuses a stream event); never null.
   std::shared_ptr<std::atomic<bool>> cancel;
+  // Set by a Cancel with keep_output: a turn stops at its next decode step and commits what it
+  // generated (GenerateOptions::stop). Null: never.
+  std::shared_ptr<std::atomic<bool>> stop;
   // Exactly one of `quick` and `start` is set.
   // Quick: runs between iterations; returns OK after it answered the request, or a non-OK status
   // without answering (the engine then calls `fail` with it).

@@ -101,6 +101,7 @@ v1::StopReason StopReasonToProto(StopReason reason) {
     case StopReason::kCancelled: return v1::STOP_CANCELLED;
     case StopReason::kConstraintIncomplete: return v1::CONSTRAINT_INCOMPLETE;
     case StopReason::kStopString: return v1::STOP_STRING;
+    case StopReason::kStopped: return v1::STOPPED;
     case StopReason::kFailed: break;  // a failed turn is answered with its error
   }
   return v1::STOP_REASON_UNSPECIFIED;

@@ -72,6 +72,7 @@ void Service::Submit(server::Job submitted) {
   work.owner = job->owner();
   work.session_id = method->session(request);
   work.cancel = job->cancel();
+  work.stop = job->stop();
   work.request_bytes = request.ByteSizeLong();
   work.fail = [job](const Status& status) { job->Fail(status); };
   if (method->quick != nullptr) {

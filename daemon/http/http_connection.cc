@@ -142,7 +142,7 @@ const char* ReasonFor(unsigned status) {
 }  // namespace
 
 HttpConnection::HttpConnection(Socket socket, std::optional<common::OwnerId> owner, std::shared_ptr<FrontState> front)
-    : stream_(std::move(socket)), front_(std::move(front)), owner_(owner) {}
+    : stream_(std::move(socket)), owner_(owner), front_(std::move(front)) {}
 
 HttpConnection::~HttpConnection() = default;
 

@@ -106,6 +106,7 @@ const char* FinishReason(niels::v1::StopReason reason) {
     case niels::v1::MAX_TOKENS:
     case niels::v1::CONTEXT_FULL:
     case niels::v1::CONSTRAINT_INCOMPLETE:
+    case niels::v1::STOPPED:  // (the HTTP fronts never ask for it)
       return "length";
     case niels::v1::TOOL_CALLS:
       return "tool_calls";

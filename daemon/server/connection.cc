@@ -158,18 +158,19 @@ std::optional<RequestChannel::Tracked> Connection::Track(uint64_t request_id) {
   auto [it, inserted] = requests_.try_emplace(request_id);
   if (!inserted) return std::nullopt;
   it->second.cancel = std::make_shared<std::atomic<bool>>(false);
+  it->second.stop = std::make_shared<std::atomic<bool>>(false);
   it->second.answered = std::make_shared<std::atomic<bool>>(false);
   auto sink = std::make_shared<ConnectionSink>(weak_from_this(), request_id, it->second.cancel, it->second.answered,
                                                options_.max_response_bytes);
-  return Tracked{it->second.cancel, std::move(sink)};
+  return Tracked{it->second.cancel, it->second.stop, std::move(sink)};
 }
 
 bool Connection::InFlight(uint64_t request_id) const { return requests_.count(request_id) != 0; }
 
-bool Connection::CancelRequest(uint64_t request_id) {
+bool Connection::CancelRequest(uint64_t request_id, bool keep_output) {
   auto it = requests_.find(request_id);
   if (it == requests_.end() || it->second.answered->load()) return false;
-  it->second.cancel->store(true);
+  (keep_output ? it->second.stop : it->second.cancel)->store(true);
   return true;
 }
 

@@ -91,7 +91,7 @@ class Connection final : public RequestChannel, public std::enable_shared_from_t
   // the final response is queued.
   bool InFlight(uint64_t request_id) const override;
   std::optional<Tracked> Track(uint64_t request_id) override;
-  bool CancelRequest(uint64_t request_id) override;
+  bool CancelRequest(uint64_t request_id, bool keep_output = false) override;
   void SendNow(const niels::v1::Response& response) override;
 
   /// Any thread. Queues one encoded frame. Non-final frames are refused (false) over the bound;
@@ -103,9 +103,10 @@ class Connection final : public RequestChannel, public std::enable_shared_from_t
   size_t in_flight() const { return requests_.size(); }
 
  private:
-  // A request in flight: its cancel flag, and whether its final response has been queued.
+  // A request in flight: its cancel and stop flags, and whether its final response has been queued.
   struct InFlightRequest {
     std::shared_ptr<std::atomic<bool>> cancel;
+    std::shared_ptr<std::atomic<bool>> stop;
     std::shared_ptr<std::atomic<bool>> answered;
   };
 

@@ -81,7 +81,7 @@ void Dispatcher::Dispatch(RequestChannel& connection, niels::v1::Request request
       niels::v1::Response response;
       response.set_request_id(id);
       response.mutable_cancel()->set_found(
-          connection.CancelRequest(request.cancel().target_request_id()));
+          connection.CancelRequest(request.cancel().target_request_id(), request.cancel().keep_output()));
       connection.SendNow(response);
       return;
     }
@@ -110,7 +110,9 @@ void Dispatcher::Dispatch(RequestChannel& connection, niels::v1::Request request
   if (request.kind_case() == niels::v1::Request::kStats || request.kind_case() == niels::v1::Request::kInfo) {
     sink = std::make_shared<ServerFieldsSink>(std::move(sink), registry_, options_.max_frame_bytes);
   }
-  service_.Submit(Job(Caller{common::UidOwner(connection.peer_uid())}, std::move(request), std::move(tracked->cancel), std::move(sink)));
+  Job job(Caller{common::UidOwner(connection.peer_uid())}, std::move(request), std::move(tracked->cancel), std::move(sink));
+  job.set_stop(std::move(tracked->stop));
+  service_.Submit(std::move(job));
 }
 
 }  // namespace niels::daemon::server

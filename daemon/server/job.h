@@ -51,6 +51,12 @@ class Job {
   const niels::v1::Request& request() const { return request_; }  // any kind except Cancel
   // Set by Cancel(request_id), a disconnect, or a refused stream event.
   const std::shared_ptr<std::atomic<bool>>& cancel() const { return cancel_; }
+  // Set by a Cancel with keep_output: a generating request stops and keeps what it generated.
+  // Never null (a flag nobody sets unless the front gives one).
+  const std::shared_ptr<std::atomic<bool>>& stop() const { return stop_; }
+  void set_stop(std::shared_ptr<std::atomic<bool>> stop) {
+    if (stop != nullptr) stop_ = std::move(stop);
+  }
 
   // Sends a non-final TokenEvent. When the sink refuses it (the client is gone or too far behind)
   // nothing more but the final response is offered, and the cancel flag is set, so whoever runs
@@ -66,6 +72,7 @@ class Job {
   Caller caller_;
   niels::v1::Request request_;
   std::shared_ptr<std::atomic<bool>> cancel_;
+  std::shared_ptr<std::atomic<bool>> stop_ = std::make_shared<std::atomic<bool>>(false);
   std::shared_ptr<ResponseSink> sink_;
   bool sink_gone_ = false;
   bool answered_ = false;

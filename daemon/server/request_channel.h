@@ -22,6 +22,7 @@ class RequestChannel {
   // tracking it when the final response is queued).
   struct Tracked {
     std::shared_ptr<std::atomic<bool>> cancel;
+    std::shared_ptr<std::atomic<bool>> stop;  // set by a Cancel with keep_output
     std::shared_ptr<ResponseSink> sink;
   };
 
@@ -32,9 +33,9 @@ class RequestChannel {
   virtual bool InFlight(uint64_t request_id) const = 0;
   // Starts tracking `request_id`; nullopt when a request with that id is already in flight.
   virtual std::optional<Tracked> Track(uint64_t request_id) = 0;
-  // Sets the cancel flag of an in-flight request; false when there is none or its final response
-  // has already been queued.
-  virtual bool CancelRequest(uint64_t request_id) = 0;
+  // Sets the cancel flag of an in-flight request (with keep_output its stop flag instead); false
+  // when there is none or its final response has already been queued.
+  virtual bool CancelRequest(uint64_t request_id, bool keep_output = false) = 0;
   // Queues a response that answers an untracked request (always accepted while open).
   virtual void SendNow(const niels::v1::Response& response) = 0;
 };

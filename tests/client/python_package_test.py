@@ -204,6 +204,28 @@ class PackageTest(unittest.TestCase):
         self.assertFalse(self.client.cancel(10**9).found)  # nothing of that id in flight
         self.client.delete_session(sid)
 
+    def test_stop_in_flight_keeps_what_was_generated(self):
+        info = self.client.info()
+        sid = self.client.create_session("you are terse.").session_id
+        self.addCleanup(self.client.delete_session, sid)
+        before = list(self.client.get_session(sid).token_ids)
+        room = info.context - len(before) - 8
+        seen = []
+
+        def on_token(event):
+            seen.append(event.id)
+            if len(seen) == 3:
+                self.client.request_stop()
+
+        ids = [info.usr_id] + list(self.client.tokenize("keep talking").ids) + [info.eot_id, info.asst_id]
+        result = self.client.generate(sid, input_ids=ids, on_token=on_token, max_new_tokens=room,
+                                      temperature=0, banned_ids=[info.eot_id])
+        self.assertEqual(result.stop_reason, pb.STOPPED)
+        self.assertEqual(list(result.new_ids), seen)
+        self.assertLess(len(seen), room)
+        self.assertEqual(list(self.client.get_session(sid).token_ids), before + ids + seen)
+        self.assertEqual(self.client.info().model_name, "niels-demo")
+
     def test_structured_output(self):
         self.assertEqual(list(self.client.info().constraint_kinds), ["json_schema", "gbnf", "any_json"])
         sid = self.client.create_session().session_id

@@ -82,6 +82,26 @@ TEST_F(CancelTest, CancelMidStreamRestoresTheSession) {
   EXPECT_TRUE(next.ok()) << next.status().ToString();
 }
 
+// Cancel with keep_output (DaemonClient::RequestStop) over the socket: the call returns its reply
+// with STOPPED, the session keeps the turn, and the next turn follows it.
+TEST_F(CancelTest, StopMidStreamKeepsTheReply) {
+  int events = 0;
+  auto reply = client_->Chat(EndlessChat(), [&](const niels::v1::TokenEvent&) {
+    if (++events == 3) client_->RequestStop();
+  });
+  ASSERT_TRUE(reply.ok()) << reply.status().ToString();
+  EXPECT_EQ(reply->stop_reason(), niels::v1::STOPPED);
+  EXPECT_GE(reply->reply_ids_size(), 3);
+  EXPECT_LT(reply->reply_ids_size(), kLongReply);
+  EXPECT_EQ(reply->reply_ids_size(), events);
+  auto after = client_->GetSession(session_);
+  ASSERT_TRUE(after.ok());
+  EXPECT_EQ(after->session().turns(), before_.session().turns() + 1);
+  EXPECT_GT(after->session().length(), before_.session().length() + reply->reply_ids_size());
+  auto next = client_->Chat(GreedyChat(session_, "are you there"));
+  EXPECT_TRUE(next.ok()) << next.status().ToString();
+}
+
 TEST_F(CancelTest, DisconnectMidStreamStopsGeneration) {
   const uint64_t generated_before = TokensGenerated();
   {

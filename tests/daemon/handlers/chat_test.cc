@@ -217,6 +217,65 @@ TEST_F(ChatTest, CancelMidStreamRestoresTheSession) {
   }
 }
 
+// A Cancel with keep_output (the request's stop flag) ends a streaming turn at its next token with
+// STOPPED and keeps what it generated: the reply, the session and the next turn are exactly those
+// of a twin session whose same turn ended there by max_new_tokens. A stop set before the request
+// runs still processes the prompt and keeps it.
+TEST_F(ChatTest, StopKeepsWhatWasGenerated) {
+  Start(256);
+  const std::string id = Create("be brief");
+  ASSERT_TRUE(Chat(id, "hello there", 5).has_chat());
+  v1::Request fork_request;
+  fork_request.mutable_fork_session()->set_session_id(id);
+  const std::string twin = Call(*engine_, fork_request).fork_session().session_id();
+
+  auto stop = std::make_shared<std::atomic<bool>>(false);
+  auto sink = std::make_shared<RecordingSink>();
+  auto seen = std::make_shared<size_t>(0);
+  sink->on_event = [stop, seen](const v1::Response&) {
+    if (++*seen == 3) stop->store(true);
+    return true;
+  };
+  v1::Request request = ChatRequest(id, "tell me more", 30, true, /*stream=*/true);
+  request.mutable_chat()->mutable_sampling()->add_banned_ids(special_.eot);  // never ends early
+  request.set_request_id(9001);
+  server::Job job(server::Caller{kUid}, request, std::make_shared<std::atomic<bool>>(false), sink);
+  job.set_stop(stop);
+  engine_->Submit(std::move(job));
+  const v1::Response stopped = sink->Wait();
+  ASSERT_TRUE(stopped.has_chat()) << stopped.DebugString();
+  EXPECT_EQ(stopped.chat().stop_reason(), v1::STOPPED);
+  EXPECT_EQ(stopped.chat().reply_ids_size(), 3) << "the flag is read before the next decode step";
+
+  v1::Request cut = ChatRequest(twin, "tell me more", 3, true);
+  cut.mutable_chat()->mutable_sampling()->add_banned_ids(special_.eot);
+  const v1::Response expected = Call(*engine_, cut);
+  ASSERT_TRUE(expected.has_chat());
+  EXPECT_EQ(expected.chat().stop_reason(), v1::MAX_TOKENS);
+  EXPECT_EQ(ToIds(stopped.chat().reply_ids()), ToIds(expected.chat().reply_ids()));
+  EXPECT_EQ(stopped.chat().reply(), expected.chat().reply());
+  EXPECT_EQ(View(*engine_, id).tokens, View(*engine_, twin).tokens);
+  const v1::Response next = Chat(id, "and then?", 6);
+  const v1::Response next_twin = Chat(twin, "and then?", 6);
+  ASSERT_TRUE(next.has_chat() && next_twin.has_chat());
+  EXPECT_EQ(ToIds(next.chat().reply_ids()), ToIds(next_twin.chat().reply_ids()));
+
+  // Stopped before it runs: the prompt is processed and kept, with the one id its prefill sampled.
+  auto early = std::make_shared<std::atomic<bool>>(true);
+  auto early_sink = std::make_shared<RecordingSink>();
+  v1::Request again = ChatRequest(id, "one more", 10, true);
+  again.mutable_chat()->mutable_sampling()->add_banned_ids(special_.eot);
+  again.set_request_id(9002);
+  server::Job early_job(server::Caller{kUid}, again, std::make_shared<std::atomic<bool>>(false), early_sink);
+  early_job.set_stop(early);
+  engine_->Submit(std::move(early_job));
+  const v1::Response early_stopped = early_sink->Wait();
+  ASSERT_TRUE(early_stopped.has_chat()) << early_stopped.DebugString();
+  EXPECT_EQ(early_stopped.chat().stop_reason(), v1::STOPPED);
+  EXPECT_EQ(early_stopped.chat().reply_ids_size(), 1);
+  EXPECT_GT(early_stopped.chat().session_length(), next.chat().session_length());
+}
+
 TEST_F(ChatTest, ForkIsIndependentOfItsParent) {
   Start(256);
   const std::string parent = Create("be brief");

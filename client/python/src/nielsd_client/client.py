@@ -9,6 +9,8 @@ Cancelling the call in flight: request_cancel() may be called from another threa
 handler. The call then sends Cancel{target_request_id} on the same connection, reads on until its
 own final response (normally Error CANCELLED, raised as NielsdError with code "CANCELLED") and the
 Cancel's reply, so the connection stays usable. cancel(request_id) is the Cancel request itself.
+request_stop() sends Cancel{keep_output}: the call returns its result with stop_reason STOPPED,
+keeping what was generated.
 """
 
 import json
@@ -165,13 +167,31 @@ class Client:
         except (BlockingIOError, OSError):
             pass  # already pending, or closed
 
-    def clear_cancel_request(self):
-        """Forgets a cancel request that no call has acted on yet."""
+    def request_stop(self):
+        """Asks the call in flight to stop and keep what it generated (its result then has
+        stop_reason STOPPED). Safe from other threads and signal handlers; a pending
+        request_cancel() wins."""
         try:
-            while self._wake_r.recv(64):
-                pass
+            self._wake_w.send(b"s")
         except (BlockingIOError, OSError):
             pass
+
+    def clear_cancel_request(self):
+        """Forgets a cancel or stop request that no call has acted on yet; returns which it was
+        ("cancel", "stop" or None)."""
+        kind = None
+        try:
+            while True:
+                data = self._wake_r.recv(64)
+                if not data:
+                    break
+                if b"c" in data:
+                    kind = "cancel"
+                elif kind is None:
+                    kind = "stop"
+        except (BlockingIOError, OSError):
+            pass
+        return kind
 
     # ------------------------------------------------------------------ framing
 
@@ -200,15 +220,17 @@ class Client:
         return None
 
     def _recv(self):
-        """The next Response, or None when a cancel was requested first."""
+        """The next Response, or "cancel" / "stop" when one was requested first."""
         while True:
             response = self._try_parse()
             if response is not None:
                 return response
             readable, _, _ = select.select([self._sock, self._wake_r], [], [])
             if self._wake_r in readable:
-                self.clear_cancel_request()
-                return None
+                kind = self.clear_cancel_request()
+                if kind is not None:
+                    return kind
+                continue
             chunk = self._sock.recv(65536)
             if not chunk:
                 raise ConnectionError("nielsd at %s closed the connection" % self.path)
@@ -239,10 +261,11 @@ class Client:
             cancel_answered = False
             while final is None or (cancel_id and not cancel_answered):
                 response = self._recv()
-                if response is None:  # request_cancel()
+                if isinstance(response, str):  # request_cancel() or request_stop()
                     if not cancel_id and final is None:
                         cancel = self._new_request()
                         cancel.cancel.target_request_id = request.request_id
+                        cancel.cancel.keep_output = response == "stop"
                         cancel_id = cancel.request_id
                         self._send(cancel)
                     continue
