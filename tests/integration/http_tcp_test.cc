@@ -182,9 +182,11 @@ class HttpTcpTest : public IntegrationTest {
     model_id_ = info_.model_name().empty() ? "nielsd" : info_.model_name();
     const std::regex logged(address == "::1" ? R"(HTTP on \[::1\]:(\d+) \(loopback TCP)"
                                              : R"(HTTP on 127\.0\.0\.1:(\d+) \(loopback TCP)");
+    // The match refers into `log`, which outlives it.
+    std::string log;
     std::smatch match;
     for (const Clock::time_point deadline = Clock::now() + kBound; Clock::now() < deadline;) {
-      const std::string log = daemon_->log();
+      log = daemon_->log();
       if (std::regex_search(log, match, logged)) break;
       std::this_thread::sleep_for(milliseconds(20));
     }
