@@ -6,7 +6,8 @@
 #include <cstdlib>
 
 namespace niels::daemon::text {
-namespace {
+// Named, not anonymous: AddedTokenMatcher::CharClasses (external linkage) holds these as members.
+namespace added_token_classes {
 
 // One compiled single-character class, matched anchored at a position.
 class CharClass {
@@ -37,6 +38,10 @@ class CharClass {
   pcre2_code* code_ = nullptr;
 };
 
+}  // namespace added_token_classes
+
+namespace {
+
 // Start of the code point that ends at `end` (end > 0).
 size_t PreviousCodePoint(std::string_view text, size_t end) {
   size_t pos = end - 1;
@@ -54,6 +59,7 @@ size_t CodePointLength(std::string_view text, size_t pos) {
 
 // Rust regex's \s (White_Space) and \w, which Hugging Face's added-token code uses.
 struct AddedTokenMatcher::CharClasses {
+  using CharClass = added_token_classes::CharClass;
   CharClass space{R"(\p{White_Space})"};
   CharClass word{R"([\p{Alphabetic}\p{M}\p{Nd}\p{Pc}\p{Join_Control}])"};
 };

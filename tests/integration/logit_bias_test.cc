@@ -128,7 +128,9 @@ TEST_F(LogitBiasTest, GreedyFollowsTheBiasAndLogprobsAreOfTheBiasedLogits) {
   const std::map<int32_t, double> banned_top = Top(banned.steps(0));
   EXPECT_FALSE(banned_top.count(greedy)) << "a -inf id is not among the 20 best";
   for (const auto& [id, logprob] : banned_top) {
-    if (plain_top.count(id)) EXPECT_NEAR(logprob, plain_top.at(id) - log_rest, 2e-5) << "id " << id;
+    if (plain_top.count(id)) {
+      EXPECT_NEAR(logprob, plain_top.at(id) - log_rest, 2e-5) << "id " << id;
+    }
   }
 
   // -100 (OpenAI's end of the range) is an addition, not a ban, but on this model the same ids; the
