@@ -15,15 +15,19 @@
 //             words' count is set from the previous turn's overhead, the first turn calibrates): what the same
 //             new tokens cost without a tool in the loop. Both answers are tool_choice none.
 // Per turn: time to first token as the client sees it (call to first TokenEvent) and as the daemon
-// counts it, tokens prefilled and reused, for the result and the plain turn; the ratio of their
+// counts it, tokens prefilled and reused, the ids of the turn's new contents alone (tool results or
+// user text, by Tokenize: what prefilled beyond them is the template's wrapping and what it rendered
+// differently from the cached reply), for the result and the plain turn; the ratio of their
 // medians over the turns after the first (the target: the result turn within 1.2x of the plain
 // one). The end-of-turn ids are
-// banned (--ban) so that every reply has the same length.
+// banned (--ban) so that every reply has the same length. Every turn runs with enable_thinking
+// false, or true with --thinking: then Qwen3's template renders back the reasoning of the messages
+// after the last user query (the call's, in the result turn) and leaves out that of earlier ones.
 //
 // Output: a table, or with --json one JSON line per figure:
 //   {"bench":"tool_loop","turn":t,"kind":"call"|"result"|"plain","ttft_ms":X,"daemon_ttft_ms":X,
-//    "prefilled":N,"reused":N,"prompt_tokens":N}
-//   {"bench":"tool_loop_summary","result_ttft_ms":X,"plain_ttft_ms":X,"ratio":X,"daemon_ratio":X,
+//    "prefilled":N,"reused":N,"prompt_tokens":N,"content_tokens":N}
+//   {"bench":"tool_loop_summary","thinking":B,"result_ttft_ms":X,"plain_ttft_ms":X,"ratio":X,"daemon_ratio":X,
 //    "result_prefilled":N,"plain_prefilled":N}
 // Links only the client library and common (no libtorch).
 
@@ -53,6 +57,7 @@ struct Options {
   int call_tokens = 48;
   int result_tokens = 60;
   std::vector<int> banned_ids;
+  bool thinking = false;
   bool json = false;
 };
 
@@ -64,6 +69,7 @@ struct Options {
 struct Measured {
   double ttft_ms = 0, daemon_ttft_ms = 0;
   int64_t prefilled = 0, reused = 0, prompt_tokens = 0;
+  int64_t content_tokens = 0;  // the new message contents' own ids (the tool results, the user text)
 };
 
 v1::ChatRequest Base(const Options& o, const std::string& session, int max_new_tokens) {
@@ -71,7 +77,7 @@ v1::ChatRequest Base(const Options& o, const std::string& session, int max_new_t
   request.set_session_id(session);
   request.set_max_new_tokens(max_new_tokens);
   request.set_stream(true);
-  request.set_enable_thinking(false);
+  request.set_enable_thinking(o.thinking);
   request.mutable_sampling()->set_temperature(0.0f);
   for (int id : o.banned_ids) request.mutable_sampling()->add_banned_ids(id);
   return request;
@@ -88,6 +94,13 @@ Measured Run(DaemonClient& client, const v1::ChatRequest& request, v1::ChatRespo
   const v1::GenerationStats& s = reply->stats();
   if (response != nullptr) *response = *reply;
   return {Ms(first - start), s.time_to_first_token_ms(), s.prefilled_tokens(), s.reused_tokens(), s.prompt_tokens()};
+}
+
+// How many ids `text` has on its own.
+int64_t Tokens(DaemonClient& client, const std::string& text) {
+  auto ids = client.Tokenize(text);
+  if (!ids.ok()) Fail("Tokenize", ids.status());
+  return ids->ids_size();
 }
 
 // The tool's result for turn t: a JSON object of about `tokens` tokens (a forecast of numbers).
@@ -109,13 +122,14 @@ std::string Words(int t, int words) {
 void Print(const Options& o, int turn, const char* kind, const Measured& m) {
   if (o.json) {
     std::printf("{\"bench\":\"tool_loop\",\"turn\":%d,\"kind\":\"%s\",\"ttft_ms\":%.3f,\"daemon_ttft_ms\":%.3f,"
-                "\"prefilled\":%lld,\"reused\":%lld,\"prompt_tokens\":%lld}\n",
+                "\"prefilled\":%lld,\"reused\":%lld,\"prompt_tokens\":%lld,\"content_tokens\":%lld}\n",
                 turn, kind, m.ttft_ms, m.daemon_ttft_ms, (long long)m.prefilled, (long long)m.reused,
-                (long long)m.prompt_tokens);
+                (long long)m.prompt_tokens, (long long)m.content_tokens);
   } else {
-    std::printf("turn %2d  %-6s  ttft %8.1f ms (daemon %8.1f)  prefilled %5lld  reused %5lld  prompt %5lld\n", turn,
-                kind, m.ttft_ms, m.daemon_ttft_ms, (long long)m.prefilled, (long long)m.reused,
-                (long long)m.prompt_tokens);
+    std::printf("turn %2d  %-6s  ttft %8.1f ms (daemon %8.1f)  prefilled %5lld  reused %5lld  prompt %5lld  "
+                "new contents %5lld\n",
+                turn, kind, m.ttft_ms, m.daemon_ttft_ms, (long long)m.prefilled, (long long)m.reused,
+                (long long)m.prompt_tokens, (long long)m.content_tokens);
   }
   std::fflush(stdout);
 }
@@ -133,6 +147,7 @@ int Main(int argc, char** argv) {
   app.add_option("--result-tokens", o.result_tokens, "about how many tokens a tool result has")
       ->check(CLI::Range(8, 8192))->capture_default_str();
   app.add_option("--ban", o.banned_ids, "ids never sampled in answers (the model's end-of-turn ids)");
+  app.add_flag("--thinking", o.thinking, "every turn with enable_thinking (the model reasons before its call and answers)");
   app.add_flag("--json", o.json, "one JSON line per figure");
   CLI11_PARSE(app, argc, argv);
 
@@ -175,7 +190,9 @@ int Main(int argc, char** argv) {
     call.mutable_tool_choice()->set_mode(v1::ToolChoice::NAMED);
     call.mutable_tool_choice()->set_name("get_weather");
     v1::ChatResponse called;
-    Print(o, t, "call", Run(client, call, &called));
+    Measured call_turn = Run(client, call, &called);
+    call_turn.content_tokens = Tokens(client, call.user_text());
+    Print(o, t, "call", call_turn);
     if (called.tool_calls_size() == 0) {
       std::fprintf(stderr, "nielsd-tool-loop-bench: turn %d: the forced reply made no call (stop reason %d)\n", t,
                    called.stop_reason());
@@ -189,14 +206,16 @@ int Main(int argc, char** argv) {
       result.set_tool_call_id(made.id());
       result.set_content(Result(t, o.result_tokens));
     }
-    const Measured with_result = Run(client, answer);
+    Measured with_result = Run(client, answer);
+    for (const v1::ChatMessage& result : answer.messages()) with_result.content_tokens += Tokens(client, result.content());
     Print(o, t, "result", with_result);
 
     const int words = static_cast<int>(std::max<int64_t>(1, with_result.prefilled - plain_offset));
     v1::ChatRequest plain_request = Base(o, plain_session, o.reply_tokens);
     plain_request.set_user_text(Words(t, words));
     plain_request.mutable_tool_choice()->set_mode(v1::ToolChoice::NONE);
-    const Measured plain = Run(client, plain_request);
+    Measured plain = Run(client, plain_request);
+    plain.content_tokens = Tokens(client, plain_request.user_text());
     Print(o, t, "plain", plain);
     plain_offset = plain.prefilled - words;
     if (t == 1 && o.turns > 1) continue;  // calibrates plain_offset
@@ -213,10 +232,10 @@ int Main(int argc, char** argv) {
   const double ratio = median(result_ttft) / median(plain_ttft);
   const double daemon_ratio = median(result_daemon) / median(plain_daemon);
   if (o.json) {
-    std::printf("{\"bench\":\"tool_loop_summary\",\"result_ttft_ms\":%.3f,\"plain_ttft_ms\":%.3f,\"ratio\":%.3f,"
+    std::printf("{\"bench\":\"tool_loop_summary\",\"thinking\":%s,\"result_ttft_ms\":%.3f,\"plain_ttft_ms\":%.3f,\"ratio\":%.3f,"
                 "\"daemon_ratio\":%.3f,\"result_prefilled\":%.0f,\"plain_prefilled\":%.0f}\n",
-                median(result_ttft), median(plain_ttft), ratio, daemon_ratio, median(result_prefilled),
-                median(plain_prefilled));
+                o.thinking ? "true" : "false", median(result_ttft), median(plain_ttft), ratio, daemon_ratio,
+                median(result_prefilled), median(plain_prefilled));
   } else {
     std::printf("turns 2..: median ttft: result turn %.1f ms, plain turn %.1f ms: %.2fx (daemon %.2fx; target <= 1.2x); "
                 "median prefilled %.0f vs %.0f\n",

@@ -4,7 +4,7 @@
 
     bench/vs_llamacpp.py compare --shape SHAPE --type TYPE [--rounds 3] [--repeats 3] [--tg 128]
     bench/vs_llamacpp.py system-prompt [--system-tokens 100 6000] [--turns 6] [--rounds 2]
-    bench/vs_llamacpp.py tool-loop [--type q4_k_m] [--turns 6] [--result-tokens 60]
+    bench/vs_llamacpp.py tool-loop [--type q4_k_m] [--turns 6] [--result-tokens 60] [--thinking]
     bench/vs_llamacpp.py startup [--format gguf|hf] [--type f16|bf16] [--runs 10]
     common: [--build DIR] [--work DIR] [--keep] [--threads 2]
 
@@ -277,13 +277,14 @@ def tool_loop(a, tools, work):
     gguf = make_gguf(tools, "qwen3-0.6b", a.type, work)
     lines = client_bench(tools, gguf, a, work,
                          [tools.tool_loop_bench, "--turns", str(a.turns), "--reply-tokens", str(a.reply_tokens),
-                          "--result-tokens", str(a.result_tokens)])
+                          "--result-tokens", str(a.result_tokens)] + (["--thinking"] if a.thinking else []))
     for x in lines:
         if x["bench"] == "tool_loop":
             print(f"turn {x['turn']:2d} {x['kind']:6s}: ttft {x['ttft_ms']:8.1f} ms (daemon {x['daemon_ttft_ms']:8.1f}), "
-                  f"prefilled {x['prefilled']:5d}, reused {x['reused']:5d}, prompt {x['prompt_tokens']:5d}")
+                  f"prefilled {x['prefilled']:5d}, reused {x['reused']:5d}, prompt {x['prompt_tokens']:5d}, "
+                  f"new contents {x['content_tokens']:5d}")
     s = next(x for x in lines if x["bench"] == "tool_loop_summary")
-    print(f"qwen3-0.6b {a.type}: median ttft of a tool-result turn {s['result_ttft_ms']:.1f} ms vs a plain turn "
+    print(f"qwen3-0.6b {a.type}{' thinking' if s['thinking'] else ''}: median ttft of a tool-result turn {s['result_ttft_ms']:.1f} ms vs a plain turn "
           f"{s['plain_ttft_ms']:.1f} ms of the same new tokens ({s['result_prefilled']:.0f} vs "
           f"{s['plain_prefilled']:.0f} prefilled): {s['ratio']:.2f}x (daemon's count {s['daemon_ratio']:.2f}x; "
           f"target <= 1.2x); load {load_average()}")
@@ -330,6 +331,7 @@ def main():
     t.add_argument("--turns", type=int, default=6)
     t.add_argument("--reply-tokens", type=int, default=16)
     t.add_argument("--result-tokens", type=int, default=60)
+    t.add_argument("--thinking", action="store_true", help="every turn with enable_thinking")
     u = sub.add_parser("startup")
     u.add_argument("--format", choices=["gguf", "hf"], default="gguf")
     u.add_argument("--type", choices=["f16", "bf16"], default="f16")
