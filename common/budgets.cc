@@ -76,6 +76,11 @@ constexpr std::array<Budget, static_cast<size_t>(BudgetId::kCount)> kBudgets = {
     {BudgetId::kWeightStatsElements, "weight_stats_elements", "elements", 0, 0, kWeightStatsElementsLimit, kLength,
      "the elements of the tensors one WeightStatsRequest matches, in all (each read 2 or 3 times, on the "
      "compile worker)"},
+    {BudgetId::kStepAlternatives, "step_alternatives", "ids", 0, 0, kStepAlternativesLimit, kLength,
+     "top_logprobs, and sampled_top_logprobs, of one Generate or Chat: the alternatives of each step"},
+    {BudgetId::kStepAlternativeEntries, "step_alternative_entries", "alternatives", 0, 0,
+     kStepAlternativeEntriesLimit, kWork,
+     "(top_logprobs + sampled_top_logprobs) x max_new_tokens of one Generate or Chat: what its steps hold"},
 }};
 
 constexpr bool InIdOrder() {

@@ -67,6 +67,8 @@ inline constexpr size_t kWeightStatsNamesLimit = 16;               // WeightStat
 inline constexpr size_t kWeightStatsNameBytesLimit = 128;          // each of them
 inline constexpr size_t kWeightStatsTensorsLimit = 1024;           // tensors matched
 inline constexpr uint64_t kWeightStatsElementsLimit = uint64_t{1} << 31;  // their elements in all
+inline constexpr size_t kStepAlternativesLimit = 1000;              // top_logprobs, sampled_top_logprobs
+inline constexpr uint64_t kStepAlternativeEntriesLimit = uint64_t{1} << 22;  // their entries per request
 
 enum class BudgetId : uint8_t {
   kBannedIds,          // Sampling.banned_ids of one request: at most the vocabulary size
@@ -98,6 +100,8 @@ enum class BudgetId : uint8_t {
   kWeightStatsNameBytes, // the bytes of one of them
   kWeightStatsTensors,   // the tensors one WeightStatsRequest matches
   kWeightStatsElements,  // the elements of those tensors, in all
+  kStepAlternatives,     // top_logprobs, sampled_top_logprobs of one Generate or Chat
+  kStepAlternativeEntries,  // the alternatives its steps hold in all
   kCount,
 };
 

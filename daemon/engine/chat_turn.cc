@@ -181,6 +181,7 @@ GenerateOptions ChatGenerateOptions(const EngineState& state, const ChatTurnArgs
   options.stop_ids = format.stop_ids();
   options.want_logprobs = args.want_logprobs;
   options.top_logprobs = args.top_logprobs;
+  options.sampled_top_logprobs = args.sampled_top_logprobs;
   if (args.constraint != nullptr) options.constraint = {args.constraint, state.constraint_vocabulary, {}};
   return options;
 }

@@ -60,6 +60,7 @@ struct ChatTurnArgs {
   text::ChatOptions options;        // enable_thinking (template formats)
   bool want_logprobs = false;       // each StepEvent carries its logprob (generator.h)
   int32_t top_logprobs = 0;         // and this many best alternatives
+  int32_t sampled_top_logprobs = 0; // and this many of the distribution drawn from
   // Structured output: the reply follows this grammar (output_constraint.h); null = free text.
   // REQUIRES with one: EngineState::constraint_vocabulary set, the chat format's stop ids not banned.
   std::shared_ptr<const grammar::CompiledGrammar> constraint;

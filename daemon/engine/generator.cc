@@ -312,7 +312,10 @@ void GenerationTask::SampleAndEmit(std::span<const float> logits, std::vector<fl
   const std::span<const float> row = logits.first(static_cast<size_t>(vocab));
   if (constraint_ && !MaskStep()) return;
   const sampling::AllowedMask allowed = constraint_ ? sampling::AllowedMask(mask_.words()) : sampling::AllowedMask();
-  const int32_t id = sampler_.Sample(row, sequence_.tokens, allowed);  // repetition history = the sequence so far
+  // Repetition history = the sequence so far.
+  const int32_t id = options_.sampled_top_logprobs > 0 ? sampler_.Sample(row, sequence_.tokens, allowed, &drawn_from_)
+                                                       : sampler_.Sample(row, sequence_.tokens, allowed);
+  if (options_.sampled_top_logprobs > 0) KeepDrawnFrom(id);
   if (constraint_) {
     if (common::Status accepted = constraint_->Accept(id); !accepted.ok()) {
       // A matcher budget may run out while it advances (RESOURCE_EXHAUSTED, kept as it is); any
@@ -377,6 +380,12 @@ void GenerationTask::Append(int32_t id, std::span<const float> row, std::vector<
         AddLogprobs(biased, options_.top_logprobs, options_.want_logprobs, event);
       }
     }
+    if (!row.empty()) {
+      event.sampled_top = std::move(sampled_top_);
+      event.sampled_logprob = sampled_logprob_;
+    }
+    sampled_top_.clear();
+    sampled_logprob_.reset();
     if (!attention.empty()) {
       const int64_t heads = model_.config().heads;
       const int64_t length = static_cast<int64_t>(attention.size()) / heads;
@@ -385,6 +394,18 @@ void GenerationTask::Append(int32_t id, std::span<const float> row, std::vector<
     options_.on_token(event);
   }
   if (stop) Finish(*stop);
+}
+
+void GenerationTask::KeepDrawnFrom(int32_t id) {
+  sampled_top_.clear();
+  sampled_logprob_.reset();
+  const size_t n = std::min(drawn_from_.size(), static_cast<size_t>(options_.sampled_top_logprobs));
+  for (size_t i = 0; i < n; ++i) {
+    sampled_top_.push_back({drawn_from_[i].id, static_cast<float>(std::log(drawn_from_[i].prob))});
+  }
+  for (const sampling::SamplingCandidate& c : drawn_from_) {
+    if (c.id == id) sampled_logprob_ = static_cast<float>(std::log(c.prob));
+  }
 }
 
 std::optional<StopReason> GenerationTask::StopAfter(int32_t id) const {

@@ -85,6 +85,13 @@ struct StepEvent {
                                             // (log_softmax of the raw logits plus the sampling's
                                             // logit bias, if any), best first; logprob likewise
   std::optional<AttentionRow> attention;    // when trace_layer >= 0 (cached path)
+  // When sampled_top_logprobs > 0: the distribution the id was drawn from, after every transform of
+  // sampling (logit bias, banned ids, a constraint's mask, repetition penalty, temperature, top-k,
+  // top-p; sampling::SamplingDistribution): its best sampled_top_logprobs ids, best first, with the
+  // log of their probability there, and the drawn id's (finite: the id is in it). Ids outside it have
+  // probability 0 and are never listed. Greedy: the argmax alone, logprob 0. None for a forced stop.
+  std::vector<TokenAlternative> sampled_top;
+  std::optional<float> sampled_logprob;
 };
 
 struct GenerateOptions {
@@ -95,6 +102,7 @@ struct GenerateOptions {
   std::vector<int32_t> stop_ids;            // stop (inclusive: the stop id is appended) on any of these
   bool want_logprobs = false;
   int32_t top_logprobs = 0;                 // n best alternatives per step
+  int32_t sampled_top_logprobs = 0;         // n best of the distribution drawn from (StepEvent)
   int64_t trace_layer = -1;                 // record this layer's attention row per step
   // Structured output (output_constraint.h): the generated text follows spec.grammar; null = none.
   // REQUIRES with a grammar: stop_ids not empty, none a text id, not all banned; max_new_tokens >= 1;
@@ -264,6 +272,8 @@ class GenerationTask {
   void Append(int32_t id, std::span<const float> row, std::vector<float> attention);
   // The stop rule after `id` was appended, if any.
   std::optional<StopReason> StopAfter(int32_t id) const;
+  // The step's sampled_top and sampled_logprob from the distribution `id` was drawn from.
+  void KeepDrawnFrom(int32_t id);
   // The mask of this step into mask_ (false: the task failed).
   bool MaskStep();
   void Fail(common::Status error);
@@ -280,6 +290,9 @@ class GenerationTask {
   sampling::TokenIdSet banned_;                   // with a constraint (the sampler has its own)
   std::unique_ptr<OutputConstraint> constraint_;  // null without a constraint
   grammar::TokenBitset mask_;                     // this step's allowed ids (with a constraint)
+  std::vector<sampling::SamplingCandidate> drawn_from_;  // this step's distribution (sampled_top_logprobs)
+  std::vector<TokenAlternative> sampled_top_;            // what the next event carries of it
+  std::optional<float> sampled_logprob_;
   grammar::TokenBitset unbanned_;                 // with a constraint: every id of [0, V) not banned
   int32_t forced_stop_ = -1;                      // with a constraint: the first stop id not banned
   GenerateResult result_;

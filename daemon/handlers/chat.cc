@@ -61,12 +61,11 @@ StatusOr<engine::ChatTurnArgs> ChatArgs(const engine::EngineState& state, const 
         fmt::format("max_new_tokens = {} must be in [1, {}]", args.max_new_tokens, kMaxNewTokensLimit));
   }
   args.use_kv_cache = !request.has_use_kv_cache() || request.use_kv_cache();
-  if (request.top_logprobs() < 0 || request.top_logprobs() > kMaxTopLogprobs) {
-    return Status::InvalidArgument(
-        fmt::format("top_logprobs = {} must be in [0, {}]", request.top_logprobs(), kMaxTopLogprobs));
-  }
+  NIELS_RETURN_IF_ERROR(
+      CheckStepAlternatives(request.top_logprobs(), request.sampled_top_logprobs(), args.max_new_tokens));
   args.want_logprobs = request.want_logprobs();
   args.top_logprobs = request.top_logprobs();
+  args.sampled_top_logprobs = request.sampled_top_logprobs();
   if (request.has_enable_thinking()) args.options.enable_thinking = request.enable_thinking();
   StatusOr<sampling::SamplingParams> sampling =
       SamplingFromProto(request.sampling(), state.config().vocab_size, state.chat_format()->banned_ids());
@@ -177,7 +176,7 @@ engine::TurnResult StartChat(engine::EngineState& state, const engine::Work& wor
   engine::ChatCallbacks callbacks;
   // Steps of the reply's ids (not of the end-of-turn id that ends it), collected for the final
   // response and sent with each token's first event when streaming.
-  const bool want_steps = args->want_logprobs || args->top_logprobs > 0;
+  const bool want_steps = args->want_logprobs || args->top_logprobs > 0 || args->sampled_top_logprobs > 0;
   auto steps = std::make_shared<std::vector<v1::StepInfo>>();
   const auto step_of = [steps, &tokenizer = state.tokenizer(),
                         stop_ids = state.chat_format()->stop_ids()](const engine::StepEvent& event) -> const v1::StepInfo* {

@@ -60,12 +60,11 @@ StatusOr<engine::GenerateTurnArgs> GenerateArgs(const engine::EngineState& state
     options.stop_ids = state.model->stop_ids;  // the model's own
     NIELS_RETURN_IF_ERROR(CheckIds(options.stop_ids, config.vocab_size, "stop_ids"));
   }
-  if (request.top_logprobs() < 0 || request.top_logprobs() > kMaxTopLogprobs) {
-    return Status::InvalidArgument(
-        fmt::format("top_logprobs = {} must be in [0, {}]", request.top_logprobs(), kMaxTopLogprobs));
-  }
+  NIELS_RETURN_IF_ERROR(
+      CheckStepAlternatives(request.top_logprobs(), request.sampled_top_logprobs(), options.max_new_tokens));
   options.want_logprobs = request.want_logprobs();
   options.top_logprobs = request.top_logprobs();
+  options.sampled_top_logprobs = request.sampled_top_logprobs();
   if (request.has_trace_layer()) {
     if (request.trace_layer() < 0 || request.trace_layer() >= config.layers) {
       return Status::InvalidArgument(
@@ -111,7 +110,8 @@ engine::TurnResult StartGenerate(engine::EngineState& state, const engine::Work&
   if (!args.ok()) return args.status();
   const text::Tokenizer& tokenizer = state.tokenizer();
   const engine::GenerateOptions& options = args->options;
-  const bool want_steps = options.want_logprobs || options.top_logprobs > 0 || options.trace_layer >= 0;
+  const bool want_steps = options.want_logprobs || options.top_logprobs > 0 || options.sampled_top_logprobs > 0 ||
+                          options.trace_layer >= 0;
   const bool stream = request.stream();
   // With stop strings, streamed text is what the rule lets a stream show (never past a possible
   // match); it is fed each id before the id's event.

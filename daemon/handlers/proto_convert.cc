@@ -137,6 +137,26 @@ void FillSessionInfo(const sessions::SessionView& view, v1::SessionInfo& info) {
   info.set_model_name(view.model_name);
 }
 
+common::Status CheckStepAlternatives(int32_t top_logprobs, int32_t sampled_top_logprobs, int64_t max_new_tokens) {
+  for (const auto& [name, n] : {std::pair<const char*, int32_t>{"top_logprobs", top_logprobs},
+                                {"sampled_top_logprobs", sampled_top_logprobs}}) {
+    if (n < 0 || n > kMaxTopLogprobs) {
+      return common::Refuse(common::BudgetId::kStepAlternatives,
+                            fmt::format("{} = {} must be in [0, {}]", name, n, kMaxTopLogprobs));
+    }
+  }
+  const uint64_t entries = (static_cast<uint64_t>(top_logprobs) + static_cast<uint64_t>(sampled_top_logprobs)) *
+                           static_cast<uint64_t>(std::max<int64_t>(max_new_tokens, 0));
+  const uint64_t allowed = common::Allowance(common::BudgetId::kStepAlternativeEntries, 0, 0);
+  if (entries > allowed) {
+    return common::Refuse(common::BudgetId::kStepAlternativeEntries,
+                          fmt::format("top_logprobs: (top_logprobs {} + sampled_top_logprobs {}) x max_new_tokens {} "
+                                      "= {} alternatives (the limit is {})",
+                                      top_logprobs, sampled_top_logprobs, max_new_tokens, entries, allowed));
+  }
+  return common::Status::Ok();
+}
+
 v1::StepInfo StepToProto(const StepEvent& event, const text::Tokenizer& tokenizer, bool with_text_bytes) {
   const auto text_bytes = [&tokenizer, at_start = event.index == 0](int32_t id) {
     text::TextBytes bytes = tokenizer.Bytes(id);
@@ -153,6 +173,14 @@ v1::StepInfo StepToProto(const StepEvent& event, const text::Tokenizer& tokenize
     top->set_piece(tokenizer.Piece(alternative.id));
     if (with_text_bytes) top->set_text_bytes(text_bytes(alternative.id));
   }
+  for (const TokenAlternative& alternative : event.sampled_top) {
+    v1::TokenAlternative* top = step.add_sampled_top();
+    top->set_id(alternative.id);
+    top->set_logprob(alternative.logprob);
+    top->set_piece(tokenizer.Piece(alternative.id));
+    if (with_text_bytes) top->set_text_bytes(text_bytes(alternative.id));
+  }
+  if (event.sampled_logprob) step.set_sampled_logprob(*event.sampled_logprob);
   if (event.attention) {
     const engine::AttentionRow& row = *event.attention;  // [H, length]
     step.mutable_attention()->Add(row.probs.begin(), row.probs.end());

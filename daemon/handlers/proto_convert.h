@@ -21,7 +21,9 @@ namespace niels::daemon::handlers {
 
 // Bounds of per-request values.
 inline constexpr int32_t kMaxNewTokensLimit = 1 << 16;  // a sane upper bound; T stops earlier anyway
-inline constexpr int32_t kMaxTopLogprobs = 20;
+// top_logprobs and sampled_top_logprobs per step (budget step_alternatives); their sum times
+// max_new_tokens within budget step_alternative_entries (CheckStepAlternatives).
+inline constexpr int32_t kMaxTopLogprobs = static_cast<int32_t>(common::kStepAlternativesLimit);
 // The longest GenerateRequest.stop_ids list (repeats counted). Every sampled id is looked up in the
 // stop ids (a set built once per request, O(log n) per lookup), and with a constraint every stop id
 // is checked against the banned ids once.
@@ -72,6 +74,12 @@ niels::v1::GenerationStats StatsToProto(const engine::GenerateResult& result, do
 
 // Fills `info` with the session's public description.
 void FillSessionInfo(const sessions::SessionView& view, niels::v1::SessionInfo& info);
+
+// top_logprobs and sampled_top_logprobs of a Generate or Chat: each in [0, kMaxTopLogprobs]
+// (INVALID_ARGUMENT naming the field, budget step_alternatives), and the entries their steps hold,
+// (top_logprobs + sampled_top_logprobs) x max_new_tokens, within budget step_alternative_entries
+// (RESOURCE_EXHAUSTED naming top_logprobs).
+common::Status CheckStepAlternatives(int32_t top_logprobs, int32_t sampled_top_logprobs, int64_t max_new_tokens);
 
 // A StepInfo from a generator step event: id, logprob, top alternatives with their pieces, and the
 // attention row [H, length] flattened row-major.

@@ -256,7 +256,14 @@ Sampler::Sampler(SamplingParams params) : params_(std::move(params)), rng_(param
 }
 
 int32_t Sampler::Sample(std::span<const float> logits, std::span<const int32_t> history, AllowedMask allowed) {
-  const std::vector<SamplingCandidate> dist = SamplingDistribution(logits, history, params_, allowed);
+  std::vector<SamplingCandidate> dist;
+  return Sample(logits, history, allowed, &dist);
+}
+
+int32_t Sampler::Sample(std::span<const float> logits, std::span<const int32_t> history, AllowedMask allowed,
+                        std::vector<SamplingCandidate>* drawn_from) {
+  std::vector<SamplingCandidate>& dist = *drawn_from;
+  dist = SamplingDistribution(logits, history, params_, allowed);
   if (params_.temperature == 0.0f) return dist.front().id;  // greedy: no RNG draw
   // Inverse CDF: the first candidate whose cumulative probability exceeds u.
   const double u = UniformDouble(rng_);

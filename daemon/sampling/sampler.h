@@ -100,6 +100,10 @@ class Sampler {
   // logits: [V] (not modified). history: ids the repetition penalty applies to. allowed: see
   // AllowedMask (empty = all). A mask changes nothing else: same RNG draws, same order of steps.
   int32_t Sample(std::span<const float> logits, std::span<const int32_t> history, AllowedMask allowed = {});
+  // The same draw; `drawn_from` (not null) receives the distribution it was drawn from
+  // (SamplingDistribution of the same arguments: best first, the drawn id among them).
+  int32_t Sample(std::span<const float> logits, std::span<const int32_t> history, AllowedMask allowed,
+                 std::vector<SamplingCandidate>* drawn_from);
 
   const SamplingParams& params() const { return params_; }
 

@@ -8,6 +8,7 @@ cancelling the call in flight, errors. Run by tests/client/install_test.sh in a 
 
 import argparse
 import json
+import math
 import os
 import sys
 import unittest
@@ -151,6 +152,14 @@ class PackageTest(unittest.TestCase):
         result = self.client.generate(sid, input_ids=ids, max_new_tokens=4, want_logprobs=True, seed=1)
         self.assertEqual(len(result.new_ids), len(result.steps))
         self.assertEqual(result.session_length, len(ids) + len(result.new_ids))
+        # The distribution each id was drawn from: top-k 3 lists at most 3 ids, the drawn one among them.
+        sampled = self.client.generate(sid, input_ids=ids, max_new_tokens=4, sampled_top_logprobs=5,
+                                       temperature=0.9, top_k=3, seed=1)
+        self.assertEqual(len(sampled.new_ids), len(sampled.steps))
+        for step in sampled.steps:
+            self.assertLessEqual(len(step.sampled_top), 3)
+            self.assertIn(step.id, [a.id for a in step.sampled_top])
+            self.assertAlmostEqual(sum(math.exp(a.logprob) for a in step.sampled_top), 1.0, places=5)
         self.client.delete_session(sid)
 
     def test_logit_bias(self):

@@ -168,7 +168,7 @@ TEST_F(RequestsTest, GenerateRawCacheSemantics) {
   bad.add_input_ids(static_cast<int32_t>(info_.vocab_size()));
   EXPECT_EQ(client_->Generate(bad).status().code(), StatusCode::kInvalidArgument);
   bad = next;
-  bad.set_top_logprobs(21);
+  bad.set_top_logprobs(1001);
   EXPECT_EQ(client_->Generate(bad).status().code(), StatusCode::kInvalidArgument);
   // The failed requests left the session as it was.
   auto got = client_->GetSession(id);

@@ -6,6 +6,7 @@
 #include <cstdio>
 #include <map>
 #include <memory>
+#include <optional>
 #include <random>
 #include <string>
 #include <vector>
@@ -428,6 +429,101 @@ TEST(GeneratorScriptedTest, LogprobsAreOfTheBiasedLogits) {
     // Step 1's peak (8) is biased down to -10: its alternatives are 20, 0 and then the zeros.
     EXPECT_EQ(events[1].top[1].id, 0);
     EXPECT_EQ(events[1].top[2].id, 1);
+  }
+}
+
+// The distribution a step drew from (StepEvent::sampled_top), against a naive computation here of
+// every transform in the sampler's order -- bias, bans, CTRL penalty over the sequence so far,
+// temperature, softmax, top-k, top-p -- from the scripted logits; asking for it changes no id.
+TEST(GeneratorScriptedTest, SampledTopIsTheDistributionDrawnFrom) {
+  const std::vector<int32_t> full = {4, 5, 6, 7, 8, 9, 10, 11, 12};
+  const int64_t vocab = 32;
+  const std::vector<sampling::TokenBias> bias = {{0, 0.5f},   {1, -0.3f}, {2, 1.2f},  {5, 0.8f},   {7, -19.0f},
+                                                 {8, -19.5f}, {9, -18.0f}, {10, -19.2f}, {11, -INFINITY},
+                                                 {13, 2.0f},  {14, 1.7f}};
+  for (const auto& [top_k, top_p] : {std::pair{0, 0.0f}, std::pair{6, 0.0f}, std::pair{0, 0.8f}, std::pair{9, 0.9f}}) {
+    GenerateOptions o;
+    o.max_new_tokens = 5;
+    o.sampling.temperature = 0.7f;
+    o.sampling.top_k = top_k;
+    o.sampling.top_p = top_p;
+    o.sampling.repetition_penalty = 1.3f;
+    o.sampling.seed = 17;
+    o.sampling.banned_ids = {3};
+    o.sampling.logit_bias = bias;
+    ScriptedModel plain_model(ScriptConfig(vocab, 64), ScriptOf(full));
+    Sequence plain_seq(plain_model.config());
+    const GenerateResult plain = Generate(plain_model, plain_seq, std::span(full).first(3), o);
+
+    ScriptedModel m(ScriptConfig(vocab, 64), ScriptOf(full));
+    Sequence seq(m.config());
+    std::vector<StepEvent> events;
+    o.sampled_top_logprobs = static_cast<int32_t>(vocab);
+    o.on_token = [&](const StepEvent& e) { events.push_back(e); };
+    const GenerateResult r = Generate(m, seq, std::span(full).first(3), o);
+    EXPECT_EQ(r.new_tokens, plain.new_tokens) << "asking for the distribution changed a sampled id";
+    ASSERT_EQ(events.size(), 5u);
+    std::vector<int32_t> history(full.begin(), full.begin() + 3);
+    for (size_t i = 0; i < events.size(); ++i) {
+      std::vector<double> row(vocab, 0.0);
+      row[full[3 + i]] = kPeak;  // position 2 + i's scripted row
+      for (const sampling::TokenBias& b : bias) row[b.id] = std::isinf(b.bias) ? -INFINITY : row[b.id] + b.bias;
+      row[3] = -INFINITY;
+      std::vector<bool> seen(vocab, false);
+      for (int32_t id : history) {
+        if (seen[id] || std::isinf(row[id])) continue;
+        seen[id] = true;
+        row[id] = row[id] > 0 ? row[id] / 1.3 : row[id] * 1.3;
+      }
+      std::vector<std::pair<double, int32_t>> p;  // (probability, id), best first, ties by id
+      double max_logit = -INFINITY;
+      for (double x : row) max_logit = std::max(max_logit, x / 0.7);
+      for (int32_t id = 0; id < vocab; ++id) {
+        if (!std::isinf(row[id])) p.push_back({std::exp(row[id] / 0.7 - max_logit), id});
+      }
+      std::stable_sort(p.begin(), p.end(), [](const auto& a, const auto& b) { return a.first > b.first; });
+      if (top_k > 0 && p.size() > static_cast<size_t>(top_k)) p.resize(top_k);
+      double sum = 0.0;
+      for (const auto& e : p) sum += e.first;
+      for (auto& e : p) e.first /= sum;
+      if (top_p > 0.0f) {
+        double cumulative = 0.0;
+        size_t keep = 0;
+        while (keep < p.size() && cumulative < top_p) cumulative += p[keep++].first;
+        p.resize(keep);
+        sum = 0.0;
+        for (const auto& e : p) sum += e.first;
+        for (auto& e : p) e.first /= sum;
+      }
+      const StepEvent& e = events[i];
+      ASSERT_EQ(e.sampled_top.size(), p.size()) << "step " << i << " top_k " << top_k << " top_p " << top_p;
+      std::optional<double> drawn;
+      for (size_t k = 0; k < p.size(); ++k) {
+        EXPECT_EQ(e.sampled_top[k].id, p[k].second) << i << " " << k;
+        EXPECT_NEAR(e.sampled_top[k].logprob, std::log(p[k].first), 1e-5) << i << " " << k;
+        if (p[k].second == e.id) drawn = std::log(p[k].first);
+      }
+      ASSERT_TRUE(drawn.has_value()) << "the drawn id " << e.id << " is outside the distribution";
+      ASSERT_TRUE(e.sampled_logprob.has_value());
+      EXPECT_NEAR(*e.sampled_logprob, *drawn, 1e-5);
+      history.push_back(e.id);
+    }
+  }
+  // Greedy: the argmax alone, with probability 1; at most sampled_top_logprobs ids otherwise.
+  ScriptedModel m(ScriptConfig(vocab, 64), ScriptOf(full));
+  Sequence seq(m.config());
+  std::vector<StepEvent> events;
+  GenerateOptions o = Greedy(3);
+  o.sampled_top_logprobs = 4;
+  o.on_token = [&](const StepEvent& e) { events.push_back(e); };
+  (void)Generate(m, seq, std::span(full).first(3), o);
+  ASSERT_EQ(events.size(), 3u);
+  for (const StepEvent& e : events) {
+    ASSERT_EQ(e.sampled_top.size(), 1u);
+    EXPECT_EQ(e.sampled_top[0].id, e.id);
+    EXPECT_EQ(e.sampled_top[0].logprob, 0.0f);
+    EXPECT_EQ(e.sampled_logprob, 0.0f);
+    EXPECT_TRUE(e.top.empty());
   }
 }
 

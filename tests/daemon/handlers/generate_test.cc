@@ -248,7 +248,15 @@ TEST_F(GenerateTest, InvalidRequestsLeaveTheSessionUnchanged) {
   EXPECT_EQ(with([](v1::GenerateRequest& g) { g.add_input_ids(-1); }), v1::INVALID_ARGUMENT);
   EXPECT_EQ(with([&](v1::GenerateRequest& g) { g.add_stop_ids(vocab + 5); }), v1::INVALID_ARGUMENT);
   EXPECT_EQ(with([](v1::GenerateRequest& g) { g.set_max_new_tokens(-1); }), v1::INVALID_ARGUMENT);
-  EXPECT_EQ(with([](v1::GenerateRequest& g) { g.set_top_logprobs(21); }), v1::INVALID_ARGUMENT);
+  EXPECT_EQ(with([](v1::GenerateRequest& g) { g.set_top_logprobs(1001); }), v1::INVALID_ARGUMENT);
+  EXPECT_EQ(with([](v1::GenerateRequest& g) { g.set_sampled_top_logprobs(1001); }), v1::INVALID_ARGUMENT);
+  EXPECT_EQ(with([](v1::GenerateRequest& g) { g.set_sampled_top_logprobs(-1); }), v1::INVALID_ARGUMENT);
+  EXPECT_EQ(with([](v1::GenerateRequest& g) {  // 65536 x 1000 alternatives: past step_alternative_entries
+              g.set_max_new_tokens(1 << 16);
+              g.set_top_logprobs(600);
+              g.set_sampled_top_logprobs(400);
+            }),
+            v1::RESOURCE_EXHAUSTED);
   EXPECT_EQ(with([](v1::GenerateRequest& g) { g.set_top_logprobs(-1); }), v1::INVALID_ARGUMENT);
   EXPECT_EQ(with([&](v1::GenerateRequest& g) { g.set_trace_layer(static_cast<int32_t>(model_->config.layers)); }),
             v1::INVALID_ARGUMENT);

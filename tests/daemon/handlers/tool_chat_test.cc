@@ -5,6 +5,7 @@
 // next turn reuses the KV cache up to the first differing token; append_only, keep_messages and
 // GetSession; every bad input is INVALID_ARGUMENT naming its field and changes nothing.
 #include <algorithm>
+#include <cmath>
 #include <iostream>
 #include <map>
 #include <memory>
@@ -788,11 +789,72 @@ TEST(ChatLogprobsTest, ChatStepsMatchTheReplyAndGenerate) {
   std::unique_ptr<Service> service = StartService("qwen3");
   ASSERT_NE(service, nullptr);
   v1::Request request = MessagesRequest(CreateSession(*service, "sys", false), {Message("user", "hi")}, 2);
-  request.mutable_chat()->set_top_logprobs(21);
+  request.mutable_chat()->set_top_logprobs(1001);
   const v1::Response refused = Call(*service, request);
   ASSERT_TRUE(refused.has_error());
   EXPECT_EQ(refused.error().code(), v1::INVALID_ARGUMENT);
   EXPECT_NE(refused.error().message().find("top_logprobs"), std::string::npos);
+  EXPECT_NE(refused.error().message().find("(budget step_alternatives)"), std::string::npos);
+  request.mutable_chat()->set_top_logprobs(1000);
+  request.mutable_chat()->set_sampled_top_logprobs(1000);
+  request.mutable_chat()->set_max_new_tokens(2098);  // 2000 x 2098 alternatives: past 2^22
+  const v1::Response too_many = Call(*service, request);
+  ASSERT_TRUE(too_many.has_error());
+  EXPECT_EQ(too_many.error().code(), v1::RESOURCE_EXHAUSTED);
+  EXPECT_NE(too_many.error().message().find("(budget step_alternative_entries)"), std::string::npos);
+}
+
+// The distribution each reply id was drawn from (StepInfo.sampled_top), on Chat: sampled at
+// temperature 0.8 with top-k 5, every step lists at most 5 ids whose probabilities sum to 1, the
+// drawn id among them with its sampled_logprob, each with its text_bytes; asking for it (and for
+// 1000 raw alternatives) changes no id.
+TEST(ChatLogprobsTest, SampledTopIsTheDistributionEachIdWasDrawnFrom) {
+  std::unique_ptr<Service> service = StartService("qwen3");
+  ASSERT_NE(service, nullptr);
+  const auto run = [&](bool with_steps) {
+    const std::string session = CreateSession(*service, "sys", false);
+    v1::Request request = MessagesRequest(session, {Message("user", "Count to five.")}, 10);
+    v1::Sampling& sampling = *request.mutable_chat()->mutable_sampling();
+    sampling.set_temperature(0.8f);
+    sampling.set_top_k(5);
+    sampling.set_seed(11);
+    if (with_steps) {
+      request.mutable_chat()->set_sampled_top_logprobs(8);
+      request.mutable_chat()->set_top_logprobs(1000);
+    }
+    const v1::Response response = Call(*service, request);
+    EXPECT_TRUE(response.has_chat()) << response.DebugString();
+    return response.chat();
+  };
+  const v1::ChatResponse plain = run(false);
+  const v1::ChatResponse chat = run(true);
+  EXPECT_EQ(std::vector<int32_t>(chat.reply_ids().begin(), chat.reply_ids().end()),
+            std::vector<int32_t>(plain.reply_ids().begin(), plain.reply_ids().end()));
+  ASSERT_EQ(chat.steps_size(), chat.reply_ids_size());
+  ASSERT_GT(chat.steps_size(), 0);
+  for (const v1::StepInfo& step : chat.steps()) {
+    ASSERT_EQ(step.top_size(), 1000);
+    ASSERT_GE(step.sampled_top_size(), 1);
+    ASSERT_LE(step.sampled_top_size(), 5);
+    double sum = 0.0;
+    bool drawn = false;
+    for (int k = 0; k < step.sampled_top_size(); ++k) {
+      const v1::TokenAlternative& a = step.sampled_top(k);
+      sum += std::exp(static_cast<double>(a.logprob()));
+      if (k > 0) EXPECT_GE(step.sampled_top(k - 1).logprob(), a.logprob());
+      // top-k keeps the 5 best raw ids: each sampled alternative is among the raw top 5.
+      bool in_raw_top = false;
+      for (int j = 0; j < 5; ++j) in_raw_top |= step.top(j).id() == a.id();
+      EXPECT_TRUE(in_raw_top) << a.id();
+      if (a.id() == step.id()) {
+        drawn = true;
+        EXPECT_EQ(a.logprob(), step.sampled_logprob());
+        EXPECT_EQ(a.text_bytes(), step.text_bytes());
+      }
+    }
+    EXPECT_NEAR(sum, 1.0, 1e-5);
+    EXPECT_TRUE(drawn) << "the drawn id " << step.id() << " is not in its distribution";
+  }
 }
 
 // The compiled grammars of the tool sets in use are bounded per uid and in all: with limits of

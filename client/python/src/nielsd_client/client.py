@@ -299,7 +299,8 @@ class Client:
 
     def chat(self, session_id, user_text="", on_token=None, max_new_tokens=None, use_kv_cache=None,
              enable_thinking=None, constraint=None, stop_strings=(), messages=(), keep_messages=None,
-             append_only=False, tools=None, tool_choice=None, want_logprobs=False, top_logprobs=0, **sampling):
+             append_only=False, tools=None, tool_choice=None, want_logprobs=False, top_logprobs=0,
+             sampled_top_logprobs=0, **sampling):
         """One chat turn. With on_token the reply streams (one TokenEvent per token: .text adds to
         the answer, .reasoning to a reasoning model's reasoning; the response has both).
         enable_thinking: the chat template's switch (Qwen3); None leaves the model's default.
@@ -314,13 +315,15 @@ class Client:
         append_only appends without a reply. Tools: tools replaces the session's (ToolSet or
         OpenAI-style list; [] clears them); tool_choice "auto", "none" or "required", or a tool's
         name. The response's tool_calls are the calls the reply made (stop_reason TOOL_CALLS).
-        want_logprobs / top_logprobs (0..20): per reply id a StepInfo (logprob, best alternatives,
-        text_bytes) in the response's steps and in each streamed event's step."""
+        want_logprobs / top_logprobs (0..1000): per reply id a StepInfo (logprob, best alternatives,
+        text_bytes) in the response's steps and in each streamed event's step; sampled_top_logprobs
+        (0..1000): each step's sampled_top, the best ids of the distribution the id was drawn from
+        (after bias, bans, penalty, temperature, top-k, top-p), and sampled_logprob."""
         req = pb.ChatRequest(session_id=session_id, user_text=user_text,
                              sampling=sampling_message(**sampling), stream=on_token is not None,
                              stop_strings=list(stop_strings), messages=list(messages),
                              append_only=append_only, want_logprobs=want_logprobs,
-                             top_logprobs=top_logprobs)
+                             top_logprobs=top_logprobs, sampled_top_logprobs=sampled_top_logprobs)
         if keep_messages is not None:
             req.keep_messages = keep_messages
         if tools is not None:
@@ -343,8 +346,9 @@ class Client:
 
     def generate(self, session_id, input_ids=(), on_token=None, max_new_tokens=None,
                  use_kv_cache=None, stop_ids=(), want_logprobs=False, top_logprobs=0, constraint=None,
-                 stop_strings=(), **sampling):
+                 stop_strings=(), sampled_top_logprobs=0, **sampling):
         """The raw form: input_ids are appended and processed, then up to max_new_tokens sampled.
+        want_logprobs, top_logprobs, sampled_top_logprobs: per-step values as for chat().
         constraint: as for chat(); the new ids' text follows it.
         stop_strings: generation ends before the first of these texts; new_ids then ends with the
         last id wholly before it (the session too).
@@ -352,7 +356,8 @@ class Client:
         req = pb.GenerateRequest(session_id=session_id, input_ids=list(input_ids),
                                  sampling=sampling_message(**sampling), stream=on_token is not None,
                                  stop_ids=list(stop_ids), want_logprobs=want_logprobs,
-                                 top_logprobs=top_logprobs, stop_strings=list(stop_strings))
+                                 top_logprobs=top_logprobs, stop_strings=list(stop_strings),
+                                 sampled_top_logprobs=sampled_top_logprobs)
         if constraint is not None:
             req.constraint.CopyFrom(constraint)
         if max_new_tokens is not None:
