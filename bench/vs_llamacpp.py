@@ -6,10 +6,12 @@
     bench/vs_llamacpp.py system-prompt [--system-tokens 100 6000] [--turns 6] [--rounds 2]
     bench/vs_llamacpp.py tool-loop [--type q4_k_m] [--turns 6] [--result-tokens 60] [--thinking]
     bench/vs_llamacpp.py startup [--format gguf|hf] [--type f16|bf16] [--runs 10]
+    bench/vs_llamacpp.py http [--shapes qwen3-0.6b qwen3-mini] [--type q4_k_m] [--clients 32] [--turns 20]
     common: [--build DIR] [--work DIR] [--keep] [--threads 2]
 
 SHAPE: qwen3-0.6b (hidden 1024, 28 layers, 16/8 heads, head_dim 128, FFN 3072, vocab 151936,
-tied), llama3.2-1b (hidden 2048, 16 layers, 32/8 heads, head_dim 64, FFN 8192, vocab 128256, tied),
+tied), qwen3-mini (the same vocabulary and tokenizer, hidden 512, 8 layers, 8/4 heads, head_dim 64,
+FFN 1536: a smaller shape for the client benches), llama3.2-1b (hidden 2048, 16 layers, 32/8 heads, head_dim 64, FFN 8192, vocab 128256, tied),
 personal, base (niels_gpt presets, the niels-demo tokenizer's vocabulary). TYPE: f16, bf16 (family
 shapes only: niels-export writes f32/f16), q8_0, q4_0, q4_k_m (niels-quantize of the f16 file,
 llama.cpp's recipe).
@@ -32,6 +34,14 @@ nielsd on it, nielsd-tool-loop-bench through its socket: each round a forced too
 tool's result as a tool message against a plain user turn of the same new-token count on a fork
 (time to first token, tokens prefilled and reused; target: the result turn within 1.2x). nielsd
 only: llama.cpp's server is not part of the references.
+
+http: per shape a GGUF (default Q4_K_M; real Qwen3 tokenizer and chat template), a real nielsd on it
+with --http-socket (--max-batch and --max-running-per-uid = --clients), nielsd-http-bench through both
+sockets: batch-1 inter-token gaps over HTTP SSE against the protobuf socket, --clients concurrent
+streaming clients' aggregate tok/s on each, and a --turns-turn conversation re-sent whole over
+/v1/chat/completions (and bound to a session with nielsd_session) against the same turns on a session
+(time to first token per turn). The Qwen3-0.6B shape runs with fewer tokens per reply than the
+smaller one (--tokens-0.6b), to keep the run within minutes on 2 cores.
 
 startup: nielsd's READY time (sd_notify) and first answered Info on a Qwen3-0.6B-shaped model
 (GGUF file or Hugging Face directory, with the 151,936-token tokenizer), warm page cache: nielsd-bench
@@ -59,6 +69,9 @@ PYTHON = "/usr/bin/python3"  # Debian's, with python3-numpy
 FAMILY = {
     "qwen3-0.6b": dict(arch="qwen3", flags=["--hidden", "1024", "--layers", "28", "--heads", "16", "--kv-heads", "8",
                                             "--head-dim", "128", "--ffn", "3072", "--tied", "--max-pos", "40960"],
+                       stop_ids=[151645, 151643]),
+    "qwen3-mini": dict(arch="qwen3", flags=["--hidden", "512", "--layers", "8", "--heads", "8", "--kv-heads", "4",
+                                            "--head-dim", "64", "--ffn", "1536", "--tied", "--max-pos", "40960"],
                        stop_ids=[151645, 151643]),
     "llama3.2-1b": dict(arch="llama", flags=["--hidden", "2048", "--layers", "16", "--heads", "32", "--kv-heads", "8",
                                              "--head-dim", "64", "--ffn", "8192", "--tied", "--max-pos", "131072",
@@ -91,6 +104,7 @@ class Tools:
         self.bench = os.path.join(self.build, "bench", "nielsd-bench")
         self.prompt_bench = os.path.join(self.build, "bench", "nielsd-system-prompt-bench")
         self.tool_loop_bench = os.path.join(self.build, "bench", "nielsd-tool-loop-bench")
+        self.http_bench = os.path.join(self.build, "bench", "nielsd-http-bench")
         self.quantize = os.path.join(self.build, "tools", "quantize", "niels-quantize")
         self.llamacpp = os.path.join(ROOT, "bench", "llamacpp_bench.mjs")
         self.make_family = os.path.join(ROOT, "tests", "tools", "make_family_model.py")
@@ -209,11 +223,11 @@ def compare(a, tools, work):
                       "llamacpp_backend": backend, "load": load_average()}))
 
 
-def start_nielsd(tools, model, a, work):
+def start_nielsd(tools, model, a, work, extra=()):
     socket = os.path.join(work, "nielsd.sock")
     log_path = os.path.join(work, "nielsd.log")
     cmd = [tools.nielsd, "--model", model, "--socket", socket, "--threads", str(a.threads), "--kv-dtype", "f16",
-           "--ephemeral", "--allow-root", "--log-level", "warn"]
+           "--ephemeral", "--allow-root", "--log-level", "warn"] + list(extra)
     log("+ " + " ".join(cmd))
     proc = subprocess.Popen(cmd, stdout=open(log_path, "w"), stderr=subprocess.STDOUT)
     for _ in range(600):
@@ -290,6 +304,35 @@ def tool_loop(a, tools, work):
           f"target <= 1.2x); load {load_average()}")
 
 
+def http(a, tools, work):
+    tools.need(tools.nielsd, tools.http_bench)
+    for shape in a.shapes:
+        gguf = make_gguf(tools, shape, a.type, work)
+        http_socket = os.path.join(work, "http.sock")
+        proc, socket = start_nielsd(tools, gguf, a, work, ["--http-socket", http_socket, "--max-batch",
+                                                            str(a.clients), "--max-running-per-uid", str(a.clients)])
+        try:
+            for _ in range(600):
+                if os.path.exists(http_socket):
+                    break
+                time.sleep(0.1)
+            small = shape != "qwen3-0.6b"
+            tokens = a.tokens if small else a.tokens_06b
+            cmd = [tools.http_bench, "--socket", socket, "--http-socket", http_socket, "--tokens", str(tokens),
+                   "--runs", str(a.runs), "--clients", str(a.clients), "--client-tokens",
+                   str(tokens // 2), "--turns", str(a.turns), "--turn-tokens", str(a.turn_tokens),
+                   "--label", f"{shape} {a.type}, {a.threads} threads, KV f16 ({os.path.getsize(gguf) / 1e6:.0f} MB)"]
+            for i in FAMILY[shape]["stop_ids"]:
+                cmd += ["--ban", str(i)]
+            log("+ " + " ".join(cmd))
+            start = time.time()
+            subprocess.run(cmd, check=True)
+            print(f"# {shape}: {time.time() - start:.0f} s; load {load_average()}", flush=True)
+        finally:
+            proc.send_signal(signal.SIGTERM)
+            proc.wait()
+
+
 def startup(a, tools, work):
     tools.need(tools.nielsd, tools.bench)
     if a.format == "gguf":
@@ -336,6 +379,16 @@ def main():
     u.add_argument("--format", choices=["gguf", "hf"], default="gguf")
     u.add_argument("--type", choices=["f16", "bf16"], default="f16")
     u.add_argument("--runs", type=int, default=10)
+    h = sub.add_parser("http")
+    h.add_argument("--shapes", nargs="+", choices=list(FAMILY), default=["qwen3-0.6b", "qwen3-mini"])
+    h.add_argument("--type", choices=["f16", "bf16"] + list(QUANT), default="q4_k_m")
+    h.add_argument("--tokens", type=int, default=64, help="tokens of a batch-1 reply (concurrent: half)")
+    h.add_argument("--tokens-0.6b", dest="tokens_06b", type=int, default=32,
+                   help="the same on the Qwen3-0.6B shape")
+    h.add_argument("--runs", type=int, default=3)
+    h.add_argument("--clients", type=int, default=32)
+    h.add_argument("--turns", type=int, default=20)
+    h.add_argument("--turn-tokens", type=int, default=8)
     a = p.parse_args()
     # SIGTERM unwinds like an exception, so the finally blocks stop nielsd and delete the files.
     signal.signal(signal.SIGTERM, lambda *_: sys.exit(143))
@@ -344,7 +397,7 @@ def main():
     os.makedirs(work, exist_ok=True)
     try:
         {"compare": compare, "system-prompt": system_prompt, "tool-loop": tool_loop,
-         "startup": startup}[a.command](a, tools, work)
+         "startup": startup, "http": http}[a.command](a, tools, work)
     finally:
         if not a.keep:
             shutil.rmtree(work, ignore_errors=True)

@@ -8,6 +8,7 @@
 #include <fmt/format.h>
 
 #include "common/wire_status.h"
+#include "daemon/http/bound_session.h"
 #include "daemon/http/ephemeral_session.h"
 #include "daemon/http/json_fields.h"
 #include "daemon/http/openai_common.h"
@@ -507,11 +508,13 @@ boost::asio::awaitable<bool> SendAll(Exchange& exchange, const std::vector<Named
   co_return true;
 }
 
-std::optional<ApiError> MapMessages(const json& body, const ModelView& model, MessagesPlan* plan) {
+std::optional<ApiError> MapMessages(const json& body, const ModelView& model, MessagesPlan* plan,
+                                    std::optional<std::string_view> session_header) {
   std::optional<ApiError> error;
   FieldReader fields(body, "", &error);
   if (fields.Get("model") == nullptr) fields.Fail("model", "is required");
   ReadModel(fields, model);
+  plan->session = ReadBoundSession(fields, session_header);
   std::optional<int64_t> max_tokens = fields.Integer("max_tokens", 1, INT32_MAX);
   if (!max_tokens && !fields.failed()) fields.Fail("max_tokens", "is required");
   ReadSystem(fields, plan);
@@ -528,7 +531,8 @@ std::optional<ApiError> MapMessages(const json& body, const ModelView& model, Me
   return error;
 }
 
-boost::asio::awaitable<void> HandleMessages(Exchange& exchange, std::string_view body) {
+boost::asio::awaitable<void> HandleMessages(Exchange& exchange, std::string_view body,
+                                            std::optional<std::string_view> session_header) {
   ModelView model;
   if (std::optional<ApiError> error = co_await exchange.Model(&model)) {
     co_await RespondAnthropicError(exchange, *error);
@@ -537,17 +541,25 @@ boost::asio::awaitable<void> HandleMessages(Exchange& exchange, std::string_view
   json request;
   MessagesPlan plan;
   std::optional<ApiError> error = ParseRequestBody(body, &request);
-  if (!error) error = MapMessages(request, model, &plan);
+  if (!error) error = MapMessages(request, model, &plan, session_header);
+  if (!error && plan.session) {
+    niels::v1::GetSessionResponse bound;
+    error = co_await GetBoundSession(exchange, *plan.session, &bound);
+    if (!error) error = PlanOnSession(bound, plan.create, "system", &plan.chat);
+  }
   if (error) {
     co_await RespondAnthropicError(exchange, *error);
     co_return;
   }
+  // On a bound session no ephemeral one: Delete is then a no-op.
   EphemeralSession session(exchange);
-  if (std::optional<ApiError> created = co_await session.Create(plan.create)) {
-    co_await RespondAnthropicError(exchange, *created);
-    co_return;
+  if (!plan.session) {
+    if (std::optional<ApiError> created = co_await session.Create(plan.create)) {
+      co_await RespondAnthropicError(exchange, *created);
+      co_return;
+    }
   }
-  plan.chat.set_session_id(session.id());
+  plan.chat.set_session_id(plan.session ? *plan.session : session.id());
   const std::string id = NewResponseId("msg");
   niels::v1::Request chat_request;
   *chat_request.mutable_chat() = std::move(plan.chat);

@@ -18,6 +18,7 @@
 // (tests/fuzz/http_request_fuzz.cc); HandleMessages runs a request through an Exchange.
 
 #include <optional>
+#include <string>
 #include <string_view>
 #include <utility>
 
@@ -33,6 +34,8 @@ struct MessagesPlan {
   niels::v1::CreateSessionRequest create;  // system prompt and tools
   niels::v1::ChatRequest chat;             // everything else (session_id set when run)
   bool stream = false;
+  // The durable session the request runs on (bound_session.h), instead of an ephemeral one.
+  std::optional<std::string> session;
 };
 
 // Maps a request body onto native requests; the 400 (or 404 for an unknown model) naming the field
@@ -42,9 +45,13 @@ struct MessagesPlan {
 // string or text blocks), tools (custom tools: name, description, input_schema), tool_choice (type
 // auto, any, tool with name, none), stop_sequences, temperature ([0, 1], default 1), top_p, top_k,
 // thinking (type enabled/adaptive -> enable_thinking true, disabled -> false; budget_tokens is read
-// but not a bound), stream. Others are ignored.
-std::optional<ApiError> MapMessages(const nlohmann::json& body, const ModelView& model, MessagesPlan* plan);
+// but not a bound), stream, nielsd_session (with `session_header`, the X-Nielsd-Session header:
+// bound_session.h). Others are ignored.
+std::optional<ApiError> MapMessages(const nlohmann::json& body, const ModelView& model, MessagesPlan* plan,
+                                    std::optional<std::string_view> session_header = std::nullopt);
 
-boost::asio::awaitable<void> HandleMessages(Exchange& exchange, std::string_view body);
+// `session_header`: the request's X-Nielsd-Session header, if any.
+boost::asio::awaitable<void> HandleMessages(Exchange& exchange, std::string_view body,
+                                            std::optional<std::string_view> session_header = std::nullopt);
 
 }  // namespace niels::daemon::http

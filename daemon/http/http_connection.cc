@@ -31,6 +31,7 @@
 
 #include "common/log.h"
 #include "common/wire_status.h"
+#include "daemon/http/bound_session.h"
 #include "daemon/http/loopback_access.h"
 #include "daemon/http/routes.h"
 
@@ -47,6 +48,18 @@ constexpr size_t kReadChunkBytes = 16 * 1024;
 constexpr std::chrono::milliseconds kPeerCheckPeriod{200};
 // How long a refused request's remaining bytes are read and dropped before the close.
 constexpr std::chrono::milliseconds kLingerTime{1000};
+
+// The X-Nielsd-Session header's value (bound_session.h); repeated headers joined by ", ", which
+// no session id holds, so two of them are refused as a bad value.
+std::optional<std::string> SessionHeader(const bhttp::request<bhttp::string_body>& request) {
+  std::optional<std::string> value;
+  auto [first, last] = request.equal_range(beast::string_view(kSessionHeader));
+  for (auto it = first; it != last; ++it) {
+    const std::string_view one(it->value().data(), it->value().size());
+    value = value ? *value + ", " + std::string(one) : std::string(one);
+  }
+  return value;
+}
 
 }  // namespace
 
@@ -284,8 +297,9 @@ asio::awaitable<void> HttpConnection::Run() {
       if (!keep_alive_ || broken_) break;
       continue;
     }
+    RouteContext context{shutting_down, &front_->counters, front_->size(), SessionHeader(request)};
     const char* endpoint = co_await Route(*this, method, std::string_view(request.target().data(), request.target().size()),
-                                          request.body(), RouteContext{shutting_down, &front_->counters, front_->size()});
+                                          request.body(), std::move(context));
     if (answer_ == Answer::kNone && !broken_) {
       co_await RespondError(WithShape(MakeError(500, "the request got no answer"),
                                       ErrorShapeOf(std::string_view(request.target().data(), request.target().size()))));

@@ -10,6 +10,7 @@
 
 #include "common/defaults.h"
 #include "common/wire_status.h"
+#include "daemon/http/bound_session.h"
 #include "daemon/http/ephemeral_session.h"
 
 namespace niels::daemon::http {
@@ -234,10 +235,12 @@ void ReadResponseFormat(FieldReader& fields, ChatPlan* plan) {
 
 }  // namespace
 
-std::optional<ApiError> MapChatCompletion(const json& body, const ModelView& model, ChatPlan* plan) {
+std::optional<ApiError> MapChatCompletion(const json& body, const ModelView& model, ChatPlan* plan,
+                                          std::optional<std::string_view> session_header) {
   std::optional<ApiError> error;
   FieldReader fields(body, "", &error);
   ReadModel(fields, model);
+  plan->session = ReadBoundSession(fields, session_header);
   ReadMessages(fields, plan);
   ReadTools(fields, plan);
   ReadToolChoice(fields, plan);
@@ -254,6 +257,10 @@ std::optional<ApiError> MapChatCompletion(const json& body, const ModelView& mod
   plan->chat.set_max_new_tokens(
       static_cast<int32_t>(max_tokens.value_or(std::clamp<int64_t>(model.context, 1, kMostNewTokens))));
   plan->n = static_cast<int32_t>(fields.Integer("n", 1, kMaxChoices).value_or(1));
+  if (plan->session && plan->n > 1) {
+    fields.Fail("n", fmt::format("must be 1 on a session ({}): a session holds one conversation (fork it with "
+                                 "ForkSession for more)", kSessionField));
+  }
   const bool logprobs = fields.Bool("logprobs").value_or(false);
   constexpr int64_t kMostTopLogprobs = 20;  // the native requests' limit (proto/PROTOCOL.md "Logprobs")
   const std::optional<int64_t> top_logprobs = fields.Integer("top_logprobs", 0, kMostTopLogprobs);
@@ -432,7 +439,8 @@ boost::asio::awaitable<void> DeleteAll(std::vector<std::unique_ptr<EphemeralSess
 
 }  // namespace
 
-boost::asio::awaitable<void> HandleChatCompletion(Exchange& exchange, std::string_view body) {
+boost::asio::awaitable<void> HandleChatCompletion(Exchange& exchange, std::string_view body,
+                                                  std::optional<std::string_view> session_header) {
   ModelView model;
   if (std::optional<ApiError> error = co_await exchange.Model(&model)) {
     co_await exchange.RespondError(*error);
@@ -441,15 +449,21 @@ boost::asio::awaitable<void> HandleChatCompletion(Exchange& exchange, std::strin
   json request;
   ChatPlan plan;
   std::optional<ApiError> error = ParseRequestBody(body, &request);
-  if (!error) error = MapChatCompletion(request, model, &plan);
+  if (!error) error = MapChatCompletion(request, model, &plan, session_header);
+  if (!error && plan.session) {
+    niels::v1::GetSessionResponse bound;
+    error = co_await GetBoundSession(exchange, *plan.session, &bound);
+    if (!error) error = PlanOnSession(bound, plan.create, "messages[0]", &plan.chat);
+  }
   if (error) {
     co_await exchange.RespondError(*error);
     co_return;
   }
   // One ephemeral session per choice, all before any Chat: a caller without room for n sessions
   // gets its quota's refusal and nothing runs.
+  // On a bound session: none (the one Chat runs on it and it stays).
   std::vector<std::unique_ptr<EphemeralSession>> sessions;
-  for (int32_t i = 0; i < plan.n; ++i) {
+  for (int32_t i = 0; i < plan.n && !plan.session; ++i) {
     sessions.push_back(std::make_unique<EphemeralSession>(exchange));
     if (std::optional<ApiError> created = co_await sessions.back()->Create(plan.create)) {
       co_await DeleteAll(sessions);
@@ -463,7 +477,7 @@ boost::asio::awaitable<void> HandleChatCompletion(Exchange& exchange, std::strin
   for (int32_t i = 0; i < plan.n; ++i) {
     niels::v1::Request chat_request;
     *chat_request.mutable_chat() = ChoiceChat(plan, i);
-    chat_request.mutable_chat()->set_session_id(sessions[i]->id());
+    chat_request.mutable_chat()->set_session_id(plan.session ? *plan.session : sessions[i]->id());
     // Several choices stream internally even when the answer is one JSON: the first token of the
     // first choice is when the others start (Exchange::CallAll).
     if (plan.n > 1) chat_request.mutable_chat()->set_stream(true);

@@ -14,11 +14,16 @@
 // They are n native requests of the caller, so each counts against the caller's session, queue and
 // running quotas: n cannot get more than n requests would.
 //
+// With `nielsd_session` (or the X-Nielsd-Session header) the request runs on that durable session of
+// the caller instead (bound_session.h): its conversation replaces the session's, reusing what the
+// session holds; n > 1 is refused there (a session holds one conversation).
+//
 // MapChatCompletion is the pure edge (JSON -> native requests), fuzzed with the HTTP parser
 // (tests/fuzz/http_request_fuzz.cc); HandleChatCompletion runs a request through an Exchange.
 
 #include <cstdint>
 #include <optional>
+#include <string>
 #include <string_view>
 
 #include <boost/asio/awaitable.hpp>
@@ -35,6 +40,8 @@ struct ChatPlan {
   niels::v1::ChatRequest chat;             // everything else (session_id set when run)
   StreamOptions stream;
   int32_t n = 1;  // choices, [1, kMaxChoices]
+  // The durable session the request runs on (bound_session.h), instead of ephemeral ones; n is 1.
+  std::optional<std::string> session;
 };
 
 // The most choices (`n`) one request may ask for.
@@ -50,10 +57,14 @@ niels::v1::ChatRequest ChoiceChat(const ChatPlan& plan, int32_t index);
 // at fault otherwise. Fields: model, messages (system, developer, user, assistant with tool_calls and
 // reasoning_content, tool), tools, tool_choice, response_format (text, json_object, json_schema),
 // max_completion_tokens / max_tokens (default: the model's context), temperature, top_p, seed, stop,
-// stream, stream_options.include_usage, n (1 to kMaxChoices), chat_template_kwargs.enable_thinking.
-// Others are ignored.
-std::optional<ApiError> MapChatCompletion(const nlohmann::json& body, const ModelView& model, ChatPlan* plan);
+// stream, stream_options.include_usage, n (1 to kMaxChoices), chat_template_kwargs.enable_thinking,
+// nielsd_session (with `session_header`, the X-Nielsd-Session header: bound_session.h; n must then
+// be 1). Others are ignored.
+std::optional<ApiError> MapChatCompletion(const nlohmann::json& body, const ModelView& model, ChatPlan* plan,
+                                          std::optional<std::string_view> session_header = std::nullopt);
 
-boost::asio::awaitable<void> HandleChatCompletion(Exchange& exchange, std::string_view body);
+// `session_header`: the request's X-Nielsd-Session header, if any.
+boost::asio::awaitable<void> HandleChatCompletion(Exchange& exchange, std::string_view body,
+                                                  std::optional<std::string_view> session_header = std::nullopt);
 
 }  // namespace niels::daemon::http

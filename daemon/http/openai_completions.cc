@@ -5,6 +5,7 @@
 #include <fmt/format.h>
 
 #include "common/wire_status.h"
+#include "daemon/http/bound_session.h"
 #include "daemon/http/ephemeral_session.h"
 
 namespace niels::daemon::http {
@@ -105,10 +106,12 @@ json Completion(const std::string& id, int64_t created, const std::string& model
 
 }  // namespace
 
-std::optional<ApiError> MapCompletion(const json& body, const ModelView& model, CompletionPlan* plan) {
+std::optional<ApiError> MapCompletion(const json& body, const ModelView& model, CompletionPlan* plan,
+                                      std::optional<std::string_view> session_header) {
   std::optional<ApiError> error;
   FieldReader fields(body, "", &error);
   ReadModel(fields, model);
+  plan->session = ReadBoundSession(fields, session_header);
   ReadPrompt(fields, plan);
   ReadSampling(fields, plan->generate.mutable_sampling());
   ReadLogitBias(fields, model, plan->generate.mutable_sampling());
@@ -178,7 +181,8 @@ std::string Answer(const std::string& id, int64_t created, const std::string& mo
 
 }  // namespace
 
-boost::asio::awaitable<void> HandleCompletion(Exchange& exchange, std::string_view body) {
+boost::asio::awaitable<void> HandleCompletion(Exchange& exchange, std::string_view body,
+                                              std::optional<std::string_view> session_header) {
   ModelView model;
   if (std::optional<ApiError> error = co_await exchange.Model(&model)) {
     co_await exchange.RespondError(*error);
@@ -187,7 +191,14 @@ boost::asio::awaitable<void> HandleCompletion(Exchange& exchange, std::string_vi
   json request;
   CompletionPlan plan;
   std::optional<ApiError> error = ParseRequestBody(body, &request);
-  if (!error) error = MapCompletion(request, model, &plan);
+  if (!error) error = MapCompletion(request, model, &plan, session_header);
+  // On a bound session the prompt follows the session's tokens.
+  int64_t held = 0;
+  if (!error && plan.session) {
+    niels::v1::GetSessionResponse bound;
+    error = co_await GetBoundSession(exchange, *plan.session, &bound);
+    held = bound.session().length();
+  }
   if (error) {
     co_await exchange.RespondError(*error);
     co_return;
@@ -195,7 +206,7 @@ boost::asio::awaitable<void> HandleCompletion(Exchange& exchange, std::string_vi
   if (plan.prompt_text) {
     niels::v1::Request tokenize;
     tokenize.mutable_tokenize()->set_text(*plan.prompt_text);
-    tokenize.mutable_tokenize()->set_add_special(true);
+    tokenize.mutable_tokenize()->set_add_special(held == 0);
     niels::v1::Response tokens = co_await exchange.Call(std::move(tokenize));
     if (tokens.has_error()) {
       ApiError failed = FromStatus(common::FromProto(tokens.error()));
@@ -204,18 +215,21 @@ boost::asio::awaitable<void> HandleCompletion(Exchange& exchange, std::string_vi
       co_return;
     }
     *plan.generate.mutable_input_ids() = tokens.tokenize().ids();
-    if (plan.generate.input_ids_size() >= model.context) {
-      co_await exchange.RespondError(MakeError(400, ContextExceeded(plan.generate.input_ids_size(), model.context),
-                                               "prompt", "context_length_exceeded"));
+  }
+  if (held + plan.generate.input_ids_size() >= model.context) {
+    co_await exchange.RespondError(MakeError(400, ContextExceeded(held + plan.generate.input_ids_size(), model.context),
+                                             "prompt", "context_length_exceeded"));
+    co_return;
+  }
+  // On a bound session no ephemeral one: Delete is then a no-op.
+  EphemeralSession session(exchange);
+  if (!plan.session) {
+    if (std::optional<ApiError> created = co_await session.Create(niels::v1::CreateSessionRequest())) {
+      co_await exchange.RespondError(*created);
       co_return;
     }
   }
-  EphemeralSession session(exchange);
-  if (std::optional<ApiError> created = co_await session.Create(niels::v1::CreateSessionRequest())) {
-    co_await exchange.RespondError(*created);
-    co_return;
-  }
-  plan.generate.set_session_id(session.id());
+  plan.generate.set_session_id(plan.session ? *plan.session : session.id());
   const std::string id = NewResponseId("cmpl");
   const int64_t created = UnixNow();
   const bool with_top = plan.generate.top_logprobs() > 0;

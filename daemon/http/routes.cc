@@ -87,17 +87,17 @@ boost::asio::awaitable<const char*> Route(Exchange& exchange, Method method, std
     case Api::kChat:
       label = "chat_completions";
       exchange.SetEndpoint(label);
-      co_await HandleChatCompletion(exchange, body);
+      co_await HandleChatCompletion(exchange, body, context.session_header);
       break;
     case Api::kCompletions:
       label = "completions";
       exchange.SetEndpoint(label);
-      co_await HandleCompletion(exchange, body);
+      co_await HandleCompletion(exchange, body, context.session_header);
       break;
     case Api::kMessages:
       label = "messages";
       exchange.SetEndpoint(label);
-      co_await HandleMessages(exchange, body);
+      co_await HandleMessages(exchange, body, context.session_header);
       break;
     case Api::kTokenize:
       label = "tokenize";

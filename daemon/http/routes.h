@@ -12,6 +12,8 @@
 // connection's 400, 408 and 413 once its head is read) are in Anthropic's error shape.
 
 
+#include <optional>
+#include <string>
 #include <string_view>
 
 #include <boost/asio/awaitable.hpp>
@@ -28,6 +30,8 @@ struct RouteContext {
   bool shutting_down = false;
   const HttpCounters* counters = nullptr;  // for /metrics
   size_t http_connections = 0;             // for /metrics
+  // The X-Nielsd-Session header (repeated ones joined by ", "), for the APIs that run on a session.
+  std::optional<std::string> session_header;
 };
 
 // The error shape of the API at `target` (a request target; its query string is ignored).

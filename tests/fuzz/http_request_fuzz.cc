@@ -2,7 +2,9 @@
 // client's bytes reach before the engine: Boost.Beast's request parser with the front's head and
 // body limits (small here: 4 KiB head, 64 KiB body) fed in input-chosen pieces, then, for a
 // complete request to one of the APIs, the body as JSON (ParseRequestBody) and its mapping onto
-// native requests (MapChatCompletion, MapMessages, MapCompletion, MapTokenize, MapDetokenize).
+// native requests (MapChatCompletion, MapMessages, MapCompletion, MapTokenize, MapDetokenize), with
+// the head's X-Nielsd-Session header; a chat bound to a session is also planned onto a session
+// that holds the first part of its own conversation (PlanOnSession).
 // The TCP listener's checks see the same bytes: the head's Host and Origin go through
 // HostOriginRefusal, and the body is read as an --api-keys file (ApiKeys::Parse, then Find).
 //
@@ -13,9 +15,13 @@
 // accepted as native requests that are bounded by the body (serialized size at most 8x the body
 // plus 4 KiB; a chat's n choices, at most kMaxChoices, are copies of it), with a chat that has exactly one of user_text and messages, max_new_tokens >= 1 and
 // no empty role (an Anthropic error in Anthropic's shape, a tool message with its tool_call_id); an accepted completion has a prompt (text or ids) and never ids past the context.
+// A bound session is a session id (32 lowercase hex digits), only with n = 1; planned onto a
+// session, a chat keeps at most all but the last of its messages (keep_messages), sends the rest
+// (at least one, starting with a user message when any are kept) and no user_text.
 // A Host/Origin refusal is a bounded message; no Origin and a Host of localhost is taken. A key file
 // is refused naming the file, or has a key, and a presented key finds at most its principal.
 // Work is linear in the input (no engine, no model).
+#include <algorithm>
 #include <cstdint>
 #include <optional>
 #include <string>
@@ -29,6 +35,7 @@
 #include "daemon/http/anthropic_messages.h"
 #include "daemon/http/api_error.h"
 #include "daemon/http/api_keys.h"
+#include "daemon/http/bound_session.h"
 #include "daemon/http/loopback_access.h"
 #include "daemon/http/json_fields.h"
 #include "daemon/http/openai_chat.h"
@@ -58,7 +65,48 @@ void CheckBounded(const google::protobuf::Message& message, size_t body_bytes) {
   FUZZ_CHECK(message.ByteSizeLong() <= 8 * body_bytes + 4096);
 }
 
-void MapBody(std::string_view target, const std::string& body) {
+void CheckSessionId(const std::optional<std::string>& session) {
+  if (!session) return;
+  FUZZ_CHECK(session->size() == 32);
+  for (const char c : *session) FUZZ_CHECK((c >= '0' && c <= '9') || (c >= 'a' && c <= 'f'));
+}
+
+// Plans a bound chat onto a session holding the first `held` messages of its own conversation
+// (and its system prompt): the plan keeps at most those, and sends the rest.
+void CheckPlanOnSession(const niels::v1::CreateSessionRequest& create, const niels::v1::ChatRequest& mapped,
+                        size_t held) {
+  niels::v1::GetSessionResponse session;
+  session.mutable_session()->set_session_id(std::string(32, 'a'));
+  if (create.has_system_prompt()) {
+    niels::v1::ChatMessage* system = session.add_messages();
+    system->set_role("system");
+    system->set_content(create.system_prompt());
+  }
+  const size_t total = mapped.user_text().empty() ? static_cast<size_t>(mapped.messages_size()) : 1;
+  for (size_t i = 0; i < std::min(held, static_cast<size_t>(mapped.messages_size())); ++i) {
+    *session.add_messages() = mapped.messages(static_cast<int>(i));
+  }
+  niels::v1::ChatRequest chat = mapped;
+  if (std::optional<http::ApiError> error = http::PlanOnSession(session, create, "system", &chat)) {
+    CheckError(*error);
+    return;
+  }
+  FUZZ_CHECK(chat.user_text().empty() && chat.messages_size() >= 1);
+  FUZZ_CHECK(chat.has_keep_messages() && chat.keep_messages() >= 0);
+  FUZZ_CHECK(static_cast<size_t>(chat.keep_messages()) + static_cast<size_t>(chat.messages_size()) == total);
+  FUZZ_CHECK(static_cast<size_t>(chat.keep_messages()) <= std::min(held, total - 1));
+  if (chat.keep_messages() > 0) FUZZ_CHECK(chat.messages(0).role() == "user");
+  // A session holding a different system prompt refuses the request, naming the field.
+  if (create.has_system_prompt()) {
+    session.mutable_messages(0)->set_content(create.system_prompt() + "!");
+    niels::v1::ChatRequest other = mapped;
+    std::optional<http::ApiError> error = http::PlanOnSession(session, create, "system", &other);
+    FUZZ_CHECK(error.has_value() && error->param == "system");
+  }
+}
+
+void MapBody(std::string_view target, const std::string& body, std::optional<std::string_view> session_header,
+             size_t held) {
   nlohmann::json parsed;
   if (std::optional<http::ApiError> error = http::ParseRequestBody(body, &parsed)) {
     CheckError(*error);
@@ -67,9 +115,14 @@ void MapBody(std::string_view target, const std::string& body) {
   const http::ModelView model{.id = "tiny", .context = 64, .reasoning = false};
   if (target == "/v1/chat/completions") {
     http::ChatPlan plan;
-    if (std::optional<http::ApiError> error = http::MapChatCompletion(parsed, model, &plan)) {
+    if (std::optional<http::ApiError> error = http::MapChatCompletion(parsed, model, &plan, session_header)) {
       CheckError(*error);
       return;
+    }
+    CheckSessionId(plan.session);
+    if (plan.session) {
+      FUZZ_CHECK(plan.n == 1);
+      CheckPlanOnSession(plan.create, plan.chat, held);
     }
     FUZZ_CHECK(plan.chat.user_text().empty() != (plan.chat.messages_size() == 0));
     FUZZ_CHECK(plan.chat.max_new_tokens() >= 1);
@@ -79,11 +132,13 @@ void MapBody(std::string_view target, const std::string& body) {
     CheckBounded(plan.create, body.size());
   } else if (target == "/v1/messages") {
     http::MessagesPlan plan;
-    if (std::optional<http::ApiError> error = http::MapMessages(parsed, model, &plan)) {
+    if (std::optional<http::ApiError> error = http::MapMessages(parsed, model, &plan, session_header)) {
       FUZZ_CHECK(error->shape == http::ErrorShape::kAnthropic);
       CheckError(*error);
       return;
     }
+    CheckSessionId(plan.session);
+    if (plan.session) CheckPlanOnSession(plan.create, plan.chat, held);
     FUZZ_CHECK(plan.chat.user_text().empty() != (plan.chat.messages_size() == 0));
     FUZZ_CHECK(plan.chat.max_new_tokens() >= 1);
     for (const niels::v1::ChatMessage& message : plan.chat.messages()) {
@@ -94,10 +149,11 @@ void MapBody(std::string_view target, const std::string& body) {
     CheckBounded(plan.create, body.size());
   } else if (target == "/v1/completions") {
     http::CompletionPlan plan;
-    if (std::optional<http::ApiError> error = http::MapCompletion(parsed, model, &plan)) {
+    if (std::optional<http::ApiError> error = http::MapCompletion(parsed, model, &plan, session_header)) {
       CheckError(*error);
       return;
     }
+    CheckSessionId(plan.session);
     FUZZ_CHECK(plan.prompt_text.has_value() || plan.generate.input_ids_size() < model.context);
     FUZZ_CHECK(!plan.prompt_text || plan.generate.input_ids_size() == 0);
     CheckBounded(plan.generate, body.size());
@@ -124,6 +180,12 @@ namespace {
 
 std::optional<std::string_view> FieldOf(const bhttp::request<bhttp::string_body>& request, bhttp::field field) {
   auto it = request.find(field);
+  if (it == request.end()) return std::nullopt;
+  return std::string_view(it->value().data(), it->value().size());
+}
+
+std::optional<std::string_view> FieldOf(const bhttp::request<bhttp::string_body>& request, std::string_view name) {
+  auto it = request.find(boost::beast::string_view(name.data(), name.size()));
   if (it == request.end()) return std::nullopt;
   return std::string_view(it->value().data(), it->value().size());
 }
@@ -204,6 +266,7 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
   const bhttp::request<bhttp::string_body>& request = parser.get();
   if (request.method() != bhttp::verb::post) return 0;
   const std::string_view target(request.target().data(), request.target().size());
-  MapBody(target.substr(0, target.find('?')), request.body());
+  std::optional<std::string_view> session_header = FieldOf(request, http::kSessionHeader);
+  MapBody(target.substr(0, target.find('?')), request.body(), session_header, static_cast<size_t>(rng.Between(0, 8)));
   return 0;
 }

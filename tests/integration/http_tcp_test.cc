@@ -132,6 +132,7 @@ struct Headers {
   std::optional<std::string> x_api_key;
   std::optional<std::string> origin;
   bool keep_alive = false;
+  std::vector<std::pair<std::string, std::string>> extra;  // more headers, as given
 };
 
 std::string Request(const std::string& method, const std::string& path, const std::string& body,
@@ -140,6 +141,7 @@ std::string Request(const std::string& method, const std::string& path, const st
   if (headers.authorization) request += "Authorization: " + *headers.authorization + "\r\n";
   if (headers.x_api_key) request += "x-api-key: " + *headers.x_api_key + "\r\n";
   if (headers.origin) request += "Origin: " + *headers.origin + "\r\n";
+  for (const auto& [name, value] : headers.extra) request += name + ": " + value + "\r\n";
   if (!headers.keep_alive) request += "Connection: close\r\n";
   if (method == "POST") {
     request += "Content-Type: application/json\r\nContent-Length: " + std::to_string(body.size()) + "\r\n";
@@ -169,9 +171,9 @@ class HttpTcpTest : public IntegrationTest {
     WriteKeys(0600);
     testing::DaemonProcessOptions options = DaemonOptions();
     const std::string listen = (address == "::1" ? "[::1]" : address) + ":0";
-    options.extra_args.insert(options.extra_args.end(),
-                              {"--ephemeral", "--http-listen", listen, "--api-keys", keys_file().string(),
-                               "--http-socket", http_socket().string()});
+    if (!durable_) options.extra_args.push_back("--ephemeral");
+    options.extra_args.insert(options.extra_args.end(), {"--http-listen", listen, "--api-keys", keys_file().string(),
+                                                         "--http-socket", http_socket().string()});
     options.extra_args.insert(options.extra_args.end(), extra.begin(), extra.end());
     daemon_ = testing::DaemonProcess::Start(options);
     client_ = Connect();
@@ -226,10 +228,26 @@ class HttpTcpTest : public IntegrationTest {
     return {code.value_or(-1), process->log()};
   }
 
+  // One request on the Unix HTTP socket (curl, as the local uid) with `headers` ("Name: value");
+  // its status and body.
+  std::pair<int, json> PostOnSocket(const std::string& path, const json& body,
+                                    const std::vector<std::string>& headers = {}) {
+    std::vector<std::string> argv = {"curl", "-sS", "--unix-socket", http_socket().string(), "-H",
+                                     "Content-Type: application/json", "-w", "\n%{http_code}"};
+    for (const std::string& header : headers) argv.insert(argv.end(), {"-H", header});
+    argv.insert(argv.end(), {"-d", body.dump(), "http://localhost" + path});
+    testing::ProcessResult curl = testing::RunProcess(argv);
+    EXPECT_EQ(curl.exit_code, 0) << curl.err;
+    const size_t newline = curl.out.rfind('\n');
+    if (newline == std::string::npos) return {0, nullptr};
+    return {std::stoi(curl.out.substr(newline + 1)), json::parse(curl.out.substr(0, newline), nullptr, false)};
+  }
+
   std::unique_ptr<client::DaemonClient> client_;
   v1::InfoResponse info_;
   std::string model_id_;
   uint16_t port_ = 0;
+  bool durable_ = false;  // start without --ephemeral: sessions are kept in the state directory
 };
 
 TEST_F(HttpTcpTest, EveryRequestNeedsAKeyOfTheFile) {
@@ -536,6 +554,171 @@ TEST_F(HttpTcpTest, WhatTheListenerMustNotTakeStopsNielsdAtStart) {
   EXPECT_NE(twice_code, 0) << twice_log;
   EXPECT_NE(twice_log.find("line 2: the key of line 1 again"), std::string::npos) << twice_log;
   EXPECT_EQ(twice_log.find(kAliceKey), std::string::npos) << twice_log;
+}
+
+}  // namespace http_tcp_test
+}  // namespace niels::integration
+
+namespace niels::integration {
+namespace http_tcp_test {
+
+// A request bound to a durable session (nielsd_session / X-Nielsd-Session) runs on it: its
+// conversation replaces the session's, reusing what the session holds, and the session keeps it;
+// another principal's request for it is the 404 of a session that does not exist.
+TEST_F(HttpTcpTest, RequestsBoundToADurableSessionRunOnIt) {
+  durable_ = true;
+  StartTcpDaemon();
+  const std::string system = "You are terse.";
+  auto created = client_->CreateSession(system);
+  ASSERT_TRUE(created.ok()) << created.status().ToString();
+  const std::string id = created->session_id();
+  const std::string user1 = "Tell me about the sockets of the daemon that serves models on this machine.";
+  const std::string user2 = "And its caches?";
+  auto chat = [&](const json& messages) {
+    return json{{"model", model_id_}, {"messages", messages}, {"max_tokens", 5}, {"temperature", 0}};
+  };
+  auto session_messages = [&]() {
+    auto got = client_->GetSession(id);
+    EXPECT_TRUE(got.ok()) << got.status().ToString();
+    std::vector<std::pair<std::string, std::string>> out;
+    if (got.ok()) {
+      for (const v1::ChatMessage& message : got->messages()) out.emplace_back(message.role(), message.content());
+    }
+    return out;
+  };
+  auto session_length = [&]() -> int64_t {
+    auto got = client_->GetSession(id);
+    EXPECT_TRUE(got.ok()) << got.status().ToString();
+    return got.ok() ? got->session().length() : -1;
+  };
+
+  // Turn 1 by the body field, with the session's own system prompt.
+  json turn1 = chat({{{"role", "system"}, {"content", system}}, {{"role", "user"}, {"content", user1}}});
+  turn1["nielsd_session"] = id;
+  auto [status1, answer1] = PostOnSocket("/v1/chat/completions", turn1);
+  ASSERT_EQ(status1, 200) << answer1.dump();
+  const std::string reply1 = answer1["choices"][0]["message"]["content"];
+  const int64_t length1 = session_length();
+  using Messages = std::vector<std::pair<std::string, std::string>>;
+  EXPECT_EQ(session_messages(), (Messages{{"system", system}, {"user", user1}, {"assistant", reply1}}));
+  // The system prompt was the session's already: its tokens came from the session.
+  EXPECT_GT(answer1["usage"]["prompt_tokens_details"]["cached_tokens"].get<int64_t>(), 0) << answer1.dump();
+
+  // Turn 2 by the header, the conversation re-sent whole (without the system prompt): it costs its
+  // new tokens only, everything the session held is reused.
+  const json conversation2 = {{{"role", "user"}, {"content", user1}},
+                              {{"role", "assistant"}, {"content", reply1}},
+                              {{"role", "user"}, {"content", user2}}};
+  auto [status2, answer2] = PostOnSocket("/v1/chat/completions", chat(conversation2), {"X-Nielsd-Session: " + id});
+  ASSERT_EQ(status2, 200) << answer2.dump();
+  const std::string reply2 = answer2["choices"][0]["message"]["content"];
+  const int64_t cached2 = answer2["usage"]["prompt_tokens_details"]["cached_tokens"];
+  const int64_t prompt2 = answer2["usage"]["prompt_tokens"];
+  // (Two tokens of the history have not been through the model: the reply's last sampled token and
+  // the end-of-turn id that closes a reply cut by max_tokens. A stateless request would find whole
+  // blocks of 16 only.)
+  EXPECT_GE(cached2, length1 - 2) << answer2.dump() << " after a session of " << length1 << " tokens";
+  EXPECT_GT(prompt2, cached2);
+  EXPECT_EQ(session_messages(), (Messages{{"system", system},
+                                          {"user", user1},
+                                          {"assistant", reply1},
+                                          {"user", user2},
+                                          {"assistant", reply2}}));
+
+  // The same conversation again (regenerate the last reply): the session is cut back to it, not
+  // grown; greedy, the reply is the same.
+  auto [status3, answer3] = PostOnSocket("/v1/chat/completions", chat(conversation2), {"X-Nielsd-Session: " + id});
+  ASSERT_EQ(status3, 200) << answer3.dump();
+  EXPECT_EQ(answer3["choices"][0]["message"]["content"], reply2);
+  EXPECT_EQ(session_messages().size(), 5u);
+
+  // Anthropic's Messages API on the same session, with header and body field agreeing.
+  json message = {{"model", model_id_}, {"max_tokens", 5}, {"temperature", 0}, {"system", system},
+                  {"nielsd_session", id},
+                  {"messages", {{{"role", "user"}, {"content", user1}}, {{"role", "assistant"}, {"content", reply1}},
+                                {{"role", "user"}, {"content", user2}}, {{"role", "assistant"}, {"content", reply2}},
+                                {{"role", "user"}, {"content", "Thanks."}}}}};
+  auto [status4, answer4] = PostOnSocket("/v1/messages", message, {"X-Nielsd-Session: " + id});
+  ASSERT_EQ(status4, 200) << answer4.dump();
+  EXPECT_GT(answer4["usage"]["cache_read_input_tokens"].get<int64_t>(), cached2) << answer4.dump();
+  EXPECT_EQ(session_messages().size(), 7u);
+  const int64_t held = session_length();
+
+  // Another principal (over TCP with its key) cannot use it, and learns nothing: the same 404 as
+  // for a session that does not exist, on every API.
+  const std::string missing = "0123456789abcdef0123456789abcdef";
+  auto refused = [&](const std::string& path, json body, const std::string& session) {
+    body["nielsd_session"] = session;
+    const std::string response = Exchange("POST", path, body.dump(), WithKey(kAliceKey));
+    EXPECT_EQ(StatusOf(response), 404) << response;
+    std::string text = BodyOf(response).dump();
+    for (size_t at = text.find(session); at != std::string::npos; at = text.find(session)) {
+      text.replace(at, session.size(), "ID");
+    }
+    return text;
+  };
+  const json completion = {{"model", model_id_}, {"prompt", "Hello"}, {"max_tokens", 3}};
+  for (const auto& [path, body] : std::vector<std::pair<std::string, json>>{
+           {"/v1/chat/completions", chat(conversation2)}, {"/v1/messages", message}, {"/v1/completions", completion}}) {
+    const std::string others = refused(path, body, id);
+    EXPECT_EQ(others, refused(path, body, missing)) << path;
+    EXPECT_NE(others.find("unknown session"), std::string::npos) << others;
+    EXPECT_EQ(others.find("another"), std::string::npos) << others;
+  }
+  EXPECT_NE(refused("/v1/chat/completions", chat(conversation2), id).find("\"param\":\"nielsd_session\""),
+            std::string::npos);
+  EXPECT_NE(refused("/v1/messages", message, id).find("not_found_error"), std::string::npos);
+  EXPECT_EQ(session_length(), held);
+
+  // Bad values are 400s naming the field; nothing runs.
+  auto bad = [&](json body, const std::vector<std::string>& headers, const std::string& param) {
+    auto [status, answer] = PostOnSocket("/v1/chat/completions", body, headers);
+    EXPECT_EQ(status, 400) << answer.dump();
+    EXPECT_EQ(answer["error"]["param"], param) << answer.dump();
+  };
+  json number = chat(conversation2);
+  number["nielsd_session"] = 7;
+  bad(number, {}, "nielsd_session");
+  json not_an_id = chat(conversation2);
+  not_an_id["nielsd_session"] = "../" + id;
+  bad(not_an_id, {}, "nielsd_session");
+  bad(chat(conversation2), {"X-Nielsd-Session: " + id.substr(1)}, "X-Nielsd-Session");
+  bad(chat(conversation2), {"X-Nielsd-Session: " + id, "X-Nielsd-Session: " + id}, "X-Nielsd-Session");
+  json conflict = chat(conversation2);
+  conflict["nielsd_session"] = missing;
+  bad(conflict, {"X-Nielsd-Session: " + id}, "nielsd_session");
+  json choices = chat(conversation2);
+  choices["n"] = 2;
+  bad(choices, {"X-Nielsd-Session: " + id}, "n");
+  json other_system = chat(conversation2);
+  other_system["messages"].insert(other_system["messages"].begin(), {{"role", "system"}, {"content", "Be verbose."}});
+  bad(other_system, {"X-Nielsd-Session: " + id}, "messages[0]");
+  auto [anthropic_status, anthropic_answer] =
+      PostOnSocket("/v1/messages", message, {"X-Nielsd-Session: " + missing});
+  EXPECT_EQ(anthropic_status, 400) << anthropic_answer.dump();
+  EXPECT_EQ(anthropic_answer["type"], "error") << anthropic_answer.dump();
+  EXPECT_NE(anthropic_answer["error"]["message"].get<std::string>().find("nielsd_session"), std::string::npos);
+  EXPECT_EQ(session_length(), held);
+  EXPECT_EQ(session_messages().size(), 7u);
+
+  // Completions on a session continue its tokens: the second prompt follows the first's completion,
+  // all of which it reuses.
+  auto raw = client_->CreateSession(std::nullopt);
+  ASSERT_TRUE(raw.ok()) << raw.status().ToString();
+  json first = {{"model", model_id_}, {"prompt", "Once upon a time"}, {"max_tokens", 3}, {"temperature", 0},
+                {"nielsd_session", raw->session_id()}};
+  auto [first_status, first_answer] = PostOnSocket("/v1/completions", first);
+  ASSERT_EQ(first_status, 200) << first_answer.dump();
+  json second = {{"model", model_id_}, {"prompt", " there was"}, {"max_tokens", 3}, {"temperature", 0}};
+  auto [second_status, second_answer] =
+      PostOnSocket("/v1/completions", second, {"X-Nielsd-Session: " + raw->session_id()});
+  ASSERT_EQ(second_status, 200) << second_answer.dump();
+  const int64_t first_total = first_answer["usage"]["total_tokens"];
+  EXPECT_GE(second_answer["usage"]["prompt_tokens_details"]["cached_tokens"].get<int64_t>(), first_total - 1)
+      << first_answer.dump() << second_answer.dump();
+  auto raw_after = client_->GetSession(raw->session_id());
+  ASSERT_TRUE(raw_after.ok()) << raw_after.status().ToString();
+  EXPECT_EQ(raw_after->session().length(), second_answer["usage"]["total_tokens"].get<int64_t>());
 }
 
 }  // namespace http_tcp_test
