@@ -335,6 +335,22 @@ def main():
     tool_calls_seeds()
     connection_seeds(pb, req)
     chat_format_seeds()
+    probe_sites_seeds()
+
+
+def probe_sites_seeds():
+    """probe_sites: the blocks byte (1 + b % 64; 255: 200 blocks), then patterns separated by
+    newlines (see probe_sites_fuzz.cc)."""
+    t = "probe_sites"
+    write(t, "exact", bytes([27]) + b"blocks.3.hook_resid_post\nln_final.hook_normalized\nblocks.27.mlp.hook_post")
+    write(t, "globs", bytes([11]) + b"blocks.*.hook_resid_post\nblocks.3.*\nblocks.1*\n*hook_post")
+    write(t, "all", bytes([5]) + b"*")
+    write(t, "too_many_sites", bytes([255]) + b"*")
+    write(t, "errors", bytes([3]) + b"blocks.4.hook_resid_pre\nblocks.01.hook_attn_out\nblocks.x.hook_mlp_out")
+    write(t, "no_match", bytes([3]) + b"blocks.9*")
+    write(t, "many", bytes([7]) + b"\n".join([b"blocks.0.hook_attn_out"] * 17))
+    write(t, "long", bytes([7]) + b"*" * 129)
+    write(t, "stars", bytes([40]) + b"*a*b*c*d*e*f*g*h*i*j*k*l*m*n*o*p*q*r*s*t*u*v*w*x*y*z")
 
 
 def connection_seeds(pb, req):
