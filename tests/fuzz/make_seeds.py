@@ -261,6 +261,18 @@ def main():
     ws += frame(req(37, weight_stats=pb.WeightStatsRequest(names=["blocks.*.attn.qkv.weight", "no.such.*", "*" * 200])))
     ws += frame(req(38, weight_stats=pb.WeightStatsRequest()))
     write("request", "weight_stats", ws)
+    pr = frame(req(50, create_session=pb.CreateSessionRequest()))
+    pr += frame(req(51, generate=pb.GenerateRequest(session_id="$0", input_ids=[1, 2, 3], max_new_tokens=4, stream=True,
+                                                    probes=pb.ProbeSpec(sites=["blocks.*.hook_resid_post", "ln_final.*"],
+                                                                        per_token=True, aggregate=True))))
+    pr += frame(req(52, generate=pb.GenerateRequest(session_id="$0", input_ids=[4], max_new_tokens=2,
+                                                    probes=pb.ProbeSpec(sites=["*"], full=True, aggregate=True))))
+    pr += frame(req(53, generate=pb.GenerateRequest(session_id="$0", input_ids=[5], max_new_tokens=2,
+                                                    probes=pb.ProbeSpec(sites=["blocks.9.hook_attn_out", "blocks.0.nope"],
+                                                                        per_token=True))))
+    pr += frame(req(54, generate=pb.GenerateRequest(session_id="$0", max_new_tokens=60000, use_kv_cache=False,
+                                                    probes=pb.ProbeSpec(sites=["*"] * 17, full=True, per_token=True))))
+    write("request", "probes", pr)
     bad = frame(req(40, generate=pb.GenerateRequest(session_id="$0", input_ids=[-1, 1 << 30], max_new_tokens=-3,
                                                     top_logprobs=99, trace_layer=-1, sampling=S(temperature=float("nan"), top_p=2.0))))
     bad += frame(req(41, chat=pb.ChatRequest(session_id="nope", user_text="x" * 300, max_new_tokens=0)))
