@@ -81,6 +81,18 @@ constexpr std::array<Budget, static_cast<size_t>(BudgetId::kCount)> kBudgets = {
     {BudgetId::kStepAlternativeEntries, "step_alternative_entries", "alternatives", 0, 0,
      kStepAlternativeEntriesLimit, kWork,
      "(top_logprobs + sampled_top_logprobs) x max_new_tokens of one Generate or Chat: what its steps hold"},
+    {BudgetId::kProbeSitePatterns, "probe_site_patterns", "patterns", 0, 0, kProbeSitePatternsLimit, kLength,
+     "ProbeSpec.sites of one request (each glob is matched against every hook site's name)"},
+    {BudgetId::kProbeSitePatternBytes, "probe_site_pattern_bytes", "bytes", 0, 0, kProbeSitePatternBytesLimit,
+     kLength, "one ProbeSpec.sites name or pattern"},
+    {BudgetId::kProbeSites, "probe_sites", "sites", 0, 0, kProbeSitesLimit, kLength,
+     "the hook sites one request's ProbeSpec selects"},
+    {BudgetId::kProbeStatistics, "probe_statistics", "units", 0, 0, kProbeStatisticsLimit, kLength,
+     "activation statistics of one request: sites x (input ids + max_new_tokens) per token plus sites "
+     "aggregated, a compact statistic 1 unit and a full one 5"},
+    {BudgetId::kProbeTotalValues, "probe_total_values", "values", 0, 0, kProbeTotalValuesLimit, kLength,
+     "activation values one request keeps for full totals (ProbeSpec.aggregate with full): the selected "
+     "sites' widths x (input ids + max_new_tokens), 4 bytes each"},
 }};
 
 constexpr bool InIdOrder() {

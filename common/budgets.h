@@ -69,6 +69,14 @@ inline constexpr size_t kWeightStatsTensorsLimit = 1024;           // tensors ma
 inline constexpr uint64_t kWeightStatsElementsLimit = uint64_t{1} << 31;  // their elements in all
 inline constexpr size_t kStepAlternativesLimit = 1000;              // top_logprobs, sampled_top_logprobs
 inline constexpr uint64_t kStepAlternativeEntriesLimit = uint64_t{1} << 22;  // their entries per request
+// Activation probes (GenerateRequest.probes; daemon/model/hook_sites.h): site patterns, the sites
+// they select, and the statistics a request may produce (a compact statistic is 1 unit, a full one 5:
+// about 64 and 320 bytes on the wire).
+inline constexpr size_t kProbeSitePatternsLimit = 16;      // ProbeSpec.sites
+inline constexpr size_t kProbeSitePatternBytesLimit = 128; // each of them
+inline constexpr size_t kProbeSitesLimit = 1024;           // the sites they select
+inline constexpr uint64_t kProbeStatisticsLimit = uint64_t{1} << 17;  // units, per token and aggregated
+inline constexpr uint64_t kProbeTotalValuesLimit = uint64_t{1} << 24;  // values a full total keeps (64 MiB)
 
 enum class BudgetId : uint8_t {
   kBannedIds,          // Sampling.banned_ids of one request: at most the vocabulary size
@@ -102,6 +110,11 @@ enum class BudgetId : uint8_t {
   kWeightStatsElements,  // the elements of those tensors, in all
   kStepAlternatives,     // top_logprobs, sampled_top_logprobs of one Generate or Chat
   kStepAlternativeEntries,  // the alternatives its steps hold in all
+  kProbeSitePatterns,    // ProbeSpec.sites of one request
+  kProbeSitePatternBytes, // the bytes of one of them
+  kProbeSites,           // the hook sites they select
+  kProbeStatistics,      // the activation statistics one request produces
+  kProbeTotalValues,     // the activation values one request's full totals keep
   kCount,
 };
 

@@ -9,7 +9,8 @@
 #
 # Usage: scripts/fuzz.sh [SECONDS] [TARGET...]     (targets: frame_decoder config tokenizer
 #        text_stream safetensors model_dir request gguf grammar tokenizer_json jinja family_model
-#        quantize tokenizer_config hf_index state_files tool_calls connection chat_format; default all)
+#        quantize tokenizer_config hf_index state_files tool_calls connection chat_format http_request
+#        probe_sites; default all)
 #        scripts/fuzz.sh --totals                 executions per target over every run so far:
 #                                                 the committed ledger tests/fuzz/executions.tsv
 #                                                 plus this machine's build-asan/fuzz-executions.tsv
@@ -39,7 +40,7 @@ COMMITTED_LEDGER=tests/fuzz/executions.tsv   # campaigns of earlier machines (sa
 # `connection` links the server itself (niels_server): Boost 1.74's Asio sees no co_await under
 # clang, so the root CMakeLists.txt says clang 14 has it, and the sanitizer build leaves out
 # -fsanitize=function, which cannot instrument coroutines.
-ALL_TARGETS=(frame_decoder config tokenizer text_stream safetensors model_dir request gguf grammar tokenizer_json jinja family_model quantize tokenizer_config hf_index state_files tool_calls connection chat_format http_request)
+ALL_TARGETS=(frame_decoder config tokenizer text_stream safetensors model_dir request gguf grammar tokenizer_json jinja family_model quantize tokenizer_config hf_index state_files tool_calls connection chat_format http_request probe_sites)
 # Every campaign and merge: a single allocation above 64 MiB is a finding (nothing may be sized
 # from a client-supplied length before it is checked).
 LIMITS=(-malloc_limit_mb=64 -rss_limit_mb=2048 -timeout=30 -max_len=65536)

@@ -62,6 +62,9 @@ void CheckRequires(const model::ModelConfig& config, const Sequence& sequence, s
   if (sequence.cache.length() > static_cast<int64_t>(sequence.tokens.size())) {
     throw std::invalid_argument("Generate: cache covers more positions than the sequence has tokens");
   }
+  if (options.observer != nullptr && (!options.use_kv_cache || options.trace_layer >= 0)) {
+    throw std::invalid_argument("Generate: an activation observer needs the cached path without a trace");
+  }
   const common::Status valid = sampling::ValidateSamplingParams(options.sampling, config.vocab_size);
   if (!valid.ok()) throw std::invalid_argument("Generate: " + valid.ToString());
   if (options.constraint.grammar != nullptr) {
@@ -135,7 +138,9 @@ void GenerationTask::StartCached() {
   // that run reaches past what the cache has (prefix sharing): a new session, one whose cache was
   // dropped, or one that holds only its system prompt while an earlier request of its user left
   // the whole conversation (a stateless HTTP request re-sending it).
-  cache.ExtendFromPrefix(tokens, will_sample_ ? length - 1 : length);
+  // An observed call computes every position its cache does not hold, so none of its input goes
+  // unobserved (prefix sharing would change no value, only what is computed).
+  if (options_.observer == nullptr) cache.ExtendFromPrefix(tokens, will_sample_ ? length - 1 : length);
   // Sampling needs the last position's logits: recompute it if the cache already holds it.
   if (will_sample_ && cache.length() == length) cache.Truncate(length - 1);
   result_.reused_tokens = cache.length();
@@ -150,6 +155,13 @@ void GenerationTask::StartCached() {
   }
   result_.prefilled_tokens = pending;
   prefilling_ = true;
+}
+
+std::vector<float> GenerationTask::ObservedStep(std::span<const int32_t> tokens, model::KvCache& cache) const {
+  if (options_.observer == nullptr) return model_.Prefill(tokens, cache);
+  const model::SequenceInput input{
+      .cache = &cache, .tokens = tokens, .want_logits = true, .observer = options_.observer.get()};
+  return model_.Step(std::span(&input, 1));  // the last token's logits [V], as Prefill
 }
 
 void GenerationTask::PrefillChunk() {
@@ -175,7 +187,7 @@ void GenerationTask::PrefillChunk() {
   if (!traced) {
     const std::span<const int32_t> chunk = PendingChunk(prefill_chunk_ > 0 ? prefill_chunk_ : length);
     const bool samples = ChunkSamples(static_cast<int64_t>(chunk.size()));
-    const std::vector<float> logits = model_.Prefill(chunk, cache);
+    const std::vector<float> logits = ObservedStep(chunk, cache);
     AcceptPrefilled(samples ? std::span<const float>(logits) : std::span<const float>());
     return;
   }
@@ -294,7 +306,8 @@ void GenerationTask::Step() {
   const int32_t token = decode_token();
   model::KvCache* caches[] = {&sequence_.cache};
   if (options_.trace_layer < 0) {
-    AcceptDecodeLogits(model_.Decode({&token, 1}, caches));
+    AcceptDecodeLogits(options_.observer != nullptr ? ObservedStep({&token, 1}, sequence_.cache)
+                                                    : model_.Decode({&token, 1}, caches));
     return;
   }
   model::AttentionTrace trace{options_.trace_layer, {}};

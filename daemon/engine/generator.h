@@ -116,6 +116,11 @@ struct GenerateOptions {
   // (e.g. the text a stream may show). Null: none. REQUIRES: no constraint with it.
   std::shared_ptr<TextStopRule> text_stop;
   std::function<void(const StepEvent&)> on_token;  // may be empty
+  // Activation probes (model/hook_sites.h): every position this call computes is handed to it, in
+  // every path that computes it (PrefillChunk, Step, the engine's mixed steps). Observing changes no
+  // result. REQUIRES with an observer: use_kv_cache and trace_layer < 0 (an uncached call recomputes
+  // its window for every id; a traced one goes through Decode). Null: none.
+  std::shared_ptr<model::ActivationObserver> observer;
 };
 
 struct GenerateResult {
@@ -253,6 +258,8 @@ class GenerationTask {
   model::KvCache& cache() { return sequence_.cache; }
   bool use_kv_cache() const { return options_.use_kv_cache; }
   int64_t trace_layer() const { return options_.trace_layer; }
+  // GenerateOptions::observer, for the rows of this task in a batched step (null: none).
+  model::ActivationObserver* observer() const { return options_.observer.get(); }
   // Samples from this sequence's logits row [V] of the Decode of decode_token(); attention is its
   // trace row [H, length] (AttentionTrace::rows[b]) when traced.
   void AcceptDecodeLogits(std::span<const float> logits, std::vector<float> attention = {});
@@ -264,6 +271,8 @@ class GenerationTask {
   void StartCached();
   void StartUncached();
   std::vector<float> ForwardWindow() const;
+  // Prefill(tokens, cache), through Step with the observer when there is one.
+  std::vector<float> ObservedStep(std::span<const int32_t> tokens, model::KvCache& cache) const;
   // The first position of the tokens a prefill covers: 0 (cached), else where the window starts.
   int64_t WindowBegin() const;
   void SampleAndEmit(std::span<const float> logits, std::vector<float> attention);

@@ -47,7 +47,8 @@ StepPlan StepPlanner::Plan(std::span<Turn* const> running, bool alone_and_idle) 
     const std::span<const int32_t> chunk = task.PendingChunk(budget);
     if (chunk.empty()) continue;
     const bool samples = task.ChunkSamples(static_cast<int64_t>(chunk.size()));
-    plan.inputs.push_back({&task.filled_cache(), chunk, samples});
+    plan.inputs.push_back(
+        {.cache = &task.filled_cache(), .tokens = chunk, .want_logits = samples, .observer = task.observer()});
     plan.rows.push_back({running[i], /*prefill=*/true, samples});
     budget -= static_cast<int64_t>(chunk.size());
     last_prefilled = i;
@@ -65,7 +66,10 @@ StepPlan StepPlanner::Plan(std::span<Turn* const> running, bool alone_and_idle) 
       plan.traced_decodes[turn->task().trace_layer()].push_back(turn);
       continue;
     }
-    plan.inputs.push_back({&turn->task().cache(), turn->task().decode_input(), true});
+    plan.inputs.push_back({.cache = &turn->task().cache(),
+                           .tokens = turn->task().decode_input(),
+                           .want_logits = true,
+                           .observer = turn->task().observer()});
     plan.rows.push_back({turn, /*prefill=*/false, /*wants_logits=*/true});
     ++plan.decode_rows;
   }

@@ -1,6 +1,7 @@
 // Generate: raw generation with the session as the cache (proto/PROTOCOL.md): input ids appended
 // and processed first, then up to max_new_tokens sampled; per-step logprobs, alternatives and the
 // attention trace when asked; streamed as events when asked.
+#include <algorithm>
 #include <memory>
 #include <utility>
 #include <vector>
@@ -13,6 +14,7 @@
 #include "daemon/handlers/constraint.h"
 #include "daemon/text/text_stream.h"
 #include "daemon/handlers/handlers.h"
+#include "daemon/handlers/probes.h"
 #include "daemon/handlers/proto_convert.h"
 
 namespace niels::daemon::handlers {
@@ -108,6 +110,32 @@ engine::TurnResult StartGenerate(engine::EngineState& state, const engine::Work&
                                  const v1::GenerateRequest& request, const Prepared& prepared) {
   StatusOr<engine::GenerateTurnArgs> args = GenerateArgs(state, request, prepared);
   if (!args.ok()) return args.status();
+  // Activation probes: every position this request may compute, bounded before any is.
+  std::shared_ptr<engine::ActivationProbe> probe;
+  if (request.has_probes()) {
+    if (!args->options.use_kv_cache) return Status::InvalidArgument("probes need the cached path (use_kv_cache)");
+    if (args->options.trace_layer >= 0) return Status::InvalidArgument("probes cannot be combined with trace_layer");
+    // The input, the new ids (the last one's position is computed only by a later request), and the
+    // session's positions its cache no longer holds (recomputed first).
+    uint64_t positions = args->input.size() + static_cast<uint64_t>(args->options.max_new_tokens);
+    StatusOr<sessions::Session*> session = state.sessions.Find(args->session_id, work.owner);
+    if (session.ok()) positions += static_cast<uint64_t>((*session)->length() - (*session)->cached_tokens());
+    positions = std::min(positions, static_cast<uint64_t>(state.config().context));
+    StatusOr<engine::ProbeOptions> probe_options = ProbeFromProto(request.probes(), state.config(), positions);
+    if (!probe_options.ok()) return probe_options.status();
+    probe = std::make_shared<engine::ActivationProbe>(std::move(probe_options).value());
+    args->options.observer = probe;
+  }
+  const bool per_token_probe = probe != nullptr && probe->options().per_token;
+  const bool full_probe = probe != nullptr && probe->options().full;
+  // Per-position statistics collected for the final response (and streamed with each event).
+  auto activations = std::make_shared<std::vector<v1::ActivationStats>>();
+  const auto take_activations = [probe, activations, full_probe]() {
+    std::vector<v1::ActivationStats> taken;
+    for (const engine::PositionStatistics& p : probe->TakePositions()) taken.push_back(PositionToProto(p, full_probe));
+    activations->insert(activations->end(), taken.begin(), taken.end());
+    return taken;
+  };
   const text::Tokenizer& tokenizer = state.tokenizer();
   const engine::GenerateOptions& options = args->options;
   const bool want_steps = options.want_logprobs || options.top_logprobs > 0 || options.sampled_top_logprobs > 0 ||
@@ -119,20 +147,24 @@ engine::TurnResult StartGenerate(engine::EngineState& state, const engine::Work&
   // Steps collected for the final response (and streamed with each event when streaming).
   auto steps = std::make_shared<std::vector<v1::StepInfo>>();
   engine::TurnCallbacks callbacks;
-  if (stream || want_steps) {
-    callbacks.on_token = [&job, &tokenizer, steps, stream, want_steps, stop,
+  if (stream || want_steps || per_token_probe) {
+    callbacks.on_token = [&job, &tokenizer, steps, stream, want_steps, stop, per_token_probe, take_activations,
                           text = std::make_shared<text::TextStream>(tokenizer)](const engine::StepEvent& event) {
       if (want_steps) steps->push_back(StepToProto(event, tokenizer));
+      std::vector<v1::ActivationStats> taken;
+      if (per_token_probe) taken = take_activations();
       if (!stream) return;
       v1::TokenEvent token;
       token.set_id(event.id);
       token.set_index(event.index);
       if (want_steps) *token.mutable_step() = steps->back();
+      for (v1::ActivationStats& a : taken) *token.add_activations() = std::move(a);
       token.set_text(stop != nullptr ? stop->TakeShown() : text->Add(event.id, event.last));
       job.SendEvent(std::move(token));
     };
   }
-  callbacks.on_commit = [&job, steps, stop](const engine::TurnOutcome& outcome) {
+  callbacks.on_commit = [&job, steps, stop, probe, activations, per_token_probe, full_probe,
+                         take_activations](const engine::TurnOutcome& outcome) {
     const engine::GenerateResult& result = outcome.generation;
     v1::Response response;
     v1::GenerateResponse& generate = *response.mutable_generate();
@@ -145,6 +177,13 @@ engine::TurnResult StartGenerate(engine::EngineState& state, const engine::Work&
     }
     generate.set_session_length(outcome.session.length());
     for (v1::StepInfo& step : *steps) *generate.add_steps() = std::move(step);
+    if (per_token_probe) take_activations();  // the positions no event carried (max_new_tokens = 0)
+    for (v1::ActivationStats& a : *activations) *generate.add_activations() = std::move(a);
+    if (probe != nullptr) {
+      for (const engine::SiteStatistics& total : probe->Aggregates()) {
+        *generate.add_activation_totals() = TotalToProto(total, full_probe);
+      }
+    }
     *generate.mutable_stats() = StatsToProto(result, outcome.queue_ms);
     job.Finish(std::move(response));
   };

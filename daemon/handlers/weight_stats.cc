@@ -9,6 +9,7 @@
 
 #include "common/budgets.h"
 #include "daemon/handlers/handlers.h"
+#include "daemon/handlers/probes.h"
 #include "daemon/kernels/dtype.h"
 #include "daemon/loaders/tensor_names.h"
 #include "daemon/model/tensor_statistics.h"
@@ -48,28 +49,7 @@ void ToProto(const loaders::NamedTensor& named, const model::TensorStatistics& s
   for (int64_t dim : named.tensor.shape) out.add_shape(dim);
   out.set_dtype(std::string(kernels::DtypeName(named.tensor.dtype)));
   out.set_parameters(static_cast<uint64_t>(named.tensor.numel()));
-  out.set_nonfinite(static_cast<uint64_t>(s.nonfinite));
-  out.set_mean(s.mean);
-  out.set_std(s.std);
-  out.set_min(s.min);
-  out.set_max(s.max);
-  out.set_l2_norm(s.l2_norm);
-  if (!full) return;
-  out.set_full(true);
-  out.set_median(s.median);
-  out.set_abs_mean(s.abs_mean);
-  out.set_zeros_percent(s.zeros_percent);
-  out.set_near_zero_percent(s.near_zero_percent);
-  out.set_l1_norm(s.l1_norm);
-  out.set_p5(s.percentiles[0]);
-  out.set_p25(s.percentiles[1]);
-  out.set_p50(s.percentiles[2]);
-  out.set_p75(s.percentiles[3]);
-  out.set_p95(s.percentiles[4]);
-  v1::Histogram& histogram = *out.mutable_histogram();
-  histogram.set_low(s.histogram_low);
-  histogram.set_high(s.histogram_high);
-  for (int64_t count : s.histogram) histogram.add_counts(static_cast<uint64_t>(count));
+  StatisticsToProto(s, full, out);
 }
 
 }  // namespace

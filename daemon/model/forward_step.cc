@@ -30,8 +30,8 @@ int64_t QkvWidth(const ModelConfig& c) { return c.q_width() + 2 * c.kv_width(); 
 
 }  // namespace
 
-void FeedForward(const BlockWeights& block, const ModelConfig& config, const float* x, int64_t rows, float* a,
-                 float* g, float* out, WorkerPool& pool) {
+void FeedForwardHidden(const BlockWeights& block, const ModelConfig& config, const float* x, int64_t rows, float* a,
+                       float* g, WorkerPool& pool) {
   const int64_t C = config.width, F = config.d_ff;
   MatVec(block.w_up.matrix(), F, C, F32OrNull(block.b_up), x, rows, a, pool);        // [rows, F]
   MatVec(block.w_gate.matrix(), F, C, F32OrNull(block.b_gate), x, rows, g, pool);    // [rows, F]
@@ -44,7 +44,42 @@ void FeedForward(const BlockWeights& block, const ModelConfig& config, const flo
       simd::SiluMul(g + begin, a + begin, end - begin);
     });
   }
-  MatVec(block.w_down.matrix(), C, F, F32OrNull(block.b_down), a, rows, out, pool);  // [rows, C]
+}
+
+void FeedForward(const BlockWeights& block, const ModelConfig& config, const float* x, int64_t rows, float* a,
+                 float* g, float* out, WorkerPool& pool) {
+  FeedForwardHidden(block, config, x, rows, a, g, pool);
+  MatVec(block.w_down.matrix(), config.width, config.d_ff, F32OrNull(block.b_down), a, rows, out, pool);  // [rows, C]
+}
+
+void ForwardStep::Observe(std::span<const StepSequence> sequences, HookSite site, int64_t layer, const float* values,
+                          int64_t width) {
+  for (const int32_t i : observing_) {
+    const StepSequence& seq = sequences[i];
+    if (!seq.observer->sites().Has(site, layer)) continue;
+    const int64_t first = sequence_first_row_[i];
+    for (int64_t t = 0; t < seq.count; ++t) {
+      seq.observer->Observe(site, layer, seq.start + t,
+                            std::span<const float>(values + (first + t) * width, static_cast<size_t>(width)));
+    }
+  }
+}
+
+void ForwardStep::ObserveFinalNormalized(std::span<const StepSequence> sequences) {
+  const int64_t C = config_.width;
+  if (static_cast<int64_t>(unit_weight_.size()) != C) {
+    unit_weight_.assign(static_cast<size_t>(C), 1.0f);
+    observed_norm_.resize(static_cast<size_t>(C));
+  }
+  for (const int32_t i : observing_) {
+    const StepSequence& seq = sequences[i];
+    if (!seq.observer->sites().Has(HookSite::kLnFinalNormalized, -1)) continue;
+    const int64_t first = sequence_first_row_[i];
+    for (int64_t t = 0; t < seq.count; ++t) {  // x * (1 / rms) * 1: RmsNorm without the weight
+      RmsNorm(s_.h.data() + (first + t) * C, unit_weight_.data(), 1, C, config_.rms_norm_eps, observed_norm_.data());
+      seq.observer->Observe(HookSite::kLnFinalNormalized, -1, seq.start + t, observed_norm_);
+    }
+  }
 }
 
 ForwardStep::ForwardStep(ModelConfig config, int64_t block_tokens, std::shared_ptr<WorkerPool> pool)
@@ -208,9 +243,13 @@ int64_t ForwardStep::Run(const Weights& weights, const float* rope, std::span<co
   row_position_.clear();
   query_blocks_.clear();
   logit_rows_.clear();
+  sequence_first_row_.clear();
+  observing_.clear();
   for (size_t i = 0; i < sequences.size(); ++i) {
     const StepSequence& seq = sequences[i];
     const int64_t first_row = static_cast<int64_t>(row_sequence_.size());
+    sequence_first_row_.push_back(first_row);
+    if (seq.observer != nullptr && !seq.observer->sites().empty()) observing_.push_back(static_cast<int32_t>(i));
     for (int64_t t = 0; t < seq.count; ++t) {
       if (t >= seq.logits_from) logit_rows_.push_back(first_row + t);
       row_sequence_.push_back(static_cast<int32_t>(i));
@@ -243,19 +282,30 @@ int64_t ForwardStep::Run(const Weights& weights, const float* rope, std::span<co
       AddInto(s.h.data() + begin * C, s.x.data() + begin * C, (end - begin) * C);
     });
   };
+  // The hook sites (hook_sites.h): one branch each when nothing observes.
+  const bool observing = !observing_.empty();
+  const int64_t F = config_.d_ff;
   for (int64_t layer = 0; layer < config_.layers; ++layer) {
     const BlockWeights& block = weights.blocks[layer];
+    if (observing) Observe(sequences, HookSite::kResidPre, layer, s.h.data(), C);
     // h = h + wo(attention(RMSNorm_attn(h)))
     norm(block.attn_norm.f32());
     ProjectQkv(block);                                                                              // [R, H D + 2 KV D]
     Attention(block, rope, sequences, layer, trace_layer);                                          // [R, H D]
     MatVec(block.wo.matrix(), C, config_.q_width(), nullptr, s.heads.data(), R, s.x.data(), pool);  // [R, C]
+    if (observing) Observe(sequences, HookSite::kAttnOut, layer, s.x.data(), C);
     add_x_into_h();
+    if (observing) Observe(sequences, HookSite::kResidMid, layer, s.h.data(), C);
     // h = h + mlp(RMSNorm_ffn(h))
     norm(block.ffn_norm.f32());
-    FeedForward(block, config_, s.x.data(), R, s.a.data(), s.g.data(), s.x.data(), pool);  // [R, C]
+    FeedForwardHidden(block, config_, s.x.data(), R, s.a.data(), s.g.data(), pool);  // [R, F]
+    if (observing) Observe(sequences, HookSite::kMlpPost, layer, s.a.data(), F);
+    MatVec(block.w_down.matrix(), C, F, F32OrNull(block.b_down), s.a.data(), R, s.x.data(), pool);  // [R, C]
+    if (observing) Observe(sequences, HookSite::kMlpOut, layer, s.x.data(), C);
     add_x_into_h();
+    if (observing) Observe(sequences, HookSite::kResidPost, layer, s.h.data(), C);
   }
+  if (observing) ObserveFinalNormalized(sequences);
   // logits = RMSNorm_final(h) @ lm_head^T, only for the rows that want them.
   const int64_t n = static_cast<int64_t>(logit_rows_.size());
   const float* final_norm = weights.final_norm.f32();

@@ -45,6 +45,7 @@
 #include "daemon/kernels/dtype.h"
 #include "daemon/kernels/worker_pool.h"
 #include "daemon/model/config.h"
+#include "daemon/model/hook_sites.h"
 #include "daemon/model/weights.h"
 
 namespace niels::daemon::model {
@@ -75,12 +76,18 @@ struct StepSequence {
   int64_t logits_from;
   // If not null: the attention probabilities of layer `trace_layer` for the LAST row, [H, start+count].
   float* trace = nullptr;
+  // If not null: receives every row's activation at the hook sites it selects (hook_sites.h), after
+  // they are computed; it only reads them, so every value of the step stays as it is without it.
+  ActivationObserver* observer = nullptr;
 };
 
 // down(silu(gate(x)) * up(x)) (with the biases the block has) for `rows` rows of x [rows, C] into
-// out [rows, C]; a and g are scratch [rows, F].
+// out [rows, C]; a and g are scratch [rows, F]. FeedForwardHidden is its first half: a = silu(gate(x))
+// * up(x) [rows, F], the input of down (the hook site mlp.hook_post).
 void FeedForward(const BlockWeights& block, const ModelConfig& config, const float* x, int64_t rows, float* a,
                  float* g, float* out, kernels::WorkerPool& pool);
+void FeedForwardHidden(const BlockWeights& block, const ModelConfig& config, const float* x, int64_t rows, float* a,
+                       float* g, kernels::WorkerPool& pool);
 
 // Runs steps for one model. Holds the activations of a step ([rows, ...]) and reuses them from step
 // to step: sized for the most rows seen so far, never shrinking, so a step allocates nothing once
@@ -104,6 +111,8 @@ class ForwardStep {
   // them into `logits` [n, V], sequence after sequence, rows in order. Returns n. trace_layer < 0:
   // no trace. rope: [T, D/2, 2], (cos, sin) of position p's angle for pair i (FillRopeTable), filled
   // for every position of the step. REQUIRES: distinct sequences write distinct blocks.
+  // Observers (StepSequence::observer) are called on this thread as their sites are reached; a step
+  // without any costs one branch per site and layer.
   int64_t Run(const Weights& weights, const float* rope, std::span<const StepSequence> sequences,
               int64_t trace_layer, float* logits);
   // Frees the scratch (Run sizes it again for its rows).
@@ -139,6 +148,12 @@ class ForwardStep {
                  int64_t trace_layer);
   void AttendBlock(std::span<const StepSequence> sequences, const QueryBlock& block, int64_t kv_head, int64_t layer,
                    int64_t trace_layer, float* scores);
+  // Hands the rows of every observing sequence that selects (site, layer) their row of `values`
+  // [R, width].
+  void Observe(std::span<const StepSequence> sequences, HookSite site, int64_t layer, const float* values,
+               int64_t width);
+  // ln_final.hook_normalized of the observing sequences' rows that select it.
+  void ObserveFinalNormalized(std::span<const StepSequence> sequences);
 
   ModelConfig config_;
   KvBlockLayout layout_;
@@ -149,6 +164,10 @@ class ForwardStep {
   std::vector<int64_t> row_position_;   // [R] its position
   std::vector<QueryBlock> query_blocks_;
   std::vector<int64_t> logit_rows_;     // rows that want logits, in order
+  std::vector<int64_t> sequence_first_row_;  // [sequences] the first row of each
+  std::vector<int32_t> observing_;      // the sequences with an observer, in order
+  std::vector<float> observed_norm_;    // [C] one row's ln_final.hook_normalized
+  std::vector<float> unit_weight_;      // [C] ones
   Scratch s_;
 };
 

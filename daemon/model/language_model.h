@@ -12,6 +12,7 @@
 #include <vector>
 
 #include "daemon/model/config.h"
+#include "daemon/model/hook_sites.h"
 #include "daemon/model/kv_cache.h"
 
 namespace niels::daemon::model {
@@ -36,6 +37,9 @@ struct SequenceInput {
   bool want_logits = true;          // the logits of the last token
   bool all_logits = false;          // the logits of every token (implies want_logits)
   std::vector<float>* trace = nullptr;  // if set (and trace_layer >= 0): [H, length] of the last token
+  // If set: every token's activations at the hook sites it selects (hook_sites.h), during the step.
+  // Observing changes no result. A model without hook sites (a test's scripted one) ignores it.
+  ActivationObserver* observer = nullptr;
 };
 
 class LanguageModel {

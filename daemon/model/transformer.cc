@@ -67,6 +67,11 @@ std::vector<float> Transformer::Step(std::span<const SequenceInput> inputs, int6
     for (size_t other = 0; other < i; ++other) {
       if (inputs[other].cache == input.cache) Fail("Step: cache " + std::to_string(i) + " repeated");
     }
+    if (input.observer != nullptr && !input.observer->sites().empty() &&
+        input.observer->sites().layers() != config_.layers) {
+      Fail("Step: an observer of " + std::to_string(input.observer->sites().layers()) + " layers for L = " +
+           std::to_string(config_.layers));
+    }
     logits_rows += input.all_logits ? n : (input.want_logits ? 1 : 0);
   }
   for (size_t i = 0; i < inputs.size(); ++i) {
@@ -89,7 +94,7 @@ std::vector<float> Transformer::Step(std::span<const SequenceInput> inputs, int6
       trace = input.trace->data();
     }
     sequences_[i] = {input.tokens.data(), n, input.cache->length(), pointers.data(), input.cache->pool().dtype(),
-                     input.all_logits ? 0 : (input.want_logits ? n - 1 : n), trace};
+                     input.all_logits ? 0 : (input.want_logits ? n - 1 : n), trace, input.observer};
   }
   std::vector<float> logits(static_cast<size_t>(logits_rows * config_.vocab_size));  // [n, V]
   int64_t rope_end = 0;

@@ -280,6 +280,49 @@ class PackageTest(unittest.TestCase):
         self.assertEqual(error.exception.code, "INVALID_ARGUMENT")
         self.assertIn("weight_stats.names[0]", error.exception.message)
 
+    def test_probes(self):
+        # Activation statistics through the real daemon: every block's output per token and in
+        # total; the ids and logprobs are those of the same request without probes.
+        info = self.client.info()
+        ids = list(self.client.tokenize("what is nielsd?").ids)
+        plain = self.client.generate(self.client.create_session().session_id, ids, max_new_tokens=6,
+                                     temperature=1.0, seed=3, want_logprobs=True)
+        events = []
+        probed = self.client.generate(self.client.create_session().session_id, ids, max_new_tokens=6,
+                                      temperature=1.0, seed=3, want_logprobs=True, on_token=events.append,
+                                      probes={"sites": ["blocks.*.hook_resid_post", "ln_final.hook_normalized"],
+                                              "aggregate": True})
+        self.assertEqual(list(probed.new_ids), list(plain.new_ids))
+        self.assertEqual([s.logprob for s in probed.steps], [s.logprob for s in plain.steps])
+        sites = info.layers + 1
+        positions = len(ids) + len(probed.new_ids) - 1
+        per_token = nielsd_client.activation_stats_dicts(probed.activations)
+        self.assertEqual(len(per_token), sites * positions)
+        self.assertEqual(sum(len(e.activations) for e in events), len(per_token))
+        self.assertEqual(len(events[0].activations), sites * len(ids))
+        for a in per_token:
+            self.assertEqual(a["shape"], [info.width])
+            self.assertLessEqual(a["min"], a["mean"])
+            self.assertLessEqual(a["mean"], a["max"])
+            self.assertNotIn("median", a)
+        final = [a for a in per_token if a["site"] == "ln_final.hook_normalized"]
+        for a in final:  # unit RMS before the norm's weight: l2 = sqrt(width), up to eps
+            self.assertAlmostEqual(a["l2_norm"] / info.width ** 0.5, 1.0, places=3)
+        totals = nielsd_client.activation_stats_dicts(probed.activation_totals)
+        self.assertEqual([t["site"] for t in totals],
+                         ["blocks.%d.hook_resid_post" % l for l in range(info.layers)] + ["ln_final.hook_normalized"])
+        for t in totals:
+            self.assertEqual(t["positions"], positions)
+            self.assertEqual(t["position"], -1)
+            mine = [a for a in per_token if a["site"] == t["site"]]
+            self.assertAlmostEqual(t["max"], max(a["max"] for a in mine))
+            self.assertAlmostEqual(t["mean"], sum(a["mean"] for a in mine) / len(mine), places=5)
+        with self.assertRaises(nielsd_client.NielsdError) as error:
+            self.client.generate(self.client.create_session().session_id, ids, max_new_tokens=2,
+                                 probes={"sites": ["blocks.%d.hook_resid_pre" % info.layers]})
+        self.assertEqual(error.exception.code, "INVALID_ARGUMENT")
+        self.assertIn("probes.sites[0]: layer", error.exception.message)
+
     def test_unreachable_daemon(self):
         with self.assertRaises(ConnectionError):
             nielsd_client.Client(ARGS.socket + ".missing")

@@ -261,6 +261,18 @@ def main():
     ws += frame(req(37, weight_stats=pb.WeightStatsRequest(names=["blocks.*.attn.qkv.weight", "no.such.*", "*" * 200])))
     ws += frame(req(38, weight_stats=pb.WeightStatsRequest()))
     write("request", "weight_stats", ws)
+    pr = frame(req(50, create_session=pb.CreateSessionRequest()))
+    pr += frame(req(51, generate=pb.GenerateRequest(session_id="$0", input_ids=[1, 2, 3], max_new_tokens=4, stream=True,
+                                                    probes=pb.ProbeSpec(sites=["blocks.*.hook_resid_post", "ln_final.*"],
+                                                                        per_token=True, aggregate=True))))
+    pr += frame(req(52, generate=pb.GenerateRequest(session_id="$0", input_ids=[4], max_new_tokens=2,
+                                                    probes=pb.ProbeSpec(sites=["*"], full=True, aggregate=True))))
+    pr += frame(req(53, generate=pb.GenerateRequest(session_id="$0", input_ids=[5], max_new_tokens=2,
+                                                    probes=pb.ProbeSpec(sites=["blocks.9.hook_attn_out", "blocks.0.nope"],
+                                                                        per_token=True))))
+    pr += frame(req(54, generate=pb.GenerateRequest(session_id="$0", max_new_tokens=60000, use_kv_cache=False,
+                                                    probes=pb.ProbeSpec(sites=["*"] * 17, full=True, per_token=True))))
+    write("request", "probes", pr)
     bad = frame(req(40, generate=pb.GenerateRequest(session_id="$0", input_ids=[-1, 1 << 30], max_new_tokens=-3,
                                                     top_logprobs=99, trace_layer=-1, sampling=S(temperature=float("nan"), top_p=2.0))))
     bad += frame(req(41, chat=pb.ChatRequest(session_id="nope", user_text="x" * 300, max_new_tokens=0)))
@@ -335,6 +347,22 @@ def main():
     tool_calls_seeds()
     connection_seeds(pb, req)
     chat_format_seeds()
+    probe_sites_seeds()
+
+
+def probe_sites_seeds():
+    """probe_sites: the blocks byte (1 + b % 64; 255: 200 blocks), then patterns separated by
+    newlines (see probe_sites_fuzz.cc)."""
+    t = "probe_sites"
+    write(t, "exact", bytes([27]) + b"blocks.3.hook_resid_post\nln_final.hook_normalized\nblocks.27.mlp.hook_post")
+    write(t, "globs", bytes([11]) + b"blocks.*.hook_resid_post\nblocks.3.*\nblocks.1*\n*hook_post")
+    write(t, "all", bytes([5]) + b"*")
+    write(t, "too_many_sites", bytes([255]) + b"*")
+    write(t, "errors", bytes([3]) + b"blocks.4.hook_resid_pre\nblocks.01.hook_attn_out\nblocks.x.hook_mlp_out")
+    write(t, "no_match", bytes([3]) + b"blocks.9*")
+    write(t, "many", bytes([7]) + b"\n".join([b"blocks.0.hook_attn_out"] * 17))
+    write(t, "long", bytes([7]) + b"*" * 129)
+    write(t, "stars", bytes([40]) + b"*a*b*c*d*e*f*g*h*i*j*k*l*m*n*o*p*q*r*s*t*u*v*w*x*y*z")
 
 
 def connection_seeds(pb, req):

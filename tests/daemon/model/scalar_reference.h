@@ -13,16 +13,22 @@
 
 #include <cmath>
 #include <cstdint>
+#include <functional>
 #include <vector>
 
 #include "daemon/kernels/dtype.h"
 #include "daemon/model/config.h"
+#include "daemon/model/hook_sites.h"
 #include "daemon/model/weights.h"
 
 namespace niels::daemon::model {
 
 class ScalarReference {
  public:
+  // Receives the activation of every hook site (daemon/model/hook_sites.h, which defines them) at
+  // every position: (site, layer (-1 for ln_final.hook_normalized), position, values).
+  using Hook = std::function<void(HookSite, int64_t, int64_t, const std::vector<float>&)>;
+
   ScalarReference(const ModelConfig& config, const Weights& weights, kernels::Dtype kv_dtype = kernels::Dtype::kF32)
       : config_(config), kv_dtype_(kv_dtype) {
     tok_emb_ = weights.tok_emb.ToFloats();
@@ -62,18 +68,35 @@ class ScalarReference {
 
   // Logits [n, V] (row-major) for `tokens` at positions 0..n-1. With `trace` set, the attention
   // probabilities of the last position in layer `trace_layer` go there: [H, n], row-major.
+  // With `hook` set, every site's values at every position go there (in forward order).
   std::vector<float> Forward(const std::vector<int32_t>& tokens, int64_t trace_layer = -1,
-                             std::vector<float>* trace = nullptr) const {
+                             std::vector<float>* trace = nullptr, const Hook* hook = nullptr) const {
     const int64_t n = static_cast<int64_t>(tokens.size());
     const int64_t c = config_.width;
     std::vector<Vec> h(n);
     for (int64_t p = 0; p < n; ++p) h[p] = Vec(&tok_emb_[tokens[p] * c], &tok_emb_[(tokens[p] + 1) * c]);
+    const auto observe = [&](HookSite site, int64_t layer, const std::vector<Vec>& rows) {
+      if (hook == nullptr) return;
+      for (int64_t p = 0; p < n; ++p) (*hook)(site, layer, p, rows[p]);
+    };
     for (size_t layer = 0; layer < blocks_.size(); ++layer) {
       const Block& block = blocks_[layer];
-      const bool traced = trace != nullptr && static_cast<int64_t>(layer) == trace_layer;
+      const auto l = static_cast<int64_t>(layer);
+      observe(HookSite::kResidPre, l, h);
+      const bool traced = trace != nullptr && l == trace_layer;
       const std::vector<Vec> attn = Attention(block, h, traced ? trace : nullptr);
+      observe(HookSite::kAttnOut, l, attn);
       for (int64_t p = 0; p < n; ++p) Add(h[p], attn[p]);
-      for (int64_t p = 0; p < n; ++p) Add(h[p], Mlp(block, RmsNorm(h[p], block.ffn_norm)));
+      observe(HookSite::kResidMid, l, h);
+      std::vector<Vec> hidden(n), mlp(n);
+      for (int64_t p = 0; p < n; ++p) mlp[p] = Mlp(block, RmsNorm(h[p], block.ffn_norm), &hidden[p]);
+      observe(HookSite::kMlpPost, l, hidden);
+      observe(HookSite::kMlpOut, l, mlp);
+      for (int64_t p = 0; p < n; ++p) Add(h[p], mlp[p]);
+      observe(HookSite::kResidPost, l, h);
+    }
+    if (hook != nullptr) {  // h / sqrt(mean(h^2) + eps), before the final norm's weight
+      for (int64_t p = 0; p < n; ++p) (*hook)(HookSite::kLnFinalNormalized, -1, p, RmsNorm(h[p], Vec(c, 1.0f)));
     }
     std::vector<float> logits;
     for (int64_t p = 0; p < n; ++p) {
@@ -220,7 +243,8 @@ class ScalarReference {
     return out;
   }
 
-  Vec Mlp(const Block& block, const Vec& x) const {
+  // The MLP's output; its hidden vector (the input of w_down) into *hidden_out when given.
+  Vec Mlp(const Block& block, const Vec& x, Vec* hidden_out = nullptr) const {
     const int64_t f = config_.d_ff;
     const Vec g = MatVec(block.w_gate, f, x, &block.b_gate);
     const Vec a = MatVec(block.w_up, f, x, &block.b_up);
@@ -229,6 +253,7 @@ class ScalarReference {
       const double gate = g[i];
       hidden[i] = static_cast<float>(gate / (1.0 + std::exp(-gate)) * a[i]);
     }
+    if (hidden_out != nullptr) *hidden_out = hidden;
     return MatVec(block.w_down, config_.width, hidden, &block.b_down);
   }
 

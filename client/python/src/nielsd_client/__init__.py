@@ -16,15 +16,19 @@ tools; a reply's tool_calls are run by the caller and answered with
 client.chat(sid, messages=[tool_result(call, value), ...]); run_tool_loop(client, sid, text,
 {"name": python_function}) does that until the model answers.
 
+Activation statistics: client.generate(sid, ids, probes={"sites": ["blocks.*.hook_resid_post"],
+"aggregate": True}) gives per-token statistics at the named hook sites (response.activations,
+activation_totals; activation_stats_dicts() turns them into dicts).
+
 The wire format is proto/PROTOCOL.md: varint-length-delimited niels.v1.Request / Response protobuf
 messages. The generated messages are `nielsd_client.pb` (nielsd_pb2, built with the package).
 `python3 -m nielsd_client chat` is a small terminal chat.
 """
 
 from . import nielsd_pb2 as pb
-from .client import (Client, NielsdError, any_json, default_socket_path, encode_varint, gbnf, json_schema,
-                     message, run_tool_loop, sampling_message, tool_result, tools_from_openai)
+from .client import (Client, NielsdError, activation_stats_dicts, any_json, default_socket_path, encode_varint,
+                     gbnf, json_schema, message, run_tool_loop, sampling_message, tool_result, tools_from_openai)
 
-__all__ = ["Client", "NielsdError", "any_json", "default_socket_path", "encode_varint", "gbnf",
-           "json_schema", "message", "pb", "run_tool_loop", "sampling_message", "tool_result",
+__all__ = ["Client", "NielsdError", "activation_stats_dicts", "any_json", "default_socket_path", "encode_varint",
+           "gbnf", "json_schema", "message", "pb", "run_tool_loop", "sampling_message", "tool_result",
            "tools_from_openai"]

@@ -346,12 +346,16 @@ class Client:
 
     def generate(self, session_id, input_ids=(), on_token=None, max_new_tokens=None,
                  use_kv_cache=None, stop_ids=(), want_logprobs=False, top_logprobs=0, constraint=None,
-                 stop_strings=(), sampled_top_logprobs=0, **sampling):
+                 stop_strings=(), sampled_top_logprobs=0, probes=None, **sampling):
         """The raw form: input_ids are appended and processed, then up to max_new_tokens sampled.
         want_logprobs, top_logprobs, sampled_top_logprobs: per-step values as for chat().
         constraint: as for chat(); the new ids' text follows it.
         stop_strings: generation ends before the first of these texts; new_ids then ends with the
         last id wholly before it (the session too).
+        probes: activation statistics (PROTOCOL.md, "Activation statistics"): a dict with "sites"
+        (hook site names or * patterns, e.g. ["blocks.*.hook_resid_post"]), "compact" (default
+        True), "per_token" (default True) and "aggregate" (default False); the response's
+        activations / activation_totals hold them (activation_stats_dicts() makes dicts of them).
         sampling: as for chat(); with logit_bias, steps' logprobs are of the biased logits."""
         req = pb.GenerateRequest(session_id=session_id, input_ids=list(input_ids),
                                  sampling=sampling_message(**sampling), stream=on_token is not None,
@@ -360,6 +364,12 @@ class Client:
                                  sampled_top_logprobs=sampled_top_logprobs)
         if constraint is not None:
             req.constraint.CopyFrom(constraint)
+        if probes is not None:
+            sites = probes.get("sites", ())
+            req.probes.CopyFrom(pb.ProbeSpec(sites=[sites] if isinstance(sites, str) else list(sites),
+                                             full=not probes.get("compact", True),
+                                             per_token=probes.get("per_token", True),
+                                             aggregate=probes.get("aggregate", False)))
         if max_new_tokens is not None:
             req.max_new_tokens = max_new_tokens
         if use_kv_cache is not None:
@@ -431,6 +441,19 @@ def _tensor_stats_dict(t):
         d.update((key, getattr(t, key)) for key in _FULL_STATS)
         d["histogram"] = {"low": t.histogram.low, "high": t.histogram.high, "counts": list(t.histogram.counts)}
     return d
+
+
+def activation_stats_dicts(activations):
+    """ActivationStats messages (GenerateResponse.activations or activation_totals, or a
+    TokenEvent's) as dicts: site, position (-1 for a total), positions, shape, nonfinite and the
+    statistics, as weight_stats() gives them."""
+    out = []
+    for a in activations:
+        d = _tensor_stats_dict(a.stats)
+        del d["hf_name"], d["gguf_name"]
+        d.update(site=a.site, position=a.position, positions=a.positions)
+        out.append(d)
+    return out
 
 
 def run_tool_loop(client, session_id, user_text, functions, max_rounds=8, **chat_args):
