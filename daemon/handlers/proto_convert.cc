@@ -166,20 +166,14 @@ v1::StepInfo StepToProto(const StepEvent& event, const text::Tokenizer& tokenize
   step.set_id(event.id);
   if (event.logprob) step.set_logprob(*event.logprob);
   if (with_text_bytes) step.set_text_bytes(text_bytes(event.id));
-  for (const TokenAlternative& alternative : event.top) {
-    v1::TokenAlternative* top = step.add_top();
-    top->set_id(alternative.id);
-    top->set_logprob(alternative.logprob);
-    top->set_piece(tokenizer.Piece(alternative.id));
-    if (with_text_bytes) top->set_text_bytes(text_bytes(alternative.id));
-  }
-  for (const TokenAlternative& alternative : event.sampled_top) {
-    v1::TokenAlternative* top = step.add_sampled_top();
-    top->set_id(alternative.id);
-    top->set_logprob(alternative.logprob);
-    top->set_piece(tokenizer.Piece(alternative.id));
-    if (with_text_bytes) top->set_text_bytes(text_bytes(alternative.id));
-  }
+  const auto add = [&](const TokenAlternative& alternative, v1::TokenAlternative* to) {
+    to->set_id(alternative.id);
+    to->set_logprob(alternative.logprob);
+    to->set_piece(tokenizer.Piece(alternative.id));
+    if (with_text_bytes) to->set_text_bytes(text_bytes(alternative.id));
+  };
+  for (const TokenAlternative& alternative : event.top) add(alternative, step.add_top());
+  for (const TokenAlternative& alternative : event.sampled_top) add(alternative, step.add_sampled_top());
   if (event.sampled_logprob) step.set_sampled_logprob(*event.sampled_logprob);
   if (event.attention) {
     const engine::AttentionRow& row = *event.attention;  // [H, length]

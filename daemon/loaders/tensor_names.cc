@@ -2,6 +2,8 @@
 
 #include <fmt/format.h>
 
+#include "common/name_glob.h"
+
 #include "daemon/loaders/tensor_slots.h"
 
 namespace niels::daemon::loaders {
@@ -20,28 +22,6 @@ std::vector<NamedTensor> NamedTensors(const model::Weights& weights) {
   return named;
 }
 
-bool GlobMatches(std::string_view pattern, std::string_view name) {
-  // Greedy with one backtrack point: the last `*` seen and where its match ends.
-  size_t p = 0, n = 0;
-  size_t star = std::string_view::npos, star_end = 0;
-  while (n < name.size()) {
-    if (p < pattern.size() && pattern[p] == '*') {
-      star = p++;
-      star_end = n;
-    } else if (p < pattern.size() && pattern[p] == name[n]) {
-      ++p;
-      ++n;
-    } else if (star != std::string_view::npos) {
-      p = star + 1;
-      n = ++star_end;
-    } else {
-      return false;
-    }
-  }
-  while (p < pattern.size() && pattern[p] == '*') ++p;
-  return p == pattern.size();
-}
-
 common::StatusOr<std::vector<size_t>> SelectTensors(const std::vector<NamedTensor>& tensors,
                                                     const std::vector<std::string>& patterns,
                                                     std::string_view field) {
@@ -49,7 +29,8 @@ common::StatusOr<std::vector<size_t>> SelectTensors(const std::vector<NamedTenso
   for (size_t i = 0; i < patterns.size(); ++i) {
     bool any = false;
     for (size_t t = 0; t < tensors.size(); ++t) {
-      if (GlobMatches(patterns[i], tensors[t].hf) || GlobMatches(patterns[i], tensors[t].gguf)) {
+      if (common::NameGlobMatches(patterns[i], tensors[t].hf) ||
+          common::NameGlobMatches(patterns[i], tensors[t].gguf)) {
         selected[t] = true;
         any = true;
       }

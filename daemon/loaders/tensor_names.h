@@ -30,12 +30,7 @@ struct NamedTensor {
 // Every tensor of `weights` in Weights::ForEach's order.
 std::vector<NamedTensor> NamedTensors(const model::Weights& weights);
 
-// Whether `name` matches `pattern`: `*` matches any run of characters, dots included (so
-// "model.layers.*.mlp.down_proj.weight" matches every layer's, and "blk.1*" matches blk.1.* and
-// blk.10.*); every other character matches itself. O(|pattern| x |name|) at worst.
-bool GlobMatches(std::string_view pattern, std::string_view name);
-
-// The indices of the tensors that any of `patterns` matches by either name, each once, in
+// The indices of the tensors that any of `patterns` (common/name_glob.h) matches by either name, each once, in
 // `tensors`' order. INVALID_ARGUMENT naming "<field>[i]" for the first pattern that matches no
 // tensor.
 common::StatusOr<std::vector<size_t>> SelectTensors(const std::vector<NamedTensor>& tensors,

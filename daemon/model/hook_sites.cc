@@ -6,6 +6,7 @@
 #include <fmt/format.h>
 
 #include "common/budgets.h"
+#include "common/name_glob.h"
 
 namespace niels::daemon::model {
 namespace {
@@ -93,39 +94,6 @@ void HookSelection::Add(HookSite site, int64_t layer) {
   on = 1;
 }
 
-bool HookGlobMatches(std::string_view pattern, std::string_view name, uint64_t* steps) {
-  // Greedy with one backtrack point: the last `*` seen and where its match ends.
-  size_t p = 0, n = 0;
-  size_t star = std::string_view::npos, star_end = 0;
-  uint64_t taken = 0;
-  bool matched = true;
-  while (n < name.size()) {
-    ++taken;
-    if (p < pattern.size() && pattern[p] == '*') {
-      star = p++;
-      star_end = n;
-    } else if (p < pattern.size() && pattern[p] == name[n]) {
-      ++p;
-      ++n;
-    } else if (star != std::string_view::npos) {
-      p = star + 1;
-      n = ++star_end;
-    } else {
-      matched = false;
-      break;
-    }
-  }
-  if (matched) {
-    while (p < pattern.size() && pattern[p] == '*') {
-      ++p;
-      ++taken;
-    }
-    matched = p == pattern.size();
-  }
-  *steps += taken;
-  return matched;
-}
-
 uint64_t HookPatternWorkBound(std::span<const std::string> patterns, int64_t layers) {
   uint64_t names = 0;  // sum over the names of (|name| + 1)
   ForEachSite(layers, [&](HookSite, int64_t, std::string_view name) {
@@ -168,7 +136,7 @@ common::StatusOr<HookSelection> ParseHookSites(std::span<const std::string> patt
     }
     bool any = false;
     ForEachSite(layers, [&](HookSite site, int64_t layer, std::string_view name) {
-      if (HookGlobMatches(pattern, name, &steps)) {
+      if (common::NameGlobMatches(pattern, name, &steps)) {
         selection.Add(site, layer);
         any = true;
       }

@@ -99,15 +99,11 @@ class HookSelection {
 // no site; more than kProbeSitesLimit sites selected (probe_sites).
 //
 // Work: a glob is matched against every name, each match at most (|pattern| + 1) x (|name| + 1)
-// steps (GlobMatches); `work`, when given, receives the steps taken, which never exceed
+// steps (common/name_glob.h); `work`, when given, receives the steps taken, which never exceed
 // HookPatternWorkBound(patterns, layers).
 common::StatusOr<HookSelection> ParseHookSites(std::span<const std::string> patterns, int64_t layers,
                                                std::string_view field, uint64_t* work = nullptr);
 uint64_t HookPatternWorkBound(std::span<const std::string> patterns, int64_t layers);
-
-// Whether `name` matches `pattern` (`*` any run of characters, dots included; every other
-// character itself), adding the steps taken to *steps. O(|pattern| x |name|) at worst.
-bool HookGlobMatches(std::string_view pattern, std::string_view name, uint64_t* steps);
 
 // Receives one row's activation at the sites it selects. Called by ForwardStep::Run on the thread
 // that calls Run, after the values at a site are computed for every row of the step and before

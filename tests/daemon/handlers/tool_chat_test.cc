@@ -841,7 +841,9 @@ TEST(ChatLogprobsTest, SampledTopIsTheDistributionEachIdWasDrawnFrom) {
     for (int k = 0; k < step.sampled_top_size(); ++k) {
       const v1::TokenAlternative& a = step.sampled_top(k);
       sum += std::exp(static_cast<double>(a.logprob()));
-      if (k > 0) EXPECT_GE(step.sampled_top(k - 1).logprob(), a.logprob());
+      if (k > 0) {
+        EXPECT_GE(step.sampled_top(k - 1).logprob(), a.logprob());
+      }
       // top-k keeps the 5 best raw ids: each sampled alternative is among the raw top 5.
       bool in_raw_top = false;
       for (int j = 0; j < 5; ++j) in_raw_top |= step.top(j).id() == a.id();

@@ -7,6 +7,7 @@
 #include <gtest/gtest.h>
 
 #include "daemon/loaders/tensor_names.h"
+#include "common/name_glob.h"
 #include "daemon/loaders/tensor_slots.h"
 #include "tests/support/family_model.h"
 #include "tests/support/test_model.h"
@@ -108,7 +109,7 @@ TEST(TensorNamesTest, StarMatchesAnyRunOfCharactersDotsIncluded) {
       {"token_embd.weight", "token_embd.weights", false},
       {"token_embd.weight*", "token_embd.weights", true},
   };
-  for (const Case& c : cases) EXPECT_EQ(GlobMatches(c.pattern, c.name), c.matches) << c.pattern << " ~ " << c.name;
+  for (const Case& c : cases) EXPECT_EQ(common::NameGlobMatches(c.pattern, c.name), c.matches) << c.pattern << " ~ " << c.name;
 }
 
 TEST(TensorNamesTest, ATensorIsNamedByBothFormatsAndSelectedOnceInTheModelsOrder) {
