@@ -2,8 +2,8 @@
 // prompt (StartCreateSession) what the session starts with is prefilled by a turn of the scheduler
 // (one of the caller's rows, in --prefill-chunk pieces between other sessions' steps) and the
 // response goes out once it is cached; at once when there is nothing to prefill or no KV memory for
-// it now. Without one (HandleCreateSession, quick) nothing is prefilled. Whatever is not, the first
-// request on the session prefills.
+// it now. Without one, or with defer_prefill (HandleCreateSession, quick, when there are no tools
+// to compile), nothing is prefilled. Whatever is not, the first request on the session prefills.
 #include <memory>
 #include <optional>
 #include <string>
@@ -98,7 +98,7 @@ engine::TurnResult StartCreateSession(engine::EngineState& state, const engine::
   common::StatusOr<sessions::Session*> created = NewSession(state, job, request, prepared.tools.value_or(nullptr));
   if (!created.ok()) return created.status();
   sessions::Session& session = **created;
-  if (session.length() == 0) {
+  if (session.length() == 0 || request.defer_prefill()) {
     job.Finish(CreatedResponse(session));
     return engine::TurnStart{};
   }

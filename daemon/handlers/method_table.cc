@@ -77,7 +77,9 @@ const Method* FindMethod(const v1::Request& request) {
   switch (request.kind_case()) {
     case v1::Request::kInfo: return &kInfo;
     case v1::Request::kCreateSession:
-      return request.create_session().has_system_prompt() || request.create_session().tools().tools_size() > 0
+      // A prompt to prefill, or tools to compile: the generating path; otherwise the quick one.
+      return request.create_session().tools().tools_size() > 0 ||
+                     (request.create_session().has_system_prompt() && !request.create_session().defer_prefill())
                  ? &kCreateSessionWithPrompt
                  : &kCreateSession;
     case v1::Request::kChat: return &kChat;

@@ -7,6 +7,10 @@ namespace niels::daemon::http {
 
 boost::asio::awaitable<std::optional<ApiError>> EphemeralSession::Create(niels::v1::CreateSessionRequest request) {
   niels::v1::Request create;
+  // Its one request follows at once and prefills the system prompt with the rest (taking the
+  // caller's cached blocks): no prefill turn of its own, which would cost a scheduler round trip
+  // and, for a prompt shorter than a block, a prefill the request then replaces.
+  request.set_defer_prefill(true);
   *create.mutable_create_session() = std::move(request);
   niels::v1::Response response = co_await exchange_.Call(std::move(create));
   if (response.has_error()) co_return FromStatus(common::FromProto(response.error()));

@@ -19,7 +19,8 @@ class EphemeralSession {
   EphemeralSession(const EphemeralSession&) = delete;
   EphemeralSession& operator=(const EphemeralSession&) = delete;
 
-  // CreateSession; the mapped error when it fails.
+  // CreateSession with defer_prefill (the request's own Chat/Generate prefills the system prompt);
+  // the mapped error when it fails.
   boost::asio::awaitable<std::optional<ApiError>> Create(niels::v1::CreateSessionRequest request);
   const std::string& id() const { return id_; }
   // DeleteSession, not cancelled by a gone client. Idempotent; a no-op before Create succeeded.

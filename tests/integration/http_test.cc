@@ -640,7 +640,9 @@ TEST_F(HttpTest, EndpointsAnswerInOpenAiShape) {
 
 // A conversation re-sent whole, turn after turn (what every OpenAI client does): each request runs
 // on a fresh ephemeral session, and reuses the whole blocks of the previous request's prompt that its
-// user left in the KV pool, not only the system prompt.
+// user left in the KV pool, not only the system prompt. Nothing else is prefilled: the ephemeral
+// session's system prompt is not prefilled on its own (CreateSession's defer_prefill) but with the
+// request's prompt, so the daemon prefills exactly the prompt tokens the request did not find cached.
 TEST_F(HttpTest, AConversationReSentWholeReusesThePreviousRequestsPrompt) {
   StartHttpDaemon();
   constexpr int64_t kBlock = 16;  // the KV pool's block of positions
@@ -650,11 +652,18 @@ TEST_F(HttpTest, AConversationReSentWholeReusesThePreviousRequestsPrompt) {
   int64_t previous_prompt = 0;
   for (size_t turn = 0; turn < users.size(); ++turn) {
     messages.push_back({{"role", "user"}, {"content", users[turn]}});
+    auto before = client_->Stats();
+    ASSERT_TRUE(before.ok());
     const json reply = PostJson("/v1/chat/completions",
                                 {{"model", model_id_}, {"messages", messages}, {"max_tokens", 12}, {"temperature", 0}});
+    auto after = client_->Stats();
+    ASSERT_TRUE(after.ok());
     ASSERT_TRUE(reply.contains("usage")) << reply.dump();
     const int64_t prompt = reply["usage"]["prompt_tokens"];
     const int64_t cached = reply["usage"]["prompt_tokens_details"]["cached_tokens"];
+    EXPECT_EQ(static_cast<int64_t>(after->tokens_prefilled_total() - before->tokens_prefilled_total()),
+              prompt - cached)
+        << "turn " << turn;
     ASSERT_GT(prompt, previous_prompt) << "turn " << turn;
     EXPECT_LT(cached, prompt) << "turn " << turn;
     if (turn > 0) {
