@@ -10,6 +10,7 @@
 #include <vector>
 
 #include <fmt/format.h>
+#include "daemon/engine/sampled_replies.h"
 #include "daemon/sampling/token_id_set.h"
 
 namespace niels::daemon::engine {
@@ -237,7 +238,13 @@ StatusOr<const sessions::Session*> AppendTemplateMessages(EngineState& state, co
       TurnRenderer(format, session, *conversation, options).Without(*dropped);
   if (!rendered.ok()) return rendered.status();
   sessions::Session::Snapshot snapshot = session.TakeSnapshot();
+  std::vector<sessions::SampledReply> replies = session.sampled_replies();
   session.SetMessages(conversation->Without(*dropped));
+  // The kept messages keep their places unless exchanges were left out.
+  std::erase_if(replies, [&](const sessions::SampledReply& reply) {
+    return *dropped > 0 || reply.message >= conversation->kept.size();
+  });
+  session.SetSampledReplies(std::move(replies));
   session.SetTools(conversation->tools);
   if (Status stored = state.sessions.Commit(session); !stored.ok()) {
     session.Restore(std::move(snapshot));
@@ -293,10 +300,37 @@ TurnResult StartTemplateChatTurn(EngineState& state, const Work& work, const Cha
   if (!rendered.ok()) return rendered.status();
   const text::ChatPrompt prompt = **rendered;  // a copy: the renderer refers to the session
   std::vector<text::ChatMessage> messages = conversation.Without(*dropped);
+  // The ids the model sampled for its earlier replies stand for them where the template writes each
+  // as it did when the reply ended the conversation (sampled_replies.h). With exchanges left out the
+  // rendering starts anew.
+  std::vector<sessions::SampledReply> replies;
+  if (*dropped == 0) {
+    std::optional<std::string> system;
+    if (session.has_system_prompt()) system = session.system_prompt_text();
+    for (sessions::SampledReply reply : session.sampled_replies()) {
+      if (reply.message >= conversation.kept.size() || reply.end > session.length() || reply.end <= 0) continue;
+      if (reply.rendering.empty()) {
+        StatusOr<std::vector<int32_t>> completed = format.EncodeCompleted(
+            system, std::span(conversation.kept.data(), reply.message + 1), chat_options);
+        if (!completed.ok()) continue;
+        reply.rendering = LastSegment(*completed, format.stop_ids());
+        // The template ends the message on the id the model ended it on.
+        if (reply.rendering.empty() || reply.rendering.back() != session.tokens()[static_cast<size_t>(reply.end - 1)]) {
+          continue;
+        }
+      }
+      replies.push_back(std::move(reply));
+    }
+  }
+  SplicedPrompt spliced = SpliceSampledReplies(session.tokens(), prompt.ids, format.stop_ids(), replies);
+  if (static_cast<int64_t>(spliced.ids.size()) + ChatReplyRoom(args.max_new_tokens, context) > context) {
+    spliced = SplicedPrompt{prompt.ids, {}};  // the template's own spelling is what fits
+  }
+  const std::vector<int32_t>& prompt_ids = spliced.ids;
 
   sessions::Session::Snapshot snapshot = session.TakeSnapshot();
   bool must_wait = false;
-  const int64_t final_length = static_cast<int64_t>(prompt.ids.size()) + args.max_new_tokens;
+  const int64_t final_length = static_cast<int64_t>(prompt_ids.size()) + args.max_new_tokens;
   const Status ready = PrepareCache(state, session, snapshot, args.use_kv_cache, final_length, &must_wait);
   if (!ready.ok() || must_wait) {
     session.Restore(std::move(snapshot));
@@ -305,9 +339,11 @@ TurnResult StartTemplateChatTurn(EngineState& state, const Work& work, const Cha
   }
   // Keep what the history and the new rendering share (the cache stays valid up to there); the turn
   // processes the rest, at least one id.
-  const size_t common = std::min(CommonPrefix(session.tokens(), prompt.ids), prompt.ids.size() - 1);
+  const size_t common = std::min(CommonPrefix(session.tokens(), prompt_ids), prompt_ids.size() - 1);
   session.TruncateHistory(static_cast<int64_t>(common), snapshot);
-  std::vector<int32_t> input(prompt.ids.begin() + static_cast<std::ptrdiff_t>(common), prompt.ids.end());
+  std::vector<int32_t> input(prompt_ids.begin() + static_cast<std::ptrdiff_t>(common), prompt_ids.end());
+  std::erase_if(spliced.kept,
+                [common](const sessions::SampledReply& reply) { return reply.end > static_cast<int64_t>(common); });
 
   // The tool choice's constraint, if any. Under auto it yields to the request's own constraint (the
   // reply then follows that), to stop strings (a constrained reply ends where its grammar does) and
@@ -338,12 +374,19 @@ TurnResult StartTemplateChatTurn(EngineState& state, const Work& work, const Cha
   }
   auto reply = std::make_shared<ChatReply>();
   const bool starts_in_reasoning = prompt.starts_in_reasoning;
-  Turn::SessionCommit commit = [reply, stop, &state, starts_in_reasoning, messages, parsing,
-                                tools = conversation.tools](sessions::Session& s, const GenerateResult& result) {
+  Turn::SessionCommit commit = [reply, stop, &state, starts_in_reasoning, messages, parsing, tools = conversation.tools,
+                                kept = std::move(spliced.kept)](sessions::Session& s, const GenerateResult& result) {
     *reply = MakeChatReply(state, result, starts_in_reasoning, stop.get(), parsing.get());
     std::vector<text::ChatMessage> conversation = messages;
     conversation.push_back({text::Role::kAssistant, reply->answer, reply->reasoning, reply->tool_calls});
     s.SetMessages(std::move(conversation));
+    std::vector<sessions::SampledReply> replies = kept;
+    // A reply that ended on its stop id is remembered; one cut by max_new_tokens or a stop string is
+    // not (the template ends it, the model did not).
+    if (result.stop_reason == StopReason::kStopToken && s.length() > 0) {
+      replies.push_back({s.messages().size() - 1, s.length(), {}});
+    }
+    s.SetSampledReplies(std::move(replies));
     s.SetTools(tools);
   };
   TurnCallbacks turn_callbacks =

@@ -38,6 +38,7 @@ void Session::SetSystemPrompt(std::vector<int32_t> ids, std::string text) {
   has_system_prompt_ = true;
   system_end_ = length();
   turns_.clear();
+  sampled_replies_.clear();
 }
 
 void Session::AddTurn(TokenSpan span) { turns_.push_back(span); }
@@ -59,6 +60,7 @@ void Session::DropOldestTurns(size_t count, Snapshot& snapshot) {
   auto& tokens = sequence_.tokens;
   tokens.erase(tokens.begin() + system_end_, tokens.begin() + cut);
   turns_.erase(turns_.begin(), turns_.begin() + static_cast<std::ptrdiff_t>(count));
+  sampled_replies_.clear();
   for (TokenSpan& turn : turns_) {
     turn.begin -= removed;
     turn.end -= removed;
@@ -77,7 +79,10 @@ void Session::AddExchange(text::ChatMessage user, text::ChatMessage assistant) {
   messages_.push_back(std::move(assistant));
 }
 
-void Session::SetMessages(std::vector<text::ChatMessage> messages) { messages_ = std::move(messages); }
+void Session::SetMessages(std::vector<text::ChatMessage> messages) {
+  messages_ = std::move(messages);
+  sampled_replies_.clear();
+}
 
 int32_t Session::completed_turns() const {
   const auto replies = std::count_if(messages_.begin(), messages_.end(),
@@ -95,6 +100,7 @@ void Session::TruncateHistory(int64_t length, Snapshot& snapshot) {
   sequence_.cache.Truncate(std::min(sequence_.cache.length(), length));
   snapshot.cache_length = std::min(snapshot.cache_length, length);
   system_end_ = std::min(system_end_, length);
+  std::erase_if(sampled_replies_, [length](const SampledReply& reply) { return reply.end > length; });
 }
 
 void Session::Reset() {
@@ -102,11 +108,15 @@ void Session::Reset() {
   sequence_.cache.Truncate(std::min(sequence_.cache.length(), system_end_));
   turns_.clear();
   messages_.clear();
+  sampled_replies_.clear();
 }
 
 void Session::Rewind(size_t keep, int64_t length) {
   if (keep < turns_.size()) turns_.resize(keep);
   if (turns_.empty() && keep < messages_.size()) messages_.resize(keep);
+  std::erase_if(sampled_replies_, [this, length](const SampledReply& reply) {
+    return reply.message >= messages_.size() || reply.end > length;
+  });
   sequence_.tokens.resize(static_cast<size_t>(length));
   sequence_.cache.Truncate(std::min(sequence_.cache.length(), length));
 }
@@ -119,6 +129,7 @@ Session::Snapshot Session::TakeSnapshot() const {
   snapshot.turns = turns_;
   snapshot.messages = messages_;
   snapshot.tools = tools_;
+  snapshot.sampled_replies = sampled_replies_;
   snapshot.system_end = system_end_;
   snapshot.cache_length = sequence_.cache.length();
   return snapshot;
@@ -142,6 +153,7 @@ void Session::Restore(Snapshot snapshot) {
   turns_ = std::move(snapshot.turns);
   messages_ = std::move(snapshot.messages);
   tools_ = std::move(snapshot.tools);
+  sampled_replies_ = std::move(snapshot.sampled_replies);
   system_end_ = snapshot.system_end;
   if (snapshot.stashed_cache) sequence_.cache = std::move(*snapshot.stashed_cache);
   // The history only grew since the snapshot (or the stashed cache is back): truncating suffices
@@ -158,6 +170,7 @@ std::unique_ptr<Session> Session::Fork(std::string new_id, common::OwnerId owner
   fork->system_end_ = system_end_;
   fork->turns_ = turns_;
   fork->messages_ = messages_;
+  fork->sampled_replies_ = sampled_replies_;
   fork->tools_ = tools_;
   return fork;
 }

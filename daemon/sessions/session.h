@@ -28,6 +28,14 @@
 // a system prompt (it prefilled one at CreateSession); it is a chat session already started: its
 // next Chat turn renders the same start and reuses it as a prefix, and Reset keeps it.
 //
+// Sampled replies (conversations): an assistant message a turn generated, whose reply ended on a
+// stop id, is remembered with the span of its ids in the history (SampledReply), so that the next
+// rendering can keep the ids the model wrote for it instead of the template's own spelling of the
+// message (engine/sampled_replies.h). Anything that changes the history before a reply's end or the
+// conversation up to its message forgets it: TruncateHistory, Rewind, Reset, SetMessages (callers
+// put back what stays valid), DropOldestTurns. They are not stored in the database: a session
+// loaded from it renders its replies the template's way once.
+//
 // Not thread-safe: sessions live on the engine thread.
 
 #include <chrono>
@@ -51,6 +59,17 @@ struct TokenSpan {
   bool operator==(const TokenSpan&) const = default;
 };
 
+// An assistant message whose ids in the history are the ones the model sampled (see above).
+struct SampledReply {
+  size_t message = 0;  // its index in Session::messages()
+  int64_t end = 0;     // one past its stop id in the history
+  // The ids the template writes for the message's segment (what follows the previous stop id, up to
+  // and including its own) when the message ends the conversation; empty until the next turn works
+  // them out.
+  std::vector<int32_t> rendering;
+  bool operator==(const SampledReply&) const = default;
+};
+
 class Session {
  public:
   // What Restore() needs to undo a turn. Cheap unless a cache was stashed.
@@ -59,6 +78,7 @@ class Session {
     std::vector<TokenSpan> turns;
     std::vector<text::ChatMessage> messages;
     std::shared_ptr<const std::vector<text::ToolDefinition>> tools;
+    std::vector<SampledReply> sampled_replies;
     int64_t system_end = 0;
     int64_t cache_length = 0;
     std::optional<model::KvCache> stashed_cache;  // set by StashCache()
@@ -117,9 +137,14 @@ class Session {
 
   // Appends a completed exchange to the conversation: the user's message and the assistant's reply.
   void AddExchange(text::ChatMessage user, text::ChatMessage assistant);
-  // Replaces the conversation after the system prompt. Tokens and cache are untouched: the next
-  // rendering is compared with them.
+  // Replaces the conversation after the system prompt and forgets the sampled replies. Tokens and
+  // cache are untouched: the next rendering is compared with them.
   void SetMessages(std::vector<text::ChatMessage> messages);
+  // The assistant messages whose history ids are the sampled ones, ordered by `end`.
+  const std::vector<SampledReply>& sampled_replies() const { return sampled_replies_; }
+  // REQUIRES: each reply's message exists and is an assistant message, its end within the history
+  // and after the previous one's.
+  void SetSampledReplies(std::vector<SampledReply> replies) { sampled_replies_ = std::move(replies); }
   // Keeps the first `length` tokens of the history and at most that much of the cache (a new
   // rendering that agrees with the history up to `length` replaces the rest); system_end() drops
   // to `length` when it was beyond. Restore() brings back the tokens with the cache covering at most
@@ -192,6 +217,7 @@ class Session {
   double stored_last_used_unix_s_ = 0;
   std::vector<TokenSpan> turns_;
   std::vector<text::ChatMessage> messages_;
+  std::vector<SampledReply> sampled_replies_;
   std::shared_ptr<const std::vector<text::ToolDefinition>> tools_;
   double created_unix_s_ = 0;
   double last_used_unix_s_ = 0;

@@ -19,6 +19,12 @@ std::string_view RoleName(Role role) {
   return "user";  // unreachable: every Role is handled above
 }
 
+common::StatusOr<std::vector<int32_t>> ChatFormat::EncodeCompleted(const std::optional<std::string>&,
+                                                                   std::span<const ChatMessage>,
+                                                                   const ChatOptions&) const {
+  return common::Status::Unimplemented(std::string(name()) + " chat format: replies are rendered its own way");
+}
+
 common::StatusOr<std::unique_ptr<ChatFormat>> MakeChatFormat(const ChatFormatSource& source) {
   if (source.tokenizer == nullptr) return common::Status::InvalidArgument("the model has no tokenizer");
   if (!source.chat_template.empty()) {

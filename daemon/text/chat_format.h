@@ -119,6 +119,14 @@ class ChatFormat {
                                                           std::span<const ChatMessage> conversation,
                                                           const ChatOptions& options) const = 0;
 
+  // The ids of `conversation` rendered with its last message complete (no generation prompt),
+  // encoded as EncodeConversation encodes: what a turn compares the ids sampled for a reply with
+  // (engine/sampled_replies.h). The default, and kTokenNative: UNIMPLEMENTED (such a format's
+  // replies are rendered its own way at every turn).
+  virtual common::StatusOr<std::vector<int32_t>> EncodeCompleted(const std::optional<std::string>& system_prompt,
+                                                                 std::span<const ChatMessage> conversation,
+                                                                 const ChatOptions& options) const;
+
   // The ids that end a reply. Never empty.
   virtual const std::vector<int32_t>& stop_ids() const = 0;
   // The ids never sampled in a reply unless the request allows special tokens (role markers).

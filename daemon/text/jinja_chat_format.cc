@@ -316,6 +316,14 @@ StatusOr<ChatPrompt> JinjaChatFormat::EncodeConversation(const std::optional<std
   return EncodeMarked(system_prompt, conversation, std::nullopt, add_generation_prompt, options);
 }
 
+StatusOr<std::vector<int32_t>> JinjaChatFormat::EncodeCompleted(const std::optional<std::string>& system_prompt,
+                                                                std::span<const ChatMessage> conversation,
+                                                                const ChatOptions& options) const {
+  StatusOr<ChatPrompt> prompt = EncodeMarked(system_prompt, conversation, std::nullopt, false, options);
+  if (!prompt.ok()) return prompt.status();
+  return std::move(prompt->ids);
+}
+
 StatusOr<ChatPrompt> JinjaChatFormat::EncodeMarked(const std::optional<std::string>& system_prompt,
                                                    std::span<const ChatMessage> conversation,
                                                    const std::optional<std::string_view>& user_text,

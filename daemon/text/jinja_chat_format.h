@@ -77,6 +77,9 @@ class JinjaChatFormat final : public ChatFormat {
   common::StatusOr<ChatPrompt> EncodeConversation(const std::optional<std::string>& system_prompt,
                                                   std::span<const ChatMessage> conversation,
                                                   const ChatOptions& options) const override;
+  common::StatusOr<std::vector<int32_t>> EncodeCompleted(const std::optional<std::string>& system_prompt,
+                                                         std::span<const ChatMessage> conversation,
+                                                         const ChatOptions& options) const override;
   const std::vector<int32_t>& stop_ids() const override { return stop_ids_; }
   const std::vector<int32_t>& banned_ids() const override { return banned_ids_; }
   const std::optional<ReasoningTags>& reasoning_tags() const override { return reasoning_tags_; }
