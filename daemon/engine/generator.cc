@@ -350,9 +350,12 @@ void GenerationTask::SampleAndEmit(std::span<const float> logits, std::vector<fl
 bool GenerationTask::MaskStep() {
   // The ids left to this call, this one included: a text id is allowed only when the text can
   // still be completed within them (OutputConstraint::AllowedIds).
-  const int64_t tokens_left =
+  int64_t tokens_left =
       std::min<int64_t>(options_.max_new_tokens - static_cast<int64_t>(result_.new_tokens.size()),
                         model_.config().context - static_cast<int64_t>(sequence_.tokens.size()));
+  // One id is kept for the stop id, so that a text the budget shapes still ends on it (a reply that
+  // ends on the template's end-of-turn id, not at max_new_tokens), unless only one is left.
+  if (forced_stop_ >= 0 && tokens_left > 1) --tokens_left;
   if (common::Status masked = constraint_->AllowedIds(&mask_, std::max<int64_t>(tokens_left, 1)); !masked.ok()) {
     Fail(masked);
     return false;

@@ -162,7 +162,8 @@ struct GenerateResult {
 // (OutputConstraint::MustEnd) while max_new_tokens and the context leave room, the first stop id
 // that is not banned is appended at once without a forward (its StepEvent has no logprob) and the
 // call stops with kStopToken. Each mask counts the ids left (min(max_new_tokens, context) less
-// those used): an id is allowed only if the text can still be completed within the rest
+// those used, less one for that stop id while more than one is left): an id is allowed only if the
+// text can still be completed within the rest
 // (OutputConstraint::AllowedIds(mask, tokens_left)), so a text whose completion fits from the start
 // ends complete (constraint_forced_end says when the budget shaped it); max_new_tokens or the
 // context before the text is complete (a budget too small for any completion the bound sees, or a

@@ -47,9 +47,15 @@ SplicedPrompt SpliceSampledReplies(std::span<const int32_t> history, std::span<c
     const bool reply_matches = at_reply && !replies[next_reply].rendering.empty() &&
                                std::ranges::equal(replies[next_reply].rendering, theirs);
     if (reply_matches) {
+      // The sampled ids, ended on the template's own stop id (a model that ended on another one,
+      // <|endoftext|> for <|im_end|>, never ran its stop id through the model).
       spliced.kept.push_back(replies[next_reply]);
+      spliced.ids.insert(spliced.ids.end(), ours.begin(), ours.end() - 1);
+      spliced.ids.push_back(theirs.back());
       replaced = replaced || !std::ranges::equal(ours, theirs);
-    } else if (!std::ranges::equal(ours, theirs)) {
+    } else if (std::ranges::equal(ours, theirs)) {
+      spliced.ids.insert(spliced.ids.end(), ours.begin(), ours.end());
+    } else {
       break;
     }
     history_at = history_ends[k];
@@ -59,7 +65,6 @@ SplicedPrompt SpliceSampledReplies(std::span<const int32_t> history, std::span<c
     spliced.ids.assign(rendering.begin(), rendering.end());
     return spliced;
   }
-  spliced.ids.assign(history.begin(), history.begin() + static_cast<std::ptrdiff_t>(history_at));
   spliced.ids.insert(spliced.ids.end(), rendering.begin() + static_cast<std::ptrdiff_t>(rendering_at), rendering.end());
   return spliced;
 }

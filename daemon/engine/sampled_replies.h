@@ -37,8 +37,10 @@ struct SplicedPrompt {
 // `history` and `rendering` side by side, a segment is kept from the history when it equals the
 // rendering's, or when it ends at a reply of `replies` (by `end`) whose `rendering` equals the
 // rendering's segment; the first segment that is neither ends the walk, and `rendering` from that
-// segment on follows. Without any kept reply the result is `rendering` itself. `replies` are
-// ordered by end; one with an empty `rendering` matches nothing.
+// segment on follows. A kept reply's segment ends on the rendering's stop id (the model may have
+// ended it on another stop id, whose key and value no step computed). Without any kept reply the
+// result is `rendering` itself. `replies` are ordered by end; one with an empty `rendering` matches
+// nothing.
 SplicedPrompt SpliceSampledReplies(std::span<const int32_t> history, std::span<const int32_t> rendering,
                                    std::span<const int32_t> stop_ids,
                                    std::span<const sessions::SampledReply> replies);

@@ -314,10 +314,7 @@ TurnResult StartTemplateChatTurn(EngineState& state, const Work& work, const Cha
             system, std::span(conversation.kept.data(), reply.message + 1), chat_options);
         if (!completed.ok()) continue;
         reply.rendering = LastSegment(*completed, format.stop_ids());
-        // The template ends the message on the id the model ended it on.
-        if (reply.rendering.empty() || reply.rendering.back() != session.tokens()[static_cast<size_t>(reply.end - 1)]) {
-          continue;
-        }
+        if (reply.rendering.empty()) continue;
       }
       replies.push_back(std::move(reply));
     }

@@ -13,6 +13,12 @@
 // new tokens. The tokens a raw Generate appended to the session belong to no message: the next
 // rendering leaves them out, so they are dropped from the history at the next turn.
 //
+// Sampled replies (sampled_replies.h): a reply the model ended on a stop id keeps the ids it sampled
+// in the history where the template writes its message as it did when the message ended the
+// conversation (ChatFormat::EncodeCompleted; the sampled ids then end on the template's end-of-turn
+// id); where the template writes it otherwise, or exchanges were left out, the rendering stands
+// from there. A spliced prompt that leaves no room for the reply falls back to the rendering.
+//
 // Context policy, as for the token-native format but in exchanges (a user message and everything
 // up to the next one: the reply, its tool calls and their results, so a call and its result go
 // together; the turn's new messages always stay): when the rendering plus the

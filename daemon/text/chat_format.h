@@ -127,7 +127,8 @@ class ChatFormat {
                                                                  std::span<const ChatMessage> conversation,
                                                                  const ChatOptions& options) const;
 
-  // The ids that end a reply. Never empty.
+  // The ids that end a reply, the format's own end of turn first (a reply that must end, under a
+  // constraint, ends on the first one not banned). Never empty.
   virtual const std::vector<int32_t>& stop_ids() const = 0;
   // The ids never sampled in a reply unless the request allows special tokens (role markers).
   virtual const std::vector<int32_t>& banned_ids() const = 0;

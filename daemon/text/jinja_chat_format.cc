@@ -371,9 +371,10 @@ Status JinjaChatFormat::Probe(const ChatFormatSource& source) {
     const auto special = std::find_if(tail->begin(), tail->end(), [&](int32_t id) { return tokenizer_.IsSpecial(id); });
     if (special != tail->end()) end_of_turn = *special;
   }
-  stop_ids_ = source.stop_ids;
-  if (end_of_turn && std::find(stop_ids_.begin(), stop_ids_.end(), *end_of_turn) == stop_ids_.end()) {
-    stop_ids_.push_back(*end_of_turn);
+  // The template's end of turn first: the id a reply that must end (a constrained one) ends on.
+  if (end_of_turn) stop_ids_.push_back(*end_of_turn);
+  for (int32_t id : source.stop_ids) {
+    if (!end_of_turn || id != *end_of_turn) stop_ids_.push_back(id);
   }
   if (stop_ids_.empty()) {
     return Status::InvalidArgument("the model has no stop ids and its chat template ends an assistant message "

@@ -25,7 +25,7 @@
 //
 // What the template means is read once, at Create, from renderings of probe conversations:
 //   - the end-of-turn id: the first special id the template writes after an assistant message's
-//     content (<|im_end|>, <|eot_id|>); the stop ids are the model's own plus it;
+//     content (<|im_end|>, <|eot_id|>); the stop ids are it, then the model's own;
 //   - the banned ids: every other special id of a rendered conversation (role markers such as
 //     <|im_start|>, <|start_header_id|>, the BOS);
 //   - reasoning: a template that mentions "</think>" reasons in <think>...</think> blocks.

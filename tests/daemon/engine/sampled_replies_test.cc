@@ -81,6 +81,13 @@ TEST(SampledRepliesTest, SeveralRepliesAndAChangeBetweenThem) {
   SplicedPrompt spliced = SpliceSampledReplies(history, rendering, kStops, replies);
   EXPECT_EQ(spliced.ids, Join({system, reply1, result1, reply2, {5, 71, 9}, {4}}));
   EXPECT_EQ(spliced.kept, replies);
+  // A reply the model ended on another stop id than the template's: its ids end on the template's.
+  const Ids rendering8 = Join({system, canonical1, result1, {4, 61, 9}, {4}});
+  std::vector<sessions::SampledReply> ended_otherwise = replies;
+  ended_otherwise[1].rendering = {4, 61, 9};
+  spliced = SpliceSampledReplies(history, rendering8, kStops, ended_otherwise);
+  EXPECT_EQ(spliced.ids, Join({system, reply1, result1, {4, 51, 52, 9}, {4}}));
+  EXPECT_EQ(spliced.kept, ended_otherwise);
   // The tool result between them changed: the first reply stands, the rest is the rendering's.
   const Ids edited = Join({system, canonical1, {5, 72, 9}, canonical2, {4}});
   spliced = SpliceSampledReplies(history, edited, kStops, replies);

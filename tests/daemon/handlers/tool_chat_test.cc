@@ -199,6 +199,130 @@ TEST(ToolChatTest, ToolResultTurnRendersTheCallAndTheNextTurnReusesThePrefix) {
   }
 }
 
+// A tool loop where the model made the call: its reply, sampled under tool_choice required on random
+// weights, spells the call its own way (byte pieces for `<tool_call>`, other JSON whitespace), and
+// the template writes the stored call back canonically. Where the template writes that reply the same
+// way whether it ends the conversation or is followed by the new messages, the session keeps the
+// sampled ids for it: the result turn's prompt is the whole history plus the rendering of what
+// follows the reply, and it prefills only that (and the reply's uncomputed stop id). Llama 3.2
+// writes a call the same way wherever it stands; Qwen3 writes a reply's think block only while it is
+// the last message or its reasoning is not empty, and drops it once a new user message follows, so
+// there the turn renders the conversation as the template writes it and reuses the cache up to the
+// first difference, as a conversation sent whole does.
+TEST(ToolChatTest, AToolResultTurnAfterASampledCallPrefillsOnlyWhatFollowsTheCall) {
+  struct Case {
+    std::string model;
+    bool thinking;
+  };
+  size_t kept_replies = 0;
+  size_t rendered_again = 0;
+  for (const Case& c : {Case{"llama3_2", false}, Case{"qwen3", true}, Case{"qwen3", false}}) {
+    std::unique_ptr<Service> service = StartService(c.model);
+    ASSERT_NE(service, nullptr);
+    std::unique_ptr<text::JinjaChatFormat> format = Format(c.model);
+    ASSERT_NE(format, nullptr);
+    const std::string system = "You are a weather bot.";
+    text::ChatOptions options;
+    options.enable_thinking = c.thinking;
+    options.tools = std::make_shared<const std::vector<text::ToolDefinition>>(WeatherTools());
+    for (uint64_t seed = 1; seed <= 4; ++seed) {
+      const std::string label = c.model + (c.thinking ? " thinking" : "") + " seed " + std::to_string(seed);
+      const std::string session = CreateSession(*service, system, /*with_tools=*/true);
+      v1::Request call = MessagesRequest(session, {Message("user", "Weather in Oslo?")}, 96);
+      call.mutable_chat()->set_enable_thinking(c.thinking);
+      call.mutable_chat()->mutable_sampling()->set_temperature(1.0f);
+      call.mutable_chat()->mutable_sampling()->set_seed(seed);
+      call.mutable_chat()->mutable_tool_choice()->set_mode(v1::ToolChoice::REQUIRED);
+      const v1::Response called = Call(*service, call);
+      ASSERT_TRUE(called.has_chat()) << label << ": " << called.DebugString();
+      ASSERT_EQ(called.chat().stop_reason(), v1::TOOL_CALLS) << label << ": " << called.chat().reply();
+      const Conversation before = Read(*service, session);
+      ASSERT_EQ(before.messages.size(), 2u) << label;
+      const text::ChatMessage& reply = before.messages[1];
+      ASSERT_FALSE(reply.tool_calls.empty()) << label;
+
+      std::vector<v1::ChatMessage> results;
+      std::vector<text::ChatMessage> conversation = before.messages;
+      for (const text::ToolCall& made : reply.tool_calls) {
+        v1::ChatMessage result = Message("tool", R"({"temperature_c": 3})");
+        result.set_tool_call_id(made.id);
+        result.set_name(made.name);
+        results.push_back(result);
+        text::ChatMessage stored{text::Role::kTool, R"({"temperature_c": 3})", ""};
+        stored.tool_call_id = made.id;
+        stored.name = made.name;
+        conversation.push_back(stored);
+      }
+      v1::Request follow = MessagesRequest(session, results, 4);
+      follow.mutable_chat()->set_enable_thinking(c.thinking);
+      const v1::Response answered = Call(*service, follow);
+      ASSERT_TRUE(answered.has_chat()) << label << ": " << answered.DebugString();
+      const v1::GenerationStats& stats = answered.chat().stats();
+      const Conversation after = Read(*service, session);
+      auto rendering = format->EncodeConversation(system, conversation, options);
+      ASSERT_TRUE(rendering.ok()) << rendering.status().ToString();
+      EXPECT_EQ(stats.reused_tokens() + stats.prefilled_tokens(), stats.prompt_tokens()) << label;
+      const bool keeps = c.model == "llama3_2" || !reply.reasoning.empty();
+      if (keeps) {
+        // The history stands whole; what follows it is the rendering's own end (the results and the
+        // generation prompt).
+        ++kept_replies;
+        const size_t tail = static_cast<size_t>(stats.prompt_tokens()) - before.tokens.size();
+        // The cache held all of the history but its stop id (and its last text id when the grammar
+        // ended the reply: neither was run through the model).
+        EXPECT_GE(stats.reused_tokens(), static_cast<int64_t>(before.tokens.size()) - 2) << label;
+        EXPECT_LE(stats.prefilled_tokens(), static_cast<int64_t>(tail + 2)) << label;
+        ASSERT_GE(after.tokens.size(), before.tokens.size() + tail) << label;
+        // The sampled ids stand, ended on the template's end of turn (the model may have ended on
+        // another stop id).
+        EXPECT_TRUE(std::equal(before.tokens.begin(), before.tokens.end() - 1, after.tokens.begin())) << label;
+        EXPECT_EQ(after.tokens[before.tokens.size() - 1], format->stop_ids().front()) << label;
+        ASSERT_LE(tail, rendering->ids.size());
+        EXPECT_TRUE(std::equal(rendering->ids.end() - static_cast<std::ptrdiff_t>(tail), rendering->ids.end(),
+                               after.tokens.begin() + static_cast<std::ptrdiff_t>(before.tokens.size())))
+            << label;
+        // The reply's own ids differ from the template's spelling: without them the turn would have
+        // re-prefilled from the call.
+        EXPECT_LT(std::min(CommonPrefix(before.tokens, rendering->ids), rendering->ids.size() - 1),
+                  before.tokens.size() - 1)
+            << label << ": the model spelled its call as the template does (the test shows nothing)";
+      } else {
+        ++rendered_again;
+        EXPECT_EQ(stats.prompt_tokens(), static_cast<int64_t>(rendering->ids.size())) << label;
+        EXPECT_TRUE(std::equal(rendering->ids.begin(), rendering->ids.end(), after.tokens.begin())) << label;
+        EXPECT_EQ(stats.reused_tokens(),
+                  static_cast<int64_t>(std::min(CommonPrefix(before.tokens, rendering->ids), rendering->ids.size() - 1)))
+            << label;
+      }
+
+      // A new user message: Llama 3.2 keeps both replies' ids; Qwen3 drops the reasoning of replies
+      // before the new question, so the prompt is the template's rendering.
+      std::vector<text::ChatMessage> next = after.messages;
+      next.push_back({text::Role::kUser, "Thanks.", ""});
+      v1::Request thanks = MessagesRequest(session, {Message("user", "Thanks.")}, 2);
+      thanks.mutable_chat()->set_enable_thinking(c.thinking);
+      const v1::Response thanked = Call(*service, thanks);
+      ASSERT_TRUE(thanked.has_chat()) << label << ": " << thanked.DebugString();
+      auto next_rendering = format->EncodeConversation(system, next, options);
+      ASSERT_TRUE(next_rendering.ok());
+      if (c.model == "qwen3") {
+        EXPECT_EQ(thanked.chat().stats().prompt_tokens(), static_cast<int64_t>(next_rendering->ids.size())) << label;
+        const Conversation last = Read(*service, session);
+        EXPECT_TRUE(std::equal(next_rendering->ids.begin(), next_rendering->ids.end(), last.tokens.begin())) << label;
+      } else {
+        // The sampled call still stands (the answer, cut by max_new_tokens, is the template's again).
+        const Conversation last = Read(*service, session);
+        ASSERT_GE(last.tokens.size(), before.tokens.size());
+        EXPECT_TRUE(std::equal(before.tokens.begin(), before.tokens.end() - 1, last.tokens.begin())) << label;
+        EXPECT_GE(thanked.chat().stats().reused_tokens(), static_cast<int64_t>(before.tokens.size())) << label;
+      }
+    }
+  }
+  std::cout << "[ tools ] result turns keeping the sampled call: " << kept_replies << ", rendered again: "
+            << rendered_again << "\n";
+  EXPECT_GE(kept_replies, 4u);
+}
+
 // The generic tool format on a template without tool support (the package's Llama 3.1 template):
 // the prompt is the template's rendering of the conversation rewritten by GenericToolChatFormat (the
 // tool block in the system message, the call as the assistant's content, the result as a user

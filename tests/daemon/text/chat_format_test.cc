@@ -249,9 +249,10 @@ TEST(ChatFormatTest, ReadsStopIdsRoleMarkersAndReasoningFromTheTemplate) {
     chat.source.stop_ids = {SpecialId(*chat.tokenizer, testing::StopLiterals(e.name).front())};
     auto format = JinjaChatFormat::Create(chat.source);
     ASSERT_TRUE(format.ok()) << format.status().ToString();
-    std::vector<int32_t> stop = chat.source.stop_ids;
-    for (const std::string& literal : e.stop) {
-      const int32_t id = SpecialId(*chat.tokenizer, literal);
+    // The template's end of turn first (what a reply that must end ends on), then the model's own.
+    std::vector<int32_t> stop;
+    for (const std::string& literal : e.stop) stop.push_back(SpecialId(*chat.tokenizer, literal));
+    for (int32_t id : chat.source.stop_ids) {
       if (std::find(stop.begin(), stop.end(), id) == stop.end()) stop.push_back(id);
     }
     EXPECT_EQ((*format)->stop_ids(), stop) << e.name;
