@@ -360,8 +360,14 @@ TurnResult StartTemplateChatTurn(EngineState& state, const Work& work, const Cha
   GenerateOptions options = ChatGenerateOptions(state, *generate, format, stop);
   // A prompt that leaves the reasoning block open: the constraint's optional reasoning block has
   // begun (tool grammars and request constraints are compiled with the format's reasoning tags).
-  if (options.constraint.grammar != nullptr && prompt.starts_in_reasoning && format.reasoning_tags()) {
-    options.constraint.matched_prefix = format.reasoning_tags()->open;
+  // A prompt that closed the block itself: the constraint starts past an empty block, so the reply
+  // cannot open a second one.
+  if (options.constraint.grammar != nullptr && format.reasoning_tags()) {
+    if (prompt.starts_in_reasoning) {
+      options.constraint.matched_prefix = format.reasoning_tags()->open;
+    } else if (prompt.reasoning_closed) {
+      options.constraint.matched_prefix = format.reasoning_tags()->open + format.reasoning_tags()->close;
+    }
   }
   std::shared_ptr<const ReplyToolParsing> parsing;
   if (conversation.tools != nullptr) {

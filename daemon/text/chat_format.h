@@ -78,6 +78,9 @@ struct ChatPrompt {
   std::vector<int32_t> ids;
   // The prompt ends inside an open reasoning block: the reply starts with reasoning.
   bool starts_in_reasoning = false;
+  // The prompt ends just after a reasoning block it closed itself (only whitespace after the close
+  // tag; Qwen3 with enable_thinking false writes an empty one): the reply is the answer.
+  bool reasoning_closed = false;
 };
 
 class ChatFormat {

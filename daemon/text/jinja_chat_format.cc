@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <cstdint>
 #include <set>
+#include <string_view>
 #include <utility>
 
 #include <fmt/format.h>
@@ -340,6 +341,10 @@ StatusOr<ChatPrompt> JinjaChatFormat::EncodeMarked(const std::optional<std::stri
     const size_t open = rendered->text.rfind(reasoning_tags_->open);
     const size_t close = rendered->text.rfind(reasoning_tags_->close);
     prompt.starts_in_reasoning = open != std::string::npos && (close == std::string::npos || open > close);
+    if (add_generation_prompt && open != std::string::npos && close != std::string::npos && close > open) {
+      const std::string_view after = std::string_view(rendered->text).substr(close + reasoning_tags_->close.size());
+      prompt.reasoning_closed = after.find_first_not_of(" \t\r\n") == std::string_view::npos;
+    }
   }
   return prompt;
 }

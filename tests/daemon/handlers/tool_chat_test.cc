@@ -1092,6 +1092,61 @@ TEST(ReasoningConstraintTest, ASchemaConstrainsOnlyTheAnswerAfterTheReasoning) {
             << " reasoned first, all answers valid\n";
 }
 
+// A prompt that closed the reasoning block itself (Qwen3 with enable_thinking false writes an empty
+// `<think>\n\n</think>` after the assistant header): a constrained reply starts past that block and
+// cannot open a second one, however hard a bias pushes `<think>` -- the request's schema and a
+// forced tool call alike. Before, the constraint's optional reasoning block was still open to the
+// reply, which then reasoned after the prompt had said it would not.
+TEST(ReasoningConstraintTest, APromptThatClosedTheReasoningLeavesNoReasoningBlock) {
+  const char* kSchema =
+      R"({"type": "object", "properties": {"city": {"type": "string", "maxLength": 10}}, "required": ["city"], "additionalProperties": false})";
+  std::unique_ptr<Service> started = StartService("qwen3");
+  ASSERT_NE(started, nullptr);
+  Service& service = *started;
+  v1::Request create = CreateRequest(nullptr);
+  AddWeatherTool(*create.mutable_create_session()->mutable_tools());
+  const v1::Response created = Call(service, create);
+  ASSERT_TRUE(created.has_create_session()) << created.DebugString();
+  const std::string session = created.create_session().session_id();
+  const int32_t open = SingleId(service, "<think>");
+  nlohmann::json cases = nlohmann::json::array();
+  for (const bool forced_call : {false, true}) {
+    for (uint64_t seed = 1; seed <= niels::testing::UnlessSanitized<uint64_t>(4, 2); ++seed) {
+      v1::Request request = MessagesRequest(session, {Message("user", "Weather in Oslo?")}, 64);
+      ASSERT_FALSE(request.chat().enable_thinking());  // the template closes the block in the prompt
+      request.mutable_chat()->set_keep_messages(0);
+      if (forced_call) {
+        request.mutable_chat()->mutable_tool_choice()->set_mode(v1::ToolChoice::REQUIRED);
+      } else {
+        request.mutable_chat()->mutable_tool_choice()->set_mode(v1::ToolChoice::NONE);
+        request.mutable_chat()->mutable_constraint()->set_json_schema(kSchema);
+      }
+      request.mutable_chat()->mutable_sampling()->set_temperature(1.0f);
+      request.mutable_chat()->mutable_sampling()->set_seed(seed);
+      v1::TokenBias& bias = *request.mutable_chat()->mutable_sampling()->add_logit_bias();
+      bias.set_id(open);
+      bias.set_bias(30.0f);
+      const v1::Response response = Call(service, request);
+      ASSERT_TRUE(response.has_chat()) << response.DebugString();
+      const v1::ChatResponse& chat = response.chat();
+      // (The bias still puts `<think>` inside the JSON strings: text there, as any other.)
+      EXPECT_TRUE(chat.reasoning().empty()) << "seed " << seed << ": reasoning [" << chat.reasoning() << "]";
+      const size_t first = chat.reply().find_first_not_of(" \t\r\n");
+      EXPECT_NE(chat.reply().compare(first == std::string::npos ? 0 : first, 7, "<think>"), 0) << chat.reply();
+      EXPECT_NE(chat.stop_reason(), v1::CONSTRAINT_INCOMPLETE) << chat.reply();
+      if (forced_call) {
+        EXPECT_EQ(chat.stop_reason(), v1::TOOL_CALLS) << chat.DebugString();
+        ASSERT_GE(chat.tool_calls_size(), 1) << chat.DebugString();
+        cases.push_back({{"schema", nlohmann::json::parse(kWeatherSchema)},
+                         {"instances", nlohmann::json::array({chat.tool_calls(0).arguments()})}});
+      } else {
+        cases.push_back({{"schema", nlohmann::json::parse(kSchema)}, {"instances", nlohmann::json::array({chat.reply()})}});
+      }
+    }
+  }
+  EXPECT_EQ(CountValid(cases), cases.size());
+}
+
 // tool_choice required and named constrain the reply to calls (tool_grammar/tool_call_grammar.h):
 // sampled at temperature 1.0 with as many seeds as it takes to emit 500 calls per forced mode (fewer
 // under a sanitizer, where the masks over 151,936 ids dominate), on Qwen3 (Hermes), Llama 3.2
@@ -1141,6 +1196,8 @@ TEST(ToolChatTest, ForcedToolChoicesAlwaysGiveValidCalls) {
         EXPECT_EQ(chat.stop_reason(), v1::TOOL_CALLS) << model << " " << choice << " seed " << seed << ": "
                                                        << chat.reply();
         ASSERT_GE(chat.tool_calls_size(), 1) << model << " " << choice << " seed " << seed << ": " << chat.reply();
+        // enable_thinking is false: Qwen3's prompt closed the reasoning block, the reply has none.
+        EXPECT_TRUE(chat.reasoning().empty()) << model << " " << choice << " seed " << seed << ": " << chat.reasoning();
         for (const v1::ToolCall& call : chat.tool_calls()) {
           ++made;
           ASSERT_EQ(schemas.count(call.name()), 1u) << call.name();
