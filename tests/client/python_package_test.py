@@ -56,6 +56,21 @@ class PackageTest(unittest.TestCase):
             self.client.get_session(sid)
         self.assertEqual(raised.exception.code, "NOT_FOUND")
 
+    def test_deferred_prefill(self):
+        # A deferred session answers at once; its first chat prefills the system prompt with the
+        # turn's own ids (more prefilled than a prefilled session's turn) and replies the same.
+        deferred = self.client.create_session("you are terse.", defer_prefill=True).session_id
+        prefilled = self.client.create_session("you are terse.").session_id
+        late = self.client.chat(deferred, "what is nielsd?", max_new_tokens=8, temperature=0)
+        early = self.client.chat(prefilled, "what is nielsd?", max_new_tokens=8, temperature=0)
+        self.assertEqual(late.reply, early.reply)
+        self.assertEqual(late.session_length, early.session_length)
+        self.assertGreater(late.stats.prefilled_tokens, early.stats.prefilled_tokens)
+        self.assertEqual(list(self.client.get_session(deferred).token_ids),
+                         list(self.client.get_session(prefilled).token_ids))
+        self.client.delete_session(deferred)
+        self.client.delete_session(prefilled)
+
     def test_streamed_chat_adds_up_to_the_reply(self):
         sid = self.client.create_session("you are terse.").session_id
         events = []

@@ -288,13 +288,17 @@ class Client:
     def info(self):
         return self.call("info")
 
-    def create_session(self, system_prompt=None, tools=None):
-        """tools: the session's tools, a ToolSet or an OpenAI-style list (tools_from_openai)."""
+    def create_session(self, system_prompt=None, tools=None, defer_prefill=False):
+        """tools: the session's tools, a ToolSet or an OpenAI-style list (tools_from_openai).
+        defer_prefill: answer at once and leave the system prompt to the session's first chat or
+        generate, which prefills it with its own prompt (for a session used right away; the
+        results are the same)."""
         req = pb.CreateSessionRequest()
         if system_prompt is not None:
             req.system_prompt = system_prompt
         if tools is not None:
             req.tools.CopyFrom(tools if isinstance(tools, pb.ToolSet) else tools_from_openai(tools))
+        req.defer_prefill = bool(defer_prefill)
         return self.call("create_session", req)
 
     def chat(self, session_id, user_text="", on_token=None, max_new_tokens=None, use_kv_cache=None,
